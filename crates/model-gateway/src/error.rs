@@ -1,0 +1,105 @@
+//! The gateway's typed errors. Each says what happened and what to do next.
+
+use std::time::Duration;
+
+/// Everything that can go wrong between a request and a whole response.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The configuration is incomplete or invalid.
+    #[error("invalid model configuration: {0}")]
+    Config(String),
+
+    /// The provider answered with an error status. 429 and 5xx were retried first (G8).
+    #[error(
+        "the provider answered HTTP {status}: {message}{hint}",
+        hint = status_hint(*status)
+    )]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+        /// The provider's error code, if any.
+        code: Option<String>,
+    },
+
+    /// The server could not be reached (connection refused, DNS, TLS); retried first.
+    #[error("could not reach the model server: {0}. Check the base URL (OPENAI_BASE_URL) and that the server is running.")]
+    Connect(String),
+
+    /// No answer (or no next stream chunk) within the configured timeout.
+    #[error("the model server sent nothing for {0:?}; the request was abandoned. Raise the timeout or check the server's load.")]
+    Timeout(Duration),
+
+    /// The model called a tool with arguments that are not valid JSON (G5).
+    #[error("the model called tool `{name}` with arguments that are not valid JSON ({error}); raw arguments: {raw}")]
+    InvalidToolArguments {
+        /// The tool's name.
+        name: String,
+        /// The raw argument string, as the model wrote it.
+        raw: String,
+        /// What the JSON parser said.
+        error: String,
+    },
+
+    /// The stream ended before the model finished: the partial answer is not a whole response.
+    #[error("the response stream ended before the model finished ({detail}); {} characters of partial text were discarded. Retry the request.", partial_text.chars().count())]
+    StreamInterrupted {
+        /// What was observed.
+        detail: String,
+        /// The text received before the cut, for logging; never a complete answer.
+        partial_text: String,
+    },
+
+    /// A stream chunk or a response body could not be understood.
+    #[error("the model server sent a malformed {what}: {detail}. Raw: {raw}")]
+    Malformed {
+        /// "stream chunk" or "response".
+        what: &'static str,
+        /// The parser's complaint.
+        detail: String,
+        /// The offending text (truncated to 512 bytes).
+        raw: String,
+    },
+
+    /// Any other transport failure.
+    #[error("HTTP transport error: {0}")]
+    Http(String),
+}
+
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        400 => " (the request was rejected: check the model name and the request fields; not retried)",
+        401 | 403 => " (check the API key, OPENAI_API_KEY; not retried)",
+        404 => " (check the base URL and the model name; not retried)",
+        429 => " (rate limited; retries were exhausted: wait, or lower the request rate)",
+        500..=599 => " (server error; retries were exhausted: try again later)",
+        _ => "",
+    }
+}
+
+impl GatewayError {
+    /// Whether trying the same request again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Api { status, .. } => *status == 429 || *status >= 500,
+            Self::Connect(_) | Self::Timeout(_) | Self::StreamInterrupted { .. } | Self::Http(_) => {
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn malformed(what: &'static str, detail: impl ToString, raw: &str) -> Self {
+        let mut end = raw.len().min(512);
+        while !raw.is_char_boundary(end) {
+            end -= 1;
+        }
+        Self::Malformed {
+            what,
+            detail: detail.to_string(),
+            raw: raw[..end].to_owned(),
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The one seam every backend implements: [`ChatModel`].
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+
+use crate::{ChatEvent, ChatRequest, ChatResponse, FinishReason, GatewayError};
+
+/// A stream of [`ChatEvent`]s; it ends after `Finish`, or with an error.
+pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatEvent, GatewayError>> + Send>>;
+
+/// What a backend can do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModelInfo {
+    /// The model's name.
+    pub model: String,
+    /// Whether the model supports native function calling (G7). When false, upper layers
+    /// describe tools in the prompt and parse the text instead.
+    pub function_calling: bool,
+}
+
+impl ModelInfo {
+    /// Model info.
+    pub fn new(model: impl Into<String>, function_calling: bool) -> Self {
+        Self {
+            model: model.into(),
+            function_calling,
+        }
+    }
+}
+
+/// A chat model: a whole-response call and a streaming call.
+///
+/// Implement this to plug in any backend; everything above Stage 0 talks to this trait only.
+///
+/// ```
+/// use model_gateway::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, ModelInfo, response_stream};
+/// struct Echo;
+/// #[async_trait]
+/// impl ChatModel for Echo {
+///     fn info(&self) -> ModelInfo { ModelInfo::new("echo", true) }
+///     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+///         let last = req.messages.last().map(|m| m.content().to_owned()).unwrap_or_default();
+///         Ok(ChatResponse::new(last, vec![], FinishReason::Stop, None))
+///     }
+///     async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> {
+///         Ok(response_stream(self.chat(req).await?))
+///     }
+/// }
+/// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// # rt.block_on(async {
+/// let r = Echo.chat(ChatRequest::new(vec![model_gateway::Message::user("hi")])).await.unwrap();
+/// assert_eq!(r.content, "hi");
+/// # });
+/// ```
+#[async_trait::async_trait]
+pub trait ChatModel: Send + Sync {
+    /// The model's name and capabilities.
+    fn info(&self) -> ModelInfo;
+
+    /// One whole response.
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, GatewayError>;
+
+    /// A streamed response: text deltas as they arrive, tool calls reassembled, then `Finish`.
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, GatewayError>;
+}
+
+#[async_trait::async_trait]
+impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
+    fn info(&self) -> ModelInfo {
+        (**self).info()
+    }
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, GatewayError> {
+        (**self).chat(request).await
+    }
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, GatewayError> {
+        (**self).stream(request).await
+    }
+}
+
+/// Turns a whole response into the event stream a streaming backend would send.
+/// Useful for backends that cannot stream.
+pub fn response_stream(response: ChatResponse) -> ChatStream {
+    let mut events = Vec::new();
+    if !response.content.is_empty() {
+        events.push(Ok(ChatEvent::TextDelta(response.content)));
+    }
+    for call in response.tool_calls {
+        events.push(Ok(ChatEvent::ToolCall(call)));
+    }
+    events.push(Ok(ChatEvent::Finish {
+        reason: response.finish_reason,
+        usage: response.usage,
+    }));
+    Box::pin(futures::stream::iter(events))
+}
+
+/// Drains a stream into a whole [`ChatResponse`]; fails if the stream fails or never finishes.
+pub async fn collect_stream(mut stream: ChatStream) -> Result<ChatResponse, GatewayError> {
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    while let Some(event) = stream.next().await {
+        match event? {
+            ChatEvent::TextDelta(t) => content.push_str(&t),
+            ChatEvent::ToolCall(c) => tool_calls.push(c),
+            ChatEvent::Finish { reason, usage } => {
+                return Ok(ChatResponse::new(content, tool_calls, reason, usage));
+            }
+            ChatEvent::ToolCallDelta { .. } => {}
+        }
+    }
+    Err(GatewayError::StreamInterrupted {
+        detail: "the stream closed without a finish event".into(),
+        partial_text: content,
+    })
+}
+
+/// `FinishReason` to report when a provider sent none: tool calls win.
+pub(crate) fn default_finish(has_tool_calls: bool) -> FinishReason {
+    if has_tool_calls {
+        FinishReason::ToolCalls
+    } else {
+        FinishReason::Stop
+    }
+}

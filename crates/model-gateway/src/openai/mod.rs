@@ -1,0 +1,437 @@
+//! The OpenAI-compatible backend, built on `async-openai` (G1).
+//!
+//! Works with OpenAI, DeepSeek, DashScope (Qwen), vLLM, llama.cpp's server, Ollama and anything
+//! else that speaks `POST {base}/chat/completions`.
+
+mod retry;
+mod wire;
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use async_openai::middleware::ReqwestService;
+use futures::StreamExt;
+use serde_json::Value;
+
+pub use retry::RetryPolicy;
+
+use crate::assemble::ToolCallAssembler;
+use crate::model::default_finish;
+use crate::{
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError,
+    ModelInfo, Usage,
+};
+
+/// Configuration of an OpenAI-compatible endpoint.
+///
+/// ```
+/// use model_gateway::OpenAiConfig;
+/// use std::time::Duration;
+/// let cfg = OpenAiConfig::new("qwen2.5:7b")
+///     .with_base_url("http://127.0.0.1:11434/v1") // Ollama
+///     .with_header("x-trace", "demo")
+///     .with_timeout(Duration::from_secs(120));
+/// assert!(cfg.function_calling);
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct OpenAiConfig {
+    /// Base URL up to and including `/v1` (default `https://api.openai.com/v1`).
+    pub base_url: String,
+    /// API key, sent as a bearer token; local servers usually need none.
+    pub api_key: Option<String>,
+    /// Model name.
+    pub model: String,
+    /// Extra headers sent with every request.
+    pub headers: Vec<(String, String)>,
+    /// Longest wait for a response, or between two stream chunks.
+    pub timeout: Duration,
+    /// Whether the model supports native function calling (G7).
+    pub function_calling: bool,
+    /// Retry policy for 429, 5xx and connection errors.
+    pub retry: RetryPolicy,
+    /// Ask for usage in streamed responses (`stream_options.include_usage`).
+    pub stream_usage: bool,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .field("headers", &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("timeout", &self.timeout)
+            .field("function_calling", &self.function_calling)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+/// The environment variables [`OpenAiConfig::from_env`] reads.
+pub mod env {
+    /// API key.
+    pub const API_KEY: &str = "OPENAI_API_KEY";
+    /// Base URL, e.g. `http://127.0.0.1:8000/v1`.
+    pub const BASE_URL: &str = "OPENAI_BASE_URL";
+    /// Model name.
+    pub const MODEL: &str = "OPENAI_MODEL";
+    /// `true`/`false`: native function calling (default true).
+    pub const FUNCTION_CALLING: &str = "OPENAI_FUNCTION_CALLING";
+    /// Timeout in seconds (default 60).
+    pub const TIMEOUT_SECS: &str = "OPENAI_TIMEOUT_SECS";
+    /// Extra headers: `Name: value` pairs separated by newlines or `;`.
+    pub const HEADERS: &str = "OPENAI_HEADERS";
+}
+
+impl OpenAiConfig {
+    /// A configuration for `model` at OpenAI, with defaults for everything else.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            base_url: "https://api.openai.com/v1".into(),
+            api_key: None,
+            model: model.into(),
+            headers: Vec::new(),
+            timeout: Duration::from_secs(60),
+            function_calling: true,
+            retry: RetryPolicy::default(),
+            stream_usage: true,
+        }
+    }
+
+    /// Reads the configuration from the environment (see [`env`]); `None` when neither
+    /// `OPENAI_API_KEY` nor `OPENAI_BASE_URL` is set, i.e. no provider is configured.
+    pub fn from_env() -> Result<Option<Self>, GatewayError> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let key = var(env::API_KEY);
+        let base = var(env::BASE_URL);
+        if key.is_none() && base.is_none() {
+            return Ok(None);
+        }
+        let mut cfg = Self::new(var(env::MODEL).unwrap_or_else(|| "gpt-4o-mini".into()));
+        cfg.api_key = key;
+        if let Some(base) = base {
+            cfg.base_url = base;
+        }
+        if let Some(fc) = var(env::FUNCTION_CALLING) {
+            cfg.function_calling = match fc.to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                other => {
+                    return Err(GatewayError::Config(format!(
+                        "{}={other:?}: use true or false",
+                        env::FUNCTION_CALLING
+                    )));
+                }
+            };
+        }
+        if let Some(t) = var(env::TIMEOUT_SECS) {
+            let secs: f64 = t.parse().map_err(|_| {
+                GatewayError::Config(format!("{}={t:?}: use a number of seconds", env::TIMEOUT_SECS))
+            })?;
+            cfg.timeout = Duration::try_from_secs_f64(secs).map_err(|_| {
+                GatewayError::Config(format!("{}={t:?}: use a positive number", env::TIMEOUT_SECS))
+            })?;
+        }
+        if let Some(h) = var(env::HEADERS) {
+            for pair in h.split(['\n', ';']).filter(|p| !p.trim().is_empty()) {
+                let (k, v) = pair.split_once(':').ok_or_else(|| {
+                    GatewayError::Config(format!("{}: {pair:?} is not `Name: value`", env::HEADERS))
+                })?;
+                cfg.headers.push((k.trim().into(), v.trim().into()));
+            }
+        }
+        Ok(Some(cfg))
+    }
+
+    /// Set the base URL (up to and including `/v1`).
+    pub fn with_base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = url.into();
+        self
+    }
+    /// Set the API key.
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+    /// Add a header sent with every request.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+    /// Set the timeout (whole response, or gap between two stream chunks).
+    pub fn with_timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+    /// Declare whether the model supports native function calling (G7).
+    pub fn with_function_calling(mut self, on: bool) -> Self {
+        self.function_calling = on;
+        self
+    }
+    /// Set the retry policy.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+    /// Ask (or not) for usage in streamed responses; turn off for servers that reject
+    /// `stream_options`.
+    pub fn with_stream_usage(mut self, on: bool) -> Self {
+        self.stream_usage = on;
+        self
+    }
+}
+
+/// A [`ChatModel`] talking to an OpenAI-compatible endpoint.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), model_gateway::GatewayError> {
+/// use model_gateway::{ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel};
+/// let model = OpenAiModel::new(OpenAiConfig::new("gpt-4o-mini").with_api_key("sk-..."))?;
+/// let answer = model.chat(ChatRequest::new(vec![Message::user("Say hi")])).await?;
+/// println!("{}", answer.content);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct OpenAiModel {
+    client: Client<OpenAIConfig>,
+    config: OpenAiConfig,
+}
+
+impl std::fmt::Debug for OpenAiModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiModel").field("config", &self.config).finish()
+    }
+}
+
+impl OpenAiModel {
+    /// A client for this configuration.
+    pub fn new(config: OpenAiConfig) -> Result<Self, GatewayError> {
+        if config.model.trim().is_empty() {
+            return Err(GatewayError::Config("the model name is empty: set OPENAI_MODEL or OpenAiConfig::new(model)".into()));
+        }
+        let mut oa = OpenAIConfig::new()
+            .with_api_base(config.base_url.trim_end_matches('/'))
+            .with_api_key(config.api_key.clone().unwrap_or_default())
+            .with_org_id("")
+            .with_project_id("");
+        for (k, v) in &config.headers {
+            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| GatewayError::Config(format!("header name {k:?}: {e}")))?;
+            oa = oa
+                .with_header(name, v.as_str())
+                .map_err(|e| GatewayError::Config(format!("header {k:?}: {e}")))?;
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.timeout.min(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
+        let service = tower::ServiceBuilder::new()
+            .layer(retry::RetryLayer(config.retry.clone()))
+            .service(ReqwestService::new(http));
+        let client = Client::with_config(oa).with_http_service(service);
+        Ok(Self { client, config })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+}
+
+fn map_err(e: OpenAIError) -> GatewayError {
+    match e {
+        OpenAIError::ApiError(r) => GatewayError::Api {
+            status: r.status_code.as_u16(),
+            message: r.api_error.message,
+            code: r.api_error.code,
+        },
+        OpenAIError::Reqwest(e) if e.is_connect() => GatewayError::Connect(e.to_string()),
+        OpenAIError::Reqwest(e) if e.is_timeout() => GatewayError::Timeout(Duration::ZERO),
+        OpenAIError::Reqwest(e) => GatewayError::Http(e.to_string()),
+        OpenAIError::JSONDeserialize(err, raw) => GatewayError::malformed("response", err, &raw),
+        OpenAIError::StreamError(s) => GatewayError::StreamInterrupted {
+            detail: s.to_string(),
+            partial_text: String::new(),
+        },
+        other => GatewayError::Http(other.to_string()),
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for OpenAiModel {
+    fn info(&self) -> ModelInfo {
+        ModelInfo::new(self.config.model.clone(), self.config.function_calling)
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, GatewayError> {
+        let body = wire::request_body(&request, &self.config.model, false, false);
+        let chat = self.client.chat();
+        let value = tokio::time::timeout(self.config.timeout, chat.create_byot::<Value, Value>(body))
+            .await
+            .map_err(|_| GatewayError::Timeout(self.config.timeout))?
+            .map_err(map_err)?;
+        wire::parse_response(&value)
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, GatewayError> {
+        let body = wire::request_body(&request, &self.config.model, true, self.config.stream_usage);
+        let chat = self.client.chat();
+        let call = chat.create_stream_byot::<Value, Value>(body);
+        let inner = tokio::time::timeout(self.config.timeout, call)
+            .await
+            .map_err(|_| GatewayError::Timeout(self.config.timeout))?
+            .map_err(map_err)?;
+        let state = StreamState {
+            inner,
+            timeout: self.config.timeout,
+            pending: VecDeque::new(),
+            assembler: ToolCallAssembler::new(),
+            text: String::new(),
+            finish: None,
+            usage: None,
+            done: false,
+        };
+        Ok(Box::pin(futures::stream::unfold(state, StreamState::next)))
+    }
+}
+
+struct StreamState {
+    inner: async_openai::types::stream::StreamResponse<Value>,
+    timeout: Duration,
+    pending: VecDeque<Result<ChatEvent, GatewayError>>,
+    assembler: ToolCallAssembler,
+    text: String,
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+impl StreamState {
+    async fn next(mut self) -> Option<(Result<ChatEvent, GatewayError>, Self)> {
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                return Some((ev, self));
+            }
+            if self.done {
+                return None;
+            }
+            let item = match tokio::time::timeout(self.timeout, self.inner.next()).await {
+                Err(_) => {
+                    self.done = true;
+                    return Some((Err(GatewayError::Timeout(self.timeout)), self));
+                }
+                Ok(item) => item,
+            };
+            match item {
+                Some(Ok(chunk)) => {
+                    if let Err(e) = self.on_chunk(&chunk) {
+                        self.done = true;
+                        return Some((Err(e), self));
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    let err = match e {
+                        OpenAIError::JSONDeserialize(err, raw) => {
+                            GatewayError::malformed("stream chunk", err, &raw)
+                        }
+                        OpenAIError::StreamError(s) => GatewayError::StreamInterrupted {
+                            detail: s.to_string(),
+                            partial_text: std::mem::take(&mut self.text),
+                        },
+                        other => map_err(other),
+                    };
+                    return Some((Err(err), self));
+                }
+                None => {
+                    self.done = true;
+                    self.on_end();
+                }
+            }
+        }
+    }
+
+    fn on_chunk(&mut self, chunk: &Value) -> Result<(), GatewayError> {
+        if let Some(err) = chunk.get("error").filter(|e| !e.is_null()) {
+            let message = err
+                .get("message")
+                .and_then(Value::as_str)
+                .map_or_else(|| err.to_string(), str::to_owned);
+            return Err(GatewayError::Api {
+                status: 200,
+                message,
+                code: None,
+            });
+        }
+        if let Some(u) = wire::usage(chunk) {
+            self.usage = Some(u);
+        }
+        let Some(choice) = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+        else {
+            return Ok(()); // usage-only or keep-alive chunk
+        };
+        let delta = choice.get("delta").or_else(|| choice.get("message"));
+        if let Some(delta) = delta {
+            if let Some(t) = delta.get("content").and_then(Value::as_str)
+                && !t.is_empty()
+            {
+                self.text.push_str(t);
+                self.pending.push_back(Ok(ChatEvent::TextDelta(t.to_owned())));
+            }
+            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                for c in calls {
+                    let index = c.get("index").and_then(Value::as_u64).map(|i| i as usize);
+                    let id = c.get("id").and_then(Value::as_str);
+                    let f = c.get("function").unwrap_or(&Value::Null);
+                    let name = f.get("name").and_then(Value::as_str);
+                    let args = wire::arguments_text(f.get("arguments"));
+                    let index = self.assembler.push(index, id, name, args.as_deref());
+                    self.pending.push_back(Ok(ChatEvent::ToolCallDelta {
+                        index,
+                        id: id.map(str::to_owned),
+                        name: name.map(str::to_owned),
+                        arguments: args.unwrap_or_default(),
+                    }));
+                }
+            }
+        }
+        if let Some(reason) = wire::finish_reason(choice) {
+            self.finish = Some(reason);
+        }
+        Ok(())
+    }
+
+    fn on_end(&mut self) {
+        let assembler = std::mem::take(&mut self.assembler);
+        let has_calls = !assembler.is_empty();
+        let Some(reason) = self.finish.take().or_else(|| has_calls.then(|| default_finish(true)))
+        else {
+            // No finish_reason and no tool call: the server closed early. Never present a
+            // truncated answer as a complete one.
+            self.pending.push_back(Err(GatewayError::StreamInterrupted {
+                detail: "the stream closed without a finish_reason".into(),
+                partial_text: std::mem::take(&mut self.text),
+            }));
+            return;
+        };
+        match assembler.finish() {
+            Ok(calls) => {
+                for c in calls {
+                    self.pending.push_back(Ok(ChatEvent::ToolCall(c)));
+                }
+                self.pending.push_back(Ok(ChatEvent::Finish {
+                    reason,
+                    usage: self.usage,
+                }));
+            }
+            Err(e) => self.pending.push_back(Err(e)),
+        }
+    }
+}

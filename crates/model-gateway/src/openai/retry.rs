@@ -1,0 +1,181 @@
+//! Retries with exponential backoff and jitter, honouring `Retry-After` (G8).
+//!
+//! This is a tower layer under async-openai's client: it sees each HTTP attempt before any byte
+//! of the body reaches the caller, so a retry can never repeat streamed text.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_openai::error::OpenAIError;
+use async_openai::middleware::HttpRequestFactory;
+use reqwest::Response;
+
+/// How failed attempts are retried: 429, 5xx and connection errors only; never other 4xx.
+///
+/// ```
+/// use model_gateway::RetryPolicy;
+/// use std::time::Duration;
+/// let p = RetryPolicy::default().with_max_retries(5).with_base_delay(Duration::from_millis(50));
+/// assert_eq!(p.max_retries, 5);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0 disables retrying).
+    pub max_retries: u32,
+    /// The first backoff delay; doubled each retry, with jitter.
+    pub base_delay: Duration,
+    /// No computed backoff is longer than this.
+    pub max_delay: Duration,
+    /// A server's `Retry-After` longer than this is not waited for: the error is returned.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            base_delay: Duration::from_millis(250),
+            max_delay: Duration::from_secs(8),
+            max_retry_after: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries at all.
+    pub fn none() -> Self {
+        Self {
+            max_retries: 0,
+            ..Self::default()
+        }
+    }
+    /// Set the number of retries.
+    pub fn with_max_retries(mut self, n: u32) -> Self {
+        self.max_retries = n;
+        self
+    }
+    /// Set the first backoff delay.
+    pub fn with_base_delay(mut self, d: Duration) -> Self {
+        self.base_delay = d;
+        self
+    }
+    /// Set the cap on backoff delays.
+    pub fn with_max_delay(mut self, d: Duration) -> Self {
+        self.max_delay = d;
+        self
+    }
+
+    /// Backoff before retry number `attempt` (0-based): exponential, "equal jitter".
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .base_delay
+            .saturating_mul(2u32.saturating_pow(attempt.min(16)))
+            .min(self.max_delay);
+        let half = exp / 2;
+        half + half.mul_f64(rand::random::<f64>())
+    }
+}
+
+/// Parses `retry-after-ms`, or `Retry-After` as seconds or an HTTP date.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    if let Some(ms) = headers
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// The tower layer installed under the async-openai client.
+#[derive(Clone, Debug)]
+pub(crate) struct RetryLayer(pub(crate) RetryPolicy);
+
+impl<S> tower::Layer<S> for RetryLayer {
+    type Service = Retry<S>;
+    fn layer(&self, inner: S) -> Retry<S> {
+        Retry {
+            inner,
+            policy: self.0.clone(),
+        }
+    }
+}
+
+/// The retrying service.
+#[derive(Clone, Debug)]
+pub(crate) struct Retry<S> {
+    inner: S,
+    policy: RetryPolicy,
+}
+
+type BoxFut = Pin<Box<dyn Future<Output = Result<Response, OpenAIError>> + Send>>;
+
+impl<S> tower::Service<HttpRequestFactory> for Retry<S>
+where
+    S: tower::Service<HttpRequestFactory, Response = Response, Error = OpenAIError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = OpenAIError;
+    type Future = BoxFut;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), OpenAIError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: HttpRequestFactory) -> BoxFut {
+        let clone = self.inner.clone();
+        let mut service = std::mem::replace(&mut self.inner, clone);
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            use tower::ServiceExt;
+            let mut attempt = 0u32;
+            loop {
+                let result = service.ready().await?.call(request.clone()).await;
+                let wait = match &result {
+                    Ok(r) if r.status().as_u16() == 429 || r.status().is_server_error() => {
+                        retry_after(r.headers())
+                    }
+                    Ok(_) => return result,
+                    Err(OpenAIError::Reqwest(e)) if e.is_connect() => None,
+                    Err(_) => return result,
+                };
+                if attempt >= policy.max_retries {
+                    return result;
+                }
+                let delay = match wait {
+                    Some(d) if d > policy.max_retry_after => {
+                        tracing::warn!(?d, "server asked to retry after more than max_retry_after; giving up");
+                        return result;
+                    }
+                    Some(d) => d,
+                    None => policy.backoff(attempt),
+                };
+                match &result {
+                    Ok(r) => tracing::warn!(status = %r.status(), attempt = attempt + 1, ?delay, "retrying model request"),
+                    Err(e) => tracing::warn!(error = %e, attempt = attempt + 1, ?delay, "retrying model request"),
+                }
+                // Drop the failed response (and its connection) before sleeping.
+                drop(result);
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+        })
+    }
+}

@@ -1,0 +1,380 @@
+//! Provider-neutral data: messages, tool calls, tool specs, requests and responses.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions for the model.
+    System,
+    /// The person (or the program acting for them).
+    User,
+    /// The model.
+    Assistant,
+    /// The result of a tool call, answering an assistant's tool call.
+    Tool,
+}
+
+/// A tool call made by the model: `arguments` is already parsed JSON (G3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Provider-assigned id; the tool message answering this call carries it.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments as a JSON value (normally an object).
+    pub arguments: Value,
+}
+
+impl ToolCall {
+    /// A tool call with the given id, name and arguments.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+        }
+    }
+}
+
+/// One message of a conversation.
+///
+/// ```
+/// use model_gateway::{Message, Role, ToolCall};
+/// let call = ToolCall::new("call_1", "get_weather", serde_json::json!({"city": "Beijing"}));
+/// let history = vec![
+///     Message::system("You are helpful."),
+///     Message::user("Weather in Beijing?"),
+///     Message::assistant_with_tool_calls("", vec![call]),
+///     Message::tool("call_1", "get_weather", r#"{"temp":22}"#),
+/// ];
+/// assert_eq!(history[3].role(), Role::Tool);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Message {
+    /// System instructions.
+    System {
+        /// The text.
+        content: String,
+    },
+    /// A user turn.
+    User {
+        /// The text.
+        content: String,
+    },
+    /// A model turn: text, tool calls, or both.
+    Assistant {
+        /// The text (may be empty when the model only called tools).
+        #[serde(default)]
+        content: String,
+        /// Tool calls, in the order the model made them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call.
+    Tool {
+        /// The id of the call this answers.
+        tool_call_id: String,
+        /// The tool's name.
+        name: String,
+        /// The result text given to the model.
+        content: String,
+    },
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::System {
+            content: content.into(),
+        }
+    }
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::User {
+            content: content.into(),
+        }
+    }
+    /// An assistant message with text only.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::Assistant {
+            content: content.into(),
+            tool_calls: Vec::new(),
+        }
+    }
+    /// An assistant message that calls tools.
+    pub fn assistant_with_tool_calls(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Self::Assistant {
+            content: content.into(),
+            tool_calls,
+        }
+    }
+    /// A tool result answering the call `tool_call_id`.
+    pub fn tool(
+        tool_call_id: impl Into<String>,
+        name: impl Into<String>,
+        content: impl Into<String>,
+    ) -> Self {
+        Self::Tool {
+            tool_call_id: tool_call_id.into(),
+            name: name.into(),
+            content: content.into(),
+        }
+    }
+    /// The message's role.
+    pub fn role(&self) -> Role {
+        match self {
+            Self::System { .. } => Role::System,
+            Self::User { .. } => Role::User,
+            Self::Assistant { .. } => Role::Assistant,
+            Self::Tool { .. } => Role::Tool,
+        }
+    }
+    /// The message's text.
+    pub fn content(&self) -> &str {
+        match self {
+            Self::System { content }
+            | Self::User { content }
+            | Self::Assistant { content, .. }
+            | Self::Tool { content, .. } => content,
+        }
+    }
+    /// The tool calls of an assistant message (empty for every other role).
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        match self {
+            Self::Assistant { tool_calls, .. } => tool_calls,
+            _ => &[],
+        }
+    }
+}
+
+/// A tool as the model sees it: name, description and a JSON Schema for its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model calls it by (`^[a-zA-Z0-9_-]{1,64}$` for most providers).
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: Value,
+}
+
+impl ToolSpec {
+    /// A tool spec.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        }
+    }
+}
+
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ToolChoice {
+    /// The model decides (the provider default when tools are bound).
+    Auto,
+    /// The model must not call a tool.
+    None,
+    /// The model must call some tool.
+    Required,
+    /// The model must call this tool.
+    Function(String),
+}
+
+/// The shape the model's answer must take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ResponseFormat {
+    /// Free text.
+    Text,
+    /// Any JSON object (`{"type":"json_object"}`).
+    JsonObject,
+    /// JSON valid against a schema (`{"type":"json_schema", ...}`).
+    JsonSchema {
+        /// A name for the schema.
+        name: String,
+        /// The JSON Schema.
+        schema: Value,
+        /// Ask the provider for strict adherence.
+        strict: bool,
+    },
+}
+
+/// One chat completion request.
+///
+/// ```
+/// use model_gateway::{ChatRequest, Message, ToolSpec};
+/// let req = ChatRequest::new(vec![Message::user("hi")])
+///     .with_tools(vec![ToolSpec::new("noop", "does nothing", serde_json::json!({"type":"object","properties":{}}))])
+///     .with_temperature(0.2);
+/// assert_eq!(req.tools.len(), 1);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ChatRequest {
+    /// The conversation so far.
+    pub messages: Vec<Message>,
+    /// Bound tools. Empty means the request carries no `tools` field at all (G2).
+    pub tools: Vec<ToolSpec>,
+    /// Tool choice; `None` leaves it to the provider.
+    pub tool_choice: Option<ToolChoice>,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Maximum tokens to generate.
+    pub max_tokens: Option<u32>,
+    /// Required answer shape.
+    pub response_format: Option<ResponseFormat>,
+    /// Overrides the backend's configured model for this request.
+    pub model: Option<String>,
+}
+
+impl ChatRequest {
+    /// A request with these messages and nothing else set.
+    pub fn new(messages: Vec<Message>) -> Self {
+        Self {
+            messages,
+            ..Self::default()
+        }
+    }
+    /// Bind tools.
+    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Self {
+        self.tools = tools;
+        self
+    }
+    /// Set the tool choice.
+    pub fn with_tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = Some(choice);
+        self
+    }
+    /// Set the temperature.
+    pub fn with_temperature(mut self, t: f32) -> Self {
+        self.temperature = Some(t);
+        self
+    }
+    /// Set the maximum number of generated tokens.
+    pub fn with_max_tokens(mut self, n: u32) -> Self {
+        self.max_tokens = Some(n);
+        self
+    }
+    /// Set the response format.
+    pub fn with_response_format(mut self, f: ResponseFormat) -> Self {
+        self.response_format = Some(f);
+        self
+    }
+    /// Use another model than the backend's default for this request.
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum FinishReason {
+    /// A natural end of the answer.
+    Stop,
+    /// The model called tools.
+    ToolCalls,
+    /// The token limit was reached: the answer is cut off.
+    Length,
+    /// The provider's content filter stopped it.
+    ContentFilter,
+    /// Anything else the provider said.
+    Other(String),
+}
+
+impl FinishReason {
+    /// Maps a provider's string; `None` for a missing or empty value.
+    pub fn from_wire(s: &str) -> Option<Self> {
+        Some(match s {
+            "" => return None,
+            "stop" | "eos" | "end_turn" | "stop_sequence" => Self::Stop,
+            "tool_calls" | "function_call" | "tool_use" => Self::ToolCalls,
+            "length" | "max_tokens" => Self::Length,
+            "content_filter" => Self::ContentFilter,
+            other => Self::Other(other.to_owned()),
+        })
+    }
+}
+
+/// Token counts reported by the provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    pub prompt_tokens: u32,
+    /// Tokens generated.
+    pub completion_tokens: u32,
+    /// Their sum.
+    pub total_tokens: u32,
+}
+
+/// A whole response: the assistant's message, why it stopped, and usage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ChatResponse {
+    /// The answer text (empty when the model only called tools).
+    pub content: String,
+    /// Tool calls, in order; empty when the model answered in text (G4).
+    pub tool_calls: Vec<ToolCall>,
+    /// Why it stopped.
+    pub finish_reason: FinishReason,
+    /// Token usage, when the provider reports it.
+    pub usage: Option<Usage>,
+}
+
+impl ChatResponse {
+    /// A response.
+    pub fn new(
+        content: impl Into<String>,
+        tool_calls: Vec<ToolCall>,
+        finish_reason: FinishReason,
+        usage: Option<Usage>,
+    ) -> Self {
+        Self {
+            content: content.into(),
+            tool_calls,
+            finish_reason,
+            usage,
+        }
+    }
+    /// The response as an assistant message for the history.
+    pub fn to_message(&self) -> Message {
+        Message::assistant_with_tool_calls(self.content.clone(), self.tool_calls.clone())
+    }
+}
+
+/// One event of a streamed response (G6).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ChatEvent {
+    /// Answer text, delivered as it arrives.
+    TextDelta(String),
+    /// A piece of a tool call, for UIs that show calls forming. `index` orders the calls.
+    ToolCallDelta {
+        /// Position of the call in the response.
+        index: usize,
+        /// The call id, when this piece carries it.
+        id: Option<String>,
+        /// The tool name, when this piece carries it.
+        name: Option<String>,
+        /// A fragment of the JSON arguments text.
+        arguments: String,
+    },
+    /// A whole tool call, reassembled from its deltas and parsed; sent before `Finish`.
+    ToolCall(ToolCall),
+    /// The end of the response.
+    Finish {
+        /// Why the model stopped.
+        reason: FinishReason,
+        /// Usage, when the provider reports it.
+        usage: Option<Usage>,
+    },
+}
