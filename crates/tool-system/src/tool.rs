@@ -1,0 +1,168 @@
+//! The seam every tool source plugs into: [`Tool`] for one tool, [`ToolProvider`] for a source
+//! of tools (built-ins, skills, MCP services).
+
+use std::time::Duration;
+
+use model_gateway::ToolSpec;
+use serde_json::Value;
+
+/// What a call is about: which session and which call id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolContext {
+    /// The session the call belongs to, when there is one.
+    pub session_id: Option<String>,
+    /// The id of the model's tool call.
+    pub call_id: String,
+}
+
+impl ToolContext {
+    /// A context for call `call_id`.
+    pub fn new(call_id: impl Into<String>) -> Self {
+        Self {
+            session_id: None,
+            call_id: call_id.into(),
+        }
+    }
+    /// Attach the session id.
+    pub fn with_session(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ToolErrorKind {
+    /// No tool by that name.
+    NotFound,
+    /// The arguments do not fit the tool's schema.
+    InvalidArguments,
+    /// The call ran past its time limit and was stopped.
+    Timeout,
+    /// The tool ran and reported a failure.
+    Failed,
+    /// The tool panicked or its process crashed.
+    Crashed,
+    /// The tool's service is not running or not reachable.
+    Unavailable,
+}
+
+/// A failed call. Two texts are kept apart: a short, actionable one for the model
+/// (no secrets, no stack traces) and the full one for the operator's log.
+///
+/// ```
+/// use tool_system::{ToolError, ToolErrorKind};
+/// let e = ToolError::failed("city not found: Atlantis").with_detail("GET /weather?q=Atlantis -> 404");
+/// assert_eq!(e.kind, ToolErrorKind::Failed);
+/// assert_eq!(e.to_model_json()["success"], false);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+#[non_exhaustive]
+pub struct ToolError {
+    /// What kind of failure.
+    pub kind: ToolErrorKind,
+    /// What the model is told.
+    pub message: String,
+    /// What the operator's log gets (may be longer; never sent to the model).
+    pub detail: Option<String>,
+}
+
+impl ToolError {
+    /// An error of this kind with this message for the model.
+    pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            detail: None,
+        }
+    }
+    /// `Tool not found: NAME` (000).
+    pub fn not_found(name: &str) -> Self {
+        Self::new(ToolErrorKind::NotFound, format!("Tool not found: {name}"))
+    }
+    /// Arguments that do not fit the schema.
+    pub fn invalid_arguments(message: impl Into<String>) -> Self {
+        Self::new(ToolErrorKind::InvalidArguments, message)
+    }
+    /// A call stopped after `after`.
+    pub fn timeout(name: &str, after: Duration) -> Self {
+        Self::new(
+            ToolErrorKind::Timeout,
+            format!("Tool {name} timed out after {} and was stopped", human(after)),
+        )
+    }
+    /// The tool reported a failure.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::new(ToolErrorKind::Failed, message)
+    }
+    /// The tool's service cannot take calls now.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ToolErrorKind::Unavailable, message)
+    }
+    /// Attach the operator-only detail.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+    /// The result the model sees: `{"success": false, "error": MESSAGE}`.
+    pub fn to_model_json(&self) -> Value {
+        serde_json::json!({"success": false, "error": self.message})
+    }
+}
+
+fn human(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// One tool: its spec for the model and an async call.
+///
+/// ```
+/// use tool_system::{async_trait, Tool, ToolContext, ToolError};
+/// use model_gateway::ToolSpec;
+/// use serde_json::{json, Value};
+/// struct Weather;
+/// #[async_trait]
+/// impl Tool for Weather {
+///     fn spec(&self) -> ToolSpec {
+///         ToolSpec::new("get_weather", "Get current weather for a city",
+///             json!({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}))
+///     }
+///     async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+///         Ok(json!({"temp": 22, "city": args["city"]}))
+///     }
+/// }
+/// ```
+#[async_trait::async_trait]
+pub trait Tool: Send + Sync {
+    /// Name, description and parameter schema.
+    fn spec(&self) -> ToolSpec;
+    /// Runs the tool. The arguments were already checked against the schema.
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError>;
+    /// This tool's own time limit; `None` takes the dispatcher's default (30 s).
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// A source of tools the dispatcher routes calls to: the built-in registry, the skills
+/// sandbox, MCP services. The one seam through which every tool reaches the model.
+#[async_trait::async_trait]
+pub trait ToolProvider: Send + Sync {
+    /// A short name for logs (`builtin`, `skills`, `mcp`).
+    fn provider_name(&self) -> &str;
+    /// The tools available now.
+    async fn list(&self) -> Vec<ToolSpec>;
+    /// Calls tool `name`. Providers return [`ToolErrorKind::NotFound`] for names they lack.
+    async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError>;
+    /// The time limit for tool `name`; `None` takes the dispatcher's default.
+    fn timeout(&self, _name: &str) -> Option<Duration> {
+        None
+    }
+}
