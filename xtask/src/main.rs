@@ -1,1 +1,196 @@
-fn main() {}
+//! Project tasks.
+//!
+//! - `cargo xtask stage N`: builds and runs the Stage N demo, then that stage's tests.
+//! - `cargo xtask test`: everything CI runs: installs/checks test dependencies, `cargo fmt
+//!   --check`, `cargo clippy -D warnings`, every test, and every stage demo.
+//! - `cargo xtask bench`: the criterion benchmarks.
+//!
+//! Under `CI=true` a test dependency that cannot be installed is a failure, never a skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+struct Stage {
+    n: u8,
+    name: &'static str,
+    packages: &'static [&'static str],
+}
+
+const STAGES: &[Stage] = &[
+    Stage { n: 0, name: "model-gateway", packages: &["model-gateway"] },
+    Stage { n: 1, name: "context-engine", packages: &["context-engine"] },
+    Stage { n: 2, name: "output-control", packages: &["output-control"] },
+    Stage { n: 3, name: "tool-system", packages: &["tool-system"] },
+    Stage { n: 4, name: "mcp-bridge", packages: &["mcp-bridge"] },
+    Stage { n: 5, name: "messaging and chat panel", packages: &["messaging", "chat-panel"] },
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("stage") => match args.get(1).and_then(|n| n.parse::<u8>().ok()) {
+            Some(n) => stage(n),
+            None => Err("usage: cargo xtask stage N   (N = 0..=5)".into()),
+        },
+        Some("test") => test_all(),
+        Some("bench") => bench(&args[1..]),
+        Some("deps") => ensure_test_deps(),
+        _ => Err("usage: cargo xtask <stage N | test | bench | deps>".into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
+    eprintln!("\n==> {what}");
+    let status = cmd.status().map_err(|e| format!("{what}: could not start: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what}: failed ({status})"))
+    }
+}
+
+fn demo_exists(n: u8) -> bool {
+    root().join(format!("examples/src/bin/stage-{n}.rs")).exists()
+}
+
+fn crate_exists(pkg: &str) -> bool {
+    root().join("crates").join(pkg).join("Cargo.toml").exists()
+}
+
+fn stage(n: u8) -> Result<(), String> {
+    let stage = STAGES
+        .iter()
+        .find(|s| s.n == n)
+        .ok_or_else(|| format!("there is no Stage {n}; stages are 0..=5"))?;
+    if !demo_exists(n) || !stage.packages.iter().all(|p| crate_exists(p)) {
+        return Err(format!(
+            "Stage {n} ({}) is not built yet: no examples/src/bin/stage-{n}.rs or crate",
+            stage.name
+        ));
+    }
+    if n >= 4 {
+        ensure_test_deps()?;
+    }
+    run(
+        &format!("Stage {n} demo ({})", stage.name),
+        cargo().args(["run", "--quiet", "-p", "examples", "--bin", &format!("stage-{n}")]).args(demo_args(n)),
+    )?;
+    let mut test = cargo();
+    test.arg("test");
+    for p in stage.packages {
+        test.args(["-p", p]);
+    }
+    run(&format!("Stage {n} tests"), &mut test)
+}
+
+/// Arguments that make a long-running demo exit by itself.
+fn demo_args(n: u8) -> &'static [&'static str] {
+    if n == 5 { &["--", "--smoke"] } else { &[] }
+}
+
+fn test_all() -> Result<(), String> {
+    ensure_test_deps()?;
+    run("cargo fmt --check", cargo().args(["fmt", "--all", "--check"]))?;
+    run(
+        "cargo clippy -D warnings",
+        cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+    )?;
+    run("cargo test (every crate)", cargo().args(["test", "--workspace"]))?;
+    for s in STAGES.iter().filter(|s| demo_exists(s.n)) {
+        run(
+            &format!("Stage {} demo", s.n),
+            cargo()
+                .args(["run", "--quiet", "-p", "examples", "--bin", &format!("stage-{}", s.n)])
+                .args(demo_args(s.n)),
+        )?;
+    }
+    eprintln!("\nxtask test: all green");
+    Ok(())
+}
+
+fn bench(extra: &[String]) -> Result<(), String> {
+    run(
+        "cargo bench",
+        cargo().args(["bench", "--workspace"]).args(extra),
+    )
+}
+
+/// Installs or checks what the tests need beyond cargo: the npm MCP servers (Stage 4) and
+/// Debian's Chromium and ChromeDriver (Stage 5 browser tests).
+fn ensure_test_deps() -> Result<(), String> {
+    let script = root().join("crates/mcp-bridge/install-test-deps.sh");
+    if script.exists() {
+        run("MCP test servers (npm)", Command::new("bash").arg(&script))?;
+    }
+    if crate_exists("chat-panel") {
+        ensure_chromium()?;
+    }
+    Ok(())
+}
+
+fn have(path: &str) -> bool {
+    Path::new(path).exists()
+}
+
+fn ensure_chromium() -> Result<(), String> {
+    if have("/usr/bin/chromium") && have("/usr/bin/chromedriver") {
+        return Ok(());
+    }
+    eprintln!("==> installing Debian's chromium and chromium-driver for the browser tests");
+    let sudo = if is_root() { vec![] } else { vec!["sudo"] };
+    let apt = |args: &[&str]| {
+        let mut c = Command::new(if sudo.is_empty() { "apt-get" } else { "sudo" });
+        if !sudo.is_empty() {
+            c.arg("apt-get");
+        }
+        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    let ok = run("apt-get update", &mut apt(&["update", "-q"])).is_ok()
+        && run(
+            "apt-get install chromium chromium-driver",
+            &mut apt(&["install", "-y", "-q", "chromium", "chromium-driver"]),
+        )
+        .is_ok();
+    if ok && have("/usr/bin/chromium") && have("/usr/bin/chromedriver") {
+        return Ok(());
+    }
+    let msg = "Chromium and ChromeDriver are needed by the chat-panel browser tests and could not be installed \
+               (apt-get install chromium chromium-driver)";
+    if ci() {
+        Err(format!("{msg}; CI=true, so this is a failure"))
+    } else {
+        Err(format!("{msg}; install them and run again"))
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
