@@ -1,0 +1,49 @@
+//! # context-engine — Stage 1
+//!
+//! Sessions of chat messages (C1), a system prompt composed of a base prompt and per-turn
+//! sections (C2), requests built inside a token budget with a real tokenizer where one is known
+//! (C3), and durable session stores (C4).
+//!
+//! Messages are [`model_gateway::Message`]s. A tool loop needs three things from this crate:
+//!
+//! 1. load a session's history: [`SessionStore::load`] (or [`SessionStore::load_or_create`]);
+//! 2. append a finished round atomically: [`SessionStore::append`];
+//! 3. build the messages of one request: [`ContextBuilder::build`] on a [`History`].
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use context_engine::{counter_for_model, ContextBuilder, History, SessionStore, SqliteStore};
+//! use model_gateway::Message;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(dir.path().join("s.db"))?);
+//! let session = store.load_or_create("user-1").await?;
+//!
+//! let counter = counter_for_model("gpt-4o-mini");
+//! let mut history = History::from_messages(counter.clone(), session.messages);
+//! let round = [Message::user("What is 2 + 2?")];
+//! store.append("user-1", &round).await?;          // durable before it is used
+//! history.extend(round);
+//!
+//! let ctx = ContextBuilder::new("You are terse.")
+//!     .section("tools", "No tools are available.")
+//!     .with_counter(counter)
+//!     .with_budget(8_000)
+//!     .build(&history)?;
+//! assert_eq!(ctx.messages.len(), 2);                  // system + user
+//! # Ok(()) }
+//! ```
+
+mod builder;
+mod history;
+mod store;
+mod tokens;
+
+pub use builder::{BuiltContext, ContextBuilder, ContextError, DropReason, Dropped};
+pub use history::{History, Session};
+pub use store::{Durability, MemoryStore, SessionStore, SqliteStore, StoreError};
+pub use tokens::{
+    EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD,
+    TiktokenCounter, TokenCounter, TokenizerError, counter_for_model,
+};

@@ -1,0 +1,86 @@
+//! An in-memory [`SessionStore`].
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use model_gateway::Message;
+
+use super::{SessionStore, StoreError, check_id};
+use crate::history::Session;
+
+/// Sessions in memory: fast, shared between tasks, gone when the process ends. For tests,
+/// demos and short-lived agents.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
+/// use context_engine::{MemoryStore, SessionStore};
+/// use model_gateway::Message;
+/// let store = MemoryStore::new();
+/// let s = store.load_or_create("s1").await?;
+/// assert!(s.messages.is_empty());
+/// store.append("s1", &[Message::user("hi"), Message::assistant("hello")]).await?;
+/// assert_eq!(store.load("s1").await?.messages[1], Message::assistant("hello"));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    sessions: Mutex<HashMap<String, Vec<Message>>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Message>>> {
+        // A panic while holding the lock cannot leave a half round: rounds are pushed with one
+        // `extend` of owned, already-cloned messages. So a poisoned map is still consistent.
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn not_found(id: &str) -> StoreError {
+    StoreError::NotFound { id: id.to_owned() }
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    async fn create(&self, id: &str) -> Result<(), StoreError> {
+        check_id(id)?;
+        let mut map = self.lock();
+        if map.contains_key(id) {
+            return Err(StoreError::AlreadyExists { id: id.to_owned() });
+        }
+        map.insert(id.to_owned(), Vec::new());
+        Ok(())
+    }
+
+    async fn load(&self, id: &str) -> Result<Session, StoreError> {
+        let map = self.lock();
+        let messages = map.get(id).ok_or_else(|| not_found(id))?.clone();
+        Ok(Session {
+            id: id.to_owned(),
+            messages,
+        })
+    }
+
+    async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
+        let round = round.to_vec();
+        let mut map = self.lock();
+        let messages = map.get_mut(id).ok_or_else(|| not_found(id))?;
+        messages.extend(round);
+        Ok(messages.len() as u64)
+    }
+
+    async fn list(&self) -> Result<Vec<String>, StoreError> {
+        let mut ids: Vec<String> = self.lock().keys().cloned().collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), StoreError> {
+        self.lock().remove(id).map(|_| ()).ok_or_else(|| not_found(id))
+    }
+}

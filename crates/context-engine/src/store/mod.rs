@@ -1,0 +1,181 @@
+//! Session stores (C4): the [`SessionStore`] trait, [`MemoryStore`] and [`SqliteStore`].
+
+mod memory;
+mod sqlite;
+
+pub use memory::MemoryStore;
+pub use sqlite::{Durability, SqliteStore};
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use model_gateway::Message;
+
+use crate::history::Session;
+
+/// What went wrong in a store, and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No session with this id.
+    #[error("session `{id}` does not exist; create it first with `SessionStore::create` (or use `load_or_create`)")]
+    NotFound {
+        /// The id asked for.
+        id: String,
+    },
+    /// `create` was called for an id that exists.
+    #[error("session `{id}` already exists; load it, or delete it first")]
+    AlreadyExists {
+        /// The id.
+        id: String,
+    },
+    /// The id is not acceptable (empty, or over 512 bytes).
+    #[error("invalid session id {id:?}: {reason}; use a non-empty id of at most 512 bytes")]
+    InvalidId {
+        /// The id given.
+        id: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The file is a valid SQLite database that this crate did not create.
+    #[error(
+        "`{path}` is an SQLite database that context-engine did not create (application_id \
+         {application_id:#x}); it was left untouched — choose another path for the session store"
+    )]
+    Foreign {
+        /// The database file.
+        path: PathBuf,
+        /// The `PRAGMA application_id` found.
+        application_id: i64,
+    },
+    /// The file is not an SQLite database, or is damaged.
+    #[error(
+        "`{path}` is not a readable SQLite database ({detail}); move it aside (restore it from \
+         a backup if it held sessions) or choose another path"
+    )]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's message.
+        detail: String,
+    },
+    /// The file was written by a newer version of this crate.
+    #[error(
+        "`{path}` has session-store schema version {found} but this build supports up to \
+         {supported}; upgrade context-engine, or choose another path"
+    )]
+    NewerSchema {
+        /// The database file.
+        path: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The newest version this build reads.
+        supported: i64,
+    },
+    /// The file could not be opened or created.
+    #[error("cannot open session store `{path}`: {detail}; check that the directory exists and is writable")]
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's message.
+        detail: String,
+    },
+    /// A stored message could not be decoded.
+    #[error(
+        "message {seq} of session `{id}` cannot be decoded ({detail}); it was written by an \
+         incompatible version — delete the session or restore the file from a backup"
+    )]
+    Decode {
+        /// The session.
+        id: String,
+        /// The message's sequence number.
+        seq: i64,
+        /// The decoder's message.
+        detail: String,
+    },
+    /// A message could not be encoded for storage.
+    #[error("a message could not be encoded for storage ({detail}); nothing was written")]
+    Encode {
+        /// The encoder's message.
+        detail: String,
+    },
+    /// Any other database failure (disk full, I/O error, lock timeout…). The operation did not
+    /// take effect.
+    #[error("session store failure: {detail}; nothing was written — check disk space and permissions, then retry")]
+    Database {
+        /// SQLite's message.
+        detail: String,
+    },
+    /// The store's worker thread is gone (it stopped after a fatal error or at shutdown).
+    #[error("the session store is closed; open it again")]
+    Closed,
+}
+
+pub(crate) fn check_id(id: &str) -> Result<(), StoreError> {
+    let reason = if id.is_empty() {
+        "it is empty"
+    } else if id.len() > 512 {
+        "it is longer than 512 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::InvalidId {
+        id: id.chars().take(64).collect(),
+        reason,
+    })
+}
+
+/// Where sessions live (C4). Dyn-compatible: share one as `Arc<dyn SessionStore>`.
+///
+/// * `append` writes a finished round (a user message; or an assistant message with its tool
+///   results; or any batch) atomically: after a crash every acknowledged round is there and no
+///   part of an unacknowledged one.
+/// * Appends to one session keep their order: each message gets the next sequence number; rounds
+///   from concurrent callers never interleave.
+/// * An unknown id is [`StoreError::NotFound`] for `load`, `append` and `delete` (no implicit
+///   creation; use [`load_or_create`](Self::load_or_create)).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
+/// use std::sync::Arc;
+/// use context_engine::{MemoryStore, SessionStore};
+/// use model_gateway::Message;
+/// let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+/// store.create("s1").await?;
+/// store.append("s1", &[Message::user("hi")]).await?;
+/// let len = store.append("s1", &[Message::assistant("hello!")]).await?;
+/// assert_eq!(len, 2);
+/// assert_eq!(store.load("s1").await?.messages.len(), 2);
+/// assert_eq!(store.list().await?, vec!["s1".to_string()]);
+/// assert!(store.load("nope").await.is_err());
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    /// Creates an empty session. [`StoreError::AlreadyExists`] if it exists.
+    async fn create(&self, id: &str) -> Result<(), StoreError>;
+
+    /// The session's messages in order. [`StoreError::NotFound`] if it does not exist.
+    async fn load(&self, id: &str) -> Result<Session, StoreError>;
+
+    /// Appends one round atomically and returns the session's message count afterwards.
+    /// An empty round changes nothing. [`StoreError::NotFound`] if the session does not exist.
+    async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError>;
+
+    /// The ids of all sessions, sorted.
+    async fn list(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Deletes a session and its messages. [`StoreError::NotFound`] if it does not exist.
+    async fn delete(&self, id: &str) -> Result<(), StoreError>;
+
+    /// Loads the session, creating it empty if it does not exist.
+    async fn load_or_create(&self, id: &str) -> Result<Session, StoreError> {
+        match self.load(id).await {
+            Err(StoreError::NotFound { .. }) => match self.create(id).await {
+                Ok(()) | Err(StoreError::AlreadyExists { .. }) => self.load(id).await,
+                Err(e) => Err(e),
+            },
+            other => other,
+        }
+    }
+}

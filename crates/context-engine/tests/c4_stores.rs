@@ -1,0 +1,233 @@
+//! C4: the in-memory and SQLite session stores, and their failure modes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use context_engine::{Durability, MemoryStore, SessionStore, SqliteStore, StoreError};
+use model_gateway::Message;
+
+async fn contract(store: Arc<dyn SessionStore>) {
+    assert_eq!(store.list().await.unwrap(), Vec::<String>::new());
+    store.create("b").await.unwrap();
+    store.create("a").await.unwrap();
+    assert_eq!(store.list().await.unwrap(), vec!["a", "b"]);
+    assert!(matches!(store.create("a").await, Err(StoreError::AlreadyExists { .. })));
+    assert!(matches!(store.create("").await, Err(StoreError::InvalidId { .. })));
+    assert_eq!(store.append("a", &[]).await.unwrap(), 0);
+    assert_eq!(store.append("a", &[Message::user("1")]).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .append("a", &[Message::assistant("2"), Message::user("3")])
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(store.load("a").await.unwrap().messages.len(), 3);
+    assert!(store.load("b").await.unwrap().messages.is_empty());
+    store.delete("a").await.unwrap();
+    assert_eq!(store.list().await.unwrap(), vec!["b"]);
+    assert!(matches!(store.load("a").await, Err(StoreError::NotFound { .. })));
+    let s = store.load_or_create("c").await.unwrap();
+    assert!(s.messages.is_empty());
+    assert_eq!(store.list().await.unwrap(), vec!["b", "c"]);
+}
+
+#[tokio::test]
+async fn c4_memory_store_contract() {
+    contract(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn c4_sqlite_store_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    contract(Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap())).await;
+}
+
+#[tokio::test]
+async fn c4_unknown_session_id_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores: Vec<Arc<dyn SessionStore>> = vec![
+        Arc::new(MemoryStore::new()),
+        Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap()),
+    ];
+    for store in stores {
+        let e = store.append("nope", &[Message::user("x")]).await.unwrap_err();
+        assert_eq!(e, StoreError::NotFound { id: "nope".into() });
+        assert!(e.to_string().contains("create it first"));
+        assert!(matches!(store.load("nope").await, Err(StoreError::NotFound { .. })));
+        assert!(matches!(store.delete("nope").await, Err(StoreError::NotFound { .. })));
+        // Nothing was created by the failed append.
+        assert!(store.list().await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn c4_sqlite_round_survives_reopen_with_both_durabilities() {
+    for durability in [Durability::Full, Durability::Normal] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        {
+            let store = SqliteStore::open_with(&path, durability).unwrap();
+            store.create("s").await.unwrap();
+            store
+                .append("s", &[Message::user("q"), Message::assistant("a")])
+                .await
+                .unwrap();
+        } // dropped: worker stops, connection closes
+        let store = SqliteStore::open(&path).unwrap();
+        let msgs = store.load("s").await.unwrap().messages;
+        assert_eq!(msgs, vec![Message::user("q"), Message::assistant("a")]);
+        assert_eq!(store.append("s", &[Message::user("next")]).await.unwrap(), 3);
+    }
+}
+
+#[test]
+fn c4_corrupt_file_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("garbage.db");
+    std::fs::write(&path, b"this is not an SQLite database, just some text. ".repeat(200)).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let e = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e:?}");
+    assert!(e.to_string().contains("move it aside"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "the file was modified");
+
+    // A database of ours, truncated, or with its schema page overwritten.
+    let ours = dir.path().join("ours.db");
+    {
+        let _store = SqliteStore::open(&ours).unwrap();
+    }
+    let bytes = std::fs::read(&ours).unwrap();
+    assert!(bytes.len() >= 4096, "{}", bytes.len());
+    let truncated = dir.path().join("truncated.db");
+    std::fs::write(&truncated, &bytes[..100]).unwrap();
+    let e = SqliteStore::open(&truncated).unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e:?}");
+    assert_eq!(std::fs::read(&truncated).unwrap(), &bytes[..100]);
+
+    let mangled = dir.path().join("mangled.db");
+    let mut m = bytes.clone();
+    for b in &mut m[100..4096] {
+        *b = 0xA5;
+    }
+    std::fs::write(&mangled, &m).unwrap();
+    let e = SqliteStore::open(&mangled).unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e:?}");
+}
+
+#[test]
+fn c4_foreign_sqlite_file_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other-app.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine');")
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let e = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(e, StoreError::Foreign { application_id: 0, .. }), "{e:?}");
+    assert!(e.to_string().contains("choose another path"));
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert!(!dir.path().join("other-app.db-wal").exists(), "journal mode was changed");
+
+    // Another application's marker.
+    let path = dir.path().join("marked.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("PRAGMA application_id = 1234;").unwrap();
+    }
+    let e = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(e, StoreError::Foreign { application_id: 1234, .. }), "{e:?}");
+}
+
+#[test]
+fn c4_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    {
+        let _store = SqliteStore::open(&path).unwrap();
+    }
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("PRAGMA user_version = 99;").unwrap();
+    }
+    let e = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(e, StoreError::NewerSchema { found: 99, supported: 1, .. }), "{e:?}");
+    assert!(e.to_string().contains("upgrade context-engine"));
+}
+
+#[test]
+fn c4_unwritable_location_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = SqliteStore::open(dir.path().join("missing-dir").join("s.db")).unwrap_err();
+    assert!(matches!(e, StoreError::Open { .. }), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c4_many_sessions_concurrently_keep_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let stores: Vec<Arc<dyn SessionStore>> = vec![
+        Arc::new(MemoryStore::new()),
+        Arc::new(SqliteStore::open_with(&path, Durability::Normal).unwrap()),
+    ];
+    for store in stores {
+        let mut tasks = Vec::new();
+        for s in 0..16 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let id = format!("s{s}");
+                store.create(&id).await.unwrap();
+                for r in 0..25 {
+                    let round = [
+                        Message::user(format!("{id} r{r} q")),
+                        Message::assistant(format!("{id} r{r} a")),
+                    ];
+                    store.append(&id, &round).await.unwrap();
+                }
+            }));
+        }
+        // Two writers on one shared session: rounds never interleave.
+        store.create("shared").await.unwrap();
+        for w in 0..2 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                for r in 0..25 {
+                    let round = [
+                        Message::user(format!("w{w} r{r} q")),
+                        Message::assistant(format!("w{w} r{r} a")),
+                    ];
+                    store.append("shared", &round).await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(store.list().await.unwrap().len(), 17);
+        for s in 0..16 {
+            let id = format!("s{s}");
+            let msgs = store.load(&id).await.unwrap().messages;
+            let expected: Vec<Message> = (0..25)
+                .flat_map(|r| {
+                    [
+                        Message::user(format!("{id} r{r} q")),
+                        Message::assistant(format!("{id} r{r} a")),
+                    ]
+                })
+                .collect();
+            assert_eq!(msgs, expected);
+        }
+        let shared = store.load("shared").await.unwrap().messages;
+        assert_eq!(shared.len(), 100);
+        let mut next = [0usize; 2];
+        for pair in shared.chunks(2) {
+            let q = pair[0].content();
+            let w: usize = q[1..2].parse().unwrap();
+            assert_eq!(q, format!("w{w} r{} q", next[w]));
+            assert_eq!(pair[1].content(), format!("w{w} r{} a", next[w]));
+            next[w] += 1;
+        }
+    }
+}
