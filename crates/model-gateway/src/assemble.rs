@@ -103,3 +103,55 @@ pub fn parse_arguments(name: &str, raw: &str) -> Result<Value, GatewayError> {
         error: e.to_string(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn g6_deltas_by_index_in_any_order() {
+        let mut a = ToolCallAssembler::new();
+        a.push(Some(1), Some("b"), Some("second"), Some("{\"y\""));
+        a.push(Some(0), Some("a"), Some("first"), Some("{\"x\":"));
+        a.push(Some(0), None, None, Some("1}"));
+        a.push(Some(1), None, None, Some(":2}"));
+        let calls = a.finish().unwrap();
+        assert_eq!(calls[0].name, "first");
+        assert_eq!(calls[0].arguments, json!({"x": 1}));
+        assert_eq!(calls[1].id, "b");
+        assert_eq!(calls[1].arguments, json!({"y": 2}));
+    }
+
+    #[test]
+    fn g6_missing_index_new_id_starts_a_new_call() {
+        let mut a = ToolCallAssembler::new();
+        assert_eq!(a.push(None, Some("c1"), Some("f"), Some("{")), 0);
+        assert_eq!(a.push(None, None, None, Some("}")), 0);
+        assert_eq!(a.push(None, Some("c2"), Some("g"), Some("{}")), 1);
+        assert_eq!(a.finish().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn g6_repeated_full_name_is_not_doubled_and_empty_args_mean_no_arguments() {
+        let mut a = ToolCallAssembler::new();
+        a.push(Some(0), Some("c1"), Some("ping"), None);
+        a.push(Some(0), None, Some("ping"), None);
+        let calls = a.finish().unwrap();
+        assert_eq!(calls[0].name, "ping");
+        assert_eq!(calls[0].arguments, json!({}));
+    }
+
+    #[test]
+    fn g6_hostile_index_does_not_allocate() {
+        let mut a = ToolCallAssembler::new();
+        let i = a.push(Some(usize::MAX), Some("c"), Some("f"), Some("{}"));
+        assert_eq!(i, 0);
+    }
+
+    #[test]
+    fn g5_invalid_arguments_carry_name_and_raw() {
+        let err = parse_arguments("get_weather", "{city:").unwrap_err();
+        assert!(matches!(err, GatewayError::InvalidToolArguments { ref name, ref raw, .. } if name == "get_weather" && raw == "{city:"));
+    }
+}

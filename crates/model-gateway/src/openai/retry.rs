@@ -179,3 +179,45 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderMap, HeaderValue};
+
+    fn h(name: &'static str, v: &str) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        m.insert(name, HeaderValue::from_str(v).unwrap());
+        m
+    }
+
+    #[test]
+    fn g8_retry_after_seconds_ms_and_http_date() {
+        assert_eq!(retry_after(&h("retry-after", "2")), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after(&h("retry-after", "0.5")), Some(Duration::from_millis(500)));
+        assert_eq!(retry_after(&h("retry-after-ms", "250")), Some(Duration::from_millis(250)));
+        let future = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(30));
+        let d = retry_after(&h("retry-after", &future)).unwrap();
+        assert!(d > Duration::from_secs(25) && d <= Duration::from_secs(30), "{d:?}");
+        let past = httpdate::fmt_http_date(std::time::SystemTime::UNIX_EPOCH);
+        assert_eq!(retry_after(&h("retry-after", &past)), Some(Duration::ZERO));
+        assert_eq!(retry_after(&h("retry-after", "soon")), None);
+        assert_eq!(retry_after(&h("retry-after", "-3")), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn g8_backoff_grows_exponentially_with_jitter_and_is_capped() {
+        let p = RetryPolicy::default()
+            .with_base_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(1));
+        for attempt in 0..10 {
+            let full = Duration::from_millis(100 * 2u64.pow(attempt)).min(Duration::from_secs(1));
+            let d = p.backoff(attempt);
+            assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d:?} not in [{:?}, {full:?}]", full / 2);
+        }
+        // Jitter: not every draw is the same.
+        let draws: std::collections::HashSet<_> = (0..20).map(|_| p.backoff(3)).collect();
+        assert!(draws.len() > 1);
+    }
+}
