@@ -1,9 +1,64 @@
 //! # tool-system — Stage 3
 //!
-//! Tools ([`Tool`]), sources of tools ([`ToolProvider`]), and (being built) the registry,
-//! dispatcher, call protocols and the tool loop.
+//! Tools, the registry, the dispatcher, three call protocols and the tool loop.
+//!
+//! * [`Tool`] / [`FnTool`] (T1): a tool is a name, a description, a JSON Schema and an async
+//!   function. [`FnTool::typed`] derives the schema from the argument type (`schemars`), so
+//!   schema and deserialization always agree. [`to_openai_tool`] gives the API `tools` entry.
+//! * [`ToolRegistry`] (T2): register, get, list, execute; it is the built-in [`ToolProvider`].
+//! * [`Dispatcher`] (T3, T4): routes every call through its providers (built-ins, skills,
+//!   MCP); unknown name → `{"success": false, "error": "Tool not found: NAME"}`; arguments
+//!   validated against the schema first; a time limit (default 30 s) that cancels the call;
+//!   panics contained; huge results capped. Failures are results for the model, never errors.
+//! * [`CallProtocol`]: [`NativeProtocol`] (T5), [`JsonDecisionProtocol`] (T6),
+//!   [`TagProtocol`] (T7, T8); a model without function calling switches to the JSON one (T9).
+//! * [`run_tool_loop`] / [`run_tool_loop_stream`] and [`Agent`]: the loop, its decisions in a
+//!   pure [`LoopMachine`], every round appended to a `context_engine` session.
+//!
+//! ```
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use futures::StreamExt;
+//! use model_gateway::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, ModelInfo, response_stream};
+//! use tool_system::{Agent, LoopEvent};
+//! # struct Hello;
+//! # #[async_trait]
+//! # impl ChatModel for Hello {
+//! #     fn info(&self) -> ModelInfo { ModelInfo::new("hello", true) }
+//! #     async fn chat(&self, _: ChatRequest) -> Result<ChatResponse, GatewayError> { Ok(ChatResponse::new("Hello!", vec![], FinishReason::Stop, None)) }
+//! #     async fn stream(&self, r: ChatRequest) -> Result<ChatStream, GatewayError> { Ok(response_stream(self.chat(r).await?)) }
+//! # }
+//! let agent = Agent::builder(Hello).build()?;
+//! let mut events = agent.run_stream("s1", "hi");
+//! while let Some(event) = events.next().await {
+//!     match event {
+//!         LoopEvent::TextDelta(t) => print!("{t}"),
+//!         LoopEvent::Finished(out) => assert_eq!(out.answer, "Hello!"),
+//!         _ => {}
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
 
+mod agent;
+mod dispatch;
+mod machine;
+mod prompt;
+mod protocol;
+mod registry;
+mod runner;
 mod tool;
+mod typed;
 
+pub use agent::{Agent, AgentBuilder};
 pub use async_trait::async_trait;
+pub use dispatch::{DEFAULT_MAX_RESULT_BYTES, DEFAULT_TOOL_TIMEOUT, Dispatcher, ToolOutcome};
+pub use machine::{DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts};
+pub use prompt::{describe_tools, generate_tool_prompt, json_decision_prompt};
+pub use protocol::{
+    CallProtocol, JsonDecisionProtocol, NativeProtocol, PendingCall, ProtocolKind, Reading,
+    ResponseReader, Step, TagProtocol, coerce_to_schema, resolve_protocol, tool_message_round,
+};
+pub use registry::{RegistryError, ToolRegistry};
+pub use runner::{LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream};
 pub use tool::{Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider};
+pub use typed::{FnTool, is_valid_tool_name, normalize_schema, schema_for, to_openai_tool};

@@ -1,0 +1,414 @@
+//! The dispatcher (T3, T4): one entry point for every tool call, whatever provides the tool.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use model_gateway::ToolSpec;
+use output_control::{SchemaError, Validator};
+use serde_json::Value;
+
+use crate::{ToolContext, ToolError, ToolErrorKind, ToolProvider, ToolRegistry};
+
+/// Default time limit of one tool call (000): 30 s.
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default cap on a result's size as given to the model: 64 KiB.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// The result of one call, as the model will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolOutcome {
+    /// The text given to the model: the tool's JSON result, or
+    /// `{"success": false, "error": ...}` on failure; capped in size.
+    pub content: String,
+    /// `None` on success, else why the call failed.
+    pub error: Option<ToolErrorKind>,
+    /// Whether `content` was cut to the size cap.
+    pub truncated: bool,
+}
+
+impl ToolOutcome {
+    /// Whether the call succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+struct Route {
+    provider: usize,
+    spec: ToolSpec,
+    /// `None` when the schema does not compile (the tool then runs unchecked; logged).
+    validator: Option<Arc<Validator>>,
+}
+
+/// Routes calls to [`ToolProvider`]s (built-ins, skills, MCP) with schema validation, a
+/// per-call time limit, panic containment and a result size cap. Failures become results
+/// the model can act on; operator detail goes to `tracing` only.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tool_system::{Dispatcher, FnTool, ToolRegistry, ToolContext};
+/// use serde_json::json;
+/// let mut registry = ToolRegistry::new();
+/// registry.register(FnTool::new("add", "Add two numbers",
+///     json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+///     |x, _| async move { Ok(json!(x["a"].as_f64().unwrap_or(0.0) + x["b"].as_f64().unwrap_or(0.0))) }))?;
+/// let dispatcher = Dispatcher::new().with_provider(Arc::new(registry));
+/// # let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+/// rt.block_on(async {
+///     let ok = dispatcher.dispatch("add", json!({"a": 1, "b": 2}), ToolContext::new("c1")).await;
+///     assert_eq!(ok.content, "3.0");
+///     let missing = dispatcher.dispatch("nope", json!({}), ToolContext::new("c2")).await;
+///     assert_eq!(missing.content, r#"{"error":"Tool not found: nope","success":false}"#);
+///     let invalid = dispatcher.dispatch("add", json!({"a": "x"}), ToolContext::new("c3")).await;
+///     assert!(!invalid.is_ok());
+/// });
+/// # Ok::<(), tool_system::RegistryError>(())
+/// ```
+pub struct Dispatcher {
+    providers: Vec<Arc<dyn ToolProvider>>,
+    routes: RwLock<Arc<HashMap<String, Arc<Route>>>>,
+    default_timeout: Duration,
+    max_result_bytes: usize,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field(
+                "providers",
+                &self.providers.iter().map(|p| p.provider_name()).collect::<Vec<_>>(),
+            )
+            .field("default_timeout", &self.default_timeout)
+            .field("max_result_bytes", &self.max_result_bytes)
+            .finish()
+    }
+}
+
+impl Default for Dispatcher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher with no providers, a 30 s default time limit and a 64 KiB result cap.
+    pub fn new() -> Self {
+        Self {
+            providers: Vec::new(),
+            routes: RwLock::new(Arc::new(HashMap::new())),
+            default_timeout: DEFAULT_TOOL_TIMEOUT,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+        }
+    }
+
+    /// A dispatcher over one registry of built-in tools.
+    pub fn from_registry(registry: ToolRegistry) -> Self {
+        Self::new().with_provider(Arc::new(registry))
+    }
+
+    /// Adds a provider. When two providers have a tool of the same name, the first added wins.
+    pub fn with_provider(mut self, provider: Arc<dyn ToolProvider>) -> Self {
+        self.providers.push(provider);
+        self
+    }
+
+    /// The time limit for tools that set none.
+    pub fn with_default_timeout(mut self, timeout: Duration) -> Self {
+        self.default_timeout = timeout;
+        self
+    }
+
+    /// The most bytes of a result given to the model (at least 256).
+    pub fn with_max_result_bytes(mut self, bytes: usize) -> Self {
+        self.max_result_bytes = bytes.max(256);
+        self
+    }
+
+    /// The time limit for tools that set none.
+    pub fn default_timeout(&self) -> Duration {
+        self.default_timeout
+    }
+
+    /// Every tool of every provider (first provider wins on a name clash), refreshing the
+    /// routing table. Schemas are compiled once per tool and reused while they are unchanged.
+    pub async fn specs(&self) -> Vec<ToolSpec> {
+        let mut lists = Vec::with_capacity(self.providers.len());
+        for p in &self.providers {
+            lists.push(p.list().await);
+        }
+        let old = self.table();
+        let mut table: HashMap<String, Arc<Route>> = HashMap::new();
+        let mut specs = Vec::new();
+        for (provider, list) in lists.into_iter().enumerate() {
+            for spec in list {
+                if table.contains_key(&spec.name) {
+                    tracing::warn!(tool = %spec.name, provider = self.providers[provider].provider_name(),
+                        "tool name already provided by an earlier provider; this one is hidden");
+                    continue;
+                }
+                let route = match old.get(&spec.name) {
+                    Some(r) if r.provider == provider && r.spec == spec => Arc::clone(r),
+                    _ => Arc::new(Route {
+                        provider,
+                        validator: compile(&spec),
+                        spec: spec.clone(),
+                    }),
+                };
+                specs.push(spec);
+                table.insert(route.spec.name.clone(), route);
+            }
+        }
+        if let Ok(mut w) = self.routes.write() {
+            *w = Arc::new(table);
+        }
+        specs
+    }
+
+    fn table(&self) -> Arc<HashMap<String, Arc<Route>>> {
+        match self.routes.read() {
+            Ok(r) => Arc::clone(&r),
+            Err(p) => Arc::clone(&p.into_inner()),
+        }
+    }
+
+    async fn route(&self, name: &str) -> Option<Arc<Route>> {
+        if let Some(r) = self.table().get(name) {
+            return Some(Arc::clone(r));
+        }
+        // Not seen yet (or the tool list changed): refresh once.
+        self.specs().await;
+        self.table().get(name).cloned()
+    }
+
+    /// Runs one call: route, validate, run in its own task under the time limit, contain a
+    /// panic, cap the result. Never fails: every failure is a result for the model.
+    pub async fn dispatch(&self, name: &str, args: Value, ctx: ToolContext) -> ToolOutcome {
+        match self.try_dispatch(name, args, ctx).await {
+            Ok(value) => {
+                let text = match value {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                let (content, truncated) = cap(text, self.max_result_bytes);
+                if truncated {
+                    tracing::warn!(tool = name, cap = self.max_result_bytes, "tool result truncated");
+                }
+                ToolOutcome {
+                    content,
+                    error: None,
+                    truncated,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(tool = name, kind = ?e.kind, message = %e.message,
+                    detail = e.detail.as_deref().unwrap_or(""), "tool call failed");
+                let (content, truncated) = cap(e.to_model_json().to_string(), self.max_result_bytes);
+                ToolOutcome {
+                    content,
+                    error: Some(e.kind),
+                    truncated,
+                }
+            }
+        }
+    }
+
+    async fn try_dispatch(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        let Some(route) = self.route(name).await else {
+            return Err(ToolError::not_found(name));
+        };
+        if let Some(v) = &route.validator {
+            v.validate(&args)
+                .map_err(|e| ToolError::invalid_arguments(invalid_args_message(name, &e)))?;
+        }
+        let provider = Arc::clone(&self.providers[route.provider]);
+        let timeout = provider.timeout(name).unwrap_or(self.default_timeout);
+        let tool_name = name.to_owned();
+        // Aborted when this future is dropped (the loop was cancelled) or the time is up.
+        let mut task = AbortOnDrop(tokio::spawn(async move { provider.call(&tool_name, args, ctx).await }));
+        match tokio::time::timeout(timeout, &mut task.0).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => {
+                let detail = if join.is_panic() {
+                    panic_text(join.into_panic())
+                } else {
+                    "the task was cancelled".to_owned()
+                };
+                Err(ToolError::new(
+                    ToolErrorKind::Crashed,
+                    format!("Tool {name} crashed: {detail}"),
+                )
+                .with_detail(detail))
+            }
+            Err(_) => {
+                task.0.abort();
+                Err(ToolError::timeout(name, timeout))
+            }
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<Result<Value, ToolError>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn compile(spec: &ToolSpec) -> Option<Arc<Validator>> {
+    match Validator::new(&spec.parameters) {
+        Ok(v) => Some(Arc::new(v)),
+        Err(e) => {
+            tracing::error!(tool = %spec.name, error = %e, "tool schema does not compile; its arguments are not checked");
+            None
+        }
+    }
+}
+
+pub(crate) fn invalid_args_message(name: &str, e: &SchemaError) -> String {
+    let list: Vec<String> = e.violations().iter().map(ToString::to_string).collect();
+    format!(
+        "Invalid arguments for tool {name}: {}. The tool was not run; call it again with arguments that match its parameters schema.",
+        if list.is_empty() { e.to_string() } else { list.join("; ") }
+    )
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "the tool panicked".to_owned()
+    }
+}
+
+/// Cuts `text` to at most `max` bytes (on a char boundary) plus a note for the model.
+pub(crate) fn cap(text: String, max: usize) -> (String, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let note = format!(
+        "\n[truncated: the result was {} bytes; only the first {max} bytes are shown. Ask for less data if you need the rest.]",
+        text.len()
+    );
+    let mut end = max.saturating_sub(note.len());
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end + note.len());
+    out.push_str(&text[..end]);
+    out.push_str(&note);
+    (out, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FnTool;
+    use serde_json::json;
+
+    fn dispatcher(tools: Vec<FnTool>) -> Dispatcher {
+        let mut r = ToolRegistry::new();
+        for t in tools {
+            r.register(t).unwrap();
+        }
+        Dispatcher::from_registry(r)
+    }
+
+    #[test]
+    fn t4_default_timeout_is_30_seconds() {
+        assert_eq!(Dispatcher::new().default_timeout(), Duration::from_secs(30));
+        assert_eq!(DEFAULT_TOOL_TIMEOUT, Duration::from_secs(30));
+    }
+
+    #[tokio::test]
+    async fn t3_unknown_tool_gives_exact_not_found_json() {
+        let d = dispatcher(vec![]);
+        let out = d.dispatch("xxx", json!({}), ToolContext::new("1")).await;
+        let v: Value = serde_json::from_str(&out.content).unwrap();
+        assert_eq!(v, json!({"success": false, "error": "Tool not found: xxx"}));
+        assert_eq!(out.error, Some(ToolErrorKind::NotFound));
+    }
+
+    #[tokio::test]
+    async fn t4_panicking_tool_is_contained() {
+        let d = dispatcher(vec![FnTool::new("boom", "b", json!({}), |_, _| async {
+            #[allow(clippy::panic)]
+            if true {
+                panic!("kaboom");
+            }
+            Ok(json!(1))
+        })]);
+        let out = d.dispatch("boom", json!({}), ToolContext::new("1")).await;
+        assert_eq!(out.error, Some(ToolErrorKind::Crashed));
+        assert!(out.content.contains("kaboom"), "{}", out.content);
+    }
+
+    #[tokio::test]
+    async fn t4_timeout_cancels_the_call() {
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let f2 = Arc::clone(&finished);
+        let d = dispatcher(vec![
+            FnTool::new("slow", "s", json!({}), move |_, _| {
+                let f2 = Arc::clone(&f2);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    f2.store(true, std::sync::atomic::Ordering::SeqCst);
+                    Ok(json!(1))
+                }
+            })
+            .with_timeout(Duration::from_millis(50)),
+        ]);
+        let out = d.dispatch("slow", json!({}), ToolContext::new("1")).await;
+        assert_eq!(out.error, Some(ToolErrorKind::Timeout));
+        assert!(out.content.contains("timed out after 50 ms"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!finished.load(std::sync::atomic::Ordering::SeqCst), "the call must be cancelled");
+    }
+
+    #[tokio::test]
+    async fn t4_huge_result_is_capped_with_a_note() {
+        let d = dispatcher(vec![FnTool::new("big", "b", json!({}), |_, _| async {
+            Ok(json!("é".repeat(100_000)))
+        })])
+        .with_max_result_bytes(1000);
+        let out = d.dispatch("big", json!({}), ToolContext::new("1")).await;
+        assert!(out.truncated);
+        assert!(out.content.len() <= 1000);
+        assert!(out.content.contains("[truncated: the result was 200000 bytes"));
+    }
+
+    #[tokio::test]
+    async fn t4_schema_invalid_arguments_do_not_run_the_tool() {
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let r2 = Arc::clone(&ran);
+        let d = dispatcher(vec![FnTool::new(
+            "w",
+            "w",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+            move |_, _| {
+                r2.store(true, std::sync::atomic::Ordering::SeqCst);
+                async { Ok(json!(1)) }
+            },
+        )]);
+        let out = d.dispatch("w", json!({"city": 5}), ToolContext::new("1")).await;
+        assert_eq!(out.error, Some(ToolErrorKind::InvalidArguments));
+        assert!(out.content.contains("/city"), "{}", out.content);
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn t3_operator_detail_never_reaches_the_model() {
+        let d = dispatcher(vec![FnTool::new("f", "f", json!({}), |_, _| async {
+            Err(ToolError::failed("city not found").with_detail("SECRET-TOKEN-123"))
+        })]);
+        let out = d.dispatch("f", json!({}), ToolContext::new("1")).await;
+        assert_eq!(out.error, Some(ToolErrorKind::Failed));
+        assert!(out.content.contains("city not found"));
+        assert!(!out.content.contains("SECRET"));
+    }
+}

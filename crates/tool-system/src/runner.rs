@@ -1,0 +1,521 @@
+//! The thin async runner: model → read → dispatch → record → model, driven by [`LoopMachine`].
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use context_engine::{ContextBuilder, ContextError, History, SessionStore, StoreError, TokenCounter};
+use futures::{Stream, StreamExt};
+use model_gateway::{ChatEvent, ChatModel, ChatRequest, ChatStream, GatewayError, Message, parse_arguments};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::dispatch::cap;
+use crate::machine::{DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts};
+use crate::protocol::{CallProtocol, PendingCall, ProtocolKind, Reading, Step, resolve_protocol};
+use crate::{Dispatcher, ToolContext, ToolError};
+
+/// How a loop runs.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LoopOptions {
+    /// The base system prompt (tool descriptions of prompt-based protocols are added as a section).
+    pub system_prompt: String,
+    /// The call protocol (default: [`ProtocolKind::Auto`]).
+    pub protocol: ProtocolKind,
+    /// The most model calls in one run (default 5, T5).
+    pub max_iterations: usize,
+    /// 000's `enableToolActionParsing` for the tag protocol (default true).
+    pub tool_action_parsing: bool,
+    /// The request's token budget (default: unlimited); trims the oldest history first.
+    pub context_budget: Option<usize>,
+    /// Token counter for the budget (default: `context_engine::counter_for_model` of the model).
+    pub counter: Option<Arc<dyn TokenCounter>>,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        Self {
+            system_prompt: String::new(),
+            protocol: ProtocolKind::Auto,
+            max_iterations: DEFAULT_MAX_ITERATIONS,
+            tool_action_parsing: true,
+            context_budget: None,
+            counter: None,
+        }
+    }
+}
+
+impl LoopOptions {
+    /// Options with the defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Set the base system prompt.
+    pub fn with_system_prompt(mut self, s: impl Into<String>) -> Self {
+        self.system_prompt = s.into();
+        self
+    }
+    /// Set the protocol.
+    pub fn with_protocol(mut self, p: ProtocolKind) -> Self {
+        self.protocol = p;
+        self
+    }
+    /// Set the round limit.
+    pub fn with_max_iterations(mut self, n: usize) -> Self {
+        self.max_iterations = n;
+        self
+    }
+    /// Turn `<tool_action>` parsing on or off (tag protocol).
+    pub fn with_tool_action_parsing(mut self, on: bool) -> Self {
+        self.tool_action_parsing = on;
+        self
+    }
+    /// Set the token budget of each request.
+    pub fn with_context_budget(mut self, tokens: usize) -> Self {
+        self.context_budget = Some(tokens);
+        self
+    }
+}
+
+/// What a UI can render while a loop runs.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LoopEvent {
+    /// Answer text, as it arrives (for the JSON protocol: the reply, once parsed).
+    TextDelta(String),
+    /// A tool call is about to run.
+    ToolCallStarted {
+        /// Call id.
+        id: String,
+        /// Tool name.
+        name: String,
+        /// Arguments.
+        arguments: Value,
+    },
+    /// A tool call finished (or failed; `is_error`).
+    ToolResult {
+        /// Call id.
+        id: String,
+        /// Tool name.
+        name: String,
+        /// The result text the model gets.
+        content: String,
+        /// Whether it is an error result.
+        is_error: bool,
+    },
+    /// The answer could not be read; the model was asked to fix it.
+    Reprompted {
+        /// The correction sent.
+        correction: String,
+    },
+    /// The round limit was reached; the loop stops with the last response.
+    IterationLimitReached {
+        /// Model calls made.
+        iterations: usize,
+    },
+    /// The loop ended with this output (last event on success).
+    Finished(LoopOutput),
+    /// The loop failed (last event on failure).
+    Failed(LoopError),
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LoopOutput {
+    /// The answer for the user (the last response's text; the JSON protocol's `reply`).
+    pub answer: String,
+    /// Model calls made.
+    pub iterations: usize,
+    /// Whether the loop stopped at the round limit.
+    pub hit_iteration_limit: bool,
+    /// The protocol used (`native`, `json`, `tag`).
+    pub protocol: &'static str,
+    /// Every message this run appended to the session, in order.
+    pub new_messages: Vec<Message>,
+}
+
+/// Why a run failed. Rounds finished before the failure are in the session.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoopError {
+    /// The model call failed.
+    #[error("model call failed: {0}")]
+    Model(#[from] GatewayError),
+    /// The session store failed.
+    #[error("session store failed: {0}")]
+    Store(#[from] StoreError),
+    /// The request does not fit the token budget.
+    #[error("context does not fit: {0}")]
+    Context(#[from] ContextError),
+    /// The caller stopped listening.
+    #[error("the loop was cancelled")]
+    Cancelled,
+}
+
+type Sink<'a> = Option<&'a mpsc::Sender<LoopEvent>>;
+
+async fn emit(sink: Sink<'_>, ev: LoopEvent) -> Result<(), LoopError> {
+    match sink {
+        Some(tx) => tx.send(ev).await.map_err(|_| LoopError::Cancelled),
+        None => Ok(()),
+    }
+}
+
+/// Runs the tool loop for one user message in session `session_id` (created if new):
+/// the user message is stored first, every round is appended to the session as it finishes,
+/// and the loop ends with a text answer or at `max_iterations`.
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use context_engine::{MemoryStore, SessionStore};
+/// use model_gateway::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message, ModelInfo, ToolCall, response_stream};
+/// use tool_system::{Dispatcher, FnTool, LoopOptions, ToolRegistry, run_tool_loop};
+/// use serde_json::json;
+///
+/// /// Calls get_weather once, then answers with the result it finds.
+/// struct Demo;
+/// #[async_trait]
+/// impl ChatModel for Demo {
+///     fn info(&self) -> ModelInfo { ModelInfo::new("demo", true) }
+///     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+///         Ok(match req.messages.last() {
+///             Some(Message::Tool { content, .. }) => ChatResponse::new(format!("It is {content}"), vec![], FinishReason::Stop, None),
+///             _ => ChatResponse::new("", vec![ToolCall::new("c1", "get_weather", json!({"city": "Beijing"}))], FinishReason::ToolCalls, None),
+///         })
+///     }
+///     async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> { Ok(response_stream(self.chat(req).await?)) }
+/// }
+///
+/// let mut registry = ToolRegistry::new();
+/// registry.register(FnTool::new("get_weather", "Weather for a city",
+///     json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+///     |_, _| async { Ok(json!("22°C")) }))?;
+/// let store = MemoryStore::new();
+/// let out = run_tool_loop(&Demo, &store, &Dispatcher::from_registry(registry), "s1",
+///     "Weather in Beijing?", &LoopOptions::default()).await?;
+/// assert_eq!(out.answer, "It is 22°C");
+/// assert_eq!(store.load("s1").await?.messages.len(), 4); // user, assistant call, tool, answer
+/// # Ok(()) }
+/// ```
+pub async fn run_tool_loop(
+    model: &dyn ChatModel,
+    store: &dyn SessionStore,
+    dispatcher: &Dispatcher,
+    session_id: &str,
+    user_text: &str,
+    options: &LoopOptions,
+) -> Result<LoopOutput, LoopError> {
+    drive(model, store, dispatcher, session_id, user_text, options, None).await
+}
+
+/// The streaming variant of [`run_tool_loop`]: a `'static + Send` stream of [`LoopEvent`]s
+/// ending with [`LoopEvent::Finished`] or [`LoopEvent::Failed`]. Dropping the stream cancels
+/// the loop (and any running tool call). Must be called inside a tokio runtime.
+pub fn run_tool_loop_stream(
+    model: Arc<dyn ChatModel>,
+    store: Arc<dyn SessionStore>,
+    dispatcher: Arc<Dispatcher>,
+    session_id: impl Into<String>,
+    user_text: impl Into<String>,
+    options: LoopOptions,
+) -> LoopStream {
+    let (tx, rx) = mpsc::channel(64);
+    let (session_id, user_text) = (session_id.into(), user_text.into());
+    let task = tokio::spawn(async move {
+        let r = drive(&*model, &*store, &dispatcher, &session_id, &user_text, &options, Some(&tx)).await;
+        let last = match r {
+            Ok(out) => LoopEvent::Finished(out),
+            Err(LoopError::Cancelled) => return,
+            Err(e) => LoopEvent::Failed(e),
+        };
+        let _ = tx.send(last).await;
+    });
+    LoopStream { rx, task }
+}
+
+/// The events of a running loop; dropping it cancels the loop.
+#[derive(Debug)]
+pub struct LoopStream {
+    rx: mpsc::Receiver<LoopEvent>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Stream for LoopStream {
+    type Item = LoopEvent;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LoopEvent>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Drop for LoopStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn drive(
+    model: &dyn ChatModel,
+    store: &dyn SessionStore,
+    dispatcher: &Dispatcher,
+    session_id: &str,
+    user_text: &str,
+    options: &LoopOptions,
+    sink: Sink<'_>,
+) -> Result<LoopOutput, LoopError> {
+    let info = model.info();
+    let protocol = resolve_protocol(&options.protocol, &info.model, info.function_calling, options.tool_action_parsing);
+    let tools = dispatcher.specs().await;
+    let counter: Arc<dyn TokenCounter> = match (&options.counter, options.context_budget) {
+        (Some(c), _) => Arc::clone(c),
+        (None, Some(_)) => context_engine::counter_for_model(&info.model),
+        (None, None) => Arc::new(context_engine::EstimateCounter),
+    };
+    let mut builder = ContextBuilder::new(options.system_prompt.clone()).with_counter(Arc::clone(&counter));
+    if let Some(section) = protocol.prompt_section(&tools) {
+        builder = builder.section("tools", section);
+    }
+    if let Some(b) = options.context_budget {
+        builder = builder.with_budget(b);
+    }
+
+    let session = store.load_or_create(session_id).await?;
+    let mut history = History::from_messages(counter, session.messages);
+    let mut new_messages = Vec::new();
+    let user = [Message::user(user_text)];
+    store.append(session_id, &user).await?;
+    new_messages.extend(user.iter().cloned());
+    history.extend(user);
+
+    let mut machine = LoopMachine::new(options.max_iterations);
+    loop {
+        let built = builder.build(&history)?;
+        let mut request = ChatRequest::new(built.messages);
+        if protocol.binds_tools() {
+            request = request.with_tools(tools.clone());
+        }
+        machine.model_called();
+        let stream = model.stream(request).await?;
+        let reader = protocol.reader(&tools, history.len());
+        let reading = read_response(stream, reader, sink).await?;
+        let decision = machine.after_response(ResponseFacts {
+            has_calls: reading.has_calls(),
+            needs_correction: reading.correction.is_some(),
+        });
+        let round = match decision {
+            Decision::RunTools => {
+                let results = run_steps(&*protocol, dispatcher, &reading, session_id, sink).await?;
+                protocol.round_messages(&reading, &results)
+            }
+            Decision::Reprompt => {
+                let correction = reading.correction.clone().unwrap_or_default();
+                emit(sink, LoopEvent::Reprompted { correction: correction.clone() }).await?;
+                vec![Message::assistant(reading.content.clone()), Message::user(correction)]
+            }
+            Decision::Finish => {
+                for step in &reading.steps {
+                    if let Step::Text(t) = step {
+                        emit(sink, LoopEvent::TextDelta(t.clone())).await?;
+                    }
+                }
+                vec![Message::assistant(reading.content.clone())]
+            }
+            Decision::StopAtLimit => {
+                tracing::warn!(session = session_id, iterations = machine.iterations(),
+                    "tool loop reached max_iterations; stopping and returning the last response");
+                let mut results = Vec::new();
+                for step in &reading.steps {
+                    match step {
+                        Step::Text(t) => emit(sink, LoopEvent::TextDelta(t.clone())).await?,
+                        Step::Calls(calls) => {
+                            for c in calls {
+                                let e = ToolError::failed(format!(
+                                    "Not run: the limit of {} model calls for this request was reached",
+                                    machine.max_iterations()
+                                ));
+                                results.push((c.clone(), e.to_model_json().to_string()));
+                            }
+                        }
+                    }
+                }
+                protocol.round_messages(&reading, &results)
+            }
+        };
+        store.append(session_id, &round).await?;
+        new_messages.extend(round.iter().cloned());
+        history.extend(round);
+        let done = match decision {
+            Decision::RunTools | Decision::Reprompt => false,
+            Decision::StopAtLimit => {
+                emit(sink, LoopEvent::IterationLimitReached { iterations: machine.iterations() }).await?;
+                true
+            }
+            Decision::Finish => true,
+        };
+        if done {
+            return Ok(LoopOutput {
+                answer: reading.answer,
+                iterations: machine.iterations(),
+                hit_iteration_limit: decision == Decision::StopAtLimit,
+                protocol: protocol.name(),
+                new_messages,
+            });
+        }
+    }
+}
+
+/// Runs the steps of a response in order: text is emitted, each batch of calls is dispatched
+/// (concurrently when the protocol allows), results keep call order.
+async fn run_steps(
+    protocol: &dyn CallProtocol,
+    dispatcher: &Dispatcher,
+    reading: &Reading,
+    session_id: &str,
+    sink: Sink<'_>,
+) -> Result<Vec<(PendingCall, String)>, LoopError> {
+    let mut results = Vec::new();
+    for step in &reading.steps {
+        let calls = match step {
+            Step::Text(t) => {
+                emit(sink, LoopEvent::TextDelta(t.clone())).await?;
+                continue;
+            }
+            Step::Calls(calls) => calls,
+        };
+        for c in calls {
+            emit(sink, LoopEvent::ToolCallStarted { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() }).await?;
+        }
+        let run = |c: &PendingCall| {
+            let ctx = ToolContext::new(c.id.clone()).with_session(session_id);
+            let c = c.clone();
+            async move {
+                match &c.invalid {
+                    Some(msg) => {
+                        let (content, _) = cap(ToolError::invalid_arguments(msg.clone()).to_model_json().to_string(), 64 * 1024);
+                        (content, true)
+                    }
+                    None => {
+                        let out = dispatcher.dispatch(&c.name, c.arguments.clone(), ctx).await;
+                        let is_err = !out.is_ok();
+                        (out.content, is_err)
+                    }
+                }
+            }
+        };
+        let outcomes: Vec<(String, bool)> = if protocol.concurrent() {
+            futures::future::join_all(calls.iter().map(run)).await
+        } else {
+            let mut v = Vec::with_capacity(calls.len());
+            for c in calls {
+                v.push(run(c).await);
+            }
+            v
+        };
+        for (c, (content, is_error)) in calls.iter().zip(outcomes) {
+            emit(sink, LoopEvent::ToolResult { id: c.id.clone(), name: c.name.clone(), content: content.clone(), is_error }).await?;
+            results.push((c.clone(), content));
+        }
+    }
+    Ok(results)
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+/// Reads one streamed response. Tool-call deltas are kept so that a call with arguments that
+/// are not JSON (G5) becomes an error result for that call id, not a failed response.
+async fn read_response(
+    mut stream: ChatStream,
+    mut reader: Box<dyn crate::protocol::ResponseReader>,
+    sink: Sink<'_>,
+) -> Result<Reading, LoopError> {
+    let mut text = String::new();
+    let mut partials: BTreeMap<usize, PartialCall> = BTreeMap::new();
+    let mut calls: Vec<PendingCall> = Vec::new();
+    let mut invalid: Option<(String, String, String)> = None;
+    let mut finished = false;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(ChatEvent::TextDelta(t)) => {
+                text.push_str(&t);
+                for shown in reader.text(&t) {
+                    if !shown.is_empty() {
+                        emit(sink, LoopEvent::TextDelta(shown)).await?;
+                    }
+                }
+            }
+            Ok(ChatEvent::ToolCallDelta { index, id, name, arguments }) => {
+                let p = partials.entry(index).or_default();
+                if let Some(id) = id.filter(|s| !s.is_empty()) {
+                    p.id = Some(id);
+                }
+                if let Some(n) = name
+                    && p.name != n
+                {
+                    p.name.push_str(&n);
+                }
+                p.arguments.push_str(&arguments);
+            }
+            Ok(ChatEvent::ToolCall(c)) => calls.push(PendingCall::new(c.id, c.name, c.arguments)),
+            Ok(ChatEvent::Finish { .. }) => {
+                finished = true;
+                break;
+            }
+            Err(GatewayError::InvalidToolArguments { name, raw, error }) => {
+                invalid = Some((name, raw, error));
+                finished = true;
+                break;
+            }
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+    }
+    if !finished {
+        return Err(GatewayError::StreamInterrupted {
+            detail: "the stream closed without a finish event".into(),
+            partial_text: text,
+        }
+        .into());
+    }
+    if let Some((name, raw, error)) = invalid {
+        calls = if partials.is_empty() {
+            vec![invalid_call(format!("invalid_args_{name}"), name, raw, &error)]
+        } else {
+            partials
+                .into_iter()
+                .filter(|(_, p)| !p.name.is_empty() || !p.arguments.is_empty())
+                .map(|(i, p)| {
+                    let id = p.id.unwrap_or_else(|| format!("call_{i}"));
+                    match parse_arguments(&p.name, &p.arguments) {
+                        Ok(args) => PendingCall::new(id, p.name, args),
+                        Err(e) => {
+                            let err = match e {
+                                GatewayError::InvalidToolArguments { error, .. } => error,
+                                other => other.to_string(),
+                            };
+                            invalid_call(id, p.name, p.arguments, &err)
+                        }
+                    }
+                })
+                .collect()
+        };
+    }
+    Ok(reader.finish(calls, text))
+}
+
+fn invalid_call(id: String, name: String, raw: String, error: &str) -> PendingCall {
+    tracing::warn!(tool = %name, call = %id, raw = %raw, error, "model sent tool arguments that are not valid JSON");
+    let msg = format!(
+        "The arguments of tool {name} are not valid JSON ({error}); the tool was not run. Call it again with a valid JSON object as arguments."
+    );
+    let mut c = PendingCall::new(id, name, Value::String(raw));
+    c.invalid = Some(msg);
+    c
+}

@@ -1,0 +1,92 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use context_engine::{MemoryStore, SessionStore};
+use model_gateway::{Message, OpenAiConfig, OpenAiModel, RetryPolicy};
+use serde_json::{Value, json};
+use testkit::ScriptedServer;
+use tool_system::{FnTool, ToolError};
+
+pub fn model(server: &ScriptedServer) -> OpenAiModel {
+    OpenAiModel::new(
+        OpenAiConfig::new("m")
+            .with_base_url(server.base_url())
+            .with_retry(RetryPolicy::none()),
+    )
+    .unwrap()
+}
+
+pub fn model_without_fc(server: &ScriptedServer) -> OpenAiModel {
+    OpenAiModel::new(
+        OpenAiConfig::new("m")
+            .with_base_url(server.base_url())
+            .with_retry(RetryPolicy::none())
+            .with_function_calling(false),
+    )
+    .unwrap()
+}
+
+pub fn store() -> Arc<MemoryStore> {
+    Arc::new(MemoryStore::new())
+}
+
+/// get_weather that counts its calls.
+pub fn weather(counter: Arc<AtomicUsize>) -> FnTool {
+    FnTool::new(
+        "get_weather",
+        "Get current weather for a city",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        move |args, _| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(json!({"temp": 22, "city": args["city"]})) }
+        },
+    )
+}
+
+pub fn failing(name: &str, message: &str) -> FnTool {
+    let message = message.to_owned();
+    FnTool::new(name, "always fails", json!({"type": "object", "properties": {}}), move |_, _| {
+        let m = message.clone();
+        async move { Err(ToolError::failed(m).with_detail("operator-only detail")) }
+    })
+}
+
+/// The messages of the n-th request (0-based).
+pub fn sent_messages(server: &ScriptedServer, n: usize) -> Vec<Value> {
+    server.requests()[n].body["messages"].as_array().cloned().unwrap_or_default()
+}
+
+/// The `tool` messages of the n-th request.
+pub fn sent_tool_messages(server: &ScriptedServer, n: usize) -> Vec<Value> {
+    sent_messages(server, n).into_iter().filter(|m| m["role"] == "tool").collect()
+}
+
+/// Loads the session and checks that every assistant tool call is answered by exactly one
+/// tool message right after it, in order; returns the messages.
+pub async fn checked_session(store: &dyn SessionStore, id: &str) -> Vec<Message> {
+    let messages = store.load(id).await.unwrap().messages;
+    let mut i = 0;
+    while i < messages.len() {
+        let calls = messages[i].tool_calls();
+        if !calls.is_empty() {
+            let mut seen = HashSet::new();
+            for (k, call) in calls.iter().enumerate() {
+                match messages.get(i + 1 + k) {
+                    Some(Message::Tool { tool_call_id, .. }) => {
+                        assert_eq!(tool_call_id, &call.id, "results out of order at {i}: {messages:#?}");
+                        assert!(seen.insert(tool_call_id.clone()), "duplicate result");
+                    }
+                    other => panic!("call {} has no result (found {other:?}) in {messages:#?}", call.id),
+                }
+            }
+            i += 1 + calls.len();
+        } else {
+            assert!(!matches!(messages[i], Message::Tool { .. }), "orphan tool message at {i}: {messages:#?}");
+            i += 1;
+        }
+    }
+    messages
+}
