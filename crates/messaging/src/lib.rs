@@ -1,0 +1,41 @@
+//! # messaging — Stage 5
+//!
+//! * [`QuickReplies`] and [`validate_quick_replies`]: the optional `quickReplies` parameter of
+//!   `send_message` (Q1–Q6): an array of at most [`MAX_QUICK_REPLIES`] non-empty strings; an
+//!   empty array (or `null`) counts as absent.
+//! * [`SendMessageTool`]: the `send_message` tool for the tool-system (Q16–Q19), which validates
+//!   its own arguments and posts the message on a [`MessageBus`].
+//! * [`MessageBus`]: asynchronous delivery between agents and users (Q7–Q9), by recipient id,
+//!   order kept, with a bounded buffer per recipient so that a slow or gone recipient never
+//!   blocks a sender or the other recipients (overflow drops the oldest message and counts it).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use messaging::{MessageBus, SendMessageTool};
+//! use tool_system::{Tool, ToolContext};
+//! use serde_json::json;
+//!
+//! let bus = MessageBus::new();
+//! let mut inbox = bus.subscribe("user");
+//! let tool = SendMessageTool::new(bus.clone(), "agent");
+//! tool.call(json!({"recipient": "user", "text": "Deploy now?", "quickReplies": ["Yes", "No"]}),
+//!           ToolContext::new("call_1")).await.unwrap();
+//! let msg = inbox.recv().await.unwrap();
+//! assert_eq!(msg.quick_replies, vec!["Yes", "No"]);
+//! assert_eq!(msg.to_payload()["quickReplies"], json!(["Yes", "No"]));
+//! # }
+//! ```
+
+mod bus;
+mod quick_replies;
+mod tool;
+
+pub use bus::{
+    BusError, BusMessage, DEFAULT_MAILBOX_CAPACITY, Delivery, MessageBus, OutgoingMessage,
+    Subscription,
+};
+pub use quick_replies::{
+    MAX_QUICK_REPLIES, QuickReplies, QuickRepliesError, quick_replies_schema,
+    validate_quick_replies,
+};
+pub use tool::{MAX_TEXT_CHARS, SEND_MESSAGE, SendMessageTool};
