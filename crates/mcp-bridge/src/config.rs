@@ -1,0 +1,474 @@
+//! Service configuration (M5) and the config file: the `mcpServers` JSON format that Claude
+//! Desktop and Cursor use, extended with our optional fields.
+//!
+//! ```json
+//! {
+//!   "mcpServers": {
+//!     "filesystem": {
+//!       "command": "npx",
+//!       "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
+//!       "env": {"LOG_LEVEL": "info"},
+//!       "cwd": "/tmp",
+//!       "timeout_ms": 30000,
+//!       "description": "Read and write files under /tmp",
+//!       "trigger_keywords": ["文件", "file"]
+//!     }
+//!   }
+//! }
+//! ```
+//!
+//! Every field but `command` is optional. Entries we cannot run (an HTTP `url` server) and fields we
+//! do not know are kept as they are and written back on save, so a user's file loses nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::BridgeError;
+
+/// Default time limit of one tool call.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default time limit for starting a server: spawn, MCP handshake and the first tool list.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One MCP service: how to start it and how it is offered to the model.
+///
+/// ```
+/// use mcp_bridge::ServiceConfig;
+/// let cfg = ServiceConfig::new("weather", "weather-mcp").with_args(["--stdio"]);
+/// assert_eq!(cfg.description(), "weather"); // the default description is the name (M5)
+/// assert!(cfg.trigger_keywords.is_empty()); // default: explicit calls only
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ServiceConfig {
+    /// Unique name; also the prefix of its tools' names (`name__tool`).
+    pub name: String,
+    /// Program to run (looked up on `PATH`).
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The child's environment on top of the few variables it needs to start (see
+    /// [`crate::process::INHERITED_ENV`]); nothing else of the agent's environment is passed.
+    pub env: BTreeMap<String, String>,
+    /// Working directory; `None` keeps the agent's.
+    pub cwd: Option<PathBuf>,
+    /// Time limit of one tool call.
+    pub call_timeout: Duration,
+    /// Time limit to start: spawn, handshake, first tool list.
+    pub startup_timeout: Duration,
+    /// What the service is for; `None` means the name is used (M5).
+    pub description: Option<String>,
+    /// Words in a user message that call for this service (M2); empty means explicit calls only.
+    pub trigger_keywords: Vec<String>,
+    /// Fields of the config file entry we do not use, kept for saving.
+    pub extra: Map<String, Value>,
+}
+
+impl ServiceConfig {
+    /// A service running `command`, with every optional field at its default.
+    pub fn new(name: impl Into<String>, command: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            command: command.into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            description: None,
+            trigger_keywords: Vec::new(),
+            extra: Map::new(),
+        }
+    }
+    /// Set the arguments.
+    pub fn with_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args = args.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Add one environment variable for the child.
+    pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+    /// Set the working directory.
+    pub fn with_cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+    /// Set the call time limit.
+    pub fn with_call_timeout(mut self, t: Duration) -> Self {
+        self.call_timeout = t;
+        self
+    }
+    /// Set the startup time limit.
+    pub fn with_startup_timeout(mut self, t: Duration) -> Self {
+        self.startup_timeout = t;
+        self
+    }
+    /// Set the description.
+    pub fn with_description(mut self, d: impl Into<String>) -> Self {
+        self.description = Some(d.into());
+        self
+    }
+    /// Set the trigger keywords.
+    pub fn with_trigger_keywords<I, S>(mut self, kws: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.trigger_keywords = kws.into_iter().map(Into::into).collect();
+        self
+    }
+    /// The description, or the name when none was given (M5).
+    pub fn description(&self) -> &str {
+        match &self.description {
+            Some(d) if !d.trim().is_empty() => d,
+            _ => &self.name,
+        }
+    }
+
+    /// Checks what cannot work: an empty name or command, a zero timeout.
+    pub fn validate(&self) -> Result<(), BridgeError> {
+        if self.name.trim().is_empty() {
+            return Err(BridgeError::InvalidConfig("service name is empty".into()));
+        }
+        if self.command.trim().is_empty() {
+            return Err(BridgeError::InvalidConfig(format!(
+                "service {}: command is empty",
+                self.name
+            )));
+        }
+        if self.call_timeout.is_zero() || self.startup_timeout.is_zero() {
+            return Err(BridgeError::InvalidConfig(format!(
+                "service {}: timeouts must be above zero",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Applies an update; fields left `None` in it keep their value.
+    pub fn apply(&mut self, u: ServiceUpdate) {
+        if let Some(v) = u.command {
+            self.command = v;
+        }
+        if let Some(v) = u.args {
+            self.args = v;
+        }
+        if let Some(v) = u.env {
+            self.env = v;
+        }
+        if let Some(v) = u.cwd {
+            self.cwd = v;
+        }
+        if let Some(v) = u.call_timeout {
+            self.call_timeout = v;
+        }
+        if let Some(v) = u.startup_timeout {
+            self.startup_timeout = v;
+        }
+        if let Some(v) = u.description {
+            self.description = v;
+        }
+        if let Some(v) = u.trigger_keywords {
+            self.trigger_keywords = v;
+        }
+    }
+}
+
+/// A change to a registered service; `None` leaves a field as it is.
+///
+/// ```
+/// use mcp_bridge::ServiceUpdate;
+/// let u = ServiceUpdate::default().description("Weather by city").trigger_keywords(["天气", "weather"]);
+/// assert!(u.command.is_none());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ServiceUpdate {
+    /// New command.
+    pub command: Option<String>,
+    /// New arguments.
+    pub args: Option<Vec<String>>,
+    /// New environment (replaces the old one).
+    pub env: Option<BTreeMap<String, String>>,
+    /// New working directory (`Some(None)` clears it).
+    pub cwd: Option<Option<PathBuf>>,
+    /// New call time limit.
+    pub call_timeout: Option<Duration>,
+    /// New startup time limit.
+    pub startup_timeout: Option<Duration>,
+    /// New description (`Some(None)` goes back to the default, the name).
+    pub description: Option<Option<String>>,
+    /// New trigger keywords.
+    pub trigger_keywords: Option<Vec<String>>,
+}
+
+impl ServiceUpdate {
+    /// Set the description.
+    pub fn description(mut self, d: impl Into<String>) -> Self {
+        self.description = Some(Some(d.into()));
+        self
+    }
+    /// Set the trigger keywords.
+    pub fn trigger_keywords<I, S>(mut self, kws: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.trigger_keywords = Some(kws.into_iter().map(Into::into).collect());
+        self
+    }
+    /// Set the call time limit.
+    pub fn call_timeout(mut self, t: Duration) -> Self {
+        self.call_timeout = Some(t);
+        self
+    }
+    /// Set the arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args = Some(args.into_iter().map(Into::into).collect());
+        self
+    }
+}
+
+/// One entry of `mcpServers` as it is on disk.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Entry {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    args: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cwd: Option<PathBuf>,
+    #[serde(default, alias = "timeoutMs", skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
+    #[serde(
+        default,
+        alias = "startupTimeoutMs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    startup_timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    #[serde(
+        default,
+        alias = "triggerKeywords",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    trigger_keywords: Vec<String>,
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+/// What a config file held: the services we can run, and entries we keep but cannot run.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ConfigFile {
+    /// Runnable (stdio) services, in name order.
+    pub services: Vec<ServiceConfig>,
+    /// Entries that are not stdio services (e.g. `{"url": ...}`) or are malformed, kept verbatim
+    /// with the reason they are skipped; written back unchanged on save.
+    pub skipped: Vec<(String, Value, String)>,
+    /// Top-level keys other than `mcpServers`, kept for saving.
+    pub other: Map<String, Value>,
+}
+
+impl ConfigFile {
+    /// Parses the `mcpServers` JSON format.
+    ///
+    /// ```
+    /// let f = mcp_bridge::ConfigFile::parse(r#"{"mcpServers": {
+    ///     "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]},
+    ///     "remote": {"url": "https://example.invalid/mcp"}}}"#).unwrap();
+    /// assert_eq!(f.services[0].name, "everything");
+    /// assert_eq!(f.skipped[0].0, "remote");
+    /// ```
+    pub fn parse(text: &str) -> Result<Self, BridgeError> {
+        let root: Value = serde_json::from_str(text)
+            .map_err(|e| BridgeError::InvalidConfig(format!("config is not valid JSON: {e}")))?;
+        let Value::Object(mut root) = root else {
+            return Err(BridgeError::InvalidConfig(
+                "config must be a JSON object with an `mcpServers` object".into(),
+            ));
+        };
+        let servers = match root.remove("mcpServers") {
+            None => Map::new(),
+            Some(Value::Object(m)) => m,
+            Some(_) => {
+                return Err(BridgeError::InvalidConfig(
+                    "`mcpServers` must be an object of name → server".into(),
+                ));
+            }
+        };
+        let mut out = ConfigFile {
+            other: root,
+            ..Default::default()
+        };
+        for (name, raw) in servers {
+            match serde_json::from_value::<Entry>(raw.clone()) {
+                Ok(e) if e.command.as_deref().is_some_and(|c| !c.trim().is_empty()) => {
+                    let cfg = entry_to_config(&name, e);
+                    match cfg.validate() {
+                        Ok(()) => out.services.push(cfg),
+                        Err(err) => out.skipped.push((name, raw, err.to_string())),
+                    }
+                }
+                Ok(_) => out.skipped.push((
+                    name,
+                    raw,
+                    "no `command`: only stdio servers are supported".into(),
+                )),
+                Err(e) => out.skipped.push((name, raw, format!("malformed entry: {e}"))),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads and parses a file; a missing file is an empty config.
+    pub fn load(path: &Path) -> Result<Self, BridgeError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(BridgeError::Io(format!("reading {}: {e}", path.display()))),
+        }
+    }
+
+    /// The JSON text of this config (`mcpServers` format, pretty-printed).
+    pub fn to_json(&self) -> Value {
+        let mut servers = Map::new();
+        for (name, raw, _) in &self.skipped {
+            servers.insert(name.clone(), raw.clone());
+        }
+        for s in &self.services {
+            servers.insert(s.name.clone(), config_to_json(s));
+        }
+        let mut root = self.other.clone();
+        root.insert("mcpServers".into(), Value::Object(servers));
+        Value::Object(root)
+    }
+
+    /// Writes the file atomically (temporary file in the same directory, then rename), so a
+    /// crash mid-write never leaves a half-written config.
+    pub fn save(&self, path: &Path) -> Result<(), BridgeError> {
+        let text = serde_json::to_string_pretty(&self.to_json())
+            .map_err(|e| BridgeError::Io(format!("serialising config: {e}")))?;
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)
+            .map_err(|e| BridgeError::Io(format!("creating {}: {e}", dir.display())))?;
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "mcp.json".into());
+        let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));
+        std::fs::write(&tmp, text.as_bytes())
+            .map_err(|e| BridgeError::Io(format!("writing {}: {e}", tmp.display())))?;
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            BridgeError::Io(format!("renaming onto {}: {e}", path.display()))
+        })
+    }
+}
+
+fn entry_to_config(name: &str, e: Entry) -> ServiceConfig {
+    let mut cfg = ServiceConfig::new(name, e.command.unwrap_or_default());
+    cfg.args = e.args;
+    cfg.env = e.env;
+    cfg.cwd = e.cwd;
+    if let Some(ms) = e.timeout_ms {
+        cfg.call_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = e.startup_timeout_ms {
+        cfg.startup_timeout = Duration::from_millis(ms);
+    }
+    cfg.description = e.description.filter(|d| !d.trim().is_empty());
+    cfg.trigger_keywords = e.trigger_keywords;
+    cfg.extra = e.extra;
+    cfg
+}
+
+fn config_to_json(s: &ServiceConfig) -> Value {
+    let e = Entry {
+        command: Some(s.command.clone()),
+        args: s.args.clone(),
+        env: s.env.clone(),
+        cwd: s.cwd.clone(),
+        timeout_ms: (s.call_timeout != DEFAULT_CALL_TIMEOUT)
+            .then(|| u64::try_from(s.call_timeout.as_millis()).unwrap_or(u64::MAX)),
+        startup_timeout_ms: (s.startup_timeout != DEFAULT_STARTUP_TIMEOUT)
+            .then(|| u64::try_from(s.startup_timeout.as_millis()).unwrap_or(u64::MAX)),
+        description: s.description.clone(),
+        trigger_keywords: s.trigger_keywords.clone(),
+        extra: s.extra.clone(),
+    };
+    serde_json::to_value(e).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn m5_defaults_when_description_and_keywords_absent() {
+        let f = ConfigFile::parse(r#"{"mcpServers":{"svc":{"command":"x"}}}"#).unwrap();
+        let s = &f.services[0];
+        assert_eq!(s.description(), "svc");
+        assert!(s.trigger_keywords.is_empty());
+        assert_eq!(s.call_timeout, DEFAULT_CALL_TIMEOUT);
+    }
+
+    #[test]
+    fn m5_claude_desktop_file_round_trips_without_loss() {
+        let text = r#"{
+          "globalShortcut": "Ctrl+Space",
+          "mcpServers": {
+            "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
+                           "env": {"A": "1"}, "disabled": false},
+            "remote": {"url": "https://example.invalid/sse", "type": "sse"},
+            "broken": {"command": 42},
+            "kw": {"command": "x", "description": "Weather", "triggerKeywords": ["天气"], "timeoutMs": 5000}
+          }
+        }"#;
+        let f = ConfigFile::parse(text).unwrap();
+        let names: Vec<_> = f.services.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["filesystem", "kw"]);
+        assert_eq!(f.services[1].trigger_keywords, ["天气"]);
+        assert_eq!(f.services[1].call_timeout, Duration::from_millis(5000));
+        assert_eq!(f.skipped.len(), 2);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("mcp.json");
+        f.save(&p).unwrap();
+        let again: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        assert_eq!(again["globalShortcut"], "Ctrl+Space");
+        assert_eq!(again["mcpServers"]["remote"]["url"], "https://example.invalid/sse");
+        assert_eq!(again["mcpServers"]["broken"]["command"], 42);
+        assert_eq!(again["mcpServers"]["filesystem"]["disabled"], false);
+        assert_eq!(again["mcpServers"]["kw"]["trigger_keywords"][0], "天气");
+        let f2 = ConfigFile::parse(&again.to_string()).unwrap();
+        assert_eq!(f2.services, f.services);
+    }
+
+    #[test]
+    fn garbage_config_is_an_error_not_a_panic() {
+        assert!(ConfigFile::parse("not json").is_err());
+        assert!(ConfigFile::parse("[1]").is_err());
+        assert!(ConfigFile::parse(r#"{"mcpServers": 3}"#).is_err());
+        assert!(ConfigFile::parse("{}").unwrap().services.is_empty());
+    }
+}

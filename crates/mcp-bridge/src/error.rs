@@ -1,0 +1,29 @@
+//! Errors of the bridge's management API (register, start, …). Tool calls use
+//! [`tool_system::ToolError`] instead, whose message is written for the model.
+
+/// A management operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BridgeError {
+    /// No service by that name.
+    #[error("no MCP service named {0}")]
+    UnknownService(String),
+    /// A service by that name is already registered.
+    #[error("an MCP service named {0} is already registered")]
+    AlreadyRegistered(String),
+    /// The configuration cannot work.
+    #[error("invalid MCP service configuration: {0}")]
+    InvalidConfig(String),
+    /// The service could not be started (spawn failed, handshake failed or timed out…); the
+    /// service is now in `error` with this text as its last error.
+    #[error("MCP service {service} failed to start: {reason}")]
+    StartFailed {
+        /// The service.
+        service: String,
+        /// Why.
+        reason: String,
+    },
+    /// Reading or writing the config file failed.
+    #[error("config file: {0}")]
+    Io(String),
+}

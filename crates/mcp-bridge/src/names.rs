@@ -1,0 +1,186 @@
+//! Tool names, schemas and descriptions as the model sees them.
+//!
+//! **Namespacing.** Every MCP tool is offered as `SERVICE__TOOL` (two underscores), so two services
+//! exposing `search` never collide. Providers accept only `^[a-zA-Z0-9_-]{1,64}$`, so any other
+//! character becomes `_`; when the result is longer than 64 characters it is cut to 55 and
+//! `_` plus 8 hex digits of a hash of the original `service`/`tool` pair is appended, which keeps it
+//! unique and stable across restarts. The bridge keeps a table from exposed name to
+//! (service, original tool name), so the original name always reaches the server.
+
+use serde_json::{Map, Value};
+
+/// Longest tool name providers accept.
+pub const MAX_TOOL_NAME: usize = 64;
+/// Separator between service and tool.
+pub const SEPARATOR: &str = "__";
+
+/// `[a-zA-Z0-9_-]` only; other characters become `_`.
+pub fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// FNV-1a, 32 bits: small, stable across runs and platforms.
+fn fnv1a(parts: &[&str]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            h ^= 0xff;
+            h = h.wrapping_mul(0x0100_0193);
+        }
+        for b in p.bytes() {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    }
+    h
+}
+
+/// The name the model sees for `tool` of `service`.
+///
+/// ```
+/// use mcp_bridge::names::exposed_name;
+/// assert_eq!(exposed_name("everything", "get-sum"), "everything__get-sum");
+/// assert_eq!(exposed_name("my server", "a.b"), "my_server__a_b");
+/// let long = exposed_name("s", &"x".repeat(100));
+/// assert_eq!(long.len(), 64);
+/// ```
+pub fn exposed_name(service: &str, tool: &str) -> String {
+    let full = format!("{}{SEPARATOR}{}", sanitize(service), sanitize(tool));
+    if full.len() <= MAX_TOOL_NAME {
+        return full;
+    }
+    hashed(&full, service, tool)
+}
+
+/// The cut-and-hash form, also used to break ties when two names sanitise to the same string.
+pub fn hashed(full: &str, service: &str, tool: &str) -> String {
+    let keep = MAX_TOOL_NAME - 9;
+    let mut cut: String = full.chars().take(keep).collect();
+    cut.push_str(&format!("_{:08x}", fnv1a(&[service, tool])));
+    cut
+}
+
+/// Makes an input schema acceptable to providers: an object schema with `properties`.
+///
+/// ```
+/// use serde_json::json;
+/// let s = mcp_bridge::names::normalize_schema(&json!({}).as_object().unwrap().clone());
+/// assert_eq!(s, json!({"type": "object", "properties": {}}));
+/// ```
+pub fn normalize_schema(schema: &Map<String, Value>) -> Value {
+    let mut s = schema.clone();
+    s.remove("$schema");
+    let is_object = match s.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "object",
+        Some(_) => false,
+    };
+    if !is_object {
+        // Not an object schema: wrap nothing, replace with an empty object schema the model can
+        // still call; the server's own validation gives the precise error.
+        return serde_json::json!({"type": "object", "properties": {}});
+    }
+    s.insert("type".into(), Value::String("object".into()));
+    if !matches!(s.get("properties"), Some(Value::Object(_))) {
+        s.insert("properties".into(), Value::Object(Map::new()));
+    }
+    if s.get("required").is_some_and(|r| !r.is_array()) {
+        s.remove("required");
+    }
+    Value::Object(s)
+}
+
+/// The first sentence of `text`, at most `max_chars` characters (cut on a character boundary,
+/// with `…`). Used for level-1 descriptions.
+///
+/// ```
+/// use mcp_bridge::names::first_sentence;
+/// assert_eq!(first_sentence("Adds two numbers. Returns the sum.", 100), "Adds two numbers.");
+/// assert_eq!(first_sentence("查询天气。返回温度", 100), "查询天气。");
+/// ```
+pub fn first_sentence(text: &str, max_chars: usize) -> String {
+    let text = text.trim();
+    let mut end = text.len();
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next_is_break = chars.peek().is_none_or(|(_, n)| n.is_whitespace());
+        let stop = match c {
+            '\n' => Some(i),
+            '。' | '！' | '？' => Some(i + c.len_utf8()),
+            '.' | '!' | '?' if next_is_break => Some(i + 1),
+            _ => None,
+        };
+        if let Some(e) = stop {
+            end = e;
+            break;
+        }
+    }
+    let sentence = text[..end].trim();
+    if sentence.chars().count() <= max_chars {
+        return sentence.to_string();
+    }
+    let mut cut: String = sentence.chars().take(max_chars.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn valid(n: &str) -> bool {
+        !n.is_empty()
+            && n.len() <= MAX_TOOL_NAME
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }
+
+    #[test]
+    fn m1_names_fit_the_provider_limit() {
+        for (s, t) in [
+            ("everything", "echo"),
+            ("服务", "工具"),
+            ("a".repeat(80).as_str(), "b"),
+            ("s", "c".repeat(200).as_str()),
+        ] {
+            let n = exposed_name(s, t);
+            assert!(valid(&n), "{n}");
+        }
+        assert_ne!(
+            exposed_name("s", &"c".repeat(200)),
+            exposed_name("s", &format!("{}d", "c".repeat(200)))
+        );
+    }
+
+    #[test]
+    fn m1_schema_without_parameters_is_normalised() {
+        let empty = Map::new();
+        assert_eq!(
+            normalize_schema(&empty),
+            json!({"type": "object", "properties": {}})
+        );
+        let only_type = json!({"type": "object", "$schema": "x"});
+        assert_eq!(
+            normalize_schema(only_type.as_object().unwrap()),
+            json!({"type": "object", "properties": {}})
+        );
+        let full = json!({"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]});
+        assert_eq!(normalize_schema(full.as_object().unwrap()), full);
+    }
+
+    #[test]
+    fn m3_first_sentence_is_short() {
+        assert_eq!(first_sentence("", 10), "");
+        assert_eq!(first_sentence("v1.2 is out. More", 50), "v1.2 is out.");
+        assert_eq!(first_sentence("line one\nline two", 50), "line one");
+        assert_eq!(first_sentence(&"é".repeat(300), 10).chars().count(), 10);
+    }
+}

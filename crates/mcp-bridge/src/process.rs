@@ -1,0 +1,250 @@
+//! The child process of one MCP server: a clean environment, its own process group, stderr into
+//! `tracing`, stdout checked line by line before rmcp reads it, and an end that leaves nothing
+//! behind.
+//!
+//! rmcp's own child-process transport inherits stderr, does not start the child in its own
+//! process group and ignores stdout lines that are not JSON, so the bridge spawns the
+//! [`tokio::process::Command`] itself and hands rmcp only a pair of byte streams
+//! (`transport-async-rw`): the JSON-RPC framing is still rmcp's.
+
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::oneshot;
+
+use crate::config::ServiceConfig;
+
+/// The only variables of the agent's environment a server gets (when set), so that `npx`, `uvx`
+/// or `node` can start; everything else comes from the service's `env`. The agent's API keys
+/// and other secrets are never passed on.
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TZ",
+];
+
+/// Largest JSON-RPC message (one stdout line) accepted from a server. A larger one breaks the
+/// protocol: the service goes to `error`.
+pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Longest stderr line kept for the log.
+const MAX_STDERR_LINE: usize = 4096;
+
+/// A spawned server.
+pub(crate) struct Spawned {
+    pub child: Child,
+    pub group: GroupGuard,
+    /// What rmcp reads: the server's stdout, JSON lines only.
+    pub reader: DuplexStream,
+    /// What rmcp writes: the server's stdin.
+    pub writer: ChildStdin,
+    /// Fires once when stdout carried something that is not a JSON-RPC message.
+    pub violation: oneshot::Receiver<String>,
+}
+
+/// Spawns `cfg`'s command in its own process group with a cleared environment.
+pub(crate) fn spawn(cfg: &ServiceConfig) -> std::io::Result<Spawned> {
+    let mut cmd = Command::new(&cfg.command);
+    cmd.args(&cfg.args)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    for key in INHERITED_ENV {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    cmd.envs(&cfg.env);
+    if let Some(dir) = &cfg.cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd.spawn()?;
+    let pid = child.id().ok_or_else(|| std::io::Error::other("child exited at once"))?;
+    let pgid = i32::try_from(pid).map_err(|_| std::io::Error::other("pid out of range"))?;
+    let group = GroupGuard { pgid, armed: true };
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(std::io::Error::other("child pipes missing"));
+    };
+    let service = cfg.name.clone();
+    tokio::spawn(log_stderr(service.clone(), stderr));
+    let (reader, forward) = tokio::io::duplex(256 * 1024);
+    let (vtx, violation) = oneshot::channel();
+    tokio::spawn(check_stdout(service, stdout, forward, vtx));
+    Ok(Spawned {
+        child,
+        group,
+        reader,
+        writer: stdin,
+        violation,
+    })
+}
+
+/// Every stderr line goes to the log, never into the protocol.
+async fn log_stderr(service: String, stderr: impl AsyncRead + Unpin) {
+    let mut lines = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match lines.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let end = buf.len().min(MAX_STDERR_LINE);
+                let text = String::from_utf8_lossy(&buf[..end]);
+                let text = text.trim_end();
+                if !text.is_empty() {
+                    tracing::info!(target: "mcp_bridge::server_stderr", service = %service, "{text}");
+                }
+            }
+        }
+    }
+}
+
+/// Forwards stdout to rmcp line by line, after checking that each line is JSON and not too long.
+/// The MCP stdio transport allows nothing else on stdout; on the first violation it reports it
+/// and stops forwarding (rmcp then sees the end of the stream).
+async fn check_stdout(
+    service: String,
+    stdout: impl AsyncRead + Unpin,
+    mut forward: DuplexStream,
+    violation: oneshot::Sender<String>,
+) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    let mut line: Vec<u8> = Vec::new();
+    let problem = loop {
+        line.clear();
+        match read_line_capped(&mut reader, &mut line, MAX_MESSAGE_BYTES).await {
+            Err(e) => {
+                tracing::debug!(service = %service, "stdout read error: {e}");
+                break None;
+            }
+            Ok(LineRead::Eof) => break None,
+            Ok(LineRead::TooLong) => {
+                break Some(format!(
+                    "sent a message larger than {} MiB on stdout",
+                    MAX_MESSAGE_BYTES / (1024 * 1024)
+                ));
+            }
+            Ok(LineRead::Line) => {}
+        }
+        let body = trim_line(&line);
+        if body.is_empty() {
+            continue;
+        }
+        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+            let sample = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+            break Some(format!(
+                "wrote output that is not a JSON-RPC message on stdout ({e}): {sample:?}"
+            ));
+        }
+        if forward.write_all(&line).await.is_err() {
+            break None;
+        }
+        if !line.ends_with(b"\n") && forward.write_all(b"\n").await.is_err() {
+            break None;
+        }
+    };
+    if let Some(p) = problem {
+        tracing::warn!(service = %service, "MCP server broke the protocol: {p}");
+        let _ = violation.send(p);
+    }
+    let _ = forward.shutdown().await;
+}
+
+fn trim_line(line: &[u8]) -> &[u8] {
+    let mut l = line;
+    while let Some((last, rest)) = l.split_last() {
+        if matches!(last, b'\n' | b'\r' | b' ' | b'\t') {
+            l = rest;
+        } else {
+            break;
+        }
+    }
+    l
+}
+
+enum LineRead {
+    Line,
+    Eof,
+    TooLong,
+}
+
+async fn read_line_capped<R: AsyncRead + Unpin>(
+    reader: &mut BufReader<R>,
+    out: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<LineRead> {
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(if out.is_empty() {
+                LineRead::Eof
+            } else {
+                LineRead::Line
+            });
+        }
+        let (take, done) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        if out.len() + take > cap {
+            return Ok(LineRead::TooLong);
+        }
+        out.extend_from_slice(&buf[..take]);
+        reader.consume(take);
+        if done {
+            return Ok(LineRead::Line);
+        }
+    }
+}
+
+/// The server's process group. Dropping the guard kills the whole group, so no path — a panic in
+/// a caller, a dropped bridge — leaves a server or its children (`npx` → `node`) running.
+#[derive(Debug)]
+pub(crate) struct GroupGuard {
+    pgid: i32,
+    armed: bool,
+}
+
+impl GroupGuard {
+    /// The process group id (= the server's pid).
+    pub fn pgid(&self) -> i32 {
+        self.pgid
+    }
+
+    fn signal(&self, sig: Signal) {
+        if let Err(e) = killpg(Pid::from_raw(self.pgid), sig)
+            && e != nix::errno::Errno::ESRCH
+        {
+            tracing::warn!(pgid = self.pgid, "killpg({sig}) failed: {e}");
+        }
+    }
+
+    /// Ends the server: SIGTERM to the group, up to `grace` for the server to exit, then SIGKILL
+    /// to the whole group (children that outlive their parent included), then reaps the server.
+    pub async fn terminate(mut self, child: &mut Child, grace: Duration) -> Option<ExitStatus> {
+        self.signal(Signal::SIGTERM);
+        let status = tokio::time::timeout(grace, child.wait()).await.ok();
+        self.signal(Signal::SIGKILL);
+        let status = match status {
+            Some(Ok(s)) => Some(s),
+            _ => child.wait().await.ok(),
+        };
+        self.armed = false;
+        status
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.signal(Signal::SIGKILL);
+        }
+    }
+}
