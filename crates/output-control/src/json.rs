@@ -36,15 +36,17 @@ pub enum JsonError {
 
 impl JsonError {
     fn from_serde(e: &serde_json::Error) -> Self {
+        // serde_json appends " at line L column C"; the position is reported separately.
+        let full = e.to_string();
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        let message = full.strip_suffix(&suffix).unwrap_or(&full).to_owned();
         if e.is_eof() {
-            JsonError::Truncated {
-                message: e.to_string(),
-            }
+            JsonError::Truncated { message }
         } else {
             JsonError::Malformed {
                 line: e.line(),
                 column: e.column(),
-                message: e.to_string(),
+                message,
             }
         }
     }

@@ -142,6 +142,7 @@ fn o1_malformed_json_names_position_and_fix() {
         other => panic!("expected Malformed, got {other:?}"),
     }
     assert!(e.to_string().contains("no trailing commas"));
+    assert_eq!(e.to_string().matches("line 1").count(), 1, "{e}");
 }
 
 #[test]
