@@ -1,0 +1,103 @@
+//! Shared by the integration tests: a panel over the offline scripted model.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use chat_panel::{AgentBackend, ChatPanel, PanelConfig, PanelServer};
+use messaging::MessageBus;
+use model_gateway::{OpenAiConfig, OpenAiModel};
+use serde_json::{Value, json};
+use testkit::{Reply, ScriptedServer};
+
+pub const OPTIONS: [&str; 3] = ["Deploy now", "Run the tests first", "Cancel"];
+pub const HOSTILE: [&str; 2] = ["<img src=x onerror=alert(1)>", "<script>alert(2)</script>"];
+
+/// The offline agent: on the first user message (or one saying "options") it asks with
+/// quick replies via send_message; "xss" sends hostile quick replies; "eleven" breaks the
+/// 10-item rule; after a tool result it says what happened; otherwise it echoes, streamed.
+pub fn demo_responder(body: &Value) -> Reply {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let users = messages.iter().filter(|m| m["role"] == "user").count();
+    let Some(last) = messages.last() else {
+        return Reply::text("(no messages)");
+    };
+    let call_id = format!("call_{}", messages.len());
+    let content = last["content"].as_str().unwrap_or_default().to_owned();
+    let send = |text: &str, replies: Vec<String>| {
+        let args = json!({"recipient": "user", "text": text, "quickReplies": replies});
+        Reply::tool_call(&call_id, "send_message", &args.to_string())
+    };
+    match last["role"].as_str() {
+        Some("tool") => {
+            let v: Value = serde_json::from_str(&content).unwrap_or(Value::Null);
+            if v["success"] == false {
+                Reply::text(&format!("The message was not sent: {}", v["error"].as_str().unwrap_or("unknown error")))
+            } else {
+                Reply::text("I sent you a question above: click an option, or type your own answer.")
+                    .shape(|s| s.delay = Duration::from_millis(2))
+            }
+        }
+        _ => {
+            let lower = content.to_lowercase();
+            if lower.contains("xss") {
+                send("Hostile options", HOSTILE.iter().map(|s| (*s).to_owned()).collect())
+            } else if lower.contains("eleven") {
+                send("Too many", (1..=11).map(|i| i.to_string()).collect())
+            } else if users == 1 || lower.contains("options") {
+                send("How should I continue with the release?", OPTIONS.iter().map(|s| (*s).to_owned()).collect())
+            } else {
+                Reply::text(&format!("You said: {content}")).shape(|s| {
+                    s.text_chunk = 3;
+                    s.delay = Duration::from_millis(2);
+                })
+            }
+        }
+    }
+}
+
+pub struct Fixture {
+    pub model: ScriptedServer,
+    pub panel: PanelServer,
+    pub bus: MessageBus,
+}
+
+impl Fixture {
+    pub fn url(&self) -> String {
+        self.panel.url()
+    }
+}
+
+pub async fn start_with(config: PanelConfig, responder: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Fixture {
+    let model = ScriptedServer::start().await;
+    model.respond_with(responder);
+    let mut cfg = OpenAiConfig::new("scripted");
+    cfg.base_url = model.base_url();
+    let llm = OpenAiModel::new(cfg).expect("model");
+    let bus = MessageBus::new();
+    let backend = AgentBackend::build(llm, bus.clone(), |b| b).expect("agent");
+    let panel = ChatPanel::new(backend, bus.clone(), config).serve("127.0.0.1:0").await.expect("serve");
+    Fixture { model, panel, bus }
+}
+
+pub async fn start() -> Fixture {
+    start_with(PanelConfig::default(), demo_responder).await
+}
+
+/// Parses an SSE body into (event, data) pairs.
+pub fn sse_events(body: &str) -> Vec<(String, Value)> {
+    body.replace("\r\n", "\n")
+        .split("\n\n")
+        .filter_map(|frame| {
+            let mut event = String::from("message");
+            let mut data = String::new();
+            for line in frame.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    event = v.trim_start().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                }
+            }
+            (!data.is_empty()).then(|| (event, serde_json::from_str(&data).unwrap_or(Value::String(data))))
+        })
+        .collect()
+}
