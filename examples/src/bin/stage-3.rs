@@ -1,0 +1,136 @@
+//! Stage 3 demo: 002's get_weather, end to end, in each call protocol (native function
+//! calling, the JSON decision of 002, the `<tool_action>` tags of 000), printing every step.
+//!
+//! With `OPENAI_API_KEY` / `OPENAI_BASE_URL` (and `OPENAI_MODEL`) set it talks to that
+//! provider. Without them it starts the scripted OpenAI-compatible server in-process as an
+//! offline demo model that decides like a model would (asks for get_weather while no tool result
+//! is in the request, then answers from the result it finds), and says so on the first line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::sync::Arc;
+
+use context_engine::{MemoryStore, SessionStore};
+use futures::StreamExt;
+use model_gateway::{OpenAiConfig, OpenAiModel};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use testkit::{Reply, ScriptedServer};
+use tool_system::{Agent, FnTool, LoopEvent, ProtocolKind, ToolContext};
+
+/// Arguments of get_weather.
+#[derive(Deserialize, JsonSchema)]
+struct WeatherArgs {
+    /// The city, e.g. "Beijing".
+    city: String,
+}
+
+/// What the offline demo model answers, from the request it gets.
+fn offline_model(body: &Value) -> Reply {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let system = messages.first().filter(|m| m["role"] == "system").and_then(|m| m["content"].as_str()).unwrap_or("");
+    let tool_result = messages.iter().rev().find_map(|m| {
+        let content = m["content"].as_str()?;
+        if m["role"] == "tool" {
+            Some(content.to_owned())
+        } else {
+            content.strip_prefix("[Tool result for get_weather]\n").map(str::to_owned)
+        }
+    });
+    let slow = |r: Reply| r.shape(|s| { s.text_chunk = 8; s.delay = std::time::Duration::from_millis(10); });
+    let answer = |result: &str| {
+        let v: Value = serde_json::from_str(result).unwrap_or(Value::Null);
+        format!("It is {}°C and {} in {}.", v["temp"], v["sky"].as_str().unwrap_or("?"), v["city"].as_str().unwrap_or("?"))
+    };
+    if body.get("tools").is_some() && !system.contains("<tool_action") {
+        // native function calling
+        return match tool_result {
+            None => Reply::tool_call("call_1", "get_weather", r#"{"city": "Beijing"}"#),
+            Some(r) => slow(Reply::text(answer(&r))),
+        };
+    }
+    if system.contains("<tool_action") {
+        return match tool_result {
+            None => slow(Reply::text("I need the current weather first. <tool_action name=\"get_weather\"><city value=\"Beijing\" /></tool_action>")),
+            Some(r) => slow(Reply::text(answer(&r))),
+        };
+    }
+    match tool_result {
+        None => Reply::text(r#"{"tool": "get_weather", "arguments": {"city": "Beijing"}}"#),
+        Some(r) => Reply::text(json!({"tool": null, "reply": answer(&r)}).to_string()),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (config, _offline) = match OpenAiConfig::from_env()? {
+        Some(cfg) => {
+            println!("Stage 3 demo: using the configured provider {} (model {})", cfg.base_url, cfg.model);
+            (cfg, None)
+        }
+        None => {
+            let server = ScriptedServer::start().await;
+            println!(
+                "Stage 3 demo: no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the offline scripted demo model at {}",
+                server.base_url()
+            );
+            server.respond_with(offline_model);
+            (OpenAiConfig::new("offline-demo").with_base_url(server.base_url()), Some(server))
+        }
+    };
+    let model = Arc::new(OpenAiModel::new(config)?);
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+
+    for (session, title, protocol) in [
+        ("demo-native", "native function calling (001)", ProtocolKind::Native),
+        ("demo-json", "JSON decision in the system prompt (002)", ProtocolKind::JsonDecision),
+        ("demo-tag", "<tool_action> tags, ReAct (000)", ProtocolKind::Tag),
+    ] {
+        println!("\n=== {title} ===");
+        let weather = FnTool::typed("get_weather", "Get current weather for a city", |a: WeatherArgs, _: ToolContext| async move {
+            Ok(json!({"city": a.city, "temp": 22, "sky": "sunny"}))
+        });
+        let agent = Agent::builder(Arc::clone(&model))
+            .tool(weather)
+            .system_prompt("You are a helpful assistant. Use tools when they help.")
+            .protocol(protocol)
+            .store(Arc::clone(&store))
+            .build()?;
+        println!("user: What's the weather in Beijing?");
+        let mut events = agent.run_stream(session, "What's the weather in Beijing?");
+        let mut in_text = false;
+        while let Some(event) = events.next().await {
+            match event {
+                LoopEvent::TextDelta(t) => {
+                    if !in_text {
+                        print!("model: ");
+                        in_text = true;
+                    }
+                    print!("{t}");
+                    std::io::stdout().flush()?;
+                    continue;
+                }
+                LoopEvent::ToolCallStarted { id, name, arguments } => println!("{}  -> tool call {name}({arguments}) [id {id}]", if in_text { "\n" } else { "" }),
+                LoopEvent::ToolResult { name, content, is_error, .. } => {
+                    println!("  <- {} from {name}: {content}", if is_error { "error" } else { "result" })
+                }
+                LoopEvent::Reprompted { correction } => println!("{}  (answer unreadable; asked again: {correction})", if in_text { "\n" } else { "" }),
+                LoopEvent::IterationLimitReached { iterations } => println!("\n  (stopped at the limit of {iterations} model calls)"),
+                LoopEvent::Finished(out) => println!(
+                    "{}final answer ({} protocol, {} model calls): {}",
+                    if in_text { "\n" } else { "" },
+                    out.protocol,
+                    out.iterations,
+                    out.answer
+                ),
+                LoopEvent::Failed(e) => println!("\nfailed: {e}"),
+                other => println!("{other:?}"),
+            }
+            in_text = false;
+        }
+        let stored = store.load(session).await?;
+        println!("session {session}: {} messages stored", stored.messages.len());
+    }
+    Ok(())
+}
