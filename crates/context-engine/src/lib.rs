@@ -44,6 +44,6 @@ pub use builder::{BuiltContext, ContextBuilder, ContextError, DropReason, Droppe
 pub use history::{History, Session};
 pub use store::{Durability, MemoryStore, SessionStore, SqliteStore, StoreError};
 pub use tokens::{
-    EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD,
-    TiktokenCounter, TokenCounter, TokenizerError, counter_for_model,
+    EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TiktokenCounter,
+    TokenCounter, TokenizerError, counter_for_model,
 };

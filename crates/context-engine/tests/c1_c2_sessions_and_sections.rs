@@ -17,7 +17,11 @@ fn every_kind() -> Vec<Message> {
             "Let me check.",
             vec![
                 ToolCall::new("call_1", "weather", json!({"city": "北京"})),
-                ToolCall::new("call_2", "weather", json!({"city": "Paris", "units": ["c"]})),
+                ToolCall::new(
+                    "call_2",
+                    "weather",
+                    json!({"city": "Paris", "units": ["c"]}),
+                ),
             ],
         ),
         Message::tool("call_1", "weather", r#"{"temp": 22}"#),
@@ -107,10 +111,16 @@ fn c2_empty_sections_are_omitted() {
         .section("mcp", "  \n")
         .section("memory", "remember X");
     assert_eq!(b.system_prompt(), "base\n\nremember X");
-    assert_eq!(ContextBuilder::new("").section("x", " ").system_prompt(), "");
+    assert_eq!(
+        ContextBuilder::new("").section("x", " ").system_prompt(),
+        ""
+    );
     // No base and no sections: no system message at all.
     let h = History::from_messages(Arc::new(EstimateCounter), vec![Message::user("hi")]);
-    let ctx = ContextBuilder::new("").section("tools", "").build(&h).unwrap();
+    let ctx = ContextBuilder::new("")
+        .section("tools", "")
+        .build(&h)
+        .unwrap();
     assert_eq!(ctx.messages, vec![Message::user("hi")]);
 }
 
@@ -124,7 +134,11 @@ async fn c2_sections_are_per_turn_and_never_stored_as_history() {
     h.extend(round);
 
     let base = ContextBuilder::new("base");
-    let turn1 = base.clone().section("mcp", "MCP: fs.read").build(&h).unwrap();
+    let turn1 = base
+        .clone()
+        .section("mcp", "MCP: fs.read")
+        .build(&h)
+        .unwrap();
     assert!(turn1.messages[0].content().contains("MCP: fs.read"));
 
     let round = [Message::assistant("answer 1"), Message::user("turn 2")];
@@ -138,5 +152,14 @@ async fn c2_sections_are_per_turn_and_never_stored_as_history() {
     assert_eq!(stored.len(), 3);
     assert_eq!(h.len(), 3);
     // The section's tokens are counted into the budget.
-    assert!(turn1.tokens > base.build(&History::from_messages(Arc::new(EstimateCounter), vec![Message::user("turn 1")])).unwrap().tokens);
+    assert!(
+        turn1.tokens
+            > base
+                .build(&History::from_messages(
+                    Arc::new(EstimateCounter),
+                    vec![Message::user("turn 1")]
+                ))
+                .unwrap()
+                .tokens
+    );
 }

@@ -51,9 +51,16 @@ fn c3_tiktoken_counts_known_openai_models_exactly() {
     assert_eq!(gpt4o.encoding_name(), "o200k_base");
     assert_eq!(gpt4.encoding_name(), "cl100k_base");
     for m in ["gpt-4.1-mini", "o3-mini", "o1", "openai/gpt-4o-mini"] {
-        assert_eq!(TiktokenCounter::for_model(m).unwrap().id(), "tiktoken/o200k_base", "{m}");
+        assert_eq!(
+            TiktokenCounter::for_model(m).unwrap().id(),
+            "tiktoken/o200k_base",
+            "{m}"
+        );
     }
-    assert_eq!(TiktokenCounter::for_model("gpt-3.5-turbo").unwrap().id(), "tiktoken/cl100k_base");
+    assert_eq!(
+        TiktokenCounter::for_model("gpt-3.5-turbo").unwrap().id(),
+        "tiktoken/cl100k_base"
+    );
     // The OpenAI cookbook's example, and a string where the two encodings differ.
     assert_eq!(gpt4o.count_text("tiktoken is great!"), 6);
     assert_eq!(gpt4.count_text("tiktoken is great!"), 6);
@@ -62,7 +69,10 @@ fn c3_tiktoken_counts_known_openai_models_exactly() {
     // Special-token text in a message is ordinary text, never a control token.
     assert_eq!(gpt4o.count_text("<|endoftext|>"), 7);
     // Framing: 3 per message + role + content.
-    assert_eq!(gpt4o.count_message(&Message::user("tiktoken is great!")), 3 + 1 + 6);
+    assert_eq!(
+        gpt4o.count_message(&Message::user("tiktoken is great!")),
+        3 + 1 + 6
+    );
 }
 
 #[test]
@@ -80,7 +90,11 @@ fn c3_unknown_models_fall_back_to_a_documented_estimate() {
     // The estimate errs high for English against the real tokenizer.
     let text = "The quick brown fox jumps over the lazy dog. ".repeat(50);
     let real = TiktokenCounter::o200k_base().unwrap().count_text(&text);
-    assert!(c.count_text(&text) >= real, "{} < {real}", c.count_text(&text));
+    assert!(
+        c.count_text(&text) >= real,
+        "{} < {real}",
+        c.count_text(&text)
+    );
 }
 
 #[test]
@@ -118,7 +132,9 @@ fn c3_cached_counts_equal_fresh_counts() {
     ];
     let mut h = History::new(counter.clone());
     h.extend(msgs.clone());
-    let b = ContextBuilder::new("base").with_counter(counter).with_budget(10_000);
+    let b = ContextBuilder::new("base")
+        .with_counter(counter)
+        .with_budget(10_000);
     assert_eq!(b.build(&h).unwrap(), b.build_messages(&msgs).unwrap());
 }
 
@@ -218,7 +234,10 @@ fn c3_message_bigger_than_the_budget_is_a_typed_error_when_pinned_and_dropped_ot
     let huge = "word ".repeat(10_000);
     // The newest user message is pinned: a typed error, no panic.
     let h = history(vec![Message::user("hi"), Message::user(&huge)]);
-    let err = ContextBuilder::new("sys").with_budget(500).build(&h).unwrap_err();
+    let err = ContextBuilder::new("sys")
+        .with_budget(500)
+        .build(&h)
+        .unwrap_err();
     let ContextError::PinnedOverBudget { needed, budget } = err.clone() else {
         panic!("{err:?}")
     };
@@ -227,7 +246,12 @@ fn c3_message_bigger_than_the_budget_is_a_typed_error_when_pinned_and_dropped_ot
     assert!(err.to_string().contains("raise the budget"));
     // The system prompt alone too big: same error.
     let h = history(vec![Message::user("hi")]);
-    assert!(ContextBuilder::new(&huge).with_budget(500).build(&h).is_err());
+    assert!(
+        ContextBuilder::new(&huge)
+            .with_budget(500)
+            .build(&h)
+            .is_err()
+    );
     // A huge older message is dropped, with everything older than it.
     let h = history(vec![
         Message::user("ancient"),
@@ -236,7 +260,10 @@ fn c3_message_bigger_than_the_budget_is_a_typed_error_when_pinned_and_dropped_ot
         Message::assistant("short"),
         Message::user("now"),
     ]);
-    let ctx = ContextBuilder::new("sys").with_budget(500).build(&h).unwrap();
+    let ctx = ContextBuilder::new("sys")
+        .with_budget(500)
+        .build(&h)
+        .unwrap();
     assert_eq!(ctx.kept, vec![2, 3, 4]);
     assert!(ctx.tokens <= 500);
     // Budget zero: an error, not a panic.
@@ -277,12 +304,19 @@ fn event() -> impl Strategy<Value = Event> {
 fn materialise(events: &[Event]) -> Vec<Message> {
     let mut out = Vec::new();
     for (n, e) in events.iter().enumerate() {
-        let text = |len: usize| "lorem ipsum 读 ".chars().cycle().take(len).collect::<String>();
+        let text = |len: usize| {
+            "lorem ipsum 读 "
+                .chars()
+                .cycle()
+                .take(len)
+                .collect::<String>()
+        };
         match e {
             Event::User(l) => out.push(Message::user(text(*l))),
-            Event::JsonLoopResult(l) => {
-                out.push(Message::user(format!("[Tool result for search]\n{}", text(*l))))
-            }
+            Event::JsonLoopResult(l) => out.push(Message::user(format!(
+                "[Tool result for search]\n{}",
+                text(*l)
+            ))),
             Event::Assistant(l) => out.push(Message::assistant(text(*l))),
             Event::System(l) => out.push(Message::system(text(*l))),
             Event::ToolRound {

@@ -78,7 +78,12 @@ async fn c4_killed_writer_loses_no_completed_round_and_leaves_no_partial_one() {
 
     for (attempt, kill_after) in [25usize, 41, 67].into_iter().enumerate() {
         let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child_writer", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash_child_writer",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(ENV, &path)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -114,10 +119,17 @@ async fn c4_killed_writer_loses_no_completed_round_and_leaves_no_partial_one() {
         let mut total_rounds = 0;
         for s in 0..SESSIONS {
             let msgs = store.load(&format!("s{s}")).await.unwrap().messages;
-            assert_eq!(msgs.len() % ROUND_LEN, 0, "partial round in s{s} (attempt {attempt})");
+            assert_eq!(
+                msgs.len() % ROUND_LEN,
+                0,
+                "partial round in s{s} (attempt {attempt})"
+            );
             let rounds = msgs.len() / ROUND_LEN;
             let need = acked.get(&s).copied().unwrap_or(0);
-            assert!(rounds >= need, "s{s}: {rounds} rounds stored, {need} acknowledged");
+            assert!(
+                rounds >= need,
+                "s{s}: {rounds} rounds stored, {need} acknowledged"
+            );
             for (r, chunk) in msgs.chunks(ROUND_LEN).enumerate() {
                 assert_eq!(chunk, round(s, r).as_slice(), "s{s} round {r}");
             }

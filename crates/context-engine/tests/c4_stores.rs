@@ -11,8 +11,14 @@ async fn contract(store: Arc<dyn SessionStore>) {
     store.create("b").await.unwrap();
     store.create("a").await.unwrap();
     assert_eq!(store.list().await.unwrap(), vec!["a", "b"]);
-    assert!(matches!(store.create("a").await, Err(StoreError::AlreadyExists { .. })));
-    assert!(matches!(store.create("").await, Err(StoreError::InvalidId { .. })));
+    assert!(matches!(
+        store.create("a").await,
+        Err(StoreError::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        store.create("").await,
+        Err(StoreError::InvalidId { .. })
+    ));
     assert_eq!(store.append("a", &[]).await.unwrap(), 0);
     assert_eq!(store.append("a", &[Message::user("1")]).await.unwrap(), 1);
     assert_eq!(
@@ -26,7 +32,10 @@ async fn contract(store: Arc<dyn SessionStore>) {
     assert!(store.load("b").await.unwrap().messages.is_empty());
     store.delete("a").await.unwrap();
     assert_eq!(store.list().await.unwrap(), vec!["b"]);
-    assert!(matches!(store.load("a").await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(
+        store.load("a").await,
+        Err(StoreError::NotFound { .. })
+    ));
     let s = store.load_or_create("c").await.unwrap();
     assert!(s.messages.is_empty());
     assert_eq!(store.list().await.unwrap(), vec!["b", "c"]);
@@ -40,7 +49,10 @@ async fn c4_memory_store_contract() {
 #[tokio::test]
 async fn c4_sqlite_store_contract() {
     let dir = tempfile::tempdir().unwrap();
-    contract(Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap())).await;
+    contract(Arc::new(
+        SqliteStore::open(dir.path().join("s.db")).unwrap(),
+    ))
+    .await;
 }
 
 #[tokio::test]
@@ -51,11 +63,20 @@ async fn c4_unknown_session_id_is_a_typed_error() {
         Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap()),
     ];
     for store in stores {
-        let e = store.append("nope", &[Message::user("x")]).await.unwrap_err();
+        let e = store
+            .append("nope", &[Message::user("x")])
+            .await
+            .unwrap_err();
         assert_eq!(e, StoreError::NotFound { id: "nope".into() });
         assert!(e.to_string().contains("create it first"));
-        assert!(matches!(store.load("nope").await, Err(StoreError::NotFound { .. })));
-        assert!(matches!(store.delete("nope").await, Err(StoreError::NotFound { .. })));
+        assert!(matches!(
+            store.load("nope").await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert!(matches!(
+            store.delete("nope").await,
+            Err(StoreError::NotFound { .. })
+        ));
         // Nothing was created by the failed append.
         assert!(store.list().await.unwrap().is_empty());
     }
@@ -77,7 +98,10 @@ async fn c4_sqlite_round_survives_reopen_with_both_durabilities() {
         let store = SqliteStore::open(&path).unwrap();
         let msgs = store.load("s").await.unwrap().messages;
         assert_eq!(msgs, vec![Message::user("q"), Message::assistant("a")]);
-        assert_eq!(store.append("s", &[Message::user("next")]).await.unwrap(), 3);
+        assert_eq!(
+            store.append("s", &[Message::user("next")]).await.unwrap(),
+            3
+        );
     }
 }
 
@@ -85,12 +109,20 @@ async fn c4_sqlite_round_survives_reopen_with_both_durabilities() {
 fn c4_corrupt_file_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("garbage.db");
-    std::fs::write(&path, b"this is not an SQLite database, just some text. ".repeat(200)).unwrap();
+    std::fs::write(
+        &path,
+        b"this is not an SQLite database, just some text. ".repeat(200),
+    )
+    .unwrap();
     let before = std::fs::read(&path).unwrap();
     let e = SqliteStore::open(&path).unwrap_err();
     assert!(matches!(e, StoreError::Corrupt { .. }), "{e:?}");
     assert!(e.to_string().contains("move it aside"), "{e}");
-    assert_eq!(std::fs::read(&path).unwrap(), before, "the file was modified");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file was modified"
+    );
 
     // A database of ours, truncated, or with its schema page overwritten.
     let ours = dir.path().join("ours.db");
@@ -126,10 +158,22 @@ fn c4_foreign_sqlite_file_is_refused_and_left_untouched() {
     }
     let before = std::fs::read(&path).unwrap();
     let e = SqliteStore::open(&path).unwrap_err();
-    assert!(matches!(e, StoreError::Foreign { application_id: 0, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            StoreError::Foreign {
+                application_id: 0,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("choose another path"));
     assert_eq!(std::fs::read(&path).unwrap(), before);
-    assert!(!dir.path().join("other-app.db-wal").exists(), "journal mode was changed");
+    assert!(
+        !dir.path().join("other-app.db-wal").exists(),
+        "journal mode was changed"
+    );
 
     // Another application's marker.
     let path = dir.path().join("marked.db");
@@ -138,7 +182,16 @@ fn c4_foreign_sqlite_file_is_refused_and_left_untouched() {
         conn.execute_batch("PRAGMA application_id = 1234;").unwrap();
     }
     let e = SqliteStore::open(&path).unwrap_err();
-    assert!(matches!(e, StoreError::Foreign { application_id: 1234, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            StoreError::Foreign {
+                application_id: 1234,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -153,7 +206,17 @@ fn c4_newer_schema_is_refused() {
         conn.execute_batch("PRAGMA user_version = 99;").unwrap();
     }
     let e = SqliteStore::open(&path).unwrap_err();
-    assert!(matches!(e, StoreError::NewerSchema { found: 99, supported: 1, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            StoreError::NewerSchema {
+                found: 99,
+                supported: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("upgrade context-engine"));
 }
 

@@ -81,6 +81,9 @@ impl SessionStore for MemoryStore {
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        self.lock().remove(id).map(|_| ()).ok_or_else(|| not_found(id))
+        self.lock()
+            .remove(id)
+            .map(|_| ())
+            .ok_or_else(|| not_found(id))
     }
 }

@@ -18,7 +18,9 @@ use crate::history::Session;
 #[non_exhaustive]
 pub enum StoreError {
     /// No session with this id.
-    #[error("session `{id}` does not exist; create it first with `SessionStore::create` (or use `load_or_create`)")]
+    #[error(
+        "session `{id}` does not exist; create it first with `SessionStore::create` (or use `load_or_create`)"
+    )]
     NotFound {
         /// The id asked for.
         id: String,
@@ -73,7 +75,9 @@ pub enum StoreError {
         supported: i64,
     },
     /// The file could not be opened or created.
-    #[error("cannot open session store `{path}`: {detail}; check that the directory exists and is writable")]
+    #[error(
+        "cannot open session store `{path}`: {detail}; check that the directory exists and is writable"
+    )]
     Open {
         /// The database file.
         path: PathBuf,
@@ -101,7 +105,9 @@ pub enum StoreError {
     },
     /// Any other database failure (disk full, I/O error, lock timeout…). The operation did not
     /// take effect.
-    #[error("session store failure: {detail}; nothing was written — check disk space and permissions, then retry")]
+    #[error(
+        "session store failure: {detail}; nothing was written — check disk space and permissions, then retry"
+    )]
     Database {
         /// SQLite's message.
         detail: String,

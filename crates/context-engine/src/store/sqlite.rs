@@ -166,7 +166,8 @@ fn open_connection(path: &Path, durability: Durability) -> Result<Connection, St
     };
     precheck_header(path)?;
     let conn = Connection::open(path).map_err(open_err)?;
-    conn.busy_timeout(Duration::from_secs(5)).map_err(open_err)?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(open_err)?;
 
     // Recognise the file before touching it.
     let app_id: i64 = conn
@@ -252,7 +253,9 @@ fn precheck_header(path: &Path) -> Result<(), StoreError> {
     }
     let mut magic = [0u8; 16];
     if file.read_exact(&mut magic).is_err() || &magic != b"SQLite format 3\0" {
-        return Err(corrupt("file is not a database: the SQLite header is missing"));
+        return Err(corrupt(
+            "file is not a database: the SQLite header is missing",
+        ));
     }
     if len < 512 {
         return Err(corrupt("the file is truncated (shorter than one page)"));
