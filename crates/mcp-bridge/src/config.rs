@@ -232,6 +232,21 @@ impl ServiceUpdate {
         self.call_timeout = Some(t);
         self
     }
+    /// Set the command.
+    pub fn command(mut self, c: impl Into<String>) -> Self {
+        self.command = Some(c.into());
+        self
+    }
+    /// Replace the environment.
+    pub fn env<I, K, V>(mut self, env: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.env = Some(env.into_iter().map(|(k, v)| (k.into(), v.into())).collect());
+        self
+    }
     /// Set the arguments.
     pub fn args<I, S>(mut self, args: I) -> Self
     where

@@ -300,7 +300,7 @@ fn name_after(lower: &str, from: usize) -> Option<(String, usize, bool)> {
         (n.to_string(), n.len())
     } else {
         let stop = rest.find("工具")?;
-        let candidate = &rest[..stop];
+        let candidate = rest[..stop].trim_end();
         if candidate.is_empty()
             || candidate.chars().count() > 20
             || candidate

@@ -24,6 +24,7 @@ pub mod inject;
 pub mod intent;
 pub mod names;
 pub mod process;
+pub mod protocol;
 
 pub use bridge::{
     DEFAULT_MAX_RESULT_BYTES, DESCRIBE_TOOL, McpBridge, McpTool, ServiceInfo, ServiceStatus,
@@ -31,4 +32,5 @@ pub use bridge::{
 pub use config::{ConfigFile, ServiceConfig, ServiceUpdate};
 pub use error::BridgeError;
 pub use inject::SECTION_NAME;
+pub use protocol::ToolCallProtocol;
 pub use intent::{Intent, IntentChain, IntentRecognizer, McpIntent, McpTrigger};

@@ -1,0 +1,91 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mcp_bridge::ServiceConfig;
+
+/// Our own misbehaving rmcp server.
+pub const SERVER: &str = env!("CARGO_BIN_EXE_misbehaving-mcp-server");
+
+/// A service running our test server with `args`.
+pub fn own(name: &str, args: &[&str]) -> ServiceConfig {
+    ServiceConfig::new(name, SERVER)
+        .with_args(args.iter().copied())
+        .with_call_timeout(Duration::from_secs(10))
+        .with_startup_timeout(Duration::from_secs(10))
+}
+
+/// The JS entry of @modelcontextprotocol/server-everything: `MCP_SERVER_EVERYTHING`, else the
+/// install location of `crates/mcp-bridge/install-test-deps.sh`. Fails when missing.
+pub fn everything_entry() -> String {
+    let path = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(
+            ".cache/llm-toolkit/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        )
+    });
+    assert!(
+        path.is_file(),
+        "@modelcontextprotocol/server-everything is not installed at {} — run `cargo xtask test`, which installs it (or crates/mcp-bridge/install-test-deps.sh)",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
+/// A service running server-everything over stdio with node.
+pub fn everything(name: &str) -> ServiceConfig {
+    ServiceConfig::new(name, "node")
+        .with_args([everything_entry(), "stdio".to_string()])
+        .with_call_timeout(Duration::from_secs(20))
+        .with_startup_timeout(Duration::from_secs(30))
+}
+
+/// Live (non-zombie) processes in process group `pgid`, from /proc.
+pub fn live_in_group(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...; comm may hold spaces, so split after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2].parse::<i32>() == Ok(pgid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits up to 5 s for the group to be empty; panics with what is left.
+pub async fn assert_group_gone(pgid: i32) {
+    for _ in 0..50 {
+        if live_in_group(pgid).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "process group {pgid} still has live processes: {:?}",
+        live_in_group(pgid)
+    );
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "mcp_bridge=info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}

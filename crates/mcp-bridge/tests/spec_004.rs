@@ -1,0 +1,695 @@
+//! Every scenario of spec 004 (M1–M6), against our own rmcp test server over stdio, plus the
+//! misbehaving-server cases. Each test ends with no process left behind.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{SERVER, assert_group_gone, init_tracing, live_in_group, own};
+use mcp_bridge::intent::{IntentChain, KeywordRecognizer, McpRecognizer};
+use mcp_bridge::{
+    BridgeError, DESCRIBE_TOOL, Intent, McpBridge, McpTrigger, ServiceConfig, ServiceStatus,
+    ServiceUpdate, ToolCallProtocol,
+};
+use model_gateway::{
+    ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message,
+    ModelInfo, async_trait, response_stream,
+};
+use serde_json::{Value, json};
+use tool_system::{Agent, ProtocolKind, ToolErrorKind, ToolProvider};
+
+async fn started(cfgs: Vec<ServiceConfig>) -> McpBridge {
+    init_tracing();
+    let b = McpBridge::new();
+    for c in cfgs {
+        let name = c.name.clone();
+        b.register(c).unwrap();
+        b.start(&name).await.unwrap();
+    }
+    b
+}
+
+async fn stop_and_check(b: &McpBridge, name: &str) {
+    let pid = b.pid(name);
+    b.stop(name).await.unwrap();
+    assert_eq!(b.status(name).unwrap(), ServiceStatus::Stopped);
+    if let Some(pid) = pid {
+        assert_group_gone(pid).await;
+    }
+}
+
+// ---------------------------------------------------------------- M1 discovery
+
+#[tokio::test]
+async fn m1_running_service_tools_listed() {
+    let b = started(vec![own("misb", &[])]).await;
+    let tools = b.tools().await;
+    let names: Vec<_> = tools.iter().map(|t| t.exposed_name.as_str()).collect();
+    assert!(names.contains(&"misb__echo"), "{names:?}");
+    assert!(names.contains(&"misb__add"));
+    let echo = tools.iter().find(|t| t.name == "echo").unwrap();
+    assert!(echo.description.starts_with("Echoes the message back"));
+    // The provider view (what the tool loop sees) has the same tools plus the describe step.
+    let specs = ToolProvider::list(&b).await;
+    assert!(specs.iter().any(|s| s.name == "misb__echo"));
+    assert!(specs.iter().any(|s| s.name == DESCRIBE_TOOL));
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m1_stopped_service_tools_not_listed() {
+    let b = started(vec![own("up", &[]), own("down", &[])]).await;
+    stop_and_check(&b, "down").await;
+    let tools = b.tools().await;
+    assert!(!tools.is_empty());
+    assert!(tools.iter().all(|t| t.service == "up"));
+    b.stop("up").await.unwrap();
+    assert!(b.tools().await.is_empty());
+    assert!(ToolProvider::list(&b).await.is_empty());
+}
+
+#[tokio::test]
+async fn m1_error_service_tools_not_listed() {
+    let b = started(vec![own("up", &[]), own("bad", &[])]).await;
+    let pid = b.pid("bad").unwrap();
+    let _ = b.call("bad__crash", json!({})).await;
+    assert!(matches!(b.status("bad").unwrap(), ServiceStatus::Error(_)));
+    assert!(b.tools().await.iter().all(|t| t.service == "up"));
+    assert_group_gone(pid).await;
+    stop_and_check(&b, "up").await;
+}
+
+#[tokio::test]
+async fn m1_schema_without_parameters_is_normalised() {
+    let b = started(vec![own("misb", &[])]).await;
+    let tools = b.tools().await;
+    for name in ["ping", "fail"] {
+        let t = tools.iter().find(|t| t.name == name).unwrap();
+        assert_eq!(t.input_schema, json!({"type": "object", "properties": {}}));
+    }
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m1_same_tool_name_in_two_services_does_not_collide() {
+    let b = started(vec![own("alpha", &[]), own("beta", &[])]).await;
+    let tools = b.tools().await;
+    let echoes: Vec<_> = tools.iter().filter(|t| t.name == "echo").collect();
+    assert_eq!(echoes.len(), 2);
+    assert_ne!(echoes[0].exposed_name, echoes[1].exposed_name);
+    let mut all: Vec<_> = tools.iter().map(|t| t.exposed_name.clone()).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), tools.len());
+    for n in &all {
+        assert!(n.len() <= 64 && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+    }
+    // Each exposed name reaches its own service.
+    let a = b.call("alpha__echo", json!({"message": "a"})).await.unwrap();
+    let z = b.call("beta__echo", json!({"message": "b"})).await.unwrap();
+    assert_eq!((a, z), (json!("Echo: a"), json!("Echo: b")));
+    // The bare name is ambiguous with two services: not found rather than a guess.
+    let e = b.call("echo", json!({"message": "x"})).await.unwrap_err();
+    assert_eq!(e.kind, ToolErrorKind::NotFound);
+    stop_and_check(&b, "alpha").await;
+    stop_and_check(&b, "beta").await;
+}
+
+#[tokio::test]
+async fn m1_tool_list_changed_refreshes_the_cache() {
+    let b = started(vec![own("misb", &[])]).await;
+    assert!(!b.tools().await.iter().any(|t| t.name == "weather"));
+    b.call("misb__add_tool", json!({"name": "weather"})).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if b.tools().await.iter().any(|t| t.exposed_name == "misb__weather") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "tools/list_changed not picked up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(b.call("misb__weather", json!({})).await.unwrap(), json!("weather ran"));
+    stop_and_check(&b, "misb").await;
+}
+
+// ---------------------------------------------------------------- M2 intent
+
+fn weather_and_files() -> Vec<ServiceConfig> {
+    vec![
+        ServiceConfig::new("weather", "x").with_trigger_keywords(["天气", "Weather", "forecast"]),
+        ServiceConfig::new("files", "x").with_trigger_keywords(["文件", "file", "目录"]),
+        ServiceConfig::new("plain", "x"),
+    ]
+}
+
+fn chain_with(b_tools: &[mcp_bridge::McpTool]) -> IntentChain {
+    IntentChain::standard(McpRecognizer::new(&weather_and_files(), b_tools))
+}
+
+#[test]
+fn m2_explicit_chinese_call_detected() {
+    let chain = chain_with(&[]);
+    for (msg, tool) in [
+        ("用 echo 工具 回显一下你好", "echo"),
+        ("请用get_sum工具算一下", "get_sum"),
+        ("调用 search 查一下北京", "search"),
+        ("帮我调用一下 translate", "translate"),
+        ("使用 echo 工具", "echo"),
+        ("用 回显 工具", "回显"),
+    ] {
+        match chain.recognize(msg) {
+            Intent::Mcp(m) => {
+                assert_eq!(m.tool.as_deref(), Some(tool), "{msg}");
+                assert!(matches!(m.trigger, McpTrigger::Explicit(_)));
+            }
+            other => panic!("{msg}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn m2_explicit_english_call_detected() {
+    let chain = chain_with(&[]);
+    for (msg, tool) in [
+        ("Please use the echo tool to repeat this", "echo"),
+        ("use get-sum tool with 1 and 2", "get-sum"),
+        ("Could you call the Echo tool?", "Echo"),
+    ] {
+        match chain.recognize(msg) {
+            Intent::Mcp(m) => assert_eq!(m.tool.as_deref(), Some(tool), "{msg}"),
+            other => panic!("{msg}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn m2_call_names_a_known_tool() {
+    let b = started(vec![own("misb", &[])]).await;
+    let chain = IntentChain::standard(b.recognizer().await);
+    match chain.recognize("call echo with hello") {
+        Intent::Mcp(m) => {
+            assert_eq!(m.tool.as_deref(), Some("echo"));
+            assert_eq!(m.service.as_deref(), Some("misb"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match chain.recognize("使用 misb__add 算 1+2") {
+        Intent::Mcp(m) => assert_eq!(m.tool.as_deref(), Some("misb__add")),
+        other => panic!("{other:?}"),
+    }
+    // "call" + an unknown word is ordinary English, not a tool call.
+    assert_eq!(chain.recognize("call me later"), Intent::Normal);
+    stop_and_check(&b, "misb").await;
+}
+
+#[test]
+fn m2_trigger_keyword_maps_to_service() {
+    let chain = chain_with(&[]);
+    for (msg, svc) in [
+        ("明天北京天气怎么样", "weather"),
+        ("What's the WEATHER like?", "weather"),
+        ("列出这个目录", "files"),
+        ("open the FILE please", "files"),
+    ] {
+        match chain.recognize(msg) {
+            Intent::Mcp(m) => {
+                assert_eq!(m.service.as_deref(), Some(svc), "{msg}");
+                assert!(m.tool.is_none());
+                assert!(matches!(m.trigger, McpTrigger::Keyword(_)));
+            }
+            other => panic!("{msg}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn m2_many_keywords_matched_in_one_pass() {
+    // 2,000 services with 5 keywords each: one automaton, one pass over the message.
+    let services: Vec<ServiceConfig> = (0..2000)
+        .map(|i| {
+            ServiceConfig::new(format!("svc{i}"), "x")
+                .with_trigger_keywords((0..5).map(|k| format!("kw{i}x{k}")))
+        })
+        .collect();
+    let r = McpRecognizer::new(&services, &[]);
+    let chain = IntentChain::new().with(r);
+    match chain.recognize("please handle KW1999X4 today") {
+        Intent::Mcp(m) => assert_eq!(m.service.as_deref(), Some("svc1999")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(chain.recognize("nothing here"), Intent::Normal);
+}
+
+#[test]
+fn m2_no_match_falls_through_to_memory_hitl_normal() {
+    let chain = chain_with(&[]);
+    assert_eq!(chain.recognize("请记住我喜欢喝茶"), Intent::Memory);
+    assert_eq!(chain.recognize("Remember that I like tea"), Intent::Memory);
+    assert_eq!(chain.recognize("我要转人工"), Intent::Hitl);
+    assert_eq!(chain.recognize("let me talk to a human"), Intent::Hitl);
+    assert_eq!(chain.recognize("你好，今天过得怎么样"), Intent::Normal);
+    // Words that contain a verb are not calls: 用户 (user), because, 使用说明.
+    assert_eq!(chain.recognize("用户说明书在哪里"), Intent::Normal);
+    assert_eq!(chain.recognize("because it rains"), Intent::Normal);
+    assert_eq!(chain.recognize("查看使用说明"), Intent::Normal);
+    // A custom recogniser plugs into the chain.
+    let custom = IntentChain::new()
+        .with(KeywordRecognizer::new(["紧急"], Intent::Hitl))
+        .with(KeywordRecognizer::memory());
+    assert_eq!(custom.recognize("紧急情况"), Intent::Hitl);
+}
+
+// ---------------------------------------------------------------- M3 injection
+
+#[tokio::test]
+async fn m3_mcp_intent_injects_level1_only() {
+    let b = started(vec![own("misb", &[]).with_trigger_keywords(["回显"])]).await;
+    let chain = IntentChain::standard(b.recognizer().await);
+    let intent = chain.recognize("用 echo 工具 说你好");
+    let section = b.prompt_section(&intent).await.unwrap();
+    assert!(section.contains("- misb__echo: Echoes the message back."), "{section}");
+    assert!(!section.contains("Useful to test"), "only one sentence: {section}");
+    assert!(!section.contains("misb__add"), "only the matching tool: {section}");
+    for schema_word in ["\"properties\"", "\"required\"", "\"type\""] {
+        assert!(!section.contains(schema_word), "no schema: {section}");
+    }
+    // A keyword intent gets every tool of that service, still level 1.
+    let by_kw = b.prompt_section(&chain.recognize("帮我回显")).await.unwrap();
+    assert!(by_kw.contains("misb__add: Adds two numbers"));
+    assert!(!by_kw.contains("\"properties\""));
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m3_non_mcp_intent_injects_nothing() {
+    let b = started(vec![own("misb", &[])]).await;
+    for intent in [Intent::Normal, Intent::Memory, Intent::Hitl] {
+        assert_eq!(b.prompt_section(&intent).await, None);
+    }
+    let chain = IntentChain::standard(b.recognizer().await);
+    assert_eq!(b.prompt_section(&chain.recognize("你好")).await, None);
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m3_full_schema_reachable_when_calling() {
+    let b = started(vec![own("misb", &[])]).await;
+    // Level 2 on demand: the describe step.
+    let d = b.call(DESCRIBE_TOOL, json!({"name": "misb__add"})).await.unwrap();
+    assert_eq!(d["parameters"]["required"], json!(["a", "b"]));
+    // A call with missing arguments answers with the schema.
+    let e = b.call("misb__add", json!({"a": 1})).await.unwrap_err();
+    assert_eq!(e.kind, ToolErrorKind::InvalidArguments);
+    assert!(e.message.contains("`b`") && e.message.contains("\"required\""), "{}", e.message);
+    stop_and_check(&b, "misb").await;
+}
+
+// ---------------------------------------------------------------- M4 execution
+
+#[tokio::test]
+async fn m4_call_runs_over_stdio_and_result_is_injected() {
+    let b = started(vec![own("misb", &[])]).await;
+    let v = b.call("misb__echo", json!({"message": "你好"})).await.unwrap();
+    assert_eq!(v, json!("Echo: 你好"));
+    // Structured content comes back as JSON.
+    let s = b.call("misb__add", json!({"a": 2, "b": 3.5})).await.unwrap();
+    assert_eq!(s, json!({"sum": 5.5}));
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m4_service_not_running_gives_friendly_message() {
+    let b = started(vec![own("misb", &[])]).await;
+    stop_and_check(&b, "misb").await;
+    let e = b.call("misb__echo", json!({"message": "x"})).await.unwrap_err();
+    assert_eq!(e.kind, ToolErrorKind::Unavailable);
+    assert!(e.message.contains("not running") && e.message.contains("misb"), "{}", e.message);
+    // Start again: the conversation goes on.
+    b.start("misb").await.unwrap();
+    assert_eq!(b.call("misb__echo", json!({"message": "y"})).await.unwrap(), json!("Echo: y"));
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m4_timeout_ends_the_call_and_the_server_stays_up() {
+    let cfg = own("misb", &[]).with_call_timeout(Duration::from_millis(400));
+    let b = started(vec![cfg]).await;
+    let t0 = Instant::now();
+    let e = b.call("misb__sleep", json!({"ms": 5000})).await.unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert_eq!(e.kind, ToolErrorKind::Timeout);
+    assert!(e.message.contains("timed out"), "{}", e.message);
+    // A slow tool on a responsive server: the server stays running, the next call works.
+    assert_eq!(b.status("misb").unwrap(), ServiceStatus::Running);
+    assert_eq!(b.call("misb__ping", json!({})).await.unwrap(), json!("pong"));
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m4_hung_server_is_killed_and_marked_error() {
+    let cfg = own("misb", &[]).with_call_timeout(Duration::from_millis(500));
+    let b = started(vec![cfg]).await;
+    let pid = b.pid("misb").unwrap();
+    let t0 = Instant::now();
+    let e = b.call("misb__freeze", json!({})).await.unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    assert_eq!(e.kind, ToolErrorKind::Timeout);
+    assert!(e.message.contains("stopped answering"), "{}", e.message);
+    match b.status("misb").unwrap() {
+        ServiceStatus::Error(why) => assert!(why.contains("did not answer"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_group_gone(pid).await;
+    let next = b.call("misb__echo", json!({"message": "x"})).await.unwrap_err();
+    assert_eq!(next.kind, ToolErrorKind::Unavailable);
+    assert!(next.message.contains("not running"));
+}
+
+#[tokio::test]
+async fn m4_crash_mid_call_is_reported_and_status_is_error() {
+    let b = started(vec![own("misb", &[])]).await;
+    let pid = b.pid("misb").unwrap();
+    let e = b.call("misb__crash", json!({})).await.unwrap_err();
+    assert_eq!(e.kind, ToolErrorKind::Crashed);
+    assert!(e.message.contains("exited"), "{}", e.message);
+    match b.status("misb").unwrap() {
+        ServiceStatus::Error(why) => assert!(why.contains("exit status: 3"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_group_gone(pid).await;
+    // Restart brings it back.
+    b.restart("misb").await.unwrap();
+    assert_eq!(b.call("misb__ping", json!({})).await.unwrap(), json!("pong"));
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m4_garbage_on_stdout_breaks_the_protocol_clearly() {
+    let b = started(vec![own("misb", &[])]).await;
+    let pid = b.pid("misb").unwrap();
+    let t0 = Instant::now();
+    let e = b.call("misb__garbage", json!({})).await.unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(8), "no waiting for the timeout");
+    assert_eq!(e.kind, ToolErrorKind::Crashed);
+    assert!(e.message.contains("not a JSON-RPC message"), "{}", e.message);
+    assert!(matches!(b.status("misb").unwrap(), ServiceStatus::Error(_)));
+    assert_group_gone(pid).await;
+}
+
+#[tokio::test]
+async fn m4_garbage_during_startup_fails_the_start() {
+    init_tracing();
+    let b = McpBridge::new();
+    b.register(own("misb", &["--garbage-at-start"])).unwrap();
+    let e = b.start("misb").await.unwrap_err();
+    assert!(matches!(e, BridgeError::StartFailed { .. }));
+    match b.status("misb").unwrap() {
+        ServiceStatus::Error(why) => assert!(why.contains("not a JSON-RPC message"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(b.pid("misb").is_none());
+}
+
+#[tokio::test]
+async fn m4_huge_result_is_capped_with_a_note() {
+    let b = started(vec![own("misb", &[])]).await;
+    b.set_max_result_bytes(64 * 1024);
+    let v = b.call("misb__huge", json!({"bytes": 10 * 1024 * 1024})).await.unwrap();
+    let s = v.as_str().unwrap();
+    assert!(s.len() < 65 * 1024, "{}", s.len());
+    assert!(s.contains("result truncated") && s.contains("10485760 bytes"), "{}", &s[s.len() - 120..]);
+    assert_eq!(b.status("misb").unwrap(), ServiceStatus::Running);
+    assert_eq!(b.call("misb__ping", json!({})).await.unwrap(), json!("pong"));
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m4_slow_start_within_the_limit_runs() {
+    let b = started(vec![own("slow", &["--startup-delay-ms", "1200"])]).await;
+    assert_eq!(b.status("slow").unwrap(), ServiceStatus::Running);
+    assert_eq!(b.call("slow__ping", json!({})).await.unwrap(), json!("pong"));
+    stop_and_check(&b, "slow").await;
+}
+
+/// Pids whose command line contains `needle` (NUL-separated arguments).
+fn pids_with_cmdline(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if let Ok(c) = std::fs::read(format!("/proc/{pid}/cmdline"))
+            && String::from_utf8_lossy(&c).contains(needle)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn m4_slow_start_past_the_limit_is_an_error_and_leaves_nothing() {
+    init_tracing();
+    let b = McpBridge::new();
+    b.register(
+        own("slow", &["--spawn-grandchild", "--startup-delay-ms", "30007"])
+            .with_startup_timeout(Duration::from_millis(800)),
+    )
+    .unwrap();
+    let watcher = tokio::spawn(async {
+        for _ in 0..100 {
+            if let Some(pid) = pids_with_cmdline("30007").first() {
+                return Some(*pid);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
+    });
+    let t0 = Instant::now();
+    let e = b.start("slow").await.unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(e.to_string().contains("800 ms"), "{e}");
+    assert!(matches!(b.status("slow").unwrap(), ServiceStatus::Error(_)));
+    let pid = watcher.await.unwrap().expect("the server was seen running");
+    assert_group_gone(pid).await;
+    assert!(pids_with_cmdline("30007").iter().all(|p| live_in_group(*p).is_empty()));
+}
+
+#[tokio::test]
+async fn m4_stop_leaves_no_process_behind_including_grandchildren() {
+    let b = started(vec![own("npx-like", &["--spawn-grandchild"])]).await;
+    let pid = b.pid("npx-like").unwrap();
+    // The server and its `sleep 600` child share the group.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while live_in_group(pid).len() < 2 {
+        assert!(Instant::now() < deadline, "grandchild not seen: {:?}", live_in_group(pid));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_and_check(&b, "npx-like").await;
+    assert!(live_in_group(pid).is_empty());
+}
+
+#[tokio::test]
+async fn m4_dropping_the_bridge_kills_the_group() {
+    let b = started(vec![own("dropped", &["--spawn-grandchild"])]).await;
+    let pid = b.pid("dropped").unwrap();
+    drop(b);
+    assert_group_gone(pid).await;
+}
+
+#[tokio::test]
+async fn m4_is_error_result_becomes_failed_with_server_text() {
+    let b = started(vec![own("misb", &[])]).await;
+    let e = b.call("misb__fail", json!({})).await.unwrap_err();
+    assert_eq!(e.kind, ToolErrorKind::Failed);
+    assert!(e.message.contains("the widget is broken"), "{}", e.message);
+    assert_eq!(e.to_model_json()["success"], false);
+    assert_eq!(b.status("misb").unwrap(), ServiceStatus::Running);
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m4_child_gets_only_its_configured_environment() {
+    // SAFETY-free: set_var is unsafe in edition 2024, so the secret is passed via a var that the
+    // test runner already has: HOME is inherited on purpose, CARGO_* are not.
+    assert!(std::env::var("CARGO_MANIFEST_DIR").is_ok() || std::env::var("CARGO").is_ok());
+    let cfg = own("misb", &[]).with_env("MY_SETTING", "42");
+    let b = started(vec![cfg]).await;
+    let get = |n: &'static str| {
+        let b = b.clone();
+        async move { b.call("misb__env", json!({"name": n})).await.unwrap() }
+    };
+    assert_eq!(get("MY_SETTING").await, json!("42"));
+    assert_ne!(get("PATH").await, json!("<unset>"));
+    assert_eq!(get("CARGO").await, json!("<unset>"));
+    assert_eq!(get("CARGO_MANIFEST_DIR").await, json!("<unset>"));
+    assert_eq!(get("RUST_TEST_THREADS").await, json!("<unset>"));
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m4_unknown_command_is_a_start_error_not_a_panic() {
+    init_tracing();
+    let b = McpBridge::new();
+    b.register(ServiceConfig::new("nope", "/nonexistent/mcp-server")).unwrap();
+    let e = b.start("nope").await.unwrap_err();
+    assert!(e.to_string().contains("cannot run"), "{e}");
+    assert!(matches!(b.status("nope").unwrap(), ServiceStatus::Error(_)));
+    let c = b.call("nope__echo", json!({})).await.unwrap_err();
+    assert_eq!(c.kind, ToolErrorKind::Unavailable);
+}
+
+// ---------------------------------------------------------------- M5 configuration
+
+#[tokio::test]
+async fn m5_register_update_remove_persist_with_defaults() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mcp.json");
+    let b = McpBridge::with_config_file(&path).unwrap();
+    b.register(own("misb", &[])).unwrap();
+    assert!(matches!(b.register(own("misb", &[])), Err(BridgeError::AlreadyRegistered(_))));
+    let info = &b.services()[0];
+    assert_eq!(info.config.description(), "misb");
+    assert!(info.config.trigger_keywords.is_empty());
+    assert_eq!(info.status, ServiceStatus::Stopped);
+
+    b.update("misb", ServiceUpdate::default().description("Echo and maths").trigger_keywords(["回显"]))
+        .await
+        .unwrap();
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(saved["mcpServers"]["misb"]["command"], SERVER);
+    assert_eq!(saved["mcpServers"]["misb"]["description"], "Echo and maths");
+    assert_eq!(saved["mcpServers"]["misb"]["trigger_keywords"], json!(["回显"]));
+
+    // A new bridge on the same file sees the same services; the keyword works at once.
+    let again = McpBridge::with_config_file(&path).unwrap();
+    assert_eq!(again.services()[0].config.description(), "Echo and maths");
+    again.start("misb").await.unwrap();
+    let intent = IntentChain::standard(again.recognizer().await).recognize("请回显");
+    assert!(matches!(&intent, Intent::Mcp(m) if m.service.as_deref() == Some("misb")));
+    // The section uses the service description only where a tool has none; tools have theirs.
+    assert!(again.prompt_section(&intent).await.unwrap().contains("misb__echo"));
+    let pid = again.pid("misb").unwrap();
+    again.remove("misb").await.unwrap();
+    assert_group_gone(pid).await;
+    assert!(again.services().is_empty());
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(saved["mcpServers"], json!({}));
+    assert!(matches!(again.status("misb"), Err(BridgeError::UnknownService(_))));
+}
+
+#[tokio::test]
+async fn m5_update_of_a_running_service_restarts_it() {
+    let b = started(vec![own("misb", &[])]).await;
+    let old = b.pid("misb").unwrap();
+    b.update(
+        "misb",
+        ServiceUpdate::default().env([("MY_SETTING", "7")]),
+    )
+    .await
+    .unwrap();
+    assert_group_gone(old).await;
+    assert_eq!(b.call("misb__env", json!({"name": "MY_SETTING"})).await.unwrap(), json!("7"));
+    stop_and_check(&b, "misb").await;
+}
+
+// ---------------------------------------------------------------- M6 wire format, through the tool loop
+
+/// Stands in for a model: answers with 004's `tool_call` JSON for each of `calls` in turn (one
+/// per round), then replies with every `tool` message it got.
+struct Scripted {
+    calls: Vec<Value>,
+}
+
+#[async_trait]
+impl ChatModel for Scripted {
+    fn info(&self) -> ModelInfo {
+        ModelInfo::new("scripted", false)
+    }
+    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+        let results: Vec<String> = req
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { name, content, .. } => Some(format!("{name} said: {content}")),
+                _ => None,
+            })
+            .collect();
+        let text = match self.calls.get(results.len()) {
+            Some(call) => json!({"tool_call": call}).to_string(),
+            None => json!({"tool_call": null, "reply": results.join("\n")}).to_string(),
+        };
+        Ok(ChatResponse::new(text, vec![], FinishReason::Stop, None))
+    }
+    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> {
+        Ok(response_stream(self.chat(req).await?))
+    }
+}
+
+async fn run_turn(b: &McpBridge, calls: Vec<Value>, user: &str) -> tool_system::LoopOutput {
+    let chain = IntentChain::standard(b.recognizer().await);
+    let section = b.prompt_section(&chain.recognize(user)).await.unwrap_or_default();
+    let agent = Agent::builder(Scripted { calls })
+        .provider(Arc::new(b.clone()))
+        .protocol(ProtocolKind::Custom(Arc::new(ToolCallProtocol)))
+        .system_prompt(format!("You are helpful.\n\n{section}"))
+        .build()
+        .unwrap();
+    agent.run("s1", user).await.unwrap()
+}
+
+#[tokio::test]
+async fn m6_tool_call_answer_runs_and_result_is_a_tool_message() {
+    let b = started(vec![own("misb", &[])]).await;
+    let out = run_turn(
+        &b,
+        vec![json!({"name": "misb__echo", "arguments": {"message": "hi"}})],
+        "用 echo 工具 说 hi",
+    )
+    .await;
+    let tool_msg = out
+        .new_messages
+        .iter()
+        .find(|m| matches!(m, Message::Tool { .. }))
+        .expect("a tool message");
+    match tool_msg {
+        Message::Tool { name, content, .. } => {
+            assert_eq!(name, "misb__echo");
+            assert_eq!(content, "Echo: hi");
+        }
+        _ => unreachable!(),
+    }
+    assert_eq!(out.answer, "misb__echo said: Echo: hi");
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m6_failures_become_tool_messages_and_the_conversation_goes_on() {
+    let b = started(vec![own("misb", &[]).with_call_timeout(Duration::from_millis(400))]).await;
+    let pid = b.pid("misb").unwrap();
+    // Round 1: a slow tool times out (server stays up). Round 2: the server hangs and is
+    // stopped. Round 3: its service is not running — a friendly message. Then the model answers.
+    let out = run_turn(
+        &b,
+        vec![
+            json!({"name": "misb__sleep", "arguments": {"ms": 3000}}),
+            json!({"name": "misb__freeze", "arguments": {}}),
+            json!({"name": "misb__echo", "arguments": {"message": "x"}}),
+        ],
+        "调用 sleep",
+    )
+    .await;
+    let tool_msgs: Vec<&Message> = out
+        .new_messages
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { .. }))
+        .collect();
+    assert_eq!(tool_msgs.len(), 3, "{:?}", out.new_messages);
+    let lines: Vec<&str> = out.answer.lines().collect();
+    assert!(lines[0].starts_with("misb__sleep said:") && lines[0].contains("timed out"), "{}", out.answer);
+    assert!(lines[1].contains("stopped answering"), "{}", out.answer);
+    assert!(lines[2].starts_with("misb__echo said:") && lines[2].contains("not running"), "{}", out.answer);
+    assert!(lines[2].contains("\"success\":false"), "{}", out.answer);
+    assert_group_gone(pid).await;
+}
