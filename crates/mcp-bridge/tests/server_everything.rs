@@ -1,0 +1,113 @@
+//! Against a real MCP server that no one on this team wrote: the official
+//! `@modelcontextprotocol/server-everything` from npm, over stdio with node. Fails (never
+//! skips) when it is not installed: run `cargo xtask test`, which installs it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{assert_group_gone, everything, init_tracing};
+use mcp_bridge::intent::IntentChain;
+use mcp_bridge::{McpBridge, ServiceStatus};
+use serde_json::json;
+use tool_system::ToolErrorKind;
+
+async fn bridge() -> McpBridge {
+    init_tracing();
+    let b = McpBridge::new();
+    b.register(everything("everything").with_trigger_keywords(["回显", "echo back"]))
+        .unwrap();
+    b.start("everything").await.unwrap();
+    b
+}
+
+#[tokio::test]
+async fn m1_server_everything_initialize_and_list_tools() {
+    let b = bridge().await;
+    assert_eq!(b.status("everything").unwrap(), ServiceStatus::Running);
+    let tools = b.tools().await;
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    for expected in ["echo", "get-sum", "get-env", "get-structured-content"] {
+        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+    }
+    let sum = tools.iter().find(|t| t.name == "get-sum").unwrap();
+    assert_eq!(sum.exposed_name, "everything__get-sum");
+    assert_eq!(sum.input_schema["type"], "object");
+    assert!(sum.input_schema["properties"]["a"].is_object());
+    // Every schema is an object schema with properties (get-env has no parameters).
+    for t in &tools {
+        assert!(t.input_schema["properties"].is_object(), "{}: {}", t.name, t.input_schema);
+    }
+    let pid = b.pid("everything").unwrap();
+    b.stop("everything").await.unwrap();
+    assert_group_gone(pid).await;
+}
+
+#[tokio::test]
+async fn m4_server_everything_echo_and_structured_arguments() {
+    let b = bridge().await;
+    let echo = b
+        .call("everything__echo", json!({"message": "你好 MCP"}))
+        .await
+        .unwrap();
+    assert_eq!(echo, json!("Echo: 你好 MCP"));
+    let sum = b
+        .call("everything__get-sum", json!({"a": 2, "b": 40}))
+        .await
+        .unwrap();
+    assert!(sum.as_str().unwrap().contains("42"), "{sum}");
+    // Structured content comes back as JSON, not text.
+    let weather = b
+        .call("everything__get-structured-content", json!({"location": "New York"}))
+        .await
+        .unwrap();
+    assert!(weather.is_object(), "{weather}");
+    assert!(weather.get("temperature").is_some(), "{weather}");
+    // The server validates its arguments: a wrong type is an error for the model, not a crash.
+    let bad = b
+        .call("everything__get-sum", json!({"a": "two", "b": 40}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(bad.kind, ToolErrorKind::InvalidArguments | ToolErrorKind::Failed),
+        "{bad:?}"
+    );
+    assert_eq!(b.status("everything").unwrap(), ServiceStatus::Running);
+    let pid = b.pid("everything").unwrap();
+    b.stop("everything").await.unwrap();
+    assert_group_gone(pid).await;
+}
+
+#[tokio::test]
+async fn m4_server_everything_gets_no_agent_secrets() {
+    let b = bridge().await;
+    let env = b.call("everything__get-env", json!({})).await.unwrap();
+    let env: serde_json::Value = serde_json::from_str(env.as_str().unwrap()).unwrap();
+    let keys: Vec<&String> = env.as_object().unwrap().keys().collect();
+    assert!(env.get("PATH").is_some());
+    for k in &keys {
+        assert!(
+            mcp_bridge::process::INHERITED_ENV.contains(&k.as_str()),
+            "the server got {k} from the agent: {keys:?}"
+        );
+    }
+    let pid = b.pid("everything").unwrap();
+    b.stop("everything").await.unwrap();
+    assert_group_gone(pid).await;
+}
+
+#[tokio::test]
+async fn m3_server_everything_level1_section() {
+    let b = bridge().await;
+    let chain = IntentChain::standard(b.recognizer().await);
+    let section = b
+        .prompt_section(&chain.recognize("用 echo 工具 说你好"))
+        .await
+        .unwrap();
+    assert!(section.contains("- everything__echo: "), "{section}");
+    assert!(!section.contains("get-sum") && !section.contains("\"properties\""), "{section}");
+    let by_keyword = b.prompt_section(&chain.recognize("请回显这句话")).await.unwrap();
+    assert!(by_keyword.contains("everything__get-sum"), "{by_keyword}");
+    let pid = b.pid("everything").unwrap();
+    b.stop("everything").await.unwrap();
+    assert_group_gone(pid).await;
+}
