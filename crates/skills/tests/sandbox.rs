@@ -1,0 +1,334 @@
+//! S1/S2: skills load from directories and run in a sandbox that hostile skills cannot escape.
+//! Each hostile test names the protection that stops it, then checks that the host is clean
+//! (no leftover process, no leftover directory) and that the next call works.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skills::{Sandbox, SandboxConfig, SkillError, SkillsProvider, load_skills};
+use tool_system::{ToolContext, ToolErrorKind, ToolProvider};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+struct Env {
+    provider: SkillsProvider,
+    temp: tempfile::TempDir,
+}
+
+fn env_with(config: SandboxConfig) -> Env {
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = config;
+    config.temp_root = Some(temp.path().to_path_buf());
+    let (skills, errors) = load_skills(&fixtures().join("skills"));
+    assert!(errors.is_empty(), "{errors:?}");
+    Env {
+        provider: SkillsProvider::from_skills(skills, Arc::new(Sandbox::new(config))),
+        temp,
+    }
+}
+
+fn env() -> Env {
+    env_with(SandboxConfig::default().with_timeout(Duration::from_secs(10)))
+}
+
+impl Env {
+    async fn call(&self, name: &str, args: Value) -> Result<Value, tool_system::ToolError> {
+        self.provider.call(name, args, ToolContext::new("c1")).await
+    }
+    /// The host is clean and the sandbox still works.
+    async fn assert_clean_and_working(&self) {
+        let left: Vec<_> = std::fs::read_dir(self.temp.path()).unwrap().collect();
+        assert!(left.is_empty(), "call directories left behind: {left:?}");
+        let r = self
+            .call("echo", json!({"text": "still alive"}))
+            .await
+            .unwrap();
+        assert_eq!(r["echo"]["text"], "still alive");
+    }
+}
+
+/// Pids of processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    let mut found = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn s1_loading_reports_bad_skills_with_file_and_line_and_loads_the_rest() {
+    let (skills, errors) = load_skills(&fixtures().join("broken"));
+    assert_eq!(
+        skills.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["echo"]
+    );
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    let yaml = errors
+        .iter()
+        .find(|e| e.file.ends_with("bad-yaml/SKILL.md"))
+        .unwrap();
+    assert!(yaml.line >= 4, "line of the broken YAML: {yaml}");
+    let name = errors
+        .iter()
+        .find(|e| e.file.ends_with("bad-name/SKILL.md"))
+        .unwrap();
+    assert_eq!(name.line, 2);
+    assert!(name.message.contains("not a valid tool name"), "{name}");
+}
+
+#[tokio::test]
+async fn s1_each_skill_becomes_a_tool() {
+    let e = env();
+    let tools = e.provider.list().await;
+    let echo = tools.iter().find(|t| t.name == "echo").unwrap();
+    assert_eq!(echo.parameters["required"][0], "text");
+    assert!(tools.iter().all(|t| t.parameters["type"] == "object"));
+    let r = e.call("echo", json!({"text": "你好"})).await.unwrap();
+    assert_eq!(r["echo"]["text"], "你好");
+    let err = e.call("nope", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::NotFound);
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_protections_in_force_are_reported() {
+    let e = env();
+    let p = e.provider.sandbox().protections();
+    let text = p.to_string();
+    assert!(text.contains("landlock"), "{text}");
+    // This project's machines (and CI) run as root on a kernel with Landlock: all in force.
+    if std::env::var("CI").is_ok() {
+        assert!(
+            p.dedicated_uid && p.landlock_abi.is_some() && p.no_network,
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn s2_runs_in_a_fresh_directory_as_a_dedicated_uid() {
+    let e = env();
+    let a = e.call("echo", json!({"text": "a"})).await.unwrap();
+    let b = e.call("echo", json!({"text": "b"})).await.unwrap();
+    assert_ne!(a["cwd"], b["cwd"], "each call gets its own directory");
+    if e.provider.sandbox().protections().dedicated_uid {
+        assert_ne!(a["uid"], 0, "skills never run as root");
+    }
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_infinite_loop_is_stopped_by_the_timeout() {
+    let e = env();
+    let err = e.call("infinite-loop", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Timeout);
+    assert_eq!(
+        err.message,
+        "skill infinite-loop timed out after 1 s and was stopped"
+    );
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_cpu_limit_stops_a_busy_loop_even_without_a_wall_clock_timeout() {
+    let mut cfg = SandboxConfig::default().with_timeout(Duration::from_secs(20));
+    cfg.cpu_seconds = 1;
+    let e = env_with(cfg);
+    let sandbox = e.provider.sandbox();
+    let (skills, _) = load_skills(&fixtures().join("skills"));
+    let mut skill = skills
+        .into_iter()
+        .find(|s| s.name == "infinite-loop")
+        .unwrap();
+    skill.timeout = None;
+    let err = sandbox.run(&skill, &json!({})).await.unwrap_err();
+    assert!(
+        matches!(&err, SkillError::Failed { reason, .. } if reason.contains("CPU")),
+        "{err}"
+    );
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_fork_bomb_is_refused_by_the_process_limit() {
+    let e = env_with(
+        SandboxConfig::default()
+            .with_timeout(Duration::from_secs(20))
+            .with_max_processes(16),
+    );
+    if !e.provider.sandbox().protections().dedicated_uid {
+        panic!("the process limit needs a dedicated uid: run the tests as root (CI does)");
+    }
+    let r = e.call("fork-bomb", json!({})).await.unwrap();
+    let forked = r["forked"].as_u64().unwrap();
+    assert!(
+        forked < 16,
+        "the limit of 16 processes let {forked} forks through"
+    );
+    assert!(
+        r["refused"]
+            .as_str()
+            .unwrap()
+            .contains("Resource temporarily unavailable"),
+        "{r}"
+    );
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_sigterm_ignoring_skill_and_its_escaped_children_are_all_killed() {
+    let e = env();
+    let err = e.call("stubborn", json!({})).await.unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Timeout);
+    // Children in the group (sleep 986) and ones that left it with setsid (sleep 987).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        processes_with("sleep 987").is_empty(),
+        "escaped children survived"
+    );
+    assert!(
+        processes_with("sleep 986").is_empty(),
+        "group children survived"
+    );
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_a_gigabyte_on_stdout_is_cut_at_the_output_limit() {
+    let e = env();
+    let err = e.call("firehose", json!({})).await.unwrap_err();
+    assert_eq!(
+        err.message,
+        "skill firehose: stdout output exceeded 1 MiB; the skill was stopped"
+    );
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_agent_secrets_are_not_inherited_unless_allow_listed() {
+    // SAFETY: set before any sandbox call in this test; the variables are unique to it.
+    unsafe {
+        std::env::set_var("OPENAI_API_KEY", "sk-must-not-leak");
+        std::env::set_var("SKILL_ALLOWED_VAR", "allowed");
+    }
+    let e = env();
+    let r = e.call("secret-reader", json!({})).await.unwrap();
+    assert_eq!(r["OPENAI_API_KEY"], Value::Null);
+    assert_eq!(r["SKILL_ALLOWED_VAR"], "allowed");
+    let names: Vec<&str> = r["all"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "HOME",
+            "LANG",
+            "PATH",
+            "SKILL_ALLOWED_VAR",
+            "SKILL_DIR",
+            "TMPDIR"
+        ]
+    );
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_writes_outside_the_working_directory_are_refused() {
+    let e = env();
+    let outside = tempfile::tempdir().unwrap();
+    // World-writable, so only Landlock (not file permissions) can stop the write.
+    std::fs::set_permissions(
+        outside.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let target = outside.path().join("escaped.txt");
+    let targets = [
+        target.to_string_lossy().into_owned(),
+        "/tmp/skill-escape.txt".into(),
+    ];
+    let r = e
+        .call("escaper", json!({"targets": targets}))
+        .await
+        .unwrap();
+    for t in &targets {
+        assert!(r[t].as_str().unwrap().starts_with("refused"), "{t}: {r}");
+    }
+    assert!(!target.exists());
+    assert_eq!(r["inside"], "ok", "writing inside its own directory works");
+    let own = r
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| k.ends_with("run.py"))
+        .unwrap()
+        .1;
+    assert!(
+        own.as_str().unwrap().starts_with("refused"),
+        "the skill cannot modify itself: {own}"
+    );
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_no_network() {
+    let e = env();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let r = e.call("networker", json!({"port": port})).await.unwrap();
+    assert_eq!(r["connected"], false, "{r}");
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_non_json_output_is_a_readable_error() {
+    let e = env();
+    let err = e.call("chatty", json!({})).await.unwrap_err();
+    assert!(
+        err.message
+            .starts_with("skill chatty printed output that is not JSON"),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("Here is your answer"));
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_failing_skill_reports_status_and_stderr() {
+    let e = env();
+    let err = e.call("crasher", json!({})).await.unwrap_err();
+    assert_eq!(
+        err.message,
+        "skill crasher failed: exited with status 3: Traceback: something broke"
+    );
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_dropping_a_call_midway_kills_it_and_cleans_up() {
+    let e = env();
+    let call = e.call("stubborn", json!({}));
+    let _ = tokio::time::timeout(Duration::from_millis(400), call).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(processes_with("sleep 987").is_empty());
+    assert!(processes_with("sleep 986").is_empty());
+    e.assert_clean_and_working().await;
+}
