@@ -17,12 +17,36 @@ struct Stage {
 }
 
 const STAGES: &[Stage] = &[
-    Stage { n: 0, name: "model-gateway", packages: &["model-gateway"] },
-    Stage { n: 1, name: "context-engine", packages: &["context-engine"] },
-    Stage { n: 2, name: "output-control", packages: &["output-control"] },
-    Stage { n: 3, name: "tool-system", packages: &["tool-system"] },
-    Stage { n: 4, name: "mcp-bridge", packages: &["mcp-bridge"] },
-    Stage { n: 5, name: "messaging and chat panel", packages: &["messaging", "chat-panel"] },
+    Stage {
+        n: 0,
+        name: "model-gateway",
+        packages: &["model-gateway"],
+    },
+    Stage {
+        n: 1,
+        name: "context-engine",
+        packages: &["context-engine"],
+    },
+    Stage {
+        n: 2,
+        name: "output-control",
+        packages: &["output-control"],
+    },
+    Stage {
+        n: 3,
+        name: "tool-system",
+        packages: &["tool-system"],
+    },
+    Stage {
+        n: 4,
+        name: "mcp-bridge",
+        packages: &["mcp-bridge"],
+    },
+    Stage {
+        n: 5,
+        name: "messaging and chat panel",
+        packages: &["messaging", "chat-panel"],
+    },
 ];
 
 fn main() -> ExitCode {
@@ -65,7 +89,9 @@ fn cargo() -> Command {
 
 fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
     eprintln!("\n==> {what}");
-    let status = cmd.status().map_err(|e| format!("{what}: could not start: {e}"))?;
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{what}: could not start: {e}"))?;
     if status.success() {
         Ok(())
     } else {
@@ -74,7 +100,9 @@ fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
 }
 
 fn demo_exists(n: u8) -> bool {
-    root().join(format!("examples/src/bin/stage-{n}.rs")).exists()
+    root()
+        .join(format!("examples/src/bin/stage-{n}.rs"))
+        .exists()
 }
 
 fn crate_exists(pkg: &str) -> bool {
@@ -97,7 +125,16 @@ fn stage(n: u8) -> Result<(), String> {
     }
     run(
         &format!("Stage {n} demo ({})", stage.name),
-        cargo().args(["run", "--quiet", "-p", "examples", "--bin", &format!("stage-{n}")]).args(demo_args(n)),
+        cargo()
+            .args([
+                "run",
+                "--quiet",
+                "-p",
+                "examples",
+                "--bin",
+                &format!("stage-{n}"),
+            ])
+            .args(demo_args(n)),
     )?;
     let mut test = cargo();
     test.arg("test");
@@ -114,17 +151,37 @@ fn demo_args(n: u8) -> &'static [&'static str] {
 
 fn test_all() -> Result<(), String> {
     ensure_test_deps()?;
-    run("cargo fmt --check", cargo().args(["fmt", "--all", "--check"]))?;
+    run(
+        "cargo fmt --check",
+        cargo().args(["fmt", "--all", "--check"]),
+    )?;
     run(
         "cargo clippy -D warnings",
-        cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
     )?;
-    run("cargo test (every crate)", cargo().args(["test", "--workspace"]))?;
+    run(
+        "cargo test (every crate)",
+        cargo().args(["test", "--workspace"]),
+    )?;
     for s in STAGES.iter().filter(|s| demo_exists(s.n)) {
         run(
             &format!("Stage {} demo", s.n),
             cargo()
-                .args(["run", "--quiet", "-p", "examples", "--bin", &format!("stage-{}", s.n)])
+                .args([
+                    "run",
+                    "--quiet",
+                    "-p",
+                    "examples",
+                    "--bin",
+                    &format!("stage-{}", s.n),
+                ])
                 .args(demo_args(s.n)),
         )?;
     }

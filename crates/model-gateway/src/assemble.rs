@@ -41,14 +41,24 @@ impl ToolCallAssembler {
                 None => 0,
                 Some(last) => {
                     let cur = &self.calls[last];
-                    let new_id = id.is_some_and(|id| !id.is_empty() && cur.id.as_deref() != Some(id));
-                    let new_name = name.is_some_and(|n| !n.is_empty()) && !cur.name.is_empty() && id.is_none();
-                    if new_id || new_name { self.calls.len() } else { last }
+                    let new_id =
+                        id.is_some_and(|id| !id.is_empty() && cur.id.as_deref() != Some(id));
+                    let new_name =
+                        name.is_some_and(|n| !n.is_empty()) && !cur.name.is_empty() && id.is_none();
+                    if new_id || new_name {
+                        self.calls.len()
+                    } else {
+                        last
+                    }
                 }
             },
         };
         // A hostile server's absurd index must not make us allocate for it.
-        let index = if index > self.calls.len() + 64 { self.calls.len() } else { index };
+        let index = if index > self.calls.len() + 64 {
+            self.calls.len()
+        } else {
+            index
+        };
         while self.calls.len() <= index {
             self.calls.push(Partial::default());
         }
@@ -152,6 +162,8 @@ mod tests {
     #[test]
     fn g5_invalid_arguments_carry_name_and_raw() {
         let err = parse_arguments("get_weather", "{city:").unwrap_err();
-        assert!(matches!(err, GatewayError::InvalidToolArguments { ref name, ref raw, .. } if name == "get_weather" && raw == "{city:"));
+        assert!(
+            matches!(err, GatewayError::InvalidToolArguments { ref name, ref raw, .. } if name == "get_weather" && raw == "{city:")
+        );
     }
 }

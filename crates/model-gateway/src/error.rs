@@ -25,15 +25,21 @@ pub enum GatewayError {
     },
 
     /// The server could not be reached (connection refused, DNS, TLS); retried first.
-    #[error("could not reach the model server: {0}. Check the base URL (OPENAI_BASE_URL) and that the server is running.")]
+    #[error(
+        "could not reach the model server: {0}. Check the base URL (OPENAI_BASE_URL) and that the server is running."
+    )]
     Connect(String),
 
     /// No answer (or no next stream chunk) within the configured timeout.
-    #[error("the model server sent nothing for {0:?}; the request was abandoned. Raise the timeout or check the server's load.")]
+    #[error(
+        "the model server sent nothing for {0:?}; the request was abandoned. Raise the timeout or check the server's load."
+    )]
     Timeout(Duration),
 
     /// The model called a tool with arguments that are not valid JSON (G5).
-    #[error("the model called tool `{name}` with arguments that are not valid JSON ({error}); raw arguments: {raw}")]
+    #[error(
+        "the model called tool `{name}` with arguments that are not valid JSON ({error}); raw arguments: {raw}"
+    )]
     InvalidToolArguments {
         /// The tool's name.
         name: String,
@@ -70,7 +76,9 @@ pub enum GatewayError {
 
 fn status_hint(status: u16) -> &'static str {
     match status {
-        400 => " (the request was rejected: check the model name and the request fields; not retried)",
+        400 => {
+            " (the request was rejected: check the model name and the request fields; not retried)"
+        }
         401 | 403 => " (check the API key, OPENAI_API_KEY; not retried)",
         404 => " (check the base URL and the model name; not retried)",
         429 => " (rate limited; retries were exhausted: wait, or lower the request rate)",
@@ -84,9 +92,10 @@ impl GatewayError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Api { status, .. } => *status == 429 || *status >= 500,
-            Self::Connect(_) | Self::Timeout(_) | Self::StreamInterrupted { .. } | Self::Http(_) => {
-                true
-            }
+            Self::Connect(_)
+            | Self::Timeout(_)
+            | Self::StreamInterrupted { .. }
+            | Self::Http(_) => true,
             _ => false,
         }
     }

@@ -107,7 +107,10 @@ impl Message {
         }
     }
     /// An assistant message that calls tools.
-    pub fn assistant_with_tool_calls(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+    pub fn assistant_with_tool_calls(
+        content: impl Into<String>,
+        tool_calls: Vec<ToolCall>,
+    ) -> Self {
         Self::Assistant {
             content: content.into(),
             tool_calls,

@@ -52,7 +52,10 @@ async fn g1_config_base_url_key_model_and_headers_reach_the_server() {
             .with_header("x-tenant", "acme"),
     )
     .unwrap();
-    let r = m.chat(ask().with_temperature(0.5).with_max_tokens(42)).await.unwrap();
+    let r = m
+        .chat(ask().with_temperature(0.5).with_max_tokens(42))
+        .await
+        .unwrap();
     assert_eq!(r.content, "hi");
     let req = &server.requests()[0];
     assert_eq!(req.body["model"], "qwen-plus");
@@ -83,7 +86,9 @@ async fn g2_no_tools_bound_means_no_tools_field() {
     assert!(body.get("tools").is_none(), "tools field present: {body}");
     assert!(body.get("tool_choice").is_none());
     // and the streamed path too
-    collect_stream(m.stream(ask()).await.unwrap()).await.unwrap();
+    collect_stream(m.stream(ask()).await.unwrap())
+        .await
+        .unwrap();
     assert!(server.requests()[1].body.get("tools").is_none());
 }
 
@@ -91,11 +96,17 @@ async fn g2_no_tools_bound_means_no_tools_field() {
 async fn g2_bound_tools_travel_in_the_tools_field() {
     let server = ScriptedServer::start().await;
     server.push(Reply::text("ok"));
-    model(&server).chat(ask().with_tools(vec![weather()])).await.unwrap();
+    model(&server)
+        .chat(ask().with_tools(vec![weather()]))
+        .await
+        .unwrap();
     let body = &server.requests()[0].body;
     assert_eq!(body["tools"][0]["type"], "function");
     assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
-    assert_eq!(body["tools"][0]["function"]["parameters"]["required"][0], "city");
+    assert_eq!(
+        body["tools"][0]["function"]["parameters"]["required"][0],
+        "city"
+    );
     // the system prompt carries no tool definitions
     assert!(!body["messages"].to_string().contains("get_weather"));
 }
@@ -107,7 +118,10 @@ async fn g3_native_tool_calls_are_parsed_to_json_objects() {
         ("call_a", "get_weather", r#"{"city":"Beijing"}"#),
         ("call_b", "get_weather", r#"{"city":"上海"}"#),
     ]));
-    let r = model(&server).chat(ask().with_tools(vec![weather()])).await.unwrap();
+    let r = model(&server)
+        .chat(ask().with_tools(vec![weather()]))
+        .await
+        .unwrap();
     assert_eq!(r.finish_reason, FinishReason::ToolCalls);
     assert_eq!(r.tool_calls.len(), 2);
     assert_eq!(r.tool_calls[0].id, "call_a");
@@ -132,7 +146,10 @@ async fn g3_history_with_tool_calls_and_results_round_trips_on_the_wire() {
     assert_eq!(msgs[2]["role"], "assistant");
     assert_eq!(msgs[2]["content"], serde_json::Value::Null);
     assert_eq!(msgs[2]["tool_calls"][0]["id"], "call_1");
-    assert_eq!(msgs[2]["tool_calls"][0]["function"]["arguments"], r#"{"city":"Beijing"}"#);
+    assert_eq!(
+        msgs[2]["tool_calls"][0]["function"]["arguments"],
+        r#"{"city":"Beijing"}"#
+    );
     assert_eq!(msgs[3]["role"], "tool");
     assert_eq!(msgs[3]["tool_call_id"], "call_1");
 }
@@ -141,7 +158,10 @@ async fn g3_history_with_tool_calls_and_results_round_trips_on_the_wire() {
 async fn g4_stop_without_tool_calls_is_a_plain_message_with_empty_calls() {
     let server = ScriptedServer::start().await;
     server.push(Reply::text("Just text."));
-    let r = model(&server).chat(ask().with_tools(vec![weather()])).await.unwrap();
+    let r = model(&server)
+        .chat(ask().with_tools(vec![weather()]))
+        .await
+        .unwrap();
     assert_eq!(r.finish_reason, FinishReason::Stop);
     assert!(r.tool_calls.is_empty());
     assert_eq!(r.content, "Just text.");
@@ -152,7 +172,10 @@ async fn g4_stop_without_tool_calls_is_a_plain_message_with_empty_calls() {
 async fn g5_invalid_json_arguments_error_carries_name_and_raw_whole() {
     let server = ScriptedServer::start().await;
     server.push(Reply::tool_call("c1", "get_weather", r#"{"city": Beijing"#));
-    let err = model(&server).chat(ask().with_tools(vec![weather()])).await.unwrap_err();
+    let err = model(&server)
+        .chat(ask().with_tools(vec![weather()]))
+        .await
+        .unwrap_err();
     match err {
         GatewayError::InvalidToolArguments { name, raw, .. } => {
             assert_eq!(name, "get_weather");
@@ -165,8 +188,13 @@ async fn g5_invalid_json_arguments_error_carries_name_and_raw_whole() {
 #[tokio::test]
 async fn g5_invalid_json_arguments_error_carries_name_and_raw_streamed() {
     let server = ScriptedServer::start().await;
-    server.push(Reply::tool_call("c1", "get_weather", r#"{"city": Beijing"#).shape(|s| s.args_chunk = 3));
-    let stream = model(&server).stream(ask().with_tools(vec![weather()])).await.unwrap();
+    server.push(
+        Reply::tool_call("c1", "get_weather", r#"{"city": Beijing"#).shape(|s| s.args_chunk = 3),
+    );
+    let stream = model(&server)
+        .stream(ask().with_tools(vec![weather()]))
+        .await
+        .unwrap();
     let err = collect_stream(stream).await.unwrap_err();
     assert!(
         matches!(&err, GatewayError::InvalidToolArguments { name, raw, .. } if name == "get_weather" && raw == r#"{"city": Beijing"#),
@@ -203,7 +231,10 @@ async fn g6_text_deltas_arrive_before_the_stream_ends() {
     assert_eq!(text, "one two three four five six");
     // Delivered incrementally: the first delta came several chunk-delays before the end.
     let (first, end) = (first_delta_at.unwrap(), finished_at.unwrap());
-    assert!(end - first >= Duration::from_millis(300), "first {first:?}, end {end:?}");
+    assert!(
+        end - first >= Duration::from_millis(300),
+        "first {first:?}, end {end:?}"
+    );
 }
 
 #[tokio::test]
@@ -211,13 +242,20 @@ async fn g6_tool_call_deltas_split_over_many_chunks_are_reassembled() {
     let server = ScriptedServer::start().await;
     server.push(
         Reply::tool_calls(&[
-            ("call_a", "get_weather", r#"{"city":"Beijing","unit":"celsius"}"#),
+            (
+                "call_a",
+                "get_weather",
+                r#"{"city":"Beijing","unit":"celsius"}"#,
+            ),
             ("call_b", "get_time", r#"{"tz":"Asia/Shanghai"}"#),
         ])
         .with_content("Let me check.")
         .shape(|s| s.args_chunk = 1),
     );
-    let mut stream = model(&server).stream(ask().with_tools(vec![weather()])).await.unwrap();
+    let mut stream = model(&server)
+        .stream(ask().with_tools(vec![weather()]))
+        .await
+        .unwrap();
     let (mut deltas, mut calls, mut finish) = (0, vec![], None);
     while let Some(ev) = stream.next().await {
         match ev.unwrap() {
@@ -228,10 +266,16 @@ async fn g6_tool_call_deltas_split_over_many_chunks_are_reassembled() {
             other => panic!("unexpected {other:?}"),
         }
     }
-    assert!(deltas > 40, "expected one delta per argument character, got {deltas}");
+    assert!(
+        deltas > 40,
+        "expected one delta per argument character, got {deltas}"
+    );
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[0].id, "call_a");
-    assert_eq!(calls[0].arguments, json!({"city": "Beijing", "unit": "celsius"}));
+    assert_eq!(
+        calls[0].arguments,
+        json!({"city": "Beijing", "unit": "celsius"})
+    );
     assert_eq!(calls[1].name, "get_time");
     assert_eq!(calls[1].arguments, json!({"tz": "Asia/Shanghai"}));
     let (reason, usage) = finish.unwrap();
@@ -243,13 +287,17 @@ async fn g6_tool_call_deltas_split_over_many_chunks_are_reassembled() {
 async fn g6_tolerates_missing_index_and_empty_finish_reason() {
     let server = ScriptedServer::start().await;
     server.push(
-        Reply::tool_calls(&[("call_a", "a", r#"{"x":1}"#), ("call_b", "b", r#"{"y":2}"#)]).shape(|s| {
-            s.omit_index = true;
-            s.empty_finish_reason = true;
-            s.args_chunk = 2;
-        }),
+        Reply::tool_calls(&[("call_a", "a", r#"{"x":1}"#), ("call_b", "b", r#"{"y":2}"#)]).shape(
+            |s| {
+                s.omit_index = true;
+                s.empty_finish_reason = true;
+                s.args_chunk = 2;
+            },
+        ),
     );
-    let r = collect_stream(model(&server).stream(ask()).await.unwrap()).await.unwrap();
+    let r = collect_stream(model(&server).stream(ask()).await.unwrap())
+        .await
+        .unwrap();
     assert_eq!(r.tool_calls.len(), 2);
     assert_eq!(r.tool_calls[0].arguments, json!({"x": 1}));
     assert_eq!(r.tool_calls[1].name, "b");
@@ -266,7 +314,11 @@ async fn g8_429_with_retry_after_then_success() {
     assert_eq!(r.content, "finally");
     assert_eq!(server.request_count(), 2);
     // Retry-After: 1 was honoured rather than the 5 ms backoff.
-    assert!(start.elapsed() >= Duration::from_millis(950), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() >= Duration::from_millis(950),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -287,7 +339,10 @@ async fn g8_retries_are_bounded_and_end_in_a_typed_error() {
         server.push(Reply::status(502, "bad gateway"));
     }
     let err = model(&server).chat(ask()).await.unwrap_err();
-    assert!(matches!(err, GatewayError::Api { status: 502, .. }), "{err:?}");
+    assert!(
+        matches!(err, GatewayError::Api { status: 502, .. }),
+        "{err:?}"
+    );
     assert!(err.is_transient());
     assert_eq!(server.request_count(), 4, "1 attempt + 3 retries");
 }
@@ -299,7 +354,9 @@ async fn g8_400_is_not_retried() {
     server.push(Reply::text("never sent"));
     let err = model(&server).chat(ask()).await.unwrap_err();
     match &err {
-        GatewayError::Api { status, message, .. } => {
+        GatewayError::Api {
+            status, message, ..
+        } => {
             assert_eq!(*status, 400);
             assert_eq!(message, "bad field");
         }
@@ -323,7 +380,9 @@ async fn g8_streamed_request_is_retried_before_any_text() {
     let server = ScriptedServer::start().await;
     server.push(Reply::status(429, "later").retry_after("0"));
     server.push(Reply::text("streamed after retry"));
-    let r = collect_stream(model(&server).stream(ask()).await.unwrap()).await.unwrap();
+    let r = collect_stream(model(&server).stream(ask()).await.unwrap())
+        .await
+        .unwrap();
     assert_eq!(r.content, "streamed after retry");
     assert_eq!(server.request_count(), 2);
 }
@@ -381,11 +440,21 @@ async fn g8_stream_cut_midway_is_an_error_not_a_truncated_answer() {
             Err(e) => error = Some(e),
         }
     }
-    assert_eq!(text, "The answer", "the deltas before the cut were delivered");
+    assert_eq!(
+        text, "The answer",
+        "the deltas before the cut were delivered"
+    );
     assert!(!finished, "a cut stream must not report Finish");
     let err = error.expect("a cut stream must end in an error");
-    assert!(matches!(err, GatewayError::StreamInterrupted { .. }), "{err:?}");
-    assert_eq!(server.request_count(), 1, "streamed text already reached the caller: no retry");
+    assert!(
+        matches!(err, GatewayError::StreamInterrupted { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        server.request_count(),
+        1,
+        "streamed text already reached the caller: no retry"
+    );
 }
 
 #[tokio::test]
@@ -394,11 +463,16 @@ async fn g8_stream_closed_cleanly_without_finish_is_interrupted() {
     server.push(Reply::Raw {
         status: 200,
         content_type: "text/event-stream".into(),
-        body: "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"half an ans\"}}]}\n\n".into(),
+        body: "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"half an ans\"}}]}\n\n"
+            .into(),
     });
-    let err = collect_stream(model(&server).stream(ask()).await.unwrap()).await.unwrap_err();
+    let err = collect_stream(model(&server).stream(ask()).await.unwrap())
+        .await
+        .unwrap_err();
     match err {
-        GatewayError::StreamInterrupted { partial_text, .. } => assert_eq!(partial_text, "half an ans"),
+        GatewayError::StreamInterrupted { partial_text, .. } => {
+            assert_eq!(partial_text, "half an ans")
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -409,8 +483,19 @@ async fn g8_malformed_sse_line_gives_a_typed_error() {
     server.push(Reply::text("hello world").shape(|s| {
         s.malformed_after = Some((2, "{not json".into()));
     }));
-    let err = collect_stream(model(&server).stream(ask()).await.unwrap()).await.unwrap_err();
-    assert!(matches!(err, GatewayError::Malformed { what: "stream chunk", .. }), "{err:?}");
+    let err = collect_stream(model(&server).stream(ask()).await.unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            GatewayError::Malformed {
+                what: "stream chunk",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]

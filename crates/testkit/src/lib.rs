@@ -249,7 +249,10 @@ impl ScriptedServer {
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
             .route("/chat/completions", post(handle))
-            .route("/v1/models", get(|| async { axum::Json(json!({"data": [{"id": "scripted"}]})) }))
+            .route(
+                "/v1/models",
+                get(|| async { axum::Json(json!({"data": [{"id": "scripted"}]})) }),
+            )
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -324,7 +327,11 @@ async fn handle(State(state): State<Shared>, headers: HeaderMap, body: Bytes) ->
         }
     };
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let model = body.get("model").and_then(Value::as_str).unwrap_or("scripted").to_owned();
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("scripted")
+        .to_owned();
     match reply {
         Reply::Hang => {
             std::future::pending::<()>().await;
@@ -355,7 +362,12 @@ async fn handle(State(state): State<Shared>, headers: HeaderMap, body: Bytes) ->
                 tokio::time::sleep(latency).await;
             }
             let finish = finish_reason.unwrap_or_else(|| {
-                if tool_calls.is_empty() { "stop" } else { "tool_calls" }.to_owned()
+                if tool_calls.is_empty() {
+                    "stop"
+                } else {
+                    "tool_calls"
+                }
+                .to_owned()
             });
             if stream {
                 sse(&model, &content, &tool_calls, &finish, shape)
@@ -404,21 +416,39 @@ enum Frame {
     Cut,
 }
 
-fn sse(model: &str, content: &str, calls: &[ScriptedCall], finish: &str, shape: StreamShape) -> Response<Body> {
+fn sse(
+    model: &str,
+    content: &str,
+    calls: &[ScriptedCall],
+    finish: &str,
+    shape: StreamShape,
+) -> Response<Body> {
     let base = |delta: Value, finish: Value| {
         json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": model,
                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
     };
-    let mid_finish = if shape.empty_finish_reason { json!("") } else { Value::Null };
-    let mut events: Vec<Value> = vec![base(json!({"role": "assistant", "content": ""}), mid_finish.clone())];
+    let mid_finish = if shape.empty_finish_reason {
+        json!("")
+    } else {
+        Value::Null
+    };
+    let mut events: Vec<Value> = vec![base(
+        json!({"role": "assistant", "content": ""}),
+        mid_finish.clone(),
+    )];
     let texts = shape.text_chunks.clone().unwrap_or_else(|| {
-        if content.is_empty() { vec![] } else { chunks_of(content, shape.text_chunk) }
+        if content.is_empty() {
+            vec![]
+        } else {
+            chunks_of(content, shape.text_chunk)
+        }
     });
     for t in texts {
         events.push(base(json!({"content": t}), mid_finish.clone()));
     }
     for (i, c) in calls.iter().enumerate() {
-        let mut head = json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}});
+        let mut head =
+            json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}});
         if !shape.omit_index {
             head["index"] = json!(i);
         }
@@ -432,7 +462,10 @@ fn sse(model: &str, content: &str, calls: &[ScriptedCall], finish: &str, shape: 
         }
     }
     events.push(base(json!({}), json!(finish)));
-    let mut frames: Vec<Frame> = events.into_iter().map(|e| Frame::Data(e.to_string())).collect();
+    let mut frames: Vec<Frame> = events
+        .into_iter()
+        .map(|e| Frame::Data(e.to_string()))
+        .collect();
     if shape.usage {
         frames.push(Frame::Data(
             json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": model,
@@ -467,4 +500,3 @@ fn sse(model: &str, content: &str, calls: &[ScriptedCall], finish: &str, shape: 
         .body(Body::from_stream(stream))
         .unwrap_or_default()
 }
-

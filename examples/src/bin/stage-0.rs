@@ -18,7 +18,10 @@ use testkit::{Reply, ScriptedServer};
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (config, _offline) = match OpenAiConfig::from_env()? {
         Some(cfg) => {
-            println!("Stage 0 demo: using the configured provider {} (model {})", cfg.base_url, cfg.model);
+            println!(
+                "Stage 0 demo: using the configured provider {} (model {})",
+                cfg.base_url, cfg.model
+            );
             (cfg, None)
         }
         None => {
@@ -27,17 +30,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "Stage 0 demo: no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the offline scripted demo model at {}",
                 server.base_url()
             );
-            server.push(Reply::text("Hello! I am streaming this answer to you, a few characters at a time.")
-                .shape(|s| { s.text_chunk = 6; s.delay = std::time::Duration::from_millis(15); }));
-            server.push(Reply::tool_call("call_1", "get_weather", r#"{"city": "Beijing", "unit": "celsius"}"#));
-            (OpenAiConfig::new("offline-demo").with_base_url(server.base_url()), Some(server))
+            server.push(
+                Reply::text(
+                    "Hello! I am streaming this answer to you, a few characters at a time.",
+                )
+                .shape(|s| {
+                    s.text_chunk = 6;
+                    s.delay = std::time::Duration::from_millis(15);
+                }),
+            );
+            server.push(Reply::tool_call(
+                "call_1",
+                "get_weather",
+                r#"{"city": "Beijing", "unit": "celsius"}"#,
+            ));
+            (
+                OpenAiConfig::new("offline-demo").with_base_url(server.base_url()),
+                Some(server),
+            )
         }
     };
     let model = OpenAiModel::new(config)?;
 
     println!("\n1) Streamed chat:");
     let mut stream = model
-        .stream(ChatRequest::new(vec![Message::user("Say hello in one sentence.")]))
+        .stream(ChatRequest::new(vec![Message::user(
+            "Say hello in one sentence.",
+        )]))
         .await?;
     while let Some(event) = stream.next().await {
         match event? {
@@ -45,7 +64,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 print!("{t}");
                 std::io::stdout().flush()?;
             }
-            ChatEvent::Finish { reason, usage } => println!("\n   [finish: {reason:?}, usage: {usage:?}]"),
+            ChatEvent::Finish { reason, usage } => {
+                println!("\n   [finish: {reason:?}, usage: {usage:?}]")
+            }
             _ => {}
         }
     }
@@ -57,14 +78,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         json!({"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}),
     );
     let response = model
-        .chat(ChatRequest::new(vec![Message::user("What's the weather in Beijing?")]).with_tools(vec![weather]))
+        .chat(
+            ChatRequest::new(vec![Message::user("What's the weather in Beijing?")])
+                .with_tools(vec![weather]),
+        )
         .await?;
     println!("   finish_reason: {:?}", response.finish_reason);
     if response.tool_calls.is_empty() {
         println!("   the model answered in text: {}", response.content);
     }
     for call in &response.tool_calls {
-        println!("   tool call id={} name={} arguments={}", call.id, call.name, call.arguments);
+        println!(
+            "   tool call id={} name={} arguments={}",
+            call.id, call.name, call.arguments
+        );
     }
     Ok(())
 }

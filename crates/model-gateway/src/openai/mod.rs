@@ -63,7 +63,10 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
-            .field("headers", &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field(
+                "headers",
+                &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
             .field("timeout", &self.timeout)
             .field("function_calling", &self.function_calling)
             .field("retry", &self.retry)
@@ -130,10 +133,16 @@ impl OpenAiConfig {
         }
         if let Some(t) = var(env::TIMEOUT_SECS) {
             let secs: f64 = t.parse().map_err(|_| {
-                GatewayError::Config(format!("{}={t:?}: use a number of seconds", env::TIMEOUT_SECS))
+                GatewayError::Config(format!(
+                    "{}={t:?}: use a number of seconds",
+                    env::TIMEOUT_SECS
+                ))
             })?;
             cfg.timeout = Duration::try_from_secs_f64(secs).map_err(|_| {
-                GatewayError::Config(format!("{}={t:?}: use a positive number", env::TIMEOUT_SECS))
+                GatewayError::Config(format!(
+                    "{}={t:?}: use a positive number",
+                    env::TIMEOUT_SECS
+                ))
             })?;
         }
         if let Some(h) = var(env::HEADERS) {
@@ -203,7 +212,9 @@ pub struct OpenAiModel {
 
 impl std::fmt::Debug for OpenAiModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiModel").field("config", &self.config).finish()
+        f.debug_struct("OpenAiModel")
+            .field("config", &self.config)
+            .finish()
     }
 }
 
@@ -211,7 +222,9 @@ impl OpenAiModel {
     /// A client for this configuration.
     pub fn new(config: OpenAiConfig) -> Result<Self, GatewayError> {
         if config.model.trim().is_empty() {
-            return Err(GatewayError::Config("the model name is empty: set OPENAI_MODEL or OpenAiConfig::new(model)".into()));
+            return Err(GatewayError::Config(
+                "the model name is empty: set OPENAI_MODEL or OpenAiConfig::new(model)".into(),
+            ));
         }
         let mut oa = OpenAIConfig::new()
             .with_api_base(config.base_url.trim_end_matches('/'))
@@ -270,10 +283,11 @@ impl ChatModel for OpenAiModel {
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, GatewayError> {
         let body = wire::request_body(&request, &self.config.model, false, false);
         let chat = self.client.chat();
-        let value = tokio::time::timeout(self.config.timeout, chat.create_byot::<Value, Value>(body))
-            .await
-            .map_err(|_| GatewayError::Timeout(self.config.timeout))?
-            .map_err(map_err)?;
+        let value =
+            tokio::time::timeout(self.config.timeout, chat.create_byot::<Value, Value>(body))
+                .await
+                .map_err(|_| GatewayError::Timeout(self.config.timeout))?
+                .map_err(map_err)?;
         wire::parse_response(&value)
     }
 
@@ -383,7 +397,8 @@ impl StreamState {
                 && !t.is_empty()
             {
                 self.text.push_str(t);
-                self.pending.push_back(Ok(ChatEvent::TextDelta(t.to_owned())));
+                self.pending
+                    .push_back(Ok(ChatEvent::TextDelta(t.to_owned())));
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for c in calls {
@@ -411,7 +426,10 @@ impl StreamState {
     fn on_end(&mut self) {
         let assembler = std::mem::take(&mut self.assembler);
         let has_calls = !assembler.is_empty();
-        let Some(reason) = self.finish.take().or_else(|| has_calls.then(|| default_finish(true)))
+        let Some(reason) = self
+            .finish
+            .take()
+            .or_else(|| has_calls.then(|| default_finish(true)))
         else {
             // No finish_reason and no tool call: the server closed early. Never present a
             // truncated answer as a complete one.

@@ -89,7 +89,11 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
     {
         return Some(Duration::from_secs_f64(ms / 1000.0));
     }
-    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let v = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
     if let Ok(secs) = v.parse::<f64>() {
         return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
     }
@@ -161,15 +165,22 @@ where
                 }
                 let delay = match wait {
                     Some(d) if d > policy.max_retry_after => {
-                        tracing::warn!(?d, "server asked to retry after more than max_retry_after; giving up");
+                        tracing::warn!(
+                            ?d,
+                            "server asked to retry after more than max_retry_after; giving up"
+                        );
                         return result;
                     }
                     Some(d) => d,
                     None => policy.backoff(attempt),
                 };
                 match &result {
-                    Ok(r) => tracing::warn!(status = %r.status(), attempt = attempt + 1, ?delay, "retrying model request"),
-                    Err(e) => tracing::warn!(error = %e, attempt = attempt + 1, ?delay, "retrying model request"),
+                    Ok(r) => {
+                        tracing::warn!(status = %r.status(), attempt = attempt + 1, ?delay, "retrying model request")
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, attempt = attempt + 1, ?delay, "retrying model request")
+                    }
                 }
                 // Drop the failed response (and its connection) before sleeping.
                 drop(result);
@@ -193,12 +204,25 @@ mod tests {
 
     #[test]
     fn g8_retry_after_seconds_ms_and_http_date() {
-        assert_eq!(retry_after(&h("retry-after", "2")), Some(Duration::from_secs(2)));
-        assert_eq!(retry_after(&h("retry-after", "0.5")), Some(Duration::from_millis(500)));
-        assert_eq!(retry_after(&h("retry-after-ms", "250")), Some(Duration::from_millis(250)));
-        let future = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(30));
+        assert_eq!(
+            retry_after(&h("retry-after", "2")),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            retry_after(&h("retry-after", "0.5")),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            retry_after(&h("retry-after-ms", "250")),
+            Some(Duration::from_millis(250))
+        );
+        let future =
+            httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(30));
         let d = retry_after(&h("retry-after", &future)).unwrap();
-        assert!(d > Duration::from_secs(25) && d <= Duration::from_secs(30), "{d:?}");
+        assert!(
+            d > Duration::from_secs(25) && d <= Duration::from_secs(30),
+            "{d:?}"
+        );
         let past = httpdate::fmt_http_date(std::time::SystemTime::UNIX_EPOCH);
         assert_eq!(retry_after(&h("retry-after", &past)), Some(Duration::ZERO));
         assert_eq!(retry_after(&h("retry-after", "soon")), None);
@@ -214,7 +238,11 @@ mod tests {
         for attempt in 0..10 {
             let full = Duration::from_millis(100 * 2u64.pow(attempt)).min(Duration::from_secs(1));
             let d = p.backoff(attempt);
-            assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d:?} not in [{:?}, {full:?}]", full / 2);
+            assert!(
+                d >= full / 2 && d <= full,
+                "attempt {attempt}: {d:?} not in [{:?}, {full:?}]",
+                full / 2
+            );
         }
         // Jitter: not every draw is the same.
         let draws: std::collections::HashSet<_> = (0..20).map(|_| p.backoff(3)).collect();

@@ -11,7 +11,12 @@ use crate::{
 };
 
 /// Builds the JSON body. With no tools bound there is no `tools` field at all (G2).
-pub(crate) fn request_body(req: &ChatRequest, model: &str, stream: bool, stream_usage: bool) -> Value {
+pub(crate) fn request_body(
+    req: &ChatRequest,
+    model: &str,
+    stream: bool,
+    stream_usage: bool,
+) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model.as_deref().unwrap_or(model)));
     body.insert(
@@ -52,10 +57,16 @@ fn message(m: &Message) -> Value {
     match m {
         Message::System { content } => json!({"role": "system", "content": content}),
         Message::User { content } => json!({"role": "user", "content": content}),
-        Message::Assistant { content, tool_calls } if tool_calls.is_empty() => {
+        Message::Assistant {
+            content,
+            tool_calls,
+        } if tool_calls.is_empty() => {
             json!({"role": "assistant", "content": content})
         }
-        Message::Assistant { content, tool_calls } => {
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => {
             let calls: Vec<Value> = tool_calls
                 .iter()
                 .map(|c| {
@@ -63,7 +74,11 @@ fn message(m: &Message) -> Value {
                         "name": c.name, "arguments": c.arguments.to_string()}})
                 })
                 .collect();
-            let content = if content.is_empty() { Value::Null } else { json!(content) };
+            let content = if content.is_empty() {
+                Value::Null
+            } else {
+                json!(content)
+            };
             json!({"role": "assistant", "content": content, "tool_calls": calls})
         }
         Message::Tool {
@@ -91,7 +106,9 @@ fn response_format(f: &ResponseFormat) -> Value {
             name,
             schema,
             strict,
-        } => json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": strict}}),
+        } => {
+            json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": strict}})
+        }
     }
 }
 
@@ -164,7 +181,11 @@ pub(crate) fn parse_response(v: &Value) -> Result<ChatResponse, GatewayError> {
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
                 .map_or_else(|| format!("call_{i}"), str::to_owned);
-            tool_calls.push(ToolCall { id, name, arguments });
+            tool_calls.push(ToolCall {
+                id,
+                name,
+                arguments,
+            });
         }
     }
     let finish_reason =
