@@ -26,11 +26,24 @@ async fn post(client: &reqwest::Client, base: &str, sid: &str, body: Value) -> (
 }
 
 async fn state(client: &reqwest::Client, base: &str, sid: &str) -> Value {
-    client.get(format!("{base}api/sessions/{sid}")).send().await.unwrap().json().await.unwrap()
+    client
+        .get(format!("{base}api/sessions/{sid}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 fn entries_of(state: &Value, kind: &str) -> Vec<Value> {
-    state["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == kind).cloned().collect()
+    state["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == kind)
+        .cloned()
+        .collect()
 }
 
 #[tokio::test]
@@ -46,12 +59,21 @@ async fn q10_q12_q13_q15_message_flow_over_http() {
     let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
     assert_eq!(names.first(), Some(&"entry"));
     assert_eq!(names.last(), Some(&"done"), "{names:?}");
-    let tool = events.iter().find(|(e, d)| e == "update" && d["kind"] == "tool").expect("tool result update");
+    let tool = events
+        .iter()
+        .find(|(e, d)| e == "update" && d["kind"] == "tool")
+        .expect("tool result update");
     assert_eq!(tool.1["tool"]["name"], "send_message");
     assert_eq!(tool.1["tool"]["isError"], false);
-    let msg = events.iter().find(|(e, d)| e == "entry" && d["kind"] == "message").expect("bus message entry");
+    let msg = events
+        .iter()
+        .find(|(e, d)| e == "entry" && d["kind"] == "message")
+        .expect("bus message entry");
     assert_eq!(msg.1["quickReplies"], json!(OPTIONS), "Q11: order kept");
-    assert!(events.iter().any(|(e, _)| e == "delta"), "the answer streams as deltas");
+    assert!(
+        events.iter().any(|(e, _)| e == "delta"),
+        "the answer streams as deltas"
+    );
 
     // the state has the message with unanswered quick replies
     let s = state(&c, &base, SID).await;
@@ -61,13 +83,28 @@ async fn q10_q12_q13_q15_message_flow_over_http() {
     let mid = m["id"].as_u64().unwrap();
 
     // Q12/Q13: a click sends the option as the reply and answers that message
-    let (status, body) = post(&c, &base, SID, json!({"text": OPTIONS[1], "inReplyTo": mid})).await;
+    let (status, body) = post(
+        &c,
+        &base,
+        SID,
+        json!({"text": OPTIONS[1], "inReplyTo": mid}),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     let ev = sse_events(&body);
-    assert!(ev.iter().any(|(e, d)| e == "update" && d["id"] == mid && d["answered"] == true));
+    assert!(
+        ev.iter()
+            .any(|(e, d)| e == "update" && d["id"] == mid && d["answered"] == true)
+    );
     let s = state(&c, &base, SID).await;
-    let m = entries_of(&s, "message").into_iter().find(|e| e["id"] == mid).unwrap();
-    assert_eq!((m["answered"].clone(), m["chosen"].clone()), (json!(true), json!(OPTIONS[1])));
+    let m = entries_of(&s, "message")
+        .into_iter()
+        .find(|e| e["id"] == mid)
+        .unwrap();
+    assert_eq!(
+        (m["answered"].clone(), m["chosen"].clone()),
+        (json!(true), json!(OPTIONS[1]))
+    );
     let users = entries_of(&s, "user");
     assert_eq!(users.last().unwrap()["text"], OPTIONS[1]);
     // the model got the clicked text as the user's reply
@@ -77,15 +114,30 @@ async fn q10_q12_q13_q15_message_flow_over_http() {
     // Q15: a typed reply answers an open set too (no choice recorded)
     post(&c, &base, SID, json!({"text": "show me options"})).await;
     let s = state(&c, &base, SID).await;
-    let open: Vec<Value> = entries_of(&s, "message").into_iter().filter(|e| e["answered"] == false).collect();
+    let open: Vec<Value> = entries_of(&s, "message")
+        .into_iter()
+        .filter(|e| e["answered"] == false)
+        .collect();
     assert_eq!(open.len(), 1);
     post(&c, &base, SID, json!({"text": "something else entirely"})).await;
     let s = state(&c, &base, SID).await;
-    assert!(entries_of(&s, "message").iter().all(|e| e["answered"] == true));
-    let typed = entries_of(&s, "message").into_iter().find(|e| e["id"] == open[0]["id"]).unwrap();
+    assert!(
+        entries_of(&s, "message")
+            .iter()
+            .all(|e| e["answered"] == true)
+    );
+    let typed = entries_of(&s, "message")
+        .into_iter()
+        .find(|e| e["id"] == open[0]["id"])
+        .unwrap();
     assert!(typed.get("chosen").is_none());
     // Q14: the typed text went through and was answered
-    assert!(entries_of(&s, "assistant").last().unwrap()["text"].as_str().unwrap().contains("something else entirely"));
+    assert!(
+        entries_of(&s, "assistant").last().unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .contains("something else entirely")
+    );
 }
 
 #[tokio::test]
@@ -95,15 +147,24 @@ async fn tool_errors_are_visible_entries() {
     post(&c, &fx.url(), SID, json!({"text": "hello"})).await;
     let (_, body) = post(&c, &fx.url(), SID, json!({"text": "eleven please"})).await;
     let ev = sse_events(&body);
-    let tool = ev.iter().find(|(e, d)| e == "update" && d["kind"] == "tool").unwrap();
+    let tool = ev
+        .iter()
+        .find(|(e, d)| e == "update" && d["kind"] == "tool")
+        .unwrap();
     assert_eq!(tool.1["tool"]["isError"], true);
     let result = tool.1["tool"]["result"].as_str().unwrap();
     // the tool-system dispatcher checks the schema before the tool runs (the tool checks again
     // itself, see messaging's q3 tests); either way the error names the field and the rule
-    assert!(result.contains("quickReplies") && result.contains("at most 10"), "{result}");
+    assert!(
+        result.contains("quickReplies") && result.contains("at most 10"),
+        "{result}"
+    );
     assert!(result.contains("\"success\":false"), "{result}");
     let s = state(&c, &fx.url(), SID).await;
-    assert!(entries_of(&s, "message").len() == 1, "nothing was delivered for the invalid call");
+    assert!(
+        entries_of(&s, "message").len() == 1,
+        "nothing was delivered for the invalid call"
+    );
 }
 
 #[tokio::test]
@@ -119,7 +180,10 @@ async fn bad_input_oversized_is_413_json() {
     let (status, body) = post(&c, &fx.url(), SID, json!({"text": long})).await;
     assert_eq!(status, 413);
     let v: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["error"], "text has 5000 characters; at most 4000 are allowed");
+    assert_eq!(
+        v["error"],
+        "text has 5000 characters; at most 4000 are allowed"
+    );
     // a huge body announced by content-length, sent raw
     let r = c
         .post(format!("{}api/sessions/{SID}/messages", fx.url()))
@@ -144,32 +208,71 @@ async fn bad_input_malformed_is_400_json() {
         ("not json", "malformed request"),
         ("{\"text\": 5}", "malformed request"),
         ("{\"txt\": \"hi\"}", "malformed request"),
-        ("{\"text\": \"hi\", \"inReplyTo\": \"x\"}", "malformed request"),
+        (
+            "{\"text\": \"hi\", \"inReplyTo\": \"x\"}",
+            "malformed request",
+        ),
         ("{\"text\": \"   \"}", "text is empty"),
         ("", "malformed request"),
         ("[1,2]", "malformed request"),
     ] {
-        let r = c.post(&url).header("content-type", "application/json").body(body).send().await.unwrap();
+        let r = c
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status().as_u16(), 400, "{body}");
         assert_eq!(r.headers()["content-type"], "application/json");
         let v: Value = r.json().await.unwrap();
-        assert!(v["error"].as_str().unwrap().starts_with(expect), "{body}: {v}");
+        assert!(
+            v["error"].as_str().unwrap().starts_with(expect),
+            "{body}: {v}"
+        );
     }
-    for bad in ["short", "has%20space", "x".repeat(65).as_str(), "%3Cscript%3E12345"] {
-        let r = c.get(format!("{}api/sessions/{bad}", fx.url())).send().await.unwrap();
+    for bad in [
+        "short",
+        "has%20space",
+        "x".repeat(65).as_str(),
+        "%3Cscript%3E12345",
+    ] {
+        let r = c
+            .get(format!("{}api/sessions/{bad}", fx.url()))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status().as_u16(), 400, "{bad}");
         let v: Value = r.json().await.unwrap();
-        assert!(v["error"].as_str().unwrap().starts_with("bad session id"), "{v}");
+        assert!(
+            v["error"].as_str().unwrap().starts_with("bad session id"),
+            "{v}"
+        );
     }
     let r = c.get(format!("{}nope", fx.url())).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 404);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"], "no such endpoint");
-    assert_eq!(c.get(format!("{}healthz", fx.url())).send().await.unwrap().text().await.unwrap(), "ok");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "no such endpoint"
+    );
+    assert_eq!(
+        c.get(format!("{}healthz", fx.url()))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "ok"
+    );
 }
 
 #[tokio::test]
 async fn second_message_while_answering_is_409() {
-    let fx = start_with(PanelConfig::default(), |_| Reply::text("slow answer").latency(Duration::from_millis(600))).await;
+    let fx = start_with(PanelConfig::default(), |_| {
+        Reply::text("slow answer").latency(Duration::from_millis(600))
+    })
+    .await;
     let c = reqwest::Client::new();
     let base = fx.url();
     let first = tokio::spawn({
@@ -207,7 +310,10 @@ async fn client_disconnect_mid_stream_server_stays_up() {
         let mut buf = vec![0u8; 2048];
         let mut got = String::new();
         while !got.contains("event: delta") {
-            let n = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut buf)).await.unwrap().unwrap();
+            let n = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
             assert!(n > 0, "closed early: {got}");
             got.push_str(&String::from_utf8_lossy(&buf[..n]));
         }
@@ -220,11 +326,15 @@ async fn client_disconnect_mid_stream_server_stays_up() {
             let s = state(&c, &fx.url(), SID).await;
             let done = s["busy"] == false
                 && entries_of(&s, "assistant").len() == round + 1
-                && entries_of(&s, "assistant").last().unwrap()["text"] == "a long streamed answer that keeps going for a while";
+                && entries_of(&s, "assistant").last().unwrap()["text"]
+                    == "a long streamed answer that keeps going for a while";
             if done {
                 break;
             }
-            assert!(tokio::time::Instant::now() < deadline, "the answer never completed: {s}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the answer never completed: {s}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -240,7 +350,10 @@ async fn two_hundred_concurrent_sse_clients_all_answered() {
     let fx = start().await;
     fx.model.set_recording(false);
     let base = fx.url();
-    let c = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let c = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let mut tasks = Vec::new();
     for i in 0..200 {
         let (c, base) = (c.clone(), base.clone());
@@ -257,7 +370,12 @@ async fn two_hundred_concurrent_sse_clients_all_answered() {
         let (sid, status, body) = r.unwrap();
         assert_eq!(status, 200, "{sid}: {body}");
         let ev = sse_events(&body);
-        assert!(ev.iter().any(|(e, d)| e == "entry" && d["kind"] == "message" && d["quickReplies"] == json!(OPTIONS)), "{sid}: {body}");
+        assert!(
+            ev.iter().any(|(e, d)| e == "entry"
+                && d["kind"] == "message"
+                && d["quickReplies"] == json!(OPTIONS)),
+            "{sid}: {body}"
+        );
         assert_eq!(ev.last().unwrap().0, "done", "{sid}");
     }
     // still up

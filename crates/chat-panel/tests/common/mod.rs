@@ -31,20 +31,31 @@ pub fn demo_responder(body: &Value) -> Reply {
         Some("tool") => {
             let v: Value = serde_json::from_str(&content).unwrap_or(Value::Null);
             if v["success"] == false {
-                Reply::text(&format!("The message was not sent: {}", v["error"].as_str().unwrap_or("unknown error")))
+                Reply::text(&format!(
+                    "The message was not sent: {}",
+                    v["error"].as_str().unwrap_or("unknown error")
+                ))
             } else {
-                Reply::text("I sent you a question above: click an option, or type your own answer.")
-                    .shape(|s| s.delay = Duration::from_millis(2))
+                Reply::text(
+                    "I sent you a question above: click an option, or type your own answer.",
+                )
+                .shape(|s| s.delay = Duration::from_millis(2))
             }
         }
         _ => {
             let lower = content.to_lowercase();
             if lower.contains("xss") {
-                send("Hostile options", HOSTILE.iter().map(|s| (*s).to_owned()).collect())
+                send(
+                    "Hostile options",
+                    HOSTILE.iter().map(|s| (*s).to_owned()).collect(),
+                )
             } else if lower.contains("eleven") {
                 send("Too many", (1..=11).map(|i| i.to_string()).collect())
             } else if users == 1 || lower.contains("options") {
-                send("How should I continue with the release?", OPTIONS.iter().map(|s| (*s).to_owned()).collect())
+                send(
+                    "How should I continue with the release?",
+                    OPTIONS.iter().map(|s| (*s).to_owned()).collect(),
+                )
             } else {
                 Reply::text(&format!("You said: {content}")).shape(|s| {
                     s.text_chunk = 3;
@@ -67,7 +78,10 @@ impl Fixture {
     }
 }
 
-pub async fn start_with(config: PanelConfig, responder: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Fixture {
+pub async fn start_with(
+    config: PanelConfig,
+    responder: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+) -> Fixture {
     let model = ScriptedServer::start().await;
     model.respond_with(responder);
     let mut cfg = OpenAiConfig::new("scripted");
@@ -75,7 +89,10 @@ pub async fn start_with(config: PanelConfig, responder: impl Fn(&Value) -> Reply
     let llm = OpenAiModel::new(cfg).expect("model");
     let bus = MessageBus::new();
     let backend = AgentBackend::build(llm, bus.clone(), |b| b).expect("agent");
-    let panel = ChatPanel::new(backend, bus.clone(), config).serve("127.0.0.1:0").await.expect("serve");
+    let panel = ChatPanel::new(backend, bus.clone(), config)
+        .serve("127.0.0.1:0")
+        .await
+        .expect("serve");
     Fixture { model, panel, bus }
 }
 
@@ -97,7 +114,12 @@ pub fn sse_events(body: &str) -> Vec<(String, Value)> {
                     data.push_str(v.strip_prefix(' ').unwrap_or(v));
                 }
             }
-            (!data.is_empty()).then(|| (event, serde_json::from_str(&data).unwrap_or(Value::String(data))))
+            (!data.is_empty()).then(|| {
+                (
+                    event,
+                    serde_json::from_str(&data).unwrap_or(Value::String(data)),
+                )
+            })
         })
         .collect()
 }

@@ -1,0 +1,396 @@
+//! Q10–Q15 in a real headless Chromium driven over WebDriver (chromedriver + fantoccini).
+//!
+//! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium` and
+//! `chromium-driver`; `cargo xtask test` installs them), or `CHROME_BIN` / `CHROMEDRIVER`.
+//! Missing browser = failing test, never a skip.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Fixture, HOSTILE, OPTIONS, start};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+/// One browser at a time: the machine has 2 cores.
+static BROWSER_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn binary(env: &str, default: &str) -> PathBuf {
+    let p = std::env::var_os(env).map_or_else(|| PathBuf::from(default), PathBuf::from);
+    assert!(
+        p.is_file(),
+        "{} not found (set {env} to override): the browser tests need Debian's chromium and chromium-driver; \
+         run `cargo xtask test`, which installs them",
+        p.display()
+    );
+    p
+}
+
+struct Browser {
+    client: Client,
+    driver: tokio::process::Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start() -> Self {
+        let chrome = binary("CHROME_BIN", "/usr/bin/chromium");
+        let driver_bin = binary("CHROMEDRIVER", "/usr/bin/chromedriver");
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let driver = tokio::process::Command::new(&driver_bin)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start {}: {e}", driver_bin.display()));
+        let profile = tempfile::tempdir().unwrap();
+        let caps = json!({
+            "goog:chromeOptions": {
+                "binary": chrome,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--no-first-run", "--window-size=900,720",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ]
+            }
+        });
+        let caps = match caps {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        };
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            let mut b =
+                ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
+            b.capabilities(caps.clone());
+            match b.connect(&url).await {
+                Ok(c) => break c,
+                Err(e) => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "chromedriver at {url} did not start a session: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        Self {
+            client,
+            driver,
+            _profile: profile,
+        }
+    }
+
+    async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill().await;
+    }
+
+    async fn js(&self, script: &str) -> Value {
+        self.client.execute(script, vec![]).await.unwrap()
+    }
+
+    /// Polls a JS expression until it is true.
+    async fn wait_until(&self, what: &str, expr: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.js(&format!("return !!({expr});")).await == json!(true) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what} ({expr})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn open(&self, fx: &Fixture) {
+        self.client.goto(&fx.url()).await.unwrap();
+        self.wait_until("page load", "document.body.dataset.ready === '1'")
+            .await;
+    }
+
+    async fn type_and_send(&self, text: &str) {
+        let input = self.client.find(Locator::Id("input")).await.unwrap();
+        input.send_keys(text).await.unwrap();
+        self.client
+            .find(Locator::Id("send"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+
+    async fn idle(&self) {
+        self.wait_until("the answer to finish", "document.body.dataset.idle === '1'")
+            .await;
+    }
+
+    /// Texts and disabled flags of the quick-reply buttons of the n-th message entry.
+    async fn buttons(&self, nth: usize) -> Vec<(String, bool)> {
+        let v = self
+            .js(&format!(
+                "const m = document.querySelectorAll('.entry-message')[{nth}];
+                 if (!m) return null;
+                 return Array.from(m.querySelectorAll('.quick-replies > button.quick-reply'))
+                   .map(b => [b.textContent, b.disabled]);"
+            ))
+            .await;
+        serde_json::from_value::<Vec<(String, bool)>>(v).unwrap_or_default()
+    }
+}
+
+fn labels(b: &[(String, bool)]) -> Vec<&str> {
+    b.iter().map(|(t, _)| t.as_str()).collect()
+}
+
+/// Opens the panel and says hello; the offline agent answers with a send_message carrying OPTIONS.
+async fn with_question() -> (Fixture, Browser) {
+    let fx = start().await;
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.type_and_send("hello").await;
+    b.wait_until(
+        "the quick replies",
+        "document.querySelectorAll('.entry-message .quick-reply').length === 3",
+    )
+    .await;
+    b.idle().await;
+    (fx, b)
+}
+
+#[tokio::test]
+async fn q10_q11_quick_replies_are_buttons_under_the_message_in_order() {
+    let _one = BROWSER_LOCK.lock().await;
+    let (_fx, b) = with_question().await;
+    let buttons = b.buttons(0).await;
+    assert_eq!(labels(&buttons), OPTIONS, "Q11: in array order");
+    assert!(buttons.iter().all(|(_, disabled)| !disabled));
+    // Q10: under the message text, inside the message's entry
+    let below = b
+        .js("const m = document.querySelector('.entry-message');
+             const t = m.querySelector('.text').getBoundingClientRect();
+             const r = m.querySelector('.quick-replies').getBoundingClientRect();
+             return [m.querySelector('.text').textContent, r.top >= t.bottom];")
+        .await;
+    assert_eq!(
+        below,
+        json!(["How should I continue with the release?", true])
+    );
+    // tool activity is visible: which tool ran and its result
+    let tool = b
+        .js("const t = document.querySelector('.entry-tool'); return t ? t.textContent : null;")
+        .await;
+    let tool = tool.as_str().unwrap();
+    assert!(tool.contains("Tool send_message — done"), "{tool}");
+    assert!(tool.contains("\"success\":true"), "{tool}");
+    // streamed answer after the tool
+    let answer = b.js("return Array.from(document.querySelectorAll('.entry-assistant .text')).map(e => e.textContent);").await;
+    assert_eq!(
+        answer,
+        json!(["I sent you a question above: click an option, or type your own answer."])
+    );
+    b.close().await;
+}
+
+#[tokio::test]
+async fn q12_q13_click_sends_the_option_and_disables_all_buttons_of_that_message() {
+    let _one = BROWSER_LOCK.lock().await;
+    let (fx, b) = with_question().await;
+    let before = fx.model.request_count();
+    let second = b
+        .client
+        .find_all(Locator::Css(".entry-message .quick-reply"))
+        .await
+        .unwrap();
+    second[1].click().await.unwrap();
+    // Q13: every button of that message is disabled at once
+    let buttons = b.buttons(0).await;
+    assert_eq!(
+        buttons.iter().map(|(_, d)| *d).collect::<Vec<_>>(),
+        [true, true, true]
+    );
+    b.idle().await;
+    // Q12: the option's text went out as the person's reply, and the agent answered it
+    let users = b.js("return Array.from(document.querySelectorAll('.entry-user .text')).map(e => e.textContent);").await;
+    assert_eq!(users, json!(["hello", OPTIONS[1]]));
+    assert!(fx.model.request_count() > before);
+    let sent = fx.model.requests().last().unwrap().body.to_string();
+    assert!(sent.contains(OPTIONS[1]), "the model got the clicked text");
+    let last = b.js("const a = document.querySelectorAll('.entry-assistant .text'); return a[a.length-1].textContent;").await;
+    assert_eq!(last, json!(format!("You said: {}", OPTIONS[1])));
+    // clicking a disabled button does nothing
+    let n = fx.model.request_count();
+    let _ = b
+        .js("document.querySelectorAll('.entry-message .quick-reply')[0].click(); return 1;")
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fx.model.request_count(), n);
+    b.close().await;
+}
+
+#[tokio::test]
+async fn q14_q15_typing_stays_possible_and_a_typed_reply_disables_the_buttons() {
+    let _one = BROWSER_LOCK.lock().await;
+    let (_fx, b) = with_question().await;
+    // Q14: the text box works while quick replies are offered
+    assert_eq!(
+        b.js("return document.getElementById('input').disabled;")
+            .await,
+        json!(false)
+    );
+    b.type_and_send("Neither, wait until Monday").await;
+    // Q15: the typed reply disables that message's buttons
+    let buttons = b.buttons(0).await;
+    assert!(buttons.iter().all(|(_, d)| *d), "{buttons:?}");
+    b.idle().await;
+    let users = b.js("return Array.from(document.querySelectorAll('.entry-user .text')).map(e => e.textContent);").await;
+    assert_eq!(users, json!(["hello", "Neither, wait until Monday"]));
+    // none marked chosen: it was typed
+    assert_eq!(
+        b.js("return document.querySelectorAll('.quick-reply.chosen').length;")
+            .await,
+        json!(0)
+    );
+    b.close().await;
+}
+
+#[tokio::test]
+async fn q13_reload_keeps_the_conversation_and_answered_state() {
+    let _one = BROWSER_LOCK.lock().await;
+    let (_fx, b) = with_question().await;
+    // ask again to get a second, still open set, then answer the first by click
+    b.type_and_send("more options please").await;
+    b.wait_until(
+        "second set",
+        "document.querySelectorAll('.entry-message').length === 2",
+    )
+    .await;
+    b.idle().await;
+    // clicking in the second (open) message answers it; the first was answered by the typed text
+    let all = b
+        .client
+        .find_all(Locator::Css(".entry-message"))
+        .await
+        .unwrap();
+    let btns = all[1].find_all(Locator::Css(".quick-reply")).await.unwrap();
+    btns[2].click().await.unwrap();
+    b.idle().await;
+    let before = b
+        .js("return document.getElementById('log').innerText;")
+        .await;
+    b.client.refresh().await.unwrap();
+    b.wait_until("reload", "document.body.dataset.ready === '1'")
+        .await;
+    let after = b
+        .js("return document.getElementById('log').innerText;")
+        .await;
+    assert_eq!(before, after, "the same conversation after a reload");
+    for nth in 0..2 {
+        let buttons = b.buttons(nth).await;
+        assert_eq!(labels(&buttons), OPTIONS);
+        assert!(
+            buttons.iter().all(|(_, d)| *d),
+            "set {nth} stays disabled after reload: {buttons:?}"
+        );
+    }
+    let chosen = b.js("return Array.from(document.querySelectorAll('.quick-reply.chosen')).map(b => b.textContent);").await;
+    assert_eq!(chosen, json!([OPTIONS[2]]));
+    // a fresh session id (New chat) starts empty; the old one is still on the server
+    b.client
+        .find(Locator::Id("new-chat"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_until(
+        "empty log",
+        "document.querySelectorAll('.entry').length === 0",
+    )
+    .await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn q10_hostile_quick_replies_render_as_text() {
+    let _one = BROWSER_LOCK.lock().await;
+    let fx = start().await;
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    // the page would show an alert or load an image if it put model text in as HTML
+    b.type_and_send("hello").await;
+    b.idle().await;
+    b.type_and_send("xss please").await;
+    b.wait_until(
+        "the hostile set",
+        "document.querySelectorAll('.entry-message').length === 2",
+    )
+    .await;
+    b.idle().await;
+    let buttons = b.buttons(1).await;
+    assert_eq!(labels(&buttons), HOSTILE);
+    assert_eq!(
+        b.js("return document.getElementsByTagName('img').length;")
+            .await,
+        json!(0)
+    );
+    assert_eq!(
+        b.js("return document.querySelectorAll('#log script').length;")
+            .await,
+        json!(0)
+    );
+    assert!(
+        b.client.get_alert_text().await.is_err(),
+        "no alert may be open"
+    );
+    // the tool entry shows the arguments as text too
+    let args = b.js("const a = document.querySelectorAll('.entry-tool pre.args'); return a[a.length-1].textContent;").await;
+    assert!(
+        args.as_str()
+            .unwrap()
+            .contains("<img src=x onerror=alert(1)>")
+    );
+    // clicking a hostile option sends it as plain text
+    let _ = b.js("document.querySelectorAll('.entry-message')[1].querySelector('.quick-reply').click(); return 1;").await;
+    b.idle().await;
+    let users = b.js("return Array.from(document.querySelectorAll('.entry-user .text')).map(e => e.textContent);").await;
+    assert_eq!(users[2], json!(HOSTILE[0]));
+    assert_eq!(
+        b.js("return document.getElementsByTagName('img').length;")
+            .await,
+        json!(0)
+    );
+    assert!(
+        b.client.get_alert_text().await.is_err(),
+        "no alert may be open"
+    );
+    b.close().await;
+}
+
+#[tokio::test]
+async fn screenshot_of_the_panel_for_the_docs() {
+    let _one = BROWSER_LOCK.lock().await;
+    let (_fx, b) = with_question().await;
+    b.type_and_send("eleven options, please").await;
+    b.idle().await;
+    b.type_and_send("options").await;
+    b.idle().await;
+    let png = b.client.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/chat-panel.png");
+    std::fs::write(&out, &png).unwrap();
+    b.close().await;
+}
