@@ -1,0 +1,176 @@
+//! Stage 4 — mcp-bridge: a real MCP server (the official server-everything, run with node over
+//! stdio) registered from a Claude-Desktop-style `mcpServers` file; discovery; an intent; the
+//! level-1 section injected into the prompt; a call through tool-system's loop with 004's
+//! `tool_call` answer and a `tool` message back; and the friendly message once the service is
+//! stopped. Runs offline: an in-process scripted model stands in for a provider.
+//!
+//! `cargo xtask stage 4` installs the server first (crates/mcp-bridge/install-test-deps.sh);
+//! `MCP_SERVER_EVERYTHING` overrides where its JS entry is.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mcp_bridge::intent::IntentChain;
+use mcp_bridge::{McpBridge, ToolCallProtocol};
+use model_gateway::{
+    ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message,
+    ModelInfo, async_trait, response_stream,
+};
+use serde_json::json;
+use tool_system::{Agent, ProtocolKind, ToolProvider};
+
+/// The model's part, scripted: it asks for the echo tool with 004's `tool_call` JSON, then
+/// answers with what the `tool` message said.
+struct ScriptedModel;
+
+#[async_trait]
+impl ChatModel for ScriptedModel {
+    fn info(&self) -> ModelInfo {
+        ModelInfo::new("scripted-stage-4", false)
+    }
+    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+        let text = match req.messages.last() {
+            Some(Message::Tool { content, .. }) => {
+                json!({"tool_call": null, "reply": format!("服务器回答：{content}")}).to_string()
+            }
+            _ => json!({"tool_call": {"name": "everything__echo", "arguments": {"message": "你好，MCP"}}})
+                .to_string(),
+        };
+        Ok(ChatResponse::new(text, vec![], FinishReason::Stop, None))
+    }
+    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> {
+        Ok(response_stream(self.chat(req).await?))
+    }
+}
+
+fn everything_entry() -> Option<String> {
+    let path = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(
+            ".cache/llm-toolkit/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        )
+    });
+    path.is_file().then(|| path.to_string_lossy().into_owned())
+}
+
+/// Rough token count: ~4 bytes of English/JSON per token (docs/benchmarks.md uses tiktoken).
+fn approx_tokens(s: &str) -> usize {
+    s.len().div_ceil(4)
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let Some(entry) = everything_entry() else {
+        eprintln!(
+            "server-everything is not installed: run `cargo xtask stage 4` (or crates/mcp-bridge/install-test-deps.sh)"
+        );
+        std::process::exit(1);
+    };
+
+    println!("== 1. Registry: a Claude Desktop `mcpServers` file, as it is");
+    let dir = std::env::temp_dir().join(format!("stage-4-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mcp.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string_pretty(&json!({"mcpServers": {
+            "everything": {"command": "node", "args": [entry, "stdio"],
+                           "description": "The MCP reference server",
+                           "trigger_keywords": ["回显", "echo back"]},
+            "remote": {"url": "https://example.invalid/mcp"}
+        }}))
+        .unwrap(),
+    )
+    .unwrap();
+    let bridge = McpBridge::with_config_file(&file).unwrap();
+    for s in bridge.services() {
+        println!(
+            "   {} — {} (status {}, keywords {:?})",
+            s.config.name,
+            s.config.description(),
+            s.status.as_str(),
+            s.config.trigger_keywords
+        );
+    }
+    println!("   (the `remote` URL entry is kept in the file but not run: stdio only)");
+
+    println!("\n== 2. Start: own process group, clean environment, stderr to the log");
+    bridge.start("everything").await.unwrap();
+    println!(
+        "   everything: {} (pid {})",
+        bridge.status("everything").unwrap().as_str(),
+        bridge.pid("everything").unwrap_or_default()
+    );
+
+    println!("\n== 3. Discovery (running services only, names namespaced service__tool)");
+    let tools = bridge.tools().await;
+    println!("   {} tools:", tools.len());
+    for t in tools.iter().take(6) {
+        println!("   - {}", t.exposed_name);
+    }
+    println!("   …");
+
+    let user = "用 echo 工具 把「你好，MCP」回显给我";
+    println!("\n== 4. Intent for: {user}");
+    let chain = IntentChain::standard(bridge.recognizer().await);
+    let intent = chain.recognize(user);
+    println!("   {intent:?}");
+    println!("   and for \"你好\": {:?}", chain.recognize("你好"));
+
+    println!("\n== 5. Level-1 section injected into the system prompt (no schema)");
+    let section = bridge.prompt_section(&intent).await.unwrap();
+    println!("{}", section.lines().map(|l| format!("   | {l}")).collect::<Vec<_>>().join("\n"));
+    let full: String = ToolProvider::list(&bridge)
+        .await
+        .iter()
+        .map(|s| serde_json::to_string(s).unwrap())
+        .collect();
+    let all_level1 = bridge
+        .prompt_section(&chain.recognize("请回显"))
+        .await
+        .unwrap();
+    println!(
+        "   ≈ tokens: this section {}, level 1 for all {} tools {}, full schemas {}",
+        approx_tokens(&section),
+        tools.len(),
+        approx_tokens(&all_level1),
+        approx_tokens(&full)
+    );
+    println!("   for a non-MCP intent: {:?}", bridge.prompt_section(&chain.recognize("你好")).await);
+
+    println!("\n== 6. The call, through tool-system's loop (004 tool_call → role=tool message)");
+    let agent = Agent::builder(ScriptedModel)
+        .provider(Arc::new(bridge.clone()))
+        .protocol(ProtocolKind::Custom(Arc::new(ToolCallProtocol)))
+        .system_prompt(format!("You are a helpful assistant.\n\n{section}"))
+        .build()
+        .unwrap();
+    let out = agent.run("demo", user).await.unwrap();
+    for m in &out.new_messages {
+        match m {
+            Message::Tool { name, content, .. } => {
+                println!("   tool message: name={name} content={content:?}")
+            }
+            Message::Assistant { content, .. } if !content.is_empty() => {
+                println!("   assistant: {content}")
+            }
+            _ => {}
+        }
+    }
+    println!("   answer: {}", out.answer);
+
+    println!("\n== 7. Stop: the whole process group ends; a call now gets a friendly message");
+    bridge.stop("everything").await.unwrap();
+    println!("   status: {}", bridge.status("everything").unwrap().as_str());
+    let err = bridge
+        .call("everything__echo", json!({"message": "still there?"}))
+        .await
+        .unwrap_err();
+    println!("   {}", err.to_model_json());
+    let _ = std::fs::remove_dir_all(&dir);
+}
