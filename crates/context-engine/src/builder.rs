@@ -44,6 +44,7 @@ pub enum DropReason {
 
 /// One history message left out of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Dropped {
     /// Its index in the history.
     pub index: usize,
