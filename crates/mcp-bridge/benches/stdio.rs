@@ -1,0 +1,125 @@
+//! Bounded benchmark (harness = false): tools/call round trips over stdio against our own rmcp
+//! server and against server-everything (node), and tokens injected per turn with level-1
+//! descriptions against full schemas for the same tools. `cargo bench -p mcp-bridge`.
+//! Set `MCP_BENCH_CALLS` to change the number of calls (default 2000).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use mcp_bridge::inject::level1_section;
+use mcp_bridge::intent::{Intent, IntentChain};
+use mcp_bridge::{McpBridge, McpTool, ServiceConfig};
+use serde_json::json;
+
+fn everything_entry() -> String {
+    let path = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(
+            ".cache/llm-toolkit/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        )
+    });
+    assert!(path.is_file(), "server-everything missing: run `cargo xtask test`, which installs it");
+    path.to_string_lossy().into_owned()
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+async fn round_trips(b: &McpBridge, tool: &str, n: usize) {
+    for _ in 0..50 {
+        b.call(tool, json!({"message": "warm"})).await.unwrap();
+    }
+    let mut lat = Vec::with_capacity(n);
+    let t0 = Instant::now();
+    for i in 0..n {
+        let s = Instant::now();
+        let v = b.call(tool, json!({"message": format!("m{i}")})).await.unwrap();
+        lat.push(s.elapsed());
+        assert!(v.as_str().unwrap().ends_with(&format!("m{i}")));
+    }
+    let total = t0.elapsed();
+    lat.sort();
+    println!(
+        "| {tool} | {n} | {:.0} | {:.0} | {:.0} |",
+        n as f64 / total.as_secs_f64(),
+        pct(&lat, 0.50).as_secs_f64() * 1e6,
+        pct(&lat, 0.99).as_secs_f64() * 1e6
+    );
+}
+
+fn tokens(bpe: &tiktoken_rs::CoreBPE, s: &str) -> usize {
+    bpe.encode_with_special_tokens(s).len()
+}
+
+#[tokio::main]
+async fn main() {
+    let n: usize = std::env::var("MCP_BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let b = McpBridge::new();
+    b.register(ServiceConfig::new("own", env!("CARGO_BIN_EXE_misbehaving-mcp-server"))).unwrap();
+    b.register(
+        ServiceConfig::new("everything", "node")
+            .with_args([everything_entry(), "stdio".into()])
+            .with_startup_timeout(Duration::from_secs(30)),
+    )
+    .unwrap();
+    b.start("own").await.unwrap();
+    b.start("everything").await.unwrap();
+
+    println!("## tools/call round trips over stdio (sequential, one call in flight)\n");
+    println!("| tool | calls | calls/s | p50 µs | p99 µs |\n|---|---|---|---|---|");
+    round_trips(&b, "own__echo", n).await;
+    round_trips(&b, "everything__echo", n).await;
+
+    let tools: Vec<McpTool> = b.tools().await;
+    let bpe = tiktoken_rs::cl100k_base().unwrap();
+    let descriptions: BTreeMap<String, String> =
+        [("own".to_string(), "own".to_string()), ("everything".to_string(), "everything".to_string())].into();
+    // Full schemas: what a prompt or a `tools` array carries for every tool.
+    let full: String = tools
+        .iter()
+        .map(|t| serde_json::to_string(&json!({"name": t.exposed_name, "description": t.description, "parameters": t.input_schema})).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Level 1 for the same tools: one line each, plus the fixed two-line frame of the section.
+    let level1_all: String = {
+        let mut s = String::from("## MCP tools\nMCP tools for this request (name: what it does):\n");
+        for t in &tools {
+            s.push_str(&format!("- {}: {}\n", t.exposed_name, t.level1(&t.service)));
+        }
+        s
+    };
+    let chain = IntentChain::standard(b.recognizer().await);
+    let one = level1_section(&chain.recognize("用 echo 工具 说你好"), &tools, &descriptions).unwrap_or_default();
+    let kw_intent = Intent::Mcp(
+        match IntentChain::standard(mcp_bridge::intent::McpRecognizer::new(
+            &[ServiceConfig::new("everything", "node").with_trigger_keywords(["回显"])],
+            &tools,
+        ))
+        .recognize("请回显")
+        {
+            Intent::Mcp(m) => m,
+            other => panic!("{other:?}"),
+        },
+    );
+    let kw = level1_section(&kw_intent, &tools, &descriptions).unwrap_or_default();
+    let kw_full: String = tools
+        .iter()
+        .filter(|t| t.service == "everything")
+        .map(|t| serde_json::to_string(&json!({"name": t.exposed_name, "description": t.description, "parameters": t.input_schema})).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let none = level1_section(&Intent::Normal, &tools, &descriptions);
+    let (f, l, o) = (tokens(&bpe, &full), tokens(&bpe, &level1_all), tokens(&bpe, &one));
+    println!("\n## tokens per turn (cl100k_base), {} tools from both servers\n", tools.len());
+    println!("| what is injected | tokens | vs full schemas |\n|---|---|---|");
+    println!("| full schemas, all {} tools | {f} | 100% |", tools.len());
+    println!("| level 1, all {} tools | {l} | {:.1}% |", tools.len(), 100.0 * l as f64 / f as f64);
+    println!("| level 1, explicit call (\"用 echo 工具\"): the section as injected | {o} | {:.1}% |", 100.0 * o as f64 / f as f64);
+    let (k, kf) = (tokens(&bpe, &kw), tokens(&bpe, &kw_full));
+    println!("| level 1, keyword intent for service `everything` ({} tools), as injected | {k} | {:.1}% of all; {:.1}% of that service's {kf} |", tools.iter().filter(|t| t.service == "everything").count(), 100.0 * k as f64 / f as f64, 100.0 * k as f64 / kf as f64);
+    println!("| non-MCP intent | {} | 0% |", none.map_or(0, |s| tokens(&bpe, &s)));
+    b.stop_all().await;
+}
