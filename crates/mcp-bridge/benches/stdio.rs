@@ -19,7 +19,10 @@ fn everything_entry() -> String {
             ".cache/llm-toolkit/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
         )
     });
-    assert!(path.is_file(), "server-everything missing: run `cargo xtask test`, which installs it");
+    assert!(
+        path.is_file(),
+        "server-everything missing: run `cargo xtask test`, which installs it"
+    );
     path.to_string_lossy().into_owned()
 }
 
@@ -36,7 +39,10 @@ async fn round_trips(b: &McpBridge, tool: &str, n: usize) {
     let t0 = Instant::now();
     for i in 0..n {
         let s = Instant::now();
-        let v = b.call(tool, json!({"message": format!("m{i}")})).await.unwrap();
+        let v = b
+            .call(tool, json!({"message": format!("m{i}")}))
+            .await
+            .unwrap();
         lat.push(s.elapsed());
         assert!(v.as_str().unwrap().ends_with(&format!("m{i}")));
     }
@@ -56,9 +62,16 @@ fn tokens(bpe: &tiktoken_rs::CoreBPE, s: &str) -> usize {
 
 #[tokio::main]
 async fn main() {
-    let n: usize = std::env::var("MCP_BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let n: usize = std::env::var("MCP_BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
     let b = McpBridge::new();
-    b.register(ServiceConfig::new("own", env!("CARGO_BIN_EXE_misbehaving-mcp-server"))).unwrap();
+    b.register(ServiceConfig::new(
+        "own",
+        env!("CARGO_BIN_EXE_misbehaving-mcp-server"),
+    ))
+    .unwrap();
     b.register(
         ServiceConfig::new("everything", "node")
             .with_args([everything_entry(), "stdio".into()])
@@ -75,8 +88,11 @@ async fn main() {
 
     let tools: Vec<McpTool> = b.tools().await;
     let bpe = tiktoken_rs::cl100k_base().unwrap();
-    let descriptions: BTreeMap<String, String> =
-        [("own".to_string(), "own".to_string()), ("everything".to_string(), "everything".to_string())].into();
+    let descriptions: BTreeMap<String, String> = [
+        ("own".to_string(), "own".to_string()),
+        ("everything".to_string(), "everything".to_string()),
+    ]
+    .into();
     // Full schemas: what a prompt or a `tools` array carries for every tool.
     let full: String = tools
         .iter()
@@ -85,14 +101,20 @@ async fn main() {
         .join("\n");
     // Level 1 for the same tools: one line each, plus the fixed two-line frame of the section.
     let level1_all: String = {
-        let mut s = String::from("## MCP tools\nMCP tools for this request (name: what it does):\n");
+        let mut s =
+            String::from("## MCP tools\nMCP tools for this request (name: what it does):\n");
         for t in &tools {
             s.push_str(&format!("- {}: {}\n", t.exposed_name, t.level1(&t.service)));
         }
         s
     };
     let chain = IntentChain::standard(b.recognizer().await);
-    let one = level1_section(&chain.recognize("用 echo 工具 说你好"), &tools, &descriptions).unwrap_or_default();
+    let one = level1_section(
+        &chain.recognize("用 echo 工具 说你好"),
+        &tools,
+        &descriptions,
+    )
+    .unwrap_or_default();
     let kw_intent = Intent::Mcp(
         match IntentChain::standard(mcp_bridge::intent::McpRecognizer::new(
             &[ServiceConfig::new("everything", "node").with_trigger_keywords(["回显"])],
@@ -112,14 +134,36 @@ async fn main() {
         .collect::<Vec<_>>()
         .join("\n");
     let none = level1_section(&Intent::Normal, &tools, &descriptions);
-    let (f, l, o) = (tokens(&bpe, &full), tokens(&bpe, &level1_all), tokens(&bpe, &one));
-    println!("\n## tokens per turn (cl100k_base), {} tools from both servers\n", tools.len());
+    let (f, l, o) = (
+        tokens(&bpe, &full),
+        tokens(&bpe, &level1_all),
+        tokens(&bpe, &one),
+    );
+    println!(
+        "\n## tokens per turn (cl100k_base), {} tools from both servers\n",
+        tools.len()
+    );
     println!("| what is injected | tokens | vs full schemas |\n|---|---|---|");
     println!("| full schemas, all {} tools | {f} | 100% |", tools.len());
-    println!("| level 1, all {} tools | {l} | {:.1}% |", tools.len(), 100.0 * l as f64 / f as f64);
-    println!("| level 1, explicit call (\"用 echo 工具\"): the section as injected | {o} | {:.1}% |", 100.0 * o as f64 / f as f64);
+    println!(
+        "| level 1, all {} tools | {l} | {:.1}% |",
+        tools.len(),
+        100.0 * l as f64 / f as f64
+    );
+    println!(
+        "| level 1, explicit call (\"用 echo 工具\"): the section as injected | {o} | {:.1}% |",
+        100.0 * o as f64 / f as f64
+    );
     let (k, kf) = (tokens(&bpe, &kw), tokens(&bpe, &kw_full));
-    println!("| level 1, keyword intent for service `everything` ({} tools), as injected | {k} | {:.1}% of all; {:.1}% of that service's {kf} |", tools.iter().filter(|t| t.service == "everything").count(), 100.0 * k as f64 / f as f64, 100.0 * k as f64 / kf as f64);
-    println!("| non-MCP intent | {} | 0% |", none.map_or(0, |s| tokens(&bpe, &s)));
+    println!(
+        "| level 1, keyword intent for service `everything` ({} tools), as injected | {k} | {:.1}% of all; {:.1}% of that service's {kf} |",
+        tools.iter().filter(|t| t.service == "everything").count(),
+        100.0 * k as f64 / f as f64,
+        100.0 * k as f64 / kf as f64
+    );
+    println!(
+        "| non-MCP intent | {} | 0% |",
+        none.map_or(0, |s| tokens(&bpe, &s))
+    );
     b.stop_all().await;
 }

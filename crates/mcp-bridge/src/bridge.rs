@@ -223,7 +223,9 @@ impl McpBridge {
 
     /// Sets the cap on result text that reaches the model (default 64 KiB, at least 256 bytes).
     pub fn set_max_result_bytes(&self, max: usize) {
-        self.inner.max_result_bytes.store(max.max(256), Ordering::Relaxed);
+        self.inner
+            .max_result_bytes
+            .store(max.max(256), Ordering::Relaxed);
     }
 
     fn build(config_path: Option<PathBuf>, mut file: ConfigFile, max: usize) -> Self {
@@ -450,8 +452,8 @@ impl McpBridge {
         config: &ServiceConfig,
         generation: u64,
     ) -> Result<Arc<Instance>, String> {
-        let spawned = process::spawn(config)
-            .map_err(|e| format!("cannot run `{}`: {e}", config.command))?;
+        let spawned =
+            process::spawn(config).map_err(|e| format!("cannot run `{}`: {e}", config.command))?;
         let process::Spawned {
             mut child,
             group,
@@ -496,7 +498,9 @@ impl McpBridge {
                 } else if let Ok(Some(status)) = child.try_wait() {
                     reason = format!("{reason}; the server process exited ({status})");
                 }
-                group.terminate(&mut child, Duration::from_millis(300)).await;
+                group
+                    .terminate(&mut child, Duration::from_millis(300))
+                    .await;
                 return Err(reason);
             }
         };

@@ -347,7 +347,9 @@ impl ConfigFile {
                     raw,
                     "no `command`: only stdio servers are supported".into(),
                 )),
-                Err(e) => out.skipped.push((name, raw, format!("malformed entry: {e}"))),
+                Err(e) => out
+                    .skipped
+                    .push((name, raw, format!("malformed entry: {e}"))),
             }
         }
         Ok(out)
@@ -471,7 +473,10 @@ mod tests {
         f.save(&p).unwrap();
         let again: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         assert_eq!(again["globalShortcut"], "Ctrl+Space");
-        assert_eq!(again["mcpServers"]["remote"]["url"], "https://example.invalid/sse");
+        assert_eq!(
+            again["mcpServers"]["remote"]["url"],
+            "https://example.invalid/sse"
+        );
         assert_eq!(again["mcpServers"]["broken"]["command"], 42);
         assert_eq!(again["mcpServers"]["filesystem"]["disabled"], false);
         assert_eq!(again["mcpServers"]["kw"]["trigger_keywords"][0], "天气");

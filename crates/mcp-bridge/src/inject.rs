@@ -66,7 +66,11 @@ pub fn level1_section(
             .get(&t.service)
             .map(String::as_str)
             .unwrap_or(&t.service);
-        out.push_str(&format!("- {}: {}\n", t.exposed_name, t.level1(service_desc)));
+        out.push_str(&format!(
+            "- {}: {}\n",
+            t.exposed_name,
+            t.level1(service_desc)
+        ));
     }
     out.push_str(&format!(
         "Call a tool by its exact name. To see its parameters first, call `{DESCRIBE_TOOL}` with {{\"name\": \"<tool name>\"}}; a call with wrong arguments also returns the full schema."

@@ -251,9 +251,8 @@ impl McpRecognizer {
                 let Some((name, end, suffixed)) = name_after(&lower, from) else {
                     continue;
                 };
-                let accepted = *strong && !name.is_empty()
-                    || suffixed
-                    || self.lookup(&name).is_some();
+                let accepted =
+                    *strong && !name.is_empty() || suffixed || self.lookup(&name).is_some();
                 if accepted && best.as_ref().is_none_or(|(p, _, _)| pos < *p) {
                     let phrase = lower[pos..end].trim().to_string();
                     // Report the name as the user wrote it (original case).

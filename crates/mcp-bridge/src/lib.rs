@@ -32,5 +32,5 @@ pub use bridge::{
 pub use config::{ConfigFile, ServiceConfig, ServiceUpdate};
 pub use error::BridgeError;
 pub use inject::SECTION_NAME;
-pub use protocol::ToolCallProtocol;
 pub use intent::{Intent, IntentChain, IntentRecognizer, McpIntent, McpTrigger};
+pub use protocol::ToolCallProtocol;

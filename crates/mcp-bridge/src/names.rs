@@ -140,7 +140,8 @@ mod tests {
     fn valid(n: &str) -> bool {
         !n.is_empty()
             && n.len() <= MAX_TOOL_NAME
-            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     }
 
     #[test]
@@ -172,7 +173,8 @@ mod tests {
             normalize_schema(only_type.as_object().unwrap()),
             json!({"type": "object", "properties": {}})
         );
-        let full = json!({"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]});
+        let full =
+            json!({"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]});
         assert_eq!(normalize_schema(full.as_object().unwrap()), full);
     }
 

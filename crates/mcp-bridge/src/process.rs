@@ -64,7 +64,9 @@ pub(crate) fn spawn(cfg: &ServiceConfig) -> std::io::Result<Spawned> {
         cmd.current_dir(dir);
     }
     let mut child = cmd.spawn()?;
-    let pid = child.id().ok_or_else(|| std::io::Error::other("child exited at once"))?;
+    let pid = child
+        .id()
+        .ok_or_else(|| std::io::Error::other("child exited at once"))?;
     let pgid = i32::try_from(pid).map_err(|_| std::io::Error::other("pid out of range"))?;
     let group = GroupGuard { pgid, armed: true };
     let (Some(stdin), Some(stdout), Some(stderr)) =

@@ -27,7 +27,10 @@ async fn m1_server_everything_initialize_and_list_tools() {
     let tools = b.tools().await;
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     for expected in ["echo", "get-sum", "get-env", "get-structured-content"] {
-        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
     }
     let sum = tools.iter().find(|t| t.name == "get-sum").unwrap();
     assert_eq!(sum.exposed_name, "everything__get-sum");
@@ -35,7 +38,12 @@ async fn m1_server_everything_initialize_and_list_tools() {
     assert!(sum.input_schema["properties"]["a"].is_object());
     // Every schema is an object schema with properties (get-env has no parameters).
     for t in &tools {
-        assert!(t.input_schema["properties"].is_object(), "{}: {}", t.name, t.input_schema);
+        assert!(
+            t.input_schema["properties"].is_object(),
+            "{}: {}",
+            t.name,
+            t.input_schema
+        );
     }
     let pid = b.pid("everything").unwrap();
     b.stop("everything").await.unwrap();
@@ -57,7 +65,10 @@ async fn m4_server_everything_echo_and_structured_arguments() {
     assert!(sum.as_str().unwrap().contains("42"), "{sum}");
     // Structured content comes back as JSON, not text.
     let weather = b
-        .call("everything__get-structured-content", json!({"location": "New York"}))
+        .call(
+            "everything__get-structured-content",
+            json!({"location": "New York"}),
+        )
         .await
         .unwrap();
     assert!(weather.is_object(), "{weather}");
@@ -68,7 +79,10 @@ async fn m4_server_everything_echo_and_structured_arguments() {
         .await
         .unwrap_err();
     assert!(
-        matches!(bad.kind, ToolErrorKind::InvalidArguments | ToolErrorKind::Failed),
+        matches!(
+            bad.kind,
+            ToolErrorKind::InvalidArguments | ToolErrorKind::Failed
+        ),
         "{bad:?}"
     );
     assert_eq!(b.status("everything").unwrap(), ServiceStatus::Running);
@@ -104,8 +118,14 @@ async fn m3_server_everything_level1_section() {
         .await
         .unwrap();
     assert!(section.contains("- everything__echo: "), "{section}");
-    assert!(!section.contains("get-sum") && !section.contains("\"properties\""), "{section}");
-    let by_keyword = b.prompt_section(&chain.recognize("请回显这句话")).await.unwrap();
+    assert!(
+        !section.contains("get-sum") && !section.contains("\"properties\""),
+        "{section}"
+    );
+    let by_keyword = b
+        .prompt_section(&chain.recognize("请回显这句话"))
+        .await
+        .unwrap();
     assert!(by_keyword.contains("everything__get-sum"), "{by_keyword}");
     let pid = b.pid("everything").unwrap();
     b.stop("everything").await.unwrap();

@@ -104,10 +104,17 @@ async fn m1_same_tool_name_in_two_services_does_not_collide() {
     all.dedup();
     assert_eq!(all.len(), tools.len());
     for n in &all {
-        assert!(n.len() <= 64 && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+        assert!(
+            n.len() <= 64
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        );
     }
     // Each exposed name reaches its own service.
-    let a = b.call("alpha__echo", json!({"message": "a"})).await.unwrap();
+    let a = b
+        .call("alpha__echo", json!({"message": "a"}))
+        .await
+        .unwrap();
     let z = b.call("beta__echo", json!({"message": "b"})).await.unwrap();
     assert_eq!((a, z), (json!("Echo: a"), json!("Echo: b")));
     // The bare name is ambiguous with two services: not found rather than a guess.
@@ -121,16 +128,28 @@ async fn m1_same_tool_name_in_two_services_does_not_collide() {
 async fn m1_tool_list_changed_refreshes_the_cache() {
     let b = started(vec![own("misb", &[])]).await;
     assert!(!b.tools().await.iter().any(|t| t.name == "weather"));
-    b.call("misb__add_tool", json!({"name": "weather"})).await.unwrap();
+    b.call("misb__add_tool", json!({"name": "weather"}))
+        .await
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        if b.tools().await.iter().any(|t| t.exposed_name == "misb__weather") {
+        if b.tools()
+            .await
+            .iter()
+            .any(|t| t.exposed_name == "misb__weather")
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "tools/list_changed not picked up");
+        assert!(
+            Instant::now() < deadline,
+            "tools/list_changed not picked up"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(b.call("misb__weather", json!({})).await.unwrap(), json!("weather ran"));
+    assert_eq!(
+        b.call("misb__weather", json!({})).await.unwrap(),
+        json!("weather ran")
+    );
     stop_and_check(&b, "misb").await;
 }
 
@@ -269,14 +288,26 @@ async fn m3_mcp_intent_injects_level1_only() {
     let chain = IntentChain::standard(b.recognizer().await);
     let intent = chain.recognize("用 echo 工具 说你好");
     let section = b.prompt_section(&intent).await.unwrap();
-    assert!(section.contains("- misb__echo: Echoes the message back."), "{section}");
-    assert!(!section.contains("Useful to test"), "only one sentence: {section}");
-    assert!(!section.contains("misb__add"), "only the matching tool: {section}");
+    assert!(
+        section.contains("- misb__echo: Echoes the message back."),
+        "{section}"
+    );
+    assert!(
+        !section.contains("Useful to test"),
+        "only one sentence: {section}"
+    );
+    assert!(
+        !section.contains("misb__add"),
+        "only the matching tool: {section}"
+    );
     for schema_word in ["\"properties\"", "\"required\"", "\"type\""] {
         assert!(!section.contains(schema_word), "no schema: {section}");
     }
     // A keyword intent gets every tool of that service, still level 1.
-    let by_kw = b.prompt_section(&chain.recognize("帮我回显")).await.unwrap();
+    let by_kw = b
+        .prompt_section(&chain.recognize("帮我回显"))
+        .await
+        .unwrap();
     assert!(by_kw.contains("misb__add: Adds two numbers"));
     assert!(!by_kw.contains("\"properties\""));
     stop_and_check(&b, "misb").await;
@@ -297,12 +328,19 @@ async fn m3_non_mcp_intent_injects_nothing() {
 async fn m3_full_schema_reachable_when_calling() {
     let b = started(vec![own("misb", &[])]).await;
     // Level 2 on demand: the describe step.
-    let d = b.call(DESCRIBE_TOOL, json!({"name": "misb__add"})).await.unwrap();
+    let d = b
+        .call(DESCRIBE_TOOL, json!({"name": "misb__add"}))
+        .await
+        .unwrap();
     assert_eq!(d["parameters"]["required"], json!(["a", "b"]));
     // A call with missing arguments answers with the schema.
     let e = b.call("misb__add", json!({"a": 1})).await.unwrap_err();
     assert_eq!(e.kind, ToolErrorKind::InvalidArguments);
-    assert!(e.message.contains("`b`") && e.message.contains("\"required\""), "{}", e.message);
+    assert!(
+        e.message.contains("`b`") && e.message.contains("\"required\""),
+        "{}",
+        e.message
+    );
     stop_and_check(&b, "misb").await;
 }
 
@@ -311,10 +349,16 @@ async fn m3_full_schema_reachable_when_calling() {
 #[tokio::test]
 async fn m4_call_runs_over_stdio_and_result_is_injected() {
     let b = started(vec![own("misb", &[])]).await;
-    let v = b.call("misb__echo", json!({"message": "你好"})).await.unwrap();
+    let v = b
+        .call("misb__echo", json!({"message": "你好"}))
+        .await
+        .unwrap();
     assert_eq!(v, json!("Echo: 你好"));
     // Structured content comes back as JSON.
-    let s = b.call("misb__add", json!({"a": 2, "b": 3.5})).await.unwrap();
+    let s = b
+        .call("misb__add", json!({"a": 2, "b": 3.5}))
+        .await
+        .unwrap();
     assert_eq!(s, json!({"sum": 5.5}));
     stop_and_check(&b, "misb").await;
 }
@@ -323,12 +367,22 @@ async fn m4_call_runs_over_stdio_and_result_is_injected() {
 async fn m4_service_not_running_gives_friendly_message() {
     let b = started(vec![own("misb", &[])]).await;
     stop_and_check(&b, "misb").await;
-    let e = b.call("misb__echo", json!({"message": "x"})).await.unwrap_err();
+    let e = b
+        .call("misb__echo", json!({"message": "x"}))
+        .await
+        .unwrap_err();
     assert_eq!(e.kind, ToolErrorKind::Unavailable);
-    assert!(e.message.contains("not running") && e.message.contains("misb"), "{}", e.message);
+    assert!(
+        e.message.contains("not running") && e.message.contains("misb"),
+        "{}",
+        e.message
+    );
     // Start again: the conversation goes on.
     b.start("misb").await.unwrap();
-    assert_eq!(b.call("misb__echo", json!({"message": "y"})).await.unwrap(), json!("Echo: y"));
+    assert_eq!(
+        b.call("misb__echo", json!({"message": "y"})).await.unwrap(),
+        json!("Echo: y")
+    );
     stop_and_check(&b, "misb").await;
 }
 
@@ -337,13 +391,19 @@ async fn m4_timeout_ends_the_call_and_the_server_stays_up() {
     let cfg = own("misb", &[]).with_call_timeout(Duration::from_millis(400));
     let b = started(vec![cfg]).await;
     let t0 = Instant::now();
-    let e = b.call("misb__sleep", json!({"ms": 5000})).await.unwrap_err();
+    let e = b
+        .call("misb__sleep", json!({"ms": 5000}))
+        .await
+        .unwrap_err();
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     assert_eq!(e.kind, ToolErrorKind::Timeout);
     assert!(e.message.contains("timed out"), "{}", e.message);
     // A slow tool on a responsive server: the server stays running, the next call works.
     assert_eq!(b.status("misb").unwrap(), ServiceStatus::Running);
-    assert_eq!(b.call("misb__ping", json!({})).await.unwrap(), json!("pong"));
+    assert_eq!(
+        b.call("misb__ping", json!({})).await.unwrap(),
+        json!("pong")
+    );
     stop_and_check(&b, "misb").await;
 }
 
@@ -362,7 +422,10 @@ async fn m4_hung_server_is_killed_and_marked_error() {
         other => panic!("{other:?}"),
     }
     assert_group_gone(pid).await;
-    let next = b.call("misb__echo", json!({"message": "x"})).await.unwrap_err();
+    let next = b
+        .call("misb__echo", json!({"message": "x"}))
+        .await
+        .unwrap_err();
     assert_eq!(next.kind, ToolErrorKind::Unavailable);
     assert!(next.message.contains("not running"));
 }
@@ -381,7 +444,10 @@ async fn m4_crash_mid_call_is_reported_and_status_is_error() {
     assert_group_gone(pid).await;
     // Restart brings it back.
     b.restart("misb").await.unwrap();
-    assert_eq!(b.call("misb__ping", json!({})).await.unwrap(), json!("pong"));
+    assert_eq!(
+        b.call("misb__ping", json!({})).await.unwrap(),
+        json!("pong")
+    );
     stop_and_check(&b, "misb").await;
 }
 
@@ -391,9 +457,16 @@ async fn m4_garbage_on_stdout_breaks_the_protocol_clearly() {
     let pid = b.pid("misb").unwrap();
     let t0 = Instant::now();
     let e = b.call("misb__garbage", json!({})).await.unwrap_err();
-    assert!(t0.elapsed() < Duration::from_secs(8), "no waiting for the timeout");
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "no waiting for the timeout"
+    );
     assert_eq!(e.kind, ToolErrorKind::Crashed);
-    assert!(e.message.contains("not a JSON-RPC message"), "{}", e.message);
+    assert!(
+        e.message.contains("not a JSON-RPC message"),
+        "{}",
+        e.message
+    );
     assert!(matches!(b.status("misb").unwrap(), ServiceStatus::Error(_)));
     assert_group_gone(pid).await;
 }
@@ -416,12 +489,22 @@ async fn m4_garbage_during_startup_fails_the_start() {
 async fn m4_huge_result_is_capped_with_a_note() {
     let b = started(vec![own("misb", &[])]).await;
     b.set_max_result_bytes(64 * 1024);
-    let v = b.call("misb__huge", json!({"bytes": 10 * 1024 * 1024})).await.unwrap();
+    let v = b
+        .call("misb__huge", json!({"bytes": 10 * 1024 * 1024}))
+        .await
+        .unwrap();
     let s = v.as_str().unwrap();
     assert!(s.len() < 65 * 1024, "{}", s.len());
-    assert!(s.contains("result truncated") && s.contains("10485760 bytes"), "{}", &s[s.len() - 120..]);
+    assert!(
+        s.contains("result truncated") && s.contains("10485760 bytes"),
+        "{}",
+        &s[s.len() - 120..]
+    );
     assert_eq!(b.status("misb").unwrap(), ServiceStatus::Running);
-    assert_eq!(b.call("misb__ping", json!({})).await.unwrap(), json!("pong"));
+    assert_eq!(
+        b.call("misb__ping", json!({})).await.unwrap(),
+        json!("pong")
+    );
     stop_and_check(&b, "misb").await;
 }
 
@@ -429,7 +512,10 @@ async fn m4_huge_result_is_capped_with_a_note() {
 async fn m4_slow_start_within_the_limit_runs() {
     let b = started(vec![own("slow", &["--startup-delay-ms", "1200"])]).await;
     assert_eq!(b.status("slow").unwrap(), ServiceStatus::Running);
-    assert_eq!(b.call("slow__ping", json!({})).await.unwrap(), json!("pong"));
+    assert_eq!(
+        b.call("slow__ping", json!({})).await.unwrap(),
+        json!("pong")
+    );
     stop_and_check(&b, "slow").await;
 }
 
@@ -437,7 +523,9 @@ async fn m4_slow_start_within_the_limit_runs() {
 fn pids_with_cmdline(needle: &str) -> Vec<i32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         if let Ok(c) = std::fs::read(format!("/proc/{pid}/cmdline"))
             && String::from_utf8_lossy(&c).contains(needle)
         {
@@ -452,8 +540,11 @@ async fn m4_slow_start_past_the_limit_is_an_error_and_leaves_nothing() {
     init_tracing();
     let b = McpBridge::new();
     b.register(
-        own("slow", &["--spawn-grandchild", "--startup-delay-ms", "30007"])
-            .with_startup_timeout(Duration::from_millis(800)),
+        own(
+            "slow",
+            &["--spawn-grandchild", "--startup-delay-ms", "30007"],
+        )
+        .with_startup_timeout(Duration::from_millis(800)),
     )
     .unwrap();
     let watcher = tokio::spawn(async {
@@ -472,7 +563,11 @@ async fn m4_slow_start_past_the_limit_is_an_error_and_leaves_nothing() {
     assert!(matches!(b.status("slow").unwrap(), ServiceStatus::Error(_)));
     let pid = watcher.await.unwrap().expect("the server was seen running");
     assert_group_gone(pid).await;
-    assert!(pids_with_cmdline("30007").iter().all(|p| live_in_group(*p).is_empty()));
+    assert!(
+        pids_with_cmdline("30007")
+            .iter()
+            .all(|p| live_in_group(*p).is_empty())
+    );
 }
 
 #[tokio::test]
@@ -482,7 +577,11 @@ async fn m4_stop_leaves_no_process_behind_including_grandchildren() {
     // The server and its `sleep 600` child share the group.
     let deadline = Instant::now() + Duration::from_secs(3);
     while live_in_group(pid).len() < 2 {
-        assert!(Instant::now() < deadline, "grandchild not seen: {:?}", live_in_group(pid));
+        assert!(
+            Instant::now() < deadline,
+            "grandchild not seen: {:?}",
+            live_in_group(pid)
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stop_and_check(&b, "npx-like").await;
@@ -531,7 +630,8 @@ async fn m4_child_gets_only_its_configured_environment() {
 async fn m4_unknown_command_is_a_start_error_not_a_panic() {
     init_tracing();
     let b = McpBridge::new();
-    b.register(ServiceConfig::new("nope", "/nonexistent/mcp-server")).unwrap();
+    b.register(ServiceConfig::new("nope", "/nonexistent/mcp-server"))
+        .unwrap();
     let e = b.start("nope").await.unwrap_err();
     assert!(e.to_string().contains("cannot run"), "{e}");
     assert!(matches!(b.status("nope").unwrap(), ServiceStatus::Error(_)));
@@ -548,19 +648,30 @@ async fn m5_register_update_remove_persist_with_defaults() {
     let path = dir.path().join("mcp.json");
     let b = McpBridge::with_config_file(&path).unwrap();
     b.register(own("misb", &[])).unwrap();
-    assert!(matches!(b.register(own("misb", &[])), Err(BridgeError::AlreadyRegistered(_))));
+    assert!(matches!(
+        b.register(own("misb", &[])),
+        Err(BridgeError::AlreadyRegistered(_))
+    ));
     let info = &b.services()[0];
     assert_eq!(info.config.description(), "misb");
     assert!(info.config.trigger_keywords.is_empty());
     assert_eq!(info.status, ServiceStatus::Stopped);
 
-    b.update("misb", ServiceUpdate::default().description("Echo and maths").trigger_keywords(["回显"]))
-        .await
-        .unwrap();
+    b.update(
+        "misb",
+        ServiceUpdate::default()
+            .description("Echo and maths")
+            .trigger_keywords(["回显"]),
+    )
+    .await
+    .unwrap();
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(saved["mcpServers"]["misb"]["command"], SERVER);
     assert_eq!(saved["mcpServers"]["misb"]["description"], "Echo and maths");
-    assert_eq!(saved["mcpServers"]["misb"]["trigger_keywords"], json!(["回显"]));
+    assert_eq!(
+        saved["mcpServers"]["misb"]["trigger_keywords"],
+        json!(["回显"])
+    );
 
     // A new bridge on the same file sees the same services; the keyword works at once.
     let again = McpBridge::with_config_file(&path).unwrap();
@@ -569,28 +680,39 @@ async fn m5_register_update_remove_persist_with_defaults() {
     let intent = IntentChain::standard(again.recognizer().await).recognize("请回显");
     assert!(matches!(&intent, Intent::Mcp(m) if m.service.as_deref() == Some("misb")));
     // The section uses the service description only where a tool has none; tools have theirs.
-    assert!(again.prompt_section(&intent).await.unwrap().contains("misb__echo"));
+    assert!(
+        again
+            .prompt_section(&intent)
+            .await
+            .unwrap()
+            .contains("misb__echo")
+    );
     let pid = again.pid("misb").unwrap();
     again.remove("misb").await.unwrap();
     assert_group_gone(pid).await;
     assert!(again.services().is_empty());
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(saved["mcpServers"], json!({}));
-    assert!(matches!(again.status("misb"), Err(BridgeError::UnknownService(_))));
+    assert!(matches!(
+        again.status("misb"),
+        Err(BridgeError::UnknownService(_))
+    ));
 }
 
 #[tokio::test]
 async fn m5_update_of_a_running_service_restarts_it() {
     let b = started(vec![own("misb", &[])]).await;
     let old = b.pid("misb").unwrap();
-    b.update(
-        "misb",
-        ServiceUpdate::default().env([("MY_SETTING", "7")]),
-    )
-    .await
-    .unwrap();
+    b.update("misb", ServiceUpdate::default().env([("MY_SETTING", "7")]))
+        .await
+        .unwrap();
     assert_group_gone(old).await;
-    assert_eq!(b.call("misb__env", json!({"name": "MY_SETTING"})).await.unwrap(), json!("7"));
+    assert_eq!(
+        b.call("misb__env", json!({"name": "MY_SETTING"}))
+            .await
+            .unwrap(),
+        json!("7")
+    );
     stop_and_check(&b, "misb").await;
 }
 
@@ -629,7 +751,10 @@ impl ChatModel for Scripted {
 
 async fn run_turn(b: &McpBridge, calls: Vec<Value>, user: &str) -> tool_system::LoopOutput {
     let chain = IntentChain::standard(b.recognizer().await);
-    let section = b.prompt_section(&chain.recognize(user)).await.unwrap_or_default();
+    let section = b
+        .prompt_section(&chain.recognize(user))
+        .await
+        .unwrap_or_default();
     let agent = Agent::builder(Scripted { calls })
         .provider(Arc::new(b.clone()))
         .protocol(ProtocolKind::Custom(Arc::new(ToolCallProtocol)))
@@ -666,7 +791,10 @@ async fn m6_tool_call_answer_runs_and_result_is_a_tool_message() {
 
 #[tokio::test]
 async fn m6_failures_become_tool_messages_and_the_conversation_goes_on() {
-    let b = started(vec![own("misb", &[]).with_call_timeout(Duration::from_millis(400))]).await;
+    let b = started(vec![
+        own("misb", &[]).with_call_timeout(Duration::from_millis(400)),
+    ])
+    .await;
     let pid = b.pid("misb").unwrap();
     // Round 1: a slow tool times out (server stays up). Round 2: the server hangs and is
     // stopped. Round 3: its service is not running — a friendly message. Then the model answers.
@@ -687,9 +815,17 @@ async fn m6_failures_become_tool_messages_and_the_conversation_goes_on() {
         .collect();
     assert_eq!(tool_msgs.len(), 3, "{:?}", out.new_messages);
     let lines: Vec<&str> = out.answer.lines().collect();
-    assert!(lines[0].starts_with("misb__sleep said:") && lines[0].contains("timed out"), "{}", out.answer);
+    assert!(
+        lines[0].starts_with("misb__sleep said:") && lines[0].contains("timed out"),
+        "{}",
+        out.answer
+    );
     assert!(lines[1].contains("stopped answering"), "{}", out.answer);
-    assert!(lines[2].starts_with("misb__echo said:") && lines[2].contains("not running"), "{}", out.answer);
+    assert!(
+        lines[2].starts_with("misb__echo said:") && lines[2].contains("not running"),
+        "{}",
+        out.answer
+    );
     assert!(lines[2].contains("\"success\":false"), "{}", out.answer);
     assert_group_gone(pid).await;
 }

@@ -124,7 +124,14 @@ async fn main() {
 
     println!("\n== 5. Level-1 section injected into the system prompt (no schema)");
     let section = bridge.prompt_section(&intent).await.unwrap();
-    println!("{}", section.lines().map(|l| format!("   | {l}")).collect::<Vec<_>>().join("\n"));
+    println!(
+        "{}",
+        section
+            .lines()
+            .map(|l| format!("   | {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     let full: String = ToolProvider::list(&bridge)
         .await
         .iter()
@@ -141,7 +148,10 @@ async fn main() {
         approx_tokens(&all_level1),
         approx_tokens(&full)
     );
-    println!("   for a non-MCP intent: {:?}", bridge.prompt_section(&chain.recognize("你好")).await);
+    println!(
+        "   for a non-MCP intent: {:?}",
+        bridge.prompt_section(&chain.recognize("你好")).await
+    );
 
     println!("\n== 6. The call, through tool-system's loop (004 tool_call → role=tool message)");
     let agent = Agent::builder(ScriptedModel)
@@ -166,7 +176,10 @@ async fn main() {
 
     println!("\n== 7. Stop: the whole process group ends; a call now gets a friendly message");
     bridge.stop("everything").await.unwrap();
-    println!("   status: {}", bridge.status("everything").unwrap().as_str());
+    println!(
+        "   status: {}",
+        bridge.status("everything").unwrap().as_str()
+    );
     let err = bridge
         .call("everything__echo", json!({"message": "still there?"}))
         .await

@@ -40,12 +40,16 @@ fn tools(added: &[String]) -> Vec<Tool> {
         Tool::new(
             "echo",
             "Echoes the message back. Useful to test a round trip.",
-            schema(json!({"type": "object", "properties": {"message": {"type": "string", "description": "Text to echo"}}, "required": ["message"]})),
+            schema(
+                json!({"type": "object", "properties": {"message": {"type": "string", "description": "Text to echo"}}, "required": ["message"]}),
+            ),
         ),
         Tool::new(
             "add",
             "Adds two numbers and returns the sum as structured content.",
-            schema(json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]})),
+            schema(
+                json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+            ),
         ),
         // No `properties`: the bridge must normalise this schema.
         Tool::new("ping", "Answers pong.", schema(json!({"type": "object"}))),
@@ -53,29 +57,53 @@ fn tools(added: &[String]) -> Vec<Tool> {
         Tool::new(
             "sleep",
             "Sleeps for ms milliseconds, then answers.",
-            schema(json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]})),
+            schema(
+                json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+            ),
         ),
-        Tool::new("freeze", "Blocks the whole server forever.", schema(json!({}))),
-        Tool::new("crash", "Exits the server process mid-call.", schema(json!({}))),
-        Tool::new("garbage", "Writes non-JSON to stdout mid-call.", schema(json!({}))),
+        Tool::new(
+            "freeze",
+            "Blocks the whole server forever.",
+            schema(json!({})),
+        ),
+        Tool::new(
+            "crash",
+            "Exits the server process mid-call.",
+            schema(json!({})),
+        ),
+        Tool::new(
+            "garbage",
+            "Writes non-JSON to stdout mid-call.",
+            schema(json!({})),
+        ),
         Tool::new(
             "huge",
             "Returns a text of the given number of bytes.",
-            schema(json!({"type": "object", "properties": {"bytes": {"type": "integer"}}, "required": ["bytes"]})),
+            schema(
+                json!({"type": "object", "properties": {"bytes": {"type": "integer"}}, "required": ["bytes"]}),
+            ),
         ),
         Tool::new(
             "add_tool",
             "Adds a tool named name and notifies the client.",
-            schema(json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})),
+            schema(
+                json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+            ),
         ),
         Tool::new(
             "env",
             "Returns one environment variable of the server.",
-            schema(json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})),
+            schema(
+                json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+            ),
         ),
     ];
     for name in added {
-        t.push(Tool::new(name.clone(), "A tool added at run time.", schema(json!({}))));
+        t.push(Tool::new(
+            name.clone(),
+            "A tool added at run time.",
+            schema(json!({})),
+        ));
     }
     t
 }
@@ -126,7 +154,9 @@ impl ServerHandler for Server {
                 _ => Err(ErrorData::invalid_params("a and b must be numbers", None)),
             },
             "ping" => Ok(text("pong")),
-            "fail" => Ok(CallToolResult::error(vec![ContentBlock::text("the widget is broken")]).into()),
+            "fail" => {
+                Ok(CallToolResult::error(vec![ContentBlock::text("the widget is broken")]).into())
+            }
             "sleep" => {
                 let ms = num("ms").unwrap_or(0.0).max(0.0) as u64;
                 tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -163,7 +193,9 @@ impl ServerHandler for Server {
             }
             "env" => {
                 let name = string("name").unwrap_or_default();
-                Ok(text(std::env::var(&name).unwrap_or_else(|_| "<unset>".into())))
+                Ok(text(
+                    std::env::var(&name).unwrap_or_else(|_| "<unset>".into()),
+                ))
             }
             other => {
                 if self.added.lock().unwrap().iter().any(|n| n == other) {
