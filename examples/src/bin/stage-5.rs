@@ -35,7 +35,7 @@ fn offline_agent(body: &Value) -> Reply {
         Reply::tool_call(&call_id, "send_message", &args.to_string())
     };
     let streamed = |text: String| {
-        Reply::text(&text).shape(|s| {
+        Reply::text(text).shape(|s| {
             s.text_chunk = 3;
             s.delay = Duration::from_millis(12);
         })

@@ -31,7 +31,7 @@ pub fn demo_responder(body: &Value) -> Reply {
         Some("tool") => {
             let v: Value = serde_json::from_str(&content).unwrap_or(Value::Null);
             if v["success"] == false {
-                Reply::text(&format!(
+                Reply::text(format!(
                     "The message was not sent: {}",
                     v["error"].as_str().unwrap_or("unknown error")
                 ))
@@ -57,7 +57,7 @@ pub fn demo_responder(body: &Value) -> Reply {
                     OPTIONS.iter().map(|s| (*s).to_owned()).collect(),
                 )
             } else {
-                Reply::text(&format!("You said: {content}")).shape(|s| {
+                Reply::text(format!("You said: {content}")).shape(|s| {
                     s.text_chunk = 3;
                     s.delay = Duration::from_millis(2);
                 })
