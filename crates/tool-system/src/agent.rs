@@ -6,7 +6,9 @@ use std::time::Duration;
 use context_engine::{MemoryStore, SessionStore};
 use model_gateway::ChatModel;
 
-use crate::runner::{LoopError, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream};
+use crate::runner::{
+    LoopError, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream,
+};
 use crate::{Dispatcher, ProtocolKind, RegistryError, Tool, ToolProvider, ToolRegistry};
 
 /// A model, its tools, a session store and loop options, ready to answer.
@@ -66,7 +68,15 @@ impl Agent {
 
     /// Answers `text` in session `session_id` (created if new), running tools as the model asks.
     pub async fn run(&self, session_id: &str, text: &str) -> Result<LoopOutput, LoopError> {
-        run_tool_loop(&*self.model, &*self.store, &self.dispatcher, session_id, text, &self.options).await
+        run_tool_loop(
+            &*self.model,
+            &*self.store,
+            &self.dispatcher,
+            session_id,
+            text,
+            &self.options,
+        )
+        .await
     }
 
     /// Like [`run`](Self::run), as a stream of events for a UI; dropping it cancels the run.
@@ -106,7 +116,9 @@ pub struct AgentBuilder {
 
 impl std::fmt::Debug for AgentBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentBuilder").field("registry", &self.registry).finish_non_exhaustive()
+        f.debug_struct("AgentBuilder")
+            .field("registry", &self.registry)
+            .finish_non_exhaustive()
     }
 }
 

@@ -79,7 +79,11 @@ impl std::fmt::Debug for Dispatcher {
         f.debug_struct("Dispatcher")
             .field(
                 "providers",
-                &self.providers.iter().map(|p| p.provider_name()).collect::<Vec<_>>(),
+                &self
+                    .providers
+                    .iter()
+                    .map(|p| p.provider_name())
+                    .collect::<Vec<_>>(),
             )
             .field("default_timeout", &self.default_timeout)
             .field("max_result_bytes", &self.max_result_bytes)
@@ -194,7 +198,11 @@ impl Dispatcher {
                 };
                 let (content, truncated) = cap(text, self.max_result_bytes);
                 if truncated {
-                    tracing::warn!(tool = name, cap = self.max_result_bytes, "tool result truncated");
+                    tracing::warn!(
+                        tool = name,
+                        cap = self.max_result_bytes,
+                        "tool result truncated"
+                    );
                 }
                 ToolOutcome {
                     content,
@@ -205,7 +213,8 @@ impl Dispatcher {
             Err(e) => {
                 tracing::warn!(tool = name, kind = ?e.kind, message = %e.message,
                     detail = e.detail.as_deref().unwrap_or(""), "tool call failed");
-                let (content, truncated) = cap(e.to_model_json().to_string(), self.max_result_bytes);
+                let (content, truncated) =
+                    cap(e.to_model_json().to_string(), self.max_result_bytes);
                 ToolOutcome {
                     content,
                     error: Some(e.kind),
@@ -215,7 +224,12 @@ impl Dispatcher {
         }
     }
 
-    async fn try_dispatch(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+    async fn try_dispatch(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<Value, ToolError> {
         let Some(route) = self.route(name).await else {
             return Err(ToolError::not_found(name));
         };
@@ -227,7 +241,9 @@ impl Dispatcher {
         let timeout = provider.timeout(name).unwrap_or(self.default_timeout);
         let tool_name = name.to_owned();
         // Aborted when this future is dropped (the loop was cancelled) or the time is up.
-        let mut task = AbortOnDrop(tokio::spawn(async move { provider.call(&tool_name, args, ctx).await }));
+        let mut task = AbortOnDrop(tokio::spawn(async move {
+            provider.call(&tool_name, args, ctx).await
+        }));
         match tokio::time::timeout(timeout, &mut task.0).await {
             Ok(Ok(result)) => result,
             Ok(Err(join)) => {
@@ -272,7 +288,11 @@ pub(crate) fn invalid_args_message(name: &str, e: &SchemaError) -> String {
     let list: Vec<String> = e.violations().iter().map(ToString::to_string).collect();
     format!(
         "Invalid arguments for tool {name}: {}. The tool was not run; call it again with arguments that match its parameters schema.",
-        if list.is_empty() { e.to_string() } else { list.join("; ") }
+        if list.is_empty() {
+            e.to_string()
+        } else {
+            list.join("; ")
+        }
     )
 }
 
@@ -367,7 +387,10 @@ mod tests {
         assert_eq!(out.error, Some(ToolErrorKind::Timeout));
         assert!(out.content.contains("timed out after 50 ms"));
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(!finished.load(std::sync::atomic::Ordering::SeqCst), "the call must be cancelled");
+        assert!(
+            !finished.load(std::sync::atomic::Ordering::SeqCst),
+            "the call must be cancelled"
+        );
     }
 
     #[tokio::test]
@@ -379,7 +402,10 @@ mod tests {
         let out = d.dispatch("big", json!({}), ToolContext::new("1")).await;
         assert!(out.truncated);
         assert!(out.content.len() <= 1000);
-        assert!(out.content.contains("[truncated: the result was 200000 bytes"));
+        assert!(
+            out.content
+                .contains("[truncated: the result was 200000 bytes")
+        );
     }
 
     #[tokio::test]
@@ -395,7 +421,9 @@ mod tests {
                 async { Ok(json!(1)) }
             },
         )]);
-        let out = d.dispatch("w", json!({"city": 5}), ToolContext::new("1")).await;
+        let out = d
+            .dispatch("w", json!({"city": 5}), ToolContext::new("1"))
+            .await;
         assert_eq!(out.error, Some(ToolErrorKind::InvalidArguments));
         assert!(out.content.contains("/city"), "{}", out.content);
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));

@@ -59,6 +59,8 @@ pub use protocol::{
     ResponseReader, Step, TagProtocol, coerce_to_schema, resolve_protocol, tool_message_round,
 };
 pub use registry::{RegistryError, ToolRegistry};
-pub use runner::{LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream};
+pub use runner::{
+    LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream,
+};
 pub use tool::{Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider};
 pub use typed::{FnTool, is_valid_tool_name, normalize_schema, schema_for, to_openai_tool};

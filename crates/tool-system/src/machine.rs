@@ -97,9 +97,18 @@ impl LoopMachine {
 mod tests {
     use super::*;
 
-    const CALLS: ResponseFacts = ResponseFacts { has_calls: true, needs_correction: false };
-    const TEXT: ResponseFacts = ResponseFacts { has_calls: false, needs_correction: false };
-    const BAD: ResponseFacts = ResponseFacts { has_calls: false, needs_correction: true };
+    const CALLS: ResponseFacts = ResponseFacts {
+        has_calls: true,
+        needs_correction: false,
+    };
+    const TEXT: ResponseFacts = ResponseFacts {
+        has_calls: false,
+        needs_correction: false,
+    };
+    const BAD: ResponseFacts = ResponseFacts {
+        has_calls: false,
+        needs_correction: true,
+    };
 
     #[test]
     fn t5_default_max_iterations_is_5_and_limit_stops() {

@@ -41,8 +41,16 @@ pub fn generate_tool_prompt(tools: &[ToolSpec]) -> String {
                     "- {} ({}{}){}",
                     p.name,
                     p.ty,
-                    if p.required { ", required" } else { ", optional" },
-                    if p.description.is_empty() { String::new() } else { format!(": {}", p.description) }
+                    if p.required {
+                        ", required"
+                    } else {
+                        ", optional"
+                    },
+                    if p.description.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", p.description)
+                    }
                 );
             }
         }
@@ -89,7 +97,11 @@ pub fn json_decision_prompt(tools: &[ToolSpec]) -> String {
 pub fn describe_tools(tools: &[ToolSpec]) -> String {
     let mut s = String::new();
     for t in tools {
-        let _ = writeln!(s, "- {}: {} Parameters: {}", t.name, t.description, t.parameters);
+        let _ = writeln!(
+            s,
+            "- {}: {} Parameters: {}",
+            t.name, t.description, t.parameters
+        );
     }
     s
 }
@@ -116,10 +128,18 @@ fn params(schema: &Value) -> Vec<Param> {
             name: name.clone(),
             ty: match p.get("type") {
                 Some(Value::String(t)) => t.clone(),
-                Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("|"),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join("|"),
                 _ => "any".to_owned(),
             },
-            description: p.get("description").and_then(Value::as_str).unwrap_or("").to_owned(),
+            description: p
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
             required: required.contains(&name.as_str()),
         })
         .collect()
@@ -138,10 +158,24 @@ mod tests {
                 "Search documents",
                 json!({"type": "object", "properties": {"query": {"type": "string", "description": "the query"}, "limit": {"type": "integer"}}, "required": ["query"]}),
             ),
-            ToolSpec::new("clock", "Current time", json!({"type": "object", "properties": {}})),
+            ToolSpec::new(
+                "clock",
+                "Current time",
+                json!({"type": "object", "properties": {}}),
+            ),
         ];
         let p = generate_tool_prompt(&tools);
-        for needle in ["## vector-search", "Search documents", "- query (string, required): the query", "- limit (integer, optional)", "## clock", "Parameters: none", "<tool_action name=\"vector-search\">", "<query value=\"...\" />", "</tool_action>"] {
+        for needle in [
+            "## vector-search",
+            "Search documents",
+            "- query (string, required): the query",
+            "- limit (integer, optional)",
+            "## clock",
+            "Parameters: none",
+            "<tool_action name=\"vector-search\">",
+            "<query value=\"...\" />",
+            "</tool_action>",
+        ] {
             assert!(p.contains(needle), "missing {needle:?} in\n{p}");
         }
     }

@@ -52,12 +52,20 @@ impl std::fmt::Debug for ProtocolKind {
 
 /// Picks the protocol for a model (T9): a model without native function calling gets a
 /// prompt-based protocol, with a deprecation warning in the log.
-pub fn resolve_protocol(kind: &ProtocolKind, model: &str, function_calling: bool, tag_parsing: bool) -> Arc<dyn CallProtocol> {
+pub fn resolve_protocol(
+    kind: &ProtocolKind,
+    model: &str,
+    function_calling: bool,
+    tag_parsing: bool,
+) -> Arc<dyn CallProtocol> {
     match kind {
         ProtocolKind::Auto | ProtocolKind::Native if function_calling => Arc::new(NativeProtocol),
         ProtocolKind::Auto | ProtocolKind::Native => {
-            tracing::warn!(model, "model does not support native function calling (function_calling = false): \
-                falling back to the deprecated prompt-based JSON decision protocol (tools in the system prompt, answers parsed as JSON)");
+            tracing::warn!(
+                model,
+                "model does not support native function calling (function_calling = false): \
+                falling back to the deprecated prompt-based JSON decision protocol (tools in the system prompt, answers parsed as JSON)"
+            );
             Arc::new(JsonDecisionProtocol)
         }
         ProtocolKind::JsonDecision => Arc::new(JsonDecisionProtocol),
@@ -176,7 +184,11 @@ pub fn tool_message_round(reading: &Reading, results: &[(PendingCall, String)]) 
         results.iter().map(|(c, _)| c.to_tool_call()).collect(),
     ));
     for (call, content) in results {
-        out.push(Message::tool(call.id.clone(), call.name.clone(), content.clone()));
+        out.push(Message::tool(
+            call.id.clone(),
+            call.name.clone(),
+            content.clone(),
+        ));
     }
     out
 }
@@ -196,7 +208,11 @@ impl ResponseReader for PassThrough {
             answer: content.clone(),
             content,
             native: !native.is_empty(),
-            steps: if native.is_empty() { vec![] } else { vec![Step::Calls(native)] },
+            steps: if native.is_empty() {
+                vec![]
+            } else {
+                vec![Step::Calls(native)]
+            },
             correction: None,
         }
     }
@@ -235,7 +251,11 @@ impl ResponseReader for JsonReader {
         }
         match parse_tool_decision(&content) {
             Ok(ToolDecision::Call { name, arguments }) => Reading {
-                steps: vec![Step::Calls(vec![PendingCall::new(format!("json_{}", self.seq), name, arguments)])],
+                steps: vec![Step::Calls(vec![PendingCall::new(
+                    format!("json_{}", self.seq),
+                    name,
+                    arguments,
+                )])],
                 answer: content.clone(),
                 content,
                 correction: None,
@@ -295,7 +315,10 @@ impl CallProtocol for JsonDecisionProtocol {
         }
         let mut out = vec![Message::assistant(reading.content.clone())];
         for (call, content) in results {
-            out.push(Message::user(format!("[Tool result for {}]\n{}", call.name, content)));
+            out.push(Message::user(format!(
+                "[Tool result for {}]\n{}",
+                call.name, content
+            )));
         }
         out
     }
@@ -358,7 +381,11 @@ impl TagReader {
     fn action_call(&mut self, a: ToolAction) -> PendingCall {
         let id = format!("tag_{}_{}", self.seq, self.n);
         self.n += 1;
-        let schema = self.tools.iter().find(|t| t.name == a.name).map(|t| &t.parameters);
+        let schema = self
+            .tools
+            .iter()
+            .find(|t| t.name == a.name)
+            .map(|t| &t.parameters);
         let arguments = Value::Object(coerce_to_schema(a.arguments, schema));
         PendingCall::new(id, a.name, arguments)
     }
@@ -435,15 +462,30 @@ impl CallProtocol for TagProtocol {
 /// Tag arguments are strings; convert those whose schema type says otherwise (`"5"` → 5 for
 /// an integer). Values that do not convert stay strings, and validation reports them.
 pub fn coerce_to_schema(args: Map<String, Value>, schema: Option<&Value>) -> Map<String, Value> {
-    let Some(props) = schema.and_then(|s| s.get("properties")).and_then(Value::as_object) else {
+    let Some(props) = schema
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object)
+    else {
         return args;
     };
     args.into_iter()
         .map(|(k, v)| {
-            let ty = props.get(&k).and_then(|p| p.get("type")).and_then(Value::as_str);
+            let ty = props
+                .get(&k)
+                .and_then(|p| p.get("type"))
+                .and_then(Value::as_str);
             let v = match (ty, v) {
-                (Some("integer"), Value::String(s)) => s.trim().parse::<i64>().map(Value::from).unwrap_or(Value::String(s)),
-                (Some("number"), Value::String(s)) => match s.trim().parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
+                (Some("integer"), Value::String(s)) => s
+                    .trim()
+                    .parse::<i64>()
+                    .map(Value::from)
+                    .unwrap_or(Value::String(s)),
+                (Some("number"), Value::String(s)) => match s
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(serde_json::Number::from_f64)
+                {
                     Some(n) => Value::Number(n),
                     None => Value::String(s),
                 },
@@ -452,7 +494,9 @@ pub fn coerce_to_schema(args: Map<String, Value>, schema: Option<&Value>) -> Map
                     "false" => Value::Bool(false),
                     _ => Value::String(s),
                 },
-                (Some("array" | "object"), Value::String(s)) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+                (Some("array" | "object"), Value::String(s)) => {
+                    serde_json::from_str(&s).unwrap_or(Value::String(s))
+                }
                 (_, v) => v,
             };
             (k, v)
@@ -465,7 +509,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn read(p: &dyn CallProtocol, chunks: &[&str], native: Vec<PendingCall>) -> (Vec<String>, Reading) {
+    fn read(
+        p: &dyn CallProtocol,
+        chunks: &[&str],
+        native: Vec<PendingCall>,
+    ) -> (Vec<String>, Reading) {
         let mut r = p.reader(&[], 7);
         let mut shown = Vec::new();
         for c in chunks {
@@ -477,10 +525,20 @@ mod tests {
     #[test]
     fn o6_tag_reader_shows_text_before_tag_and_holds_the_rest() {
         let p = TagProtocol::default();
-        let (shown, reading) = read(&p, &["思考: 我需要搜索...<tool_action name=\"", "vector-search\"><query value=\"test\"", "\" /></tool_action>接下来..."], vec![]);
+        let (shown, reading) = read(
+            &p,
+            &[
+                "思考: 我需要搜索...<tool_action name=\"",
+                "vector-search\"><query value=\"test\"",
+                "\" /></tool_action>接下来...",
+            ],
+            vec![],
+        );
         assert_eq!(shown.concat(), "思考: 我需要搜索...");
         assert_eq!(reading.steps.len(), 2);
-        let Step::Calls(calls) = &reading.steps[0] else { panic!("{reading:?}") };
+        let Step::Calls(calls) = &reading.steps[0] else {
+            panic!("{reading:?}")
+        };
         assert_eq!(calls[0].name, "vector-search");
         assert_eq!(calls[0].arguments, json!({"query": "test"}));
         assert_eq!(calls[0].id, "tag_7_0");
@@ -489,12 +547,18 @@ mod tests {
 
     #[test]
     fn t7_native_calls_make_tags_plain_text_in_reader() {
-        let p = TagProtocol { parsing: true, bind_native: true };
+        let p = TagProtocol {
+            parsing: true,
+            bind_native: true,
+        };
         let native = vec![PendingCall::new("call_1", "get_weather", json!({}))];
         let (shown, reading) = read(&p, &["a <tool_action name=\"x\"></tool_action> b"], native);
         assert_eq!(shown.concat(), "a ");
         assert!(reading.native);
-        assert_eq!(reading.steps[0], Step::Text("<tool_action name=\"x\"></tool_action> b".into()));
+        assert_eq!(
+            reading.steps[0],
+            Step::Text("<tool_action name=\"x\"></tool_action> b".into())
+        );
         let calls: Vec<_> = reading.calls().collect();
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0].id, "call_1");
@@ -502,7 +566,10 @@ mod tests {
 
     #[test]
     fn o7_parsing_disabled_leaves_tags_as_text() {
-        let p = TagProtocol { parsing: false, bind_native: false };
+        let p = TagProtocol {
+            parsing: false,
+            bind_native: false,
+        };
         let text = "<tool_action name=\"x\"><a value=\"1\" /></tool_action>";
         let (shown, reading) = read(&p, &[text], vec![]);
         assert_eq!(shown.concat(), text);
@@ -513,8 +580,15 @@ mod tests {
     #[test]
     fn t6_json_reader_reads_calls_replies_prose_and_errors() {
         let p = JsonDecisionProtocol;
-        let (_, r) = read(&p, &[r#"{"tool": "get_weather", "arguments": {"city": "Beijing"}}"#], vec![]);
-        assert_eq!(r.calls().next().map(|c| c.name.as_str()), Some("get_weather"));
+        let (_, r) = read(
+            &p,
+            &[r#"{"tool": "get_weather", "arguments": {"city": "Beijing"}}"#],
+            vec![],
+        );
+        assert_eq!(
+            r.calls().next().map(|c| c.name.as_str()),
+            Some("get_weather")
+        );
         let (shown, r) = read(&p, &[r#"{"tool": null, "reply": "Sunny"}"#], vec![]);
         assert!(shown.is_empty());
         assert_eq!(r.answer, "Sunny");
@@ -529,10 +603,17 @@ mod tests {
     #[test]
     fn t6_json_round_injects_tool_result_as_user_message() {
         let p = JsonDecisionProtocol;
-        let (_, r) = read(&p, &[r#"{"tool": "get_weather", "arguments": {"city": "Beijing"}}"#], vec![]);
+        let (_, r) = read(
+            &p,
+            &[r#"{"tool": "get_weather", "arguments": {"city": "Beijing"}}"#],
+            vec![],
+        );
         let call = r.calls().next().cloned().unwrap();
         let msgs = p.round_messages(&r, &[(call, r#"{"temp":22}"#.into())]);
-        assert_eq!(msgs[1], Message::user("[Tool result for get_weather]\n{\"temp\":22}"));
+        assert_eq!(
+            msgs[1],
+            Message::user("[Tool result for get_weather]\n{\"temp\":22}")
+        );
     }
 
     #[test]
@@ -550,9 +631,18 @@ mod tests {
 
     #[test]
     fn t9_model_without_function_calling_gets_json_protocol() {
-        assert_eq!(resolve_protocol(&ProtocolKind::Auto, "m", false, true).name(), "json");
-        assert_eq!(resolve_protocol(&ProtocolKind::Native, "m", false, true).name(), "json");
-        assert_eq!(resolve_protocol(&ProtocolKind::Auto, "m", true, true).name(), "native");
+        assert_eq!(
+            resolve_protocol(&ProtocolKind::Auto, "m", false, true).name(),
+            "json"
+        );
+        assert_eq!(
+            resolve_protocol(&ProtocolKind::Native, "m", false, true).name(),
+            "json"
+        );
+        assert_eq!(
+            resolve_protocol(&ProtocolKind::Auto, "m", true, true).name(),
+            "native"
+        );
         assert!(!resolve_protocol(&ProtocolKind::Tag, "m", false, true).binds_tools());
     }
 }

@@ -63,7 +63,9 @@ pub struct ToolRegistry {
 
 impl std::fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.entries.iter().map(|e| &e.spec.name)).finish()
+        f.debug_list()
+            .entries(self.entries.iter().map(|e| &e.spec.name))
+            .finish()
     }
 }
 
@@ -87,10 +89,11 @@ impl ToolRegistry {
         if self.index.contains_key(&spec.name) {
             return Err(RegistryError::Duplicate(spec.name));
         }
-        let validator = Validator::new(&spec.parameters).map_err(|e| RegistryError::InvalidSchema {
-            name: spec.name.clone(),
-            message: e.message,
-        })?;
+        let validator =
+            Validator::new(&spec.parameters).map_err(|e| RegistryError::InvalidSchema {
+                name: spec.name.clone(),
+                message: e.message,
+            })?;
         self.index.insert(spec.name.clone(), self.entries.len());
         self.entries.push(Entry {
             tool,
@@ -102,7 +105,9 @@ impl ToolRegistry {
 
     /// The tool called `name`.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.index.get(name).map(|&i| Arc::clone(&self.entries[i].tool))
+        self.index
+            .get(name)
+            .map(|&i| Arc::clone(&self.entries[i].tool))
     }
 
     /// Every tool's spec, in registration order.
@@ -122,7 +127,10 @@ impl ToolRegistry {
 
     /// The tools as an API `tools` array (OpenAI format).
     pub fn openai_tools(&self) -> Vec<Value> {
-        self.entries.iter().map(|e| to_openai_tool(&e.spec)).collect()
+        self.entries
+            .iter()
+            .map(|e| to_openai_tool(&e.spec))
+            .collect()
     }
 
     /// The tools described for a system prompt (002's JSON-decision style).
@@ -132,15 +140,19 @@ impl ToolRegistry {
 
     /// Runs tool `name` directly: unknown name → `Tool not found`, arguments checked against
     /// the schema first. No time limit here; the [`Dispatcher`](crate::Dispatcher) adds one.
-    pub async fn execute(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+    pub async fn execute(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<Value, ToolError> {
         let Some(&i) = self.index.get(name) else {
             return Err(ToolError::not_found(name));
         };
         let entry = &self.entries[i];
-        entry
-            .validator
-            .validate(&args)
-            .map_err(|e| ToolError::invalid_arguments(crate::dispatch::invalid_args_message(name, &e)))?;
+        entry.validator.validate(&args).map_err(|e| {
+            ToolError::invalid_arguments(crate::dispatch::invalid_args_message(name, &e))
+        })?;
         entry.tool.call(args, ctx).await
     }
 }
@@ -160,7 +172,9 @@ impl ToolProvider for ToolRegistry {
         }
     }
     fn timeout(&self, name: &str) -> Option<Duration> {
-        self.index.get(name).and_then(|&i| self.entries[i].tool.timeout())
+        self.index
+            .get(name)
+            .and_then(|&i| self.entries[i].tool.timeout())
     }
 }
 
@@ -171,22 +185,36 @@ mod tests {
     use serde_json::json;
 
     fn noop(name: &str) -> FnTool {
-        FnTool::new(name, "noop", json!({"type": "object", "properties": {}}), |_, _| async {
-            Ok(json!("ok"))
-        })
+        FnTool::new(
+            name,
+            "noop",
+            json!({"type": "object", "properties": {}}),
+            |_, _| async { Ok(json!("ok")) },
+        )
     }
 
     #[test]
     fn t2_duplicate_and_invalid_names_are_rejected() {
         let mut r = ToolRegistry::new();
         assert!(r.register(noop("a")).is_ok());
-        assert_eq!(r.register(noop("a")), Err(RegistryError::Duplicate("a".into())));
+        assert_eq!(
+            r.register(noop("a")),
+            Err(RegistryError::Duplicate("a".into()))
+        );
         assert_eq!(
             r.register(noop("bad name")),
             Err(RegistryError::InvalidName("bad name".into()))
         );
-        let broken = FnTool::new("broken", "x", json!({"type": "object", "properties": {"a": {"type": 5}}}), |_, _| async { Ok(json!(1)) });
-        assert!(matches!(r.register(broken), Err(RegistryError::InvalidSchema { .. })));
+        let broken = FnTool::new(
+            "broken",
+            "x",
+            json!({"type": "object", "properties": {"a": {"type": 5}}}),
+            |_, _| async { Ok(json!(1)) },
+        );
+        assert!(matches!(
+            r.register(broken),
+            Err(RegistryError::InvalidSchema { .. })
+        ));
         assert_eq!(r.len(), 1);
     }
 
@@ -200,9 +228,15 @@ mod tests {
             |a, _| async move { Ok(json!({"city": a["city"]})) },
         ))
         .unwrap();
-        let e = r.execute("nope", json!({}), ToolContext::new("1")).await.unwrap_err();
+        let e = r
+            .execute("nope", json!({}), ToolContext::new("1"))
+            .await
+            .unwrap_err();
         assert_eq!(e.message, "Tool not found: nope");
-        let e = r.execute("get_weather", json!({}), ToolContext::new("1")).await.unwrap_err();
+        let e = r
+            .execute("get_weather", json!({}), ToolContext::new("1"))
+            .await
+            .unwrap_err();
         assert_eq!(e.kind, crate::ToolErrorKind::InvalidArguments);
         assert!(e.message.contains("city"));
         assert!(r.prompt_list().contains("get_weather"));

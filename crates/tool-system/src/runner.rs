@@ -5,9 +5,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use context_engine::{ContextBuilder, ContextError, History, SessionStore, StoreError, TokenCounter};
+use context_engine::{
+    ContextBuilder, ContextError, History, SessionStore, StoreError, TokenCounter,
+};
 use futures::{Stream, StreamExt};
-use model_gateway::{ChatEvent, ChatModel, ChatRequest, ChatStream, GatewayError, Message, parse_arguments};
+use model_gateway::{
+    ChatEvent, ChatModel, ChatRequest, ChatStream, GatewayError, Message, parse_arguments,
+};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -209,7 +213,10 @@ pub async fn run_tool_loop(
     user_text: &str,
     options: &LoopOptions,
 ) -> Result<LoopOutput, LoopError> {
-    drive(model, store, dispatcher, session_id, user_text, options, None).await
+    drive(
+        model, store, dispatcher, session_id, user_text, options, None,
+    )
+    .await
 }
 
 /// The streaming variant of [`run_tool_loop`]: a `'static + Send` stream of [`LoopEvent`]s
@@ -226,7 +233,16 @@ pub fn run_tool_loop_stream(
     let (tx, rx) = mpsc::channel(64);
     let (session_id, user_text) = (session_id.into(), user_text.into());
     let task = tokio::spawn(async move {
-        let r = drive(&*model, &*store, &dispatcher, &session_id, &user_text, &options, Some(&tx)).await;
+        let r = drive(
+            &*model,
+            &*store,
+            &dispatcher,
+            &session_id,
+            &user_text,
+            &options,
+            Some(&tx),
+        )
+        .await;
         let last = match r {
             Ok(out) => LoopEvent::Finished(out),
             Err(LoopError::Cancelled) => return,
@@ -267,14 +283,20 @@ async fn drive(
     sink: Sink<'_>,
 ) -> Result<LoopOutput, LoopError> {
     let info = model.info();
-    let protocol = resolve_protocol(&options.protocol, &info.model, info.function_calling, options.tool_action_parsing);
+    let protocol = resolve_protocol(
+        &options.protocol,
+        &info.model,
+        info.function_calling,
+        options.tool_action_parsing,
+    );
     let tools = dispatcher.specs().await;
     let counter: Arc<dyn TokenCounter> = match (&options.counter, options.context_budget) {
         (Some(c), _) => Arc::clone(c),
         (None, Some(_)) => context_engine::counter_for_model(&info.model),
         (None, None) => Arc::new(context_engine::EstimateCounter),
     };
-    let mut builder = ContextBuilder::new(options.system_prompt.clone()).with_counter(Arc::clone(&counter));
+    let mut builder =
+        ContextBuilder::new(options.system_prompt.clone()).with_counter(Arc::clone(&counter));
     if let Some(section) = protocol.prompt_section(&tools) {
         builder = builder.section("tools", section);
     }
@@ -312,8 +334,17 @@ async fn drive(
             }
             Decision::Reprompt => {
                 let correction = reading.correction.clone().unwrap_or_default();
-                emit(sink, LoopEvent::Reprompted { correction: correction.clone() }).await?;
-                vec![Message::assistant(reading.content.clone()), Message::user(correction)]
+                emit(
+                    sink,
+                    LoopEvent::Reprompted {
+                        correction: correction.clone(),
+                    },
+                )
+                .await?;
+                vec![
+                    Message::assistant(reading.content.clone()),
+                    Message::user(correction),
+                ]
             }
             Decision::Finish => {
                 for step in &reading.steps {
@@ -324,8 +355,11 @@ async fn drive(
                 vec![Message::assistant(reading.content.clone())]
             }
             Decision::StopAtLimit => {
-                tracing::warn!(session = session_id, iterations = machine.iterations(),
-                    "tool loop reached max_iterations; stopping and returning the last response");
+                tracing::warn!(
+                    session = session_id,
+                    iterations = machine.iterations(),
+                    "tool loop reached max_iterations; stopping and returning the last response"
+                );
                 let mut results = Vec::new();
                 for step in &reading.steps {
                     match step {
@@ -350,7 +384,13 @@ async fn drive(
         let done = match decision {
             Decision::RunTools | Decision::Reprompt => false,
             Decision::StopAtLimit => {
-                emit(sink, LoopEvent::IterationLimitReached { iterations: machine.iterations() }).await?;
+                emit(
+                    sink,
+                    LoopEvent::IterationLimitReached {
+                        iterations: machine.iterations(),
+                    },
+                )
+                .await?;
                 true
             }
             Decision::Finish => true,
@@ -386,7 +426,15 @@ async fn run_steps(
             Step::Calls(calls) => calls,
         };
         for c in calls {
-            emit(sink, LoopEvent::ToolCallStarted { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() }).await?;
+            emit(
+                sink,
+                LoopEvent::ToolCallStarted {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                },
+            )
+            .await?;
         }
         let run = |c: &PendingCall| {
             let ctx = ToolContext::new(c.id.clone()).with_session(session_id);
@@ -394,7 +442,12 @@ async fn run_steps(
             async move {
                 match &c.invalid {
                     Some(msg) => {
-                        let (content, _) = cap(ToolError::invalid_arguments(msg.clone()).to_model_json().to_string(), 64 * 1024);
+                        let (content, _) = cap(
+                            ToolError::invalid_arguments(msg.clone())
+                                .to_model_json()
+                                .to_string(),
+                            64 * 1024,
+                        );
                         (content, true)
                     }
                     None => {
@@ -415,7 +468,16 @@ async fn run_steps(
             v
         };
         for (c, (content, is_error)) in calls.iter().zip(outcomes) {
-            emit(sink, LoopEvent::ToolResult { id: c.id.clone(), name: c.name.clone(), content: content.clone(), is_error }).await?;
+            emit(
+                sink,
+                LoopEvent::ToolResult {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    content: content.clone(),
+                    is_error,
+                },
+            )
+            .await?;
             results.push((c.clone(), content));
         }
     }
@@ -451,7 +513,12 @@ async fn read_response(
                     }
                 }
             }
-            Ok(ChatEvent::ToolCallDelta { index, id, name, arguments }) => {
+            Ok(ChatEvent::ToolCallDelta {
+                index,
+                id,
+                name,
+                arguments,
+            }) => {
                 let p = partials.entry(index).or_default();
                 if let Some(id) = id.filter(|s| !s.is_empty()) {
                     p.id = Some(id);
@@ -486,7 +553,12 @@ async fn read_response(
     }
     if let Some((name, raw, error)) = invalid {
         calls = if partials.is_empty() {
-            vec![invalid_call(format!("invalid_args_{name}"), name, raw, &error)]
+            vec![invalid_call(
+                format!("invalid_args_{name}"),
+                name,
+                raw,
+                &error,
+            )]
         } else {
             partials
                 .into_iter()

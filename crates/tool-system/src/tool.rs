@@ -91,7 +91,10 @@ impl ToolError {
     pub fn timeout(name: &str, after: Duration) -> Self {
         Self::new(
             ToolErrorKind::Timeout,
-            format!("Tool {name} timed out after {} and was stopped", human(after)),
+            format!(
+                "Tool {name} timed out after {} and was stopped",
+                human(after)
+            ),
         )
     }
     /// The tool reported a failure.

@@ -95,7 +95,11 @@ impl FnTool {
 
     /// A typed tool: the schema is generated from `A` and the arguments are deserialized into
     /// `A` before `f` runs; `f`'s result is serialized to JSON.
-    pub fn typed<A, F, Fut, R>(name: impl Into<String>, description: impl Into<String>, f: F) -> Self
+    pub fn typed<A, F, Fut, R>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        f: F,
+    ) -> Self
     where
         A: JsonSchema + DeserializeOwned + Send + 'static,
         F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
@@ -116,8 +120,10 @@ impl FnTool {
                 })?;
                 let out = f(typed, ctx).await?;
                 serde_json::to_value(out).map_err(|e| {
-                    ToolError::failed(format!("Tool {tool_name} returned a result that is not JSON"))
-                        .with_detail(e.to_string())
+                    ToolError::failed(format!(
+                        "Tool {tool_name} returned a result that is not JSON"
+                    ))
+                    .with_detail(e.to_string())
                 })
             }) as BoxFut
         });
@@ -312,8 +318,18 @@ mod tests {
         assert_eq!(s["properties"]["children"]["items"]["$ref"], "#");
         assert!(output_control::Validator::new(&s).is_ok());
         let v = output_control::Validator::new(&s).unwrap();
-        assert!(v.validate(&serde_json::json!({"name": "a", "children": [{"name": "b", "children": []}]})).is_ok());
-        assert!(v.validate(&serde_json::json!({"name": "a", "children": [{"name": 1, "children": []}]})).is_err());
+        assert!(
+            v.validate(
+                &serde_json::json!({"name": "a", "children": [{"name": "b", "children": []}]})
+            )
+            .is_ok()
+        );
+        assert!(
+            v.validate(
+                &serde_json::json!({"name": "a", "children": [{"name": 1, "children": []}]})
+            )
+            .is_err()
+        );
     }
 
     #[test]

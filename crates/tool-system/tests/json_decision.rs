@@ -15,18 +15,31 @@ use tool_system::{Agent, Dispatcher, LoopOptions, ProtocolKind, ToolRegistry, ru
 #[tokio::test]
 async fn t6_json_decision_loop_get_weather_end_to_end() {
     let server = ScriptedServer::start().await;
-    server.push(Reply::text(r#"{"tool": "get_weather", "arguments": {"city": "Beijing"}}"#));
-    server.push(Reply::text(r#"```json
+    server.push(Reply::text(
+        r#"{"tool": "get_weather", "arguments": {"city": "Beijing"}}"#,
+    ));
+    server.push(Reply::text(
+        r#"```json
 {"tool": null, "reply": "It is 22°C in Beijing."}
-```"#));
+```"#,
+    ));
     let calls = Arc::new(AtomicUsize::new(0));
     let mut registry = ToolRegistry::new();
     registry.register(weather(calls.clone())).unwrap();
     let store = store();
-    let opts = LoopOptions::new().with_protocol(ProtocolKind::JsonDecision).with_max_iterations(5);
-    let out = run_tool_loop(&model(&server), &*store, &Dispatcher::from_registry(registry), "s", "What's the weather in Beijing?", &opts)
-        .await
-        .unwrap();
+    let opts = LoopOptions::new()
+        .with_protocol(ProtocolKind::JsonDecision)
+        .with_max_iterations(5);
+    let out = run_tool_loop(
+        &model(&server),
+        &*store,
+        &Dispatcher::from_registry(registry),
+        "s",
+        "What's the weather in Beijing?",
+        &opts,
+    )
+    .await
+    .unwrap();
     assert_eq!(out.answer, "It is 22°C in Beijing.");
     assert_eq!(out.protocol, "json");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -39,16 +52,23 @@ async fn t6_json_decision_loop_get_weather_end_to_end() {
     let second = sent_messages(&server, 1);
     let last = second.last().unwrap();
     assert_eq!(last["role"], "user");
-    assert_eq!(last["content"], "[Tool result for get_weather]\n{\"city\":\"Beijing\",\"temp\":22}");
+    assert_eq!(
+        last["content"],
+        "[Tool result for get_weather]\n{\"city\":\"Beijing\",\"temp\":22}"
+    );
     let session = checked_session(&*store, "s").await;
     assert_eq!(session.len(), 4);
-    assert_eq!(session[2], Message::user("[Tool result for get_weather]\n{\"city\":\"Beijing\",\"temp\":22}"));
+    assert_eq!(
+        session[2],
+        Message::user("[Tool result for get_weather]\n{\"city\":\"Beijing\",\"temp\":22}")
+    );
 }
 
 #[tokio::test]
 async fn t6_max_tool_rounds_stops_the_loop() {
     let server = ScriptedServer::start().await;
-    server.respond_with(|_| Reply::text(r#"{"tool": "get_weather", "arguments": {"city": "Rome"}}"#));
+    server
+        .respond_with(|_| Reply::text(r#"{"tool": "get_weather", "arguments": {"city": "Rome"}}"#));
     let calls = Arc::new(AtomicUsize::new(0));
     let store = store();
     let agent = Agent::builder(model(&server))
@@ -69,7 +89,9 @@ async fn t6_max_tool_rounds_stops_the_loop() {
 #[tokio::test]
 async fn t6_unparseable_answer_reprompted_once_then_plain_answer() {
     let server = ScriptedServer::start().await;
-    server.push(Reply::text(r#"{"tool": "get_weather", "arguments": [1, 2]}"#));
+    server.push(Reply::text(
+        r#"{"tool": "get_weather", "arguments": [1, 2]}"#,
+    ));
     server.push(Reply::text(r#"{"tool": "get_weather", "arguments": "#));
     let store = store();
     let agent = Agent::builder(model(&server))
@@ -80,20 +102,34 @@ async fn t6_unparseable_answer_reprompted_once_then_plain_answer() {
         .unwrap();
     let out = agent.run("s", "weather?").await.unwrap();
     assert_eq!(server.request_count(), 2, "one re-prompt only");
-    let correction = sent_messages(&server, 1).last().unwrap()["content"].as_str().unwrap().to_owned();
+    let correction = sent_messages(&server, 1).last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(correction.contains("must be a JSON object"), "{correction}");
-    assert_eq!(out.answer, r#"{"tool": "get_weather", "arguments": "#, "then the text is the answer, not an error");
+    assert_eq!(
+        out.answer, r#"{"tool": "get_weather", "arguments": "#,
+        "then the text is the answer, not an error"
+    );
     assert_eq!(checked_session(&*store, "s").await.len(), 4); // user, bad, correction, bad
 }
 
 #[tokio::test]
 async fn t6_reprompt_lets_the_model_fix_its_decision() {
     let server = ScriptedServer::start().await;
-    server.push(Reply::text(r#"{"tool": "get_weather", "arguments": {"city": "Oslo",}}"#));
-    server.push(Reply::text(r#"{"tool": "get_weather", "arguments": {"city": "Oslo"}}"#));
+    server.push(Reply::text(
+        r#"{"tool": "get_weather", "arguments": {"city": "Oslo",}}"#,
+    ));
+    server.push(Reply::text(
+        r#"{"tool": "get_weather", "arguments": {"city": "Oslo"}}"#,
+    ));
     server.push(Reply::text(r#"{"tool": null, "reply": "22 in Oslo"}"#));
     let calls = Arc::new(AtomicUsize::new(0));
-    let agent = Agent::builder(model(&server)).tool(weather(calls.clone())).protocol(ProtocolKind::JsonDecision).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(calls.clone()))
+        .protocol(ProtocolKind::JsonDecision)
+        .build()
+        .unwrap();
     let out = agent.run("s", "weather?").await.unwrap();
     assert_eq!(out.answer, "22 in Oslo");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -103,13 +139,26 @@ async fn t6_reprompt_lets_the_model_fix_its_decision() {
 async fn t3_unknown_tool_in_json_decision_reaches_model() {
     let server = ScriptedServer::start().await;
     server.push(Reply::text(r#"{"tool": "teleport", "arguments": {}}"#));
-    server.push(Reply::text(r#"{"tool": null, "reply": "I cannot teleport."}"#));
+    server.push(Reply::text(
+        r#"{"tool": null, "reply": "I cannot teleport."}"#,
+    ));
     let store = store();
-    let agent = Agent::builder(model(&server)).tool(weather(Arc::default())).protocol(ProtocolKind::JsonDecision).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(Arc::default()))
+        .protocol(ProtocolKind::JsonDecision)
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "teleport me").await.unwrap();
     assert_eq!(out.answer, "I cannot teleport.");
-    let last = sent_messages(&server, 1).last().unwrap()["content"].as_str().unwrap().to_owned();
-    assert_eq!(last, "[Tool result for teleport]\n{\"error\":\"Tool not found: teleport\",\"success\":false}");
+    let last = sent_messages(&server, 1).last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        last,
+        "[Tool result for teleport]\n{\"error\":\"Tool not found: teleport\",\"success\":false}"
+    );
     let _ = store.load("s").await.unwrap();
 }
 
@@ -117,7 +166,10 @@ async fn t3_unknown_tool_in_json_decision_reaches_model() {
 async fn t9_fallback_output_without_valid_call_is_plain_answer() {
     let server = ScriptedServer::start().await;
     server.push(Reply::text("The weather is probably fine."));
-    let agent = Agent::builder(model_without_fc(&server)).tool(weather(Arc::default())).build().unwrap();
+    let agent = Agent::builder(model_without_fc(&server))
+        .tool(weather(Arc::default()))
+        .build()
+        .unwrap();
     let out = agent.run("s", "weather?").await.unwrap();
     assert_eq!(out.answer, "The weather is probably fine.");
     assert_eq!(server.request_count(), 1);

@@ -29,9 +29,15 @@ async fn t5_bind_tools_sends_tools_field_not_prompt() {
     let body = &server.requests()[0].body;
     assert_eq!(body["tools"][0]["type"], "function");
     assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
-    assert_eq!(body["tools"][0]["function"]["parameters"]["required"][0], "city");
+    assert_eq!(
+        body["tools"][0]["function"]["parameters"]["required"][0],
+        "city"
+    );
     let system = body["messages"][0]["content"].as_str().unwrap();
-    assert_eq!(system, "You are helpful.", "no tool schema in the system prompt");
+    assert_eq!(
+        system, "You are helpful.",
+        "no tool schema in the system prompt"
+    );
 }
 
 #[tokio::test]
@@ -47,11 +53,19 @@ async fn t5_bind_empty_tools_sends_no_tools_field_and_answers_text() {
 #[tokio::test]
 async fn t5_tool_result_appended_as_tool_message_with_call_id() {
     let server = ScriptedServer::start().await;
-    server.push(Reply::tool_call("call_abc", "get_weather", r#"{"city":"Beijing"}"#));
+    server.push(Reply::tool_call(
+        "call_abc",
+        "get_weather",
+        r#"{"city":"Beijing"}"#,
+    ));
     server.push(Reply::text("It is 22 degrees in Beijing."));
     let calls = Arc::new(AtomicUsize::new(0));
     let store = store();
-    let agent = Agent::builder(model(&server)).tool(weather(calls.clone())).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(calls.clone()))
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "Weather in Beijing?").await.unwrap();
     assert_eq!(out.answer, "It is 22 degrees in Beijing.");
     assert_eq!(out.iterations, 2);
@@ -66,7 +80,10 @@ async fn t5_tool_result_appended_as_tool_message_with_call_id() {
     assert_eq!(msgs[msgs.len() - 2]["tool_calls"][0]["id"], "call_abc");
     let session = checked_session(&*store, "s").await;
     assert_eq!(session.len(), 4);
-    assert_eq!(session[3], Message::assistant("It is 22 degrees in Beijing."));
+    assert_eq!(
+        session[3],
+        Message::assistant("It is 22 degrees in Beijing.")
+    );
 }
 
 #[tokio::test]
@@ -74,7 +91,10 @@ async fn t5_stop_without_tool_calls_is_plain_answer() {
     let server = ScriptedServer::start().await;
     server.push(Reply::text("No tools needed."));
     let calls = Arc::new(AtomicUsize::new(0));
-    let agent = Agent::builder(model(&server)).tool(weather(calls.clone())).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(calls.clone()))
+        .build()
+        .unwrap();
     let out = agent.run("s", "hi").await.unwrap();
     assert_eq!(out.answer, "No tools needed.");
     assert_eq!(out.iterations, 1);
@@ -88,12 +108,19 @@ async fn t3_unknown_tool_error_reaches_model() {
     server.push(Reply::tool_call("call_1", "xxx", "{}"));
     server.push(Reply::text("Sorry, I cannot do that."));
     let store = store();
-    let agent = Agent::builder(model(&server)).tool(weather(Arc::default())).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(Arc::default()))
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "do xxx").await.unwrap();
     assert_eq!(out.answer, "Sorry, I cannot do that.");
     let tools = sent_tool_messages(&server, 1);
     let content: Value = serde_json::from_str(tools[0]["content"].as_str().unwrap()).unwrap();
-    assert_eq!(content, json!({"success": false, "error": "Tool not found: xxx"}));
+    assert_eq!(
+        content,
+        json!({"success": false, "error": "Tool not found: xxx"})
+    );
     checked_session(&*store, "s").await;
 }
 
@@ -107,17 +134,32 @@ async fn t3_second_provider_is_routed_through_the_same_seam() {
             "skills"
         }
         async fn list(&self) -> Vec<ToolSpec> {
-            vec![ToolSpec::new("summarize", "Summarize text", json!({"type": "object", "properties": {"text": {"type": "string"}}}))]
+            vec![ToolSpec::new(
+                "summarize",
+                "Summarize text",
+                json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+            )]
         }
-        async fn call(&self, name: &str, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+        async fn call(
+            &self,
+            name: &str,
+            args: Value,
+            _ctx: ToolContext,
+        ) -> Result<Value, ToolError> {
             match name {
-                "summarize" => Ok(json!(format!("summary of {}", args["text"].as_str().unwrap_or("")))),
+                "summarize" => Ok(json!(format!(
+                    "summary of {}",
+                    args["text"].as_str().unwrap_or("")
+                ))),
                 _ => Err(ToolError::not_found(name)),
             }
         }
     }
     let server = ScriptedServer::start().await;
-    server.push(Reply::tool_calls(&[("c1", "get_weather", r#"{"city":"Paris"}"#), ("c2", "summarize", r#"{"text":"abc"}"#)]));
+    server.push(Reply::tool_calls(&[
+        ("c1", "get_weather", r#"{"city":"Paris"}"#),
+        ("c2", "summarize", r#"{"text":"abc"}"#),
+    ]));
     server.push(Reply::text("done"));
     let agent = Agent::builder(model(&server))
         .tool(weather(Arc::default()))
@@ -125,7 +167,12 @@ async fn t3_second_provider_is_routed_through_the_same_seam() {
         .build()
         .unwrap();
     agent.run("s", "go").await.unwrap();
-    let names: Vec<String> = server.requests()[0].body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect();
+    let names: Vec<String> = server.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(names, vec!["get_weather", "summarize"]);
     let tools = sent_tool_messages(&server, 1);
     assert!(tools[0]["content"].as_str().unwrap().contains("Paris"));
@@ -139,22 +186,39 @@ async fn t4_tool_timeout_result_and_loop_continues() {
     server.push(Reply::text("The tool timed out, sorry."));
     let finished = Arc::new(AtomicBool::new(false));
     let f2 = finished.clone();
-    let slow = FnTool::new("slow", "sleeps", json!({"type": "object", "properties": {}}), move |_, _| {
-        let f2 = f2.clone();
-        async move {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            f2.store(true, Ordering::SeqCst);
-            Ok(json!("late"))
-        }
-    })
+    let slow = FnTool::new(
+        "slow",
+        "sleeps",
+        json!({"type": "object", "properties": {}}),
+        move |_, _| {
+            let f2 = f2.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                f2.store(true, Ordering::SeqCst);
+                Ok(json!("late"))
+            }
+        },
+    )
     .with_timeout(Duration::from_millis(200));
     let store = store();
-    let agent = Agent::builder(model(&server)).tool(slow).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(slow)
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "go").await.unwrap();
     assert_eq!(out.answer, "The tool timed out, sorry.");
-    let content: Value = serde_json::from_str(sent_tool_messages(&server, 1)[0]["content"].as_str().unwrap()).unwrap();
+    let content: Value = serde_json::from_str(
+        sent_tool_messages(&server, 1)[0]["content"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(content["success"], false);
-    assert_eq!(content["error"], "Tool slow timed out after 200 ms and was stopped");
+    assert_eq!(
+        content["error"],
+        "Tool slow timed out after 200 ms and was stopped"
+    );
     assert!(!finished.load(Ordering::SeqCst));
     checked_session(&*store, "s").await;
 }
@@ -164,12 +228,21 @@ async fn t4_tool_error_message_becomes_tool_content_and_loop_continues() {
     let server = ScriptedServer::start().await;
     server.push(Reply::tool_call("call_1", "flaky", "{}"));
     server.push(Reply::text("It failed."));
-    let agent = Agent::builder(model(&server)).tool(failing("flaky", "database unreachable")).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(failing("flaky", "database unreachable"))
+        .build()
+        .unwrap();
     let out = agent.run("s", "go").await.unwrap();
     assert_eq!(out.answer, "It failed.");
-    let content = sent_tool_messages(&server, 1)[0]["content"].as_str().unwrap().to_owned();
+    let content = sent_tool_messages(&server, 1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(content.contains("database unreachable"));
-    assert!(!content.contains("operator-only"), "operator detail must not reach the model");
+    assert!(
+        !content.contains("operator-only"),
+        "operator detail must not reach the model"
+    );
 }
 
 #[tokio::test]
@@ -177,15 +250,27 @@ async fn t4_panicking_tool_result_and_loop_continues() {
     let server = ScriptedServer::start().await;
     server.push(Reply::tool_call("call_1", "boom", "{}"));
     server.push(Reply::text("recovered"));
-    let boom = FnTool::new("boom", "panics", json!({"type": "object", "properties": {}}), |_, _| async {
-        let v: Vec<u8> = Vec::new();
-        Ok(json!(v[3])) // index out of bounds: a panic inside the tool
-    });
+    let boom = FnTool::new(
+        "boom",
+        "panics",
+        json!({"type": "object", "properties": {}}),
+        |_, _| async {
+            let v: Vec<u8> = Vec::new();
+            Ok(json!(v[3])) // index out of bounds: a panic inside the tool
+        },
+    );
     let store = store();
-    let agent = Agent::builder(model(&server)).tool(boom).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(boom)
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "go").await.unwrap();
     assert_eq!(out.answer, "recovered");
-    let content = sent_tool_messages(&server, 1)[0]["content"].as_str().unwrap().to_owned();
+    let content = sent_tool_messages(&server, 1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(content.contains("Tool boom crashed"), "{content}");
     assert!(content.contains("index out of bounds"), "{content}");
     let session = checked_session(&*store, "s").await;
@@ -195,14 +280,25 @@ async fn t4_panicking_tool_result_and_loop_continues() {
 #[tokio::test]
 async fn t5_invalid_json_arguments_error_reaches_model_for_that_call() {
     let server = ScriptedServer::start().await;
-    server.push(Reply::tool_calls(&[("call_ok", "get_weather", r#"{"city":"Oslo"}"#), ("call_bad", "get_weather", r#"{"city": Oslo"#)]));
+    server.push(Reply::tool_calls(&[
+        ("call_ok", "get_weather", r#"{"city":"Oslo"}"#),
+        ("call_bad", "get_weather", r#"{"city": Oslo"#),
+    ]));
     server.push(Reply::text("done"));
     let calls = Arc::new(AtomicUsize::new(0));
     let store = store();
-    let agent = Agent::builder(model(&server)).tool(weather(calls.clone())).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(calls.clone()))
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "go").await.unwrap();
     assert_eq!(out.answer, "done");
-    assert_eq!(calls.load(Ordering::SeqCst), 1, "the valid sibling runs, the invalid one does not");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the valid sibling runs, the invalid one does not"
+    );
     let tools = sent_tool_messages(&server, 1);
     assert_eq!(tools.len(), 2);
     assert_eq!(tools[0]["tool_call_id"], "call_ok");
@@ -210,26 +306,50 @@ async fn t5_invalid_json_arguments_error_reaches_model_for_that_call() {
     assert_eq!(tools[1]["tool_call_id"], "call_bad");
     let bad: Value = serde_json::from_str(tools[1]["content"].as_str().unwrap()).unwrap();
     assert_eq!(bad["success"], false);
-    assert!(bad["error"].as_str().unwrap().contains("not valid JSON"), "{bad}");
+    assert!(
+        bad["error"].as_str().unwrap().contains("not valid JSON"),
+        "{bad}"
+    );
     // the raw arguments are kept in the session, not lost
     let session = checked_session(&*store, "s").await;
-    assert_eq!(session[1].tool_calls()[1].arguments, json!(r#"{"city": Oslo"#));
+    assert_eq!(
+        session[1].tool_calls()[1].arguments,
+        json!(r#"{"city": Oslo"#)
+    );
 }
 
 #[tokio::test]
 async fn t4_schema_invalid_arguments_not_run_error_reaches_model() {
     let server = ScriptedServer::start().await;
-    server.push(Reply::tool_call("call_1", "get_weather", r#"{"town":"Oslo"}"#));
-    server.push(Reply::tool_call("call_2", "get_weather", r#"{"city":"Oslo"}"#));
+    server.push(Reply::tool_call(
+        "call_1",
+        "get_weather",
+        r#"{"town":"Oslo"}"#,
+    ));
+    server.push(Reply::tool_call(
+        "call_2",
+        "get_weather",
+        r#"{"city":"Oslo"}"#,
+    ));
     server.push(Reply::text("fixed"));
     let calls = Arc::new(AtomicUsize::new(0));
     let store = store();
-    let agent = Agent::builder(model(&server)).tool(weather(calls.clone())).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(calls.clone()))
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "go").await.unwrap();
     assert_eq!(out.answer, "fixed");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-    let first = sent_tool_messages(&server, 1)[0]["content"].as_str().unwrap().to_owned();
-    assert!(first.contains("Invalid arguments for tool get_weather"), "{first}");
+    let first = sent_tool_messages(&server, 1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        first.contains("Invalid arguments for tool get_weather"),
+        "{first}"
+    );
     assert!(first.contains("city"), "{first}");
     assert_eq!(checked_session(&*store, "s").await.len(), 6);
 }
@@ -238,12 +358,19 @@ async fn t4_schema_invalid_arguments_not_run_error_reaches_model() {
 async fn t5_max_iterations_stops_and_returns_last() {
     let server = ScriptedServer::start().await;
     for i in 0..5 {
-        server.push(Reply::tool_call(&format!("call_{i}"), "get_weather", r#"{"city":"Rome"}"#).with_content(&format!("round {i}")));
+        server.push(
+            Reply::tool_call(&format!("call_{i}"), "get_weather", r#"{"city":"Rome"}"#)
+                .with_content(&format!("round {i}")),
+        );
     }
     server.push(Reply::text("never requested"));
     let calls = Arc::new(AtomicUsize::new(0));
     let store = store();
-    let agent = Agent::builder(model(&server)).tool(weather(calls.clone())).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(calls.clone()))
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "loop").await.unwrap();
     assert!(out.hit_iteration_limit);
     assert_eq!(out.iterations, 5);
@@ -284,14 +411,25 @@ async fn t4_huge_result_capped_with_note_and_session_intact() {
     let server = ScriptedServer::start().await;
     server.push(Reply::tool_call("call_1", "dump", "{}"));
     server.push(Reply::text("summarised"));
-    let dump = FnTool::new("dump", "huge", json!({"type": "object", "properties": {}}), |_, _| async {
-        Ok(json!("x".repeat(1_000_000)))
-    });
+    let dump = FnTool::new(
+        "dump",
+        "huge",
+        json!({"type": "object", "properties": {}}),
+        |_, _| async { Ok(json!("x".repeat(1_000_000))) },
+    );
     let store = store();
-    let agent = Agent::builder(model(&server)).tool(dump).max_result_bytes(4096).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(dump)
+        .max_result_bytes(4096)
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "dump").await.unwrap();
     assert_eq!(out.answer, "summarised");
-    let content = sent_tool_messages(&server, 1)[0]["content"].as_str().unwrap().to_owned();
+    let content = sent_tool_messages(&server, 1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(content.len() <= 4096);
     assert!(content.contains("[truncated: the result was 1000000 bytes"));
     checked_session(&*store, "s").await;
@@ -300,24 +438,39 @@ async fn t4_huge_result_capped_with_note_and_session_intact() {
 #[tokio::test]
 async fn t5_several_calls_run_concurrently_results_in_call_order() {
     let server = ScriptedServer::start().await;
-    server.push(Reply::tool_calls(&[("a", "meet", r#"{"who":"a"}"#), ("b", "meet", r#"{"who":"b"}"#), ("c", "meet", r#"{"who":"c"}"#)]));
+    server.push(Reply::tool_calls(&[
+        ("a", "meet", r#"{"who":"a"}"#),
+        ("b", "meet", r#"{"who":"b"}"#),
+        ("c", "meet", r#"{"who":"c"}"#),
+    ]));
     server.push(Reply::text("all met"));
     // Each call waits until all three are running: only possible if they run concurrently.
     let barrier = Arc::new(tokio::sync::Barrier::new(3));
-    let meet = FnTool::new("meet", "waits for the others", json!({"type": "object", "properties": {"who": {"type": "string"}}}), move |args, _| {
-        let b = barrier.clone();
-        async move {
-            b.wait().await;
-            Ok(args["who"].clone())
-        }
-    })
+    let meet = FnTool::new(
+        "meet",
+        "waits for the others",
+        json!({"type": "object", "properties": {"who": {"type": "string"}}}),
+        move |args, _| {
+            let b = barrier.clone();
+            async move {
+                b.wait().await;
+                Ok(args["who"].clone())
+            }
+        },
+    )
     .with_timeout(Duration::from_secs(10));
     let agent = Agent::builder(model(&server)).tool(meet).build().unwrap();
     agent.run("s", "go").await.unwrap();
     let tools = sent_tool_messages(&server, 1);
-    let order: Vec<&str> = tools.iter().map(|t| t["tool_call_id"].as_str().unwrap()).collect();
+    let order: Vec<&str> = tools
+        .iter()
+        .map(|t| t["tool_call_id"].as_str().unwrap())
+        .collect();
     assert_eq!(order, vec!["a", "b", "c"]);
-    let contents: Vec<&str> = tools.iter().map(|t| t["content"].as_str().unwrap()).collect();
+    let contents: Vec<&str> = tools
+        .iter()
+        .map(|t| t["content"].as_str().unwrap())
+        .collect();
     assert_eq!(contents, vec!["a", "b", "c"]);
 }
 
@@ -336,24 +489,51 @@ async fn t1_typed_tool_schema_matches_what_is_deserialized() {
         Celsius,
         Fahrenheit,
     }
-    let tool = FnTool::typed("get_weather", "Weather", |a: Args, _ctx: ToolContext| async move {
-        Ok(json!({"city": a.city, "f": matches!(a.unit, Unit::Fahrenheit)}))
-    });
+    let tool = FnTool::typed(
+        "get_weather",
+        "Weather",
+        |a: Args, _ctx: ToolContext| async move {
+            Ok(json!({"city": a.city, "f": matches!(a.unit, Unit::Fahrenheit)}))
+        },
+    );
     let server = ScriptedServer::start().await;
-    server.push(Reply::tool_call("c1", "get_weather", r#"{"city":"Oslo","unit":"kelvin"}"#));
-    server.push(Reply::tool_call("c2", "get_weather", r#"{"city":"Oslo","unit":"fahrenheit"}"#));
+    server.push(Reply::tool_call(
+        "c1",
+        "get_weather",
+        r#"{"city":"Oslo","unit":"kelvin"}"#,
+    ));
+    server.push(Reply::tool_call(
+        "c2",
+        "get_weather",
+        r#"{"city":"Oslo","unit":"fahrenheit"}"#,
+    ));
     server.push(Reply::text("ok"));
     let agent = Agent::builder(model(&server)).tool(tool).build().unwrap();
     agent.run("s", "go").await.unwrap();
     let params = &server.requests()[0].body["tools"][0]["function"]["parameters"];
     assert_eq!(params["type"], "object");
     assert!(params.get("$schema").is_none() && params.get("$defs").is_none());
-    assert_eq!(params["properties"]["unit"]["enum"], json!(["celsius", "fahrenheit"]));
+    assert_eq!(
+        params["properties"]["unit"]["enum"],
+        json!(["celsius", "fahrenheit"])
+    );
     // the schema rejects what deserialization would reject, before the tool runs
-    let first = sent_tool_messages(&server, 1)[0]["content"].as_str().unwrap().to_owned();
-    assert!(first.contains("Invalid arguments") && first.contains("/unit"), "{first}");
-    let second = sent_tool_messages(&server, 2)[1]["content"].as_str().unwrap().to_owned();
-    assert_eq!(serde_json::from_str::<Value>(&second).unwrap(), json!({"city": "Oslo", "f": true}));
+    let first = sent_tool_messages(&server, 1)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        first.contains("Invalid arguments") && first.contains("/unit"),
+        "{first}"
+    );
+    let second = sent_tool_messages(&server, 2)[1]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        serde_json::from_str::<Value>(&second).unwrap(),
+        json!({"city": "Oslo", "f": true})
+    );
 }
 
 #[tokio::test]
@@ -361,14 +541,27 @@ async fn t9_function_calling_false_switches_to_prompt_and_plain_output_is_answer
     let server = ScriptedServer::start().await;
     server.push(Reply::text("I think it is sunny."));
     let store = store();
-    let agent = Agent::builder(model_without_fc(&server)).tool(weather(Arc::default())).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model_without_fc(&server))
+        .tool(weather(Arc::default()))
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "Weather?").await.unwrap();
     assert_eq!(out.protocol, "json");
-    assert_eq!(out.answer, "I think it is sunny.", "no valid call is a plain answer, not an error");
+    assert_eq!(
+        out.answer, "I think it is sunny.",
+        "no valid call is a plain answer, not an error"
+    );
     let body = &server.requests()[0].body;
-    assert!(body.get("tools").is_none(), "no tools field for a model without function calling");
+    assert!(
+        body.get("tools").is_none(),
+        "no tools field for a model without function calling"
+    );
     let system = body["messages"][0]["content"].as_str().unwrap();
-    assert!(system.contains("get_weather") && system.contains("\"tool\": null"), "{system}");
+    assert!(
+        system.contains("get_weather") && system.contains("\"tool\": null"),
+        "{system}"
+    );
     assert_eq!(checked_session(&*store, "s").await.len(), 2);
 }
 
@@ -388,7 +581,10 @@ fn t9_function_calling_false_logs_a_deprecation_warning() {
     }
     let buf = Buf::default();
     let b2 = buf.clone();
-    let subscriber = tracing_subscriber::fmt().with_writer(move || b2.clone()).with_ansi(false).finish();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || b2.clone())
+        .with_ansi(false)
+        .finish();
     tracing::subscriber::with_default(subscriber, || {
         tool_system::resolve_protocol(&ProtocolKind::Auto, "old-model", false, true);
     });
@@ -402,10 +598,18 @@ async fn t5_model_error_keeps_finished_rounds_in_session() {
     server.push(Reply::tool_call("c1", "get_weather", r#"{"city":"Oslo"}"#));
     server.push(Reply::status(400, "bad request"));
     let store = store();
-    let agent = Agent::builder(model(&server)).tool(weather(Arc::default())).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(Arc::default()))
+        .store(store.clone())
+        .build()
+        .unwrap();
     let err = agent.run("s", "go").await.unwrap_err();
     assert!(matches!(err, tool_system::LoopError::Model(_)), "{err}");
     let session = checked_session(&*store, "s").await;
-    assert_eq!(session.len(), 3, "user + assistant call + tool result survive the failure");
+    assert_eq!(
+        session.len(),
+        3,
+        "user + assistant call + tool result survive the failure"
+    );
     let _ = store.list().await.unwrap();
 }

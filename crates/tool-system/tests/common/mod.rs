@@ -48,20 +48,31 @@ pub fn weather(counter: Arc<AtomicUsize>) -> FnTool {
 
 pub fn failing(name: &str, message: &str) -> FnTool {
     let message = message.to_owned();
-    FnTool::new(name, "always fails", json!({"type": "object", "properties": {}}), move |_, _| {
-        let m = message.clone();
-        async move { Err(ToolError::failed(m).with_detail("operator-only detail")) }
-    })
+    FnTool::new(
+        name,
+        "always fails",
+        json!({"type": "object", "properties": {}}),
+        move |_, _| {
+            let m = message.clone();
+            async move { Err(ToolError::failed(m).with_detail("operator-only detail")) }
+        },
+    )
 }
 
 /// The messages of the n-th request (0-based).
 pub fn sent_messages(server: &ScriptedServer, n: usize) -> Vec<Value> {
-    server.requests()[n].body["messages"].as_array().cloned().unwrap_or_default()
+    server.requests()[n].body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// The `tool` messages of the n-th request.
 pub fn sent_tool_messages(server: &ScriptedServer, n: usize) -> Vec<Value> {
-    sent_messages(server, n).into_iter().filter(|m| m["role"] == "tool").collect()
+    sent_messages(server, n)
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .collect()
 }
 
 /// Loads the session and checks that every assistant tool call is answered by exactly one
@@ -76,15 +87,24 @@ pub async fn checked_session(store: &dyn SessionStore, id: &str) -> Vec<Message>
             for (k, call) in calls.iter().enumerate() {
                 match messages.get(i + 1 + k) {
                     Some(Message::Tool { tool_call_id, .. }) => {
-                        assert_eq!(tool_call_id, &call.id, "results out of order at {i}: {messages:#?}");
+                        assert_eq!(
+                            tool_call_id, &call.id,
+                            "results out of order at {i}: {messages:#?}"
+                        );
                         assert!(seen.insert(tool_call_id.clone()), "duplicate result");
                     }
-                    other => panic!("call {} has no result (found {other:?}) in {messages:#?}", call.id),
+                    other => panic!(
+                        "call {} has no result (found {other:?}) in {messages:#?}",
+                        call.id
+                    ),
                 }
             }
             i += 1 + calls.len();
         } else {
-            assert!(!matches!(messages[i], Message::Tool { .. }), "orphan tool message at {i}: {messages:#?}");
+            assert!(
+                !matches!(messages[i], Message::Tool { .. }),
+                "orphan tool message at {i}: {messages:#?}"
+            );
             i += 1;
         }
     }

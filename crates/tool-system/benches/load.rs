@@ -1,0 +1,160 @@
+//! Bounded load run: 1,000 concurrent tool loops against the scripted OpenAI-compatible server
+//! with 20 ms model latency (two model calls and one tool call per loop). They must all finish
+//! within 3× the time of one loop: no global lock serialises loops. Run by `cargo bench`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use context_engine::MemoryStore;
+use model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
+use serde_json::{Value, json};
+use testkit::{Reply, ScriptedServer};
+use tool_system::{Agent, FnTool};
+
+const LOOPS: usize = 1000;
+const LATENCY: Duration = Duration::from_millis(20);
+
+fn responder(body: &Value) -> Reply {
+    let answered = body["messages"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+    let r = if answered {
+        Reply::text("done")
+    } else {
+        Reply::tool_call("c1", "noop", r#"{"x": 1}"#)
+    };
+    r.latency(LATENCY)
+}
+
+/// The same loop with an in-process model that sleeps 20 ms per call: isolates the loop
+/// (sessions, dispatcher, tasks) from the HTTP stack.
+struct Sleepy;
+
+#[model_gateway::async_trait]
+impl model_gateway::ChatModel for Sleepy {
+    fn info(&self) -> model_gateway::ModelInfo {
+        model_gateway::ModelInfo::new("sleepy", true)
+    }
+    async fn chat(
+        &self,
+        req: model_gateway::ChatRequest,
+    ) -> Result<model_gateway::ChatResponse, model_gateway::GatewayError> {
+        use model_gateway::{ChatResponse, FinishReason, Message, ToolCall};
+        tokio::time::sleep(LATENCY).await;
+        Ok(match req.messages.last() {
+            Some(Message::Tool { .. }) => {
+                ChatResponse::new("done", vec![], FinishReason::Stop, None)
+            }
+            _ => ChatResponse::new(
+                "",
+                vec![ToolCall::new("c1", "noop", json!({"x": 1}))],
+                FinishReason::ToolCalls,
+                None,
+            ),
+        })
+    }
+    async fn stream(
+        &self,
+        req: model_gateway::ChatRequest,
+    ) -> Result<model_gateway::ChatStream, model_gateway::GatewayError> {
+        Ok(model_gateway::response_stream(self.chat(req).await?))
+    }
+}
+
+async fn measure(label: &str, agent: &Agent) -> f64 {
+    for i in 0..3 {
+        agent.run(&format!("warm{i}"), "go").await.unwrap();
+    }
+    let mut single = Duration::MAX;
+    for i in 0..5 {
+        let t = Instant::now();
+        agent.run(&format!("one{i}"), "go").await.unwrap();
+        single = single.min(t.elapsed());
+    }
+    let t = Instant::now();
+    let handles: Vec<_> = (0..LOOPS)
+        .map(|i| {
+            let agent = agent.clone();
+            tokio::spawn(async move { agent.run(&format!("load{i}"), "go").await })
+        })
+        .collect();
+    let mut ok = 0;
+    for h in handles {
+        if let Ok(Ok(out)) = h.await
+            && out.answer == "done"
+        {
+            ok += 1;
+        }
+    }
+    let all = t.elapsed();
+    let ratio = all.as_secs_f64() / single.as_secs_f64();
+    println!(
+        "tool_loop/load/{label}: one loop {:.1} ms; {LOOPS} concurrent loops {:.1} ms ({ratio:.2}x one loop); {ok}/{LOOPS} finished with the answer{}",
+        single.as_secs_f64() * 1e3,
+        all.as_secs_f64() * 1e3,
+        if ratio > 3.0 {
+            " -- ABOVE the 3x target"
+        } else {
+            " -- within the 3x target"
+        }
+    );
+    assert_eq!(ok, LOOPS, "every loop must finish");
+    ratio
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` passes nothing special: skip then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let server = ScriptedServer::start().await;
+        server.set_recording(false);
+        server.respond_with(responder);
+        let model = OpenAiModel::new(
+            OpenAiConfig::new("m").with_base_url(server.base_url()).with_retry(RetryPolicy::none()).with_timeout(Duration::from_secs(60)),
+        )
+        .unwrap();
+        let noop = FnTool::new("noop", "no-op", json!({"type": "object", "properties": {"x": {"type": "integer"}}}), |_, _| async {
+            Ok(json!("ok"))
+        });
+        let agent = Agent::builder(model).tool(noop).store(Arc::new(MemoryStore::new())).build().unwrap();
+
+        measure("in_process_model", &Agent::builder(Sleepy).tool(FnTool::new("noop", "no-op", json!({"type": "object", "properties": {"x": {"type": "integer"}}}), |_, _| async { Ok(json!("ok")) })).store(Arc::new(MemoryStore::new())).build().unwrap()).await;
+        measure("scripted_http_server", &agent).await;
+
+        // Baseline: the same 2 x 1,000 streamed requests through the gateway alone, no tool loop.
+        let model = Arc::new(OpenAiModel::new(
+            OpenAiConfig::new("m").with_base_url(server.base_url()).with_retry(RetryPolicy::none()).with_timeout(Duration::from_secs(60)),
+        ).unwrap());
+        let t = Instant::now();
+        let handles: Vec<_> = (0..LOOPS)
+            .map(|_| {
+                let model = Arc::clone(&model);
+                tokio::spawn(async move {
+                    use model_gateway::{ChatModel, ChatRequest, Message, collect_stream};
+                    for _ in 0..2 {
+                        let s = model.stream(ChatRequest::new(vec![Message::user("go")])).await?;
+                        collect_stream(s).await?;
+                    }
+                    Ok::<(), model_gateway::GatewayError>(())
+                })
+            })
+            .collect();
+        let mut ok = 0;
+        for h in handles {
+            if let Ok(Ok(())) = h.await {
+                ok += 1;
+            }
+        }
+        println!(
+            "tool_loop/load/gateway_only_baseline: {LOOPS} concurrent clients x 2 streamed requests, no tool loop: {:.1} ms; {ok}/{LOOPS} ok",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    });
+}

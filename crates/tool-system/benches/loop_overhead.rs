@@ -1,0 +1,91 @@
+//! Loop overhead per round: an instant in-process model and a no-op tool, so everything
+//! measured is the loop itself (state machine, protocol reader, dispatch with schema
+//! validation and a spawned task, session appends, context building). Target: < 20 µs per round.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use context_engine::MemoryStore;
+use criterion::{Criterion, criterion_group, criterion_main};
+use model_gateway::{
+    ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message,
+    ModelInfo, ToolCall, async_trait, response_stream,
+};
+use serde_json::json;
+use tool_system::{Agent, FnTool, ProtocolKind};
+
+/// Calls `noop` until it sees a tool result, then answers: two rounds per run.
+struct Instant;
+
+#[async_trait]
+impl ChatModel for Instant {
+    fn info(&self) -> ModelInfo {
+        ModelInfo::new("instant", true)
+    }
+    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+        Ok(match req.messages.last() {
+            Some(Message::Tool { .. }) => {
+                ChatResponse::new("done", vec![], FinishReason::Stop, None)
+            }
+            _ => ChatResponse::new(
+                "",
+                vec![ToolCall::new("c1", "noop", json!({"x": 1}))],
+                FinishReason::ToolCalls,
+                None,
+            ),
+        })
+    }
+    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> {
+        Ok(response_stream(self.chat(req).await?))
+    }
+}
+
+fn agent(protocol: ProtocolKind) -> Agent {
+    let noop = FnTool::new(
+        "noop",
+        "does nothing",
+        json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
+        |_, _| async { Ok(json!("ok")) },
+    );
+    Agent::builder(Instant)
+        .tool(noop)
+        .protocol(protocol)
+        .store(Arc::new(MemoryStore::new()))
+        .build()
+        .unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut g = c.benchmark_group("tool_loop");
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1));
+    let native = agent(ProtocolKind::Native);
+    let n = AtomicU64::new(0);
+    // one run = 2 rounds (tool round + answer); a fresh session each run
+    g.bench_function("native_run_2_rounds", |b| {
+        b.iter(|| {
+            let id = format!("s{}", n.fetch_add(1, Ordering::Relaxed));
+            rt.block_on(native.run(&id, "go")).unwrap()
+        })
+    });
+    let dispatcher = native.dispatcher().clone();
+    g.bench_function("dispatch_noop_validated", |b| {
+        b.iter(|| {
+            rt.block_on(dispatcher.dispatch(
+                "noop",
+                json!({"x": 1}),
+                tool_system::ToolContext::new("c"),
+            ))
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
