@@ -211,3 +211,93 @@ impl Sessions {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use messaging::{OutgoingMessage, QuickReplies};
+
+    fn session_with_question(bus: &MessageBus, sid: &str) -> Session {
+        let s = Session::new(bus.subscribe(user_address(sid)), 100);
+        let q = QuickReplies::new(vec!["A".into(), "B".into()]).unwrap();
+        bus.send(OutgoingMessage::new("agent", user_address(sid), "pick").with_quick_replies(q))
+            .unwrap();
+        s
+    }
+
+    #[test]
+    fn q10_bus_message_becomes_an_entry_with_its_quick_replies_in_order() {
+        let bus = MessageBus::new();
+        let mut s = session_with_question(&bus, "sid-0001");
+        let new = s.drain_inbox();
+        assert_eq!(new.len(), 1);
+        assert_eq!(
+            (new[0].kind, new[0].quick_replies.clone()),
+            (EntryKind::Message, vec!["A".to_owned(), "B".to_owned()])
+        );
+        assert_eq!(new[0].from.as_deref(), Some("agent"));
+        assert!(!new[0].answered);
+        assert!(s.drain_inbox().is_empty());
+    }
+
+    #[test]
+    fn q13_click_answers_the_message_and_records_the_choice() {
+        let bus = MessageBus::new();
+        let mut s = session_with_question(&bus, "sid-0002");
+        let id = s.drain_inbox()[0].id;
+        let changed = s.answer_open("B", Some(id));
+        assert_eq!(changed.len(), 1);
+        assert!(changed[0].answered);
+        assert_eq!(changed[0].chosen.as_deref(), Some("B"));
+        assert!(
+            s.answer_open("A", Some(id)).is_empty(),
+            "answered once only"
+        );
+    }
+
+    #[test]
+    fn q15_typed_reply_answers_open_sets_without_a_choice() {
+        let bus = MessageBus::new();
+        let mut s = session_with_question(&bus, "sid-0003");
+        s.drain_inbox();
+        let changed = s.answer_open("something else", None);
+        assert_eq!(changed.len(), 1);
+        assert!(changed[0].answered && changed[0].chosen.is_none());
+        // text equal to an option but not a click of that message: no choice recorded
+        let q = QuickReplies::new(vec!["A".into()]).unwrap();
+        bus.send(
+            OutgoingMessage::new("agent", user_address("sid-0003"), "again").with_quick_replies(q),
+        )
+        .unwrap();
+        s.drain_inbox();
+        assert!(s.answer_open("A", None)[0].chosen.is_none());
+    }
+
+    #[test]
+    fn entries_are_capped_oldest_first() {
+        let bus = MessageBus::new();
+        let mut s = Session::new(bus.subscribe("x"), 10);
+        for i in 0..25 {
+            s.next_entry(EntryKind::User, i.to_string());
+        }
+        assert_eq!(s.entries.len(), 10);
+        assert_eq!(s.entries[0].text, "15");
+        assert_eq!(s.entries[9].id, 25);
+    }
+
+    #[test]
+    fn sessions_are_capped_and_subscribed_as_user_session() {
+        let bus = MessageBus::new();
+        let sessions = Sessions::new(bus.clone(), 2, 100);
+        let _a = sessions.get_or_create("aaaaaaaa");
+        assert!(bus.is_subscribed("user:aaaaaaaa"));
+        let _b = sessions.get_or_create("bbbbbbbb");
+        let _c = sessions.get_or_create("cccccccc");
+        let map = sessions.map.lock().unwrap();
+        assert_eq!(map.len(), 2);
+        assert!(
+            !map.contains_key("aaaaaaaa"),
+            "least recently used went first"
+        );
+    }
+}
