@@ -613,3 +613,40 @@ async fn t5_model_error_keeps_finished_rounds_in_session() {
     );
     let _ = store.list().await.unwrap();
 }
+
+#[tokio::test]
+async fn t5_context_budget_trims_old_history_but_session_keeps_everything() {
+    let server = ScriptedServer::start().await;
+    for _ in 0..3 {
+        server.push(Reply::text(&"long answer ".repeat(100)));
+    }
+    let store = store();
+    let agent = Agent::builder(model(&server))
+        .context_budget(400)
+        .store(store.clone())
+        .build()
+        .unwrap();
+    for i in 0..3 {
+        agent
+            .run("s", &format!("question {i} {}", "words ".repeat(50)))
+            .await
+            .unwrap();
+    }
+    let sent = sent_messages(&server, 2);
+    assert!(
+        sent.len() < 5,
+        "old turns are trimmed from the request: {}",
+        sent.len()
+    );
+    assert!(
+        sent.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("question 2")
+    );
+    assert_eq!(
+        checked_session(&*store, "s").await.len(),
+        6,
+        "the session keeps every message"
+    );
+}
