@@ -41,8 +41,8 @@
 //!
 //! # Malformed tags
 //!
-//! A tag that breaks the grammar (see [`ToolAction`]'s module docs in the source, or
-//! `docs/stage-2-output-control.md`) is text, never an error and never a panic. Text before
+//! A tag that breaks the grammar (given in `docs/stage-2-output-control.md`) is text, never
+//! an error and never a panic. Text before
 //! the point of failure is emitted; scanning resumes at the failing `<` or at the last `<`
 //! that opened a child element, so a real tag written after a broken one is still found.
 

@@ -234,11 +234,11 @@ impl StreamParser {
 }
 
 fn push_merged(out: &mut Vec<TagEvent>, ev: TagEventRef<'_>) {
-    if let TagEventRef::Text(t) = ev {
-        if let Some(TagEvent::Text(prev)) = out.last_mut() {
-            prev.push_str(t);
-            return;
-        }
+    if let TagEventRef::Text(t) = ev
+        && let Some(TagEvent::Text(prev)) = out.last_mut()
+    {
+        prev.push_str(t);
+        return;
     }
     out.push(ev.into_owned());
 }
