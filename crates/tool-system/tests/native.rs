@@ -618,7 +618,7 @@ async fn t5_model_error_keeps_finished_rounds_in_session() {
 async fn t5_context_budget_trims_old_history_but_session_keeps_everything() {
     let server = ScriptedServer::start().await;
     for _ in 0..3 {
-        server.push(Reply::text(&"long answer ".repeat(100)));
+        server.push(Reply::text("long answer ".repeat(100)));
     }
     let store = store();
     let agent = Agent::builder(model(&server))
