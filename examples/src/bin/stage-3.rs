@@ -29,19 +29,35 @@ struct WeatherArgs {
 /// What the offline demo model answers, from the request it gets.
 fn offline_model(body: &Value) -> Reply {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let system = messages.first().filter(|m| m["role"] == "system").and_then(|m| m["content"].as_str()).unwrap_or("");
+    let system = messages
+        .first()
+        .filter(|m| m["role"] == "system")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
     let tool_result = messages.iter().rev().find_map(|m| {
         let content = m["content"].as_str()?;
         if m["role"] == "tool" {
             Some(content.to_owned())
         } else {
-            content.strip_prefix("[Tool result for get_weather]\n").map(str::to_owned)
+            content
+                .strip_prefix("[Tool result for get_weather]\n")
+                .map(str::to_owned)
         }
     });
-    let slow = |r: Reply| r.shape(|s| { s.text_chunk = 8; s.delay = std::time::Duration::from_millis(10); });
+    let slow = |r: Reply| {
+        r.shape(|s| {
+            s.text_chunk = 8;
+            s.delay = std::time::Duration::from_millis(10);
+        })
+    };
     let answer = |result: &str| {
         let v: Value = serde_json::from_str(result).unwrap_or(Value::Null);
-        format!("It is {}°C and {} in {}.", v["temp"], v["sky"].as_str().unwrap_or("?"), v["city"].as_str().unwrap_or("?"))
+        format!(
+            "It is {}°C and {} in {}.",
+            v["temp"],
+            v["sky"].as_str().unwrap_or("?"),
+            v["city"].as_str().unwrap_or("?")
+        )
     };
     if body.get("tools").is_some() && !system.contains("<tool_action") {
         // native function calling
@@ -52,7 +68,9 @@ fn offline_model(body: &Value) -> Reply {
     }
     if system.contains("<tool_action") {
         return match tool_result {
-            None => slow(Reply::text("I need the current weather first. <tool_action name=\"get_weather\"><city value=\"Beijing\" /></tool_action>")),
+            None => slow(Reply::text(
+                "I need the current weather first. <tool_action name=\"get_weather\"><city value=\"Beijing\" /></tool_action>",
+            )),
             Some(r) => slow(Reply::text(answer(&r))),
         };
     }
@@ -66,7 +84,10 @@ fn offline_model(body: &Value) -> Reply {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (config, _offline) = match OpenAiConfig::from_env()? {
         Some(cfg) => {
-            println!("Stage 3 demo: using the configured provider {} (model {})", cfg.base_url, cfg.model);
+            println!(
+                "Stage 3 demo: using the configured provider {} (model {})",
+                cfg.base_url, cfg.model
+            );
             (cfg, None)
         }
         None => {
@@ -76,21 +97,40 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 server.base_url()
             );
             server.respond_with(offline_model);
-            (OpenAiConfig::new("offline-demo").with_base_url(server.base_url()), Some(server))
+            (
+                OpenAiConfig::new("offline-demo").with_base_url(server.base_url()),
+                Some(server),
+            )
         }
     };
     let model = Arc::new(OpenAiModel::new(config)?);
     let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
 
     for (session, title, protocol) in [
-        ("demo-native", "native function calling (001)", ProtocolKind::Native),
-        ("demo-json", "JSON decision in the system prompt (002)", ProtocolKind::JsonDecision),
-        ("demo-tag", "<tool_action> tags, ReAct (000)", ProtocolKind::Tag),
+        (
+            "demo-native",
+            "native function calling (001)",
+            ProtocolKind::Native,
+        ),
+        (
+            "demo-json",
+            "JSON decision in the system prompt (002)",
+            ProtocolKind::JsonDecision,
+        ),
+        (
+            "demo-tag",
+            "<tool_action> tags, ReAct (000)",
+            ProtocolKind::Tag,
+        ),
     ] {
         println!("\n=== {title} ===");
-        let weather = FnTool::typed("get_weather", "Get current weather for a city", |a: WeatherArgs, _: ToolContext| async move {
-            Ok(json!({"city": a.city, "temp": 22, "sky": "sunny"}))
-        });
+        let weather = FnTool::typed(
+            "get_weather",
+            "Get current weather for a city",
+            |a: WeatherArgs, _: ToolContext| async move {
+                Ok(json!({"city": a.city, "temp": 22, "sky": "sunny"}))
+            },
+        );
         let agent = Agent::builder(Arc::clone(&model))
             .tool(weather)
             .system_prompt("You are a helpful assistant. Use tools when they help.")
@@ -111,12 +151,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     std::io::stdout().flush()?;
                     continue;
                 }
-                LoopEvent::ToolCallStarted { id, name, arguments } => println!("{}  -> tool call {name}({arguments}) [id {id}]", if in_text { "\n" } else { "" }),
-                LoopEvent::ToolResult { name, content, is_error, .. } => {
-                    println!("  <- {} from {name}: {content}", if is_error { "error" } else { "result" })
+                LoopEvent::ToolCallStarted {
+                    id,
+                    name,
+                    arguments,
+                } => println!(
+                    "{}  -> tool call {name}({arguments}) [id {id}]",
+                    if in_text { "\n" } else { "" }
+                ),
+                LoopEvent::ToolResult {
+                    name,
+                    content,
+                    is_error,
+                    ..
+                } => {
+                    println!(
+                        "  <- {} from {name}: {content}",
+                        if is_error { "error" } else { "result" }
+                    )
                 }
-                LoopEvent::Reprompted { correction } => println!("{}  (answer unreadable; asked again: {correction})", if in_text { "\n" } else { "" }),
-                LoopEvent::IterationLimitReached { iterations } => println!("\n  (stopped at the limit of {iterations} model calls)"),
+                LoopEvent::Reprompted { correction } => println!(
+                    "{}  (answer unreadable; asked again: {correction})",
+                    if in_text { "\n" } else { "" }
+                ),
+                LoopEvent::IterationLimitReached { iterations } => {
+                    println!("\n  (stopped at the limit of {iterations} model calls)")
+                }
                 LoopEvent::Finished(out) => println!(
                     "{}final answer ({} protocol, {} model calls): {}",
                     if in_text { "\n" } else { "" },
@@ -130,7 +190,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             in_text = false;
         }
         let stored = store.load(session).await?;
-        println!("session {session}: {} messages stored", stored.messages.len());
+        println!(
+            "session {session}: {} messages stored",
+            stored.messages.len()
+        );
     }
     Ok(())
 }
