@@ -924,3 +924,19 @@ mod tests {
         assert_eq!(cap("short", 100), "short");
     }
 }
+
+/// M3 in the loop: for each turn, the standard intent chain (MCP, Memory, HITL, Normal) reads the
+/// user's message; an MCP intent adds the level-1 section (`mcp`) to that request's system
+/// prompt, any other intent adds nothing. Plug it in with
+/// `Agent::builder(model).provider(Arc::new(bridge.clone())).turn_sections(Arc::new(bridge))`.
+#[async_trait::async_trait]
+impl tool_system::TurnSections for McpBridge {
+    async fn sections(&self, user_text: &str) -> Vec<(String, String)> {
+        let chain = crate::intent::IntentChain::standard(self.recognizer().await);
+        let intent = chain.recognize(user_text);
+        match self.prompt_section(&intent).await {
+            Some(text) => vec![(crate::inject::SECTION_NAME.to_owned(), text)],
+            None => Vec::new(),
+        }
+    }
+}

@@ -750,15 +750,11 @@ impl ChatModel for Scripted {
 }
 
 async fn run_turn(b: &McpBridge, calls: Vec<Value>, user: &str) -> tool_system::LoopOutput {
-    let chain = IntentChain::standard(b.recognizer().await);
-    let section = b
-        .prompt_section(&chain.recognize(user))
-        .await
-        .unwrap_or_default();
     let agent = Agent::builder(Scripted { calls })
         .provider(Arc::new(b.clone()))
+        .turn_sections(Arc::new(b.clone()))
         .protocol(ProtocolKind::Custom(Arc::new(ToolCallProtocol)))
-        .system_prompt(format!("You are helpful.\n\n{section}"))
+        .system_prompt("You are helpful.")
         .build()
         .unwrap();
     agent.run("s1", user).await.unwrap()
@@ -828,4 +824,69 @@ async fn m6_failures_become_tool_messages_and_the_conversation_goes_on() {
     );
     assert!(lines[2].contains("\"success\":false"), "{}", out.answer);
     assert_group_gone(pid).await;
+}
+
+/// M3 through the loop over real HTTP: the bridge, plugged in as the agent's turn-sections hook,
+/// puts the level-1 section in the system message of a turn with an MCP intent, and nothing in
+/// a turn without one.
+#[tokio::test]
+async fn m3_level1_section_reaches_the_request_only_for_an_mcp_intent() {
+    let b = started(vec![own("misb", &[])]).await;
+    let server = testkit::ScriptedServer::start().await;
+    server.push(testkit::Reply::text("I could use misb__echo."));
+    server.push(testkit::Reply::text("Hello!"));
+    let model = model_gateway::OpenAiModel::new(
+        model_gateway::OpenAiConfig::new("m").with_base_url(server.base_url()),
+    )
+    .unwrap();
+    let agent = Agent::builder(model)
+        .provider(Arc::new(b.clone()))
+        .turn_sections(Arc::new(b.clone()))
+        .system_prompt("You are helpful.")
+        .build()
+        .unwrap();
+    agent.run("s", "用 echo 工具 说你好").await.unwrap();
+    agent.run("s", "你好").await.unwrap();
+    let system = |i: usize| {
+        server.requests()[i].body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let with = system(0);
+    assert!(
+        with.contains("- misb__echo: Echoes the message back."),
+        "{with}"
+    );
+    assert!(!with.contains("\"properties\""), "level 1 only: {with}");
+    let without = system(1);
+    assert!(
+        !without.contains("misb__echo"),
+        "no MCP section for a normal turn: {without}"
+    );
+    stop_and_check(&b, "misb").await;
+}
+
+/// M4 through the dispatcher: a service that was already stopped when the turn began still
+/// answers its tools' calls with the friendly "not running" message, not "Tool not found".
+#[tokio::test]
+async fn m4_stopped_service_gives_friendly_message_through_the_dispatcher() {
+    let b = started(vec![own("misb", &[])]).await;
+    b.stop("misb").await.unwrap();
+    let d = tool_system::Dispatcher::new().with_provider(Arc::new(b.clone()));
+    let out = d
+        .dispatch(
+            "misb__echo",
+            json!({"message": "hi"}),
+            tool_system::ToolContext::new("c1"),
+        )
+        .await;
+    assert_eq!(
+        out.error,
+        Some(ToolErrorKind::Unavailable),
+        "{}",
+        out.content
+    );
+    assert!(!out.content.contains("Tool not found"), "{}", out.content);
+    stop_and_check(&b, "misb").await;
 }

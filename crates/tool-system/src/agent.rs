@@ -160,6 +160,17 @@ impl AgentBuilder {
         self.options.system_prompt = s.into();
         self
     }
+    /// A fixed extra section of the system prompt (composed per request, never stored).
+    pub fn section(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
+        self.options.sections.push((name.into(), text.into()));
+        self
+    }
+    /// A hook computing system-prompt sections from each turn's user message, e.g.
+    /// `mcp_bridge::McpBridge` (level-1 descriptions for an MCP intent, nothing otherwise).
+    pub fn turn_sections(mut self, hook: Arc<dyn crate::TurnSections>) -> Self {
+        self.options.turn_sections.push(hook);
+        self
+    }
     /// The call protocol (default [`ProtocolKind::Auto`]).
     pub fn protocol(mut self, p: ProtocolKind) -> Self {
         self.options.protocol = p;

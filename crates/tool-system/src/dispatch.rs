@@ -231,7 +231,7 @@ impl Dispatcher {
         ctx: ToolContext,
     ) -> Result<Value, ToolError> {
         let Some(route) = self.route(name).await else {
-            return Err(ToolError::not_found(name));
+            return self.call_unlisted(name, args, ctx).await;
         };
         if let Some(v) = &route.validator {
             v.validate(&args)
@@ -263,6 +263,29 @@ impl Dispatcher {
                 Err(ToolError::timeout(name, timeout))
             }
         }
+    }
+}
+
+impl Dispatcher {
+    /// A name no provider lists right now is still offered to each provider in turn: one may
+    /// know it (an MCP service that stopped answers "not running", which helps the model more
+    /// than "not found"). The first answer other than NotFound wins; with none, the 000 error.
+    async fn call_unlisted(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<Value, ToolError> {
+        for provider in &self.providers {
+            let timeout = provider.timeout(name).unwrap_or(self.default_timeout);
+            let call = provider.call(name, args.clone(), ctx.clone());
+            match tokio::time::timeout(timeout, call).await {
+                Ok(Err(e)) if e.kind == ToolErrorKind::NotFound => continue,
+                Ok(result) => return result,
+                Err(_) => return Err(ToolError::timeout(name, timeout)),
+            }
+        }
+        Err(ToolError::not_found(name))
     }
 }
 
@@ -352,6 +375,44 @@ mod tests {
         let v: Value = serde_json::from_str(&out.content).unwrap();
         assert_eq!(v, json!({"success": false, "error": "Tool not found: xxx"}));
         assert_eq!(out.error, Some(ToolErrorKind::NotFound));
+    }
+
+    #[tokio::test]
+    async fn t3_unlisted_name_is_offered_to_providers_before_not_found() {
+        /// Lists nothing now (its service stopped) but still knows its tool names.
+        struct Stopped;
+        #[async_trait::async_trait]
+        impl ToolProvider for Stopped {
+            fn provider_name(&self) -> &str {
+                "mcp"
+            }
+            async fn list(&self) -> Vec<ToolSpec> {
+                vec![]
+            }
+            async fn call(&self, name: &str, _: Value, _: ToolContext) -> Result<Value, ToolError> {
+                if name == "svc__search" {
+                    Err(ToolError::unavailable(
+                        "The service svc is not running; try again later.",
+                    ))
+                } else {
+                    Err(ToolError::not_found(name))
+                }
+            }
+        }
+        let d = Dispatcher::new().with_provider(Arc::new(Stopped));
+        let out = d
+            .dispatch("svc__search", json!({}), ToolContext::new("1"))
+            .await;
+        assert_eq!(out.error, Some(ToolErrorKind::Unavailable));
+        assert!(out.content.contains("not running"), "{}", out.content);
+        let out = d
+            .dispatch("nothing", json!({}), ToolContext::new("2"))
+            .await;
+        let v: Value = serde_json::from_str(&out.content).unwrap();
+        assert_eq!(
+            v,
+            json!({"success": false, "error": "Tool not found: nothing"})
+        );
     }
 
     #[tokio::test]

@@ -47,6 +47,7 @@ mod protocol;
 mod registry;
 mod runner;
 mod tool;
+mod turn;
 mod typed;
 
 pub use agent::{Agent, AgentBuilder};
@@ -63,4 +64,5 @@ pub use runner::{
     LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream,
 };
 pub use tool::{Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider};
+pub use turn::TurnSections;
 pub use typed::{FnTool, is_valid_tool_name, normalize_schema, schema_for, to_openai_tool};

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use crate::dispatch::cap;
 use crate::machine::{DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts};
 use crate::protocol::{CallProtocol, PendingCall, ProtocolKind, Reading, Step, resolve_protocol};
-use crate::{Dispatcher, ToolContext, ToolError};
+use crate::{Dispatcher, ToolContext, ToolError, TurnSections};
 
 /// How a loop runs.
 #[derive(Debug, Clone)]
@@ -36,6 +36,10 @@ pub struct LoopOptions {
     pub context_budget: Option<usize>,
     /// Token counter for the budget (default: `context_engine::counter_for_model` of the model).
     pub counter: Option<Arc<dyn TokenCounter>>,
+    /// Fixed extra sections of the system prompt, `(name, text)`, after the tool section.
+    pub sections: Vec<(String, String)>,
+    /// Hooks computing sections from each turn's user message (C2; e.g. mcp-bridge's M3).
+    pub turn_sections: Vec<Arc<dyn TurnSections>>,
 }
 
 impl Default for LoopOptions {
@@ -47,6 +51,8 @@ impl Default for LoopOptions {
             tool_action_parsing: true,
             context_budget: None,
             counter: None,
+            sections: Vec::new(),
+            turn_sections: Vec::new(),
         }
     }
 }
@@ -64,6 +70,16 @@ impl LoopOptions {
     /// Set the protocol.
     pub fn with_protocol(mut self, p: ProtocolKind) -> Self {
         self.protocol = p;
+        self
+    }
+    /// Add a fixed section to the system prompt.
+    pub fn with_section(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
+        self.sections.push((name.into(), text.into()));
+        self
+    }
+    /// Add a hook that computes sections from each turn's user message.
+    pub fn with_turn_sections(mut self, hook: Arc<dyn TurnSections>) -> Self {
+        self.turn_sections.push(hook);
         self
     }
     /// Set the round limit.
@@ -299,6 +315,14 @@ async fn drive(
         ContextBuilder::new(options.system_prompt.clone()).with_counter(Arc::clone(&counter));
     if let Some(section) = protocol.prompt_section(&tools) {
         builder = builder.section("tools", section);
+    }
+    for (name, text) in &options.sections {
+        builder = builder.section(name.clone(), text.clone());
+    }
+    for hook in &options.turn_sections {
+        for (name, text) in hook.sections(user_text).await {
+            builder = builder.section(name, text);
+        }
     }
     if let Some(b) = options.context_budget {
         builder = builder.with_budget(b);

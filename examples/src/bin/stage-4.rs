@@ -156,8 +156,10 @@ async fn main() {
     println!("\n== 6. The call, through tool-system's loop (004 tool_call → role=tool message)");
     let agent = Agent::builder(ScriptedModel)
         .provider(Arc::new(bridge.clone()))
+        // The bridge computes each turn's level-1 section from the user's message (M3).
+        .turn_sections(Arc::new(bridge.clone()))
         .protocol(ProtocolKind::Custom(Arc::new(ToolCallProtocol)))
-        .system_prompt(format!("You are a helpful assistant.\n\n{section}"))
+        .system_prompt("You are a helpful assistant.")
         .build()
         .unwrap();
     let out = agent.run("demo", user).await.unwrap();
