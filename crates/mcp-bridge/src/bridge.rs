@@ -911,20 +911,6 @@ impl ToolProvider for McpBridge {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn m4_cap_keeps_char_boundaries_and_notes_the_cut() {
-        let s = "é".repeat(100);
-        let c = cap(&s, 11);
-        assert!(c.starts_with(&"é".repeat(5)));
-        assert!(c.contains("200 bytes"));
-        assert_eq!(cap("short", 100), "short");
-    }
-}
-
 /// M3 in the loop: for each turn, the standard intent chain (MCP, Memory, HITL, Normal) reads the
 /// user's message; an MCP intent adds the level-1 section (`mcp`) to that request's system
 /// prompt, any other intent adds nothing. Plug it in with
@@ -938,5 +924,19 @@ impl tool_system::TurnSections for McpBridge {
             Some(text) => vec![(crate::inject::SECTION_NAME.to_owned(), text)],
             None => Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn m4_cap_keeps_char_boundaries_and_notes_the_cut() {
+        let s = "é".repeat(100);
+        let c = cap(&s, 11);
+        assert!(c.starts_with(&"é".repeat(5)));
+        assert!(c.contains("200 bytes"));
+        assert_eq!(cap("short", 100), "short");
     }
 }
