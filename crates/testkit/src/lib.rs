@@ -258,6 +258,10 @@ impl ScriptedServer {
             .await
             .expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("local addr");
+        // No Nagle delay: each SSE chunk leaves as soon as it is written, like a real server.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
