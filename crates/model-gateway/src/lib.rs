@@ -20,6 +20,8 @@
 
 mod assemble;
 mod error;
+#[cfg(feature = "local")]
+pub mod local;
 mod model;
 mod openai;
 mod types;

@@ -553,3 +553,23 @@ fn g7_function_calling_capability_is_reported() {
     assert!(!off.info().function_calling);
     assert_eq!(off.info().model, "tiny");
 }
+
+#[tokio::test]
+async fn g8_error_object_inside_a_200_stream_is_a_typed_error() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::Raw {
+        status: 200,
+        content_type: "text/event-stream".into(),
+        body: "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"error\":{\"message\":\"model overloaded\",\"code\":\"overloaded\"}}\n\n".into(),
+    });
+    let err = collect_stream(model(&server).stream(ask()).await.unwrap())
+        .await
+        .unwrap_err();
+    match err {
+        GatewayError::Api { message, code, .. } => {
+            assert_eq!(message, "model overloaded");
+            assert_eq!(code.as_deref(), Some("overloaded"));
+        }
+        other => panic!("{other:?}"),
+    }
+}

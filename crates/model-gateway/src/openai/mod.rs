@@ -370,16 +370,8 @@ impl StreamState {
     }
 
     fn on_chunk(&mut self, chunk: &Value) -> Result<(), GatewayError> {
-        if let Some(err) = chunk.get("error").filter(|e| !e.is_null()) {
-            let message = err
-                .get("message")
-                .and_then(Value::as_str)
-                .map_or_else(|| err.to_string(), str::to_owned);
-            return Err(GatewayError::Api {
-                status: 200,
-                message,
-                code: None,
-            });
+        if let Some(err) = wire::error_in_body(chunk) {
+            return Err(err);
         }
         if let Some(u) = wire::usage(chunk) {
             self.usage = Some(u);

@@ -141,18 +141,27 @@ pub(crate) fn arguments_text(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// An `{"error": {...}}` object sent with status 200 (some servers do, in bodies and in streams).
+pub(crate) fn error_in_body(v: &Value) -> Option<GatewayError> {
+    let err = v.get("error").filter(|e| !e.is_null())?;
+    let message = err
+        .get("message")
+        .and_then(Value::as_str)
+        .map_or_else(|| err.to_string(), str::to_owned);
+    Some(GatewayError::Api {
+        status: 200,
+        message,
+        code: err
+            .get("code")
+            .filter(|c| !c.is_null())
+            .map(|c| c.as_str().map_or_else(|| c.to_string(), str::to_owned)),
+    })
+}
+
 /// Reads a whole (non-streamed) response (G3, G4, G5).
 pub(crate) fn parse_response(v: &Value) -> Result<ChatResponse, GatewayError> {
-    if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
-        let message = err
-            .get("message")
-            .and_then(Value::as_str)
-            .map_or_else(|| err.to_string(), str::to_owned);
-        return Err(GatewayError::Api {
-            status: 200,
-            message,
-            code: err.get("code").map(|c| c.to_string()),
-        });
+    if let Some(err) = error_in_body(v) {
+        return Err(err);
     }
     let choice = v
         .get("choices")
