@@ -478,9 +478,12 @@ pub(crate) fn decode_entities(raw: &[u8]) -> String {
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
         let after = &rest[amp + 1..];
+        // An entity name is at most 11 bytes (`#x10FFFF` is 8); `;` is ASCII, so slicing at
+        // it is always on a char boundary.
         let decoded = after
-            .get(..after.len().min(12))
-            .and_then(|window| window.find(';'))
+            .bytes()
+            .take(12)
+            .position(|b| b == b';')
             .and_then(|semi| entity_char(&after[..semi]).map(|c| (c, semi)));
         match decoded {
             Some((c, semi)) => {
@@ -506,14 +509,14 @@ fn entity_char(name: &str) -> Option<char> {
         "apos" => Some('\''),
         _ => {
             let num = name.strip_prefix('#')?;
-            let code = match num.strip_prefix(['x', 'X']) {
-                Some(hex) => u32::from_str_radix(hex, 16).ok()?,
-                None => num.parse::<u32>().ok()?,
+            let (digits, radix) = match num.strip_prefix(['x', 'X']) {
+                Some(hex) => (hex, 16),
+                None => (num, 10),
             };
-            if num.starts_with(['+', '-']) {
+            if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
                 return None;
             }
-            char::from_u32(code)
+            char::from_u32(u32::from_str_radix(digits, radix).ok()?)
         }
     }
 }
@@ -535,5 +538,15 @@ mod unit {
         );
         assert_eq!(decode_entities(b"&#xD800;"), "&#xD800;");
         assert_eq!(decode_entities("中&amp;".as_bytes()), "中&");
+        // A multi-byte character right after a short entity must not hide it.
+        assert_eq!(
+            decode_entities("&amp;中文中文中文".as_bytes()),
+            "&中文中文中文"
+        );
+        assert_eq!(
+            decode_entities(b"&#x+41; &#+65; &#; &#x;"),
+            "&#x+41; &#+65; &#; &#x;"
+        );
+        assert_eq!(decode_entities(b"&#65;&#x41;&#X41;"), "AAA");
     }
 }
