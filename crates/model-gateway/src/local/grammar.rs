@@ -1,0 +1,876 @@
+//! Constrained decoding: a byte-level JSON grammar compiled from a JSON-schema subset, run as a
+//! set of pushdown stacks, and a token trie that turns a grammar state into the set of tokens
+//! the model may write next.
+//!
+//! The output is fixed-format JSON: `{"a": 1, "b": "x"}` (one space after `:` and `,`, none
+//! elsewhere), keys in the schema's order, no `\u` escapes. Every string and number has a
+//! length cap and the mask never lets the model start something it cannot finish within the
+//! token budget, so a constrained answer always closes and always parses.
+
+use serde_json::Value;
+
+use crate::ToolSpec;
+
+/// Longest free string (in characters) unless the schema says `maxLength`.
+pub const DEFAULT_STRING_MAX: u32 = 200;
+/// Longest `reply` of a JSON decision, in characters.
+pub const DEFAULT_REPLY_MAX: u32 = 600;
+/// Longest number, in characters.
+pub const NUMBER_MAX: u8 = 16;
+/// Most array items unless the schema says `maxItems`.
+pub const DEFAULT_MAX_ITEMS: u64 = 16;
+
+type NodeId = u32;
+
+#[derive(Debug, Clone)]
+enum Node {
+    /// Exact bytes.
+    Lit(Vec<u8>),
+    /// A JSON string with quotes, at most `max` characters.
+    Str { max: u32 },
+    /// A JSON number (`-?(0|[1-9][0-9]*)(\.[0-9]+)?`), or an integer.
+    Num { integer: bool },
+    /// One after the other.
+    Seq(Vec<NodeId>),
+    /// One of these.
+    Alt(Vec<NodeId>),
+}
+
+/// A compiled grammar.
+#[derive(Debug, Clone)]
+pub struct Grammar {
+    nodes: Vec<Node>,
+    min_len: Vec<u32>,
+    root: NodeId,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NumSt {
+    Start,
+    Minus,
+    Zero,
+    Int,
+    Dot,
+    Frac,
+}
+
+impl NumSt {
+    fn accepting(self) -> bool {
+        matches!(self, Self::Zero | Self::Int | Self::Frac)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    Lit {
+        node: NodeId,
+        pos: u32,
+    },
+    Str {
+        open: bool,
+        esc: bool,
+        len: u32,
+        max: u32,
+        /// UTF-8 continuation bytes still expected, and the range of the next one.
+        need: u8,
+        lo: u8,
+        hi: u8,
+    },
+    Num {
+        st: NumSt,
+        integer: bool,
+        len: u8,
+    },
+    Seq {
+        node: NodeId,
+        idx: u32,
+    },
+}
+
+type Stack = Vec<Frame>;
+
+/// Where the matcher is: every way the bytes so far can continue (an empty stack = complete).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    stacks: Vec<Stack>,
+}
+
+impl State {
+    /// No continuation is possible: the bytes so far are not a prefix of the grammar.
+    pub fn is_dead(&self) -> bool {
+        self.stacks.is_empty()
+    }
+}
+
+/// Why a schema cannot be compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaError(pub String);
+
+impl std::fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Keywords that only annotate and are ignored.
+const ANNOTATIONS: &[&str] = &[
+    "description",
+    "title",
+    "default",
+    "examples",
+    "$schema",
+    "$id",
+    "$comment",
+    "format",
+    "additionalProperties",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+];
+
+struct Builder {
+    nodes: Vec<Node>,
+}
+
+impl Builder {
+    fn add(&mut self, n: Node) -> NodeId {
+        self.nodes.push(n);
+        (self.nodes.len() - 1) as NodeId
+    }
+    fn lit(&mut self, s: &str) -> NodeId {
+        self.add(Node::Lit(s.as_bytes().to_vec()))
+    }
+    fn seq(&mut self, v: Vec<NodeId>) -> NodeId {
+        self.add(Node::Seq(v))
+    }
+
+    fn check_keys(
+        obj: &serde_json::Map<String, Value>,
+        allowed: &[&str],
+        at: &str,
+    ) -> Result<(), SchemaError> {
+        for k in obj.keys() {
+            if !allowed.contains(&k.as_str()) && !ANNOTATIONS.contains(&k.as_str()) {
+                return Err(SchemaError(format!(
+                    "schema keyword `{k}` at {at} is not supported by constrained decoding"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn schema(&mut self, s: &Value, at: &str, depth: usize) -> Result<NodeId, SchemaError> {
+        if depth > 16 {
+            return Err(SchemaError(format!("schema nested too deep at {at}")));
+        }
+        let obj = match s {
+            Value::Bool(true) => {
+                return Err(SchemaError(format!(
+                    "`true` (any value) at {at} is not supported"
+                )));
+            }
+            Value::Object(o) => o,
+            _ => return Err(SchemaError(format!("schema at {at} is not an object"))),
+        };
+        if let Some(e) = obj.get("enum") {
+            Self::check_keys(obj, &["enum", "type"], at)?;
+            let vals = e
+                .as_array()
+                .filter(|a| !a.is_empty())
+                .ok_or_else(|| SchemaError(format!("`enum` at {at} must be a non-empty array")))?;
+            let mut alts = Vec::new();
+            for v in vals {
+                if v.is_array() || v.is_object() {
+                    return Err(SchemaError(format!(
+                        "`enum` at {at}: only strings, numbers, booleans and null"
+                    )));
+                }
+                let text = v.to_string();
+                alts.push(self.lit(&text));
+            }
+            return Ok(self.add(Node::Alt(alts)));
+        }
+        if let Some(c) = obj.get("const") {
+            Self::check_keys(obj, &["const", "type"], at)?;
+            let text = c.to_string();
+            return Ok(self.lit(&text));
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(list) = obj.get(key) {
+                Self::check_keys(obj, &[key], at)?;
+                let list = list.as_array().filter(|a| !a.is_empty()).ok_or_else(|| {
+                    SchemaError(format!("`{key}` at {at} must be a non-empty array"))
+                })?;
+                let mut alts = Vec::new();
+                for (i, sub) in list.iter().enumerate() {
+                    alts.push(self.schema(sub, &format!("{at}/{key}/{i}"), depth + 1)?);
+                }
+                return Ok(self.add(Node::Alt(alts)));
+            }
+        }
+        let types: Vec<&str> = match obj.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            None if obj.contains_key("properties") => vec!["object"],
+            _ => {
+                return Err(SchemaError(format!(
+                    "schema at {at} has no `type` (or `enum`, `const`, `anyOf`)"
+                )));
+            }
+        };
+        let mut alts = Vec::new();
+        for t in &types {
+            alts.push(match *t {
+                "string" => {
+                    Self::check_keys(obj, &["type", "maxLength"], at)?;
+                    let max = obj
+                        .get("maxLength")
+                        .and_then(Value::as_u64)
+                        .map(|m| m.min(u64::from(DEFAULT_REPLY_MAX)) as u32)
+                        .unwrap_or(DEFAULT_STRING_MAX);
+                    self.add(Node::Str { max })
+                }
+                "number" | "integer" => {
+                    Self::check_keys(obj, &["type"], at)?;
+                    self.add(Node::Num {
+                        integer: *t == "integer",
+                    })
+                }
+                "boolean" => {
+                    Self::check_keys(obj, &["type"], at)?;
+                    let (a, b) = (self.lit("true"), self.lit("false"));
+                    self.add(Node::Alt(vec![a, b]))
+                }
+                "null" => {
+                    Self::check_keys(obj, &["type"], at)?;
+                    self.lit("null")
+                }
+                "object" => self.object(obj, at, depth)?,
+                "array" => self.array(obj, at, depth)?,
+                other => {
+                    return Err(SchemaError(format!(
+                        "type `{other}` at {at} is not supported"
+                    )));
+                }
+            });
+        }
+        Ok(if alts.len() == 1 {
+            alts[0]
+        } else {
+            self.add(Node::Alt(alts))
+        })
+    }
+
+    /// `{"p1": v1, "p2": v2}` with keys in the schema's order; optional keys may be left out.
+    fn object(
+        &mut self,
+        obj: &serde_json::Map<String, Value>,
+        at: &str,
+        depth: usize,
+    ) -> Result<NodeId, SchemaError> {
+        Self::check_keys(obj, &["type", "properties", "required"], at)?;
+        let empty = serde_json::Map::new();
+        let props = match obj.get("properties") {
+            Some(Value::Object(p)) => p,
+            None => &empty,
+            Some(_) => {
+                return Err(SchemaError(format!(
+                    "`properties` at {at} is not an object"
+                )));
+            }
+        };
+        let required: Vec<&str> = obj
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for r in &required {
+            if !props.contains_key(*r) {
+                return Err(SchemaError(format!(
+                    "required key `{r}` at {at} has no schema in `properties`"
+                )));
+            }
+        }
+        let mut entries = Vec::new(); // (key literal without separator, value node, required)
+        for (k, sub) in props {
+            let key = Value::String(k.clone()).to_string();
+            let v = self.schema(sub, &format!("{at}/properties/{k}"), depth + 1)?;
+            entries.push((key, v, required.contains(&k.as_str())));
+        }
+        let n = entries.len();
+        // rest[i][first]: the properties from i on, then `}`; `first` = nothing written yet.
+        let mut rest: Vec<[NodeId; 2]> = vec![[0, 0]; n + 1];
+        for i in (0..=n).rev() {
+            for (slot, first) in [(0usize, false), (1usize, true)] {
+                let mut alts = Vec::new();
+                if entries[i..].iter().all(|e| !e.2) {
+                    alts.push(self.lit("}"));
+                }
+                for j in i..n {
+                    let sep = if first { "" } else { ", " };
+                    let key = self.lit(&format!("{sep}{}: ", entries[j].0));
+                    alts.push(self.seq(vec![key, entries[j].1, rest[j + 1][0]]));
+                    if entries[j].2 {
+                        break; // a required key cannot be skipped
+                    }
+                }
+                rest[i][slot] = self.add(Node::Alt(alts));
+            }
+        }
+        let open = self.lit("{");
+        Ok(self.seq(vec![open, rest[0][1]]))
+    }
+
+    /// `[a, b, c]`, at most `maxItems` (default 16).
+    fn array(
+        &mut self,
+        obj: &serde_json::Map<String, Value>,
+        at: &str,
+        depth: usize,
+    ) -> Result<NodeId, SchemaError> {
+        Self::check_keys(obj, &["type", "items", "maxItems", "minItems"], at)?;
+        let min = obj.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+        let max = obj
+            .get("maxItems")
+            .and_then(Value::as_u64)
+            .unwrap_or(DEFAULT_MAX_ITEMS)
+            .min(64);
+        if min > max {
+            return Err(SchemaError(format!("minItems > maxItems at {at}")));
+        }
+        let item_schema = obj
+            .get("items")
+            .ok_or_else(|| SchemaError(format!("array at {at} needs `items`")))?;
+        let item = self.schema(item_schema, &format!("{at}/items"), depth + 1)?;
+        // after[k]: k items written, then more or `]`.
+        let close = self.lit("]");
+        let mut after: Vec<NodeId> = vec![0; max as usize + 1];
+        for k in (1..=max as usize).rev() {
+            let mut alts = Vec::new();
+            if k as u64 >= min {
+                alts.push(close);
+            }
+            if k < max as usize {
+                let comma = self.lit(", ");
+                alts.push(self.seq(vec![comma, item, after[k + 1]]));
+            }
+            after[k] = self.add(Node::Alt(alts));
+        }
+        let open = self.lit("[");
+        let mut alts = Vec::new();
+        if min == 0 {
+            alts.push(close);
+        }
+        if max > 0 {
+            alts.push(self.seq(vec![item, after[1]]));
+        }
+        let body = self.add(Node::Alt(alts));
+        Ok(self.seq(vec![open, body]))
+    }
+
+    fn finish(self, root: NodeId) -> Grammar {
+        let nodes = self.nodes;
+        const INF: u32 = u32::MAX / 4;
+        let mut min_len = vec![INF; nodes.len()];
+        loop {
+            let mut changed = false;
+            for (i, n) in nodes.iter().enumerate() {
+                let v = match n {
+                    Node::Lit(b) => b.len() as u32,
+                    Node::Str { .. } => 2,
+                    Node::Num { .. } => 1,
+                    Node::Seq(c) => c
+                        .iter()
+                        .fold(0u32, |a, &x| a.saturating_add(min_len[x as usize]))
+                        .min(INF),
+                    Node::Alt(c) => c.iter().map(|&x| min_len[x as usize]).min().unwrap_or(INF),
+                };
+                if v < min_len[i] {
+                    min_len[i] = v;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        Grammar {
+            nodes,
+            min_len,
+            root,
+        }
+    }
+}
+
+/// Which decisions a JSON-decision grammar allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NullChoice {
+    /// `{"tool": null, "reply": "..."}` is allowed.
+    Allowed,
+    /// A tool must be called.
+    Forbidden,
+}
+
+impl Grammar {
+    /// Compiles a JSON schema (the supported subset, see docs/local-model.md).
+    pub fn from_schema(schema: &Value) -> Result<Self, SchemaError> {
+        let mut b = Builder { nodes: Vec::new() };
+        let root = b.schema(schema, "#", 0)?;
+        Ok(b.finish(root))
+    }
+
+    /// The JSON decision of the tool loop: `{"tool": "<name>", "arguments": {...}}` for each
+    /// tool (arguments per its `parameters`), or `{"tool": null, "reply": "..."}`.
+    pub fn tool_decision(tools: &[ToolSpec], null: NullChoice) -> Result<Self, SchemaError> {
+        let mut b = Builder { nodes: Vec::new() };
+        let mut alts = Vec::new();
+        for t in tools {
+            let name = Value::String(t.name.clone()).to_string();
+            let head = b.lit(&format!("{{\"tool\": {name}, \"arguments\": "));
+            let args = b.schema(&t.parameters, &format!("tool `{}` parameters", t.name), 0)?;
+            let tail = b.lit("}");
+            alts.push(b.seq(vec![head, args, tail]));
+        }
+        if null == NullChoice::Allowed || alts.is_empty() {
+            let head = b.lit("{\"tool\": null, \"reply\": ");
+            let reply = b.add(Node::Str {
+                max: DEFAULT_REPLY_MAX,
+            });
+            let tail = b.lit("}");
+            alts.push(b.seq(vec![head, reply, tail]));
+        }
+        let root = b.add(Node::Alt(alts));
+        Ok(b.finish(root))
+    }
+
+    /// The state before any byte.
+    pub fn start(&self) -> State {
+        let mut out = Vec::new();
+        self.push_node(Vec::new(), self.root, &mut out);
+        State { stacks: out }
+    }
+
+    fn push_node(&self, mut stack: Stack, node: NodeId, out: &mut Vec<Stack>) {
+        match &self.nodes[node as usize] {
+            Node::Lit(b) if b.is_empty() => self.complete(stack, out),
+            Node::Lit(_) => {
+                stack.push(Frame::Lit { node, pos: 0 });
+                out.push(stack);
+            }
+            Node::Str { max } => {
+                stack.push(Frame::Str {
+                    open: false,
+                    esc: false,
+                    len: 0,
+                    max: *max,
+                    need: 0,
+                    lo: 0,
+                    hi: 0,
+                });
+                out.push(stack);
+            }
+            Node::Num { integer } => {
+                stack.push(Frame::Num {
+                    st: NumSt::Start,
+                    integer: *integer,
+                    len: 0,
+                });
+                out.push(stack);
+            }
+            Node::Seq(c) if c.is_empty() => self.complete(stack, out),
+            Node::Seq(c) => {
+                let first = c[0];
+                stack.push(Frame::Seq { node, idx: 0 });
+                self.push_node(stack, first, out);
+            }
+            Node::Alt(c) => {
+                for &x in c {
+                    self.push_node(stack.clone(), x, out);
+                }
+            }
+        }
+    }
+
+    /// The child on top of `stack` just finished (and was popped): move its parent on.
+    fn complete(&self, mut stack: Stack, out: &mut Vec<Stack>) {
+        match stack.pop() {
+            None => out.push(stack),
+            Some(Frame::Seq { node, idx }) => {
+                let Node::Seq(c) = &self.nodes[node as usize] else {
+                    return;
+                };
+                let next = idx as usize + 1;
+                if next < c.len() {
+                    let child = c[next];
+                    stack.push(Frame::Seq {
+                        node,
+                        idx: next as u32,
+                    });
+                    self.push_node(stack, child, out);
+                } else {
+                    self.complete(stack, out);
+                }
+            }
+            // Only sequences have children on the stack.
+            Some(_) => {}
+        }
+    }
+
+    fn feed_stack(&self, mut stack: Stack, b: u8, out: &mut Vec<Stack>) {
+        let Some(top) = stack.last_mut() else {
+            return; // complete: nothing may follow
+        };
+        match top {
+            Frame::Lit { node, pos } => {
+                let Node::Lit(bytes) = &self.nodes[*node as usize] else {
+                    return;
+                };
+                if bytes.get(*pos as usize) != Some(&b) {
+                    return;
+                }
+                *pos += 1;
+                if *pos as usize == bytes.len() {
+                    stack.pop();
+                    self.complete(stack, out);
+                } else {
+                    out.push(stack);
+                }
+            }
+            Frame::Str {
+                open,
+                esc,
+                len,
+                max,
+                need,
+                lo,
+                hi,
+            } => {
+                if !*open {
+                    if b == b'"' {
+                        *open = true;
+                        out.push(stack);
+                    }
+                    return;
+                }
+                if *need > 0 {
+                    if (*lo..=*hi).contains(&b) {
+                        *need -= 1;
+                        (*lo, *hi) = (0x80, 0xBF);
+                        out.push(stack);
+                    }
+                    return;
+                }
+                if *esc {
+                    if b"\"\\/bfnrt".contains(&b) {
+                        *esc = false;
+                        out.push(stack);
+                    }
+                    return;
+                }
+                if b == b'"' {
+                    stack.pop();
+                    self.complete(stack, out);
+                    return;
+                }
+                if *len >= *max || b < 0x20 || b == 0x7F {
+                    return;
+                }
+                let (n, l, h) = match b {
+                    b'\\' => {
+                        *esc = true;
+                        (0, 0, 0)
+                    }
+                    0x00..=0x7F => (0, 0, 0),
+                    0xC2..=0xDF => (1, 0x80, 0xBF),
+                    0xE0 => (2, 0xA0, 0xBF),
+                    0xE1..=0xEC | 0xEE..=0xEF => (2, 0x80, 0xBF),
+                    0xED => (2, 0x80, 0x9F),
+                    0xF0 => (3, 0x90, 0xBF),
+                    0xF1..=0xF3 => (3, 0x80, 0xBF),
+                    0xF4 => (3, 0x80, 0x8F),
+                    _ => return,
+                };
+                *len += 1;
+                (*need, *lo, *hi) = (n, l, h);
+                out.push(stack);
+            }
+            Frame::Num { st, integer, len } => {
+                let digit = b.is_ascii_digit();
+                let next = if *len >= NUMBER_MAX {
+                    None
+                } else {
+                    match (*st, b) {
+                        (NumSt::Start, b'-') => Some(NumSt::Minus),
+                        (NumSt::Start | NumSt::Minus, b'0') => Some(NumSt::Zero),
+                        (NumSt::Start | NumSt::Minus, _) if digit => Some(NumSt::Int),
+                        (NumSt::Int, _) if digit => Some(NumSt::Int),
+                        (NumSt::Zero | NumSt::Int, b'.') if !*integer => Some(NumSt::Dot),
+                        (NumSt::Dot | NumSt::Frac, _) if digit => Some(NumSt::Frac),
+                        _ => None,
+                    }
+                };
+                if let Some(n) = next {
+                    *st = n;
+                    *len += 1;
+                    out.push(stack);
+                } else if st.accepting() {
+                    // The number ended; the byte belongs to what follows it.
+                    stack.pop();
+                    let mut after = Vec::new();
+                    self.complete(stack, &mut after);
+                    for s in after {
+                        self.feed_stack(s, b, out);
+                    }
+                }
+            }
+            Frame::Seq { .. } => {}
+        }
+    }
+
+    /// The state after one more byte (dead if the byte cannot come next).
+    pub fn feed(&self, state: &State, b: u8) -> State {
+        let mut out = Vec::with_capacity(state.stacks.len());
+        for s in &state.stacks {
+            self.feed_stack(s.clone(), b, &mut out);
+        }
+        State { stacks: out }
+    }
+
+    /// The state after some bytes.
+    pub fn feed_bytes(&self, state: &State, bytes: &[u8]) -> State {
+        let mut s = state.clone();
+        for &b in bytes {
+            if s.is_dead() {
+                break;
+            }
+            s = self.feed(&s, b);
+        }
+        s
+    }
+
+    fn stack_can_end(&self, stack: &Stack) -> bool {
+        match stack.last() {
+            None => true,
+            Some(Frame::Num { st, .. }) if st.accepting() => {
+                let mut s = stack.clone();
+                s.pop();
+                let mut after = Vec::new();
+                self.complete(s, &mut after);
+                after.iter().any(Vec::is_empty)
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// The bytes so far are a whole value.
+    pub fn can_end(&self, state: &State) -> bool {
+        state.stacks.iter().any(|s| self.stack_can_end(s))
+    }
+
+    /// The bytes so far are a whole value that nothing may extend (e.g. after the final `}`).
+    pub fn is_finished(&self, state: &State) -> bool {
+        !state.stacks.is_empty() && state.stacks.iter().all(Vec::is_empty)
+    }
+
+    /// The fewest bytes that complete the value from `state`.
+    pub fn distance(&self, state: &State) -> u32 {
+        state
+            .stacks
+            .iter()
+            .map(|s| self.stack_distance(s))
+            .min()
+            .unwrap_or(u32::MAX)
+    }
+
+    fn stack_distance(&self, stack: &Stack) -> u32 {
+        let mut d: u32 = 0;
+        for f in stack {
+            d = d.saturating_add(match *f {
+                Frame::Lit { node, pos } => match &self.nodes[node as usize] {
+                    Node::Lit(b) => b.len() as u32 - pos,
+                    _ => 0,
+                },
+                Frame::Str {
+                    open, esc, need, ..
+                } => {
+                    if open {
+                        1 + u32::from(need) + u32::from(esc)
+                    } else {
+                        2
+                    }
+                }
+                Frame::Num { st, .. } => u32::from(!st.accepting()),
+                Frame::Seq { node, idx } => match &self.nodes[node as usize] {
+                    Node::Seq(c) => c[idx as usize + 1..]
+                        .iter()
+                        .fold(0u32, |a, &x| a.saturating_add(self.min_len[x as usize])),
+                    _ => 0,
+                },
+            });
+        }
+        d
+    }
+}
+
+/// All tokens' bytes in a trie, so a mask is one walk that drops whole dead subtrees.
+#[derive(Debug, Clone, Default)]
+pub struct TokenTrie {
+    /// children[n] = (byte, child) sorted by byte.
+    children: Vec<Vec<(u8, u32)>>,
+    token: Vec<Option<u32>>,
+}
+
+impl TokenTrie {
+    /// A trie of `(id, bytes)`; empty byte strings are skipped.
+    pub fn new<'a>(tokens: impl IntoIterator<Item = (u32, &'a [u8])>) -> Self {
+        let mut t = Self {
+            children: vec![Vec::new()],
+            token: vec![None],
+        };
+        for (id, bytes) in tokens {
+            if bytes.is_empty() {
+                continue;
+            }
+            let mut n = 0usize;
+            for &b in bytes {
+                n = match t.children[n].binary_search_by_key(&b, |c| c.0) {
+                    Ok(i) => t.children[n][i].1 as usize,
+                    Err(i) => {
+                        let new = t.children.len();
+                        t.children.push(Vec::new());
+                        t.token.push(None);
+                        t.children[n].insert(i, (b, new as u32));
+                        new
+                    }
+                };
+            }
+            t.token[n] = Some(id);
+        }
+        t
+    }
+
+    /// Tokens whose bytes the grammar accepts from `state` and that leave at most `budget`
+    /// bytes to complete the value.
+    pub fn allowed(&self, g: &Grammar, state: &State, budget: u32, out: &mut Vec<u32>) {
+        self.walk(0, g, state, budget, out);
+    }
+
+    fn walk(&self, n: usize, g: &Grammar, state: &State, budget: u32, out: &mut Vec<u32>) {
+        for &(b, child) in &self.children[n] {
+            let next = g.feed(state, b);
+            if next.is_dead() {
+                continue;
+            }
+            if let Some(id) = self.token[child as usize]
+                && g.distance(&next) <= budget
+            {
+                out.push(id);
+            }
+            self.walk(child as usize, g, &next, budget, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn accepts(g: &Grammar, text: &str) -> bool {
+        let s = g.feed_bytes(&g.start(), text.as_bytes());
+        !s.is_dead() && g.can_end(&s)
+    }
+
+    fn tools() -> Vec<ToolSpec> {
+        vec![
+            ToolSpec::new(
+                "weather",
+                "w",
+                json!({"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city"]}),
+            ),
+            ToolSpec::new(
+                "calc",
+                "c",
+                json!({"type":"object","properties":{"a":{"type":"number"},"b":{"type":"integer"},"ok":{"type":"boolean"}},"required":["a","b"]}),
+            ),
+        ]
+    }
+
+    #[test]
+    fn decision_grammar_accepts_valid_and_rejects_invalid() {
+        let g = Grammar::tool_decision(&tools(), NullChoice::Allowed).unwrap();
+        assert!(accepts(
+            &g,
+            r#"{"tool": "weather", "arguments": {"city": "Paris"}}"#
+        ));
+        assert!(accepts(
+            &g,
+            r#"{"tool": "weather", "arguments": {"city": "北京", "unit": "c"}}"#
+        ));
+        assert!(accepts(
+            &g,
+            r#"{"tool": "calc", "arguments": {"a": -1.5, "b": 20, "ok": true}}"#
+        ));
+        assert!(accepts(&g, r#"{"tool": null, "reply": "hi \"x\""}"#));
+        assert!(!accepts(&g, r#"{"tool": "nope", "arguments": {}}"#));
+        assert!(!accepts(&g, r#"{"tool": "weather", "arguments": {}}"#));
+        assert!(!accepts(
+            &g,
+            r#"{"tool": "calc", "arguments": {"a": 1, "b": 1.5}}"#
+        ));
+        assert!(!accepts(
+            &g,
+            r#"{"tool": "weather", "arguments": {"city": "x", "unit": "k"}}"#
+        ));
+        assert!(!accepts(&g, r#"{"tool": "weather""#));
+        let g = Grammar::tool_decision(&tools(), NullChoice::Forbidden).unwrap();
+        assert!(!accepts(&g, r#"{"tool": null, "reply": "x"}"#));
+    }
+
+    #[test]
+    fn distance_is_the_shortest_completion() {
+        let g = Grammar::tool_decision(&tools(), NullChoice::Allowed).unwrap();
+        let s = g.start();
+        assert_eq!(
+            g.distance(&s) as usize,
+            r#"{"tool": null, "reply": ""}"#.len()
+        );
+        let s = g.feed_bytes(&s, br#"{"tool": "calc", "arguments": {"a": 1"#);
+        assert_eq!(g.distance(&s) as usize, r#", "b": 0}}"#.len());
+    }
+
+    #[test]
+    fn unsupported_keywords_are_errors() {
+        let e = Grammar::from_schema(&json!({"type":"string","pattern":"x"})).unwrap_err();
+        assert!(e.0.contains("pattern"), "{e}");
+        assert!(
+            Grammar::from_schema(&json!({"type":"array","items":{"type":"string"},"maxItems":2}))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn arrays_and_nested_objects() {
+        let g = Grammar::from_schema(&json!({"type":"object","properties":{"xs":{"type":"array","items":{"type":"integer"},"maxItems":2},"o":{"type":"object","properties":{"k":{"type":["string","null"]}}}},"required":["xs"]})).unwrap();
+        assert!(accepts(&g, r#"{"o": {"k": null}, "xs": [1, 2]}"#));
+        assert!(accepts(&g, r#"{"xs": []}"#));
+        assert!(!accepts(&g, r#"{"xs": [1, 2, 3]}"#));
+    }
+
+    #[test]
+    fn trie_mask_respects_budget() {
+        let g = Grammar::from_schema(&json!({"type":"boolean"})).unwrap();
+        let toks: Vec<(u32, &[u8])> =
+            vec![(0, b"t"), (1, b"true"), (2, b"f"), (3, b"x"), (4, b"tr")];
+        let trie = TokenTrie::new(toks);
+        let mut out = Vec::new();
+        trie.allowed(&g, &g.start(), 10, &mut out);
+        out.sort();
+        assert_eq!(out, vec![0, 1, 2, 4]);
+        out.clear();
+        // With only 3 bytes of budget left after this token, "f" (4 more) is not allowed.
+        trie.allowed(&g, &g.start(), 3, &mut out);
+        out.sort();
+        assert_eq!(out, vec![0, 1, 4]);
+    }
+}

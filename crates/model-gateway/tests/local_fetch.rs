@@ -1,0 +1,163 @@
+//! Issue 9: fetching the local model file — verified against a file served on 127.0.0.1,
+//! corrupt downloads rejected and retried, a good cached copy never fetched again.
+#![cfg(feature = "local")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use model_gateway::local::{ModelSource, ensure_model, sha256_file};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Serves `bodies[i]` to the i-th request (the last one again after that); counts requests.
+async fn serve(bodies: Vec<Vec<u8>>) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = Arc::clone(&hits);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let n = h.fetch_add(1, Ordering::SeqCst);
+            let body = bodies[n.min(bodies.len() - 1)].clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: application/octet-stream\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = sock.write_all(head.as_bytes()).await;
+                let _ = sock.write_all(&body).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    (format!("http://{addr}/model.gguf"), hits)
+}
+
+fn good_file() -> Vec<u8> {
+    (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+fn source_for(url: &str, body: &[u8], dir: &std::path::Path) -> ModelSource {
+    let tmp = dir.join("expected.bin");
+    std::fs::write(&tmp, body).unwrap();
+    let sha = sha256_file(&tmp).unwrap();
+    std::fs::remove_file(&tmp).unwrap();
+    ModelSource::new(
+        "test-model.gguf",
+        body.len() as u64,
+        sha,
+        vec![url.to_owned()],
+    )
+    .with_progress(false)
+    .with_connect_timeout(Duration::from_secs(2))
+}
+
+#[tokio::test]
+async fn local_fetch_verifies_size_and_hash_from_a_local_server() {
+    let body = good_file();
+    let (url, hits) = serve(vec![body.clone()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_for(&url, &body, dir.path());
+    let path = ensure_model(&src, dir.path()).await.unwrap();
+    assert_eq!(path, dir.path().join("test-model.gguf"));
+    assert_eq!(std::fs::read(&path).unwrap(), body);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    // No temp files are left behind.
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".part-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[tokio::test]
+async fn local_fetch_rejects_a_corrupt_download_and_retries() {
+    let body = good_file();
+    let mut corrupt = body.clone();
+    corrupt[1234] ^= 0xFF; // same size, wrong hash
+    let (url, hits) = serve(vec![corrupt, body.clone()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_for(&url, &body, dir.path()).with_attempts(2);
+    let path = ensure_model(&src, dir.path()).await.unwrap();
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        2,
+        "the corrupt copy must be fetched again"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), body);
+}
+
+#[tokio::test]
+async fn local_fetch_rejects_a_truncated_download() {
+    let body = good_file();
+    let (url, _hits) = serve(vec![body[..1000].to_vec()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_for(&url, &body, dir.path()).with_attempts(2);
+    let err = ensure_model(&src, dir.path())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("expected 200000"), "{err}");
+    assert!(
+        err.contains("LOCAL_MODEL_PATH"),
+        "the error says what to do: {err}"
+    );
+    assert!(!dir.path().join("test-model.gguf").exists());
+}
+
+#[tokio::test]
+async fn local_fetch_never_downloads_a_good_cached_copy_again() {
+    let body = good_file();
+    let (url, hits) = serve(vec![body.clone()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_for(&url, &body, dir.path());
+    ensure_model(&src, dir.path()).await.unwrap();
+    ensure_model(&src, dir.path()).await.unwrap();
+    // Also without the stamp file: the hash is checked, and still no download.
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.to_string_lossy().ends_with(".verified") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    ensure_model(&src, dir.path()).await.unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn local_fetch_replaces_a_corrupt_cached_copy() {
+    let body = good_file();
+    let (url, hits) = serve(vec![body.clone()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_for(&url, &body, dir.path());
+    let mut bad = body.clone();
+    bad[0] ^= 1;
+    std::fs::write(dir.path().join("test-model.gguf"), &bad).unwrap();
+    let path = ensure_model(&src, dir.path()).await.unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    assert_eq!(std::fs::read(path).unwrap(), body);
+}
+
+#[tokio::test]
+async fn local_fetch_falls_through_an_unreachable_url() {
+    let body = good_file();
+    let (url, hits) = serve(vec![body.clone()]).await;
+    // A port nothing listens on: refused at once, then the next URL is used.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/x", l.local_addr().unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_for(&url, &body, dir.path()).with_urls(vec![dead, url]);
+    ensure_model(&src, dir.path()).await.unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
