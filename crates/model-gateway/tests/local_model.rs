@@ -135,9 +135,12 @@ async fn local_answers_a_question_sensibly() {
     let r = model()
         .with_seed(1)
         .chat(
-            ChatRequest::new(vec![Message::user("What is the capital of France?")])
-                .with_temperature(0.0)
-                .with_max_tokens(40),
+            ChatRequest::new(vec![
+                Message::system("You are a helpful assistant. Answer briefly."),
+                Message::user("What is the capital city of France?"),
+            ])
+            .with_temperature(0.0)
+            .with_max_tokens(40),
         )
         .await
         .unwrap();

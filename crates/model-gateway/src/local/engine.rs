@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use candle_core::quantized::gguf_file;
+use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 use rand::rngs::StdRng;
@@ -16,6 +16,45 @@ use crate::GatewayError;
 
 fn candle_err(e: candle_core::Error) -> GatewayError {
     GatewayError::Config(format!("local model inference failed: {e}"))
+}
+
+/// Quant types whose CPU dot product candle 0.11 runs only as scalar code (no AVX path).
+fn needs_requant(dtype: GgmlDType, dims: &[usize]) -> bool {
+    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1)
+        && dims.len() >= 2
+        && dims.last().is_some_and(|d| d % 32 == 0)
+}
+
+/// The same GGUF in memory with the slow-kernel matrices re-quantized to Q8_0, which has an
+/// AVX2 kernel: 4-bit values are exactly representable to within Q8_0's 8-bit step, so the
+/// answers barely move, and matmuls run several times faster.
+fn requantized(
+    content: &gguf_file::Content,
+    file: &mut std::fs::File,
+    device: &Device,
+) -> candle_core::Result<std::io::Cursor<Vec<u8>>> {
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let mut tensors: Vec<(&str, QTensor)> = Vec::with_capacity(names.len());
+    for name in names {
+        let qt = content.tensor(file, name, device)?;
+        let qt = if needs_requant(qt.dtype(), qt.shape().dims()) {
+            QTensor::quantize(&qt.dequantize(device)?, GgmlDType::Q8_0)?
+        } else {
+            qt
+        };
+        tensors.push((name.as_str(), qt));
+    }
+    let metadata: Vec<(&str, &gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+    let mut mem = std::io::Cursor::new(Vec::new());
+    gguf_file::write(&mut mem, &metadata, &refs)?;
+    mem.set_position(0);
+    Ok(mem)
 }
 
 /// Sampling settings for one generation.
@@ -108,7 +147,17 @@ impl Engine {
             .and_then(|(_, v)| v.to_u32().ok())
             .unwrap_or(2048) as usize;
         let device = Device::Cpu;
-        let weights = ModelWeights::from_gguf(content, &mut file, &device).map_err(candle_err)?;
+        let weights = if content
+            .tensor_infos
+            .values()
+            .any(|t| needs_requant(t.ggml_dtype, t.shape.dims()))
+        {
+            let mut mem = requantized(&content, &mut file, &device).map_err(candle_err)?;
+            let content = gguf_file::Content::read(&mut mem).map_err(candle_err)?;
+            ModelWeights::from_gguf(content, &mut mem, &device).map_err(candle_err)?
+        } else {
+            ModelWeights::from_gguf(content, &mut file, &device).map_err(candle_err)?
+        };
         let trie = TokenTrie::new(
             (0..tokenizer.vocab_size() as u32)
                 .filter_map(|i| tokenizer.token_bytes(i).map(|b| (i, b))),
