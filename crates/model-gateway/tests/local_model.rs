@@ -313,6 +313,30 @@ async fn local_decision_tools_opt_in_constrains_requests_without_bound_tools() {
 }
 
 #[tokio::test]
+async fn local_decision_tools_with_tool_choice_none_can_only_answer() {
+    // What the tool loop sends after the model repeated a call: answer, no more tools.
+    let tools = three_tools();
+    for seed in 0..3 {
+        let m = model().with_seed(seed).with_decision_tools(tools.clone());
+        let r = m
+            .chat(
+                ChatRequest::new(vec![
+                    Message::system("You decide which tool to call. Reply with JSON only."),
+                    Message::user("What's the weather in Berlin?"),
+                ])
+                .with_tool_choice(model_gateway::ToolChoice::None)
+                .with_max_tokens(48),
+            )
+            .await
+            .unwrap();
+        let v: Value =
+            serde_json::from_str(&r.content).unwrap_or_else(|e| panic!("{e}: {}", r.content));
+        assert_eq!(v["tool"], Value::Null, "{}", r.content);
+        assert!(v["reply"].is_string(), "{}", r.content);
+    }
+}
+
+#[tokio::test]
 async fn local_tiny_token_budget_still_closes_the_json() {
     let tools = three_tools();
     for seed in 0..3 {

@@ -337,11 +337,17 @@ async fn drive(
     history.extend(user);
 
     let mut machine = LoopMachine::new(options.max_iterations);
+    let mut done_calls: BTreeMap<String, String> = BTreeMap::new();
+    let mut repeated = false;
     loop {
         let built = builder.build(&history)?;
         let mut request = ChatRequest::new(built.messages);
         if protocol.binds_tools() {
             request = request.with_tools(tools.clone());
+        }
+        if repeated {
+            // The model repeated a call it already has the result of: ask for the answer.
+            request = request.with_tool_choice(model_gateway::ToolChoice::None);
         }
         machine.model_called();
         let stream = model.stream(request).await?;
@@ -353,7 +359,16 @@ async fn drive(
         });
         let round = match decision {
             Decision::RunTools => {
-                let results = run_steps(&*protocol, dispatcher, &reading, session_id, sink).await?;
+                let results = run_steps(
+                    &*protocol,
+                    dispatcher,
+                    &reading,
+                    session_id,
+                    sink,
+                    &mut done_calls,
+                    &mut repeated,
+                )
+                .await?;
                 protocol.round_messages(&reading, &results)
             }
             Decision::Reprompt => {
@@ -433,12 +448,19 @@ async fn drive(
 
 /// Runs the steps of a response in order: text is emitted, each batch of calls is dispatched
 /// (concurrently when the protocol allows), results keep call order.
+///
+/// A call repeated with the same name and arguments as a successful call earlier in this run is
+/// not run again: its earlier result is given back, and `repeated` is set so the next request asks
+/// for an answer with `tool_choice: none` (small models otherwise call the same tool until the
+/// round limit).
 async fn run_steps(
     protocol: &dyn CallProtocol,
     dispatcher: &Dispatcher,
     reading: &Reading,
     session_id: &str,
     sink: Sink<'_>,
+    done: &mut BTreeMap<String, String>,
+    repeated: &mut bool,
 ) -> Result<Vec<(PendingCall, String)>, LoopError> {
     let mut results = Vec::new();
     for step in &reading.steps {
@@ -460,10 +482,19 @@ async fn run_steps(
             )
             .await?;
         }
-        let run = |c: &PendingCall| {
+        let earlier: Vec<Option<String>> = calls
+            .iter()
+            .map(|c| done.get(&call_key(c)).cloned())
+            .collect();
+        let run = |(c, earlier): (&PendingCall, &Option<String>)| {
             let ctx = ToolContext::new(c.id.clone()).with_session(session_id);
             let c = c.clone();
+            let earlier = earlier.clone();
             async move {
+                if let Some(previous) = earlier {
+                    tracing::info!(tool = %c.name, "repeated call with the same arguments: earlier result reused, answer requested");
+                    return (previous, false);
+                }
                 match &c.invalid {
                     Some(msg) => {
                         let (content, _) = cap(
@@ -483,14 +514,21 @@ async fn run_steps(
             }
         };
         let outcomes: Vec<(String, bool)> = if protocol.concurrent() {
-            futures::future::join_all(calls.iter().map(run)).await
+            futures::future::join_all(calls.iter().zip(&earlier).map(run)).await
         } else {
             let mut v = Vec::with_capacity(calls.len());
-            for c in calls {
-                v.push(run(c).await);
+            for pair in calls.iter().zip(&earlier) {
+                v.push(run(pair).await);
             }
             v
         };
+        for ((c, (content, is_error)), earlier) in calls.iter().zip(&outcomes).zip(&earlier) {
+            if earlier.is_some() {
+                *repeated = true;
+            } else if !is_error && c.invalid.is_none() {
+                done.insert(call_key(c), content.clone());
+            }
+        }
         for (c, (content, is_error)) in calls.iter().zip(outcomes) {
             emit(
                 sink,
@@ -506,6 +544,11 @@ async fn run_steps(
         }
     }
     Ok(results)
+}
+
+/// Identity of a call for repeat detection: name and canonical (sorted-key) arguments.
+fn call_key(c: &PendingCall) -> String {
+    format!("{}\u{0}{}", c.name, c.arguments)
 }
 
 #[derive(Default)]

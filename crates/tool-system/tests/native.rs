@@ -359,8 +359,13 @@ async fn t5_max_iterations_stops_and_returns_last() {
     let server = ScriptedServer::start().await;
     for i in 0..5 {
         server.push(
-            Reply::tool_call(&format!("call_{i}"), "get_weather", r#"{"city":"Rome"}"#)
-                .with_content(&format!("round {i}")),
+            // A different city each round: identical repeats are answered from the first result.
+            Reply::tool_call(
+                &format!("call_{i}"),
+                "get_weather",
+                &format!(r#"{{"city":"Rome {i}"}}"#),
+            )
+            .with_content(&format!("round {i}")),
         );
     }
     server.push(Reply::text("never requested"));
@@ -649,4 +654,48 @@ async fn t5_context_budget_trims_old_history_but_session_keeps_everything() {
         6,
         "the session keeps every message"
     );
+}
+
+#[tokio::test]
+async fn t5_repeated_identical_call_reuses_the_result_and_asks_for_an_answer() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_call(
+        "c1",
+        "get_weather",
+        r#"{"city": "Beijing"}"#,
+    ));
+    server.push(Reply::tool_call(
+        "c2",
+        "get_weather",
+        r#"{"city": "Beijing"}"#,
+    ));
+    server.push(Reply::text("Sunny, 22°C."));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let store = store();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(calls.clone()))
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let out = agent.run("s", "weather?").await.unwrap();
+    assert_eq!(out.answer, "Sunny, 22°C.");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the repeat was not run again"
+    );
+    let reqs = server.requests();
+    assert!(reqs[1].body.get("tool_choice").is_none());
+    assert_eq!(
+        reqs[2].body["tool_choice"], "none",
+        "after a repeat the model is asked to answer"
+    );
+    // Both calls have their result in the session, so the history stays a valid request.
+    let session = checked_session(&*store, "s").await;
+    let results: Vec<_> = session
+        .iter()
+        .filter(|m| m.role() == model_gateway::Role::Tool)
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0].content(), results[1].content());
 }

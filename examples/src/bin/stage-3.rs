@@ -2,9 +2,11 @@
 //! calling, the JSON decision of 002, the `<tool_action>` tags of 000), printing every step.
 //!
 //! With `OPENAI_API_KEY` / `OPENAI_BASE_URL` (and `OPENAI_MODEL`) set it talks to that
-//! provider. Without them it starts the scripted OpenAI-compatible server in-process as an
-//! offline demo model that decides like a model would (asks for get_weather while no tool result
-//! is in the request, then answers from the result it finds), and says so on the first line.
+//! provider. Without them it first runs the embedded local model (SmolLM2-135M-Instruct on the
+//! CPU, in process, feature `local` of model-gateway): it has no native function calling, so the
+//! loop uses 002's JSON decision and the model's decoding is constrained to valid decisions. It
+//! then walks through the three wire protocols with the scripted OpenAI-compatible server as the
+//! model. The first line says which model runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
@@ -80,6 +82,93 @@ fn offline_model(body: &Value) -> Reply {
     }
 }
 
+/// Prints a run's events as they arrive.
+async fn show(mut events: tool_system::LoopStream) -> Result<(), Box<dyn std::error::Error>> {
+    let mut in_text = false;
+    while let Some(event) = events.next().await {
+        match event {
+            LoopEvent::TextDelta(t) => {
+                if !in_text {
+                    print!("model: ");
+                    in_text = true;
+                }
+                print!("{t}");
+                std::io::stdout().flush()?;
+                continue;
+            }
+            LoopEvent::ToolCallStarted {
+                id,
+                name,
+                arguments,
+            } => println!(
+                "{}  -> tool call {name}({arguments}) [id {id}]",
+                if in_text { "\n" } else { "" }
+            ),
+            LoopEvent::ToolResult {
+                name,
+                content,
+                is_error,
+                ..
+            } => {
+                println!(
+                    "  <- {} from {name}: {content}",
+                    if is_error { "error" } else { "result" }
+                )
+            }
+            LoopEvent::Reprompted { correction } => println!(
+                "{}  (answer unreadable; asked again: {correction})",
+                if in_text { "\n" } else { "" }
+            ),
+            LoopEvent::IterationLimitReached { iterations } => {
+                println!("\n  (stopped at the limit of {iterations} model calls)")
+            }
+            LoopEvent::Finished(out) => println!(
+                "{}final answer ({} protocol, {} model calls): {}",
+                if in_text { "\n" } else { "" },
+                out.protocol,
+                out.iterations,
+                out.answer
+            ),
+            LoopEvent::Failed(e) => println!("\nfailed: {e}"),
+            other => println!("{other:?}"),
+        }
+        in_text = false;
+    }
+    Ok(())
+}
+
+fn weather_tool() -> FnTool {
+    FnTool::typed(
+        "get_weather",
+        "Get current weather for a city",
+        |a: WeatherArgs, _: ToolContext| async move {
+            Ok(json!({"city": a.city, "temp": 22, "sky": "sunny"}))
+        },
+    )
+}
+
+/// 002's question answered by the embedded local model, deciding for real.
+async fn local_model_run() -> Result<(), Box<dyn std::error::Error>> {
+    use model_gateway::local::LocalModel;
+    let spec = tool_system::Tool::spec(&weather_tool());
+    let started = std::time::Instant::now();
+    let model = LocalModel::builder()
+        .seed(std::env::var("STAGE3_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1))
+        .decision_tools(vec![spec])
+        .build()
+        .await?;
+    println!(
+        "\n=== the embedded local model decides (JSON decision of 002; loaded in {:.1} s) ===",
+        started.elapsed().as_secs_f64()
+    );
+    let agent = Agent::builder(model)
+        .tool(weather_tool())
+        .system_prompt("You are a helpful assistant. Use tools when they help.")
+        .build()?;
+    println!("user: What's the weather in Beijing?");
+    show(agent.run_stream("demo-local", "What's the weather in Beijing?")).await
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (config, _offline) = match OpenAiConfig::from_env()? {
@@ -91,9 +180,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (cfg, None)
         }
         None => {
+            println!(
+                "Stage 3 demo: no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the embedded local model SmolLM2-135M-Instruct (CPU, in process), then the scripted demo model for the protocol walk-through"
+            );
+            local_model_run().await?;
             let server = ScriptedServer::start().await;
             println!(
-                "Stage 3 demo: no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the offline scripted demo model at {}",
+                "\n--- protocol walk-through with the scripted demo model at {} ---",
                 server.base_url()
             );
             server.respond_with(offline_model);
@@ -124,71 +217,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     ] {
         println!("\n=== {title} ===");
-        let weather = FnTool::typed(
-            "get_weather",
-            "Get current weather for a city",
-            |a: WeatherArgs, _: ToolContext| async move {
-                Ok(json!({"city": a.city, "temp": 22, "sky": "sunny"}))
-            },
-        );
         let agent = Agent::builder(Arc::clone(&model))
-            .tool(weather)
+            .tool(weather_tool())
             .system_prompt("You are a helpful assistant. Use tools when they help.")
             .protocol(protocol)
             .store(Arc::clone(&store))
             .build()?;
         println!("user: What's the weather in Beijing?");
-        let mut events = agent.run_stream(session, "What's the weather in Beijing?");
-        let mut in_text = false;
-        while let Some(event) = events.next().await {
-            match event {
-                LoopEvent::TextDelta(t) => {
-                    if !in_text {
-                        print!("model: ");
-                        in_text = true;
-                    }
-                    print!("{t}");
-                    std::io::stdout().flush()?;
-                    continue;
-                }
-                LoopEvent::ToolCallStarted {
-                    id,
-                    name,
-                    arguments,
-                } => println!(
-                    "{}  -> tool call {name}({arguments}) [id {id}]",
-                    if in_text { "\n" } else { "" }
-                ),
-                LoopEvent::ToolResult {
-                    name,
-                    content,
-                    is_error,
-                    ..
-                } => {
-                    println!(
-                        "  <- {} from {name}: {content}",
-                        if is_error { "error" } else { "result" }
-                    )
-                }
-                LoopEvent::Reprompted { correction } => println!(
-                    "{}  (answer unreadable; asked again: {correction})",
-                    if in_text { "\n" } else { "" }
-                ),
-                LoopEvent::IterationLimitReached { iterations } => {
-                    println!("\n  (stopped at the limit of {iterations} model calls)")
-                }
-                LoopEvent::Finished(out) => println!(
-                    "{}final answer ({} protocol, {} model calls): {}",
-                    if in_text { "\n" } else { "" },
-                    out.protocol,
-                    out.iterations,
-                    out.answer
-                ),
-                LoopEvent::Failed(e) => println!("\nfailed: {e}"),
-                other => println!("{other:?}"),
-            }
-            in_text = false;
-        }
+        show(agent.run_stream(session, "What's the weather in Beijing?")).await?;
         let stored = store.load(session).await?;
         println!(
             "session {session}: {} messages stored",

@@ -274,6 +274,15 @@ impl LocalModel {
                 Grammar::from_schema(schema)
                     .map_err(|e| GatewayError::Config(format!("response_format schema: {e}")))?,
             ),
+            // A decision-constrained model told "no tool": the only decision left is the answer.
+            (_, Some(ToolChoice::None))
+                if req.tools.is_empty() && !opts.decision_tools.is_empty() =>
+            {
+                Some(
+                    Grammar::tool_decision(&[], NullChoice::Allowed)
+                        .map_err(|e| GatewayError::Config(format!("tool schema: {e}")))?,
+                )
+            }
             (_, Some(ToolChoice::None)) => None,
             _ if decision_tools.is_empty() => None,
             (_, choice) => {
