@@ -1,8 +1,10 @@
 //! Stage 0 demo: a streamed chat and a call with one bound tool, showing the parsed tool call.
 //!
 //! With `OPENAI_API_KEY` / `OPENAI_BASE_URL` (and `OPENAI_MODEL`) set it talks to that
-//! provider. Without them it starts the scripted OpenAI-compatible server in-process as an
-//! offline demo model, and says so on the first line.
+//! provider. Without them it runs the embedded local model (SmolLM2-135M-Instruct on the CPU):
+//! a streamed chat, then its constrained tool decision (it has no native function calling); and
+//! it shows native `tool_calls` parsing against the scripted OpenAI-compatible server. The first
+//! line says which model runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
@@ -13,6 +15,49 @@ use model_gateway::{
 };
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
+
+/// The embedded local model: a streamed answer, then a tool decision constrained to parse.
+async fn local_demo() -> Result<(), Box<dyn std::error::Error>> {
+    let model = model_gateway::local::LocalModel::builder()
+        .seed(1)
+        .build()
+        .await?;
+    println!("\n1) Streamed chat (local model):");
+    let mut stream = model
+        .stream(
+            ChatRequest::new(vec![Message::user("Say hello in one sentence.")]).with_max_tokens(40),
+        )
+        .await?;
+    while let Some(event) = stream.next().await {
+        match event? {
+            ChatEvent::TextDelta(t) => {
+                print!("{t}");
+                std::io::stdout().flush()?;
+            }
+            ChatEvent::Finish { reason, usage } => {
+                println!("\n   [finish: {reason:?}, usage: {usage:?}]")
+            }
+            _ => {}
+        }
+    }
+    println!("\n2) One bound tool (local model, decoding constrained to a valid decision):");
+    let r = model
+        .chat(
+            ChatRequest::new(vec![Message::user("What's the weather in Beijing?")])
+                .with_tools(vec![weather_spec()]),
+        )
+        .await?;
+    println!("   decision: {}", r.content);
+    Ok(())
+}
+
+fn weather_spec() -> ToolSpec {
+    ToolSpec::new(
+        "get_weather",
+        "Get current weather for a city",
+        json!({"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}),
+    )
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,9 +70,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (cfg, None)
         }
         None => {
+            println!(
+                "Stage 0 demo: no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the embedded local model SmolLM2-135M-Instruct (CPU, in process); native tool calls shown with the scripted demo model"
+            );
+            local_demo().await?;
             let server = ScriptedServer::start().await;
             println!(
-                "Stage 0 demo: no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the offline scripted demo model at {}",
+                "\n--- the same two calls over HTTP, scripted demo model at {} ---",
                 server.base_url()
             );
             server.push(
@@ -72,11 +121,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     println!("\n2) One bound tool:");
-    let weather = ToolSpec::new(
-        "get_weather",
-        "Get current weather for a city",
-        json!({"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}),
-    );
+    let weather = weather_spec();
     let response = model
         .chat(
             ChatRequest::new(vec![Message::user("What's the weather in Beijing?")])
