@@ -141,6 +141,9 @@ fn stage(n: u8) -> Result<(), String> {
     for p in stage.packages {
         test.args(["-p", p]);
     }
+    if n == 0 {
+        test.args(["--features", "local"]);
+    }
     run(&format!("Stage {n} tests"), &mut test)
 }
 
@@ -167,8 +170,28 @@ fn test_all() -> Result<(), String> {
         ]),
     )?;
     run(
+        "cargo clippy -D warnings (model-gateway, feature local)",
+        cargo().args([
+            "clippy",
+            "-p",
+            "model-gateway",
+            "--features",
+            "local",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    run(
         "cargo test (every crate)",
         cargo().args(["test", "--workspace"]),
+    )?;
+    // The embedded model's tests need the `local` feature (they fetch the model once into the
+    // user's cache; when that fails they fail, they never skip).
+    run(
+        "cargo test (model-gateway, feature local: the embedded model)",
+        cargo().args(["test", "-p", "model-gateway", "--features", "local"]),
     )?;
     for s in STAGES.iter().filter(|s| demo_exists(s.n)) {
         run(
