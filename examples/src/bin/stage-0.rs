@@ -23,11 +23,27 @@ async fn local_demo() -> Result<(), Box<dyn std::error::Error>> {
         .build()
         .await?;
     println!("\n1) Streamed chat (local model):");
-    let mut stream = model
+    let stream = model
         .stream(
             ChatRequest::new(vec![Message::user("Say hello in one sentence.")]).with_max_tokens(40),
         )
         .await?;
+    print_stream(stream).await?;
+    println!("\n2) One bound tool (local model, decoding constrained to a valid decision):");
+    let r = model
+        .chat(
+            ChatRequest::new(vec![Message::user("What's the weather in Beijing?")])
+                .with_tools(vec![weather_spec()]),
+        )
+        .await?;
+    println!("   decision: {}", r.content);
+    Ok(())
+}
+
+/// Prints text deltas as they arrive, then the finish reason and usage.
+async fn print_stream(
+    mut stream: model_gateway::ChatStream,
+) -> Result<(), Box<dyn std::error::Error>> {
     while let Some(event) = stream.next().await {
         match event? {
             ChatEvent::TextDelta(t) => {
@@ -40,14 +56,6 @@ async fn local_demo() -> Result<(), Box<dyn std::error::Error>> {
             _ => {}
         }
     }
-    println!("\n2) One bound tool (local model, decoding constrained to a valid decision):");
-    let r = model
-        .chat(
-            ChatRequest::new(vec![Message::user("What's the weather in Beijing?")])
-                .with_tools(vec![weather_spec()]),
-        )
-        .await?;
-    println!("   decision: {}", r.content);
     Ok(())
 }
 
@@ -102,23 +110,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = OpenAiModel::new(config)?;
 
     println!("\n1) Streamed chat:");
-    let mut stream = model
+    let stream = model
         .stream(ChatRequest::new(vec![Message::user(
             "Say hello in one sentence.",
         )]))
         .await?;
-    while let Some(event) = stream.next().await {
-        match event? {
-            ChatEvent::TextDelta(t) => {
-                print!("{t}");
-                std::io::stdout().flush()?;
-            }
-            ChatEvent::Finish { reason, usage } => {
-                println!("\n   [finish: {reason:?}, usage: {usage:?}]")
-            }
-            _ => {}
-        }
-    }
+    print_stream(stream).await?;
 
     println!("\n2) One bound tool:");
     let weather = weather_spec();
