@@ -2,7 +2,9 @@
 //! stdio) registered from a Claude-Desktop-style `mcpServers` file; discovery; an intent; the
 //! level-1 section injected into the prompt; a call through tool-system's loop with 004's
 //! `tool_call` answer and a `tool` message back; and the friendly message once the service is
-//! stopped. Runs offline: an in-process scripted model stands in for a provider.
+//! stopped. Runs offline: an in-process scripted model shows the 004 wire form, then the same
+//! turn is decided by a real model — the configured provider, or with none the embedded local
+//! model (SmolLM2-135M on the CPU, decoding constrained to the tools the intent matched).
 //!
 //! `cargo xtask stage 4` installs the server first (crates/mcp-bridge/install-test-deps.sh);
 //! `MCP_SERVER_EVERYTHING` overrides where its JS entry is.
@@ -175,6 +177,58 @@ async fn main() {
         }
     }
     println!("   answer: {}", out.answer);
+
+    // The same turn decided by a real model: the configured provider, or with none the
+    // embedded local model, its decoding constrained to the tools the intent matched (M3).
+    let matching: Vec<model_gateway::ToolSpec> =
+        mcp_bridge::inject::matching_tools(&intent, &tools)
+            .into_iter()
+            .map(|t| t.spec())
+            .collect();
+    let real: Arc<dyn ChatModel> = match model_gateway::OpenAiConfig::from_env() {
+        Ok(Some(cfg)) => {
+            println!(
+                "\n== 6b. The same turn decided by the configured provider ({})",
+                cfg.model
+            );
+            Arc::new(model_gateway::OpenAiModel::new(cfg).unwrap())
+        }
+        _ => {
+            println!(
+                "\n== 6b. The same turn decided by the embedded local model SmolLM2-135M (no provider configured; JSON decision, constrained to the matched tools)"
+            );
+            Arc::new(
+                model_gateway::local::LocalModel::builder()
+                    .seed(1)
+                    .decision_tools(matching.clone())
+                    .build()
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    let agent = Agent::builder(real)
+        .provider(Arc::new(bridge.clone()))
+        .turn_sections(Arc::new(bridge.clone()))
+        .system_prompt("You are a helpful assistant.")
+        .build()
+        .unwrap();
+    let out = agent.run("demo-real", user).await.unwrap();
+    for m in &out.new_messages {
+        match m {
+            Message::Tool { name, content, .. } => {
+                println!("   tool message: name={name} content={content:?}")
+            }
+            Message::User { content } if content.starts_with("[Tool result for ") => {
+                println!("   tool result (002 form): {content:?}")
+            }
+            Message::Assistant { content, .. } if !content.is_empty() => {
+                println!("   assistant: {content}")
+            }
+            _ => {}
+        }
+    }
+    println!("   answer ({} protocol): {}", out.protocol, out.answer);
 
     println!("\n== 7. Stop: the whole process group ends; a call now gets a friendly message");
     bridge.stop("everything").await.unwrap();
