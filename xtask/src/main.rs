@@ -123,8 +123,22 @@ fn stage(n: u8) -> Result<(), String> {
     if n >= 4 {
         ensure_test_deps()?;
     }
+    run_demo(n, &format!("Stage {n} demo ({})", stage.name))?;
+    let mut test = cargo();
+    test.arg("test");
+    for p in stage.packages {
+        test.args(["-p", p]);
+    }
+    if n == 0 {
+        test.args(["--features", "local"]);
+    }
+    run(&format!("Stage {n} tests"), &mut test)
+}
+
+/// Builds and runs the Stage `n` demo.
+fn run_demo(n: u8, what: &str) -> Result<(), String> {
     run(
-        &format!("Stage {n} demo ({})", stage.name),
+        what,
         cargo()
             .args([
                 "run",
@@ -135,16 +149,7 @@ fn stage(n: u8) -> Result<(), String> {
                 &format!("stage-{n}"),
             ])
             .args(demo_args(n)),
-    )?;
-    let mut test = cargo();
-    test.arg("test");
-    for p in stage.packages {
-        test.args(["-p", p]);
-    }
-    if n == 0 {
-        test.args(["--features", "local"]);
-    }
-    run(&format!("Stage {n} tests"), &mut test)
+    )
 }
 
 /// Arguments that make a long-running demo exit by itself.
@@ -194,19 +199,7 @@ fn test_all() -> Result<(), String> {
         cargo().args(["test", "-p", "model-gateway", "--features", "local"]),
     )?;
     for s in STAGES.iter().filter(|s| demo_exists(s.n)) {
-        run(
-            &format!("Stage {} demo", s.n),
-            cargo()
-                .args([
-                    "run",
-                    "--quiet",
-                    "-p",
-                    "examples",
-                    "--bin",
-                    &format!("stage-{}", s.n),
-                ])
-                .args(demo_args(s.n)),
-        )?;
+        run_demo(s.n, &format!("Stage {} demo", s.n))?;
     }
     eprintln!("\nxtask test: all green");
     Ok(())
