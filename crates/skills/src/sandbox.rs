@@ -441,6 +441,16 @@ impl Sandbox {
                 .unwrap_or_default()
         };
         let (stdout, stderr) = (collect(out).await, collect(err).await);
+        // A skill that hit the cap usually dies of the closed pipe (EPIPE) at the same moment, so
+        // its exit can win the race above: the cap, recorded by the reader, is the real cause.
+        let outcome = match (outcome, over_rx.try_recv()) {
+            (Ok(_), Ok(stream)) => Err(SkillError::OutputTooLarge {
+                name: name.clone(),
+                stream,
+                limit: human_bytes(limit),
+            }),
+            (outcome, _) => outcome,
+        };
         let status = outcome?.map_err(|e| spawn_err(format!("wait: {e}")))?;
 
         if !status.success() {
