@@ -256,7 +256,8 @@ impl ResponseReader for JsonReader {
                     name,
                     arguments,
                 )])],
-                answer: content.clone(),
+                // The decision is for the loop, not the person: nothing to show if it ends here.
+                answer: String::new(),
                 content,
                 correction: None,
                 native: false,
@@ -347,6 +348,8 @@ struct TagReader {
     live: bool,
     shown: usize,
     steps: Vec<Step>,
+    /// Every text the person sees (live or held back), without the tags.
+    visible: String,
     seq: usize,
     n: usize,
     tools: Vec<ToolSpec>,
@@ -366,6 +369,7 @@ impl TagReader {
                 TagEvent::Unclosed { text } | TagEvent::Oversized { text } => text,
                 _ => continue,
             };
+            self.visible.push_str(&text);
             if self.live {
                 self.shown += text.len();
                 now.push(text);
@@ -421,7 +425,8 @@ impl ResponseReader for TagReader {
         }
         steps.splice(0..0, std::mem::take(&mut self.steps));
         Reading {
-            answer: content.clone(),
+            // What the person sees: the text around the tags, never the tags themselves.
+            answer: self.visible,
             content,
             steps,
             correction: None,
@@ -448,6 +453,7 @@ impl CallProtocol for TagProtocol {
             }),
             live: true,
             shown: 0,
+            visible: String::new(),
             steps: Vec::new(),
             seq,
             n: 0,

@@ -80,6 +80,8 @@ async fn t6_max_tool_rounds_stops_the_loop() {
         .unwrap();
     let out = agent.run("s", "loop").await.unwrap();
     assert!(out.hit_iteration_limit);
+    // The last decision was a call: nothing of it is an answer for the person (not the raw JSON).
+    assert_eq!(out.answer, "");
     assert_eq!(server.request_count(), 3);
     // The second, identical call is answered from the first result, not run again.
     assert_eq!(calls.load(Ordering::SeqCst), 1);

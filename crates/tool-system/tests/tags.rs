@@ -120,6 +120,25 @@ async fn t7_unclosed_tag_never_runs() {
 }
 
 #[tokio::test]
+async fn t7_answer_at_the_round_limit_is_the_text_without_the_tags() {
+    let server = ScriptedServer::start().await;
+    server.respond_with(|_| {
+        Reply::text(
+            r#"Searching again. <tool_action name="vector-search"><query value="a" /></tool_action> Still looking."#,
+        )
+    });
+    let agent = Agent::builder(model_without_fc(&server))
+        .tool(vector_search(Arc::default()))
+        .protocol(ProtocolKind::Tag)
+        .max_iterations(2)
+        .build()
+        .unwrap();
+    let out = agent.run("s", "x").await.unwrap();
+    assert!(out.hit_iteration_limit);
+    assert_eq!(out.answer, "Searching again.  Still looking.");
+}
+
+#[tokio::test]
 async fn t3_unknown_tag_tool_error_reaches_model() {
     let server = ScriptedServer::start().await;
     server.push(Reply::text(
