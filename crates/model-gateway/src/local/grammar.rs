@@ -26,8 +26,8 @@ type NodeId = u32;
 enum Node {
     /// Exact bytes.
     Lit(Vec<u8>),
-    /// A JSON string with quotes, at most `max` characters.
-    Str { max: u32 },
+    /// A JSON string with quotes, `min..=max` characters.
+    Str { min: u32, max: u32 },
     /// A JSON number (`-?(0|[1-9][0-9]*)(\.[0-9]+)?`), or an integer.
     Num { integer: bool },
     /// One after the other.
@@ -70,6 +70,7 @@ enum Frame {
         open: bool,
         esc: bool,
         len: u32,
+        min: u32,
         max: u32,
         /// UTF-8 continuation bytes still expected, and the range of the next one.
         need: u8,
@@ -222,13 +223,21 @@ impl Builder {
         for t in &types {
             alts.push(match *t {
                 "string" => {
-                    Self::check_keys(obj, &["type", "maxLength"], at)?;
+                    Self::check_keys(obj, &["type", "minLength", "maxLength"], at)?;
                     let max = obj
                         .get("maxLength")
                         .and_then(Value::as_u64)
                         .map(|m| m.min(u64::from(DEFAULT_REPLY_MAX)) as u32)
                         .unwrap_or(DEFAULT_STRING_MAX);
-                    self.add(Node::Str { max })
+                    let min = match obj.get("minLength") {
+                        None => 0,
+                        Some(m) => m.as_u64().filter(|&m| m <= u64::from(max)).ok_or_else(|| {
+                            SchemaError(format!(
+                                "`minLength` at {at} must be a whole number no larger than the longest string ({max} characters)"
+                            ))
+                        })? as u32,
+                    };
+                    self.add(Node::Str { min, max })
                 }
                 "number" | "integer" => {
                     Self::check_keys(obj, &["type"], at)?;
@@ -377,7 +386,7 @@ impl Builder {
             for (i, n) in nodes.iter().enumerate() {
                 let v = match n {
                     Node::Lit(b) => b.len() as u32,
-                    Node::Str { .. } => 2,
+                    Node::Str { min, .. } => 2 + min,
                     Node::Num { .. } => 1,
                     Node::Seq(c) => c
                         .iter()
@@ -434,6 +443,7 @@ impl Grammar {
         if null == NullChoice::Allowed || alts.is_empty() {
             let head = b.lit("{\"tool\": null, \"reply\": ");
             let reply = b.add(Node::Str {
+                min: 0,
                 max: DEFAULT_REPLY_MAX,
             });
             let tail = b.lit("}");
@@ -457,11 +467,12 @@ impl Grammar {
                 stack.push(Frame::Lit { node, pos: 0 });
                 out.push(stack);
             }
-            Node::Str { max } => {
+            Node::Str { min, max } => {
                 stack.push(Frame::Str {
                     open: false,
                     esc: false,
                     len: 0,
+                    min: *min,
                     max: *max,
                     need: 0,
                     lo: 0,
@@ -540,6 +551,7 @@ impl Grammar {
                 open,
                 esc,
                 len,
+                min,
                 max,
                 need,
                 lo,
@@ -568,8 +580,10 @@ impl Grammar {
                     return;
                 }
                 if b == b'"' {
-                    stack.pop();
-                    self.complete(stack, out);
+                    if *len >= *min {
+                        stack.pop();
+                        self.complete(stack, out);
+                    }
                     return;
                 }
                 if *len >= *max || b < 0x20 || b == 0x7F {
@@ -691,12 +705,19 @@ impl Grammar {
                     _ => 0,
                 },
                 Frame::Str {
-                    open, esc, need, ..
+                    open,
+                    esc,
+                    need,
+                    len,
+                    min,
+                    ..
                 } => {
+                    // Characters still owed to `minLength` are at least one byte each.
+                    let owed = min.saturating_sub(len);
                     if open {
-                        1 + u32::from(need) + u32::from(esc)
+                        1 + u32::from(need) + u32::from(esc) + owed
                     } else {
-                        2
+                        2 + owed
                     }
                 }
                 Frame::Num { st, .. } => u32::from(!st.accepting()),
@@ -847,6 +868,114 @@ mod tests {
             Grammar::from_schema(&json!({"type":"array","items":{"type":"string"},"maxItems":2}))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn min_length_is_enforced_and_counted_in_the_distance() {
+        let g = Grammar::from_schema(&json!({"type":"array","items":{"type":"string","minLength":2,"maxLength":3},"maxItems":10})).unwrap();
+        assert!(accepts(&g, r#"["ab", "北京"]"#));
+        assert!(accepts(&g, r#"["a\"", "abc"]"#));
+        assert!(!accepts(&g, r#"[""]"#));
+        assert!(!accepts(&g, r#"["a"]"#));
+        assert!(!accepts(&g, r#"["abcd"]"#));
+        // After `["` two characters and the rest are owed: `xx"]`.
+        let s = g.feed_bytes(&g.start(), br#"[""#);
+        assert_eq!(g.distance(&s), 4);
+        let s = g.feed_bytes(&g.start(), br#"[""#);
+        assert_eq!(g.distance(&g.feed_bytes(&s, b"x")), 3);
+        for bad in [json!({"type":"string","minLength":5,"maxLength":2}), json!({"type":"string","minLength":-1})] {
+            let e = Grammar::from_schema(&bad).unwrap_err();
+            assert!(e.0.contains("minLength"), "{e}");
+        }
+    }
+
+    /// Random walks through the mask: whatever the model picks among the allowed tokens, the
+    /// text closes within the budget, parses, and is valid against the schema it came from.
+    mod walks {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn schemas() -> Vec<Value> {
+            vec![
+                json!({"type":"object","properties":{"recipient":{"type":"string","minLength":1},"text":{"type":"string","minLength":1,"maxLength":40},"quickReplies":{"type":"array","items":{"type":"string","minLength":1,"maxLength":8},"maxItems":10}},"required":["recipient","text"]}),
+                json!({"type":"object","properties":{"n":{"type":"integer"},"x":{"type":["number","null"]},"e":{"enum":["a","b",1,true]},"ok":{"type":"boolean"},"o":{"type":"object","properties":{"k":{"type":"string","minLength":3,"maxLength":5}},"required":["k"]}},"required":["n","o"]}),
+                json!({"type":"array","items":{"anyOf":[{"type":"string","minLength":2,"maxLength":4},{"const":"c"}]},"minItems":1,"maxItems":4}),
+            ]
+        }
+
+        fn vocabulary() -> Vec<Vec<u8>> {
+            let mut v: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b]).collect();
+            for t in [
+                "\"", "\\", ", \"", "\": ", "{\"", "[\"", "\"]", "\"}", "}}", "北京", "é", "ab", "true",
+                "null", "12", ".5", "-", "\\n", "\\\"", "recipient", "text", "quickReplies",
+            ] {
+                v.push(t.as_bytes().to_vec());
+            }
+            v
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+            #[test]
+            fn every_allowed_walk_ends_in_a_valid_value(
+                which in 0usize..3,
+                picks in proptest::collection::vec(any::<u32>(), 0..400),
+                budget in 40u32..200,
+            ) {
+                let schema = &schemas()[which];
+                let g = Grammar::from_schema(schema).unwrap();
+                let vocab = vocabulary();
+                let trie = TokenTrie::new(vocab.iter().enumerate().map(|(i, t)| (i as u32, t.as_slice())));
+                // As the engine does: a budget in tokens, each allowed token leaving at most as
+                // many bytes to write as tokens are left (every single byte is a token).
+                let budget = budget.max(g.distance(&g.start()) + 1);
+                let mut used = 0u32;
+                let mut text = Vec::new();
+                let mut state = g.start();
+                let mut allowed = Vec::new();
+                let mut picks = picks.into_iter();
+                loop {
+                    if g.is_finished(&state) {
+                        break;
+                    }
+                    let left = budget - used;
+                    allowed.clear();
+                    if left > 0 {
+                        trie.allowed(&g, &state, left - 1, &mut allowed);
+                    }
+                    // The model may also stop (EOS) when the value is whole.
+                    let stop = g.can_end(&state);
+                    let choices = allowed.len() + usize::from(stop);
+                    prop_assert!(choices > 0, "stuck after {:?}", String::from_utf8_lossy(&text));
+                    // Once the random picks run out, take the shortest way to the end.
+                    let pick = match picks.next() {
+                        Some(p) => p as usize % choices,
+                        None if stop => allowed.len(),
+                        None => {
+                            let mut best = (u32::MAX, 0usize);
+                            for (i, &id) in allowed.iter().enumerate() {
+                                let d = g.distance(&g.feed_bytes(&state, &vocab[id as usize]));
+                                if d < best.0 { best = (d, i); }
+                            }
+                            best.1
+                        }
+                    };
+                    if pick == allowed.len() {
+                        break;
+                    }
+                    let tok = &vocab[allowed[pick] as usize];
+                    text.extend_from_slice(tok);
+                    used += 1;
+                    state = g.feed_bytes(&state, tok);
+                    prop_assert!(!state.is_dead());
+                }
+                prop_assert!(used <= budget);
+                let v: Value = serde_json::from_slice(&text)
+                    .map_err(|e| TestCaseError::fail(format!("{e}: {}", String::from_utf8_lossy(&text))))?;
+                let validator = jsonschema::validator_for(schema).unwrap();
+                prop_assert!(validator.is_valid(&v), "{} is not valid", v);
+            }
+        }
     }
 
     #[test]
