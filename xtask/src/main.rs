@@ -135,26 +135,40 @@ fn stage(n: u8) -> Result<(), String> {
     run(&format!("Stage {n} tests"), &mut test)
 }
 
-/// Builds and runs the Stage `n` demo.
+/// Builds and runs the Stage `n` demo (every variant of it).
 fn run_demo(n: u8, what: &str) -> Result<(), String> {
-    run(
-        what,
-        cargo()
-            .args([
-                "run",
-                "--quiet",
-                "-p",
-                "examples",
-                "--bin",
-                &format!("stage-{n}"),
-            ])
-            .args(demo_args(n)),
-    )
+    for args in demo_runs(n) {
+        let label = if args.len() > 1 {
+            format!("{what} {}", args[1..].join(" "))
+        } else {
+            what.to_owned()
+        };
+        run(
+            &label,
+            cargo()
+                .args([
+                    "run",
+                    "--quiet",
+                    "-p",
+                    "examples",
+                    "--bin",
+                    &format!("stage-{n}"),
+                ])
+                .args(*args),
+        )?;
+    }
+    Ok(())
 }
 
-/// Arguments that make a long-running demo exit by itself.
-fn demo_args(n: u8) -> &'static [&'static str] {
-    if n == 5 { &["--", "--smoke"] } else { &[] }
+/// The runs of a demo: a long-running one gets arguments that make it exit by itself. The chat
+/// panel runs with the model it would use (the local one offline) and with the scripted model,
+/// which exercises a quick-reply click.
+fn demo_runs(n: u8) -> &'static [&'static [&'static str]] {
+    if n == 5 {
+        &[&["--", "--smoke"], &["--", "--scripted", "--smoke"]]
+    } else {
+        &[&[]]
+    }
 }
 
 fn test_all() -> Result<(), String> {

@@ -27,7 +27,8 @@ mod server;
 mod state;
 
 pub use backend::{
-    AgentBackend, ChatBackend, EventStream, ModelBackend, PanelEvent, USER_RECIPIENT, user_address,
+    AGENT_SYSTEM_PROMPT, AgentBackend, ChatBackend, EventStream, ModelBackend, PanelEvent,
+    USER_RECIPIENT, user_address,
 };
 pub use server::{ChatPanel, PanelConfig, PanelServer};
 pub use state::{Entry, EntryKind, ToolActivity};

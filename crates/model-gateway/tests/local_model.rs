@@ -130,6 +130,43 @@ async fn local_seeded_generation_is_reproducible() {
     assert!(differs, "five other seeds all produced {:?}", a.content);
 }
 
+/// Token runs of length `n` that occur more than once.
+fn repeated_ngrams(ids: &[u32], n: usize) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    ids.windows(n).filter(|w| !seen.insert(w.to_vec())).count()
+}
+
+#[tokio::test]
+async fn local_no_repeat_ngram_breaks_the_loops_of_a_small_model() {
+    // Greedy decoding of this request loops without the ban.
+    let req = ChatRequest::new(vec![Message::user(
+        "Repeat after me: I am a chatbot. I am a chatbot. I am a chatbot.",
+    )])
+    .with_max_tokens(80)
+    .with_temperature(0.0);
+    let tok = model().tokenizer().clone();
+    let plain = model().chat(req.clone()).await.unwrap().content;
+    let plain_ids = tok.encode(&plain).unwrap();
+    assert!(
+        repeated_ngrams(&plain_ids, 3) >= 5,
+        "the request no longer loops without the ban, so it proves nothing: {plain:?}"
+    );
+    let banned = model()
+        .with_no_repeat_ngram(3)
+        .chat(req)
+        .await
+        .unwrap()
+        .content;
+    let ids = tok.encode(&banned).unwrap();
+    // Re-encoding the text may split a word differently from how it was generated, so allow
+    // a trace; the loop itself is gone.
+    assert!(
+        repeated_ngrams(&ids, 3) <= 2,
+        "{banned:?} repeats {} token trigrams",
+        repeated_ngrams(&ids, 3)
+    );
+}
+
 #[tokio::test]
 async fn local_answers_a_question_sensibly() {
     let r = model()

@@ -14,11 +14,12 @@
 //! rule for "eleven" (you see the tool error), and otherwise echoes what you typed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
-use messaging::MessageBus;
-use model_gateway::{OpenAiConfig, OpenAiModel};
+use messaging::{MessageBus, SendMessageTool};
+use model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
 
@@ -76,38 +77,48 @@ fn offline_agent(body: &Value) -> Reply {
     }
 }
 
-/// One POST against the running panel; returns the SSE events as (event, data).
+/// One POST against the running panel; prints the SSE events as they arrive and returns them
+/// as (event, data).
 async fn post(
     client: &reqwest::Client,
     base: &str,
     sid: &str,
     body: Value,
 ) -> Result<Vec<(String, Value)>, Box<dyn std::error::Error>> {
+    use futures::StreamExt;
     let r = client
         .post(format!("{base}api/sessions/{sid}/messages"))
         .json(&body)
         .send()
         .await?;
     let status = r.status();
-    let text = r.text().await?;
     if !status.is_success() {
-        return Err(format!("HTTP {status}: {text}").into());
+        return Err(format!("HTTP {status}: {}", r.text().await?).into());
     }
-    Ok(text
-        .split("\n\n")
-        .filter_map(|frame| {
+    let mut body = r.bytes_stream();
+    let mut pending = Vec::new();
+    let mut events = Vec::new();
+    while let Some(chunk) = body.next().await {
+        pending.extend_from_slice(&chunk?);
+        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+            let frame: Vec<u8> = pending.drain(..end + 2).collect();
             let mut event = String::new();
             let mut data = String::new();
-            for line in frame.lines() {
+            for line in String::from_utf8_lossy(&frame).lines() {
                 if let Some(v) = line.strip_prefix("event:") {
                     event = v.trim().to_owned();
                 } else if let Some(v) = line.strip_prefix("data:") {
                     data.push_str(v.trim_start());
                 }
             }
-            (!data.is_empty()).then(|| (event, serde_json::from_str(&data).unwrap_or(Value::Null)))
-        })
-        .collect())
+            if !data.is_empty() {
+                let ev = (event, serde_json::from_str(&data).unwrap_or(Value::Null));
+                show(std::slice::from_ref(&ev));
+                events.push(ev);
+            }
+        }
+    }
+    Ok(events)
 }
 
 fn show(events: &[(String, Value)]) {
@@ -135,17 +146,14 @@ fn show(events: &[(String, Value)]) {
                 d["id"], d["chosen"]
             ),
             ("entry", Some("error")) => println!("   error: {}", d["text"].as_str().unwrap_or("")),
-            ("done", _) => println!("   [done]"),
+            ("delta", _) => {
+                use std::io::Write;
+                print!("{}", d["text"].as_str().unwrap_or(""));
+                let _ = std::io::stdout().flush();
+            }
+            ("done", _) => println!("\n   [done]"),
             _ => {}
         }
-    }
-    let answer: String = events
-        .iter()
-        .filter(|(e, _)| e == "delta")
-        .filter_map(|(_, d)| d["text"].as_str())
-        .collect();
-    if !answer.is_empty() {
-        println!("   agent (streamed): {answer}");
     }
 }
 
@@ -155,30 +163,60 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: Option<u64> = std::env::var("STAGE_DEMO_SECONDS")
         .ok()
         .and_then(|s| s.trim().parse().ok());
-    let (config, _offline) = match OpenAiConfig::from_env()? {
-        Some(cfg) => {
+    let scripted = std::env::args().any(|a| a == "--scripted");
+    let bus = MessageBus::new();
+    let mut _offline = None;
+    let model: Arc<dyn ChatModel> = match OpenAiConfig::from_env()? {
+        Some(cfg) if !scripted => {
             println!(
                 "Stage 5 demo: using the configured provider {} (model {})",
                 cfg.base_url, cfg.model
             );
-            (cfg, None)
+            Arc::new(OpenAiModel::new(cfg)?)
         }
-        None => {
+        _ if scripted => {
             let server = ScriptedServer::start().await;
             server.set_recording(false);
             server.respond_with(offline_agent);
             println!(
-                "Stage 5 demo: no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the offline scripted demo model at {}",
+                "Stage 5 demo (--scripted): using the scripted demo model at {}",
                 server.base_url()
             );
-            (
-                OpenAiConfig::new("offline-demo").with_base_url(server.base_url()),
-                Some(server),
-            )
+            let cfg = OpenAiConfig::new("offline-demo").with_base_url(server.base_url());
+            _offline = Some(server);
+            Arc::new(OpenAiModel::new(cfg)?)
+        }
+        _ => {
+            println!(
+                "Stage 5 demo: no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the embedded local model SmolLM2-135M-Instruct (CPU, in process); --scripted uses the scripted demo model instead"
+            );
+            // No native function calling: the agent uses the JSON decision, and the model's
+            // decoding is held to send_message's schema (or a plain reply). The decoding schema
+            // may be narrower than the tool's: here quick replies are at most 4 short buttons,
+            // which a 135M model otherwise fills with ten long ones; anything it writes is still
+            // valid for the tool.
+            let mut send_message =
+                tool_system::Tool::spec(&SendMessageTool::new(bus.clone(), "agent"));
+            let quick = &mut send_message.parameters["properties"]["quickReplies"];
+            quick["maxItems"] = json!(4);
+            quick["items"]["maxLength"] = json!(40);
+            let started = std::time::Instant::now();
+            let model = model_gateway::local::LocalModel::builder()
+                // A fixed seed keeps the demo reproducible; the n-gram ban keeps a small model
+                // out of "I am a chatbot. I am a chatbot. …" loops; answers stay short.
+                .seed(5)
+                .no_repeat_ngram(3)
+                .max_tokens(160)
+                .decision_tools(vec![send_message])
+                .build()
+                .await?;
+            println!(
+                "(local model loaded in {:.1} s)",
+                started.elapsed().as_secs_f64()
+            );
+            Arc::new(model)
         }
     };
-    let model = OpenAiModel::new(config)?;
-    let bus = MessageBus::new();
     let backend = AgentBackend::build(model, bus.clone(), |b| b)?;
     let panel = ChatPanel::new(backend, bus, PanelConfig::default());
     let addr = std::env::var("PANEL_ADDR").unwrap_or_else(|_| "127.0.0.1:0".into());
@@ -188,13 +226,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if smoke {
         println!("\n--smoke: one real HTTP round trip against the panel");
         let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
+            .timeout(Duration::from_secs(600))
             .build()?;
         let base = server.url();
         let sid = "stage5-smoke-session";
         println!("1) POST \"hello\"");
         let events = post(&client, &base, sid, json!({"text": "hello"})).await?;
-        show(&events);
         let question = events
             .iter()
             .find(|(e, d)| e == "entry" && d["kind"] == "message" && d["quickReplies"].is_array())
@@ -205,15 +242,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "2) click quick reply {choice:?} (POST with inReplyTo {})",
                 q["id"]
             );
-            show(
-                &post(
-                    &client,
-                    &base,
-                    sid,
-                    json!({"text": choice, "inReplyTo": q["id"]}),
-                )
-                .await?,
-            );
+            post(
+                &client,
+                &base,
+                sid,
+                json!({"text": choice, "inReplyTo": q["id"]}),
+            )
+            .await?;
         }
         let state: Value = client
             .get(format!("{base}api/sessions/{sid}"))

@@ -10,7 +10,7 @@ use candle_transformers::models::quantized_llama::ModelWeights;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::grammar::{Grammar, TokenTrie};
+use super::grammar::{Grammar, MaskCache, TokenTrie};
 use super::tokenizer::{LocalTokenizer, Utf8Stream};
 use crate::GatewayError;
 
@@ -65,6 +65,8 @@ pub(crate) struct Sampling {
     pub seed: u64,
     pub max_tokens: u32,
     pub repeat_penalty: f32,
+    /// Never write the same run of this many tokens twice in one answer (0 = off).
+    pub no_repeat_ngram: usize,
 }
 
 /// Timings and counts of one generation.
@@ -221,7 +223,9 @@ impl Engine {
         let end = self.tokenizer.end_of_turn();
         let mut utf8 = Utf8Stream::default();
         let mut recent: Vec<u32> = Vec::new();
+        let mut generated: Vec<u32> = Vec::new();
         let mut allowed: Vec<u32> = Vec::new();
+        let mut masks = MaskCache::default();
         let mut gen_start = None;
         let mut pos = prompt.len();
         let stop = loop {
@@ -233,7 +237,7 @@ impl Engine {
             let mask = match (grammar, &gstate) {
                 (Some(g), Some(s)) => {
                     allowed.clear();
-                    self.trie.allowed(g, s, left - 1, &mut allowed);
+                    masks.allowed(&self.trie, g, s, left - 1, &mut allowed);
                     if g.can_end(s) {
                         allowed.extend(&end);
                     }
@@ -247,6 +251,12 @@ impl Engine {
                 _ => None,
             };
             apply_repeat_penalty(&mut logits, &recent, sampling.repeat_penalty);
+            ban_repeated_ngrams(
+                &mut logits,
+                &generated,
+                sampling.no_repeat_ngram,
+                mask.map(|v| v.as_slice()),
+            );
             let next = sample(&logits, mask.map(|v| v.as_slice()), &sampling, &mut rng);
             stats.generated_tokens += 1;
             if gen_start.is_none() {
@@ -262,6 +272,7 @@ impl Engine {
                 break Stop::Cancelled;
             }
             recent.push(next);
+            generated.push(next);
             if recent.len() > 64 {
                 recent.remove(0);
             }
@@ -292,6 +303,36 @@ impl Engine {
             stats.generation_time = s.elapsed();
         }
         Ok((stop, stats))
+    }
+}
+
+/// Bans every token that would repeat an `n`-token run already written (HF's
+/// `no_repeat_ngram_size`). When a mask is given and it would ban every allowed token, nothing is
+/// banned: the grammar's next bytes always win over the ban.
+fn ban_repeated_ngrams(logits: &mut [f32], generated: &[u32], n: usize, mask: Option<&[u32]>) {
+    if n == 0 || generated.len() < n {
+        return;
+    }
+    let prefix = &generated[generated.len() - (n - 1)..];
+    let mut banned: Vec<u32> = generated
+        .windows(n)
+        .filter(|w| &w[..n - 1] == prefix)
+        .map(|w| w[n - 1])
+        .collect();
+    if banned.is_empty() {
+        return;
+    }
+    banned.sort_unstable();
+    banned.dedup();
+    if let Some(mask) = mask
+        && mask.iter().all(|t| banned.binary_search(t).is_ok())
+    {
+        return;
+    }
+    for t in banned {
+        if let Some(l) = logits.get_mut(t as usize) {
+            *l = f32::NEG_INFINITY;
+        }
     }
 }
 
@@ -368,4 +409,34 @@ fn sample(logits: &[f32], allowed: Option<&[u32]>, s: &Sampling, rng: &mut StdRn
         }
     }
     probs.last().map(|c| c.0).unwrap_or(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ban_repeated_ngrams;
+
+    fn banned(generated: &[u32], n: usize, mask: Option<&[u32]>) -> Vec<u32> {
+        let mut logits = vec![0.0f32; 10];
+        ban_repeated_ngrams(&mut logits, generated, n, mask);
+        (0..10u32)
+            .filter(|&i| logits[i as usize] == f32::NEG_INFINITY)
+            .collect()
+    }
+
+    #[test]
+    fn the_token_that_would_repeat_a_run_is_banned() {
+        // "1 2 3 … 1 2" → 3 would repeat "1 2 3".
+        assert_eq!(banned(&[1, 2, 3, 4, 1, 2], 3, None), vec![3]);
+        // Every earlier continuation of the prefix is banned.
+        assert_eq!(banned(&[1, 2, 3, 1, 2, 5, 1, 2], 3, None), vec![3, 5]);
+        assert!(banned(&[1, 2, 3, 4, 1, 2], 4, None).is_empty());
+        assert!(banned(&[1, 2, 3, 4, 1, 2], 0, None).is_empty());
+        assert!(banned(&[1], 3, None).is_empty());
+    }
+
+    #[test]
+    fn the_grammar_wins_when_the_ban_would_leave_nothing() {
+        assert!(banned(&[1, 2, 3, 1, 2], 3, Some(&[3])).is_empty());
+        assert_eq!(banned(&[1, 2, 3, 1, 2], 3, Some(&[3, 7])), vec![3]);
+    }
 }

@@ -44,7 +44,7 @@ pub struct Grammar {
     root: NodeId,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum NumSt {
     Start,
     Minus,
@@ -60,7 +60,7 @@ impl NumSt {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Frame {
     Lit {
         node: NodeId,
@@ -91,7 +91,7 @@ enum Frame {
 type Stack = Vec<Frame>;
 
 /// Where the matcher is: every way the bytes so far can continue (an empty stack = complete).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct State {
     stacks: Vec<Stack>,
 }
@@ -300,11 +300,27 @@ impl Builder {
                 )));
             }
         }
+        // Required keys first, in the order `required` lists them (an array keeps the author's
+        // order; the `properties` map may not), then the optional ones in the map's order: the
+        // model writes what it must say before the extras.
+        let mut order: Vec<&str> = Vec::new();
+        for r in &required {
+            if !order.contains(r) {
+                order.push(r);
+            }
+        }
+        order.extend(
+            props
+                .keys()
+                .map(String::as_str)
+                .filter(|k| !required.contains(k)),
+        );
         let mut entries = Vec::new(); // (key literal without separator, value node, required)
-        for (k, sub) in props {
-            let key = Value::String(k.clone()).to_string();
+        for k in order {
+            let Some(sub) = props.get(k) else { continue };
+            let key = Value::String(k.to_owned()).to_string();
             let v = self.schema(sub, &format!("{at}/properties/{k}"), depth + 1)?;
-            entries.push((key, v, required.contains(&k.as_str())));
+            entries.push((key, v, required.contains(&k)));
         }
         let n = entries.len();
         // rest[i][first]: the properties from i on, then `}`; `first` = nothing written yet.
@@ -733,12 +749,80 @@ impl Grammar {
     }
 }
 
+impl Grammar {
+    /// `state` with what cannot change the next token's mask forgotten: inside a string that
+    /// has reached `minLength` and is more than `slack` characters from `maxLength`, its length
+    /// so far does not matter (no token is longer than `slack` bytes).
+    fn mask_key(&self, state: &State, slack: u32) -> State {
+        let mut key = state.clone();
+        for stack in &mut key.stacks {
+            for f in stack.iter_mut() {
+                if let Frame::Str {
+                    open: true,
+                    len,
+                    min,
+                    max,
+                    ..
+                } = f
+                    && *len >= *min
+                    && len.saturating_add(slack) <= *max
+                {
+                    *len = *min;
+                }
+            }
+        }
+        key
+    }
+}
+
+/// Masks already computed for one grammar, by state: inside a long string every token asks the
+/// same question, and the walk of the whole vocabulary costs far more than a lookup.
+#[derive(Debug, Default)]
+pub struct MaskCache {
+    masks: std::collections::HashMap<State, Vec<(u32, u32)>>,
+}
+
+impl MaskCache {
+    /// Most states kept; the cache starts over when it is full.
+    const CAPACITY: usize = 512;
+
+    /// The same as [`TokenTrie::allowed`], remembered.
+    pub fn allowed(
+        &mut self,
+        trie: &TokenTrie,
+        g: &Grammar,
+        state: &State,
+        budget: u32,
+        out: &mut Vec<u32>,
+    ) {
+        let key = g.mask_key(state, trie.depth);
+        if !self.masks.contains_key(&key) {
+            if self.masks.len() >= Self::CAPACITY {
+                self.masks.clear();
+            }
+            let mut found = Vec::new();
+            trie.walk(0, g, state, &mut found);
+            self.masks.insert(key.clone(), found);
+        }
+        if let Some(found) = self.masks.get(&key) {
+            out.extend(
+                found
+                    .iter()
+                    .filter(|&&(_, d)| d <= budget)
+                    .map(|&(id, _)| id),
+            );
+        }
+    }
+}
+
 /// All tokens' bytes in a trie, so a mask is one walk that drops whole dead subtrees.
 #[derive(Debug, Clone, Default)]
 pub struct TokenTrie {
     /// children[n] = (byte, child) sorted by byte.
     children: Vec<Vec<(u8, u32)>>,
     token: Vec<Option<u32>>,
+    /// The longest token, in bytes.
+    depth: u32,
 }
 
 impl TokenTrie {
@@ -747,6 +831,7 @@ impl TokenTrie {
         let mut t = Self {
             children: vec![Vec::new()],
             token: vec![None],
+            depth: 0,
         };
         for (id, bytes) in tokens {
             if bytes.is_empty() {
@@ -766,28 +851,38 @@ impl TokenTrie {
                 };
             }
             t.token[n] = Some(id);
+            t.depth = t.depth.max(bytes.len() as u32);
         }
         t
     }
 
     /// Tokens whose bytes the grammar accepts from `state` and that leave at most `budget`
     /// bytes to complete the value.
+    /// (The engine asks through [`MaskCache`]; this uncached form is what the cache is tested
+    /// against.)
+    #[cfg(test)]
     pub fn allowed(&self, g: &Grammar, state: &State, budget: u32, out: &mut Vec<u32>) {
-        self.walk(0, g, state, budget, out);
+        let mut found = Vec::new();
+        self.walk(0, g, state, &mut found);
+        out.extend(
+            found
+                .into_iter()
+                .filter(|&(_, d)| d <= budget)
+                .map(|(id, _)| id),
+        );
     }
 
-    fn walk(&self, n: usize, g: &Grammar, state: &State, budget: u32, out: &mut Vec<u32>) {
+    /// Every token the grammar accepts from `state`, with the bytes left to complete after it.
+    fn walk(&self, n: usize, g: &Grammar, state: &State, out: &mut Vec<(u32, u32)>) {
         for &(b, child) in &self.children[n] {
             let next = g.feed(state, b);
             if next.is_dead() {
                 continue;
             }
-            if let Some(id) = self.token[child as usize]
-                && g.distance(&next) <= budget
-            {
-                out.push(id);
+            if let Some(id) = self.token[child as usize] {
+                out.push((id, g.distance(&next)));
             }
-            self.walk(child as usize, g, &next, budget, out);
+            self.walk(child as usize, g, &next, out);
         }
     }
 }
@@ -883,7 +978,10 @@ mod tests {
         assert_eq!(g.distance(&s), 4);
         let s = g.feed_bytes(&g.start(), br#"[""#);
         assert_eq!(g.distance(&g.feed_bytes(&s, b"x")), 3);
-        for bad in [json!({"type":"string","minLength":5,"maxLength":2}), json!({"type":"string","minLength":-1})] {
+        for bad in [
+            json!({"type":"string","minLength":5,"maxLength":2}),
+            json!({"type":"string","minLength":-1}),
+        ] {
             let e = Grammar::from_schema(&bad).unwrap_err();
             assert!(e.0.contains("minLength"), "{e}");
         }
@@ -906,8 +1004,28 @@ mod tests {
         fn vocabulary() -> Vec<Vec<u8>> {
             let mut v: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b]).collect();
             for t in [
-                "\"", "\\", ", \"", "\": ", "{\"", "[\"", "\"]", "\"}", "}}", "北京", "é", "ab", "true",
-                "null", "12", ".5", "-", "\\n", "\\\"", "recipient", "text", "quickReplies",
+                "\"",
+                "\\",
+                ", \"",
+                "\": ",
+                "{\"",
+                "[\"",
+                "\"]",
+                "\"}",
+                "}}",
+                "北京",
+                "é",
+                "ab",
+                "true",
+                "null",
+                "12",
+                ".5",
+                "-",
+                "\\n",
+                "\\\"",
+                "recipient",
+                "text",
+                "quickReplies",
             ] {
                 v.push(t.as_bytes().to_vec());
             }
@@ -933,6 +1051,7 @@ mod tests {
                 let mut text = Vec::new();
                 let mut state = g.start();
                 let mut allowed = Vec::new();
+                let mut cache = MaskCache::default();
                 let mut picks = picks.into_iter();
                 loop {
                     if g.is_finished(&state) {
@@ -942,6 +1061,10 @@ mod tests {
                     allowed.clear();
                     if left > 0 {
                         trie.allowed(&g, &state, left - 1, &mut allowed);
+                        // The cache gives exactly the same mask.
+                        let mut cached = Vec::new();
+                        cache.allowed(&trie, &g, &state, left - 1, &mut cached);
+                        prop_assert_eq!(&cached, &allowed);
                     }
                     // The model may also stop (EOS) when the value is whole.
                     let stop = g.can_end(&state);
@@ -981,7 +1104,9 @@ mod tests {
     #[test]
     fn arrays_and_nested_objects() {
         let g = Grammar::from_schema(&json!({"type":"object","properties":{"xs":{"type":"array","items":{"type":"integer"},"maxItems":2},"o":{"type":"object","properties":{"k":{"type":["string","null"]}}}},"required":["xs"]})).unwrap();
-        assert!(accepts(&g, r#"{"o": {"k": null}, "xs": [1, 2]}"#));
+        // `xs` is required, so it comes first.
+        assert!(accepts(&g, r#"{"xs": [1, 2], "o": {"k": null}}"#));
+        assert!(!accepts(&g, r#"{"o": {"k": null}, "xs": [1, 2]}"#));
         assert!(accepts(&g, r#"{"xs": []}"#));
         assert!(!accepts(&g, r#"{"xs": [1, 2, 3]}"#));
     }

@@ -69,6 +69,7 @@ struct Options {
     top_p: f32,
     max_tokens: u32,
     repeat_penalty: f32,
+    no_repeat_ngram: usize,
     decision_tools: Vec<ToolSpec>,
 }
 
@@ -84,6 +85,7 @@ impl Default for LocalModelBuilder {
                 top_p: 0.9,
                 max_tokens: 512,
                 repeat_penalty: 1.1,
+                no_repeat_ngram: 0,
                 decision_tools: Vec::new(),
             },
         }
@@ -130,6 +132,14 @@ impl LocalModelBuilder {
     /// Repetition penalty over the last 64 tokens (1.0 = off). Default 1.1.
     pub fn repeat_penalty(mut self, p: f32) -> Self {
         self.options.repeat_penalty = p.max(1.0);
+        self
+    }
+    /// Never repeat a run of `n` tokens within one answer (0 = off, the default). Small models
+    /// fall into loops ("I am a chatbot. I am a chatbot. …"); 3–4 stops them. It also applies
+    /// while a tool decision is constrained, where the repetition penalty does not (structure
+    /// repeats on purpose); there the grammar's next bytes always win over the ban.
+    pub fn no_repeat_ngram(mut self, n: usize) -> Self {
+        self.options.no_repeat_ngram = n;
         self
     }
     /// See [`LocalModel::with_decision_tools`].
@@ -210,6 +220,12 @@ impl LocalModel {
     /// The same model with a fixed seed (see [`LocalModelBuilder::seed`]).
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.options.seed = Some(seed);
+        self
+    }
+
+    /// The same model with the n-gram ban (see [`LocalModelBuilder::no_repeat_ngram`]).
+    pub fn with_no_repeat_ngram(mut self, n: usize) -> Self {
+        self.options.no_repeat_ngram = n;
         self
     }
 
@@ -364,6 +380,7 @@ impl LocalModel {
             } else {
                 opts.repeat_penalty
             },
+            no_repeat_ngram: opts.no_repeat_ngram,
         };
         Ok(Plan {
             prompt,
