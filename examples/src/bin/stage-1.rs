@@ -1,12 +1,14 @@
 //! Stage 1 demo: a multi-turn session with tool calls saved to SQLite (in a temp dir), the
 //! store reopened as after a restart, and the history trimmed to a small token budget —
-//! printing what was kept and what was dropped, and why.
+//! printing what was kept and what was dropped, and why. The trimmed request is then answered by
+//! a real model (the configured provider, else the embedded local model), and the answer is
+//! saved as the next round.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
 use context_engine::{ContextBuilder, History, SessionStore, SqliteStore, counter_for_model};
-use model_gateway::{Message, ToolCall};
+use model_gateway::{ChatRequest, Message, ToolCall};
 use serde_json::json;
 
 fn preview(m: &Message) -> String {
@@ -25,7 +27,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("context-engine-stage-1-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("sessions.db");
-    println!("Stage 1 demo: session store at {}", path.display());
+    let (model, which) = examples::demo_model().await?;
+    println!("Stage 1 demo: {which}");
+    println!("Session store at {}", path.display());
 
     // 1) A multi-turn session, one atomic round at a time.
     {
@@ -119,6 +123,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(e) => println!("\nWith a 20-token budget: {e}"),
         Ok(_) => return Err("a 20-token budget should not fit".into()),
     }
+
+    // 5) The trimmed request, answered for real; the answer is saved as the next round.
+    let answer = model
+        .chat(ChatRequest::new(ctx.messages.clone()).with_max_tokens(96))
+        .await?;
+    println!(
+        "\nThe model's answer to the trimmed request: {:?}",
+        answer.content
+    );
+    let len = store
+        .append("demo", &[Message::assistant(answer.content)])
+        .await?;
+    println!("Saved as the next round: the session now holds {len} messages");
 
     drop(store);
     std::fs::remove_dir_all(&dir)?;

@@ -1,11 +1,17 @@
-//! Stage 2 demo: output control, offline and deterministic.
+//! Stage 2 demo: output control.
 //!
 //! 1. Spec 000's three-chunk stream fed to the streaming `<tool_action>` parser, printing each
 //!    text and each tool action the moment the parser emits it.
 //! 2. Spec 002's JSON tool decision read from a chatty, fenced model reply, and a broken
 //!    answer turned into the re-prompt text a loop would send back.
+//! 3. A real model (the configured provider, else the embedded local model) writing 002's
+//!    decision for the weather question, streamed, then read and checked by the same parsers.
+//!
+//! Sections 1 and 2 are fixed texts, so they are deterministic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use futures::StreamExt;
+use model_gateway::{ChatEvent, ChatRequest, Message, ResponseFormat, ToolSpec};
 use output_control::{StreamParser, TagEvent, ToolDecision, parse_tool_decision, validate};
 use serde_json::json;
 
@@ -39,7 +45,11 @@ fn show(after: &str, events: Vec<TagEvent>) {
     }
 }
 
-fn main() {
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (model, which) = examples::demo_model().await?;
+    println!("Stage 2 demo: {which} (for section 3; sections 1 and 2 parse fixed texts)");
+    println!();
     println!("== Stage 2: streaming <tool_action> parsing (spec 000) ==");
     let chunks = [
         "思考: 我需要搜索...<tool_action name=\"",
@@ -108,4 +118,61 @@ fn main() {
     )
     .unwrap_err();
     println!("\nschema violations as a re-prompt:\n{}", err.for_model());
+
+    println!();
+    println!("== A real model writes the decision of 002, read by the same parsers ==");
+    let tool_schema = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "City name"}},
+        "required": ["city"],
+        "additionalProperties": false
+    });
+    // The decision as a JSON schema: providers that support structured output follow it, and
+    // the local model's decoding is constrained by it.
+    let decision = json!({
+        "type": "object",
+        "properties": {"tool": {"const": "get_weather"}, "arguments": tool_schema},
+        "required": ["tool", "arguments"],
+        "additionalProperties": false
+    });
+    let request = ChatRequest::new(vec![
+        // The system prompt the tool loop's JSON-decision protocol writes (Stage 3).
+        Message::system(format!(
+            "You are a helpful assistant. Use tools when they help.\n\n{}",
+            tool_system::json_decision_prompt(&[ToolSpec::new(
+                "get_weather",
+                "Get current weather for a city",
+                tool_schema.clone()
+            )])
+        )),
+        Message::user("What's the weather in Paris?"),
+    ])
+    .with_response_format(ResponseFormat::JsonSchema {
+        name: "tool_decision".into(),
+        schema: decision,
+        strict: true,
+    });
+    println!("user: What's the weather in Paris?");
+    let mut stream = model.stream(request).await?;
+    let mut text = String::new();
+    let mut chunks = 0;
+    while let Some(event) = stream.next().await {
+        if let ChatEvent::TextDelta(t) = event? {
+            chunks += 1;
+            text.push_str(&t);
+        }
+    }
+    println!("streamed in {chunks} chunks: {text}");
+    match parse_tool_decision(&text) {
+        Ok(ToolDecision::Call { name, arguments }) => {
+            println!("decision: call {name} with {arguments}");
+            match validate(&arguments, &tool_schema) {
+                Ok(()) => println!("arguments match the tool's schema"),
+                Err(e) => println!("arguments rejected:\n{}", e.for_model()),
+            }
+        }
+        Ok(other) => println!("decision: {other:?}"),
+        Err(e) => println!("unusable answer, re-prompt: {}", e.for_model()),
+    }
+    Ok(())
 }

@@ -224,6 +224,7 @@ impl Engine {
         let mut utf8 = Utf8Stream::default();
         let mut recent: Vec<u32> = Vec::new();
         let mut generated: Vec<u32> = Vec::new();
+        let mut string_run: Vec<u32> = Vec::new();
         let mut allowed: Vec<u32> = Vec::new();
         let mut masks = MaskCache::default();
         let mut gen_start = None;
@@ -251,12 +252,21 @@ impl Engine {
                 _ => None,
             };
             apply_repeat_penalty(&mut logits, &recent, sampling.repeat_penalty);
-            ban_repeated_ngrams(
-                &mut logits,
-                &generated,
-                sampling.no_repeat_ngram,
-                mask.map(|v| v.as_slice()),
-            );
+            // The ban covers free text: the whole answer when unconstrained, else the body of
+            // the string value being written (structure repeats on purpose, and a ban keyed on
+            // it would forbid the right value after a repeated `": "`).
+            let free = match (grammar, &gstate) {
+                (Some(g), Some(s)) => g.in_string(s).then_some(&string_run),
+                _ => Some(&generated),
+            };
+            if let Some(free) = free {
+                ban_repeated_ngrams(
+                    &mut logits,
+                    free,
+                    sampling.no_repeat_ngram,
+                    mask.map(|v| v.as_slice()),
+                );
+            }
             let next = sample(&logits, mask.map(|v| v.as_slice()), &sampling, &mut rng);
             stats.generated_tokens += 1;
             if gen_start.is_none() {
@@ -277,6 +287,11 @@ impl Engine {
                 recent.remove(0);
             }
             if let (Some(g), Some(s)) = (grammar, &mut gstate) {
+                if g.in_string(s) {
+                    string_run.push(next);
+                } else {
+                    string_run.clear();
+                }
                 *s = g.feed_bytes(s, bytes);
                 if g.is_finished(s) {
                     break Stop::EndOfTurn;

@@ -692,6 +692,16 @@ impl Grammar {
         }
     }
 
+    /// The model is writing the body of a string value: what comes next is its free choice,
+    /// not structure the grammar dictates.
+    pub fn in_string(&self, state: &State) -> bool {
+        !state.stacks.is_empty()
+            && state
+                .stacks
+                .iter()
+                .all(|s| matches!(s.last(), Some(Frame::Str { open: true, .. })))
+    }
+
     /// The bytes so far are a whole value.
     pub fn can_end(&self, state: &State) -> bool {
         state.stacks.iter().any(|s| self.stack_can_end(s))
@@ -941,6 +951,20 @@ mod tests {
         assert!(!accepts(&g, r#"{"tool": "weather""#));
         let g = Grammar::tool_decision(&tools(), NullChoice::Forbidden).unwrap();
         assert!(!accepts(&g, r#"{"tool": null, "reply": "x"}"#));
+    }
+
+    #[test]
+    fn in_string_is_only_the_body_of_a_string_value() {
+        let g = Grammar::tool_decision(&tools(), NullChoice::Allowed).unwrap();
+        let at = |t: &str| g.in_string(&g.feed_bytes(&g.start(), t.as_bytes()));
+        assert!(!at(r#"{"tool": "#));
+        assert!(
+            !at(r#"{"tool": "wea"#),
+            "a tool name is a literal, not a string value"
+        );
+        assert!(at(r#"{"tool": "weather", "arguments": {"city": "Par"#));
+        assert!(!at(r#"{"tool": "weather", "arguments": {"city": "Paris""#));
+        assert!(at(r#"{"tool": null, "reply": ""#));
     }
 
     #[test]

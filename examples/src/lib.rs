@@ -1,0 +1,39 @@
+//! What the stage demos share: which model answers when the demo needs one.
+
+use std::sync::Arc;
+
+use model_gateway::local::LocalModel;
+use model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
+
+/// The configured provider (`OPENAI_API_KEY` / `OPENAI_BASE_URL`, see the README), or else the
+/// embedded local model (SmolLM2-135M-Instruct on the CPU, fetched once into the cache) with a
+/// fixed seed, the n-gram ban against small-model loops and short answers. Returns the model and
+/// a sentence saying which it is, for the demo's first line.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let (model, which) = examples::demo_model().await?;
+/// println!("Stage N demo: {which}");
+/// # let _ = model; Ok(()) }
+/// ```
+pub async fn demo_model() -> Result<(Arc<dyn ChatModel>, String), Box<dyn std::error::Error>> {
+    if let Some(cfg) = OpenAiConfig::from_env()? {
+        let which = format!(
+            "using the configured provider {} (model {})",
+            cfg.base_url, cfg.model
+        );
+        return Ok((Arc::new(OpenAiModel::new(cfg)?), which));
+    }
+    let started = std::time::Instant::now();
+    let model = LocalModel::builder()
+        .seed(1)
+        .no_repeat_ngram(3)
+        .max_tokens(96)
+        .build()
+        .await?;
+    let which = format!(
+        "no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the embedded local model SmolLM2-135M-Instruct (CPU, in process; loaded in {:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    Ok((Arc::new(model), which))
+}
