@@ -74,7 +74,16 @@ async fn main() {
         std::process::exit(1);
     };
 
-    println!("== 1. Registry: a Claude Desktop `mcpServers` file, as it is");
+    match model_gateway::OpenAiConfig::from_env() {
+        Ok(Some(cfg)) => println!(
+            "Stage 4 demo: using the configured provider {} (model {}) for the model turn (6b); the scripted model shows the protocol first (6)",
+            cfg.base_url, cfg.model
+        ),
+        _ => println!(
+            "Stage 4 demo: no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the embedded local model SmolLM2-135M-Instruct (CPU, in process) for the model turn (6b); the scripted model shows the protocol first (6)"
+        ),
+    }
+    println!("\n== 1. Registry: a Claude Desktop `mcpServers` file, as it is");
     let dir = std::env::temp_dir().join(format!("stage-4-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("mcp.json");
