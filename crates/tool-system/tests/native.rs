@@ -59,13 +59,7 @@ async fn t5_tool_result_appended_as_tool_message_with_call_id() {
         r#"{"city":"Beijing"}"#,
     ));
     server.push(Reply::text("It is 22 degrees in Beijing."));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let store = store();
-    let agent = Agent::builder(model(&server))
-        .tool(weather(calls.clone()))
-        .store(store.clone())
-        .build()
-        .unwrap();
+    let (agent, calls, store) = weather_agent(&server);
     let out = agent.run("s", "Weather in Beijing?").await.unwrap();
     assert_eq!(out.answer, "It is 22 degrees in Beijing.");
     assert_eq!(out.iterations, 2);
@@ -285,13 +279,7 @@ async fn t5_invalid_json_arguments_error_reaches_model_for_that_call() {
         ("call_bad", "get_weather", r#"{"city": Oslo"#),
     ]));
     server.push(Reply::text("done"));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let store = store();
-    let agent = Agent::builder(model(&server))
-        .tool(weather(calls.clone()))
-        .store(store.clone())
-        .build()
-        .unwrap();
+    let (agent, calls, store) = weather_agent(&server);
     let out = agent.run("s", "go").await.unwrap();
     assert_eq!(out.answer, "done");
     assert_eq!(
@@ -332,13 +320,7 @@ async fn t4_schema_invalid_arguments_not_run_error_reaches_model() {
         r#"{"city":"Oslo"}"#,
     ));
     server.push(Reply::text("fixed"));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let store = store();
-    let agent = Agent::builder(model(&server))
-        .tool(weather(calls.clone()))
-        .store(store.clone())
-        .build()
-        .unwrap();
+    let (agent, calls, store) = weather_agent(&server);
     let out = agent.run("s", "go").await.unwrap();
     assert_eq!(out.answer, "fixed");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -369,13 +351,7 @@ async fn t5_max_iterations_stops_and_returns_last() {
         );
     }
     server.push(Reply::text("never requested"));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let store = store();
-    let agent = Agent::builder(model(&server))
-        .tool(weather(calls.clone()))
-        .store(store.clone())
-        .build()
-        .unwrap();
+    let (agent, calls, store) = weather_agent(&server);
     let out = agent.run("s", "loop").await.unwrap();
     assert!(out.hit_iteration_limit);
     assert_eq!(out.iterations, 5);
@@ -670,13 +646,7 @@ async fn t5_repeated_identical_call_reuses_the_result_and_asks_for_an_answer() {
         r#"{"city": "Beijing"}"#,
     ));
     server.push(Reply::text("Sunny, 22°C."));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let store = store();
-    let agent = Agent::builder(model(&server))
-        .tool(weather(calls.clone()))
-        .store(store.clone())
-        .build()
-        .unwrap();
+    let (agent, calls, store) = weather_agent(&server);
     let out = agent.run("s", "weather?").await.unwrap();
     assert_eq!(out.answer, "Sunny, 22°C.");
     assert_eq!(

@@ -8,7 +8,7 @@ use context_engine::{MemoryStore, SessionStore};
 use model_gateway::{Message, OpenAiConfig, OpenAiModel, RetryPolicy};
 use serde_json::{Value, json};
 use testkit::ScriptedServer;
-use tool_system::{FnTool, ToolError};
+use tool_system::{Agent, FnTool, ToolError};
 
 pub fn model(server: &ScriptedServer) -> OpenAiModel {
     OpenAiModel::new(
@@ -44,6 +44,19 @@ pub fn weather(counter: Arc<AtomicUsize>) -> FnTool {
             async move { Ok(json!({"temp": 22, "city": args["city"]})) }
         },
     )
+}
+
+/// The usual native-protocol setup: an agent over `server` with [`weather`], its call counter,
+/// and the store it writes to.
+pub fn weather_agent(server: &ScriptedServer) -> (Agent, Arc<AtomicUsize>, Arc<MemoryStore>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let store = store();
+    let agent = Agent::builder(model(server))
+        .tool(weather(calls.clone()))
+        .store(store.clone())
+        .build()
+        .unwrap();
+    (agent, calls, store)
 }
 
 pub fn failing(name: &str, message: &str) -> FnTool {
