@@ -787,14 +787,38 @@ impl Grammar {
 
 /// Masks already computed for one grammar, by state: inside a long string every token asks the
 /// same question, and the walk of the whole vocabulary costs far more than a lookup.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MaskCache {
     masks: std::collections::HashMap<State, Vec<(u32, u32)>>,
+    /// Tokens stored over all masks.
+    stored: usize,
+    /// Most tokens kept over all masks; the cache starts over when full.
+    capacity: usize,
+}
+
+impl Default for MaskCache {
+    /// 2M tokens (8 bytes each: 16 MB). A string-body mask holds most of the vocabulary
+    /// (~49k tokens for SmolLM2).
+    fn default() -> Self {
+        Self::with_capacity(2_000_000)
+    }
 }
 
 impl MaskCache {
-    /// Most states kept; the cache starts over when it is full.
-    const CAPACITY: usize = 512;
+    /// A cache keeping at most `capacity` tokens over all masks.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            masks: std::collections::HashMap::new(),
+            stored: 0,
+            capacity,
+        }
+    }
+
+    /// Tokens currently stored over all masks.
+    #[cfg(test)]
+    fn stored(&self) -> usize {
+        self.stored
+    }
 
     /// The same as [`TokenTrie::allowed`], remembered.
     pub fn allowed(
@@ -807,11 +831,13 @@ impl MaskCache {
     ) {
         let key = g.mask_key(state, trie.depth);
         if !self.masks.contains_key(&key) {
-            if self.masks.len() >= Self::CAPACITY {
-                self.masks.clear();
-            }
             let mut found = Vec::new();
             trie.walk(0, g, state, &mut found);
+            if self.stored + found.len() > self.capacity {
+                self.masks.clear();
+                self.stored = 0;
+            }
+            self.stored += found.len();
             self.masks.insert(key.clone(), found);
         }
         if let Some(found) = self.masks.get(&key) {
@@ -1122,6 +1148,31 @@ mod tests {
                 let validator = jsonschema::validator_for(schema).unwrap();
                 prop_assert!(validator.is_valid(&v), "{} is not valid", v);
             }
+        }
+    }
+
+    #[test]
+    fn mask_cache_stays_within_its_capacity_and_still_answers() {
+        let g = Grammar::from_schema(&json!({"type":"string","maxLength":400})).unwrap();
+        // A 300-byte token: string states within 300 characters of the cap stay distinct, so
+        // the cache fills and has to start over many times.
+        let mut vocab: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b]).collect();
+        vocab.push(vec![b'a'; 300]);
+        let trie = TokenTrie::new(
+            vocab
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (i as u32, t.as_slice())),
+        );
+        let mut cache = MaskCache::with_capacity(1000);
+        let mut state = g.start();
+        for b in std::iter::once(b'"').chain(std::iter::repeat_n(b'a', 399)) {
+            let (mut cached, mut walked) = (Vec::new(), Vec::new());
+            cache.allowed(&trie, &g, &state, 1000, &mut cached);
+            trie.allowed(&g, &state, 1000, &mut walked);
+            assert_eq!(cached, walked);
+            assert!(cache.stored() <= 1000, "{}", cache.stored());
+            state = g.feed(&state, b);
         }
     }
 
