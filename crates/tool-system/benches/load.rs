@@ -3,14 +3,15 @@
 //! within 3× the time of one loop: no global lock serialises loops. Run by `cargo bench`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use context_engine::MemoryStore;
 use model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
-use serde_json::{Value, json};
+use serde_json::Value;
 use testkit::{Reply, ScriptedServer};
-use tool_system::{Agent, FnTool};
+use tool_system::Agent;
 
 const LOOPS: usize = 1000;
 const LATENCY: Duration = Duration::from_millis(20);
@@ -40,19 +41,8 @@ impl model_gateway::ChatModel for Sleepy {
         &self,
         req: model_gateway::ChatRequest,
     ) -> Result<model_gateway::ChatResponse, model_gateway::GatewayError> {
-        use model_gateway::{ChatResponse, FinishReason, Message, ToolCall};
         tokio::time::sleep(LATENCY).await;
-        Ok(match req.messages.last() {
-            Some(Message::Tool { .. }) => {
-                ChatResponse::new("done", vec![], FinishReason::Stop, None)
-            }
-            _ => ChatResponse::new(
-                "",
-                vec![ToolCall::new("c1", "noop", json!({"x": 1}))],
-                FinishReason::ToolCalls,
-                None,
-            ),
-        })
+        Ok(common::noop_round(&req))
     }
     async fn stream(
         &self,
@@ -120,12 +110,9 @@ fn main() {
             OpenAiConfig::new("m").with_base_url(server.base_url()).with_retry(RetryPolicy::none()).with_timeout(Duration::from_secs(60)),
         )
         .unwrap();
-        let noop = FnTool::new("noop", "no-op", json!({"type": "object", "properties": {"x": {"type": "integer"}}}), |_, _| async {
-            Ok(json!("ok"))
-        });
-        let agent = Agent::builder(model).tool(noop).store(Arc::new(MemoryStore::new())).build().unwrap();
+        let agent = common::noop_agent(model, |b| b);
 
-        measure("in_process_model", &Agent::builder(Sleepy).tool(FnTool::new("noop", "no-op", json!({"type": "object", "properties": {"x": {"type": "integer"}}}), |_, _| async { Ok(json!("ok")) })).store(Arc::new(MemoryStore::new())).build().unwrap()).await;
+        measure("in_process_model", &common::noop_agent(Sleepy, |b| b)).await;
         measure("scripted_http_server", &agent).await;
 
         // Baseline: the same 2 x 1,000 streamed requests through the gateway alone, no tool loop.

@@ -3,18 +3,18 @@
 //! validation and a spawned task, session appends, context building). Target: < 20 µs per round.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::sync::Arc;
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use context_engine::MemoryStore;
 use criterion::{Criterion, criterion_group, criterion_main};
 use model_gateway::{
-    ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message,
-    ModelInfo, ToolCall, async_trait, response_stream,
+    ChatModel, ChatRequest, ChatResponse, ChatStream, GatewayError, ModelInfo, async_trait,
+    response_stream,
 };
 use serde_json::json;
-use tool_system::{Agent, FnTool, ProtocolKind};
+use tool_system::{Agent, ProtocolKind};
 
 /// Calls `noop` until it sees a tool result, then answers: two rounds per run.
 struct Instant;
@@ -25,17 +25,7 @@ impl ChatModel for Instant {
         ModelInfo::new("instant", true)
     }
     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
-        Ok(match req.messages.last() {
-            Some(Message::Tool { .. }) => {
-                ChatResponse::new("done", vec![], FinishReason::Stop, None)
-            }
-            _ => ChatResponse::new(
-                "",
-                vec![ToolCall::new("c1", "noop", json!({"x": 1}))],
-                FinishReason::ToolCalls,
-                None,
-            ),
-        })
+        Ok(common::noop_round(&req))
     }
     async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> {
         Ok(response_stream(self.chat(req).await?))
@@ -43,18 +33,7 @@ impl ChatModel for Instant {
 }
 
 fn agent(protocol: ProtocolKind) -> Agent {
-    let noop = FnTool::new(
-        "noop",
-        "does nothing",
-        json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
-        |_, _| async { Ok(json!("ok")) },
-    );
-    Agent::builder(Instant)
-        .tool(noop)
-        .protocol(protocol)
-        .store(Arc::new(MemoryStore::new()))
-        .build()
-        .unwrap()
+    common::noop_agent(Instant, |b| b.protocol(protocol))
 }
 
 fn bench(c: &mut Criterion) {

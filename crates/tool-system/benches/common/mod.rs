@@ -1,0 +1,46 @@
+//! What the tool-system benches share: a no-op tool and a model turn that calls it once.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use context_engine::MemoryStore;
+use model_gateway::{ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ToolCall};
+use serde_json::json;
+use tool_system::{Agent, AgentBuilder, FnTool};
+
+/// `noop(x: integer)`, answering "ok".
+pub fn noop_tool() -> FnTool {
+    FnTool::new(
+        "noop",
+        "does nothing",
+        json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
+        |_, _| async { Ok(json!("ok")) },
+    )
+}
+
+/// The model's side of a two-round loop: call `noop` until a tool result is there, then answer.
+pub fn noop_round(req: &ChatRequest) -> ChatResponse {
+    match req.messages.last() {
+        Some(Message::Tool { .. }) => ChatResponse::new("done", vec![], FinishReason::Stop, None),
+        _ => ChatResponse::new(
+            "",
+            vec![ToolCall::new("c1", "noop", json!({"x": 1}))],
+            FinishReason::ToolCalls,
+            None,
+        ),
+    }
+}
+
+/// An agent over `model` with [`noop_tool`] and an in-memory store; `configure` may change it.
+pub fn noop_agent(
+    model: impl ChatModel + 'static,
+    configure: impl FnOnce(AgentBuilder) -> AgentBuilder,
+) -> Agent {
+    configure(
+        Agent::builder(model)
+            .tool(noop_tool())
+            .store(Arc::new(MemoryStore::new())),
+    )
+    .build()
+    .unwrap()
+}
