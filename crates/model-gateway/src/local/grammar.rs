@@ -829,25 +829,28 @@ impl MaskCache {
         budget: u32,
         out: &mut Vec<u32>,
     ) {
-        let key = g.mask_key(state, trie.depth);
-        if !self.masks.contains_key(&key) {
-            let mut found = Vec::new();
-            trie.walk(0, g, state, &mut found);
-            if self.stored + found.len() > self.capacity {
-                self.masks.clear();
-                self.stored = 0;
-            }
-            self.stored += found.len();
-            self.masks.insert(key.clone(), found);
-        }
-        if let Some(found) = self.masks.get(&key) {
+        let within = |found: &[(u32, u32)], out: &mut Vec<u32>| {
             out.extend(
                 found
                     .iter()
                     .filter(|&&(_, d)| d <= budget)
                     .map(|&(id, _)| id),
             );
+        };
+        let key = g.mask_key(state, trie.depth);
+        if let Some(found) = self.masks.get(&key) {
+            within(found, out);
+            return;
         }
+        let mut found = Vec::new();
+        trie.walk(0, g, state, &mut found);
+        within(&found, out);
+        if self.stored + found.len() > self.capacity {
+            self.masks.clear();
+            self.stored = 0;
+        }
+        self.stored += found.len();
+        self.masks.insert(key, found);
     }
 }
 
