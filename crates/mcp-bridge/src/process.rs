@@ -1,6 +1,15 @@
-//! The child process of one MCP server: a clean environment, its own process group, stderr into
-//! `tracing`, stdout checked line by line before rmcp reads it, and an end that leaves nothing
-//! behind.
+//! The child process of one MCP server: a clean environment, contained by `process-guard`,
+//! stderr into `tracing`, stdout checked line by line before rmcp reads it, and an end that
+//! leaves nothing behind.
+//!
+//! Containment (`process_guard::spawn`): the server runs in its own process group and is a child
+//! subreaper, so whatever it starts — `npx` → `node`, a `setsid()` daemon, node's
+//! `detached: true` — stays in its process tree, and carries a marker in its environment; a stop,
+//! a failure or a dropped bridge freezes and kills that whole set. The agent process is made
+//! non-dumpable when the first server starts, and a server started by root loses
+//! `CAP_SYS_PTRACE` (and the other capabilities that read memory), so a server cannot read the
+//! agent's `/proc/PID/environ` or memory. What this does and does not cover:
+//! `docs/stage-4-mcp-bridge.md` and `process_guard`'s docs.
 //!
 //! rmcp's own child-process transport inherits stderr, does not start the child in its own
 //! process group and ignores stdout lines that are not JSON, so the bridge spawns the
@@ -10,19 +19,28 @@
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::oneshot;
 
 use crate::config::ServiceConfig;
 
-/// The only variables of the agent's environment a server gets (when set), so that `npx`, `uvx`
-/// or `node` can start; everything else comes from the service's `env`. The agent's API keys
-/// and other secrets are never passed on.
+/// The only variables a server's environment holds besides its service's `env`: these of the
+/// agent's (when set), so that `npx`, `uvx` or `node` can start, and `PROCESS_GUARD`
+/// (`process_guard::MARKER_VAR`: a random marker, set by the bridge for each server, by which a
+/// detached descendant is found and ended; not a secret). The agent's API keys and other
+/// secrets are never passed on, and the server cannot read them from `/proc` either (see the
+/// module docs).
 pub const INHERITED_ENV: &[&str] = &[
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TZ",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "TZ",
+    process_guard::MARKER_VAR,
 ];
 
 /// Largest JSON-RPC message (one stdout line) accepted from a server. A larger one breaks the
@@ -44,17 +62,22 @@ pub(crate) struct Spawned {
     pub violation: oneshot::Receiver<String>,
 }
 
-/// Spawns `cfg`'s command in its own process group with a cleared environment.
+/// Spawns `cfg`'s command contained (see the module docs) with a cleared environment.
 pub(crate) fn spawn(cfg: &ServiceConfig) -> std::io::Result<Spawned> {
+    if let Err(e) = process_guard::protect_this_process() {
+        tracing::warn!("MCP servers may be able to read this process's environment: {e}");
+    }
     let mut cmd = Command::new(&cfg.command);
     cmd.args(&cfg.args)
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
-    for key in INHERITED_ENV {
+        .kill_on_drop(true);
+    for key in INHERITED_ENV
+        .iter()
+        .filter(|k| **k != process_guard::MARKER_VAR)
+    {
         if let Some(v) = std::env::var_os(key) {
             cmd.env(key, v);
         }
@@ -63,12 +86,11 @@ pub(crate) fn spawn(cfg: &ServiceConfig) -> std::io::Result<Spawned> {
     if let Some(dir) = &cfg.cwd {
         cmd.current_dir(dir);
     }
-    let mut child = cmd.spawn()?;
-    let pid = child
-        .id()
-        .ok_or_else(|| std::io::Error::other("child exited at once"))?;
-    let pgid = i32::try_from(pid).map_err(|_| std::io::Error::other("pid out of range"))?;
-    let group = GroupGuard { pgid, armed: true };
+    let (mut child, guard) = process_guard::spawn(&mut cmd).map_err(|e| match e {
+        process_guard::GuardError::Spawn { source, .. } => source,
+        other => std::io::Error::other(other.to_string()),
+    })?;
+    let group = GroupGuard { guard };
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -206,47 +228,22 @@ async fn read_line_capped<R: AsyncRead + Unpin>(
     }
 }
 
-/// The server's process group. Dropping the guard kills the whole group, so no path — a panic in
-/// a caller, a dropped bridge — leaves a server or its children (`npx` → `node`) running.
+/// The server and everything it started. Dropping the guard kills all of it, so no path — a
+/// panic in a caller, a dropped bridge — leaves a server or its children running.
 #[derive(Debug)]
 pub(crate) struct GroupGuard {
-    pgid: i32,
-    armed: bool,
+    guard: process_guard::ProcessGuard,
 }
 
 impl GroupGuard {
     /// The process group id (= the server's pid).
     pub fn pgid(&self) -> i32 {
-        self.pgid
+        i32::try_from(self.guard.pgid()).unwrap_or(i32::MAX)
     }
 
-    fn signal(&self, sig: Signal) {
-        if let Err(e) = killpg(Pid::from_raw(self.pgid), sig)
-            && e != nix::errno::Errno::ESRCH
-        {
-            tracing::warn!(pgid = self.pgid, "killpg({sig}) failed: {e}");
-        }
-    }
-
-    /// Ends the server: SIGTERM to the group, up to `grace` for the server to exit, then SIGKILL
-    /// to the whole group (children that outlive their parent included), then reaps the server.
-    pub async fn terminate(mut self, child: &mut Child, grace: Duration) -> Option<ExitStatus> {
-        self.signal(Signal::SIGTERM);
-        let status = tokio::time::timeout(grace, child.wait()).await.ok();
-        self.signal(Signal::SIGKILL);
-        let status = match status {
-            Some(Ok(s)) => Some(s),
-            _ => child.wait().await.ok(),
-        };
-        self.armed = false;
-        status
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            self.signal(Signal::SIGKILL);
-        }
+    /// Ends the server: SIGTERM to its group and tree, up to `grace` for the server to exit,
+    /// then SIGKILL to everything it started (detached descendants included), then reaps it.
+    pub async fn terminate(self, child: &mut Child, grace: Duration) -> Option<ExitStatus> {
+        self.guard.terminate(child, grace).await
     }
 }
