@@ -1,20 +1,40 @@
-//! Tiered description injection (M3).
+//! Tiered description injection (M3): what the model is shown of MCP tools.
 //!
 //! **Level 1** — for an MCP intent, a prompt section with only the matching tools, each as its
-//! name plus one sentence, and no schema. For any other intent, no section at all.
+//! name plus one sentence: its service's description (M5; the service name when none is
+//! configured). No schema. For any other intent, no section at all.
 //!
-//! **Level 2** — the full schema, fetched only when the model decides to call a tool: the bridge
-//! offers [`DESCRIBE_TOOL`] (`{"name": "..."}` → name, description, parameters), and a call with
-//! missing or malformed arguments comes back as an invalid-arguments error that carries the full
-//! schema, so the model can correct itself in one more round.
+//! **Level 2** — one tool's full spec (the server's description and the parameter schema),
+//! fetched only when the model asks: the bridge offers [`DESCRIBE_TOOL`]
+//! (`{"name": "..."}` → name, description, parameters), after which that tool's full spec is in
+//! the next requests of the same turn; and a call whose arguments do not fit comes back as an
+//! invalid-arguments error that carries the full schema, so the model fixes it in one round.
 
 use std::collections::BTreeMap;
 
-use crate::bridge::{DESCRIBE_TOOL, McpTool};
+use llm_core::ToolSpec;
+
+use crate::catalog::McpTool;
 use crate::intent::Intent;
 
 /// The name of the per-turn prompt section the bridge fills.
 pub const SECTION_NAME: &str = "mcp";
+
+/// The bridge's own tool that returns another tool's full spec (level 2).
+pub const DESCRIBE_TOOL: &str = "mcp_describe_tool";
+
+/// The spec of [`DESCRIBE_TOOL`].
+pub fn describe_tool_spec() -> ToolSpec {
+    ToolSpec::new(
+        DESCRIBE_TOOL,
+        "Returns the full description and parameter schema of an MCP tool listed in the system prompt; call it before calling that tool.",
+        serde_json::json!({
+            "type": "object",
+            "properties": {"name": {"type": "string", "description": "The tool's exact name"}},
+            "required": ["name"]
+        }),
+    )
+}
 
 /// The tools an MCP intent points at: the named tool (exposed or original name, any case), or
 /// every tool of the named service.
@@ -40,7 +60,8 @@ pub fn matching_tools<'a>(intent: &Intent, tools: &'a [McpTool]) -> Vec<&'a McpT
 
 /// The level-1 section for `intent`, or `None` for a non-MCP intent.
 ///
-/// `service_descriptions` gives each service's description, used when a tool has none.
+/// `service_descriptions` gives each service's description (M5: the configured one, else the
+/// service name); a service missing from it is described by its name.
 pub fn level1_section(
     intent: &Intent,
     tools: &[McpTool],
@@ -73,7 +94,7 @@ pub fn level1_section(
         ));
     }
     out.push_str(&format!(
-        "Call a tool by its exact name. To see its parameters first, call `{DESCRIBE_TOOL}` with {{\"name\": \"<tool name>\"}}; a call with wrong arguments also returns the full schema."
+        "To use one, first call `{DESCRIBE_TOOL}` with {{\"name\": \"<tool name>\"}}: it returns the tool's parameters and makes the tool callable. Then call the tool by its exact name."
     ));
     Some(out)
 }

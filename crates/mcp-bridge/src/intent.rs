@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 
-use crate::bridge::McpTool;
+use crate::catalog::McpTool;
 use crate::config::ServiceConfig;
 
 /// What the user wants from this turn.

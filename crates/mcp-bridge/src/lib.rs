@@ -1,36 +1,57 @@
 //! # mcp-bridge — Stage 4
 //!
-//! MCP services over stdio, built on `rmcp` (the official Rust MCP SDK):
+//! MCP services over stdio, built on `rmcp` (the official Rust MCP SDK). One file per concern:
 //!
-//! - **Registry and configuration** (M5): [`McpBridge::register`], [`McpBridge::update`],
-//!   [`McpBridge::remove`], [`McpBridge::services`]; persisted in the `mcpServers` JSON format
-//!   that Claude Desktop and Cursor use ([`ConfigFile`]).
-//! - **Lifecycle and status**: [`McpBridge::start`], [`McpBridge::stop`], [`McpBridge::restart`];
-//!   [`ServiceStatus`] `running`, `stopped` or `error` with the last error. Each server runs in
-//!   its own process group with a cleared environment, its stderr goes to `tracing`, its stdout
-//!   is checked line by line, and stopping ends the whole group ([`process`]).
-//! - **Discovery** (M1): [`McpBridge::tools`] lists running services' tools only, cached and
-//!   refreshed on `notifications/tools/list_changed`; names are namespaced `service__tool`
-//!   ([`names`]); schemas are normalised.
+//! - **Registry and configuration** (M5, `registry.rs`, [`config`]): [`McpBridge::register`],
+//!   [`McpBridge::update`], [`McpBridge::remove`], [`McpBridge::services`]; persisted in the
+//!   `mcpServers` JSON format that Claude Desktop and Cursor use ([`ConfigFile`]).
+//! - **Lifecycle and status** (`lifecycle.rs`, `connection.rs`): [`McpBridge::start`],
+//!   [`McpBridge::stop`], [`McpBridge::restart`]; [`ServiceStatus`] `running`, `stopped` or
+//!   `error` with the last error. Each server runs in its own process group with a cleared
+//!   environment, its stderr goes to `tracing`, its stdout is checked line by line, and
+//!   stopping ends the whole group ([`process`]).
+//! - **Discovery** (M1, `discovery.rs`, `catalog.rs`): [`McpBridge::tools`] lists running
+//!   services' tools only, cached and refreshed on `notifications/tools/list_changed`; names
+//!   are namespaced `service__tool` ([`names`]); schemas are normalised
+//!   ([`llm_core::normalize_schema`]).
 //! - **Intent recognition, layer 1** (M2): [`intent`].
-//! - **Tiered descriptions** (M3): [`inject`], [`McpBridge::prompt_section`].
-//! - **Execution** (M4, M6): [`McpBridge`] implements [`tool_system::ToolProvider`]; every
-//!   failure is a [`tool_system::ToolError`] the model can act on, so the conversation goes on.
+//! - **Tiered descriptions** (M3, [`inject`], `descriptions.rs`): [`McpBridge::prompt_section`]
+//!   (level 1), [`DESCRIBE_TOOL`] (level 2), [`McpBridge::advertised_tools`] (what a request
+//!   shows).
+//! - **Execution** (M4, M6, `execution.rs`, `provider.rs`, [`protocol`]): [`McpBridge`]
+//!   implements [`llm_core::ToolProvider`]; every failure is a [`llm_core::ToolError`] the
+//!   model can act on, so the conversation goes on.
+//!
+//! Module dependencies go one way: `names`, `config`, `error`, `process` → `catalog`,
+//! `connection`, `turns` → `intent` → `inject` → `bridge` (the shared state) → `registry`,
+//! `lifecycle`, `discovery` → `descriptions` → `execution` → `provider`.
 
 mod bridge;
+mod catalog;
 pub mod config;
+mod connection;
+mod descriptions;
+mod discovery;
 mod error;
+mod execution;
 pub mod inject;
 pub mod intent;
+mod lifecycle;
 pub mod names;
 pub mod process;
 pub mod protocol;
+mod provider;
+mod registry;
+mod turns;
 
-pub use bridge::{
-    DEFAULT_MAX_RESULT_BYTES, DESCRIBE_TOOL, McpBridge, McpTool, ServiceInfo, ServiceStatus,
-};
+pub use bridge::McpBridge;
+pub use catalog::McpTool;
 pub use config::{ConfigFile, ServiceConfig, ServiceUpdate};
 pub use error::BridgeError;
-pub use inject::SECTION_NAME;
+pub use inject::{DESCRIBE_TOOL, SECTION_NAME};
 pub use intent::{Intent, IntentChain, IntentRecognizer, McpIntent, McpTrigger};
+/// The default cap on a tool result the model is shown (64 KiB). The dispatcher applies it to
+/// every result, MCP ones included; the bridge does not cut results itself.
+pub use llm_core::DEFAULT_MAX_RESULT_BYTES;
 pub use protocol::ToolCallProtocol;
+pub use registry::{ServiceInfo, ServiceStatus};

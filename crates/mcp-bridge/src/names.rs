@@ -1,4 +1,5 @@
-//! Tool names, schemas and descriptions as the model sees them.
+//! Tool names and level-1 sentences as the model sees them. (Schemas are normalised by
+//! [`llm_core::normalize_schema`], the rule every tool source shares.)
 //!
 //! **Namespacing.** Every MCP tool is offered as `SERVICE__TOOL` (two underscores), so two services
 //! exposing `search` never collide. Providers accept only `^[a-zA-Z0-9_-]{1,64}$`, so any other
@@ -7,10 +8,9 @@
 //! unique and stable across restarts. The bridge keeps a table from exposed name to
 //! (service, original tool name), so the original name always reaches the server.
 
-use serde_json::{Map, Value};
+/// Longest tool name providers accept (the rule of [`llm_core::is_valid_tool_name`]).
+pub use llm_core::MAX_TOOL_NAME;
 
-/// Longest tool name providers accept.
-pub const MAX_TOOL_NAME: usize = 64;
 /// Separator between service and tool.
 pub const SEPARATOR: &str = "__";
 
@@ -68,36 +68,6 @@ pub fn hashed(full: &str, service: &str, tool: &str) -> String {
     cut
 }
 
-/// Makes an input schema acceptable to providers: an object schema with `properties`.
-///
-/// ```
-/// use serde_json::json;
-/// let s = mcp_bridge::names::normalize_schema(&json!({}).as_object().unwrap().clone());
-/// assert_eq!(s, json!({"type": "object", "properties": {}}));
-/// ```
-pub fn normalize_schema(schema: &Map<String, Value>) -> Value {
-    let mut s = schema.clone();
-    s.remove("$schema");
-    let is_object = match s.get("type") {
-        None => true,
-        Some(Value::String(t)) => t == "object",
-        Some(_) => false,
-    };
-    if !is_object {
-        // Not an object schema: wrap nothing, replace with an empty object schema the model can
-        // still call; the server's own validation gives the precise error.
-        return serde_json::json!({"type": "object", "properties": {}});
-    }
-    s.insert("type".into(), Value::String("object".into()));
-    if !matches!(s.get("properties"), Some(Value::Object(_))) {
-        s.insert("properties".into(), Value::Object(Map::new()));
-    }
-    if s.get("required").is_some_and(|r| !r.is_array()) {
-        s.remove("required");
-    }
-    Value::Object(s)
-}
-
 /// The first sentence of `text`, at most `max_chars` characters (cut on a character boundary,
 /// with `…`). Used for level-1 descriptions.
 ///
@@ -135,14 +105,7 @@ pub fn first_sentence(text: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn valid(n: &str) -> bool {
-        !n.is_empty()
-            && n.len() <= MAX_TOOL_NAME
-            && n.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    }
+    use llm_core::is_valid_tool_name as valid;
 
     #[test]
     fn m1_names_fit_the_provider_limit() {
@@ -159,23 +122,6 @@ mod tests {
             exposed_name("s", &"c".repeat(200)),
             exposed_name("s", &format!("{}d", "c".repeat(200)))
         );
-    }
-
-    #[test]
-    fn m1_schema_without_parameters_is_normalised() {
-        let empty = Map::new();
-        assert_eq!(
-            normalize_schema(&empty),
-            json!({"type": "object", "properties": {}})
-        );
-        let only_type = json!({"type": "object", "$schema": "x"});
-        assert_eq!(
-            normalize_schema(only_type.as_object().unwrap()),
-            json!({"type": "object", "properties": {}})
-        );
-        let full =
-            json!({"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]});
-        assert_eq!(normalize_schema(full.as_object().unwrap()), full);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! the level-1 section ([`crate::McpBridge::prompt_section`]) of the turn, and the full schema is
 //! one [`crate::DESCRIBE_TOOL`] call away.
 
-use model_gateway::{Message, ToolSpec};
+use llm_core::{Message, ToolSpec};
 use tool_system::{
     CallProtocol, JsonDecisionProtocol, PendingCall, Reading, ResponseReader, tool_message_round,
 };

@@ -5,10 +5,12 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::{assert_group_gone, everything, init_tracing};
 use mcp_bridge::intent::IntentChain;
 use mcp_bridge::{McpBridge, ServiceStatus};
-use serde_json::json;
+use serde_json::{Value, json};
 use tool_system::ToolErrorKind;
 
 async fn bridge() -> McpBridge {
@@ -127,6 +129,56 @@ async fn m3_server_everything_level1_section() {
         .await
         .unwrap();
     assert!(by_keyword.contains("everything__get-sum"), "{by_keyword}");
+    let pid = b.pid("everything").unwrap();
+    b.stop("everything").await.unwrap();
+    assert_group_gone(pid).await;
+}
+
+/// The dispatcher checks get-sum's arguments against the server's own schema before the call;
+/// the bridge words the error with that full schema. Through a real run: the scripted OpenAI
+/// server, the `Agent` loop, server-everything over stdio.
+#[tokio::test]
+async fn m4_server_everything_invalid_arguments_under_the_agent_carry_the_schema() {
+    let b = bridge().await;
+    let schema = b
+        .tools()
+        .await
+        .into_iter()
+        .find(|t| t.name == "get-sum")
+        .unwrap()
+        .input_schema;
+    let server = testkit::ScriptedServer::start().await;
+    server.push(testkit::Reply::tool_call(
+        "call_1",
+        "everything__get-sum",
+        r#"{"a": "two", "b": 40}"#,
+    ));
+    server.push(testkit::Reply::text("Which numbers?"));
+    let model = model_gateway::OpenAiModel::new(
+        model_gateway::OpenAiConfig::new("m").with_base_url(server.base_url()),
+    )
+    .unwrap();
+    let agent = tool_system::Agent::builder(model)
+        .provider(Arc::new(b.clone()))
+        .turn_sections(Arc::new(b.clone()))
+        .build()
+        .unwrap();
+    agent.run("s", "调用 get-sum 算 two 加 40").await.unwrap();
+    let sent = &server.requests()[1].body["messages"];
+    let tool = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    let result: Value = serde_json::from_str(tool["content"].as_str().unwrap()).unwrap();
+    assert_eq!(result["success"], false);
+    let e = result["error"].as_str().unwrap();
+    assert!(
+        e.starts_with("Invalid arguments for everything__get-sum: ") && e.contains("/a"),
+        "{e}"
+    );
+    assert!(e.contains(&schema.to_string()), "the full schema: {e}");
     let pid = b.pid("everything").unwrap();
     b.stop("everything").await.unwrap();
     assert_group_gone(pid).await;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{SERVER, assert_group_gone, init_tracing, live_in_group, own};
+use llm_core::{ToolContext, ToolSpec, TurnInfo};
 use mcp_bridge::intent::{IntentChain, KeywordRecognizer, McpRecognizer};
 use mcp_bridge::{
     BridgeError, DESCRIBE_TOOL, Intent, McpBridge, McpTrigger, ServiceConfig, ServiceStatus,
@@ -104,11 +105,7 @@ async fn m1_same_tool_name_in_two_services_does_not_collide() {
     all.dedup();
     assert_eq!(all.len(), tools.len());
     for n in &all {
-        assert!(
-            n.len() <= 64
-                && n.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        );
+        assert!(llm_core::is_valid_tool_name(n), "{n}");
     }
     // Each exposed name reaches its own service.
     let a = b
@@ -282,18 +279,27 @@ fn m2_no_match_falls_through_to_memory_hitl_normal() {
 
 // ---------------------------------------------------------------- M3 injection
 
+/// The description configured for the test service: its first sentence is each tool's level-1
+/// line (M5); the servers' own texts are level 2.
+const MISB_DESCRIPTION: &str = "Echo and arithmetic for tests. Misbehaves on request.";
+
 #[tokio::test]
 async fn m3_mcp_intent_injects_level1_only() {
-    let b = started(vec![own("misb", &[]).with_trigger_keywords(["回显"])]).await;
+    let b = started(vec![
+        own("misb", &[])
+            .with_description(MISB_DESCRIPTION)
+            .with_trigger_keywords(["回显"]),
+    ])
+    .await;
     let chain = IntentChain::standard(b.recognizer().await);
     let intent = chain.recognize("用 echo 工具 说你好");
     let section = b.prompt_section(&intent).await.unwrap();
     assert!(
-        section.contains("- misb__echo: Echoes the message back."),
+        section.contains("- misb__echo: Echo and arithmetic for tests.\n"),
         "{section}"
     );
     assert!(
-        !section.contains("Useful to test"),
+        !section.contains("Misbehaves"),
         "only one sentence: {section}"
     );
     assert!(
@@ -308,7 +314,7 @@ async fn m3_mcp_intent_injects_level1_only() {
         .prompt_section(&chain.recognize("帮我回显"))
         .await
         .unwrap();
-    assert!(by_kw.contains("misb__add: Adds two numbers"));
+    assert!(by_kw.contains("- misb__add: Echo and arithmetic for tests.\n"));
     assert!(!by_kw.contains("\"properties\""));
     stop_and_check(&b, "misb").await;
 }
@@ -321,6 +327,100 @@ async fn m3_non_mcp_intent_injects_nothing() {
     }
     let chain = IntentChain::standard(b.recognizer().await);
     assert_eq!(b.prompt_section(&chain.recognize("你好")).await, None);
+    stop_and_check(&b, "misb").await;
+}
+
+// ------------------------------------------------ M3 in the request: the MCP tools a request shows
+
+fn turn(session: &str, text: &str, round: usize) -> TurnInfo {
+    TurnInfo::new(text).with_session(session).with_round(round)
+}
+
+fn spec_names(specs: &[ToolSpec]) -> Vec<&str> {
+    specs.iter().map(|s| s.name.as_str()).collect()
+}
+
+/// What the dispatcher does when the model calls the describe tool in `session`.
+async fn describe_in(
+    b: &McpBridge,
+    session: &str,
+    tool: &str,
+) -> Result<Value, tool_system::ToolError> {
+    ToolProvider::call(
+        b,
+        DESCRIBE_TOOL,
+        json!({"name": tool}),
+        ToolContext::new("d1").with_session(session),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn m3_advertised_has_no_mcp_tool_without_an_mcp_intent() {
+    let b = started(vec![own("misb", &[]).with_trigger_keywords(["回显"])]).await;
+    assert!(!ToolProvider::list(&b).await.is_empty(), "the tools route");
+    for text in ["你好", "请记住我喜欢喝茶", "我要转人工", "call me later"] {
+        for round in [0, 1] {
+            assert_eq!(
+                ToolProvider::advertised(&b, &turn("s", text, round)).await,
+                vec![],
+                "{text}"
+            );
+        }
+    }
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m3_advertised_has_only_the_describe_tool_for_an_mcp_intent() {
+    let b = started(vec![own("misb", &[]).with_trigger_keywords(["回显"])]).await;
+    for text in ["用 echo 工具 说你好", "帮我回显", "call the add tool"] {
+        let shown = ToolProvider::advertised(&b, &turn("s", text, 0)).await;
+        assert_eq!(spec_names(&shown), [DESCRIBE_TOOL], "{text}");
+        assert_eq!(shown[0].parameters["required"], json!(["name"]));
+    }
+    // No running service: no MCP tool at all, even for an MCP intent.
+    b.stop("misb").await.unwrap();
+    assert_eq!(
+        ToolProvider::advertised(&b, &turn("s", "用 echo 工具 说你好", 0)).await,
+        vec![]
+    );
+    stop_and_check(&b, "misb").await;
+}
+
+#[tokio::test]
+async fn m3_described_tool_is_advertised_for_the_rest_of_the_turn() {
+    let b = started(vec![own("misb", &[])]).await;
+    let ask = "用 echo 工具 说你好";
+    let shown = |session: &'static str, text: &'static str, round: usize| {
+        let b = b.clone();
+        async move {
+            let specs = ToolProvider::advertised(&b, &turn(session, text, round)).await;
+            specs.into_iter().map(|s| s.name).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(shown("s1", ask, 0).await, [DESCRIBE_TOOL]);
+    // The model asks for echo's details (by its bare name): level 2, the server's own text.
+    let d = describe_in(&b, "s1", "echo").await.unwrap();
+    assert_eq!(
+        d["description"],
+        "Echoes the message back. Useful to test a round trip."
+    );
+    // The next requests of this turn carry exactly that tool's full spec.
+    let next = ToolProvider::advertised(&b, &turn("s1", ask, 1)).await;
+    assert_eq!(spec_names(&next), [DESCRIBE_TOOL, "misb__echo"]);
+    assert_eq!(next[1].parameters["required"], json!(["message"]));
+    assert_eq!(shown("s1", ask, 2).await, [DESCRIBE_TOOL, "misb__echo"]);
+    // Another session's turn is not affected.
+    assert_eq!(shown("s2", ask, 1).await, [DESCRIBE_TOOL]);
+    // A describe that fails (no such tool) adds nothing.
+    assert!(describe_in(&b, "s2", "nope").await.is_err());
+    assert_eq!(shown("s2", ask, 1).await, [DESCRIBE_TOOL]);
+    // A new turn starts without it: round 0 again, or another text.
+    assert_eq!(shown("s1", ask, 0).await, [DESCRIBE_TOOL]);
+    describe_in(&b, "s1", "misb__echo").await.unwrap();
+    assert_eq!(shown("s1", ask, 1).await, [DESCRIBE_TOOL, "misb__echo"]);
+    assert_eq!(shown("s1", "调用 add", 1).await, [DESCRIBE_TOOL]);
     stop_and_check(&b, "misb").await;
 }
 
@@ -485,21 +585,34 @@ async fn m4_garbage_during_startup_fails_the_start() {
     assert!(b.pid("misb").is_none());
 }
 
+/// A huge result reaches the model cut once, by the dispatcher — the one cap every tool source
+/// shares (`llm_core::cap_result`), with its one note; the bridge returns the result whole.
 #[tokio::test]
-async fn m4_huge_result_is_capped_with_a_note() {
+async fn m4_huge_result_is_capped_once_by_the_dispatcher() {
     let b = started(vec![own("misb", &[])]).await;
-    b.set_max_result_bytes(64 * 1024);
-    let v = b
-        .call("misb__huge", json!({"bytes": 10 * 1024 * 1024}))
+    let ten_mib = 10 * 1024 * 1024;
+    let whole = b
+        .call("misb__huge", json!({"bytes": ten_mib}))
         .await
         .unwrap();
-    let s = v.as_str().unwrap();
-    assert!(s.len() < 65 * 1024, "{}", s.len());
-    assert!(
-        s.contains("result truncated") && s.contains("10485760 bytes"),
-        "{}",
-        &s[s.len() - 120..]
+    assert_eq!(whole.as_str().unwrap().len(), ten_mib);
+    let d = tool_system::Dispatcher::new().with_provider(Arc::new(b.clone()));
+    let out = d
+        .dispatch(
+            "misb__huge",
+            json!({"bytes": ten_mib}),
+            tool_system::ToolContext::new("c1"),
+        )
+        .await;
+    assert!(out.is_ok() && out.truncated);
+    assert!(out.content.len() <= mcp_bridge::DEFAULT_MAX_RESULT_BYTES);
+    let tail = &out.content[out.content.len() - 160..];
+    assert_eq!(
+        out.content.matches("truncated").count(),
+        1,
+        "one note: {tail}"
     );
+    assert!(out.content.contains("10485760 bytes"), "{tail}");
     assert_eq!(b.status("misb").unwrap(), ServiceStatus::Running);
     assert_eq!(
         b.call("misb__ping", json!({})).await.unwrap(),
@@ -679,13 +792,13 @@ async fn m5_register_update_remove_persist_with_defaults() {
     again.start("misb").await.unwrap();
     let intent = IntentChain::standard(again.recognizer().await).recognize("请回显");
     assert!(matches!(&intent, Intent::Mcp(m) if m.service.as_deref() == Some("misb")));
-    // The section uses the service description only where a tool has none; tools have theirs.
+    // The updated description is what level 1 shows for the service's tools.
     assert!(
         again
             .prompt_section(&intent)
             .await
             .unwrap()
-            .contains("misb__echo")
+            .contains("- misb__echo: Echo and maths\n")
     );
     let pid = again.pid("misb").unwrap();
     again.remove("misb").await.unwrap();
@@ -697,6 +810,69 @@ async fn m5_register_update_remove_persist_with_defaults() {
         again.status("misb"),
         Err(BridgeError::UnknownService(_))
     ));
+}
+
+/// M5: the configured description is what level 1 shows for every tool of the service; the
+/// server's own text stays at level 2; with none configured, the service name (004's default).
+#[tokio::test]
+async fn m5_configured_description_is_what_level1_shows() {
+    let b = started(vec![
+        own("misb", &[])
+            .with_description("Echo and maths. Second sentence.")
+            .with_trigger_keywords(["回显"]),
+        own("plain", &[]).with_trigger_keywords(["朴素"]),
+    ])
+    .await;
+    let chain = IntentChain::standard(b.recognizer().await);
+    let section = b
+        .prompt_section(&chain.recognize("帮我回显"))
+        .await
+        .unwrap();
+    let misb: Vec<_> = b
+        .tools()
+        .await
+        .into_iter()
+        .filter(|t| t.service == "misb")
+        .collect();
+    assert!(misb.len() > 5);
+    for t in &misb {
+        let line = format!("- {}: Echo and maths.\n", t.exposed_name);
+        assert!(section.contains(&line), "{line} in {section}");
+    }
+    assert!(!section.contains("Second sentence"), "{section}");
+    assert!(!section.contains("Echoes the message back"), "{section}");
+    // The server's own text is level 2.
+    let d = b
+        .call(DESCRIBE_TOOL, json!({"name": "misb__echo"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        d["description"],
+        "Echoes the message back. Useful to test a round trip."
+    );
+    // None configured: the service name.
+    let plain = b
+        .prompt_section(&chain.recognize("朴素一点"))
+        .await
+        .unwrap();
+    assert!(plain.contains("- plain__echo: plain\n"), "{plain}");
+    // An update applies at once.
+    b.update(
+        "plain",
+        ServiceUpdate::default().description("Plain tools, configured later."),
+    )
+    .await
+    .unwrap();
+    let plain = b
+        .prompt_section(&chain.recognize("朴素一点"))
+        .await
+        .unwrap();
+    assert!(
+        plain.contains("- plain__echo: Plain tools, configured later.\n"),
+        "{plain}"
+    );
+    stop_and_check(&b, "misb").await;
+    stop_and_check(&b, "plain").await;
 }
 
 #[tokio::test]
@@ -831,7 +1007,7 @@ async fn m6_failures_become_tool_messages_and_the_conversation_goes_on() {
 /// a turn without one.
 #[tokio::test]
 async fn m3_level1_section_reaches_the_request_only_for_an_mcp_intent() {
-    let b = started(vec![own("misb", &[])]).await;
+    let b = started(vec![own("misb", &[]).with_description(MISB_DESCRIPTION)]).await;
     let server = testkit::ScriptedServer::start().await;
     server.push(testkit::Reply::text("I could use misb__echo."));
     server.push(testkit::Reply::text("Hello!"));
@@ -855,7 +1031,7 @@ async fn m3_level1_section_reaches_the_request_only_for_an_mcp_intent() {
     };
     let with = system(0);
     assert!(
-        with.contains("- misb__echo: Echoes the message back."),
+        with.contains("- misb__echo: Echo and arithmetic for tests."),
         "{with}"
     );
     assert!(!with.contains("\"properties\""), "level 1 only: {with}");
@@ -888,5 +1064,72 @@ async fn m4_stopped_service_gives_friendly_message_through_the_dispatcher() {
         out.content
     );
     assert!(!out.content.contains("Tool not found"), "{}", out.content);
+    stop_and_check(&b, "misb").await;
+}
+
+/// The dispatcher validates a call's arguments before the bridge sees it; the bridge words the
+/// error (`ToolProvider::invalid_arguments`) with the tool's full schema, which the model may
+/// never have seen under level-1 descriptions. Through a real run: the scripted OpenAI server,
+/// the `Agent` loop, our MCP server over stdio.
+#[tokio::test]
+async fn m4_invalid_arguments_under_the_agent_carry_the_full_schema() {
+    let b = started(vec![own("misb", &[])]).await;
+    let server = testkit::ScriptedServer::start().await;
+    server.push(testkit::Reply::tool_calls(&[
+        ("call_1", "misb__add", r#"{"a": "one", "b": 2}"#),
+        ("call_2", DESCRIBE_TOOL, "{}"),
+    ]));
+    server.push(testkit::Reply::text("I need numbers."));
+    let model = model_gateway::OpenAiModel::new(
+        model_gateway::OpenAiConfig::new("m").with_base_url(server.base_url()),
+    )
+    .unwrap();
+    let agent = Agent::builder(model)
+        .provider(Arc::new(b.clone()))
+        .turn_sections(Arc::new(b.clone()))
+        .build()
+        .unwrap();
+    let out = agent.run("s", "调用 add 算 one 加 2").await.unwrap();
+    let results: Vec<(String, Value)> = out
+        .new_messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { name, content, .. } => {
+                Some((name.clone(), serde_json::from_str(content).unwrap()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{:?}", out.new_messages);
+    let (name, add) = &results[0];
+    assert_eq!(name, "misb__add");
+    assert_eq!(add["success"], false);
+    let e = add["error"].as_str().unwrap();
+    assert!(
+        e.starts_with("Invalid arguments for misb__add: ") && e.contains("/a"),
+        "the validator's finding: {e}"
+    );
+    assert!(e.contains("The tool was not run"), "{e}");
+    assert!(
+        e.contains(r#""properties":{"a":{"type":"number"},"b":{"type":"number"}}"#)
+            && e.contains(r#""required":["a","b"]"#),
+        "the full schema: {e}"
+    );
+    let (name, describe) = &results[1];
+    assert_eq!(name, DESCRIBE_TOOL);
+    let e = describe["error"].as_str().unwrap();
+    assert!(e.contains(r#""required":["name"]"#), "{e}");
+    // That is what reached the provider in the next request.
+    let sent = &server.requests()[1].body["messages"];
+    let first_tool = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(first_tool["content"].as_str().unwrap()).unwrap(),
+        *add
+    );
     stop_and_check(&b, "misb").await;
 }

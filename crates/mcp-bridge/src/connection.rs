@@ -1,0 +1,191 @@
+//! One running MCP server: [`Connection::launch`] spawns it ([`crate::process`]), does the MCP
+//! handshake and reads the first tool list within the startup timeout, then a monitor task
+//! watches it until it exits, breaks the protocol or is told to end. The connection keeps the
+//! server's tool list, marked stale on `notifications/tools/list_changed`.
+//!
+//! It knows nothing of the bridge: how a failure is recorded is the caller's `on_failure`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use tokio::sync::{oneshot, watch};
+
+use crate::config::ServiceConfig;
+use crate::process::{self, MAX_MESSAGE_BYTES};
+
+/// How long a stopping server gets after its stdin closes and after SIGTERM.
+pub(crate) const STOP_GRACE: Duration = Duration::from_millis(1500);
+
+/// Locks `m`, taking the data of a poisoned lock (every critical section leaves it whole).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running server.
+pub(crate) struct Connection {
+    pub(crate) service: String,
+    pub(crate) generation: u64,
+    pub(crate) pid: i32,
+    pub(crate) peer: Peer<RoleClient>,
+    tools: Mutex<Vec<rmcp::model::Tool>>,
+    stale: Arc<AtomicBool>,
+    /// Tells the monitor to end the server; `Some(reason)` means it failed.
+    shutdown: Mutex<Option<oneshot::Sender<Option<String>>>>,
+    finished: watch::Receiver<bool>,
+}
+
+impl Connection {
+    /// Spawns the server of `config`, shakes hands and lists its tools, all within its startup
+    /// timeout. On failure nothing is left running and the reason is returned. Once running, a
+    /// monitor task ends the server's process group when it exits, breaks the protocol, or
+    /// [`Connection::end`] is called (or the connection is dropped); `on_failure` gets the
+    /// reason when that was a failure.
+    pub(crate) async fn launch(
+        config: &ServiceConfig,
+        generation: u64,
+        on_failure: impl FnOnce(String) + Send + 'static,
+    ) -> Result<Arc<Self>, String> {
+        let spawned =
+            process::spawn(config).map_err(|e| format!("cannot run `{}`: {e}", config.command))?;
+        let process::Spawned {
+            mut child,
+            group,
+            reader,
+            writer,
+            mut violation,
+        } = spawned;
+        let pid = group.pgid();
+        let stale = Arc::new(AtomicBool::new(false));
+        let handler = ClientSide {
+            service: config.name.clone(),
+            stale: stale.clone(),
+        };
+        let transport =
+            AsyncRwTransport::new_client(reader, writer).with_max_line_length(MAX_MESSAGE_BYTES);
+        let deadline = tokio::time::Instant::now() + config.startup_timeout;
+        let started = tokio::time::timeout_at(deadline, async {
+            let client = handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("MCP handshake failed: {e}"))?;
+            let tools = client
+                .peer()
+                .list_all_tools()
+                .await
+                .map_err(|e| format!("tools/list failed: {e}"))?;
+            Ok::<_, String>((client, tools))
+        })
+        .await;
+        let (client, tools) = match started {
+            Ok(Ok(v)) => v,
+            failed => {
+                let mut reason = match failed {
+                    Ok(Err(e)) => e,
+                    _ => format!(
+                        "no MCP handshake and tool list within {} ms",
+                        config.startup_timeout.as_millis()
+                    ),
+                };
+                if let Ok(v) = violation.try_recv() {
+                    reason = format!("the server {v}");
+                } else if let Ok(Some(status)) = child.try_wait() {
+                    reason = format!("{reason}; the server process exited ({status})");
+                }
+                group
+                    .terminate(&mut child, Duration::from_millis(300))
+                    .await;
+                return Err(reason);
+            }
+        };
+        let (shutdown_tx, shutdown_rx) = oneshot::channel();
+        let (finished_tx, finished) = watch::channel(false);
+        let connection = Arc::new(Self {
+            service: config.name.clone(),
+            generation,
+            pid,
+            peer: client.peer().clone(),
+            tools: Mutex::new(tools),
+            stale,
+            shutdown: Mutex::new(Some(shutdown_tx)),
+            finished,
+        });
+        let name = config.name.clone();
+        tokio::spawn(async move {
+            let reason: Option<String> = tokio::select! {
+                status = child.wait() => Some(match status {
+                    Ok(s) => format!("the server process exited ({s})"),
+                    Err(e) => format!("lost the server process: {e}"),
+                }),
+                v = async { match (&mut violation).await { Ok(m) => m, Err(_) => std::future::pending().await } } => {
+                    Some(format!("the server {v}; it was stopped"))
+                }
+                r = shutdown_rx => r.ok().flatten(),
+            };
+            if let Some(r) = &reason {
+                tracing::warn!(service = %name, "MCP service failed: {r}");
+            }
+            // Closing the transport closes the server's stdin: the polite way to end it.
+            let mut client: RunningService<RoleClient, ClientSide> = client;
+            let _ = tokio::time::timeout(Duration::from_millis(500), client.close()).await;
+            let _ = tokio::time::timeout(STOP_GRACE, child.wait()).await;
+            group.terminate(&mut child, STOP_GRACE).await;
+            if let Some(reason) = reason {
+                on_failure(reason);
+            }
+            let _ = finished_tx.send(true);
+        });
+        Ok(connection)
+    }
+
+    /// Tells the monitor to end the server; `Some(reason)` records a failure.
+    pub(crate) fn end(&self, reason: Option<String>) {
+        if let Some(tx) = lock(&self.shutdown).take() {
+            let _ = tx.send(reason);
+        }
+    }
+
+    /// Waits until the server's process group is gone, at most `within`.
+    pub(crate) async fn wait_finished(&self, within: Duration) {
+        let mut rx = self.finished.clone();
+        let _ = tokio::time::timeout(within, rx.wait_for(|done| *done)).await;
+    }
+
+    /// The server's tool list, fetched again first (within `refresh_within`) when the server
+    /// said it changed. A failed refresh keeps the previous list (logged).
+    pub(crate) async fn tools(&self, refresh_within: Duration) -> Vec<rmcp::model::Tool> {
+        if self.stale.swap(false, Ordering::SeqCst) {
+            match tokio::time::timeout(refresh_within, self.peer.list_all_tools()).await {
+                Ok(Ok(tools)) => *lock(&self.tools) = tools,
+                Ok(Err(e)) => {
+                    tracing::warn!(service = %self.service, "refreshing tools failed: {e}")
+                }
+                Err(_) => tracing::warn!(service = %self.service, "refreshing tools timed out"),
+            }
+        }
+        lock(&self.tools).clone()
+    }
+}
+
+/// Our side of the MCP connection: marks the tool list stale on `tools/list_changed`.
+struct ClientSide {
+    service: String,
+    stale: Arc<AtomicBool>,
+}
+
+impl ClientHandler for ClientSide {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::info!(service = %self.service, "MCP server says its tool list changed");
+        self.stale.store(true, Ordering::SeqCst);
+    }
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("llm-toolkit-mcp-bridge", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}

@@ -1,0 +1,73 @@
+//! Discovery (M1): the tools of running services only — stopped and failed services contribute
+//! none — from each server's cached list, fetched again after `notifications/tools/list_changed`;
+//! and, for a name that is not among them, why.
+
+use std::sync::Arc;
+
+use llm_core::{ToolError, ToolSpec};
+
+use crate::bridge::{McpBridge, State};
+use crate::catalog::{self, McpTool};
+use crate::config::ServiceConfig;
+use crate::connection::{Connection, lock};
+use crate::names;
+
+impl McpBridge {
+    /// The running services with their connections, in name order.
+    pub(crate) fn running(&self) -> Vec<(ServiceConfig, Arc<Connection>)> {
+        lock(&self.inner.services)
+            .values()
+            .filter_map(|s| match &s.state {
+                State::Running(c) => Some((s.config.clone(), c.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The tools of running services only (stopped and failed services contribute none),
+    /// from the cache; a cache marked stale by `notifications/tools/list_changed` is fetched
+    /// again first.
+    pub async fn tools(&self) -> Vec<McpTool> {
+        let mut lists = Vec::new();
+        for (config, connection) in self.running() {
+            let tools = connection.tools(config.startup_timeout).await;
+            lists.push((config.name, tools));
+        }
+        let tools = catalog::build(lists.iter().map(|(s, t)| (s.as_str(), t.as_slice())));
+        *lock(&self.inner.catalog) = Arc::new(tools.clone());
+        tools
+    }
+
+    /// The catalog as [`McpBridge::tools`] last built it, without asking the servers.
+    pub(crate) fn last_catalog(&self) -> Arc<Vec<McpTool>> {
+        lock(&self.inner.catalog).clone()
+    }
+
+    /// The full spec of one tool (exposed or original name), or `None`.
+    pub async fn describe_tool(&self, name: &str) -> Option<ToolSpec> {
+        let tools = self.tools().await;
+        catalog::resolve(&tools, name).map(McpTool::spec)
+    }
+
+    /// Why `name` cannot be called: its service is not running (a message the model can pass
+    /// on, M4), or there is no such tool (`Tool not found: NAME`).
+    pub(crate) fn unavailable(&self, name: &str) -> ToolError {
+        let map = lock(&self.inner.services);
+        for s in map.values() {
+            let prefix = format!("{}{}", names::sanitize(&s.config.name), names::SEPARATOR);
+            if name.starts_with(&prefix) || name == s.config.name {
+                let state = match &s.state {
+                    State::Running(_) => break,
+                    State::Stopped => "stopped".to_string(),
+                    State::Starting => "still starting".to_string(),
+                    State::Error(e) => format!("in error ({e})"),
+                };
+                return ToolError::unavailable(format!(
+                    "The tool {name} belongs to the MCP service {}, which is not running (it is {state}). Tell the user it is unavailable right now and go on without it.",
+                    s.config.name
+                ));
+            }
+        }
+        ToolError::not_found(name)
+    }
+}

@@ -1,0 +1,196 @@
+//! Execution (M4): a call goes to its service over stdio within the service's call timeout, and
+//! every way it can fail becomes a [`ToolError`] the model can act on — service not running, the
+//! tool's own error, invalid arguments (with the full schema), a timeout (the server checked and,
+//! when it no longer answers, stopped), a crash or a protocol violation mid-call.
+//!
+//! Results are not capped here: the dispatcher caps every tool result once, whatever its source
+//! ([`llm_core::cap_result`]). What a server can send is already bounded by the transport
+//! ([`crate::process::MAX_MESSAGE_BYTES`] per message), so no cut is needed before the text
+//! conversion either.
+
+use std::time::Duration;
+
+use llm_core::{ToolError, ToolErrorKind};
+use rmcp::ServiceError;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use serde_json::{Map, Value};
+
+use crate::bridge::McpBridge;
+use crate::catalog::{self, McpTool};
+use crate::connection::STOP_GRACE;
+use crate::inject::DESCRIBE_TOOL;
+use crate::registry::ServiceStatus;
+
+/// Upper bound on the follow-up request that checks a server after a call timed out.
+pub(crate) const HEALTH_CHECK: Duration = Duration::from_secs(2);
+
+impl McpBridge {
+    /// Calls a tool by its exposed name (or its original name when only one running service has
+    /// it), or [`DESCRIBE_TOOL`]. Every failure is a [`ToolError`] whose message the model can
+    /// act on. The result is the tool's whole result: `structuredContent` as JSON, else the
+    /// text; the dispatcher caps what reaches the model.
+    pub async fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        self.call_in(name, args, None).await
+    }
+
+    /// [`McpBridge::call`] within `session`'s turn (a describe call is remembered there).
+    pub(crate) async fn call_in(
+        &self,
+        name: &str,
+        args: Value,
+        session: Option<&str>,
+    ) -> Result<Value, ToolError> {
+        if name == DESCRIBE_TOOL {
+            return self.describe_call(&args, session).await;
+        }
+        let tools = self.tools().await;
+        let Some(tool) = catalog::resolve(&tools, name).cloned() else {
+            return Err(self.unavailable(name));
+        };
+        let Some((config, connection)) = self
+            .running()
+            .into_iter()
+            .find(|(c, _)| c.name == tool.service)
+        else {
+            return Err(self.unavailable(name));
+        };
+        let args = match args {
+            Value::Null => Map::new(),
+            Value::Object(m) => m,
+            other => {
+                return Err(invalid_arguments(
+                    &tool,
+                    &format!("arguments must be a JSON object, not {other}"),
+                ));
+            }
+        };
+        if let Some(missing) = missing_required(&tool.input_schema, &args) {
+            return Err(invalid_arguments(
+                &tool,
+                &format!("missing required argument `{missing}`"),
+            ));
+        }
+        let params = CallToolRequestParams::new(tool.name.clone()).with_arguments(args);
+        let timeout = config.call_timeout;
+        // Dropping the call on timeout makes rmcp send notifications/cancelled for it.
+        match tokio::time::timeout(timeout, connection.peer.call_tool(params)).await {
+            Ok(Ok(result)) => convert(&tool, result),
+            Ok(Err(ServiceError::McpError(e))) if e.code.0 == -32602 => {
+                Err(invalid_arguments(&tool, &e.message))
+            }
+            Ok(Err(ServiceError::McpError(e))) => Err(ToolError::failed(format!(
+                "Tool {} failed: {}",
+                tool.exposed_name, e.message
+            ))
+            .with_detail(format!("{e:?}"))),
+            Ok(Err(e)) => {
+                // The connection ended under the call: wait for the monitor to record why.
+                connection.wait_finished(STOP_GRACE * 4).await;
+                let why = match self.status(&tool.service) {
+                    Ok(ServiceStatus::Error(r)) => r,
+                    _ => e.to_string(),
+                };
+                Err(ToolError::new(
+                    ToolErrorKind::Crashed,
+                    format!(
+                        "The MCP service {} stopped while running {}: {why}. Its tools are unavailable until it is restarted; tell the user, and do not call them again now.",
+                        tool.service, tool.exposed_name
+                    ),
+                )
+                .with_detail(format!("{e:?}")))
+            }
+            Err(_) => {
+                let check = HEALTH_CHECK.min(timeout);
+                let alive = matches!(
+                    tokio::time::timeout(check, connection.peer.list_tools(None)).await,
+                    Ok(Ok(_))
+                );
+                let mut err = ToolError::timeout(&tool.exposed_name, timeout);
+                if alive {
+                    err.message.push_str(
+                        ". The server is still up: try again with a smaller request, or go on without this result.",
+                    );
+                } else {
+                    connection.end(Some(format!(
+                        "did not answer tools/call {} within {} ms nor a follow-up request within {} ms; it was stopped",
+                        tool.name,
+                        timeout.as_millis(),
+                        check.as_millis()
+                    )));
+                    connection.wait_finished(STOP_GRACE * 4).await;
+                    err.message.push_str(&format!(
+                        ". The MCP service {} stopped answering and was stopped; its tools are unavailable until it is restarted.",
+                        tool.service
+                    ));
+                }
+                Err(err.with_detail(format!(
+                    "service {} pid {} generation {}",
+                    connection.service, connection.pid, connection.generation
+                )))
+            }
+        }
+    }
+}
+
+/// The invalid-arguments error for `tool`: what is wrong, and the tool's full parameter schema
+/// (the model may know the tool only by its level-1 line), so it can fix the call in one round.
+pub(crate) fn invalid_arguments(tool: &McpTool, why: &str) -> ToolError {
+    ToolError::invalid_arguments(format!(
+        "Invalid arguments for {}: {why}. The tool was not run. Its full parameter schema is {}. Call it again with arguments that fit.",
+        tool.exposed_name, tool.input_schema
+    ))
+}
+
+fn missing_required(schema: &Value, args: &Map<String, Value>) -> Option<String> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)?
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|k| !args.contains_key(*k))
+        .map(str::to_string)
+}
+
+/// The tool's result: `structuredContent` as JSON when there is one, else the text; an
+/// `isError` result is a [`ToolErrorKind::Failed`] error with the server's text.
+fn convert(tool: &McpTool, result: CallToolResult) -> Result<Value, ToolError> {
+    if result.is_error == Some(true) {
+        let text = content_text(&result.content);
+        let msg = if text.trim().is_empty() {
+            "the tool reported an error without a message".to_string()
+        } else {
+            text
+        };
+        return Err(ToolError::failed(format!(
+            "Tool {} failed: {msg}",
+            tool.exposed_name
+        )));
+    }
+    match result.structured_content {
+        Some(v) => Ok(v),
+        None => Ok(Value::String(content_text(&result.content))),
+    }
+}
+
+/// Text parts joined by newlines; other parts named in brackets.
+fn content_text(content: &[ContentBlock]) -> String {
+    let parts: Vec<String> = content
+        .iter()
+        .map(|c| match c {
+            ContentBlock::Text(t) => t.text.clone(),
+            ContentBlock::Image(i) => format!("[image {} omitted]", i.mime_type),
+            ContentBlock::Audio(a) => format!("[audio {} omitted]", a.mime_type),
+            ContentBlock::Resource(r) => serde_json::to_value(r)
+                .ok()
+                .and_then(|v| {
+                    v.pointer("/resource/text")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| "[embedded resource omitted]".into()),
+            ContentBlock::ResourceLink(l) => format!("[resource {}]", l.uri),
+            _ => "[content omitted]".into(),
+        })
+        .collect();
+    parts.join("\n")
+}

@@ -1,0 +1,93 @@
+//! How the bridge plugs into the tool loop: [`llm_core::ToolProvider`] (every running MCP tool
+//! routes and runs; a request shows only what the turn's intent calls for; invalid arguments
+//! are answered with the tool's full schema) and [`tool_system::TurnSections`] (the level-1
+//! section of each turn).
+
+use std::time::Duration;
+
+use llm_core::{ToolContext, ToolError, ToolProvider, ToolSpec, TurnInfo};
+use serde_json::Value;
+
+use crate::bridge::McpBridge;
+use crate::catalog::{self, McpTool};
+use crate::connection::{STOP_GRACE, lock};
+use crate::execution::{self, HEALTH_CHECK};
+use crate::inject::{self, DESCRIBE_TOOL};
+use crate::names;
+
+#[async_trait::async_trait]
+impl ToolProvider for McpBridge {
+    fn provider_name(&self) -> &str {
+        "mcp"
+    }
+
+    /// Full specs of running services' tools, plus [`DESCRIBE_TOOL`] when there are any: what
+    /// the dispatcher routes and validates with.
+    async fn list(&self) -> Vec<ToolSpec> {
+        let tools = self.tools().await;
+        if tools.is_empty() {
+            return Vec::new();
+        }
+        let mut specs: Vec<ToolSpec> = tools.iter().map(McpTool::spec).collect();
+        specs.push(inject::describe_tool_spec());
+        specs
+    }
+
+    /// What a request shows the model: nothing without an MCP intent; with one,
+    /// [`DESCRIBE_TOOL`] and the tools described so far in the turn
+    /// ([`McpBridge::advertised_tools`]).
+    async fn advertised(&self, turn: &TurnInfo) -> Vec<ToolSpec> {
+        self.advertised_tools(turn).await
+    }
+
+    async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        self.call_in(name, args, ctx.session_id.as_deref()).await
+    }
+
+    /// The service's call timeout plus room for the health check and stop, so that the bridge's
+    /// own timeout (which cancels the request and checks the server) fires first.
+    fn timeout(&self, name: &str) -> Option<Duration> {
+        let map = lock(&self.inner.services);
+        map.values()
+            .find(|s| {
+                name.starts_with(&format!(
+                    "{}{}",
+                    names::sanitize(&s.config.name),
+                    names::SEPARATOR
+                ))
+            })
+            .map(|s| s.config.call_timeout + HEALTH_CHECK + STOP_GRACE * 5)
+    }
+
+    /// The problems the dispatcher's validator found, and the tool's full parameter schema:
+    /// under level-1 descriptions the model may never have seen it.
+    fn invalid_arguments(&self, name: &str, problems: &str) -> ToolError {
+        if name == DESCRIBE_TOOL {
+            return ToolError::invalid_arguments(format!(
+                "Invalid arguments for {DESCRIBE_TOOL}: {problems}. Its parameter schema is {}. Call it again with the tool's exact name.",
+                inject::describe_tool_spec().parameters
+            ));
+        }
+        let catalog = self.last_catalog();
+        match catalog::resolve(&catalog, name) {
+            Some(tool) => execution::invalid_arguments(tool, problems),
+            None => ToolError::invalid_arguments(format!(
+                "Invalid arguments for {name}: {problems}. The tool was not run; call {DESCRIBE_TOOL} with its name for its parameters."
+            )),
+        }
+    }
+}
+
+/// M3 in the loop: for each turn, the standard intent chain (MCP, Memory, HITL, Normal) reads the
+/// user's message; an MCP intent adds the level-1 section (`mcp`) to that request's system
+/// prompt, any other intent adds nothing. Plug it in with
+/// `Agent::builder(model).provider(Arc::new(bridge.clone())).turn_sections(Arc::new(bridge))`.
+#[async_trait::async_trait]
+impl tool_system::TurnSections for McpBridge {
+    async fn sections(&self, user_text: &str) -> Vec<(String, String)> {
+        match self.turn_section(user_text).await {
+            Some(text) => vec![(inject::SECTION_NAME.to_owned(), text)],
+            None => Vec::new(),
+        }
+    }
+}
