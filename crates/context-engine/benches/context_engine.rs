@@ -8,7 +8,7 @@ use context_engine::{
     ContextBuilder, Durability, History, SessionStore, SqliteStore, TiktokenCounter, TokenCounter,
 };
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use model_gateway::{Message, ToolCall};
+use llm_core::{Message, ToolCall};
 use serde_json::json;
 
 /// A realistic 4-message round: question, tool call, tool result, answer.

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
-use model_gateway::Message;
+use llm_core::Message;
 
 use crate::history::History;
 use crate::tokens::{EstimateCounter, REPLY_PRIMING_TOKENS, TokenCounter};
@@ -101,7 +101,7 @@ impl BuiltContext {
 /// ```
 /// use std::sync::Arc;
 /// use context_engine::{ContextBuilder, EstimateCounter, History};
-/// use model_gateway::{Message, Role, ToolCall};
+/// use llm_core::{Message, Role, ToolCall};
 ///
 /// let mut history = History::new(Arc::new(EstimateCounter));
 /// history.push(Message::user("a long question from long ago ".repeat(20)));

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use model_gateway::Message;
+use llm_core::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::tokens::TokenCounter;
@@ -15,7 +15,7 @@ use crate::tokens::TokenCounter;
 ///
 /// ```
 /// use context_engine::Session;
-/// use model_gateway::{Message, ToolCall};
+/// use llm_core::{Message, ToolCall};
 /// let mut s = Session::new("chat-42");
 /// s.messages.push(Message::user("Weather in Paris?"));
 /// s.messages.push(Message::assistant_with_tool_calls(
@@ -52,7 +52,7 @@ impl Session {
 /// ```
 /// use std::sync::Arc;
 /// use context_engine::{EstimateCounter, History};
-/// use model_gateway::Message;
+/// use llm_core::Message;
 /// let mut h = History::new(Arc::new(EstimateCounter));
 /// h.push(Message::user("hi"));
 /// assert_eq!(h.token_counts(), &[5]); // 3 framing + 1 role + 1 text

@@ -4,7 +4,7 @@
 //! sections (C2), requests built inside a token budget with a real tokenizer where one is known
 //! (C3), and durable session stores (C4).
 //!
-//! Messages are [`model_gateway::Message`]s. A tool loop needs three things from this crate:
+//! Messages are [`llm_core::Message`]s. A tool loop needs three things from this crate:
 //!
 //! 1. load a session's history: [`SessionStore::load`] (or [`SessionStore::load_or_create`]);
 //! 2. append a finished round atomically: [`SessionStore::append`];
@@ -14,7 +14,7 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use context_engine::{counter_for_model, ContextBuilder, History, SessionStore, SqliteStore};
-//! use model_gateway::Message;
+//! use llm_core::Message;
 //!
 //! let dir = tempfile::tempdir()?;
 //! let store: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(dir.path().join("s.db"))?);

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use model_gateway::Message;
+use llm_core::Message;
 use tiktoken_rs::CoreBPE;
 use tiktoken_rs::tokenizer::Tokenizer;
 
@@ -29,7 +29,7 @@ pub const TOOL_CALL_OVERHEAD: usize = 3;
 ///
 /// ```
 /// use context_engine::TokenCounter;
-/// use model_gateway::Message;
+/// use llm_core::Message;
 ///
 /// /// One token per whitespace-separated word.
 /// struct Words;

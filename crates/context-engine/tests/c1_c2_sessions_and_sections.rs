@@ -6,7 +6,7 @@ use std::sync::Arc;
 use context_engine::{
     ContextBuilder, EstimateCounter, History, MemoryStore, Session, SessionStore, SqliteStore,
 };
-use model_gateway::{Message, Role, ToolCall};
+use llm_core::{Message, Role, ToolCall};
 use serde_json::json;
 
 fn every_kind() -> Vec<Message> {

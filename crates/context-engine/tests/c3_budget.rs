@@ -8,7 +8,7 @@ use context_engine::{
     ContextBuilder, ContextError, DropReason, EstimateCounter, History, REPLY_PRIMING_TOKENS,
     TiktokenCounter, TokenCounter, TokenizerError, counter_for_model,
 };
-use model_gateway::{Message, ToolCall};
+use llm_core::{Message, ToolCall};
 use proptest::prelude::*;
 use serde_json::json;
 

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use context_engine::{ContextBuilder, EstimateCounter, History, SessionStore, SqliteStore};
-use model_gateway::{Message, ToolCall};
+use llm_core::{Message, ToolCall};
 use serde_json::json;
 
 const ENV: &str = "CE_CRASH_CHILD_DB";

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use context_engine::{Durability, MemoryStore, SessionStore, SqliteStore, StoreError};
-use model_gateway::Message;
+use llm_core::Message;
 
 async fn contract(store: Arc<dyn SessionStore>) {
     assert_eq!(store.list().await.unwrap(), Vec::<String>::new());

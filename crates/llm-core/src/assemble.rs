@@ -1,8 +1,7 @@
 //! Reassembly of streamed tool-call deltas into whole calls (G6), tolerant of servers that
 //! omit `index` or `id`.
 
-use crate::{GatewayError, ToolCall};
-use serde_json::Value;
+use crate::{InvalidToolCall, ToolCall};
 
 #[derive(Debug, Default)]
 struct Partial {
@@ -84,34 +83,19 @@ impl ToolCallAssembler {
         self.calls.is_empty()
     }
 
-    /// The whole calls, in index order, with arguments parsed (G5 on bad JSON).
-    pub fn finish(self) -> Result<Vec<ToolCall>, GatewayError> {
+    /// The whole calls, in index order, with arguments parsed. A call whose arguments are
+    /// not JSON is an `Err` in its place (G5); the others are unaffected.
+    pub fn finish(self) -> Vec<Result<ToolCall, InvalidToolCall>> {
         self.calls
             .into_iter()
             .enumerate()
             .filter(|(_, p)| !p.name.is_empty() || !p.arguments.is_empty())
             .map(|(i, p)| {
-                let arguments = parse_arguments(&p.name, &p.arguments)?;
-                Ok(ToolCall {
-                    id: p.id.unwrap_or_else(|| format!("call_{i}")),
-                    name: p.name,
-                    arguments,
-                })
+                let id = p.id.unwrap_or_else(|| format!("call_{i}"));
+                ToolCall::parse(id, p.name, &p.arguments)
             })
             .collect()
     }
-}
-
-/// Parses a tool call's argument text; an empty text means no arguments (`{}`).
-pub fn parse_arguments(name: &str, raw: &str) -> Result<Value, GatewayError> {
-    if raw.trim().is_empty() {
-        return Ok(Value::Object(Default::default()));
-    }
-    serde_json::from_str(raw).map_err(|e| GatewayError::InvalidToolArguments {
-        name: name.to_owned(),
-        raw: raw.to_owned(),
-        error: e.to_string(),
-    })
 }
 
 #[cfg(test)]
@@ -126,7 +110,7 @@ mod tests {
         a.push(Some(0), Some("a"), Some("first"), Some("{\"x\":"));
         a.push(Some(0), None, None, Some("1}"));
         a.push(Some(1), None, None, Some(":2}"));
-        let calls = a.finish().unwrap();
+        let calls: Vec<ToolCall> = a.finish().into_iter().map(Result::unwrap).collect();
         assert_eq!(calls[0].name, "first");
         assert_eq!(calls[0].arguments, json!({"x": 1}));
         assert_eq!(calls[1].id, "b");
@@ -139,7 +123,7 @@ mod tests {
         assert_eq!(a.push(None, Some("c1"), Some("f"), Some("{")), 0);
         assert_eq!(a.push(None, None, None, Some("}")), 0);
         assert_eq!(a.push(None, Some("c2"), Some("g"), Some("{}")), 1);
-        assert_eq!(a.finish().unwrap().len(), 2);
+        assert_eq!(a.finish().len(), 2);
     }
 
     #[test]
@@ -147,7 +131,7 @@ mod tests {
         let mut a = ToolCallAssembler::new();
         a.push(Some(0), Some("c1"), Some("ping"), None);
         a.push(Some(0), None, Some("ping"), None);
-        let calls = a.finish().unwrap();
+        let calls: Vec<ToolCall> = a.finish().into_iter().map(Result::unwrap).collect();
         assert_eq!(calls[0].name, "ping");
         assert_eq!(calls[0].arguments, json!({}));
     }
@@ -160,10 +144,18 @@ mod tests {
     }
 
     #[test]
-    fn g5_invalid_arguments_carry_name_and_raw() {
-        let err = parse_arguments("get_weather", "{city:").unwrap_err();
-        assert!(
-            matches!(err, GatewayError::InvalidToolArguments { ref name, ref raw, .. } if name == "get_weather" && raw == "{city:")
+    fn g5_one_invalid_call_leaves_the_others_whole() {
+        let mut a = ToolCallAssembler::new();
+        a.push(Some(0), Some("a"), Some("first"), Some("{}"));
+        a.push(Some(1), Some("b"), Some("get_weather"), Some("{city:"));
+        a.push(Some(2), Some("c"), Some("third"), Some("{\"x\":1}"));
+        let out = a.finish();
+        assert_eq!(out[0].as_ref().unwrap().name, "first");
+        let bad = out[1].as_ref().unwrap_err();
+        assert_eq!(
+            (bad.id.as_str(), bad.name.as_str(), bad.raw.as_str()),
+            ("b", "get_weather", "{city:")
         );
+        assert_eq!(out[2].as_ref().unwrap().arguments, json!({"x": 1}));
     }
 }

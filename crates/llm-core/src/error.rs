@@ -1,11 +1,12 @@
-//! The gateway's typed errors. Each says what happened and what to do next.
+//! The model seam's typed errors. Each says what happened and what to do next (for the
+//! operator); [`ModelError::user_message`] is the plain sentence for an end user.
 
 use std::time::Duration;
 
-/// Everything that can go wrong between a request and a whole response.
+/// Everything that can go wrong between a request and a whole response, for any backend.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum GatewayError {
+pub enum ModelError {
     /// The configuration is incomplete or invalid.
     #[error("invalid model configuration: {0}")]
     Config(String),
@@ -26,7 +27,7 @@ pub enum GatewayError {
 
     /// The server could not be reached (connection refused, DNS, TLS); retried first.
     #[error(
-        "could not reach the model server: {0}. Check the base URL (OPENAI_BASE_URL) and that the server is running."
+        "could not reach the model server: {0}. Check the base URL and that the server is running."
     )]
     Connect(String),
 
@@ -36,18 +37,15 @@ pub enum GatewayError {
     )]
     Timeout(Duration),
 
-    /// The model called a tool with arguments that are not valid JSON (G5).
+    /// An in-process model failed while computing a response (a tensor op, the tokenizer).
     #[error(
-        "the model called tool `{name}` with arguments that are not valid JSON ({error}); raw arguments: {raw}"
+        "the local model failed during inference: {0}. Retry; if it persists, check the model file."
     )]
-    InvalidToolArguments {
-        /// The tool's name.
-        name: String,
-        /// The raw argument string, as the model wrote it.
-        raw: String,
-        /// What the JSON parser said.
-        error: String,
-    },
+    Inference(String),
+
+    /// The model's weights or tokenizer could not be fetched, verified or loaded.
+    #[error("the model could not be loaded: {0}")]
+    ModelLoad(String),
 
     /// The stream ended before the model finished: the partial answer is not a whole response.
     #[error("the response stream ended before the model finished ({detail}); {} characters of partial text were discarded. Retry the request.", partial_text.chars().count())]
@@ -79,7 +77,7 @@ fn status_hint(status: u16) -> &'static str {
         400 => {
             " (the request was rejected: check the model name and the request fields; not retried)"
         }
-        401 | 403 => " (check the API key, OPENAI_API_KEY; not retried)",
+        401 | 403 => " (check the API key; not retried)",
         404 => " (check the base URL and the model name; not retried)",
         429 => " (rate limited; retries were exhausted: wait, or lower the request rate)",
         500..=599 => " (server error; retries were exhausted: try again later)",
@@ -87,7 +85,7 @@ fn status_hint(status: u16) -> &'static str {
     }
 }
 
-impl GatewayError {
+impl ModelError {
     /// Whether trying the same request again later may succeed.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -100,7 +98,30 @@ impl GatewayError {
         }
     }
 
-    pub(crate) fn malformed(what: &'static str, detail: impl ToString, raw: &str) -> Self {
+    /// The plain sentence an end user is shown (a chat panel, a bot): no URLs, keys, bodies
+    /// or status codes. The operator's log gets the `Display` text.
+    ///
+    /// ```
+    /// let e = llm_core::ModelError::Api { status: 401, message: "bad key sk-123".into(), code: None };
+    /// assert!(!e.user_message().contains("sk-123"));
+    /// ```
+    pub fn user_message(&self) -> &'static str {
+        match self {
+            Self::Api { status: 429, .. } => {
+                "The assistant is receiving too many requests right now. Please try again in a minute."
+            }
+            Self::Timeout(_)
+            | Self::Connect(_)
+            | Self::StreamInterrupted { .. }
+            | Self::Http(_) => {
+                "The assistant could not reach its model just now. Please try again."
+            }
+            _ => "The assistant ran into a problem and could not answer. Please try again later.",
+        }
+    }
+
+    /// A [`ModelError::Malformed`] whose `raw` is cut to 512 bytes on a character boundary.
+    pub fn malformed(what: &'static str, detail: impl ToString, raw: &str) -> Self {
         let mut end = raw.len().min(512);
         while !raw.is_char_boundary(end) {
             end -= 1;

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 
-use crate::{ChatEvent, ChatRequest, ChatResponse, FinishReason, GatewayError};
+use crate::{ChatEvent, ChatRequest, ChatResponse, ModelError};
 
 /// A stream of [`ChatEvent`]s; it ends after `Finish`, or with an error.
-pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatEvent, GatewayError>> + Send>>;
+pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatEvent, ModelError>> + Send>>;
 
 /// What a backend can do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,22 +36,19 @@ impl ModelInfo {
 /// Implement this to plug in any backend; everything above Stage 0 talks to this trait only.
 ///
 /// ```
-/// use model_gateway::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, ModelInfo, response_stream};
+/// use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, FinishReason, ModelError, ModelInfo};
 /// struct Echo;
 /// #[async_trait]
 /// impl ChatModel for Echo {
 ///     fn info(&self) -> ModelInfo { ModelInfo::new("echo", true) }
-///     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+///     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
 ///         let last = req.messages.last().map(|m| m.content().to_owned()).unwrap_or_default();
 ///         Ok(ChatResponse::new(last, vec![], FinishReason::Stop, None))
-///     }
-///     async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> {
-///         Ok(response_stream(self.chat(req).await?))
 ///     }
 /// }
 /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
 /// # rt.block_on(async {
-/// let r = Echo.chat(ChatRequest::new(vec![model_gateway::Message::user("hi")])).await.unwrap();
+/// let r = Echo.chat(ChatRequest::new(vec![llm_core::Message::user("hi")])).await.unwrap();
 /// assert_eq!(r.content, "hi");
 /// # });
 /// ```
@@ -61,10 +58,13 @@ pub trait ChatModel: Send + Sync {
     fn info(&self) -> ModelInfo;
 
     /// One whole response.
-    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, GatewayError>;
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError>;
 
     /// A streamed response: text deltas as they arrive, tool calls reassembled, then `Finish`.
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, GatewayError>;
+    /// By default, the whole response of [`ChatModel::chat`] as one stream.
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        Ok(response_stream(self.chat(request).await?))
+    }
 }
 
 #[async_trait::async_trait]
@@ -72,10 +72,10 @@ impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
     fn info(&self) -> ModelInfo {
         (**self).info()
     }
-    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, GatewayError> {
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         (**self).chat(request).await
     }
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, GatewayError> {
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         (**self).stream(request).await
     }
 }
@@ -90,6 +90,9 @@ pub fn response_stream(response: ChatResponse) -> ChatStream {
     for call in response.tool_calls {
         events.push(Ok(ChatEvent::ToolCall(call)));
     }
+    for bad in response.invalid_tool_calls {
+        events.push(Ok(ChatEvent::InvalidToolCall(bad)));
+    }
     events.push(Ok(ChatEvent::Finish {
         reason: response.finish_reason,
         usage: response.usage,
@@ -98,30 +101,24 @@ pub fn response_stream(response: ChatResponse) -> ChatStream {
 }
 
 /// Drains a stream into a whole [`ChatResponse`]; fails if the stream fails or never finishes.
-pub async fn collect_stream(mut stream: ChatStream) -> Result<ChatResponse, GatewayError> {
+pub async fn collect_stream(mut stream: ChatStream) -> Result<ChatResponse, ModelError> {
     let mut content = String::new();
     let mut tool_calls = Vec::new();
+    let mut invalid = Vec::new();
     while let Some(event) = stream.next().await {
         match event? {
             ChatEvent::TextDelta(t) => content.push_str(&t),
             ChatEvent::ToolCall(c) => tool_calls.push(c),
+            ChatEvent::InvalidToolCall(c) => invalid.push(c),
             ChatEvent::Finish { reason, usage } => {
-                return Ok(ChatResponse::new(content, tool_calls, reason, usage));
+                return Ok(ChatResponse::new(content, tool_calls, reason, usage)
+                    .with_invalid_tool_calls(invalid));
             }
             ChatEvent::ToolCallDelta { .. } => {}
         }
     }
-    Err(GatewayError::StreamInterrupted {
+    Err(ModelError::StreamInterrupted {
         detail: "the stream closed without a finish event".into(),
         partial_text: content,
     })
-}
-
-/// `FinishReason` to report when a provider sent none: tool calls win.
-pub(crate) fn default_finish(has_tool_calls: bool) -> FinishReason {
-    if has_tool_calls {
-        FinishReason::ToolCalls
-    } else {
-        FinishReason::Stop
-    }
 }

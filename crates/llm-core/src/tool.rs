@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use model_gateway::ToolSpec;
+use crate::ToolSpec;
 use serde_json::Value;
 
 /// What a call is about: which session and which call id.
@@ -31,6 +31,39 @@ impl ToolContext {
     }
 }
 
+/// The turn a request belongs to, as tool providers see it when they choose what to show
+/// the model ([`ToolProvider::advertised`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TurnInfo {
+    /// The session, when there is one.
+    pub session_id: Option<String>,
+    /// The person's text that opened this turn.
+    pub user_text: String,
+    /// Which request of the turn this is: 0 for the first, 1 after the first tool round, …
+    pub round: usize,
+}
+
+impl TurnInfo {
+    /// A turn opened by `user_text`.
+    pub fn new(user_text: impl Into<String>) -> Self {
+        Self {
+            user_text: user_text.into(),
+            ..Self::default()
+        }
+    }
+    /// Attach the session id.
+    pub fn with_session(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self
+    }
+    /// Set the round.
+    pub fn with_round(mut self, round: usize) -> Self {
+        self.round = round;
+        self
+    }
+}
+
 /// Why a call failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -53,7 +86,7 @@ pub enum ToolErrorKind {
 /// (no secrets, no stack traces) and the full one for the operator's log.
 ///
 /// ```
-/// use tool_system::{ToolError, ToolErrorKind};
+/// use llm_core::{ToolError, ToolErrorKind};
 /// let e = ToolError::failed("city not found: Atlantis").with_detail("GET /weather?q=Atlantis -> 404");
 /// assert_eq!(e.kind, ToolErrorKind::Failed);
 /// assert_eq!(e.to_model_json()["success"], false);
@@ -127,8 +160,8 @@ fn human(d: Duration) -> String {
 /// One tool: its spec for the model and an async call.
 ///
 /// ```
-/// use tool_system::{async_trait, Tool, ToolContext, ToolError};
-/// use model_gateway::ToolSpec;
+/// use llm_core::{async_trait, Tool, ToolContext, ToolError};
+/// use llm_core::ToolSpec;
 /// use serde_json::{json, Value};
 /// struct Weather;
 /// #[async_trait]
@@ -152,6 +185,13 @@ pub trait Tool: Send + Sync {
     fn timeout(&self) -> Option<Duration> {
         None
     }
+    /// Whether a second call with the same arguments gives the same result and changes
+    /// nothing (a lookup, a read). Default `false`: every call runs, as a `send_message` or an
+    /// "append row" must. When `true`, the loop answers a repeat within one run from the
+    /// earlier result and then asks the model for its answer.
+    fn idempotent(&self) -> bool {
+        false
+    }
 }
 
 /// A source of tools the dispatcher routes calls to: the built-in registry, the skills
@@ -160,12 +200,34 @@ pub trait Tool: Send + Sync {
 pub trait ToolProvider: Send + Sync {
     /// A short name for logs (`builtin`, `skills`, `mcp`).
     fn provider_name(&self) -> &str;
-    /// The tools available now.
+    /// The tools available now: every tool the provider can run, with its full schema. The
+    /// dispatcher routes and validates calls with these.
     async fn list(&self) -> Vec<ToolSpec>;
+    /// The tools to show the model in this request (the request's `tools` field, or the
+    /// prompt's tool list). Defaults to all of [`ToolProvider::list`]. A provider with many
+    /// tools shows fewer — MCP services show short level-1 lines in the prompt and a tool's
+    /// full schema only once the model asked for it — while calls to any listed tool still
+    /// route.
+    async fn advertised(&self, _turn: &TurnInfo) -> Vec<ToolSpec> {
+        self.list().await
+    }
     /// Calls tool `name`. Providers return [`ToolErrorKind::NotFound`] for names they lack.
     async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError>;
     /// The time limit for tool `name`; `None` takes the dispatcher's default.
     fn timeout(&self, _name: &str) -> Option<Duration> {
         None
+    }
+    /// Whether tool `name` is idempotent ([`Tool::idempotent`]); default `false`.
+    fn idempotent(&self, _name: &str) -> bool {
+        false
+    }
+    /// The error the model gets when the arguments of a call to `name` do not fit its
+    /// schema; `problems` is what the validator found (`"/city: 3 is not of type string"`).
+    /// The call did not run. Override to add what helps the model fix the call — MCP services
+    /// add the tool's full schema, which the model may never have seen (level-1 descriptions).
+    fn invalid_arguments(&self, name: &str, problems: &str) -> ToolError {
+        ToolError::invalid_arguments(format!(
+            "Invalid arguments for tool {name}: {problems}. The tool was not run; call it again with arguments that match its parameters schema."
+        ))
     }
 }

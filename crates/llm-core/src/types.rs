@@ -24,7 +24,9 @@ pub struct ToolCall {
     pub id: String,
     /// The tool's name.
     pub name: String,
-    /// The arguments as a JSON value (normally an object).
+    /// The arguments as a JSON value (normally an object). A JSON *string* here is the raw
+    /// text of a call whose arguments were not valid JSON, as the history records it
+    /// ([`InvalidToolCall::as_recorded_call`]); backends send it back verbatim.
     pub arguments: Value,
 }
 
@@ -37,12 +39,104 @@ impl ToolCall {
             arguments,
         }
     }
+
+    /// Parses the argument text a model wrote: an empty text means no arguments (`{}`);
+    /// text that is not JSON gives an [`InvalidToolCall`] (G5) that keeps it.
+    ///
+    /// ```
+    /// use llm_core::ToolCall;
+    /// assert_eq!(ToolCall::parse("c1", "f", " ").unwrap().arguments, serde_json::json!({}));
+    /// let bad = ToolCall::parse("c2", "get_weather", "{city:").unwrap_err();
+    /// assert_eq!((bad.name.as_str(), bad.raw.as_str()), ("get_weather", "{city:"));
+    /// ```
+    pub fn parse(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        raw: &str,
+    ) -> Result<Self, InvalidToolCall> {
+        if raw.trim().is_empty() {
+            return Ok(Self::new(id, name, Value::Object(Default::default())));
+        }
+        match serde_json::from_str(raw) {
+            Ok(arguments) => Ok(Self::new(id, name, arguments)),
+            Err(e) => Err(InvalidToolCall::new(id, name, raw, e.to_string())),
+        }
+    }
+
+    /// The argument text to send back to a provider: the JSON text of `arguments`, or the
+    /// raw text verbatim when the call was recorded invalid.
+    pub fn arguments_text(&self) -> String {
+        match &self.arguments {
+            Value::String(raw) => raw.clone(),
+            v => v.to_string(),
+        }
+    }
+}
+
+/// A call whose arguments are not valid JSON (G5): what the model wrote, kept as it was.
+///
+/// ```
+/// let bad = llm_core::InvalidToolCall::new("call_2", "get_weather", "{city:", "key must be a string");
+/// assert!(bad.model_message().contains("get_weather"));
+/// assert!(bad.model_message().contains("{city:"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct InvalidToolCall {
+    /// Provider-assigned id (or `call_N` when the provider sent none).
+    pub id: String,
+    /// The tool's name, as the model wrote it.
+    pub name: String,
+    /// The raw argument text.
+    pub raw: String,
+    /// What the JSON parser said.
+    pub error: String,
+}
+
+impl InvalidToolCall {
+    /// An invalid call.
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        raw: impl Into<String>,
+        error: impl Into<String>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            raw: raw.into(),
+            error: error.into(),
+        }
+    }
+    /// The G5 text the model is answered with: names the tool and quotes the raw text.
+    pub fn model_message(&self) -> String {
+        const SHOWN: usize = 2_000;
+        let raw = crate::cap::cut_at(&self.raw, SHOWN);
+        let more = if raw.len() < self.raw.len() {
+            " …(cut)"
+        } else {
+            ""
+        };
+        format!(
+            "Invalid JSON arguments for tool `{}`: {}. You wrote: {raw}{more}. Call the tool again with a valid JSON object.",
+            self.name, self.error
+        )
+    }
+    /// The call as the history records it: the raw text kept as a JSON string in
+    /// `arguments`, which backends send back verbatim.
+    pub fn as_recorded_call(&self) -> ToolCall {
+        ToolCall::new(
+            self.id.clone(),
+            self.name.clone(),
+            Value::String(self.raw.clone()),
+        )
+    }
 }
 
 /// One message of a conversation.
 ///
 /// ```
-/// use model_gateway::{Message, Role, ToolCall};
+/// use llm_core::{Message, Role, ToolCall};
 /// let call = ToolCall::new("call_1", "get_weather", serde_json::json!({"city": "Beijing"}));
 /// let history = vec![
 ///     Message::system("You are helpful."),
@@ -54,7 +148,8 @@ impl ToolCall {
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
-#[non_exhaustive]
+// Exhaustive on purpose: every backend must translate every case; a new one must fail
+// to compile in each backend rather than be dropped silently.
 pub enum Message {
     /// System instructions.
     System {
@@ -179,7 +274,8 @@ impl ToolSpec {
 
 /// Whether and which tool the model must call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
+// Exhaustive on purpose: every backend must translate every case; a new one must fail
+// to compile in each backend rather than be dropped silently.
 pub enum ToolChoice {
     /// The model decides (the provider default when tools are bound).
     Auto,
@@ -193,7 +289,8 @@ pub enum ToolChoice {
 
 /// The shape the model's answer must take.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
+// Exhaustive on purpose: every backend must translate every case; a new one must fail
+// to compile in each backend rather than be dropped silently.
 pub enum ResponseFormat {
     /// Free text.
     Text,
@@ -213,7 +310,7 @@ pub enum ResponseFormat {
 /// One chat completion request.
 ///
 /// ```
-/// use model_gateway::{ChatRequest, Message, ToolSpec};
+/// use llm_core::{ChatRequest, Message, ToolSpec};
 /// let req = ChatRequest::new(vec![Message::user("hi")])
 ///     .with_tools(vec![ToolSpec::new("noop", "does nothing", serde_json::json!({"type":"object","properties":{}}))])
 ///     .with_temperature(0.2);
@@ -331,6 +428,11 @@ pub struct ChatResponse {
     pub finish_reason: FinishReason,
     /// Token usage, when the provider reports it.
     pub usage: Option<Usage>,
+    /// Calls the model made whose arguments are not valid JSON (G5), in order. They are not
+    /// errors of the response: the other calls stand, and the tool loop answers each of
+    /// these with a message the model can act on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalid_tool_calls: Vec<InvalidToolCall>,
 }
 
 impl ChatResponse {
@@ -346,11 +448,25 @@ impl ChatResponse {
             tool_calls,
             finish_reason,
             usage,
+            invalid_tool_calls: Vec::new(),
         }
     }
-    /// The response as an assistant message for the history.
+    /// The same response with these invalid calls attached.
+    pub fn with_invalid_tool_calls(mut self, calls: Vec<InvalidToolCall>) -> Self {
+        self.invalid_tool_calls = calls;
+        self
+    }
+    /// The response as an assistant message for the history: valid calls as they are,
+    /// invalid ones as [`InvalidToolCall::as_recorded_call`] so the tool message answering
+    /// each one has the call it answers.
     pub fn to_message(&self) -> Message {
-        Message::assistant_with_tool_calls(self.content.clone(), self.tool_calls.clone())
+        let mut calls = self.tool_calls.clone();
+        calls.extend(
+            self.invalid_tool_calls
+                .iter()
+                .map(InvalidToolCall::as_recorded_call),
+        );
+        Message::assistant_with_tool_calls(self.content.clone(), calls)
     }
 }
 
@@ -373,6 +489,9 @@ pub enum ChatEvent {
     },
     /// A whole tool call, reassembled from its deltas and parsed; sent before `Finish`.
     ToolCall(ToolCall),
+    /// A whole tool call whose arguments are not valid JSON (G5). The stream goes on: the
+    /// other calls stand, and the loop answers this one with [`InvalidToolCall::model_message`].
+    InvalidToolCall(InvalidToolCall),
     /// The end of the response.
     Finish {
         /// Why the model stopped.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use model_gateway::ToolSpec;
+use llm_core::ToolSpec;
 use serde_json::{Map, Value, json};
 use tool_system::{Tool, ToolContext, ToolError};
 

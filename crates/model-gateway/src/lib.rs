@@ -1,9 +1,10 @@
 //! # model-gateway — Stage 0
 //!
-//! Provider-neutral chat data ([`Message`], [`ToolCall`], [`ToolSpec`], [`ChatRequest`],
-//! [`ChatResponse`], [`ChatEvent`]), one narrow trait ([`ChatModel`]) and an OpenAI-compatible
-//! backend ([`OpenAiModel`], on `async-openai`) with streaming, tool calls and retries.
-//! Nothing above this crate needs to know `async-openai`.
+//! The OpenAI-compatible backend ([`OpenAiModel`], on `async-openai`) with streaming, tool
+//! calls, retries and timeouts. The provider-neutral data ([`Message`], [`ToolCall`],
+//! [`ToolSpec`], [`ChatRequest`], [`ChatResponse`], [`ChatEvent`]) and the one narrow trait
+//! ([`ChatModel`]) live in `llm-core` and are re-exported here. Nothing above the backends
+//! needs to know `async-openai`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), model_gateway::GatewayError> {
@@ -18,20 +19,24 @@
 //! # Ok(()) }
 //! ```
 
-mod assemble;
-mod error;
-#[cfg(feature = "local")]
-pub mod local;
-mod model;
 mod openai;
-mod types;
 
-pub use assemble::{ToolCallAssembler, parse_arguments};
-pub use async_trait::async_trait;
-pub use error::GatewayError;
-pub use model::{ChatModel, ChatStream, ModelInfo, collect_stream, response_stream};
-pub use openai::{OpenAiConfig, OpenAiModel, RetryPolicy, env};
-pub use types::{
-    ChatEvent, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, ToolCall,
-    ToolChoice, ToolSpec, Usage,
+// The shared vocabulary lives in `llm-core`; it is re-exported here so code written against
+// `model_gateway::Message` and friends keeps compiling.
+/// The error of every [`ChatModel`]; the gateway's former name for [`ModelError`].
+pub use llm_core::ModelError as GatewayError;
+pub use llm_core::{
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, InvalidToolCall,
+    Message, ModelError, ModelInfo, ResponseFormat, Role, ToolCall, ToolCallAssembler, ToolChoice,
+    ToolSpec, Usage, async_trait, collect_stream, response_stream,
 };
+pub use openai::{OpenAiConfig, OpenAiModel, RetryPolicy, env};
+
+/// `FinishReason` to report when a provider sent none: tool calls win.
+pub(crate) fn default_finish(has_tool_calls: bool) -> FinishReason {
+    if has_tool_calls {
+        FinishReason::ToolCalls
+    } else {
+        FinishReason::Stop
+    }
+}

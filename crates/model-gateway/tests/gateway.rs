@@ -144,7 +144,10 @@ async fn g3_history_with_tool_calls_and_results_round_trips_on_the_wire() {
     model(&server).chat(req).await.unwrap();
     let msgs = &server.requests()[0].body["messages"];
     assert_eq!(msgs[2]["role"], "assistant");
-    assert_eq!(msgs[2]["content"], serde_json::Value::Null);
+    assert_eq!(
+        msgs[2]["content"], "",
+        "never null: see the interop test below"
+    );
     assert_eq!(msgs[2]["tool_calls"][0]["id"], "call_1");
     assert_eq!(
         msgs[2]["tool_calls"][0]["function"]["arguments"],
@@ -168,39 +171,103 @@ async fn g4_stop_without_tool_calls_is_a_plain_message_with_empty_calls() {
     assert_eq!(r.usage.unwrap().total_tokens, 15);
 }
 
-#[tokio::test]
-async fn g5_invalid_json_arguments_error_carries_name_and_raw_whole() {
-    let server = ScriptedServer::start().await;
-    server.push(Reply::tool_call("c1", "get_weather", r#"{"city": Beijing"#));
-    let err = model(&server)
-        .chat(ask().with_tools(vec![weather()]))
-        .await
-        .unwrap_err();
-    match err {
-        GatewayError::InvalidToolArguments { name, raw, .. } => {
-            assert_eq!(name, "get_weather");
-            assert_eq!(raw, r#"{"city": Beijing"#);
-        }
-        other => panic!("expected InvalidToolArguments, got {other:?}"),
+/// llama-cpp-python's OpenAI-compatible server answers an assistant message with
+/// `"content": null` with HTTP 500 and validation errors; this server does the same.
+fn rejects_null_content(body: &serde_json::Value) -> Reply {
+    let null_content = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|m| m.get("content").is_some_and(serde_json::Value::is_null));
+    if null_content {
+        Reply::status(
+            500,
+            "7 validation errors for ChatCompletionRequestAssistantMessage content: none is not an allowed value",
+        )
+    } else {
+        Reply::text("It is sunny.")
     }
 }
 
 #[tokio::test]
-async fn g5_invalid_json_arguments_error_carries_name_and_raw_streamed() {
+async fn g3_interop_a_call_without_text_goes_out_as_empty_content_whole_and_streamed() {
+    let server = ScriptedServer::start().await;
+    server.respond_with(rejects_null_content);
+    let call = model_gateway::ToolCall::new("call_1", "get_weather", json!({"city": "Beijing"}));
+    let history = vec![
+        Message::user("Weather in Beijing?"),
+        Message::assistant_with_tool_calls("", vec![call]),
+        Message::tool("call_1", "get_weather", r#"{"sky":"sunny"}"#),
+    ];
+    let m = model(&server);
+    let r = m.chat(ChatRequest::new(history.clone())).await.unwrap();
+    assert_eq!(r.content, "It is sunny.");
+    let streamed = collect_stream(m.stream(ChatRequest::new(history)).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(streamed.content, "It is sunny.");
+    assert_eq!(
+        server.request_count(),
+        2,
+        "no retries: both accepted at once"
+    );
+}
+
+#[tokio::test]
+async fn g5_invalid_json_arguments_are_reported_with_name_and_raw_whole() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("c1", "get_weather", r#"{"city": "Paris"}"#),
+        ("c2", "get_weather", r#"{"city": Beijing"#),
+    ]));
+    let r = model(&server)
+        .chat(ask().with_tools(vec![weather()]))
+        .await
+        .unwrap();
+    assert_eq!(r.tool_calls.len(), 1, "the valid call stands");
+    assert_eq!(r.tool_calls[0].arguments, json!({"city": "Paris"}));
+    let bad = &r.invalid_tool_calls[0];
+    assert_eq!((bad.id.as_str(), bad.name.as_str()), ("c2", "get_weather"));
+    assert_eq!(bad.raw, r#"{"city": Beijing"#);
+    assert!(!bad.error.is_empty());
+}
+
+#[tokio::test]
+async fn g5_invalid_json_arguments_are_an_event_and_the_stream_goes_on() {
     let server = ScriptedServer::start().await;
     server.push(
-        Reply::tool_call("c1", "get_weather", r#"{"city": Beijing"#).shape(|s| s.args_chunk = 3),
+        Reply::tool_calls(&[
+            ("c1", "get_weather", r#"{"city": Beijing"#),
+            ("c2", "get_weather", r#"{"city": "Paris"}"#),
+        ])
+        .shape(|s| s.args_chunk = 3),
     );
-    let stream = model(&server)
+    let mut stream = model(&server)
         .stream(ask().with_tools(vec![weather()]))
         .await
         .unwrap();
-    let err = collect_stream(stream).await.unwrap_err();
+    let mut events = Vec::new();
+    while let Some(e) = stream.next().await {
+        events.push(e.unwrap());
+    }
+    let invalid: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ChatEvent::InvalidToolCall(bad) => Some(bad.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(invalid.len(), 1);
+    assert_eq!(invalid[0].name, "get_weather");
+    assert_eq!(invalid[0].raw, r#"{"city": Beijing"#);
+    assert!(invalid[0].model_message().contains("get_weather"));
     assert!(
-        matches!(&err, GatewayError::InvalidToolArguments { name, raw, .. } if name == "get_weather" && raw == r#"{"city": Beijing"#),
-        "{err:?}"
+        events
+            .iter()
+            .any(|e| matches!(e, ChatEvent::ToolCall(c) if c.id == "c2")),
+        "the other call survives"
     );
-    assert!(err.to_string().contains("get_weather") && err.to_string().contains("Beijing"));
+    assert!(matches!(events.last(), Some(ChatEvent::Finish { .. })));
 }
 
 #[tokio::test]

@@ -32,23 +32,23 @@ fn responder(body: &Value) -> Reply {
 /// (sessions, dispatcher, tasks) from the HTTP stack.
 struct Sleepy;
 
-#[model_gateway::async_trait]
-impl model_gateway::ChatModel for Sleepy {
-    fn info(&self) -> model_gateway::ModelInfo {
-        model_gateway::ModelInfo::new("sleepy", true)
+#[llm_core::async_trait]
+impl llm_core::ChatModel for Sleepy {
+    fn info(&self) -> llm_core::ModelInfo {
+        llm_core::ModelInfo::new("sleepy", true)
     }
     async fn chat(
         &self,
-        req: model_gateway::ChatRequest,
-    ) -> Result<model_gateway::ChatResponse, model_gateway::GatewayError> {
+        req: llm_core::ChatRequest,
+    ) -> Result<llm_core::ChatResponse, llm_core::ModelError> {
         tokio::time::sleep(LATENCY).await;
         Ok(common::noop_round(&req))
     }
     async fn stream(
         &self,
-        req: model_gateway::ChatRequest,
-    ) -> Result<model_gateway::ChatStream, model_gateway::GatewayError> {
-        Ok(model_gateway::response_stream(self.chat(req).await?))
+        req: llm_core::ChatRequest,
+    ) -> Result<llm_core::ChatStream, llm_core::ModelError> {
+        Ok(llm_core::response_stream(self.chat(req).await?))
     }
 }
 
@@ -124,12 +124,12 @@ fn main() {
             .map(|_| {
                 let model = Arc::clone(&model);
                 tokio::spawn(async move {
-                    use model_gateway::{ChatModel, ChatRequest, Message, collect_stream};
+                    use llm_core::{ChatModel, ChatRequest, Message, collect_stream};
                     for _ in 0..2 {
                         let s = model.stream(ChatRequest::new(vec![Message::user("go")])).await?;
                         collect_stream(s).await?;
                     }
-                    Ok::<(), model_gateway::GatewayError>(())
+                    Ok::<(), llm_core::ModelError>(())
                 })
             })
             .collect();

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use model_gateway::{
-    ChatModel, ChatRequest, ChatResponse, ChatStream, GatewayError, ModelInfo, async_trait,
+use llm_core::{
+    ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError, ModelInfo, async_trait,
     response_stream,
 };
 use serde_json::json;
@@ -24,10 +24,10 @@ impl ChatModel for Instant {
     fn info(&self) -> ModelInfo {
         ModelInfo::new("instant", true)
     }
-    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
         Ok(common::noop_round(&req))
     }
-    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> {
+    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, ModelError> {
         Ok(response_stream(self.chat(req).await?))
     }
 }

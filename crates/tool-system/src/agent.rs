@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use context_engine::{MemoryStore, SessionStore};
-use model_gateway::ChatModel;
+use llm_core::ChatModel;
 
 use crate::runner::{
     LoopError, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream,
@@ -15,7 +15,7 @@ use crate::{Dispatcher, ProtocolKind, RegistryError, Tool, ToolProvider, ToolReg
 ///
 /// ```
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use model_gateway::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message, ModelInfo, ToolCall, response_stream};
+/// use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, Message, ModelInfo, ToolCall, response_stream};
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
 /// use tool_system::{Agent, FnTool, ToolContext};
@@ -29,13 +29,13 @@ use crate::{Dispatcher, ProtocolKind, RegistryError, Tool, ToolProvider, ToolReg
 /// # #[async_trait]
 /// # impl ChatModel for Demo {
 /// #     fn info(&self) -> ModelInfo { ModelInfo::new("demo", true) }
-/// #     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+/// #     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
 /// #         Ok(match req.messages.last() {
 /// #             Some(Message::Tool { content, .. }) => ChatResponse::new(content.clone(), vec![], FinishReason::Stop, None),
 /// #             _ => ChatResponse::new("", vec![ToolCall::new("c1", "get_weather", serde_json::json!({"city": "Beijing"}))], FinishReason::ToolCalls, None),
 /// #         })
 /// #     }
-/// #     async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> { Ok(response_stream(self.chat(req).await?)) }
+/// #     async fn stream(&self, req: ChatRequest) -> Result<ChatStream, ModelError> { Ok(response_stream(self.chat(req).await?)) }
 /// # }
 /// let agent = Agent::builder(Demo).tool(weather).build()?;
 /// let out = agent.run("session-1", "What's the weather in Beijing?").await?;

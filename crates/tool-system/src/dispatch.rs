@@ -4,17 +4,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use model_gateway::ToolSpec;
+use llm_core::{DEFAULT_MAX_RESULT_BYTES, ToolSpec, cap_result as cap};
 use output_control::{SchemaError, Validator};
 use serde_json::Value;
 
 use crate::{ToolContext, ToolError, ToolErrorKind, ToolProvider, ToolRegistry};
+use llm_core::TurnInfo;
 
 /// Default time limit of one tool call (000): 30 s.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Default cap on a result's size as given to the model: 64 KiB.
-pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024;
 
 /// The result of one call, as the model will see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +169,28 @@ impl Dispatcher {
         specs
     }
 
+    /// The tools to show the model in one request of `turn`: each provider's
+    /// [`ToolProvider::advertised`] list, first provider winning on a name clash. Calls route
+    /// by [`Dispatcher::specs`], so a tool that is listed but not advertised still runs.
+    pub async fn advertised(&self, turn: &TurnInfo) -> Vec<ToolSpec> {
+        let mut specs: Vec<ToolSpec> = Vec::new();
+        for p in &self.providers {
+            for spec in p.advertised(turn).await {
+                if !specs.iter().any(|s| s.name == spec.name) {
+                    specs.push(spec);
+                }
+            }
+        }
+        specs
+    }
+
+    /// Whether the tool that a call to `name` routes to declared itself idempotent.
+    pub fn is_idempotent(&self, name: &str) -> bool {
+        self.table()
+            .get(name)
+            .is_some_and(|r| self.providers[r.provider].idempotent(name))
+    }
+
     fn table(&self) -> Arc<HashMap<String, Arc<Route>>> {
         match self.routes.read() {
             Ok(r) => Arc::clone(&r),
@@ -233,11 +253,11 @@ impl Dispatcher {
         let Some(route) = self.route(name).await else {
             return self.call_unlisted(name, args, ctx).await;
         };
+        let provider = Arc::clone(&self.providers[route.provider]);
         if let Some(v) = &route.validator {
             v.validate(&args)
-                .map_err(|e| ToolError::invalid_arguments(invalid_args_message(name, &e)))?;
+                .map_err(|e| provider.invalid_arguments(name, &schema_problems(&e)))?;
         }
-        let provider = Arc::clone(&self.providers[route.provider]);
         let timeout = provider.timeout(name).unwrap_or(self.default_timeout);
         let tool_name = name.to_owned();
         // Aborted when this future is dropped (the loop was cancelled) or the time is up.
@@ -247,14 +267,16 @@ impl Dispatcher {
         match tokio::time::timeout(timeout, &mut task.0).await {
             Ok(Ok(result)) => result,
             Ok(Err(join)) => {
+                // The panic text is the operator's (it may hold paths, data, secrets); the
+                // model gets a plain sentence it can act on.
                 let detail = if join.is_panic() {
-                    panic_text(join.into_panic())
+                    format!("panicked: {}", panic_text(join.into_panic()))
                 } else {
                     "the task was cancelled".to_owned()
                 };
                 Err(ToolError::new(
                     ToolErrorKind::Crashed,
-                    format!("Tool {name} crashed: {detail}"),
+                    format!("Tool {name} crashed and was stopped; try another approach or tell the user it failed."),
                 )
                 .with_detail(detail))
             }
@@ -307,16 +329,14 @@ fn compile(spec: &ToolSpec) -> Option<Arc<Validator>> {
     }
 }
 
-pub(crate) fn invalid_args_message(name: &str, e: &SchemaError) -> String {
+/// What the validator found, as one line: `"/city: 3 is not of type string; …"`.
+pub(crate) fn schema_problems(e: &SchemaError) -> String {
     let list: Vec<String> = e.violations().iter().map(ToString::to_string).collect();
-    format!(
-        "Invalid arguments for tool {name}: {}. The tool was not run; call it again with arguments that match its parameters schema.",
-        if list.is_empty() {
-            e.to_string()
-        } else {
-            list.join("; ")
-        }
-    )
+    if list.is_empty() {
+        e.to_string()
+    } else {
+        list.join("; ")
+    }
 }
 
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
@@ -327,25 +347,6 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     } else {
         "the tool panicked".to_owned()
     }
-}
-
-/// Cuts `text` to at most `max` bytes (on a char boundary) plus a note for the model.
-pub(crate) fn cap(text: String, max: usize) -> (String, bool) {
-    if text.len() <= max {
-        return (text, false);
-    }
-    let note = format!(
-        "\n[truncated: the result was {} bytes; only the first {max} bytes are shown. Ask for less data if you need the rest.]",
-        text.len()
-    );
-    let mut end = max.saturating_sub(note.len());
-    while end > 0 && !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut out = String::with_capacity(end + note.len());
-    out.push_str(&text[..end]);
-    out.push_str(&note);
-    (out, true)
 }
 
 #[cfg(test)]
@@ -426,7 +427,12 @@ mod tests {
         })]);
         let out = d.dispatch("boom", json!({}), ToolContext::new("1")).await;
         assert_eq!(out.error, Some(ToolErrorKind::Crashed));
-        assert!(out.content.contains("kaboom"), "{}", out.content);
+        assert!(out.content.contains("Tool boom crashed"), "{}", out.content);
+        assert!(
+            !out.content.contains("kaboom"),
+            "panic text is for the operator's log only: {}",
+            out.content
+        );
     }
 
     #[tokio::test]

@@ -18,14 +18,14 @@
 //! ```
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use futures::StreamExt;
-//! use model_gateway::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, ModelInfo, response_stream};
+//! use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, ModelInfo, response_stream};
 //! use tool_system::{Agent, LoopEvent};
 //! # struct Hello;
 //! # #[async_trait]
 //! # impl ChatModel for Hello {
 //! #     fn info(&self) -> ModelInfo { ModelInfo::new("hello", true) }
-//! #     async fn chat(&self, _: ChatRequest) -> Result<ChatResponse, GatewayError> { Ok(ChatResponse::new("Hello!", vec![], FinishReason::Stop, None)) }
-//! #     async fn stream(&self, r: ChatRequest) -> Result<ChatStream, GatewayError> { Ok(response_stream(self.chat(r).await?)) }
+//! #     async fn chat(&self, _: ChatRequest) -> Result<ChatResponse, ModelError> { Ok(ChatResponse::new("Hello!", vec![], FinishReason::Stop, None)) }
+//! #     async fn stream(&self, r: ChatRequest) -> Result<ChatStream, ModelError> { Ok(response_stream(self.chat(r).await?)) }
 //! # }
 //! let agent = Agent::builder(Hello).build()?;
 //! let mut events = agent.run_stream("s1", "hi");
@@ -46,14 +46,19 @@ mod prompt;
 mod protocol;
 mod registry;
 mod runner;
-mod tool;
 mod turn;
 mod typed;
 
 pub use agent::{Agent, AgentBuilder};
 pub use async_trait::async_trait;
-pub use dispatch::{DEFAULT_MAX_RESULT_BYTES, DEFAULT_TOOL_TIMEOUT, Dispatcher, ToolOutcome};
-pub use machine::{DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts};
+pub use dispatch::{DEFAULT_TOOL_TIMEOUT, Dispatcher, ToolOutcome};
+pub use llm_core::{
+    DEFAULT_MAX_RESULT_BYTES, Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider,
+    is_valid_tool_name, normalize_schema,
+};
+pub use machine::{
+    CallFacts, CallPlan, DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts,
+};
 pub use prompt::{describe_tools, generate_tool_prompt, json_decision_prompt};
 pub use protocol::{
     CallProtocol, JsonDecisionProtocol, NativeProtocol, PendingCall, ProtocolKind, Reading,
@@ -63,6 +68,5 @@ pub use registry::{RegistryError, ToolRegistry};
 pub use runner::{
     LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream,
 };
-pub use tool::{Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider};
 pub use turn::TurnSections;
-pub use typed::{FnTool, is_valid_tool_name, normalize_schema, schema_for, to_openai_tool};
+pub use typed::{FnTool, schema_for, to_openai_tool};

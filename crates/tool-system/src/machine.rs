@@ -1,21 +1,28 @@
 //! The loop's decisions as a plain state machine with no I/O (like rig's `AgentRun`): the
-//! runner asks it what to do next and does the I/O.
+//! runner tells it what happened and asks it what to do next; every rule of the loop — run the
+//! tools, answer a repeated call from its earlier result, ask for a correction, stop at the
+//! limit — is decided here and unit-tested here.
 
-/// Default round limit (001): 5 model calls.
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+/// Default limit of tool rounds in one run (001's `max_iterations`): 5.
 pub const DEFAULT_MAX_ITERATIONS: usize = 5;
 
 /// What the runner does after a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Decision {
-    /// Run the calls, record the round, call the model again.
+    /// Run the calls (as [`LoopMachine::plan_call`] says), record the round, call the model again.
     RunTools,
-    /// The answer could not be read: record it with the correction, call the model again.
+    /// The answer could not be read and corrections are on: record it with the correction,
+    /// call the model again.
     Reprompt,
     /// The response is the answer: record it and stop.
     Finish,
-    /// The response asks for tools but the limit is reached: record the calls with "not run"
-    /// results, stop, return this response, warn.
+    /// The response asks for tools but `max_iterations` rounds of tools already ran: record
+    /// the calls with "not run" results, stop, return this response's text, warn (001).
     StopAtLimit,
 }
 
@@ -24,137 +31,303 @@ pub enum Decision {
 pub struct ResponseFacts {
     /// The response asks for at least one call.
     pub has_calls: bool,
-    /// The response could not be read and a correction is available.
-    pub needs_correction: bool,
+    /// The response could not be read as the protocol expects (a broken JSON decision).
+    pub unreadable: bool,
 }
 
-/// The loop's state: how many model calls were made and whether a correction was just sent.
+/// What to do with one call of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallPlan {
+    /// Dispatch it.
+    Run,
+    /// Do not run it: the model gets this error text (arguments that are not JSON, G5).
+    Reject(String),
+    /// Do not run it: the tool declared itself idempotent and ran with these arguments
+    /// earlier in this run; the model gets the earlier result again.
+    Reuse(String),
+}
+
+/// One call as the machine sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct CallFacts<'a> {
+    /// Tool name.
+    pub name: &'a str,
+    /// Parsed arguments.
+    pub arguments: &'a Value,
+    /// Why the call cannot run as written, if it cannot (G5 text).
+    pub invalid: Option<&'a str>,
+    /// Whether the tool declared that a repeat with the same arguments gives the same result
+    /// and changes nothing ([`llm_core::Tool::idempotent`]).
+    pub idempotent: bool,
+}
+
+/// The loop's state.
 ///
 /// ```
 /// use tool_system::{Decision, LoopMachine, ResponseFacts};
+/// let calls = ResponseFacts { has_calls: true, ..Default::default() };
 /// let mut m = LoopMachine::new(2);
-/// m.model_called();
-/// assert_eq!(m.after_response(ResponseFacts { has_calls: true, ..Default::default() }), Decision::RunTools);
-/// m.model_called();
-/// assert_eq!(m.after_response(ResponseFacts { has_calls: true, ..Default::default() }), Decision::StopAtLimit);
+/// assert_eq!(m.after_response(calls), Decision::RunTools); // round 1
+/// assert_eq!(m.after_response(calls), Decision::RunTools); // round 2
+/// assert_eq!(m.after_response(calls), Decision::StopAtLimit);
+/// assert_eq!((m.model_calls(), m.tool_rounds()), (3, 2));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoopMachine {
     max_iterations: usize,
-    iterations: usize,
+    corrections: bool,
+    model_calls: usize,
+    tool_rounds: usize,
     corrected: bool,
+    /// Results of successful idempotent calls of this run, by name and arguments.
+    idempotent_results: HashMap<(String, String), String>,
+    /// A call was answered from an earlier result in the last round.
+    reused: bool,
 }
 
 impl LoopMachine {
-    /// A machine allowing `max_iterations` model calls (at least 1).
+    /// A machine allowing `max_iterations` rounds of tool calls (at least 1), without
+    /// correction rounds.
     pub fn new(max_iterations: usize) -> Self {
         Self {
             max_iterations: max_iterations.max(1),
-            iterations: 0,
+            corrections: false,
+            model_calls: 0,
+            tool_rounds: 0,
             corrected: false,
+            idempotent_results: HashMap::new(),
+            reused: false,
         }
     }
 
-    /// Records a model call.
-    pub fn model_called(&mut self) {
-        self.iterations += 1;
+    /// Turns the correction round on: an unreadable answer is sent back once with a request to
+    /// fix it, instead of being taken as the plain answer (001's fallback default).
+    pub fn with_corrections(mut self, on: bool) -> Self {
+        self.corrections = on;
+        self
     }
 
     /// Model calls so far.
-    pub fn iterations(&self) -> usize {
-        self.iterations
+    pub fn model_calls(&self) -> usize {
+        self.model_calls
     }
 
-    /// The limit.
+    /// Tool rounds run so far.
+    pub fn tool_rounds(&self) -> usize {
+        self.tool_rounds
+    }
+
+    /// The limit of tool rounds.
     pub fn max_iterations(&self) -> usize {
         self.max_iterations
     }
 
-    /// Decides what follows a response.
+    /// Whether the next request should ask for an answer (`tool_choice: none`): the last round
+    /// repeated an idempotent call the model already had the result of, so a further call
+    /// cannot bring anything new.
+    pub fn wants_answer(&self) -> bool {
+        self.reused
+    }
+
+    /// A response arrived: decides what follows it.
     ///
-    /// * calls, under the limit → [`Decision::RunTools`]; at the limit → [`Decision::StopAtLimit`];
-    /// * no calls and an unreadable answer → one [`Decision::Reprompt`] (if a model call is
-    ///   left), and a second unreadable answer in a row is taken as the plain answer (T9);
+    /// * calls, fewer than `max_iterations` rounds run → [`Decision::RunTools`], else
+    ///   [`Decision::StopAtLimit`];
+    /// * no calls and an unreadable answer → with corrections on, one [`Decision::Reprompt`]
+    ///   (a second unreadable answer in a row is the plain answer); with them off (the
+    ///   default), the plain answer (001: no error, no extra model call);
     /// * otherwise → [`Decision::Finish`].
     pub fn after_response(&mut self, facts: ResponseFacts) -> Decision {
+        self.model_calls += 1;
+        self.reused = false;
         if facts.has_calls {
             self.corrected = false;
-            return if self.iterations >= self.max_iterations {
-                Decision::StopAtLimit
-            } else {
-                Decision::RunTools
-            };
+            if self.tool_rounds >= self.max_iterations {
+                return Decision::StopAtLimit;
+            }
+            self.tool_rounds += 1;
+            return Decision::RunTools;
         }
-        if facts.needs_correction && !self.corrected && self.iterations < self.max_iterations {
+        if facts.unreadable
+            && self.corrections
+            && !self.corrected
+            && self.model_calls <= self.max_iterations
+        {
             self.corrected = true;
             return Decision::Reprompt;
         }
         Decision::Finish
     }
+
+    /// What to do with one call of a round being run.
+    pub fn plan_call(&self, call: CallFacts<'_>) -> CallPlan {
+        if let Some(why) = call.invalid {
+            return CallPlan::Reject(why.to_owned());
+        }
+        if call.idempotent
+            && let Some(earlier) = self.idempotent_results.get(&key(call.name, call.arguments))
+        {
+            return CallPlan::Reuse(earlier.clone());
+        }
+        CallPlan::Run
+    }
+
+    /// Records how a planned call ended: a successful idempotent call's result is kept for
+    /// repeats; a reused one makes the next request ask for an answer.
+    pub fn call_done(&mut self, call: CallFacts<'_>, plan: &CallPlan, content: &str, ok: bool) {
+        match plan {
+            CallPlan::Reuse(_) => self.reused = true,
+            CallPlan::Run if ok && call.idempotent => {
+                self.idempotent_results
+                    .insert(key(call.name, call.arguments), content.to_owned());
+            }
+            _ => {}
+        }
+    }
+}
+
+fn key(name: &str, arguments: &Value) -> (String, String) {
+    // serde_json's maps are sorted, so equal arguments print equally.
+    (name.to_owned(), arguments.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const CALLS: ResponseFacts = ResponseFacts {
         has_calls: true,
-        needs_correction: false,
+        unreadable: false,
     };
     const TEXT: ResponseFacts = ResponseFacts {
         has_calls: false,
-        needs_correction: false,
+        unreadable: false,
     };
     const BAD: ResponseFacts = ResponseFacts {
         has_calls: false,
-        needs_correction: true,
+        unreadable: true,
     };
 
+    fn call<'a>(args: &'a Value, idempotent: bool) -> CallFacts<'a> {
+        CallFacts {
+            name: "get_weather",
+            arguments: args,
+            invalid: None,
+            idempotent,
+        }
+    }
+
     #[test]
-    fn t5_default_max_iterations_is_5_and_limit_stops() {
+    fn t5_five_rounds_of_tools_run_then_the_limit_stops() {
         assert_eq!(DEFAULT_MAX_ITERATIONS, 5);
         let mut m = LoopMachine::new(DEFAULT_MAX_ITERATIONS);
-        for _ in 0..4 {
-            m.model_called();
-            assert_eq!(m.after_response(CALLS), Decision::RunTools);
+        for round in 1..=5 {
+            assert_eq!(m.after_response(CALLS), Decision::RunTools, "round {round}");
         }
-        m.model_called();
         assert_eq!(m.after_response(CALLS), Decision::StopAtLimit);
-        assert_eq!(m.iterations(), 5);
+        assert_eq!((m.tool_rounds(), m.model_calls()), (5, 6));
     }
 
     #[test]
     fn t5_text_answer_finishes() {
         let mut m = LoopMachine::new(5);
-        m.model_called();
         assert_eq!(m.after_response(TEXT), Decision::Finish);
+        assert_eq!(m.model_calls(), 1);
     }
 
     #[test]
-    fn t6_unreadable_answer_reprompts_once_then_is_plain_answer() {
+    fn t5_text_after_the_last_round_finishes_normally() {
+        let mut m = LoopMachine::new(1);
+        assert_eq!(m.after_response(CALLS), Decision::RunTools);
+        assert_eq!(m.after_response(TEXT), Decision::Finish);
+        assert_eq!(LoopMachine::new(0).max_iterations(), 1);
+    }
+
+    #[test]
+    fn t9_unreadable_answer_is_the_plain_answer_by_default() {
         let mut m = LoopMachine::new(5);
-        m.model_called();
+        assert_eq!(m.after_response(BAD), Decision::Finish);
+        assert_eq!(m.model_calls(), 1);
+    }
+
+    #[test]
+    fn t6_with_corrections_an_unreadable_answer_reprompts_once() {
+        let mut m = LoopMachine::new(5).with_corrections(true);
         assert_eq!(m.after_response(BAD), Decision::Reprompt);
-        m.model_called();
         assert_eq!(m.after_response(BAD), Decision::Finish);
     }
 
     #[test]
     fn t6_correction_allowed_again_after_a_good_round() {
-        let mut m = LoopMachine::new(5);
-        m.model_called();
+        let mut m = LoopMachine::new(5).with_corrections(true);
         assert_eq!(m.after_response(BAD), Decision::Reprompt);
-        m.model_called();
         assert_eq!(m.after_response(CALLS), Decision::RunTools);
-        m.model_called();
         assert_eq!(m.after_response(BAD), Decision::Reprompt);
     }
 
     #[test]
-    fn t6_no_reprompt_when_no_model_call_is_left() {
-        let mut m = LoopMachine::new(1);
-        m.model_called();
+    fn t6_no_reprompt_past_the_limit() {
+        let mut m = LoopMachine::new(1).with_corrections(true);
+        assert_eq!(m.after_response(CALLS), Decision::RunTools);
         assert_eq!(m.after_response(BAD), Decision::Finish);
-        assert_eq!(LoopMachine::new(0).max_iterations(), 1);
+    }
+
+    #[test]
+    fn g5_invalid_call_is_rejected_with_its_text() {
+        let m = LoopMachine::new(5);
+        let args = json!("{city:");
+        let facts = CallFacts {
+            invalid: Some("Invalid JSON arguments for tool `get_weather`"),
+            ..call(&args, false)
+        };
+        assert_eq!(
+            m.plan_call(facts),
+            CallPlan::Reject("Invalid JSON arguments for tool `get_weather`".into())
+        );
+    }
+
+    #[test]
+    fn t5_repeated_calls_run_again_by_default() {
+        let mut m = LoopMachine::new(5);
+        let args = json!({"city": "Beijing"});
+        m.after_response(CALLS);
+        assert_eq!(m.plan_call(call(&args, false)), CallPlan::Run);
+        m.call_done(call(&args, false), &CallPlan::Run, "sunny", true);
+        m.after_response(CALLS);
+        assert_eq!(m.plan_call(call(&args, false)), CallPlan::Run);
+        assert!(!m.wants_answer());
+    }
+
+    #[test]
+    fn t5_a_repeated_idempotent_call_reuses_its_result_and_asks_for_an_answer() {
+        let mut m = LoopMachine::new(5);
+        let args = json!({"city": "Beijing"});
+        m.after_response(CALLS);
+        m.call_done(call(&args, true), &CallPlan::Run, "sunny", true);
+        assert!(!m.wants_answer());
+        m.after_response(CALLS);
+        let plan = m.plan_call(call(&args, true));
+        assert_eq!(plan, CallPlan::Reuse("sunny".into()));
+        m.call_done(call(&args, true), &plan, "sunny", true);
+        assert!(m.wants_answer());
+        // other arguments run
+        assert_eq!(
+            m.plan_call(call(&json!({"city": "Paris"}), true)),
+            CallPlan::Run
+        );
+        // the request after the answer-request round is normal again
+        m.after_response(CALLS);
+        assert!(!m.wants_answer());
+    }
+
+    #[test]
+    fn t5_a_failed_idempotent_call_is_not_reused() {
+        let mut m = LoopMachine::new(5);
+        let args = json!({"city": "Atlantis"});
+        m.after_response(CALLS);
+        m.call_done(call(&args, true), &CallPlan::Run, "not found", false);
+        assert_eq!(m.plan_call(call(&args, true)), CallPlan::Run);
     }
 }

@@ -3,14 +3,14 @@
 
 use std::fmt::Write as _;
 
-use model_gateway::ToolSpec;
+use llm_core::ToolSpec;
 use serde_json::Value;
 
 /// The `<tool_action>` tool prompt of 000 (T8): every tool's name, description and parameters,
 /// with a usage example; with no tools, a prompt saying that no tools are available.
 ///
 /// ```
-/// use model_gateway::ToolSpec;
+/// use llm_core::ToolSpec;
 /// use serde_json::json;
 /// let tools = [ToolSpec::new("vector-search", "Search the knowledge base",
 ///     json!({"type": "object", "properties": {"query": {"type": "string", "description": "what to find"},
@@ -68,7 +68,7 @@ pub fn generate_tool_prompt(tools: &[ToolSpec]) -> String {
 /// The system-prompt section of 002's JSON decision loop: tool list plus the answer format.
 ///
 /// ```
-/// use model_gateway::ToolSpec;
+/// use llm_core::ToolSpec;
 /// use serde_json::json;
 /// let tools = [ToolSpec::new("get_weather", "Get current weather for a city",
 ///     json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}))];

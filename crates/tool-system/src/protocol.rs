@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use model_gateway::{Message, ToolCall, ToolSpec};
+use llm_core::{InvalidToolCall, Message, ToolCall, ToolSpec};
 use output_control::{
     DecisionError, JsonError, StreamParser, TagEvent, TagOptions, ToolAction, ToolDecision,
     parse_tool_decision,
@@ -101,6 +101,17 @@ impl PendingCall {
             arguments,
             invalid: None,
         }
+    }
+    /// A call whose arguments are not JSON (G5): recorded with its raw text, answered with
+    /// [`InvalidToolCall::model_message`], never run.
+    pub fn invalid(bad: &InvalidToolCall) -> Self {
+        let mut c = Self::new(
+            bad.id.clone(),
+            bad.name.clone(),
+            Value::String(bad.raw.clone()),
+        );
+        c.invalid = Some(bad.model_message());
+        c
     }
     /// As a [`ToolCall`] for the history.
     pub fn to_tool_call(&self) -> ToolCall {
@@ -256,8 +267,9 @@ impl ResponseReader for JsonReader {
                     name,
                     arguments,
                 )])],
-                // The decision is for the loop, not the person: nothing to show if it ends here.
-                answer: String::new(),
+                // Only read when the round limit ends the run here: then the caller gets the
+                // last model response as it is (001).
+                answer: content.clone(),
                 content,
                 correction: None,
                 native: false,

@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use model_gateway::ToolSpec;
+use llm_core::ToolSpec;
 use output_control::Validator;
 use serde_json::Value;
 
-use crate::typed::{is_valid_tool_name, to_openai_tool};
+use crate::typed::to_openai_tool;
 use crate::{Tool, ToolContext, ToolError, ToolProvider};
+use llm_core::is_valid_tool_name;
 
 /// Why a tool could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -150,9 +151,10 @@ impl ToolRegistry {
             return Err(ToolError::not_found(name));
         };
         let entry = &self.entries[i];
-        entry.validator.validate(&args).map_err(|e| {
-            ToolError::invalid_arguments(crate::dispatch::invalid_args_message(name, &e))
-        })?;
+        entry
+            .validator
+            .validate(&args)
+            .map_err(|e| self.invalid_arguments(name, &crate::dispatch::schema_problems(&e)))?;
         entry.tool.call(args, ctx).await
     }
 }
@@ -175,6 +177,11 @@ impl ToolProvider for ToolRegistry {
         self.index
             .get(name)
             .and_then(|&i| self.entries[i].tool.timeout())
+    }
+    fn idempotent(&self, name: &str) -> bool {
+        self.index
+            .get(name)
+            .is_some_and(|&i| self.entries[i].tool.idempotent())
     }
 }
 

@@ -1,6 +1,5 @@
 //! The thin async runner: model → read → dispatch → record → model, driven by [`LoopMachine`].
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -9,14 +8,16 @@ use context_engine::{
     ContextBuilder, ContextError, History, SessionStore, StoreError, TokenCounter,
 };
 use futures::{Stream, StreamExt};
-use model_gateway::{
-    ChatEvent, ChatModel, ChatRequest, ChatStream, GatewayError, Message, parse_arguments,
+use llm_core::{
+    ChatEvent, ChatModel, ChatRequest, ChatStream, DEFAULT_MAX_RESULT_BYTES, Message, ModelError,
+    TurnInfo, cap_result,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::dispatch::cap;
-use crate::machine::{DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts};
+use crate::machine::{
+    CallFacts, CallPlan, DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts,
+};
 use crate::protocol::{CallProtocol, PendingCall, ProtocolKind, Reading, Step, resolve_protocol};
 use crate::{Dispatcher, ToolContext, ToolError, TurnSections};
 
@@ -28,8 +29,12 @@ pub struct LoopOptions {
     pub system_prompt: String,
     /// The call protocol (default: [`ProtocolKind::Auto`]).
     pub protocol: ProtocolKind,
-    /// The most model calls in one run (default 5, T5).
+    /// The most rounds of tool calls in one run (default 5, T5/001): the response after the
+    /// last round that still asks for tools ends the run with its text and a warning.
     pub max_iterations: usize,
+    /// An unreadable answer (a broken JSON decision) is sent back once with a request to fix
+    /// it (default `false`: it is taken as the plain answer, as 001's fallback says).
+    pub corrections: bool,
     /// 000's `enableToolActionParsing` for the tag protocol (default true).
     pub tool_action_parsing: bool,
     /// The request's token budget (default: unlimited); trims the oldest history first.
@@ -48,6 +53,7 @@ impl Default for LoopOptions {
             system_prompt: String::new(),
             protocol: ProtocolKind::Auto,
             max_iterations: DEFAULT_MAX_ITERATIONS,
+            corrections: false,
             tool_action_parsing: true,
             context_budget: None,
             counter: None,
@@ -85,6 +91,11 @@ impl LoopOptions {
     /// Set the round limit.
     pub fn with_max_iterations(mut self, n: usize) -> Self {
         self.max_iterations = n;
+        self
+    }
+    /// Turn the correction round on or off ([`LoopOptions::corrections`]).
+    pub fn with_corrections(mut self, on: bool) -> Self {
+        self.corrections = on;
         self
     }
     /// Turn `<tool_action>` parsing on or off (tag protocol).
@@ -163,7 +174,7 @@ pub struct LoopOutput {
 pub enum LoopError {
     /// The model call failed.
     #[error("model call failed: {0}")]
-    Model(#[from] GatewayError),
+    Model(#[from] ModelError),
     /// The session store failed.
     #[error("session store failed: {0}")]
     Store(#[from] StoreError),
@@ -192,7 +203,7 @@ async fn emit(sink: Sink<'_>, ev: LoopEvent) -> Result<(), LoopError> {
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use context_engine::{MemoryStore, SessionStore};
-/// use model_gateway::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message, ModelInfo, ToolCall, response_stream};
+/// use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, Message, ModelInfo, ToolCall, response_stream};
 /// use tool_system::{Dispatcher, FnTool, LoopOptions, ToolRegistry, run_tool_loop};
 /// use serde_json::json;
 ///
@@ -201,13 +212,13 @@ async fn emit(sink: Sink<'_>, ev: LoopEvent) -> Result<(), LoopError> {
 /// #[async_trait]
 /// impl ChatModel for Demo {
 ///     fn info(&self) -> ModelInfo { ModelInfo::new("demo", true) }
-///     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+///     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
 ///         Ok(match req.messages.last() {
 ///             Some(Message::Tool { content, .. }) => ChatResponse::new(format!("It is {content}"), vec![], FinishReason::Stop, None),
 ///             _ => ChatResponse::new("", vec![ToolCall::new("c1", "get_weather", json!({"city": "Beijing"}))], FinishReason::ToolCalls, None),
 ///         })
 ///     }
-///     async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> { Ok(response_stream(self.chat(req).await?)) }
+///     async fn stream(&self, req: ChatRequest) -> Result<ChatStream, ModelError> { Ok(response_stream(self.chat(req).await?)) }
 /// }
 ///
 /// let mut registry = ToolRegistry::new();
@@ -305,7 +316,10 @@ async fn drive(
         info.function_calling,
         options.tool_action_parsing,
     );
-    let tools = dispatcher.specs().await;
+    // Refreshes the routing table: every listed tool routes, advertised or not.
+    dispatcher.specs().await;
+    let turn = TurnInfo::new(user_text).with_session(session_id);
+    let mut tools = dispatcher.advertised(&turn).await;
     let counter: Arc<dyn TokenCounter> = match (&options.counter, options.context_budget) {
         (Some(c), _) => Arc::clone(c),
         (None, Some(_)) => context_engine::counter_for_model(&info.model),
@@ -313,9 +327,7 @@ async fn drive(
     };
     let mut builder =
         ContextBuilder::new(options.system_prompt.clone()).with_counter(Arc::clone(&counter));
-    if let Some(section) = protocol.prompt_section(&tools) {
-        builder = builder.section("tools", section);
-    }
+    builder = builder.section("tools", protocol.prompt_section(&tools).unwrap_or_default());
     for (name, text) in &options.sections {
         builder = builder.section(name.clone(), text.clone());
     }
@@ -336,26 +348,35 @@ async fn drive(
     new_messages.extend(user.iter().cloned());
     history.extend(user);
 
-    let mut machine = LoopMachine::new(options.max_iterations);
-    let mut done_calls: BTreeMap<String, String> = BTreeMap::new();
-    let mut repeated = false;
+    let mut machine =
+        LoopMachine::new(options.max_iterations).with_corrections(options.corrections);
     loop {
+        if machine.model_calls() > 0 {
+            // A provider may show more tools after a round (MCP level 2: a tool whose
+            // details the model asked for).
+            let now = dispatcher
+                .advertised(&turn.clone().with_round(machine.model_calls()))
+                .await;
+            if now != tools {
+                tools = now;
+                builder =
+                    builder.section("tools", protocol.prompt_section(&tools).unwrap_or_default());
+            }
+        }
         let built = builder.build(&history)?;
         let mut request = ChatRequest::new(built.messages);
         if protocol.binds_tools() {
             request = request.with_tools(tools.clone());
         }
-        if repeated {
-            // The model repeated a call it already has the result of: ask for the answer.
-            request = request.with_tool_choice(model_gateway::ToolChoice::None);
+        if machine.wants_answer() {
+            request = request.with_tool_choice(llm_core::ToolChoice::None);
         }
-        machine.model_called();
         let stream = model.stream(request).await?;
         let reader = protocol.reader(&tools, history.len());
         let reading = read_response(stream, reader, sink).await?;
         let decision = machine.after_response(ResponseFacts {
             has_calls: reading.has_calls(),
-            needs_correction: reading.correction.is_some(),
+            unreadable: reading.correction.is_some(),
         });
         let round = match decision {
             Decision::RunTools => {
@@ -365,8 +386,7 @@ async fn drive(
                     &reading,
                     session_id,
                     sink,
-                    &mut done_calls,
-                    &mut repeated,
+                    &mut machine,
                 )
                 .await?;
                 protocol.round_messages(&reading, &results)
@@ -396,8 +416,9 @@ async fn drive(
             Decision::StopAtLimit => {
                 tracing::warn!(
                     session = session_id,
-                    iterations = machine.iterations(),
-                    "tool loop reached max_iterations; stopping and returning the last response"
+                    tool_rounds = machine.tool_rounds(),
+                    max_iterations = machine.max_iterations(),
+                    "tool loop reached max_iterations; stopping and returning the last model response"
                 );
                 let mut results = Vec::new();
                 for step in &reading.steps {
@@ -406,7 +427,7 @@ async fn drive(
                         Step::Calls(calls) => {
                             for c in calls {
                                 let e = ToolError::failed(format!(
-                                    "Not run: the limit of {} model calls for this request was reached",
+                                    "Not run: the limit of {} tool rounds for this request was reached",
                                     machine.max_iterations()
                                 ));
                                 results.push((c.clone(), e.to_model_json().to_string()));
@@ -426,7 +447,7 @@ async fn drive(
                 emit(
                     sink,
                     LoopEvent::IterationLimitReached {
-                        iterations: machine.iterations(),
+                        iterations: machine.model_calls(),
                     },
                 )
                 .await?;
@@ -437,7 +458,7 @@ async fn drive(
         if done {
             return Ok(LoopOutput {
                 answer: reading.answer,
-                iterations: machine.iterations(),
+                iterations: machine.model_calls(),
                 hit_iteration_limit: decision == Decision::StopAtLimit,
                 protocol: protocol.name(),
                 new_messages,
@@ -447,20 +468,15 @@ async fn drive(
 }
 
 /// Runs the steps of a response in order: text is emitted, each batch of calls is dispatched
-/// (concurrently when the protocol allows), results keep call order.
-///
-/// A call repeated with the same name and arguments as a successful call earlier in this run is
-/// not run again: its earlier result is given back, and `repeated` is set so the next request asks
-/// for an answer with `tool_choice: none` (small models otherwise call the same tool until the
-/// round limit).
+/// (concurrently when the protocol allows) as the machine plans each call; results keep call
+/// order.
 async fn run_steps(
     protocol: &dyn CallProtocol,
     dispatcher: &Dispatcher,
     reading: &Reading,
     session_id: &str,
     sink: Sink<'_>,
-    done: &mut BTreeMap<String, String>,
-    repeated: &mut bool,
+    machine: &mut LoopMachine,
 ) -> Result<Vec<(PendingCall, String)>, LoopError> {
     let mut results = Vec::new();
     for step in &reading.steps {
@@ -471,6 +487,7 @@ async fn run_steps(
             }
             Step::Calls(calls) => calls,
         };
+        let mut plans = Vec::with_capacity(calls.len());
         for c in calls {
             emit(
                 sink,
@@ -481,55 +498,25 @@ async fn run_steps(
                 },
             )
             .await?;
+            plans.push(machine.plan_call(facts(c, dispatcher)));
         }
-        let earlier: Vec<Option<String>> = calls
-            .iter()
-            .map(|c| done.get(&call_key(c)).cloned())
-            .collect();
-        let run = |(c, earlier): (&PendingCall, &Option<String>)| {
-            let ctx = ToolContext::new(c.id.clone()).with_session(session_id);
-            let c = c.clone();
-            let earlier = earlier.clone();
-            async move {
-                if let Some(previous) = earlier {
-                    tracing::info!(tool = %c.name, "repeated call with the same arguments: earlier result reused, answer requested");
-                    return (previous, false);
-                }
-                match &c.invalid {
-                    Some(msg) => {
-                        let (content, _) = cap(
-                            ToolError::invalid_arguments(msg.clone())
-                                .to_model_json()
-                                .to_string(),
-                            64 * 1024,
-                        );
-                        (content, true)
-                    }
-                    None => {
-                        let out = dispatcher.dispatch(&c.name, c.arguments.clone(), ctx).await;
-                        let is_err = !out.is_ok();
-                        (out.content, is_err)
-                    }
-                }
-            }
-        };
-        let outcomes: Vec<(String, bool)> = if protocol.concurrent() {
-            futures::future::join_all(calls.iter().zip(&earlier).map(run)).await
+        let outcomes: Vec<(String, bool)> = if protocol.concurrent() && calls.len() > 1 {
+            futures::future::join_all(
+                calls
+                    .iter()
+                    .zip(&plans)
+                    .map(|(c, plan)| run_call(dispatcher, session_id, c, plan)),
+            )
+            .await
         } else {
             let mut v = Vec::with_capacity(calls.len());
-            for pair in calls.iter().zip(&earlier) {
-                v.push(run(pair).await);
+            for (c, plan) in calls.iter().zip(&plans) {
+                v.push(run_call(dispatcher, session_id, c, plan).await);
             }
             v
         };
-        for ((c, (content, is_error)), earlier) in calls.iter().zip(&outcomes).zip(&earlier) {
-            if earlier.is_some() {
-                *repeated = true;
-            } else if !is_error && c.invalid.is_none() {
-                done.insert(call_key(c), content.clone());
-            }
-        }
-        for (c, (content, is_error)) in calls.iter().zip(outcomes) {
+        for ((c, plan), (content, is_error)) in calls.iter().zip(&plans).zip(outcomes) {
+            machine.call_done(facts(c, dispatcher), plan, &content, !is_error);
             emit(
                 sink,
                 LoopEvent::ToolResult {
@@ -546,115 +533,74 @@ async fn run_steps(
     Ok(results)
 }
 
-/// Identity of a call for repeat detection: name and canonical (sorted-key) arguments.
-fn call_key(c: &PendingCall) -> String {
-    format!("{}\u{0}{}", c.name, c.arguments)
+/// One call as planned: its result text and whether it is an error.
+async fn run_call(
+    dispatcher: &Dispatcher,
+    session_id: &str,
+    c: &PendingCall,
+    plan: &CallPlan,
+) -> (String, bool) {
+    match plan {
+        CallPlan::Reuse(previous) => {
+            tracing::info!(tool = %c.name, "repeated idempotent call: earlier result reused, answer requested");
+            (previous.clone(), false)
+        }
+        CallPlan::Reject(msg) => {
+            let e = ToolError::invalid_arguments(msg.clone());
+            let (content, _) = cap_result(e.to_model_json().to_string(), DEFAULT_MAX_RESULT_BYTES);
+            (content, true)
+        }
+        _ => {
+            let ctx = ToolContext::new(c.id.clone()).with_session(session_id);
+            let out = dispatcher.dispatch(&c.name, c.arguments.clone(), ctx).await;
+            let is_err = !out.is_ok();
+            (out.content, is_err)
+        }
+    }
 }
 
-#[derive(Default)]
-struct PartialCall {
-    id: Option<String>,
-    name: String,
-    arguments: String,
+fn facts<'a>(c: &'a PendingCall, dispatcher: &Dispatcher) -> CallFacts<'a> {
+    CallFacts {
+        name: &c.name,
+        arguments: &c.arguments,
+        invalid: c.invalid.as_deref(),
+        idempotent: c.invalid.is_none() && dispatcher.is_idempotent(&c.name),
+    }
 }
 
-/// Reads one streamed response. Tool-call deltas are kept so that a call with arguments that
-/// are not JSON (G5) becomes an error result for that call id, not a failed response.
+/// Reads one streamed response: text goes to the protocol's reader (and on to the caller as
+/// it allows), whole calls are collected; a call whose arguments are not JSON (G5) is a call
+/// that will be answered with its error, never a failed response.
 async fn read_response(
     mut stream: ChatStream,
     mut reader: Box<dyn crate::protocol::ResponseReader>,
     sink: Sink<'_>,
 ) -> Result<Reading, LoopError> {
     let mut text = String::new();
-    let mut partials: BTreeMap<usize, PartialCall> = BTreeMap::new();
     let mut calls: Vec<PendingCall> = Vec::new();
-    let mut invalid: Option<(String, String, String)> = None;
-    let mut finished = false;
     while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(ChatEvent::TextDelta(t)) => {
-                text.push_str(&t);
+        match ev? {
+            ChatEvent::TextDelta(t) => {
                 for shown in reader.text(&t) {
                     if !shown.is_empty() {
                         emit(sink, LoopEvent::TextDelta(shown)).await?;
                     }
                 }
+                text.push_str(&t);
             }
-            Ok(ChatEvent::ToolCallDelta {
-                index,
-                id,
-                name,
-                arguments,
-            }) => {
-                let p = partials.entry(index).or_default();
-                if let Some(id) = id.filter(|s| !s.is_empty()) {
-                    p.id = Some(id);
-                }
-                if let Some(n) = name
-                    && p.name != n
-                {
-                    p.name.push_str(&n);
-                }
-                p.arguments.push_str(&arguments);
+            ChatEvent::ToolCall(c) => calls.push(PendingCall::new(c.id, c.name, c.arguments)),
+            ChatEvent::InvalidToolCall(bad) => {
+                tracing::warn!(tool = %bad.name, call = %bad.id, raw = %bad.raw, error = %bad.error,
+                    "model sent tool arguments that are not valid JSON");
+                calls.push(PendingCall::invalid(&bad));
             }
-            Ok(ChatEvent::ToolCall(c)) => calls.push(PendingCall::new(c.id, c.name, c.arguments)),
-            Ok(ChatEvent::Finish { .. }) => {
-                finished = true;
-                break;
-            }
-            Err(GatewayError::InvalidToolArguments { name, raw, error }) => {
-                invalid = Some((name, raw, error));
-                finished = true;
-                break;
-            }
-            Err(e) => return Err(e.into()),
-            Ok(_) => {}
+            ChatEvent::Finish { .. } => return Ok(reader.finish(calls, text)),
+            _ => {}
         }
     }
-    if !finished {
-        return Err(GatewayError::StreamInterrupted {
-            detail: "the stream closed without a finish event".into(),
-            partial_text: text,
-        }
-        .into());
+    Err(ModelError::StreamInterrupted {
+        detail: "the stream closed without a finish event".into(),
+        partial_text: text,
     }
-    if let Some((name, raw, error)) = invalid {
-        calls = if partials.is_empty() {
-            vec![invalid_call(
-                format!("invalid_args_{name}"),
-                name,
-                raw,
-                &error,
-            )]
-        } else {
-            partials
-                .into_iter()
-                .filter(|(_, p)| !p.name.is_empty() || !p.arguments.is_empty())
-                .map(|(i, p)| {
-                    let id = p.id.unwrap_or_else(|| format!("call_{i}"));
-                    match parse_arguments(&p.name, &p.arguments) {
-                        Ok(args) => PendingCall::new(id, p.name, args),
-                        Err(e) => {
-                            let err = match e {
-                                GatewayError::InvalidToolArguments { error, .. } => error,
-                                other => other.to_string(),
-                            };
-                            invalid_call(id, p.name, p.arguments, &err)
-                        }
-                    }
-                })
-                .collect()
-        };
-    }
-    Ok(reader.finish(calls, text))
-}
-
-fn invalid_call(id: String, name: String, raw: String, error: &str) -> PendingCall {
-    tracing::warn!(tool = %name, call = %id, raw = %raw, error, "model sent tool arguments that are not valid JSON");
-    let msg = format!(
-        "The arguments of tool {name} are not valid JSON ({error}); the tool was not run. Call it again with a valid JSON object as arguments."
-    );
-    let mut c = PendingCall::new(id, name, Value::String(raw));
-    c.invalid = Some(msg);
-    c
+    .into())
 }

@@ -6,12 +6,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use model_gateway::ToolSpec;
+use llm_core::{ToolSpec, normalize_schema};
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::{Tool, ToolContext, ToolError};
 
@@ -52,6 +52,7 @@ type Handler = Arc<dyn Fn(Value, ToolContext) -> BoxFut + Send + Sync>;
 pub struct FnTool {
     spec: ToolSpec,
     timeout: Option<Duration>,
+    idempotent: bool,
     handler: Handler,
 }
 
@@ -60,6 +61,7 @@ impl std::fmt::Debug for FnTool {
         f.debug_struct("FnTool")
             .field("spec", &self.spec)
             .field("timeout", &self.timeout)
+            .field("idempotent", &self.idempotent)
             .finish_non_exhaustive()
     }
 }
@@ -89,6 +91,7 @@ impl FnTool {
         Self {
             spec: ToolSpec::new(name, description, normalize_schema(parameters)),
             timeout: None,
+            idempotent: false,
             handler,
         }
     }
@@ -130,6 +133,7 @@ impl FnTool {
         Self {
             spec: ToolSpec::new(name, description, schema_for::<A>()),
             timeout: None,
+            idempotent: false,
             handler,
         }
     }
@@ -137,6 +141,13 @@ impl FnTool {
     /// This tool's own time limit (the dispatcher's default, 30 s, applies otherwise).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Declares the tool idempotent ([`Tool::idempotent`]): a repeat with the same arguments
+    /// in one run is answered from the earlier result instead of running again.
+    pub fn idempotent(mut self) -> Self {
+        self.idempotent = true;
         self
     }
 }
@@ -151,6 +162,9 @@ impl Tool for FnTool {
     }
     fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+    fn idempotent(&self) -> bool {
+        self.idempotent
     }
 }
 
@@ -177,94 +191,11 @@ pub fn schema_for<A: JsonSchema>() -> Value {
     normalize_schema(schema.to_value())
 }
 
-/// Makes a parameters schema acceptable to providers: drops `$schema`; a schema that is not an
-/// object schema (`true`, `{}`, a bare type) becomes `{"type": "object", "properties": {}}`
-/// (merged); an object schema gets `properties` when it lacks them; `$ref`s into `$defs` are
-/// inlined when they are not recursive.
-///
-/// ```
-/// use serde_json::json;
-/// let s = tool_system::normalize_schema(json!({"$schema": "x", "type": "object"}));
-/// assert_eq!(s, json!({"type": "object", "properties": {}}));
-/// assert_eq!(tool_system::normalize_schema(json!(true)), json!({"type": "object", "properties": {}}));
-/// ```
-pub fn normalize_schema(schema: Value) -> Value {
-    let mut obj = match schema {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    };
-    obj.remove("$schema");
-    if let Some(Value::Object(defs)) = obj.remove("$defs") {
-        let mut root = Value::Object(obj);
-        let mut recursive = false;
-        inline_refs(&mut root, &defs, 0, &mut recursive);
-        obj = match root {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
-        if recursive {
-            obj.insert("$defs".into(), Value::Object(defs));
-        }
-    }
-    match obj.get("type") {
-        None => {
-            obj.insert("type".into(), json!("object"));
-        }
-        Some(Value::String(t)) if t == "object" => {}
-        Some(_) => {
-            // Not an object schema: providers require the arguments to be an object.
-            return json!({"type": "object", "properties": {}});
-        }
-    }
-    obj.entry("properties").or_insert_with(|| json!({}));
-    Value::Object(obj)
-}
-
-const MAX_INLINE_DEPTH: usize = 32;
-
-fn inline_refs(v: &mut Value, defs: &Map<String, Value>, depth: usize, recursive: &mut bool) {
-    match v {
-        Value::Object(m) => {
-            if let Some(Value::String(r)) = m.get("$ref")
-                && let Some(name) = r.strip_prefix("#/$defs/")
-            {
-                if depth >= MAX_INLINE_DEPTH {
-                    *recursive = true;
-                    return;
-                }
-                if let Some(Value::Object(def)) = defs.get(name) {
-                    let mut def = Value::Object(def.clone());
-                    inline_refs(&mut def, defs, depth + 1, recursive);
-                    if *recursive {
-                        return;
-                    }
-                    m.remove("$ref");
-                    if let Value::Object(d) = def {
-                        for (k, val) in d {
-                            m.entry(k).or_insert(val);
-                        }
-                    }
-                    return;
-                }
-            }
-            for val in m.values_mut() {
-                inline_refs(val, defs, depth, recursive);
-            }
-        }
-        Value::Array(a) => {
-            for val in a {
-                inline_refs(val, defs, depth, recursive);
-            }
-        }
-        _ => {}
-    }
-}
-
 /// The OpenAI `tools` entry for a tool (001's `convert_to_openai_tool`):
 /// `{"type": "function", "function": {"name", "description", "parameters"}}`.
 ///
 /// ```
-/// use model_gateway::ToolSpec;
+/// use llm_core::{ToolSpec, normalize_schema};
 /// use serde_json::json;
 /// let spec = ToolSpec::new("get_weather", "Weather", json!({"type": "object", "properties": {}}));
 /// let t = tool_system::to_openai_tool(&spec);
@@ -280,21 +211,6 @@ pub fn to_openai_tool(spec: &ToolSpec) -> Value {
             "parameters": spec.parameters,
         }
     })
-}
-
-/// Whether `name` is a valid tool name for providers: `^[a-zA-Z0-9_-]{1,64}$`.
-///
-/// ```
-/// assert!(tool_system::is_valid_tool_name("get_weather"));
-/// assert!(tool_system::is_valid_tool_name("vector-search"));
-/// assert!(!tool_system::is_valid_tool_name("get weather"));
-/// assert!(!tool_system::is_valid_tool_name(""));
-/// ```
-pub fn is_valid_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 #[cfg(test)]
@@ -330,14 +246,6 @@ mod tests {
             )
             .is_err()
         );
-    }
-
-    #[test]
-    fn t1_tool_name_rules() {
-        assert!(is_valid_tool_name(&"a".repeat(64)));
-        assert!(!is_valid_tool_name(&"a".repeat(65)));
-        assert!(!is_valid_tool_name("工具"));
-        assert!(!is_valid_tool_name("a.b"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
 use context_engine::SessionStore;
-use model_gateway::Message;
+use llm_core::Message;
 use testkit::{Reply, ScriptedServer};
 use tool_system::{Agent, Dispatcher, LoopOptions, ProtocolKind, ToolRegistry, run_tool_loop};
 
@@ -65,7 +65,7 @@ async fn t6_json_decision_loop_get_weather_end_to_end() {
 }
 
 #[tokio::test]
-async fn t6_max_tool_rounds_stops_the_loop() {
+async fn t6_max_tool_rounds_run_then_the_last_response_is_returned() {
     let server = ScriptedServer::start().await;
     server
         .respond_with(|_| Reply::text(r#"{"tool": "get_weather", "arguments": {"city": "Rome"}}"#));
@@ -80,17 +80,24 @@ async fn t6_max_tool_rounds_stops_the_loop() {
         .unwrap();
     let out = agent.run("s", "loop").await.unwrap();
     assert!(out.hit_iteration_limit);
-    // The last decision was a call: nothing of it is an answer for the person (not the raw JSON).
-    assert_eq!(out.answer, "");
-    assert_eq!(server.request_count(), 3);
-    // The second, identical call is answered from the first result, not run again.
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // 001: the caller gets the last model response as it is.
+    assert_eq!(
+        out.answer,
+        r#"{"tool": "get_weather", "arguments": {"city": "Rome"}}"#
+    );
+    assert_eq!(
+        server.request_count(),
+        4,
+        "3 rounds of tools, then the stop"
+    );
+    // get_weather is not declared idempotent: every round runs it.
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
     let session = checked_session(&*store, "s").await;
     assert!(session.last().unwrap().content().contains("Not run"));
 }
 
 #[tokio::test]
-async fn t6_unparseable_answer_reprompted_once_then_plain_answer() {
+async fn t6_with_corrections_on_an_unparseable_answer_is_reprompted_once_then_plain() {
     let server = ScriptedServer::start().await;
     server.push(Reply::text(
         r#"{"tool": "get_weather", "arguments": [1, 2]}"#,
@@ -99,7 +106,11 @@ async fn t6_unparseable_answer_reprompted_once_then_plain_answer() {
     let store = store();
     let agent = Agent::builder(model(&server))
         .tool(weather(Arc::default()))
-        .protocol(ProtocolKind::JsonDecision)
+        .options(
+            LoopOptions::new()
+                .with_protocol(ProtocolKind::JsonDecision)
+                .with_corrections(true),
+        )
         .store(store.clone())
         .build()
         .unwrap();
@@ -118,7 +129,7 @@ async fn t6_unparseable_answer_reprompted_once_then_plain_answer() {
 }
 
 #[tokio::test]
-async fn t6_reprompt_lets_the_model_fix_its_decision() {
+async fn t6_with_corrections_the_model_fixes_its_decision() {
     let server = ScriptedServer::start().await;
     server.push(Reply::text(
         r#"{"tool": "get_weather", "arguments": {"city": "Oslo",}}"#,
@@ -130,7 +141,11 @@ async fn t6_reprompt_lets_the_model_fix_its_decision() {
     let calls = Arc::new(AtomicUsize::new(0));
     let agent = Agent::builder(model(&server))
         .tool(weather(calls.clone()))
-        .protocol(ProtocolKind::JsonDecision)
+        .options(
+            LoopOptions::new()
+                .with_protocol(ProtocolKind::JsonDecision)
+                .with_corrections(true),
+        )
         .build()
         .unwrap();
     let out = agent.run("s", "weather?").await.unwrap();

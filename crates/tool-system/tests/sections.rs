@@ -63,9 +63,7 @@ async fn c2_turn_sections_reach_the_system_message_and_are_not_stored() {
     let stored = store.load("s").await.unwrap().messages;
     assert!(stored.iter().all(|m| !m.content().contains("weather__now")));
     assert!(
-        stored
-            .iter()
-            .all(|m| m.role() != model_gateway::Role::System),
+        stored.iter().all(|m| m.role() != llm_core::Role::System),
         "sections are not history"
     );
 }

@@ -396,7 +396,11 @@ async fn t5_stream_reports_iteration_limit_and_final_answer() {
             _ => {}
         }
     }
-    assert_eq!(limit, Some(2));
+    assert_eq!(
+        limit,
+        Some(3),
+        "model calls: 2 rounds of tools, then the stop"
+    );
     let out = last.unwrap();
     assert!(out.hit_iteration_limit);
     assert_eq!(out.answer, "searching");

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use model_gateway::Message;
+use llm_core::Message;
 
 use super::{SessionStore, StoreError, check_id};
 use crate::history::Session;
@@ -15,7 +15,7 @@ use crate::history::Session;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
 /// use context_engine::{MemoryStore, SessionStore};
-/// use model_gateway::Message;
+/// use llm_core::Message;
 /// let store = MemoryStore::new();
 /// let s = store.load_or_create("s1").await?;
 /// assert!(s.messages.is_empty());

@@ -9,7 +9,7 @@ pub use sqlite::{Durability, SqliteStore};
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use model_gateway::Message;
+use llm_core::Message;
 
 use crate::history::Session;
 
@@ -145,7 +145,7 @@ pub(crate) fn check_id(id: &str) -> Result<(), StoreError> {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
 /// use std::sync::Arc;
 /// use context_engine::{MemoryStore, SessionStore};
-/// use model_gateway::Message;
+/// use llm_core::Message;
 /// let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
 /// store.create("s1").await?;
 /// store.append("s1", &[Message::user("hi")]).await?;

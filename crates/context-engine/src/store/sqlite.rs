@@ -5,7 +5,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use model_gateway::Message;
+use llm_core::Message;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::oneshot;
 
@@ -69,7 +69,7 @@ pub enum Durability {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use context_engine::{SessionStore, SqliteStore};
-/// use model_gateway::Message;
+/// use llm_core::Message;
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("sessions.db");
 /// {

@@ -18,12 +18,12 @@ use serde_json::Value;
 
 pub use retry::RetryPolicy;
 
-use crate::assemble::ToolCallAssembler;
-use crate::model::default_finish;
+use crate::default_finish;
 use crate::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError,
     ModelInfo, Usage,
 };
+use llm_core::ToolCallAssembler;
 
 /// Configuration of an OpenAI-compatible endpoint.
 ///
@@ -257,12 +257,21 @@ impl OpenAiModel {
 
 fn map_err(e: OpenAIError) -> GatewayError {
     match e {
-        OpenAIError::ApiError(r) => GatewayError::Api {
-            status: r.status_code.as_u16(),
-            message: r.api_error.message,
-            code: r.api_error.code,
-        },
-        OpenAIError::Reqwest(e) if e.is_connect() => GatewayError::Connect(e.to_string()),
+        OpenAIError::ApiError(r) => {
+            let status = r.status_code.as_u16();
+            let mut message = r.api_error.message;
+            if matches!(status, 401 | 403) {
+                message.push_str(&format!(" [the key comes from {}]", env::API_KEY));
+            }
+            GatewayError::Api {
+                status,
+                message,
+                code: r.api_error.code,
+            }
+        }
+        OpenAIError::Reqwest(e) if e.is_connect() => {
+            GatewayError::Connect(format!("{e} [the base URL comes from {}]", env::BASE_URL))
+        }
         OpenAIError::Reqwest(e) if e.is_timeout() => GatewayError::Timeout(Duration::ZERO),
         OpenAIError::Reqwest(e) => GatewayError::Http(e.to_string()),
         OpenAIError::JSONDeserialize(err, raw) => GatewayError::malformed("response", err, &raw),
@@ -431,17 +440,16 @@ impl StreamState {
             }));
             return;
         };
-        match assembler.finish() {
-            Ok(calls) => {
-                for c in calls {
-                    self.pending.push_back(Ok(ChatEvent::ToolCall(c)));
-                }
-                self.pending.push_back(Ok(ChatEvent::Finish {
-                    reason,
-                    usage: self.usage,
-                }));
-            }
-            Err(e) => self.pending.push_back(Err(e)),
+        // A call with broken arguments is an event like the others (G5): the stream goes on.
+        for call in assembler.finish() {
+            self.pending.push_back(Ok(match call {
+                Ok(c) => ChatEvent::ToolCall(c),
+                Err(bad) => ChatEvent::InvalidToolCall(bad),
+            }));
         }
+        self.pending.push_back(Ok(ChatEvent::Finish {
+            reason,
+            usage: self.usage,
+        }));
     }
 }

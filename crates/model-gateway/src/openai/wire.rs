@@ -3,8 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::assemble::parse_arguments;
-use crate::model::default_finish;
+use crate::default_finish;
 use crate::{
     ChatRequest, ChatResponse, FinishReason, GatewayError, Message, ResponseFormat, ToolCall,
     ToolChoice, Usage,
@@ -71,14 +70,11 @@ fn message(m: &Message) -> Value {
                 .iter()
                 .map(|c| {
                     json!({"id": c.id, "type": "function", "function": {
-                        "name": c.name, "arguments": c.arguments.to_string()}})
+                        "name": c.name, "arguments": c.arguments_text()}})
                 })
                 .collect();
-            let content = if content.is_empty() {
-                Value::Null
-            } else {
-                json!(content)
-            };
+            // `""`, never `null`, for a call without text: OpenAI accepts both, but
+            // llama-cpp-python's server answers `null` with HTTP 500 (issue 13, interop).
             json!({"role": "assistant", "content": content, "tool_calls": calls})
         }
         Message::Tool {
@@ -175,6 +171,7 @@ pub(crate) fn parse_response(v: &Value) -> Result<ChatResponse, GatewayError> {
         .unwrap_or_default()
         .to_owned();
     let mut tool_calls = Vec::new();
+    let mut invalid = Vec::new();
     if let Some(calls) = msg.get("tool_calls").and_then(Value::as_array) {
         for (i, c) in calls.iter().enumerate() {
             let f = c.get("function").unwrap_or(&Value::Null);
@@ -184,25 +181,21 @@ pub(crate) fn parse_response(v: &Value) -> Result<ChatResponse, GatewayError> {
                 .unwrap_or_default()
                 .to_owned();
             let raw = arguments_text(f.get("arguments")).unwrap_or_default();
-            let arguments = parse_arguments(&name, &raw)?;
             let id = c
                 .get("id")
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
                 .map_or_else(|| format!("call_{i}"), str::to_owned);
-            tool_calls.push(ToolCall {
-                id,
-                name,
-                arguments,
-            });
+            match ToolCall::parse(id, name, &raw) {
+                Ok(call) => tool_calls.push(call),
+                Err(bad) => invalid.push(bad),
+            }
         }
     }
-    let finish_reason =
-        finish_reason(choice).unwrap_or_else(|| default_finish(!tool_calls.is_empty()));
-    Ok(ChatResponse {
-        content,
-        tool_calls,
-        finish_reason,
-        usage: usage(v),
-    })
+    let has_calls = !tool_calls.is_empty() || !invalid.is_empty();
+    let finish_reason = finish_reason(choice).unwrap_or_else(|| default_finish(has_calls));
+    Ok(
+        ChatResponse::new(content, tool_calls, finish_reason, usage(v))
+            .with_invalid_tool_calls(invalid),
+    )
 }

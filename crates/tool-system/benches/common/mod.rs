@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use context_engine::MemoryStore;
-use model_gateway::{ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ToolCall};
+use llm_core::{ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ToolCall};
 use serde_json::json;
 use tool_system::{Agent, AgentBuilder, FnTool};
 

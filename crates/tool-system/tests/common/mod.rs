@@ -123,3 +123,60 @@ pub async fn checked_session(store: &dyn SessionStore, id: &str) -> Vec<Message>
     }
     messages
 }
+
+/// Log lines written on this thread while it is alive (tokio's test runtime is
+/// single-threaded, so the loop and its tool tasks log here). One global subscriber routes each
+/// thread's lines to that thread's capture: scoped subscribers race on tracing's global
+/// callsite cache when tests run in parallel.
+pub struct Logs {
+    buf: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+thread_local! {
+    static CAPTURE: std::cell::RefCell<Option<Arc<std::sync::Mutex<Vec<u8>>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+struct ThreadWriter;
+
+impl std::io::Write for ThreadWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        CAPTURE.with(|c| {
+            if let Some(buf) = &*c.borrow() {
+                buf.lock().unwrap().extend_from_slice(b);
+            }
+        });
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// Starts capturing this thread's log lines, every level from DEBUG up.
+    pub fn capture() -> Self {
+        static INSTALLED: std::sync::Once = std::sync::Once::new();
+        INSTALLED.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(|| ThreadWriter)
+                .with_ansi(false)
+                .with_max_level(tracing::Level::DEBUG)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).unwrap();
+        });
+        let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
+        CAPTURE.with(|c| *c.borrow_mut() = Some(buf.clone()));
+        Self { buf }
+    }
+    /// Everything logged on this thread so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.buf.lock().unwrap()).into_owned()
+    }
+}
+
+impl Drop for Logs {
+    fn drop(&mut self) {
+        CAPTURE.with(|c| *c.borrow_mut() = None);
+    }
+}
