@@ -5,12 +5,10 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{assert_group_gone, everything, init_tracing};
 use mcp_bridge::intent::IntentChain;
 use mcp_bridge::{McpBridge, ServiceStatus};
-use serde_json::{Value, json};
+use serde_json::json;
 use tool_system::ToolErrorKind;
 
 async fn bridge() -> McpBridge {
@@ -154,24 +152,11 @@ async fn m4_server_everything_invalid_arguments_under_the_agent_carry_the_schema
         r#"{"a": "two", "b": 40}"#,
     ));
     server.push(testkit::Reply::text("Which numbers?"));
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("m").with_base_url(server.base_url()),
-    )
-    .unwrap();
-    let agent = tool_system::Agent::builder(model)
-        .provider(Arc::new(b.clone()))
-        .turn_sections(Arc::new(b.clone()))
-        .build()
-        .unwrap();
+    let agent = common::agent_over_http(&server, &b);
     agent.run("s", "调用 get-sum 算 two 加 40").await.unwrap();
-    let sent = &server.requests()[1].body["messages"];
-    let tool = sent
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap();
-    let result: Value = serde_json::from_str(tool["content"].as_str().unwrap()).unwrap();
+    let sent = common::tool_results_sent(&server, 1);
+    assert_eq!(sent.len(), 1);
+    let result = &sent[0];
     assert_eq!(result["success"], false);
     let e = result["error"].as_str().unwrap();
     assert!(

@@ -1001,16 +1001,7 @@ async fn m3_level1_section_reaches_the_request_only_for_an_mcp_intent() {
     let server = testkit::ScriptedServer::start().await;
     server.push(testkit::Reply::text("I could use misb__echo."));
     server.push(testkit::Reply::text("Hello!"));
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("m").with_base_url(server.base_url()),
-    )
-    .unwrap();
-    let agent = Agent::builder(model)
-        .provider(Arc::new(b.clone()))
-        .turn_sections(Arc::new(b.clone()))
-        .system_prompt("You are helpful.")
-        .build()
-        .unwrap();
+    let agent = common::agent_over_http(&server, &b);
     agent.run("s", "用 echo 工具 说你好").await.unwrap();
     agent.run("s", "你好").await.unwrap();
     let system = |i: usize| {
@@ -1070,15 +1061,7 @@ async fn m4_invalid_arguments_under_the_agent_carry_the_full_schema() {
         ("call_2", DESCRIBE_TOOL, "{}"),
     ]));
     server.push(testkit::Reply::text("I need numbers."));
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("m").with_base_url(server.base_url()),
-    )
-    .unwrap();
-    let agent = Agent::builder(model)
-        .provider(Arc::new(b.clone()))
-        .turn_sections(Arc::new(b.clone()))
-        .build()
-        .unwrap();
+    let agent = common::agent_over_http(&server, &b);
     let out = agent.run("s", "调用 add 算 one 加 2").await.unwrap();
     let results: Vec<(String, Value)> = out
         .new_messages
@@ -1110,16 +1093,9 @@ async fn m4_invalid_arguments_under_the_agent_carry_the_full_schema() {
     let e = describe["error"].as_str().unwrap();
     assert!(e.contains(r#""required":["name"]"#), "{e}");
     // That is what reached the provider in the next request.
-    let sent = &server.requests()[1].body["messages"];
-    let first_tool = sent
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap();
     assert_eq!(
-        serde_json::from_str::<Value>(first_tool["content"].as_str().unwrap()).unwrap(),
-        *add
+        common::tool_results_sent(&server, 1),
+        [add.clone(), describe.clone()]
     );
     stop_and_check(&b, "misb").await;
 }

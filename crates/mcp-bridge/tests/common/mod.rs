@@ -89,3 +89,32 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// A user's composition over real HTTP: an `Agent` whose model is the OpenAI-compatible backend
+/// pointed at the scripted `server`, with `bridge` as tool provider and turn-sections hook.
+pub fn agent_over_http(
+    server: &testkit::ScriptedServer,
+    bridge: &mcp_bridge::McpBridge,
+) -> tool_system::Agent {
+    let model = model_gateway::OpenAiModel::new(
+        model_gateway::OpenAiConfig::new("m").with_base_url(server.base_url()),
+    )
+    .unwrap();
+    tool_system::Agent::builder(model)
+        .provider(std::sync::Arc::new(bridge.clone()))
+        .turn_sections(std::sync::Arc::new(bridge.clone()))
+        .system_prompt("You are helpful.")
+        .build()
+        .unwrap()
+}
+
+/// The `tool` messages of the scripted server's request `i`, their content parsed as JSON.
+pub fn tool_results_sent(server: &testkit::ScriptedServer, i: usize) -> Vec<serde_json::Value> {
+    server.requests()[i].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| serde_json::from_str(m["content"].as_str().unwrap()).unwrap())
+        .collect()
+}
