@@ -1,5 +1,7 @@
 //! Cost of one sandboxed skill call, spawn to result, against an unsandboxed spawn of the same
-//! program (the floor set by fork/exec and the Python interpreter).
+//! program: `cat` (a few hundred microseconds bare, so the sandbox's own part shows) and the
+//! Python `echo` fixture (what a typical skill pays in all). Each sandboxed case runs with the
+//! container (bubblewrap) and without it (the fallback where bwrap is missing).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::Path;
@@ -7,46 +9,70 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
-use skills::{Sandbox, SandboxConfig, load_skills};
+use skills::{Sandbox, SandboxConfig, Skill, load_skills};
+
+fn find(root: &Path, name: &str) -> Skill {
+    let (skills, errors) = load_skills(root);
+    assert!(errors.is_empty(), "{errors:?}");
+    skills.into_iter().find(|s| s.name == name).unwrap()
+}
+
+async fn plain(program: &str, args: &[&Path]) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        // The same interpreter the sandbox finds (not a pyenv shim on the agent's PATH).
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(br#"{"text":"hello"}"#).await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success());
+}
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skills");
-    let (skills, _) = load_skills(&root);
-    let echo = skills.into_iter().find(|s| s.name == "echo").unwrap();
-    let sandbox = Sandbox::new(SandboxConfig::default());
-    eprintln!("protections: {}", sandbox.protections());
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skills");
+    let echo = find(&fixtures, "echo");
+    let cat = find(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/skills"),
+        "cat",
+    );
+    let container = Sandbox::new(SandboxConfig::default());
+    let fallback = Sandbox::new(SandboxConfig::default().with_container(false));
+    eprintln!("protections: {}", container.protections());
     let args = json!({"text": "hello"});
     let mut g = c.benchmark_group("skills_call");
     g.sample_size(20)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5));
+    g.bench_function("sandboxed_cat", |b| {
+        b.to_async(&rt)
+            .iter(|| async { container.run(&cat, &args).await.unwrap() })
+    });
+    g.bench_function("sandboxed_cat_no_container", |b| {
+        b.to_async(&rt)
+            .iter(|| async { fallback.run(&cat, &args).await.unwrap() })
+    });
+    g.bench_function("plain_spawn_cat", |b| {
+        b.to_async(&rt).iter(|| plain("cat", &[]))
+    });
     g.bench_function("sandboxed_echo", |b| {
         b.to_async(&rt)
-            .iter(|| async { sandbox.run(&echo, &args).await.unwrap() })
+            .iter(|| async { container.run(&echo, &args).await.unwrap() })
     });
-    let script = root.join("echo/run.py");
+    let script = fixtures.join("echo/run.py");
+    let script_args = [script.as_path()];
     g.bench_function("plain_spawn_echo", |b| {
-        b.to_async(&rt).iter(|| async {
-            use tokio::io::AsyncWriteExt;
-            let mut child = tokio::process::Command::new("python3")
-                .arg(&script)
-                // The same interpreter the sandbox finds (not a pyenv shim on the agent's PATH).
-                .env_clear()
-                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut stdin = child.stdin.take().unwrap();
-            stdin.write_all(br#"{"text":"hello"}"#).await.unwrap();
-            drop(stdin);
-            let out = child.wait_with_output().await.unwrap();
-            assert!(out.status.success());
-        })
+        b.to_async(&rt).iter(|| plain("python3", &script_args))
     });
     g.finish();
 }

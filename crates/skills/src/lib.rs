@@ -3,11 +3,15 @@
 //! A skill is a directory with a `SKILL.md` whose YAML front matter names the tool, describes
 //! it, gives its `parameters` JSON Schema and the `entry` command that runs it. Each call runs
 //! the entry as a child process with the JSON arguments on stdin and reads a JSON result from
-//! stdout, inside a [`Sandbox`]: wall-clock timeout killing the whole process group, CPU /
-//! memory / file-size / process / open-file limits, a cleared environment, a fresh working
-//! directory removed afterwards, capped output, Landlock filesystem confinement, no network,
-//! and — when the agent runs as root — a dedicated uid per call. [`Protections`] says which of
-//! these are in force on the machine. See `docs/skills.md` for the format.
+//! stdout, inside a [`Sandbox`]: a bubblewrap container per call (its own mount, IPC, PID and
+//! network namespaces; read-only system directories, the skill read-only, a private size- and
+//! inode-limited tmpfs), a seccomp filter, wall-clock timeout killing everything of the call,
+//! CPU / memory / file-size / process / open-file limits, only the environment the operator
+//! granted, no inherited descriptors, capped output and — when the agent runs as root — a
+//! dedicated uid per call. Without bubblewrap it falls back to Landlock and fewer boundaries;
+//! [`Protections`] says which are in force on the machine. See `docs/skills.md` for the format
+//! and the threat model: the operator ([`SandboxConfig`]) is trusted, the skill's author and the
+//! model are not.
 //!
 //! ```
 //! use skills::parse_skill;
@@ -16,11 +20,17 @@
 //! assert_eq!(skill.entry, ["python3", "run.py"]);
 //! ```
 
+mod container;
 mod manifest;
 mod provider;
 mod sandbox;
+mod seccomp;
 mod sys;
 
-pub use manifest::{Skill, SkillLoadError, load_skills, parse_skill, valid_tool_name};
+pub use manifest::{
+    LoadOutcome, MAX_FRONT_MATTER_BYTES, MAX_MODEL_DESCRIPTION_CHARS, MAX_SKILL_DIR_BYTES,
+    MAX_SKILL_DIR_ENTRIES, MAX_SKILL_MD_BYTES, MAX_YAML_NESTING, Skill, SkillLoadError,
+    load_skills, parse_skill,
+};
 pub use provider::SkillsProvider;
-pub use sandbox::{Protections, Sandbox, SandboxConfig, SkillError};
+pub use sandbox::{Protections, Sandbox, SandboxConfig, SkillError, SkillGrant};

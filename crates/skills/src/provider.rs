@@ -6,11 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use model_gateway::ToolSpec;
+use llm_core::ToolSpec;
 use serde_json::Value;
 use tool_system::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
 
-use crate::{Sandbox, SandboxConfig, Skill, SkillError, SkillLoadError, load_skills};
+use crate::{LoadOutcome, Sandbox, SandboxConfig, Skill, SkillError, SkillLoadError, load_skills};
 
 /// Loaded skills plus the sandbox that runs them.
 ///
@@ -30,16 +30,46 @@ pub struct SkillsProvider {
 }
 
 impl SkillsProvider {
-    /// Loads every skill under `root`; returns the provider and the skills that failed to load.
+    /// Loads every skill under `root`; returns the provider and what it found wrong, with file
+    /// and line: skills that were refused ([`crate::LoadOutcome::Rejected`]) and skills that
+    /// loaded with less than they asked for ([`crate::LoadOutcome::Restricted`]: an
+    /// environment variable the operator did not grant, a time limit above the cap).
+    ///
+    /// Blocking (it reads the disk and checks bubblewrap): from async code use
+    /// [`SkillsProvider::load_async`].
     pub fn load(root: impl AsRef<Path>, config: SandboxConfig) -> (Self, Vec<SkillLoadError>) {
-        let (skills, errors) = load_skills(root.as_ref());
-        for e in &errors {
-            tracing::warn!(error = %e, "skill not loaded");
+        let (skills, mut errors) = load_skills(root.as_ref());
+        let sandbox = Sandbox::new(config);
+        for s in &skills {
+            errors.extend(sandbox.check_requests(s));
         }
-        (
-            Self::from_skills(skills, Arc::new(Sandbox::new(config))),
-            errors,
-        )
+        for e in &errors {
+            match e.outcome {
+                LoadOutcome::Rejected => tracing::warn!(error = %e, "skill not loaded"),
+                _ => tracing::warn!(error = %e, "skill loaded with less than it asked for"),
+            }
+        }
+        (Self::from_skills(skills, Arc::new(sandbox)), errors)
+    }
+
+    /// [`SkillsProvider::load`] on a blocking thread, so the async runtime's threads go on
+    /// serving other tasks meanwhile.
+    pub async fn load_async(
+        root: impl AsRef<Path>,
+        config: SandboxConfig,
+    ) -> (Self, Vec<SkillLoadError>) {
+        let root = root.as_ref().to_path_buf();
+        let fallback_root = root.clone();
+        match tokio::task::spawn_blocking(move || Self::load(root, config)).await {
+            Ok(loaded) => loaded,
+            Err(e) => (
+                Self::from_skills(Vec::new(), Arc::new(Sandbox::new(SandboxConfig::default()))),
+                vec![SkillLoadError::rejected_dir(
+                    &fallback_root,
+                    format!("loading stopped: {e}"),
+                )],
+            ),
+        }
     }
 
     /// A provider for these skills and this sandbox.
@@ -70,7 +100,7 @@ impl ToolProvider for SkillsProvider {
     async fn list(&self) -> Vec<ToolSpec> {
         self.skills
             .values()
-            .map(|s| ToolSpec::new(s.name.clone(), s.description.clone(), s.parameters.clone()))
+            .map(|s| ToolSpec::new(s.name.clone(), s.model_description(), s.parameters.clone()))
             .collect()
     }
 
@@ -92,14 +122,11 @@ impl ToolProvider for SkillsProvider {
         })
     }
 
-    /// The sandbox enforces its own wall-clock limit; the dispatcher's is a backstop a little
-    /// longer, so the model reads the sandbox's precise message.
+    /// The sandbox enforces its own wall-clock limit (the skill's request cut to the operator's
+    /// cap); the dispatcher's is a backstop a little longer, so the model reads the sandbox's
+    /// precise message.
     fn timeout(&self, name: &str) -> Option<Duration> {
-        let t = self
-            .skills
-            .get(name)?
-            .timeout
-            .unwrap_or(self.sandbox.config().timeout);
-        Some(t + Duration::from_secs(2))
+        let skill = self.skills.get(name)?;
+        Some(self.sandbox.timeout_for(skill) + Duration::from_secs(2))
     }
 }

@@ -1,5 +1,11 @@
 //! Running one skill call in a sandbox.
+//!
+//! Threat model: the operator (who builds the [`SandboxConfig`]) is trusted; the skill's author
+//! and the model choosing its arguments are not. A skill asks (`env`, `timeout_secs`), the
+//! operator's configuration grants. See `docs/skills.md`.
 
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -11,28 +17,77 @@ use landlock::{
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::Skill;
+use crate::container::{Bwrap, Layout, Scratch};
+use crate::manifest::is_plain_relative;
+use crate::seccomp;
 use crate::sys::{self, ChildSetup, LimitKind};
+use crate::{Skill, SkillLoadError};
 
-/// Limits and switches of the sandbox.
+/// What the operator grants one skill beyond the global grants of [`SandboxConfig`].
+///
+/// ```
+/// use skills::{SandboxConfig, SkillGrant};
+/// use std::time::Duration;
+/// let cfg = SandboxConfig::default().with_skill_grant(
+///     "weather",
+///     SkillGrant::default().with_env("WEATHER_API_KEY").with_max_timeout(Duration::from_secs(90)),
+/// );
+/// assert_eq!(cfg.grants["weather"].env, ["WEATHER_API_KEY"]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct SkillGrant {
+    /// Environment variables this skill may receive (when it asks for them in `env`).
+    pub env: Vec<String>,
+    /// The longest time limit this skill may ask for (instead of [`SandboxConfig::max_timeout`]).
+    pub max_timeout: Option<Duration>,
+}
+
+impl SkillGrant {
+    /// Grants one more environment variable.
+    pub fn with_env(mut self, name: impl Into<String>) -> Self {
+        self.env.push(name.into());
+        self
+    }
+    /// Sets this skill's longest time limit.
+    pub fn with_max_timeout(mut self, t: Duration) -> Self {
+        self.max_timeout = Some(t);
+        self
+    }
+}
+
+/// Limits, grants and switches of the sandbox: the operator's side of the threat model.
 ///
 /// ```
 /// use skills::SandboxConfig;
 /// use std::time::Duration;
 /// let cfg = SandboxConfig::default().with_timeout(Duration::from_secs(5)).with_max_processes(16);
 /// assert_eq!(cfg.output_limit, 1024 * 1024);
+/// assert!(cfg.env.is_empty(), "no variable of the agent reaches a skill unless granted");
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct SandboxConfig {
-    /// Wall-clock limit of one call (a skill's own `timeout_secs` overrides it).
+    /// Wall-clock limit of a call whose skill asks for none.
     pub timeout: Duration,
+    /// The longest wall-clock limit a skill may ask for with `timeout_secs` (a longer request is
+    /// cut to it); a [`SkillGrant`] may set another for one skill.
+    pub max_timeout: Duration,
+    /// Environment variables of the agent any skill may receive when it asks for them.
+    pub env: Vec<String>,
+    /// Per-skill grants, by skill name.
+    pub grants: BTreeMap<String, SkillGrant>,
     /// CPU seconds (RLIMIT_CPU).
     pub cpu_seconds: u64,
     /// Address space in bytes (RLIMIT_AS).
     pub memory_bytes: u64,
     /// Largest file the skill may write (RLIMIT_FSIZE).
     pub file_size_bytes: u64,
+    /// Total bytes of everything a call writes (`/work`, `/tmp`, `/dev/shm` together, as root;
+    /// each of them without root).
+    pub disk_bytes: u64,
+    /// Total files and directories a call may create (as root).
+    pub disk_inodes: u64,
     /// Processes of the sandbox user (RLIMIT_NPROC; enforced only when running as a
     /// dedicated uid, see [`Protections`]).
     pub max_processes: u64,
@@ -42,9 +97,18 @@ pub struct SandboxConfig {
     pub output_limit: usize,
     /// Allow network access (default: no network).
     pub allow_network: bool,
+    /// Allow skills to create user namespaces (default: refused by seccomp).
+    pub allow_user_namespaces: bool,
+    /// Run each call in a bubblewrap container when `bwrap` works on this machine (default: on).
+    pub container: bool,
+    /// The `bwrap` to use (default: `/usr/bin/bwrap`, `/usr/local/bin/bwrap` or `/bin/bwrap`).
+    pub bwrap_path: Option<PathBuf>,
+    /// More host paths shown read-only in the container (e.g. `/opt/tools`).
+    pub read_only_paths: Vec<PathBuf>,
     /// When the agent runs as root, skills run as uids from this range (one per concurrent call).
     pub uid_range: (u32, u32),
-    /// Where the per-call directories are made (default: the system temp dir).
+    /// Where the per-call directories are made (default: the system temp dir). As root it must
+    /// be reachable (searchable) by the sandbox uids: `/tmp` is.
     pub temp_root: Option<PathBuf>,
 }
 
@@ -52,13 +116,22 @@ impl Default for SandboxConfig {
     fn default() -> Self {
         Self {
             timeout: Duration::from_secs(30),
+            max_timeout: Duration::from_secs(60),
+            env: Vec::new(),
+            grants: BTreeMap::new(),
             cpu_seconds: 30,
             memory_bytes: 1 << 30,
             file_size_bytes: 16 << 20,
+            disk_bytes: 64 << 20,
+            disk_inodes: 4096,
             max_processes: 64,
             max_open_files: 128,
             output_limit: 1 << 20,
             allow_network: false,
+            allow_user_namespaces: false,
+            container: true,
+            bwrap_path: None,
+            read_only_paths: Vec::new(),
             uid_range: (400_000, 401_000),
             temp_root: None,
         }
@@ -66,9 +139,24 @@ impl Default for SandboxConfig {
 }
 
 impl SandboxConfig {
-    /// Set the wall-clock limit.
+    /// Set the wall-clock limit of calls whose skill asks for none.
     pub fn with_timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
+        self
+    }
+    /// Set the longest wall-clock limit a skill may ask for.
+    pub fn with_max_timeout(mut self, t: Duration) -> Self {
+        self.max_timeout = t;
+        self
+    }
+    /// Grant an environment variable to every skill that asks for it.
+    pub fn with_env_grant(mut self, name: impl Into<String>) -> Self {
+        self.env.push(name.into());
+        self
+    }
+    /// Set what one skill is granted.
+    pub fn with_skill_grant(mut self, skill: impl Into<String>, grant: SkillGrant) -> Self {
+        self.grants.insert(skill.into(), grant);
         self
     }
     /// Set the process limit.
@@ -86,35 +174,88 @@ impl SandboxConfig {
         self.memory_bytes = bytes;
         self
     }
+    /// Set the disk limits of one call: total bytes and files.
+    pub fn with_disk(mut self, bytes: u64, inodes: u64) -> Self {
+        self.disk_bytes = bytes;
+        self.disk_inodes = inodes;
+        self
+    }
+    /// Turn the bubblewrap container on or off.
+    pub fn with_container(mut self, on: bool) -> Self {
+        self.container = on;
+        self
+    }
 }
 
-/// Which protections are in force on this machine.
+/// Which protections are in force on this machine. Everything in the "always" group holds
+/// everywhere; the rest depends on root, on bubblewrap and on the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Protections {
+    /// The bubblewrap version when each call runs in its own container (new mount, IPC, PID,
+    /// UTS and user namespaces); `None` otherwise, see [`Protections::container_error`].
+    pub container: Option<String>,
+    /// Why there is no container (bwrap missing, or it could not make a container here).
+    pub container_error: Option<String>,
+    /// A new mount namespace whose root shows only read-only system directories, the skill
+    /// (read-only) and private tmpfs for `/work`, `/tmp`, `/dev/shm`: no host file or socket
+    /// path resolves inside.
+    pub mount_namespace: bool,
+    /// A new IPC namespace: System V objects and POSIX message queues die with the call.
+    pub ipc_namespace: bool,
+    /// A new PID namespace: the skill sees and signals only its own processes, and all of them
+    /// die with it.
+    pub pid_namespace: bool,
     /// Skills run as a dedicated uid (the agent is root): process limits apply and leftovers of
     /// a call are found and killed by uid.
     pub dedicated_uid: bool,
-    /// Landlock ABI in force (filesystem confined to the call's directory plus read-only system
-    /// directories), or `None` when the kernel lacks Landlock.
-    pub landlock_abi: Option<i64>,
-    /// Network cut off: a new, empty network namespace (root) or Landlock TCP rules (ABI ≥ 4).
+    /// Network cut off: a new, empty network namespace (container or root) or Landlock TCP rules
+    /// (ABI ≥ 4).
     pub no_network: bool,
+    /// Total bytes and files a call may write (`disk_bytes`, `disk_inodes`), when enforced for
+    /// all its writable directories together (root: one size- and inode-limited tmpfs).
+    pub disk_total: Option<(u64, u64)>,
+    /// Host unix sockets cannot be reached: no host path in the mount namespace, or (without a
+    /// container and without network) `socket(AF_UNIX)` refused by seccomp.
+    pub host_sockets_unreachable: bool,
+    /// Creating a user namespace is refused (seccomp, and bwrap's `--disable-userns`).
+    pub user_namespaces_refused: bool,
+    /// Landlock ABI in force (filesystem confined to the call's directory plus read-only system
+    /// directories) when there is no container, or `None` (container, or no Landlock).
+    pub landlock_abi: Option<i64>,
     /// Always: wall-clock timeout with process-group kill, CPU/memory/file/open-file limits,
-    /// cleared environment, fresh working directory, capped output.
+    /// granted environment only, descriptors above 2 closed, kernel keyrings refused, fresh
+    /// working directory, capped output.
     pub base: bool,
 }
 
 impl std::fmt::Display for Protections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let yes = |b: bool| if b { "on" } else { "OFF" };
+        match (&self.container, &self.container_error) {
+            (Some(v), _) => write!(f, "container: {v} (mount, IPC, PID namespaces)")?,
+            (None, Some(e)) => write!(f, "container: OFF ({e})")?,
+            (None, None) => write!(f, "container: OFF")?,
+        }
         write!(
             f,
-            "timeout+group kill, rlimits, cleared env, fresh dir, capped output: on; dedicated uid (process limit, leftover sweep): {}; landlock filesystem: {}; no network: {}",
+            "; private filesystem: {}; IPC namespace: {}; PID namespace: {}; dedicated uid (process limit, leftover sweep): {}; no network: {}; disk total: {}; host unix sockets unreachable: {}; user namespaces refused: {}; landlock filesystem: {}; always: timeout+group kill, rlimits, granted env only, inherited fds closed, keyrings refused, fresh dir, capped output",
+            yes(self.mount_namespace),
+            yes(self.ipc_namespace),
+            yes(self.pid_namespace),
             yes(self.dedicated_uid),
-            self.landlock_abi
-                .map_or_else(|| "OFF".to_owned(), |v| format!("on (ABI {v})")),
-            yes(self.no_network)
+            yes(self.no_network),
+            self.disk_total.map_or_else(
+                || "OFF (per-file limit only)".to_owned(),
+                |(b, i)| format!("{} MiB, {i} files", b >> 20)
+            ),
+            yes(self.host_sockets_unreachable),
+            yes(self.user_namespaces_refused),
+            match (self.landlock_abi, self.mount_namespace) {
+                (Some(v), _) => format!("on (ABI {v})"),
+                (None, true) => "not used (the container is the filesystem boundary)".to_owned(),
+                (None, false) => "OFF".to_owned(),
+            },
         )
     }
 }
@@ -174,6 +315,7 @@ pub enum SkillError {
 pub struct Sandbox {
     config: SandboxConfig,
     protections: Protections,
+    bwrap: Option<Bwrap>,
 }
 
 fn human_bytes(n: usize) -> String {
@@ -193,53 +335,271 @@ fn tail(s: &[u8], n: usize) -> String {
     t[start..].to_owned()
 }
 
-/// Frees a uid and kills whatever a call left behind, even when the call's future is dropped.
+/// The host side of one call: its uid lease, its directory (and the mounts on it).
+struct CallHost {
+    ids: Option<(u32, u32)>,
+    /// Released (unlocked) when dropped, after the sweep.
+    lease: Option<std::fs::File>,
+    dir: Option<tempfile::TempDir>,
+    /// Mount points to detach, innermost first.
+    mounts: Vec<PathBuf>,
+}
+
+impl CallHost {
+    /// Kills what is left of the call, then removes its directory. Blocking.
+    fn clean(mut self) {
+        if let Some((uid, gid)) = self.ids {
+            sys::kill_uid(uid, gid);
+        }
+        for m in self.mounts.drain(..) {
+            if let Err(e) = sys::unmount(&m) {
+                tracing::warn!(mount = %m.display(), error = %e, "cannot unmount a skill call's directory");
+            }
+        }
+        drop(self.dir.take());
+        drop(self.lease.take());
+    }
+}
+
+/// Cleans a call up even when its future is dropped midway.
 struct CallGuard {
     pgid: Option<u32>,
-    uid: Option<(u32, u32)>,
-    /// Released (unlocked) when dropped, after the sweep.
-    _uid_lease: Option<std::fs::File>,
-    _dir: Option<tempfile::TempDir>,
+    host: Option<CallHost>,
+}
+
+impl CallGuard {
+    /// Kills the call's process group and cleans up its host side off the async threads.
+    async fn finish(mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            sys::kill_group(pgid);
+        }
+        if let Some(host) = self.host.take() {
+            let _ = tokio::task::spawn_blocking(move || host.clean()).await;
+        }
+    }
 }
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        if let Some(pgid) = self.pgid {
+        if let Some(pgid) = self.pgid.take() {
             sys::kill_group(pgid);
         }
-        if let Some((uid, gid)) = self.uid {
-            // kill(-1) as the sandbox uid reaches every process of that uid, including any that
-            // left the process group (setsid) — and nothing else.
-            use std::os::unix::process::CommandExt;
-            let _ = std::process::Command::new("/bin/sh")
-                .args(["-c", "kill -9 -1 2>/dev/null; true"])
-                .uid(uid)
-                .gid(gid)
-                .env_clear()
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+        if let Some(host) = self.host.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn_blocking(move || host.clean());
+                }
+                Err(_) => host.clean(),
+            }
         }
-        // `_dir` drops after this: the call's directory is removed once nothing runs in it.
     }
 }
 
+/// What `prepare` made for one call.
+struct Prepared {
+    host: CallHost,
+    /// Entry words, files of the skill pointing at the skill as the skill sees it.
+    words: Vec<String>,
+    /// The working directory, `/work` in a container.
+    work: PathBuf,
+    /// The skill's directory as the skill sees it.
+    skill_dir: PathBuf,
+    /// Host paths a container binds (root).
+    scratch_host: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// The skill's directory on the host that is shown to the skill.
+    skill_host: PathBuf,
+}
+
+/// Everything `prepare` needs, owned (it runs on a blocking thread).
+struct PrepareInput {
+    skill_dir: PathBuf,
+    entry: Vec<String>,
+    temp_root: Option<PathBuf>,
+    root: bool,
+    container: bool,
+    uid_range: (u32, u32),
+    disk: (u64, u64),
+}
+
+fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+}
+
+/// Leases a uid for one call. The lease is an exclusive `flock` on a file per uid, so two
+/// sandboxes — in this process or in another agent on the machine — never share a uid (the
+/// sweep after a call kills every process of its uid).
+fn take_uid((lo, hi): (u32, u32)) -> Option<(u32, std::fs::File)> {
+    let dir = std::env::temp_dir().join("llm-toolkit-skill-uids");
+    std::fs::create_dir_all(&dir).ok()?;
+    // Calls take turns through the range (a uid just swept is not the next one leased).
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let span = hi.saturating_sub(lo).max(1);
+    let turn = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let start = (std::process::id().wrapping_mul(2_654_435_761)).wrapping_add(turn) % span;
+    (0..span).map(|i| lo + (start + i) % span).find_map(|uid| {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(uid.to_string()))
+            .ok()?;
+        file.try_lock().ok()?;
+        Some((uid, file))
+    })
+}
+
+/// Makes the host side of a call. Layouts:
+/// - root: `DIR` is its own tmpfs (size- and inode-limited) holding `work`, `tmp`, `shm` (owned
+///   by the call's uid) and `skill` (a read-only bind of the skill's directory, so no byte is
+///   copied and no mode changes);
+/// - container without root: nothing on the host (bwrap makes the tmpfs mounts);
+/// - neither: `DIR/work`, and the skill's directory as it is (Landlock keeps it read-only).
+fn prepare(p: PrepareInput) -> Result<Prepared, String> {
+    let (ids, lease) = if p.root {
+        let (uid, lease) = take_uid(p.uid_range)
+            .ok_or("every sandbox uid is in use: too many concurrent skill calls")?;
+        (Some((uid, uid)), Some(lease))
+    } else {
+        (None, None)
+    };
+    let mut host = CallHost {
+        ids,
+        lease,
+        dir: None,
+        mounts: Vec::new(),
+    };
+    let inside = p.container;
+    let needs_dir = p.root || !p.container;
+    let mut scratch_host = None;
+    let mut skill_host = p.skill_dir.clone();
+    let mut work = PathBuf::from("/work");
+    if needs_dir {
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("skill-call-");
+        let dir = match &p.temp_root {
+            Some(root) => builder.tempdir_in(root),
+            None => builder.tempdir(),
+        }
+        .map_err(|e| format!("cannot make a call directory: {e}"))?;
+        let d = dir.path().to_path_buf();
+        host.dir = Some(dir);
+        if let Some((uid, gid)) = ids {
+            sys::mount_tmpfs(&d, p.disk.0, p.disk.1)
+                .map_err(|e| format!("cannot mount the call's tmpfs on {}: {e}", d.display()))?;
+            host.mounts.push(d.clone());
+            for sub in ["work", "tmp", "shm"] {
+                let s = d.join(sub);
+                std::fs::create_dir(&s)
+                    .and_then(|()| std::os::unix::fs::chown(&s, Some(uid), Some(gid)))
+                    .and_then(|()| set_mode(&s, 0o700))
+                    .map_err(|e| format!("cannot make {}: {e}", s.display()))?;
+            }
+            let sk = d.join("skill");
+            std::fs::create_dir(&sk).map_err(|e| format!("cannot make {}: {e}", sk.display()))?;
+            sys::bind_read_only(&p.skill_dir, &sk)
+                .map_err(|e| format!("cannot mount the skill on {}: {e}", sk.display()))?;
+            host.mounts.insert(0, sk.clone());
+            skill_host = sk;
+            scratch_host = Some((d.join("work"), d.join("tmp"), d.join("shm")));
+            if !inside {
+                work = d.join("work");
+            }
+        } else {
+            work = d.join("work");
+            std::fs::create_dir(&work)
+                .map_err(|e| format!("cannot make {}: {e}", work.display()))?;
+            set_mode(&work, 0o700).map_err(|e| e.to_string())?;
+        }
+    }
+    let skill_dir = if inside {
+        PathBuf::from("/skill")
+    } else {
+        skill_host.clone()
+    };
+    // Words of the entry that name a file of the skill (`run.py`, `./bin/tool`) point into the
+    // skill as the skill sees it; everything else (`python3`, flags) is passed as written.
+    let words = p
+        .entry
+        .iter()
+        .map(|w| {
+            if is_plain_relative(w) && p.skill_dir.join(w).is_file() {
+                skill_dir.join(w).to_string_lossy().into_owned()
+            } else {
+                w.clone()
+            }
+        })
+        .collect();
+    Ok(Prepared {
+        host,
+        words,
+        work,
+        skill_dir,
+        scratch_host,
+        skill_host,
+    })
+}
+
 impl Sandbox {
-    /// A sandbox with these limits; logs which protections are in force on this machine.
+    /// A sandbox with these limits and grants. Finds bubblewrap and checks, by running one empty
+    /// container, that it works here; logs which protections are in force on this machine.
+    /// Blocking (tens of milliseconds): call it at start-up, or through `spawn_blocking`.
     pub fn new(config: SandboxConfig) -> Self {
         let root = sys::euid() == 0;
-        let landlock_abi = sys::landlock_abi();
+        let landlock = sys::landlock_abi();
+        let policy = seccomp::Policy {
+            allow_user_namespaces: config.allow_user_namespaces,
+            deny_unix_sockets: false,
+        };
+        let (bwrap, container_error) = if !config.container {
+            (None, Some("turned off in SandboxConfig".to_owned()))
+        } else {
+            let probe = Bwrap::find(config.bwrap_path.as_deref()).and_then(|b| {
+                let lease = if root {
+                    take_uid(config.uid_range)
+                } else {
+                    None
+                };
+                let ids = lease.as_ref().map(|(u, _)| (*u, *u));
+                if root && ids.is_none() {
+                    return Err("no free sandbox uid to check bubblewrap with".to_owned());
+                }
+                b.probe(ids, policy, config.allow_network)?;
+                if let Some((uid, gid)) = ids {
+                    sys::kill_uid(uid, gid);
+                }
+                Ok(b)
+            });
+            match probe {
+                Ok(b) => (Some(b), None),
+                Err(e) => (None, Some(e)),
+            }
+        };
+        let container = bwrap.is_some();
         let protections = Protections {
+            container: bwrap.as_ref().map(|b| b.version.clone()),
+            container_error,
+            mount_namespace: container,
+            ipc_namespace: container || root,
+            pid_namespace: container,
             dedicated_uid: root,
-            landlock_abi,
-            no_network: !config.allow_network && (root || landlock_abi.is_some_and(|v| v >= 4)),
+            no_network: !config.allow_network
+                && (container || root || landlock.is_some_and(|v| v >= 4)),
+            disk_total: root.then_some((config.disk_bytes, config.disk_inodes)),
+            host_sockets_unreachable: container || !config.allow_network,
+            user_namespaces_refused: !config.allow_user_namespaces,
+            landlock_abi: if container { None } else { landlock },
             base: true,
         };
-        tracing::info!(%protections, "skills sandbox ready");
+        if container {
+            tracing::info!(%protections, "skills sandbox ready");
+        } else {
+            tracing::warn!(%protections, "skills sandbox ready without a container: fewer protections");
+        }
         Self {
             config,
             protections,
+            bwrap,
         }
     }
 
@@ -253,25 +613,70 @@ impl Sandbox {
         &self.config
     }
 
-    /// Leases a uid for one call. The lease is an exclusive `flock` on a file per uid, so two
-    /// sandboxes — in this process or in another agent on the machine — never share a uid (the
-    /// sweep after a call kills every process of its uid).
-    fn take_uid(&self) -> Option<(u32, std::fs::File)> {
-        let dir = std::env::temp_dir().join("llm-toolkit-skill-uids");
-        std::fs::create_dir_all(&dir).ok()?;
-        let (lo, hi) = self.config.uid_range;
-        let span = hi.saturating_sub(lo).max(1);
-        let start = (std::process::id().wrapping_mul(2_654_435_761)) % span;
-        (0..span).map(|i| lo + (start + i) % span).find_map(|uid| {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(dir.join(uid.to_string()))
-                .ok()?;
-            file.try_lock().ok()?;
-            Some((uid, file))
-        })
+    /// The wall-clock limit of a call of `skill`: what it asks for (or the default), cut to the
+    /// operator's cap for it.
+    pub fn timeout_for(&self, skill: &Skill) -> Duration {
+        let cap = self
+            .config
+            .grants
+            .get(&skill.name)
+            .and_then(|g| g.max_timeout)
+            .unwrap_or(self.config.max_timeout);
+        skill.timeout.unwrap_or(self.config.timeout).min(cap)
+    }
+
+    fn is_granted(&self, skill: &Skill, var: &str) -> bool {
+        self.config.env.iter().any(|v| v == var)
+            || self
+                .config
+                .grants
+                .get(&skill.name)
+                .is_some_and(|g| g.env.iter().any(|v| v == var))
+    }
+
+    /// The environment variables `skill` asks for that the operator granted.
+    pub fn granted_env<'s>(&self, skill: &'s Skill) -> Vec<&'s str> {
+        skill
+            .env
+            .iter()
+            .filter(|v| self.is_granted(skill, v))
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// What `skill` asks for and will not get, as load reports with file and line: each
+    /// ungranted variable, a time limit above the cap.
+    pub fn check_requests(&self, skill: &Skill) -> Vec<SkillLoadError> {
+        let mut out = Vec::new();
+        for (i, var) in skill.env.iter().enumerate() {
+            if !self.is_granted(skill, var) {
+                out.push(SkillLoadError::restricted(
+                    &skill.file,
+                    skill.env_line(i),
+                    format!(
+                        "env: {var} is not granted to skill {}, so it will not be passed; if the skill should have it, grant it in SandboxConfig (env, or grants[\"{}\"].env)",
+                        skill.name, skill.name
+                    ),
+                ));
+            }
+        }
+        if let Some(asked) = skill.timeout {
+            let given = self.timeout_for(skill);
+            if asked > given {
+                out.push(SkillLoadError::restricted(
+                    &skill.file,
+                    skill.timeout_line(),
+                    format!(
+                        "timeout_secs {} is above the {} s the operator allows, so calls stop after {} s; to allow more, raise SandboxConfig max_timeout or grants[\"{}\"].max_timeout",
+                        asked.as_secs_f64(),
+                        given.as_secs_f64(),
+                        given.as_secs_f64(),
+                        skill.name
+                    ),
+                ));
+            }
+        }
+        out
     }
 
     fn landlock(&self, skill_dir: &Path, work: &Path) -> Option<landlock::RulesetCreated> {
@@ -307,78 +712,110 @@ impl Sandbox {
             name: name.clone(),
             reason,
         };
-
-        // Layout: DIR (0711, agent-owned) / skill (a read-only copy) and / work (sandbox-owned).
-        let mut builder = tempfile::Builder::new();
-        builder.prefix("skill-call-");
-        let dir = match &self.config.temp_root {
-            Some(root) => builder.tempdir_in(root),
-            None => builder.tempdir(),
-        }
-        .map_err(|e| spawn_err(format!("cannot make a call directory: {e}")))?;
-        let skill_copy = dir.path().join("skill");
-        let work = dir.path().join("work");
-        copy_dir(&skill.dir, &skill_copy, 64 << 20)
-            .map_err(|e| spawn_err(format!("cannot copy the skill directory: {e}")))?;
-        std::fs::create_dir(&work)
-            .map_err(|e| spawn_err(format!("cannot make the work directory: {e}")))?;
-        set_mode(dir.path(), 0o711).map_err(|e| spawn_err(e.to_string()))?;
-
-        let (ids, lease) = if self.protections.dedicated_uid {
-            let (uid, lease) = self.take_uid().ok_or_else(|| {
-                spawn_err("every sandbox uid is in use: too many concurrent skill calls".into())
-            })?;
-            (Some((uid, uid)), Some(lease))
-        } else {
-            (None, None)
+        let c = &self.config;
+        let root = self.protections.dedicated_uid;
+        let input = PrepareInput {
+            skill_dir: skill.dir.clone(),
+            entry: skill.entry.clone(),
+            temp_root: c.temp_root.clone(),
+            root,
+            container: self.bwrap.is_some(),
+            uid_range: c.uid_range,
+            disk: (c.disk_bytes, c.disk_inodes),
         };
+        // Leasing a uid, mounting and making directories are disk work: off the async threads.
+        let prepared = tokio::task::spawn_blocking(move || prepare(input))
+            .await
+            .map_err(|e| spawn_err(format!("preparing the call: {e}")))?;
+        let Prepared {
+            host,
+            words,
+            work,
+            skill_dir,
+            scratch_host,
+            skill_host,
+        } = prepared.map_err(spawn_err)?;
+        let ids = host.ids;
         let mut guard = CallGuard {
             pgid: None,
-            uid: ids,
-            _uid_lease: lease,
-            _dir: Some(dir),
+            host: Some(host),
         };
-        if let Some((uid, gid)) = ids {
-            std::os::unix::fs::chown(&work, Some(uid), Some(gid))
-                .map_err(|e| spawn_err(format!("chown: {e}")))?;
-        }
-        set_mode(&work, 0o700).map_err(|e| spawn_err(e.to_string()))?;
 
-        // Words of the entry that name a file of the skill (`run.py`, `./bin/tool`) point into
-        // the skill's copy; everything else (`python3`, flags) is passed as written.
-        let words: Vec<String> = skill
-            .entry
-            .iter()
-            .map(|w| {
-                let candidate = skill_copy.join(w);
-                if !w.starts_with('-') && !Path::new(w).is_absolute() && candidate.is_file() {
-                    candidate.to_string_lossy().into_owned()
-                } else {
-                    w.clone()
-                }
-            })
-            .collect();
-        let program = words[0].clone();
-        let mut cmd = tokio::process::Command::new(&program);
-        cmd.args(&words[1..])
-            .current_dir(&work)
-            .env_clear()
+        let mut cmd;
+        let mut keep_fds = Vec::new();
+        let mut _seccomp_reader = None;
+        let (landlock, fallback_seccomp) = match &self.bwrap {
+            Some(bwrap) => {
+                let filter = seccomp::to_bytes(&seccomp::program(seccomp::Policy {
+                    allow_user_namespaces: c.allow_user_namespaces,
+                    deny_unix_sockets: false,
+                }));
+                // A filter of a few hundred bytes fits a pipe's buffer: this never blocks.
+                let (reader, mut writer) =
+                    std::io::pipe().map_err(|e| spawn_err(format!("pipe: {e}")))?;
+                std::io::Write::write_all(&mut writer, &filter)
+                    .map_err(|e| spawn_err(format!("pipe: {e}")))?;
+                drop(writer);
+                keep_fds.push(reader.as_raw_fd());
+                _seccomp_reader = Some(reader);
+                let scratch = match &scratch_host {
+                    Some((w, t, s)) => Scratch::Host {
+                        work: w,
+                        tmp: t,
+                        shm: s,
+                    },
+                    None => Scratch::PerMount {
+                        bytes: c.disk_bytes,
+                    },
+                };
+                let layout = Layout {
+                    skill: Some(&skill_host),
+                    scratch,
+                    allow_network: c.allow_network,
+                    allow_user_namespaces: c.allow_user_namespaces,
+                    read_only: &c.read_only_paths,
+                    seccomp_fd: 3,
+                };
+                cmd = tokio::process::Command::new(&bwrap.path);
+                cmd.args(bwrap.args(&layout)).args(&words);
+                (None, None)
+            }
+            None => {
+                let (program, rest) = words
+                    .split_first()
+                    .ok_or_else(|| spawn_err("the skill's entry is empty".into()))?;
+                cmd = tokio::process::Command::new(program);
+                cmd.args(rest).current_dir(&work);
+                (
+                    self.landlock(&skill_dir, &work),
+                    Some(seccomp::program(seccomp::Policy {
+                        allow_user_namespaces: c.allow_user_namespaces,
+                        deny_unix_sockets: !c.allow_network,
+                    })),
+                )
+            }
+        };
+        let tmp = if self.bwrap.is_some() {
+            PathBuf::from("/tmp")
+        } else {
+            work.clone()
+        };
+        cmd.env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", &work)
-            .env("TMPDIR", &work)
+            .env("TMPDIR", &tmp)
             .env("LANG", "C.UTF-8")
-            .env("SKILL_DIR", &skill_copy)
+            .env("SKILL_DIR", &skill_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        for key in &skill.env {
+        for key in self.granted_env(skill) {
             if let Ok(v) = std::env::var(key) {
                 cmd.env(key, v);
             }
         }
-        let c = &self.config;
         let mut limits = vec![
             (LimitKind::Cpu, c.cpu_seconds),
             (LimitKind::AddressSpace, c.memory_bytes),
@@ -389,18 +826,25 @@ impl Sandbox {
         if ids.is_some() {
             limits.push((LimitKind::Processes, c.max_processes));
         }
+        let container = self.bwrap.is_some();
         sys::install(
             &mut cmd,
             ChildSetup {
+                keep_fds,
                 limits,
-                unshare_net: !c.allow_network && ids.is_some(),
+                unshare_net: !container && !c.allow_network && ids.is_some(),
+                unshare_ipc: !container && ids.is_some(),
                 ids,
-                landlock: self.landlock(&skill_copy, &work),
+                landlock,
+                seccomp: fallback_seccomp,
             },
-        );
+        )
+        .map_err(|e| spawn_err(e.to_string()))?;
+        let program = words.first().cloned().unwrap_or_default();
         let mut child = cmd
             .spawn()
             .map_err(|e| spawn_err(format!("{program}: {e}")))?;
+        drop(_seccomp_reader.take());
         guard.pgid = child.id();
 
         let input = serde_json::to_vec(args).unwrap_or_default();
@@ -420,7 +864,7 @@ impl Sandbox {
         ));
         let err = tokio::spawn(read_capped(child.stderr.take(), limit, "stderr", over_tx));
 
-        let timeout = skill.timeout.unwrap_or(c.timeout);
+        let timeout = self.timeout_for(skill);
         let outcome = tokio::select! {
             status = child.wait() => Ok(status),
             _ = tokio::time::sleep(timeout) => Err(SkillError::Timeout { name: name.clone(), secs: timeout.as_secs().max(1) }),
@@ -432,7 +876,7 @@ impl Sandbox {
         }
         let _ = child.start_kill();
         let _ = child.wait().await;
-        drop(guard); // sweeps the uid, then removes the directory
+        guard.finish().await; // sweeps the uid, then unmounts and removes the directory
         let collect = |h: tokio::task::JoinHandle<Vec<u8>>| async move {
             tokio::time::timeout(Duration::from_secs(2), h)
                 .await
@@ -455,7 +899,14 @@ impl Sandbox {
 
         if !status.success() {
             use std::os::unix::process::ExitStatusExt;
-            let why = match status.signal() {
+            // bwrap reports a skill killed by signal N as exit status 128 + N (as shells do).
+            let signal = status.signal().or_else(|| {
+                status
+                    .code()
+                    .filter(|c| container && (129..=128 + 64).contains(c))
+                    .map(|c| c - 128)
+            });
+            let why = match signal {
                 Some(libc::SIGXCPU) => "exceeded its CPU time limit".to_owned(),
                 Some(libc::SIGXFSZ) => "exceeded its file size limit".to_owned(),
                 Some(libc::SIGKILL) => {
@@ -503,37 +954,4 @@ async fn read_capped(
             }
         }
     }
-}
-
-fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-}
-
-/// Copies a skill directory (regular files and directories only; links are skipped), refusing
-/// more than `budget` bytes.
-fn copy_dir(from: &Path, to: &Path, mut budget: u64) -> std::io::Result<()> {
-    fn walk(from: &Path, to: &Path, budget: &mut u64) -> std::io::Result<()> {
-        std::fs::create_dir(to)?;
-        set_mode(to, 0o755)?;
-        for entry in std::fs::read_dir(from)? {
-            let entry = entry?;
-            let ty = entry.file_type()?;
-            let dest = to.join(entry.file_name());
-            if ty.is_dir() {
-                walk(&entry.path(), &dest, budget)?;
-            } else if ty.is_file() {
-                let n = std::fs::copy(entry.path(), &dest)?;
-                // Readable by the sandbox uid; executable where the original was; never writable.
-                use std::os::unix::fs::PermissionsExt;
-                let mode = entry.metadata()?.permissions().mode();
-                set_mode(&dest, if mode & 0o111 != 0 { 0o555 } else { 0o444 })?;
-                *budget = budget.checked_sub(n).ok_or_else(|| {
-                    std::io::Error::other("the skill directory is larger than 64 MiB")
-                })?;
-            }
-        }
-        Ok(())
-    }
-    walk(from, to, &mut budget)
 }

@@ -2,17 +2,28 @@
 //! crate is here, each with its reason.
 #![allow(unsafe_code)]
 
+use std::ffi::CString;
 use std::io;
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use landlock::RulesetCreated;
 
-/// What the child does between fork and exec, in this order: resource limits, a new network
-/// namespace, dropping to the sandbox uid/gid, then Landlock (which sets no_new_privs).
+/// Most descriptors a call passes on deliberately (as 3, 4, …).
+pub(crate) const MAX_KEPT_FDS: usize = 4;
+
+/// What the child does between fork and exec, in this order: descriptors (the kept ones moved to
+/// 3, 4, …, every other one above 2 closed at exec), resource limits, new namespaces, dropping
+/// to the sandbox uid/gid, Landlock (which sets no_new_privs), then seccomp.
 pub(crate) struct ChildSetup {
+    pub keep_fds: Vec<RawFd>,
     pub limits: Vec<(LimitKind, u64)>,
     pub unshare_net: bool,
+    pub unshare_ipc: bool,
     pub ids: Option<(u32, u32)>,
     pub landlock: Option<RulesetCreated>,
+    pub seccomp: Option<Vec<libc::sock_filter>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -38,16 +49,81 @@ impl LimitKind {
     }
 }
 
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// In the child: moves `keep` to 3, 4, … and marks every other descriptor above 2 close-on-exec
+/// (std's own exec-error pipe is already close-on-exec, so it keeps working).
+fn arrange_fds(keep: &[RawFd; MAX_KEPT_FDS], n: usize) -> io::Result<()> {
+    let mut high = [-1; MAX_KEPT_FDS];
+    for (h, fd) in high.iter_mut().zip(keep).take(n) {
+        // SAFETY: fcntl(F_DUPFD) on a descriptor this child inherited; no memory is touched.
+        *h = check(unsafe { libc::fcntl(*fd, libc::F_DUPFD, 64) })?;
+    }
+    for (i, h) in high.iter().enumerate().take(n) {
+        let target = 3 + i as RawFd;
+        // SAFETY: dup2 onto a small number; a descriptor of the agent there is replaced, which
+        // is what we want (it must not reach the skill). The copy lacks FD_CLOEXEC.
+        check(unsafe { libc::dup2(*h, target) })?;
+    }
+    let first = 3 + n as libc::c_uint;
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range only changes this child's descriptor table.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    // Kernels before 5.11: mark each descriptor up to the open-file limit.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into `lim`, a valid struct.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    let top = lim.rlim_cur.min(1 << 20) as RawFd;
+    for fd in first as RawFd..top {
+        // SAFETY: F_SETFD on a descriptor number; EBADF for unused numbers is ignored.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+    Ok(())
+}
+
 /// Installs `setup` to run in the child before exec.
-pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
+pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> io::Result<()> {
     let ChildSetup {
+        keep_fds,
         limits,
         unshare_net,
+        unshare_ipc,
         ids,
         landlock,
+        seccomp,
     } = setup;
+    if keep_fds.len() > MAX_KEPT_FDS {
+        return Err(io::Error::other(
+            "too many descriptors to pass to the skill",
+        ));
+    }
+    let mut keep = [-1; MAX_KEPT_FDS];
+    keep[..keep_fds.len()].copy_from_slice(&keep_fds);
+    let n_keep = keep_fds.len();
     let mut landlock = landlock;
     let hook = move || -> io::Result<()> {
+        arrange_fds(&keep, n_keep)?;
         for (kind, value) in &limits {
             // For CPU time the hard limit is one second above the soft one, so the skill gets
             // SIGXCPU (reported as "CPU time limit") before the kernel's SIGKILL.
@@ -60,15 +136,18 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
                 rlim_max: hard,
             };
             // SAFETY: setrlimit is async-signal-safe and `lim` is a valid, initialised struct.
-            if unsafe { libc::setrlimit(kind.resource(), &lim) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            check(unsafe { libc::setrlimit(kind.resource(), &lim) })?;
         }
+        let mut flags = 0;
         if unshare_net {
+            flags |= libc::CLONE_NEWNET;
+        }
+        if unshare_ipc {
+            flags |= libc::CLONE_NEWIPC;
+        }
+        if flags != 0 {
             // SAFETY: unshare is a plain system call; it only affects this (child) process.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            check(unsafe { libc::unshare(flags) })?;
         }
         if let Some((uid, gid)) = ids {
             // SAFETY: setgroups/setgid/setuid are async-signal-safe system calls; a null list
@@ -87,6 +166,22 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
                 .restrict_self()
                 .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
         }
+        if let Some(filter) = &seccomp {
+            let prog = libc::sock_fprog {
+                len: u16::try_from(filter.len()).unwrap_or(u16::MAX),
+                filter: filter.as_ptr().cast_mut(),
+            };
+            // SAFETY: prctl with valid arguments; `prog` points at `filter`, which lives in this
+            // closure for the whole call; the kernel copies the program.
+            unsafe {
+                check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+                check(libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &prog as *const libc::sock_fprog,
+                ))?;
+            }
+        }
         Ok(())
     };
     // SAFETY: the hook only makes system calls (and, on failure, builds an io::Error); glibc
@@ -94,6 +189,90 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) {
     unsafe {
         cmd.pre_exec(hook);
     }
+    Ok(())
+}
+
+fn c_path(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+/// Mounts a tmpfs of at most `bytes` bytes and `inodes` files on `at` (root only).
+pub(crate) fn mount_tmpfs(at: &Path, bytes: u64, inodes: u64) -> io::Result<()> {
+    let target = c_path(at)?;
+    let data = CString::new(format!("size={bytes},nr_inodes={inodes},mode=0711"))
+        .map_err(|_| io::Error::other("mount options"))?;
+    let fstype = c"tmpfs";
+    // SAFETY: every pointer is a valid NUL-terminated string that outlives the call.
+    check(unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
+    })
+    .map(|_| ())
+}
+
+/// Bind-mounts `from` on `at`, read-only, without set-uid bits or devices (root only).
+pub(crate) fn bind_read_only(from: &Path, at: &Path) -> io::Result<()> {
+    let source = c_path(from)?;
+    let target = c_path(at)?;
+    // SAFETY: valid NUL-terminated strings; null fstype/data are allowed for MS_BIND.
+    unsafe {
+        check(libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        ))?;
+        check(libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            std::ptr::null(),
+        ))?;
+    }
+    Ok(())
+}
+
+/// Kills every process of `uid` (the sandbox uid of a finished call): a child switches to that
+/// uid and calls `kill(-1, SIGKILL)`, which reaches every process of the uid — including any
+/// that left the process group — and nothing else. (Killed processes may take a moment to be
+/// gone; leases rotate through the uid range, so the next call does not start under their
+/// process limit.)
+pub(crate) fn kill_uid(uid: u32, gid: u32) {
+    // SAFETY: the child only makes raw system calls (no allocation, no locks: safe after fork in
+    // a threaded process) and leaves with _exit; the parent waits for it by pid.
+    unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0
+                && libc::syscall(libc::SYS_setresgid, gid, gid, gid) == 0
+                && libc::syscall(libc::SYS_setresuid, uid, uid, uid) == 0
+            {
+                libc::kill(-1, libc::SIGKILL);
+            }
+            libc::_exit(0);
+        }
+        if pid > 0 {
+            let mut status = 0;
+            while libc::waitpid(pid, &mut status, 0) < 0
+                && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+            {}
+        }
+    }
+}
+
+/// Detaches the mount on `at` (lazily: processes still inside keep it until they are gone).
+pub(crate) fn unmount(at: &Path) -> io::Result<()> {
+    let target = c_path(at)?;
+    // SAFETY: `target` is a valid NUL-terminated string.
+    check(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) }).map(|_| ())
 }
 
 /// Sends SIGKILL to a whole process group; a group that is already gone is not an error.

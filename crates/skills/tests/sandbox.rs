@@ -3,71 +3,14 @@
 //! (no leftover process, no leftover directory) and that the next call works.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, unsafe_code)]
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
+use common::{env, env_with, fixtures, processes_with};
 use serde_json::{Value, json};
-use skills::{Sandbox, SandboxConfig, SkillError, SkillsProvider, load_skills};
-use tool_system::{ToolContext, ToolErrorKind, ToolProvider};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-struct Env {
-    provider: SkillsProvider,
-    temp: tempfile::TempDir,
-}
-
-fn env_with(config: SandboxConfig) -> Env {
-    let temp = tempfile::tempdir().unwrap();
-    let mut config = config;
-    config.temp_root = Some(temp.path().to_path_buf());
-    let (skills, errors) = load_skills(&fixtures().join("skills"));
-    assert!(errors.is_empty(), "{errors:?}");
-    Env {
-        provider: SkillsProvider::from_skills(skills, Arc::new(Sandbox::new(config))),
-        temp,
-    }
-}
-
-fn env() -> Env {
-    env_with(SandboxConfig::default().with_timeout(Duration::from_secs(10)))
-}
-
-impl Env {
-    async fn call(&self, name: &str, args: Value) -> Result<Value, tool_system::ToolError> {
-        self.provider.call(name, args, ToolContext::new("c1")).await
-    }
-    /// The host is clean and the sandbox still works.
-    async fn assert_clean_and_working(&self) {
-        let left: Vec<_> = std::fs::read_dir(self.temp.path()).unwrap().collect();
-        assert!(left.is_empty(), "call directories left behind: {left:?}");
-        let r = self
-            .call("echo", json!({"text": "still alive"}))
-            .await
-            .unwrap();
-        assert_eq!(r["echo"]["text"], "still alive");
-    }
-}
-
-/// Pids of processes whose command line contains `needle`.
-fn processes_with(needle: &str) -> Vec<u32> {
-    let mut found = vec![];
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(needle) {
-                found.push(pid);
-            }
-        }
-    }
-    found
-}
+use skills::{SandboxConfig, SkillError, load_skills};
+use tool_system::{ToolErrorKind, ToolProvider};
 
 #[test]
 fn s1_loading_reports_bad_skills_with_file_and_line_and_loads_the_rest() {
@@ -109,11 +52,33 @@ async fn s2_protections_in_force_are_reported() {
     let e = env();
     let p = e.provider.sandbox().protections();
     let text = p.to_string();
-    assert!(text.contains("landlock"), "{text}");
-    // This project's machines (and CI) run as root on a kernel with Landlock: all in force.
+    for boundary in [
+        "container:",
+        "private filesystem:",
+        "IPC namespace:",
+        "PID namespace:",
+        "dedicated uid",
+        "no network:",
+        "disk total:",
+        "host unix sockets unreachable:",
+        "user namespaces refused:",
+        "inherited fds closed",
+    ] {
+        assert!(text.contains(boundary), "{boundary} missing from: {text}");
+    }
+    // This project's machines (and CI) run as root, with bubblewrap installed by `cargo xtask
+    // test`, on a kernel with Landlock: every boundary is in force.
     if std::env::var("CI").is_ok() {
         assert!(
-            p.dedicated_uid && p.landlock_abi.is_some() && p.no_network,
+            p.container.is_some()
+                && p.mount_namespace
+                && p.ipc_namespace
+                && p.pid_namespace
+                && p.dedicated_uid
+                && p.no_network
+                && p.disk_total.is_some()
+                && p.host_sockets_unreachable
+                && p.user_namespaces_refused,
             "{text}"
         );
     }
@@ -121,14 +86,21 @@ async fn s2_protections_in_force_are_reported() {
 
 #[tokio::test]
 async fn s2_runs_in_a_fresh_directory_as_a_dedicated_uid() {
-    let e = env();
-    let a = e.call("echo", json!({"text": "a"})).await.unwrap();
-    let b = e.call("echo", json!({"text": "b"})).await.unwrap();
-    assert_ne!(a["cwd"], b["cwd"], "each call gets its own directory");
-    if e.provider.sandbox().protections().dedicated_uid {
-        assert_ne!(a["uid"], 0, "skills never run as root");
+    for (mode, config) in common::both_modes() {
+        let e = env_with(config);
+        let a = e.call("prober", json!({})).await.unwrap();
+        let b = e.call("prober", json!({})).await.unwrap();
+        assert_eq!(a["leftovers"], json!([]), "{mode}: {a}");
+        assert_eq!(
+            b["leftovers"],
+            json!([]),
+            "{mode}: the second call saw files of the first: {b}"
+        );
+        if e.root() {
+            assert_ne!(a["uid"], 0, "{mode}: skills never run as root");
+        }
+        e.assert_clean_and_working().await;
     }
-    e.assert_clean_and_working().await;
 }
 
 #[tokio::test]
@@ -225,7 +197,11 @@ async fn s2_agent_secrets_are_not_inherited_unless_allow_listed() {
         std::env::set_var("OPENAI_API_KEY", "sk-must-not-leak");
         std::env::set_var("SKILL_ALLOWED_VAR", "allowed");
     }
-    let e = env();
+    let e = env_with(
+        SandboxConfig::default()
+            .with_timeout(Duration::from_secs(10))
+            .with_env_grant("SKILL_ALLOWED_VAR"),
+    );
     let r = e.call("secret-reader", json!({})).await.unwrap();
     assert_eq!(r["OPENAI_API_KEY"], Value::Null);
     assert_eq!(r["SKILL_ALLOWED_VAR"], "allowed");
@@ -235,17 +211,18 @@ async fn s2_agent_secrets_are_not_inherited_unless_allow_listed() {
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "HOME",
-            "LANG",
-            "PATH",
-            "SKILL_ALLOWED_VAR",
-            "SKILL_DIR",
-            "TMPDIR"
-        ]
-    );
+    let mut expected = vec![
+        "HOME",
+        "LANG",
+        "PATH",
+        "SKILL_ALLOWED_VAR",
+        "SKILL_DIR",
+        "TMPDIR",
+    ];
+    if e.container() {
+        expected.insert(3, "PWD"); // bwrap's --chdir sets it: "/work"
+    }
+    assert_eq!(names, expected);
     e.assert_clean_and_working().await;
 }
 
@@ -268,10 +245,14 @@ async fn s2_writes_outside_the_working_directory_are_refused() {
         .call("escaper", json!({"targets": targets}))
         .await
         .unwrap();
+    // Refused, or (in a container, whose /tmp is its own tmpfs) written where the host never
+    // sees it: either way nothing reaches the host.
     for t in &targets {
-        assert!(r[t].as_str().unwrap().starts_with("refused"), "{t}: {r}");
+        let outcome = r[t].as_str().unwrap();
+        assert!(outcome.starts_with("refused") || e.container(), "{t}: {r}");
     }
     assert!(!target.exists());
+    assert!(!std::path::Path::new("/tmp/skill-escape.txt").exists());
     assert_eq!(r["inside"], "ok", "writing inside its own directory works");
     let own = r
         .as_object()

@@ -1,0 +1,212 @@
+//! The container boundary of a call: bubblewrap (`bwrap`), found on the machine and checked
+//! once when the sandbox starts.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use crate::seccomp;
+use crate::sys::{self, ChildSetup};
+
+/// Where `bwrap` is looked for when the configuration names none (fixed places, not `PATH`).
+const BWRAP_PLACES: [&str; 3] = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
+
+/// System directories shown read-only in the container (a link on the host stays a link).
+const SYSTEM_DIRS: [&str; 7] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+
+/// The few files of `/etc` programs need (dynamic linker, `/usr/bin` alternatives, time zone,
+/// certificates); the rest of `/etc` is not in the container.
+const ETC_FILES: [&str; 7] = [
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+];
+
+/// A working bubblewrap.
+#[derive(Debug, Clone)]
+pub(crate) struct Bwrap {
+    pub path: PathBuf,
+    pub version: String,
+}
+
+/// Where the call's writable directories come from.
+pub(crate) enum Scratch<'a> {
+    /// Host directories on the call's own size- and inode-limited tmpfs (root).
+    Host {
+        work: &'a Path,
+        tmp: &'a Path,
+        shm: &'a Path,
+    },
+    /// A tmpfs of this size for each of `/work`, `/tmp`, `/dev/shm` (without root).
+    PerMount { bytes: u64 },
+}
+
+/// What one container shows and does.
+pub(crate) struct Layout<'a> {
+    pub skill: Option<&'a Path>,
+    pub scratch: Scratch<'a>,
+    pub allow_network: bool,
+    pub allow_user_namespaces: bool,
+    pub read_only: &'a [PathBuf],
+    /// The seccomp program is read from this descriptor number.
+    pub seccomp_fd: i32,
+}
+
+impl Bwrap {
+    /// Finds `bwrap`: `configured`, else the first of [`BWRAP_PLACES`].
+    pub fn find(configured: Option<&Path>) -> Result<Self, String> {
+        let path = match configured {
+            Some(p) => p.to_path_buf(),
+            None => BWRAP_PLACES
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.is_file())
+                .ok_or_else(|| {
+                    "bubblewrap is not installed (no bwrap in /usr/bin, /usr/local/bin, /bin): install it (Debian/Ubuntu: apt-get install bubblewrap)".to_owned()
+                })?,
+        };
+        let out = std::process::Command::new(&path)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if !out.status.success() || version.is_empty() {
+            return Err(format!("{} --version failed", path.display()));
+        }
+        Ok(Self { path, version })
+    }
+
+    /// The arguments of one container, up to and including `--`.
+    pub fn args(&self, l: &Layout<'_>) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::with_capacity(64);
+        let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
+            a.extend(items.iter().map(|i| i.as_ref().to_os_string()));
+        };
+        push(&[
+            &"--unshare-user",
+            &"--unshare-ipc",
+            &"--unshare-pid",
+            &"--unshare-uts",
+            &"--unshare-cgroup-try",
+            &"--die-with-parent",
+            &"--new-session",
+        ]);
+        if !l.allow_network {
+            push(&[&"--unshare-net"]);
+        }
+        if !l.allow_user_namespaces {
+            push(&[&"--disable-userns"]);
+        }
+        for dir in SYSTEM_DIRS {
+            let p = Path::new(dir);
+            match std::fs::read_link(p) {
+                Ok(target) => push(&[&"--symlink", &target, &p]),
+                Err(_) if p.is_dir() => push(&[&"--ro-bind", &p, &p]),
+                Err(_) => {}
+            }
+        }
+        for f in ETC_FILES {
+            push(&[&"--ro-bind-try", &f, &f]);
+        }
+        for p in l.read_only {
+            push(&[&"--ro-bind-try", p, p]);
+        }
+        push(&[&"--proc", &"/proc", &"--dev", &"/dev"]);
+        match &l.scratch {
+            Scratch::Host { work, tmp, shm } => push(&[
+                &"--bind",
+                work,
+                &"/work",
+                &"--bind",
+                tmp,
+                &"/tmp",
+                &"--bind",
+                shm,
+                &"/dev/shm",
+            ]),
+            Scratch::PerMount { bytes } => {
+                let size = bytes.to_string();
+                for at in ["/work", "/tmp", "/dev/shm"] {
+                    push(&[&"--size", &size, &"--tmpfs", &at]);
+                }
+            }
+        }
+        if let Some(skill) = l.skill {
+            push(&[&"--ro-bind", &skill, &"/skill"]);
+        }
+        let fd = l.seccomp_fd.to_string();
+        push(&[&"--chdir", &"/work", &"--seccomp", &fd, &"--"]);
+        a
+    }
+
+    /// Runs `true` in a container like a call's (as `ids` when given), so a machine where
+    /// bubblewrap cannot work (user namespaces disabled, an AppArmor rule) is found at start-up
+    /// rather than at the first call.
+    pub fn probe(
+        &self,
+        ids: Option<(u32, u32)>,
+        policy: seccomp::Policy,
+        allow_network: bool,
+    ) -> Result<(), String> {
+        let filter = seccomp::to_bytes(&seccomp::program(policy));
+        let (reader, mut writer) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
+        writer
+            .write_all(&filter)
+            .map_err(|e| format!("pipe: {e}"))?;
+        drop(writer);
+        let layout = Layout {
+            skill: None,
+            scratch: Scratch::PerMount { bytes: 1 << 20 },
+            allow_network,
+            allow_user_namespaces: policy.allow_user_namespaces,
+            read_only: &[],
+            seccomp_fd: 3,
+        };
+        let mut cmd = tokio::process::Command::new(&self.path);
+        cmd.args(self.args(&layout))
+            .arg("true")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        use std::os::fd::AsRawFd;
+        sys::install(
+            &mut cmd,
+            ChildSetup {
+                keep_fds: vec![reader.as_raw_fd()],
+                limits: vec![],
+                unshare_net: false,
+                unshare_ipc: false,
+                ids,
+                landlock: None,
+                seccomp: None,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let std_cmd = cmd.as_std_mut();
+        std_cmd.process_group(0);
+        let out = std_cmd
+            .output()
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} could not make a container ({}): {}",
+                self.path.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+}

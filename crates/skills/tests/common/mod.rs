@@ -1,0 +1,119 @@
+//! What the sandbox tests share: the fixture skills, a provider over them with its own temp
+//! root, and the checks that a call left nothing behind.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skills::{Sandbox, SandboxConfig, SkillsProvider, load_skills};
+use tool_system::{ToolContext, ToolProvider};
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+pub struct Env {
+    pub provider: SkillsProvider,
+    pub temp: tempfile::TempDir,
+}
+
+/// A provider over `fixtures/skills` with this configuration, making its call directories in a
+/// temp root of its own (so a test can see that nothing is left there).
+pub fn env_with(config: SandboxConfig) -> Env {
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = config;
+    config.temp_root = Some(temp.path().to_path_buf());
+    let (skills, errors) = load_skills(&fixtures().join("skills"));
+    assert!(errors.is_empty(), "{errors:?}");
+    Env {
+        provider: SkillsProvider::from_skills(skills, Arc::new(Sandbox::new(config))),
+        temp,
+    }
+}
+
+pub fn env() -> Env {
+    env_with(SandboxConfig::default().with_timeout(Duration::from_secs(10)))
+}
+
+/// The default configuration, and the same without the container: what holds where bubblewrap
+/// is missing.
+pub fn both_modes() -> [(&'static str, SandboxConfig); 2] {
+    let base = SandboxConfig::default().with_timeout(Duration::from_secs(10));
+    [
+        ("container", base.clone()),
+        ("no container", base.with_container(false)),
+    ]
+}
+
+impl Env {
+    pub async fn call(&self, name: &str, args: Value) -> Result<Value, tool_system::ToolError> {
+        self.provider.call(name, args, ToolContext::new("c1")).await
+    }
+
+    /// The host is clean (within 10 s: a dropped call is cleaned up on a blocking thread) and
+    /// the sandbox still works.
+    pub async fn assert_clean_and_working(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let left: Vec<_> = std::fs::read_dir(self.temp.path()).unwrap().collect();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "call directories left behind: {left:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let r = self
+            .call("echo", json!({"text": "still alive"}))
+            .await
+            .unwrap();
+        assert_eq!(r["echo"]["text"], "still alive");
+    }
+
+    pub fn container(&self) -> bool {
+        self.provider.sandbox().protections().container.is_some()
+    }
+
+    pub fn root(&self) -> bool {
+        self.provider.sandbox().protections().dedicated_uid
+    }
+}
+
+/// Pids of processes whose command line contains `needle`.
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    let mut found = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Runs `f` on a thread and fails the test if it takes longer than `limit` (a guard against a
+/// hang, not a speed measurement).
+pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("did not finish within {limit:?}"))
+}
+
+/// Tests here run as root (CI does): protections that need it are asserted, not skipped.
+pub fn require_root(env: &Env, what: &str) {
+    if !env.root() {
+        panic!("{what} needs root (a dedicated uid): run the tests as root, as CI does");
+    }
+}

@@ -1,0 +1,514 @@
+//! S2 against a hostile skill (issue 21): one test per root of what got through before, each a
+//! skill that succeeded then and is refused now with a clear message, after which the host is
+//! clean and the next call works. Where it says so, a test runs twice: with the container and
+//! without it (what holds where bubblewrap is missing).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, unsafe_code)]
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{both_modes, env_with, fixtures, require_root, within};
+use serde_json::json;
+use skills::{
+    LoadOutcome, MAX_MODEL_DESCRIPTION_CHARS, Sandbox, SandboxConfig, SkillGrant, SkillsProvider,
+    load_skills,
+};
+use tool_system::{ToolErrorKind, ToolProvider};
+
+/// A skills root with one skill: `echo`'s files plus whatever `extra` adds.
+fn skill_root_with(extra: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("victim");
+    std::fs::create_dir(&dir).unwrap();
+    for f in ["SKILL.md", "run.py"] {
+        std::fs::copy(fixtures().join("skills/echo").join(f), dir.join(f)).unwrap();
+    }
+    extra(&dir);
+    root
+}
+
+// Root 1: the skill granted itself secrets and time.
+
+#[tokio::test]
+async fn root1_an_ungranted_secret_is_reported_at_load_and_not_passed_a_granted_one_is() {
+    // SAFETY: set before any sandbox call of this test binary that reads them; unique names.
+    unsafe {
+        std::env::set_var("OPENAI_API_KEY", "sk-must-not-leak");
+        std::env::set_var("SKILL_GRANTED_VAR", "granted");
+    }
+    let config = SandboxConfig::default().with_skill_grant(
+        "greedy",
+        SkillGrant::default().with_env("SKILL_GRANTED_VAR"),
+    );
+    let (provider, reports) = SkillsProvider::load(fixtures().join("skills"), config);
+    let key = reports
+        .iter()
+        .find(|r| r.message.contains("OPENAI_API_KEY"))
+        .unwrap_or_else(|| panic!("no report of the ungranted variable: {reports:?}"));
+    assert_eq!(key.outcome, LoadOutcome::Restricted);
+    assert!(key.file.ends_with("greedy/SKILL.md"), "{key}");
+    assert_eq!(key.line, 11, "the line of `- OPENAI_API_KEY`: {key}");
+    assert!(key.message.contains("not granted"), "{key}");
+    assert!(
+        key.message.contains("grants[\"greedy\"].env"),
+        "says how to grant it: {key}"
+    );
+    assert!(
+        !reports
+            .iter()
+            .any(|r| r.message.contains("SKILL_GRANTED_VAR")),
+        "{reports:?}"
+    );
+
+    let r = provider
+        .call("greedy", json!({}), tool_system::ToolContext::new("c"))
+        .await
+        .unwrap();
+    assert_eq!(r["OPENAI_API_KEY"], serde_json::Value::Null, "{r}");
+    assert_eq!(r["SKILL_GRANTED_VAR"], "granted");
+}
+
+#[tokio::test]
+async fn root1_a_day_long_timeout_request_is_cut_to_the_operators_cap() {
+    let config = SandboxConfig::default().with_max_timeout(Duration::from_secs(1));
+    let (provider, reports) = SkillsProvider::load(fixtures().join("skills"), config);
+    let cut = reports
+        .iter()
+        .find(|r| r.file.ends_with("greedy/SKILL.md") && r.message.contains("timeout_secs"))
+        .unwrap_or_else(|| panic!("no report of the cut timeout: {reports:?}"));
+    assert_eq!(cut.outcome, LoadOutcome::Restricted);
+    assert_eq!(cut.line, 9, "{cut}");
+    assert!(cut.message.contains("100000"), "{cut}");
+    assert!(
+        cut.message.contains("max_timeout"),
+        "says what to change: {cut}"
+    );
+    // The dispatcher's backstop follows the cap, not the request.
+    assert_eq!(provider.timeout("greedy"), Some(Duration::from_secs(3)));
+
+    let started = std::time::Instant::now();
+    let err = provider
+        .call(
+            "greedy",
+            json!({"sleep": 60}),
+            tool_system::ToolContext::new("c"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Timeout);
+    assert_eq!(
+        err.message,
+        "skill greedy timed out after 1 s and was stopped"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "failure guard");
+
+    // A per-skill grant raises the cap for that skill only.
+    let granted = SandboxConfig::default().with_skill_grant(
+        "greedy",
+        SkillGrant::default().with_max_timeout(Duration::from_secs(600)),
+    );
+    let (provider, _) = SkillsProvider::load(fixtures().join("skills"), granted);
+    assert_eq!(provider.timeout("greedy"), Some(Duration::from_secs(602)));
+    assert_eq!(provider.timeout("echo"), Some(Duration::from_secs(32)));
+}
+
+// Root 2: the per-call copy trusted the skill's files. There is no copy now: the loader checks
+// the files as data and each call sees the skill through a read-only bind.
+
+#[test]
+fn root2_a_skill_dir_that_is_a_symlink_out_of_the_skills_root_is_refused() {
+    let elsewhere = skill_root_with(|_| {});
+    let root = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path().join("victim"), root.path().join("linked"))
+        .unwrap();
+    let (skills, errors) = load_skills(root.path());
+    assert!(skills.is_empty());
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].file.ends_with("linked"), "{}", errors[0]);
+    assert!(
+        errors[0].message.contains("outside the skills directory"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[0].message.contains("copy the skill in"),
+        "{}",
+        errors[0]
+    );
+}
+
+#[test]
+fn root2_a_link_inside_the_skill_that_leads_out_is_refused() {
+    let root = skill_root_with(|dir| {
+        std::os::unix::fs::symlink("/etc/shadow", dir.join("loot")).unwrap();
+    });
+    let (skills, errors) = load_skills(root.path());
+    assert!(skills.is_empty());
+    assert!(
+        errors[0].message.contains("leads outside the skill"),
+        "{}",
+        errors[0]
+    );
+}
+
+#[tokio::test]
+async fn root2_a_hard_link_to_a_root_only_file_is_refused_and_never_made_readable() {
+    // The secret lives beside the skills root (a hard link needs the same filesystem).
+    let base = tempfile::tempdir().unwrap();
+    let secret = base.path().join("secret");
+    std::fs::write(&secret, "root-only secret").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let root = base.path().join("skills");
+    std::fs::create_dir(&root).unwrap();
+    let dir = root.join("victim");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: victim\ndescription: Reads loot.\nentry: python3 run.py\n---\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("run.py"),
+        "import json, os\ntry:\n    r = open(os.path.join(os.environ['SKILL_DIR'], 'loot')).read()\nexcept OSError as e:\n    r = 'refused: ' + e.strerror\nprint(json.dumps({'loot': r}))\n",
+    )
+    .unwrap();
+    std::fs::hard_link(&secret, dir.join("loot")).unwrap();
+
+    let (skills, errors) = load_skills(&root);
+    assert!(skills.is_empty());
+    assert!(errors[0].message.contains("hard link"), "{}", errors[0]);
+    assert!(
+        errors[0].message.contains("replace it with a copy"),
+        "{}",
+        errors[0]
+    );
+
+    // Made after loading (the loader cannot see the future), the link still gives nothing:
+    // the skill is shown as it is on disk, modes unchanged, to a uid that is not root.
+    std::fs::remove_file(dir.join("loot")).unwrap();
+    let (skills, errors) = load_skills(&root);
+    assert!(errors.is_empty(), "{errors:?}");
+    std::fs::hard_link(&secret, dir.join("loot")).unwrap();
+    for (mode, mut config) in both_modes() {
+        let temp = tempfile::tempdir().unwrap();
+        config.temp_root = Some(temp.path().to_path_buf());
+        let sandbox = Sandbox::new(config);
+        if !sandbox.protections().dedicated_uid {
+            panic!("a dedicated uid is what keeps root's files from the skill: run as root");
+        }
+        let r = sandbox.run(&skills[0], &json!({})).await.unwrap();
+        assert_eq!(r["loot"], "refused: Permission denied", "{mode}: {r}");
+        assert_eq!(
+            std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777,
+            0o600,
+            "{mode}: mode never widened"
+        );
+    }
+}
+
+#[test]
+fn root2_a_sparse_gigabyte_is_refused_by_its_length_before_a_byte_is_read() {
+    let root = skill_root_with(|dir| {
+        let f = std::fs::File::create(dir.join("model.bin")).unwrap();
+        f.set_len(1 << 30).unwrap();
+    });
+    let path = root.path().to_path_buf();
+    let (skills, errors) = within(Duration::from_secs(20), move || load_skills(&path));
+    assert!(skills.is_empty());
+    assert!(
+        errors[0].message.contains("more than 64 MiB"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[0]
+            .message
+            .contains("sparse files count by their length")
+    );
+}
+
+#[test]
+fn root2_fifos_and_sockets_in_a_skill_are_refused() {
+    let root = skill_root_with(|dir| {
+        let _l = std::os::unix::net::UnixListener::bind(dir.join("sock")).unwrap();
+    });
+    let (skills, errors) = load_skills(root.path());
+    assert!(skills.is_empty());
+    assert!(errors[0].message.contains("special file"), "{}", errors[0]);
+}
+
+// Root 3: kernel objects outlived a call.
+
+#[tokio::test]
+async fn root3_a_sysv_segment_made_by_one_call_is_gone_for_the_next() {
+    for (mode, config) in both_modes() {
+        let e = env_with(config);
+        if !e.container() {
+            require_root(&e, "an IPC namespace without bubblewrap");
+        }
+        let made = e
+            .call("ipc-stash", json!({"write": "s3cret"}))
+            .await
+            .unwrap();
+        assert_eq!(made["created"], true, "{mode}: {made}");
+        let read = e.call("ipc-stash", json!({})).await.unwrap();
+        assert_eq!(read["found"], serde_json::Value::Null, "{mode}: {read}");
+        // Nor is it left on the host.
+        let host = std::fs::read_to_string("/proc/sysvipc/shm").unwrap();
+        assert!(
+            !host
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some("6214375")),
+            "{mode}: segment 0x5EC2E7 left on the host:\n{host}"
+        );
+        e.assert_clean_and_working().await;
+    }
+}
+
+// Root 4: filesystem sockets were reachable.
+
+#[tokio::test]
+async fn root4_a_0666_unix_socket_under_tmp_is_not_reachable() {
+    for (mode, config) in both_modes() {
+        let e = env_with(config);
+        let path = std::env::temp_dir().join(format!(
+            "skills-root4-{}-{}.sock",
+            std::process::id(),
+            mode.len()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let r = e
+            .call("socket-knocker", json!({"path": path}))
+            .await
+            .unwrap();
+        assert_eq!(r["connected"], false, "{mode}: {r}");
+        assert!(
+            listener.accept().is_err(),
+            "{mode}: the agent's socket was reached"
+        );
+        std::fs::remove_file(&path).unwrap();
+        e.assert_clean_and_working().await;
+    }
+}
+
+// Root 5: inherited descriptors passed through.
+
+#[tokio::test]
+async fn root5_a_descriptor_the_agent_left_inheritable_does_not_reach_the_skill() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "secret-through-an-fd").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = std::fs::File::open(&secret).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: clears FD_CLOEXEC on a descriptor this test owns, as a careless launcher would.
+    unsafe {
+        assert_eq!(libc::fcntl(file.as_raw_fd(), libc::F_SETFD, 0), 0);
+    }
+    for (mode, config) in both_modes() {
+        let e = env_with(config);
+        let r = e.call("fd-prowler", json!({})).await.unwrap();
+        let open = r["open"].as_object().unwrap();
+        assert!(
+            !r.to_string().contains("secret-through-an-fd"),
+            "{mode}: {r}"
+        );
+        // Python itself may hold one descriptor of its own (e.g. the script); none of the agent's.
+        assert!(
+            open.len() <= 1,
+            "{mode}: descriptors reached the skill: {r}"
+        );
+        e.assert_clean_and_working().await;
+    }
+    drop(file);
+}
+
+// Root 6: disk had no total.
+
+#[tokio::test]
+async fn root6_a_disk_filler_is_stopped_at_the_calls_total() {
+    for (mode, config) in both_modes() {
+        let e = env_with(config.with_disk(32 << 20, 1000));
+        require_root(&e, "a disk total (a tmpfs per call)");
+        let r = e.call("disk-filler", json!({})).await.unwrap();
+        let big = r["big_bytes"].as_u64().unwrap();
+        assert!(big <= 32 << 20, "{mode}: wrote {big} bytes: {r}");
+        assert_eq!(r["big_error"], "No space left on device", "{mode}: {r}");
+        let small = r["small_files"].as_u64().unwrap();
+        assert!(small < 1000, "{mode}: made {small} files: {r}");
+        assert_eq!(r["small_error"], "No space left on device", "{mode}: {r}");
+        e.assert_clean_and_working().await;
+    }
+}
+
+// Root 7: loading was unbounded.
+
+#[test]
+fn root7_deeply_nested_front_matter_is_refused_quickly_with_file_and_line() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("nested");
+    std::fs::create_dir(&dir).unwrap();
+    // 60 KB, under the front-matter size limit: only the nesting check stops it.
+    let depth = 30_000;
+    let md = format!(
+        "---\nname: nested\ndescription: x\nentry: python3 run.py\nmetadata: {}{}\n---\n",
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    std::fs::write(dir.join("SKILL.md"), md).unwrap();
+    let path = root.path().to_path_buf();
+    let (skills, errors) = within(Duration::from_secs(20), move || load_skills(&path));
+    assert!(skills.is_empty());
+    assert!(errors[0].file.ends_with("nested/SKILL.md"));
+    assert_eq!(errors[0].line, 5, "{}", errors[0]);
+    assert!(
+        errors[0].message.contains("deeper than 32"),
+        "{}",
+        errors[0]
+    );
+    assert!(errors[0].message.contains("flatten it"), "{}", errors[0]);
+}
+
+#[test]
+fn root7_a_front_matter_over_64_kib_is_refused_before_parsing() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("big-yaml");
+    std::fs::create_dir(&dir).unwrap();
+    let md = format!(
+        "---\nname: big\nentry: python3 run.py\nmetadata: {}{}\ndescription: x\n---\n",
+        "[".repeat(40_000),
+        "]".repeat(40_000)
+    );
+    std::fs::write(dir.join("SKILL.md"), md).unwrap();
+    let path = root.path().to_path_buf();
+    let (_, errors) = within(Duration::from_secs(20), move || load_skills(&path));
+    assert!(
+        errors[0].message.contains("longer than 64 KiB"),
+        "{}",
+        errors[0]
+    );
+}
+
+#[tokio::test]
+async fn root7_a_30_mb_description_is_refused_and_a_long_one_is_cut_for_the_model() {
+    let root = tempfile::tempdir().unwrap();
+    let huge = root.path().join("huge");
+    std::fs::create_dir(&huge).unwrap();
+    let mut f = std::fs::File::create(huge.join("SKILL.md")).unwrap();
+    f.write_all(b"---\nname: huge\nentry: python3 run.py\ndescription: ")
+        .unwrap();
+    let line = vec![b'a'; 1 << 20];
+    for _ in 0..30 {
+        f.write_all(&line).unwrap();
+    }
+    f.write_all(b"\n---\n").unwrap();
+    drop(f);
+    let long = root.path().join("long");
+    std::fs::create_dir(&long).unwrap();
+    let text = "Counts words. ".repeat(400); // 5,600 characters
+    std::fs::write(
+        long.join("SKILL.md"),
+        format!("---\nname: long\nentry: python3 run.py\ndescription: {text}\n---\n"),
+    )
+    .unwrap();
+
+    let path = root.path().to_path_buf();
+    let (provider, errors) = within(Duration::from_secs(20), move || {
+        SkillsProvider::load(&path, SandboxConfig::default())
+    });
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].file.ends_with("huge/SKILL.md"));
+    assert!(
+        errors[0].message.contains("more than the 1024 KiB allowed"),
+        "{}",
+        errors[0]
+    );
+    let tools = provider.list().await;
+    assert_eq!(tools.len(), 1);
+    assert_eq!(
+        tools[0].description.chars().count(),
+        MAX_MODEL_DESCRIPTION_CHARS + 1,
+        "cut, with an ellipsis"
+    );
+    let full = provider.skills().next().unwrap();
+    assert_eq!(
+        full.description,
+        text.trim(),
+        "the full text stays in the skill"
+    );
+}
+
+#[tokio::test]
+async fn root7_loading_from_async_code_runs_off_the_runtime_threads() {
+    let (provider, errors) =
+        SkillsProvider::load_async(fixtures().join("skills"), SandboxConfig::default()).await;
+    assert!(
+        errors.iter().all(|e| e.outcome == LoadOutcome::Restricted),
+        "{errors:?}"
+    );
+    assert!(provider.skills().any(|s| s.name == "echo"));
+}
+
+// The lower-risk findings: pids, /etc, user namespaces.
+
+#[tokio::test]
+async fn s2_the_container_hides_host_pids_and_etc_and_refuses_user_namespaces() {
+    for (mode, config) in both_modes() {
+        let e = env_with(config);
+        let r = e.call("prober", json!({})).await.unwrap();
+        assert!(
+            r["user_namespace"]
+                .as_str()
+                .unwrap()
+                .starts_with("refused: EPERM"),
+            "{mode}: {r}"
+        );
+        if e.container() {
+            // Its own processes only: bwrap's init, the skill.
+            assert!(r["pids_seen"].as_u64().unwrap() <= 3, "{mode}: {r}");
+            assert_eq!(r["etc_passwd_readable"], false, "{mode}: {r}");
+        }
+        e.assert_clean_and_working().await;
+    }
+}
+
+#[tokio::test]
+async fn s2_without_bubblewrap_the_sandbox_says_so_and_still_runs_skills() {
+    let mut config = SandboxConfig::default();
+    config.bwrap_path = Some("/nonexistent/bwrap".into());
+    let e = env_with(config);
+    let p = e.provider.sandbox().protections();
+    assert_eq!(p.container, None);
+    assert!(!p.mount_namespace && !p.pid_namespace);
+    assert!(
+        p.container_error
+            .as_deref()
+            .unwrap()
+            .contains("/nonexistent/bwrap"),
+        "{p:?}"
+    );
+    assert!(p.to_string().starts_with("container: OFF ("), "{p}");
+    e.assert_clean_and_working().await;
+}
+
+#[test]
+fn s2_the_startup_check_reads_a_working_bubblewrap() {
+    let sandbox = Sandbox::new(SandboxConfig::default());
+    let p = sandbox.protections();
+    if std::env::var("CI").is_ok() {
+        let v = p.container.as_deref().unwrap_or_else(|| panic!("{p}"));
+        assert!(v.starts_with("bubblewrap "), "{v}");
+    }
+    // Either a container or the reason there is none: never silence.
+    assert!(
+        p.container.is_some() != p.container_error.is_some(),
+        "{p:?}"
+    );
+}
