@@ -236,7 +236,41 @@ fn ensure_test_deps() -> Result<(), String> {
     if crate_exists("chat-panel") {
         ensure_chromium()?;
     }
+    if crate_exists("skills") {
+        ensure_bwrap()?;
+    }
     Ok(())
+}
+
+/// The skills sandbox runs each call in a bubblewrap container; its tests assert that under CI.
+fn ensure_bwrap() -> Result<(), String> {
+    if have("/usr/bin/bwrap") {
+        return Ok(());
+    }
+    eprintln!("==> installing Debian's bubblewrap for the skills sandbox");
+    let mut apt = Command::new(if is_root() { "apt-get" } else { "sudo" });
+    if !is_root() {
+        apt.arg("apt-get");
+    }
+    apt.env("DEBIAN_FRONTEND", "noninteractive");
+    let mut update = Command::new(apt.get_program());
+    update.args(apt.get_args()).args(["update", "-q"]);
+    let ok = run("apt-get update", &mut update).is_ok()
+        && run(
+            "apt-get install bubblewrap",
+            apt.args(["install", "-y", "-q", "bubblewrap"]),
+        )
+        .is_ok();
+    if ok && have("/usr/bin/bwrap") {
+        return Ok(());
+    }
+    let msg = "bubblewrap (bwrap) is needed by the skills sandbox tests and could not be installed \
+               (apt-get install bubblewrap)";
+    if ci() {
+        Err(format!("{msg}; CI=true, so this is a failure"))
+    } else {
+        Err(format!("{msg}; install it and run again"))
+    }
 }
 
 fn have(path: &str) -> bool {
