@@ -1,57 +1,31 @@
-//! The agent side of the panel: [`ChatBackend`] and two implementations.
+//! The agent side of the panel: [`ChatBackend`] and [`AgentBackend`].
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use context_engine::SessionStore;
+use futures::Stream;
+use llm_core::ChatModel;
 use messaging::{MessageBus, SendMessageTool};
-use model_gateway::{ChatEvent, ChatModel, ChatRequest, Message};
-use serde_json::Value;
-use tool_system::{Agent, AgentBuilder, LoopEvent, RegistryError};
+use tool_system::{Agent, AgentBuilder, LoopError, LoopEvent};
 
-/// What a backend reports while it answers one user message.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum PanelEvent {
-    /// Answer text, as it arrives.
-    TextDelta(String),
-    /// A tool call is about to run.
-    ToolStarted {
-        /// Call id.
-        id: String,
-        /// Tool name.
-        name: String,
-        /// Its arguments.
-        arguments: Value,
-    },
-    /// A tool call finished; `is_error` when it failed.
-    ToolResult {
-        /// Call id.
-        id: String,
-        /// Tool name.
-        name: String,
-        /// The result text.
-        content: String,
-        /// Whether it failed.
-        is_error: bool,
-    },
-    /// The final answer (its text may already have arrived as deltas).
-    Final(String),
-    /// The round limit was reached.
-    IterationLimit(usize),
-    /// The answer failed; the text is for the person.
-    Error(String),
-}
+use crate::PanelConfig;
+use crate::config::PanelError;
 
-/// A stream of [`PanelEvent`]s for one answer.
-pub type EventStream = Pin<Box<dyn Stream<Item = PanelEvent> + Send>>;
+/// A stream of the tool loop's [`LoopEvent`]s for one answer (the panel shows them as they
+/// come; it ends with `Finished` or `Failed`).
+pub type EventStream = Pin<Box<dyn Stream<Item = LoopEvent> + Send>>;
 
-/// The agent behind the panel: answers `text` in session `session_id`, as a stream of events.
-/// Dropping the stream may cancel the answer.
+/// The agent behind the panel: answers `text` in session `session_id`, as a stream of events,
+/// keeping the conversation in [`store`](Self::store). Dropping the stream may cancel the
+/// answer.
 pub trait ChatBackend: Send + Sync + 'static {
     /// Answers one user message.
     fn reply(&self, session_id: &str, text: &str) -> EventStream;
+    /// Where the conversations live: the panel rebuilds a conversation from it (after a
+    /// restart), and deletes the conversations it evicts (its `max_sessions` cap) and the oldest
+    /// messages of a long one (its `max_history_messages` cap).
+    fn store(&self) -> Arc<dyn SessionStore>;
 }
 
 /// The recipient id the model uses for the person in the panel.
@@ -62,108 +36,6 @@ pub fn user_address(session_id: &str) -> String {
     format!("user:{session_id}")
 }
 
-/// A backend over a plain [`ChatModel`] stream: text only, no tools. It keeps each session's
-/// history (user and assistant turns, at most `max_history` messages, oldest dropped first).
-pub struct ModelBackend {
-    model: Arc<dyn ChatModel>,
-    system: Option<String>,
-    history: Arc<Mutex<HashMap<String, Vec<Message>>>>,
-    max_history: usize,
-}
-
-impl std::fmt::Debug for ModelBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelBackend")
-            .field("model", &self.model.info().model)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ModelBackend {
-    /// A backend over `model`.
-    pub fn new(model: impl ChatModel + 'static) -> Self {
-        Self {
-            model: Arc::new(model),
-            system: None,
-            history: Arc::default(),
-            max_history: 40,
-        }
-    }
-    /// Sets the system prompt.
-    pub fn with_system_prompt(mut self, s: impl Into<String>) -> Self {
-        self.system = Some(s.into());
-        self
-    }
-}
-
-impl ChatBackend for ModelBackend {
-    fn reply(&self, session_id: &str, text: &str) -> EventStream {
-        let model = self.model.clone();
-        let history = self.history.clone();
-        let max = self.max_history.max(2);
-        let session = session_id.to_owned();
-        let mut messages: Vec<Message> = self.system.iter().map(Message::system).collect();
-        {
-            let mut h = history.lock().unwrap_or_else(PoisonError::into_inner);
-            let past = h.entry(session.clone()).or_default();
-            past.push(Message::user(text));
-            let excess = past.len().saturating_sub(max);
-            past.drain(..excess);
-            messages.extend(past.iter().cloned());
-        }
-        Box::pin(async_stream(move |tx| async move {
-            let mut stream = match model.stream(ChatRequest::new(messages)).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "model call failed");
-                    let _ = tx
-                        .send(PanelEvent::Error(format!("The model call failed: {e}")))
-                        .await;
-                    return;
-                }
-            };
-            let mut answer = String::new();
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(ChatEvent::TextDelta(t)) => {
-                        answer.push_str(&t);
-                        if tx.send(PanelEvent::TextDelta(t)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Ok(ChatEvent::Finish { .. }) => break,
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = tx
-                            .send(PanelEvent::Error(format!("The answer was cut off: {e}")))
-                            .await;
-                        return;
-                    }
-                }
-            }
-            history
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(session)
-                .or_default()
-                .push(Message::assistant(answer.clone()));
-            let _ = tx.send(PanelEvent::Final(answer)).await;
-        }))
-    }
-}
-
-/// A stream fed by a spawned task through a bounded channel; the task stops when the receiver
-/// is dropped (its sends fail).
-fn async_stream<F, Fut>(f: F) -> impl Stream<Item = PanelEvent> + Send
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<PanelEvent>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(f(tx));
-    tokio_stream::wrappers::ReceiverStream::new(rx)
-}
-
 /// The system prompt [`AgentBackend::build`] starts from.
 pub const AGENT_SYSTEM_PROMPT: &str = "You are a helpful assistant in a chat panel. \
 To ask the person a question with suggested answers, call send_message with recipient \"user\", \
@@ -172,7 +44,8 @@ The person can click an option or type a free answer.";
 
 /// A backend over the tool-system's streaming tool loop ([`Agent::run_stream`]): the agent
 /// can call tools, among them `send_message` on the panel's bus, where recipient `"user"`
-/// means the person in the calling session.
+/// means the person in the calling session. A text-only panel is an agent without tools
+/// ([`AgentBackend::text_only`]).
 #[derive(Clone)]
 pub struct AgentBackend {
     agent: Agent,
@@ -188,18 +61,29 @@ impl std::fmt::Debug for AgentBackend {
 
 impl AgentBackend {
     /// Wraps an agent you built yourself (give it a `send_message` tool that resolves
-    /// `"user"` with [`user_address`] so its messages reach the panel).
+    /// `"user"` with [`user_address`] so its messages reach the panel, a session store, and a
+    /// context budget so a long conversation keeps fitting).
     pub fn new(agent: Agent) -> Self {
         Self { agent }
     }
 
-    /// Builds an agent over `model` with [`AGENT_SYSTEM_PROMPT`] and a `send_message` tool
-    /// sending as `agent` on `bus`; `configure` may add tools or change options.
+    /// Builds an agent over `model` with [`AGENT_SYSTEM_PROMPT`], a `send_message` tool sending
+    /// as `agent` on `bus`, the session store of `config.history` and the context budget
+    /// `config.context_budget`; `configure` may add tools or change options.
+    ///
+    /// ```no_run
+    /// # async fn demo(model: impl llm_core::ChatModel + 'static) -> Result<(), chat_panel::PanelError> {
+    /// use chat_panel::{AgentBackend, PanelConfig};
+    /// let config = PanelConfig::default().with_history_path("/var/lib/my-app/panel.sqlite3");
+    /// let backend = AgentBackend::build(model, messaging::MessageBus::new(), &config, |b| b)?;
+    /// # Ok(()) }
+    /// ```
     pub fn build(
         model: impl ChatModel + 'static,
         bus: MessageBus,
+        config: &PanelConfig,
         configure: impl FnOnce(AgentBuilder) -> AgentBuilder,
-    ) -> Result<Self, RegistryError> {
+    ) -> Result<Self, PanelError> {
         let tool = SendMessageTool::new(bus, "agent").with_recipient_resolver(|id, ctx| {
             match (id, &ctx.session_id) {
                 (USER_RECIPIENT, Some(s)) => user_address(s),
@@ -208,49 +92,48 @@ impl AgentBackend {
         });
         let builder = Agent::builder(model)
             .system_prompt(AGENT_SYSTEM_PROMPT)
+            .store(config.history.open()?)
+            .context_budget(config.context_budget)
             .tool(tool);
         Ok(Self::new(configure(builder).build()?))
+    }
+
+    /// A backend that only talks: the model, `system` as its system prompt, no tools, the
+    /// session store of `config.history` and the budget `config.context_budget`.
+    pub fn text_only(
+        model: impl ChatModel + 'static,
+        system: impl Into<String>,
+        config: &PanelConfig,
+    ) -> Result<Self, PanelError> {
+        let agent = Agent::builder(model)
+            .system_prompt(system)
+            .store(config.history.open()?)
+            .context_budget(config.context_budget)
+            .build()?;
+        Ok(Self::new(agent))
     }
 }
 
 impl ChatBackend for AgentBackend {
     fn reply(&self, session_id: &str, text: &str) -> EventStream {
-        let events = self
-            .agent
-            .run_stream(session_id.to_owned(), text.to_owned());
-        Box::pin(events.filter_map(|ev| async move {
-            Some(match ev {
-                LoopEvent::TextDelta(t) => PanelEvent::TextDelta(t),
-                LoopEvent::ToolCallStarted {
-                    id,
-                    name,
-                    arguments,
-                } => PanelEvent::ToolStarted {
-                    id,
-                    name,
-                    arguments,
-                },
-                LoopEvent::ToolResult {
-                    id,
-                    name,
-                    content,
-                    is_error,
-                } => PanelEvent::ToolResult {
-                    id,
-                    name,
-                    content,
-                    is_error,
-                },
-                LoopEvent::IterationLimitReached { iterations } => {
-                    PanelEvent::IterationLimit(iterations)
-                }
-                LoopEvent::Finished(out) => PanelEvent::Final(out.answer),
-                LoopEvent::Failed(e) => {
-                    tracing::warn!(error = %e, "agent run failed");
-                    PanelEvent::Error(format!("The agent failed: {e}"))
-                }
-                _ => return None,
-            })
-        }))
+        Box::pin(
+            self.agent
+                .run_stream(session_id.to_owned(), text.to_owned()),
+        )
+    }
+
+    fn store(&self) -> Arc<dyn SessionStore> {
+        Arc::clone(self.agent.store())
+    }
+}
+
+/// The sentence the person sees when an answer failed; the detail goes to the log.
+pub(crate) fn user_sentence(e: &LoopError) -> &'static str {
+    match e {
+        LoopError::Model(m) => m.user_message(),
+        LoopError::Context(_) => {
+            "Your message is too long for the assistant to read. Please send a shorter one."
+        }
+        _ => "The assistant ran into a problem and could not answer. Please try again later.",
     }
 }

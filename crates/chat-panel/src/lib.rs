@@ -1,21 +1,27 @@
 //! # chat-panel — Stage 5
 //!
-//! A web chat panel: an axum server on 127.0.0.1 serving one self-contained page where a
-//! person chats with an agent. Answers stream as they arrive (SSE); tool activity is shown;
+//! A web chat panel: a server on 127.0.0.1 serving one self-contained page where a person
+//! chats with an agent. Answers stream as they arrive (SSE); tool activity is shown;
 //! messages the agent sends with `send_message` appear with their quick replies as buttons
-//! (Q10–Q15); the conversation lives on the server per session id, so a reload keeps it.
+//! (Q10–Q15); conversations are kept in a session store — SQLite by default — so a reload or a
+//! restart keeps them (C4).
 //!
-//! The agent sits behind [`ChatBackend`]: [`ModelBackend`] over a plain
-//! [`model_gateway::ChatModel`] (text only), and [`AgentBackend`] over the tool-system's
-//! streaming tool loop ([`tool_system::Agent`]), which can call `send_message`.
+//! The agent sits behind [`ChatBackend`]; [`AgentBackend`] runs the tool-system's streaming
+//! tool loop ([`tool_system::Agent`]), which can call `send_message`, with a context budget
+//! so a conversation of any length keeps fitting the model.
+//!
+//! Hardened for a browser on the same machine (issue 14): only its own page may post to it
+//! (`Host`, `Origin`, `Sec-Fetch-Site`, `application/json`), every connection has timeouts and
+//! the number of connections is capped. Details: [`ChatPanel`] and [`PanelConfig`].
 //!
 //! ```no_run
-//! # async fn demo(model: impl model_gateway::ChatModel + 'static) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(model: impl llm_core::ChatModel + 'static) -> Result<(), Box<dyn std::error::Error>> {
 //! use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
 //! use messaging::MessageBus;
 //! let bus = MessageBus::new();
-//! let backend = AgentBackend::build(model, bus.clone(), |b| b)?;
-//! let panel = ChatPanel::new(backend, bus, PanelConfig::default());
+//! let config = PanelConfig::default(); // SQLite in ~/.local/share/llm-toolkit/
+//! let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)?;
+//! let panel = ChatPanel::new(backend, bus, config);
 //! let server = panel.serve("127.0.0.1:0").await?;
 //! println!("open http://{}/", server.addr());
 //! server.shutdown().await;
@@ -23,12 +29,14 @@
 //! ```
 
 mod backend;
+mod config;
+mod net;
 mod server;
 mod state;
 
 pub use backend::{
-    AGENT_SYSTEM_PROMPT, AgentBackend, ChatBackend, EventStream, ModelBackend, PanelEvent,
-    USER_RECIPIENT, user_address,
+    AGENT_SYSTEM_PROMPT, AgentBackend, ChatBackend, EventStream, USER_RECIPIENT, user_address,
 };
-pub use server::{ChatPanel, PanelConfig, PanelServer};
+pub use config::{HistoryStore, PanelConfig, PanelError};
+pub use server::{ChatPanel, PanelServer};
 pub use state::{Entry, EntryKind, ToolActivity};

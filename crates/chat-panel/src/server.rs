@@ -1,4 +1,5 @@
-//! The axum server: the page, the state endpoint and the streaming message endpoint.
+//! The axum server: the page, the state endpoint and the streaming message endpoint, behind
+//! the request checks (who may call) and the panel's own accept loop (timeouts, connection cap).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -7,76 +8,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, FailedToBufferBody, PathRejection};
-use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::StreamExt;
 use messaging::MessageBus;
 use serde::Deserialize;
-use serde_json::json;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use serde_json::{Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tool_system::LoopEvent;
 
-use crate::ChatBackend;
-use crate::backend::PanelEvent;
+use crate::backend::user_sentence;
 use crate::state::{Entry, EntryKind, SessionRef, Sessions, ToolActivity, lock};
+use crate::{ChatBackend, PanelConfig};
 
 const PAGE: &str = include_str!("page.html");
-
-/// Limits and timeouts of the panel.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct PanelConfig {
-    /// Largest request body, in bytes; larger is `413` (default 16 KiB).
-    pub max_body_bytes: usize,
-    /// Longest user message, in characters; longer is `413` (default 4000).
-    pub max_text_chars: usize,
-    /// Answers running at once; more wait for a slot (default 32).
-    pub max_concurrent_turns: usize,
-    /// How long a request waits for a slot before `503` (default 30 s).
-    pub queue_timeout: Duration,
-    /// Longest answer; then it is stopped with an error entry (default 120 s).
-    pub turn_timeout: Duration,
-    /// Sessions kept; the least recently used idle one goes first (default 10 000).
-    pub max_sessions: usize,
-    /// Entries kept per session; the oldest go first (default 500).
-    pub max_entries: usize,
-}
-
-impl Default for PanelConfig {
-    fn default() -> Self {
-        Self {
-            max_body_bytes: 16 * 1024,
-            max_text_chars: 4000,
-            max_concurrent_turns: 32,
-            queue_timeout: Duration::from_secs(30),
-            turn_timeout: Duration::from_secs(120),
-            max_sessions: 10_000,
-            max_entries: 500,
-        }
-    }
-}
-
-impl PanelConfig {
-    /// Sets the answer time limit.
-    pub fn with_turn_timeout(mut self, d: Duration) -> Self {
-        self.turn_timeout = d;
-        self
-    }
-    /// Sets how many answers run at once.
-    pub fn with_max_concurrent_turns(mut self, n: usize) -> Self {
-        self.max_concurrent_turns = n;
-        self
-    }
-    /// Sets the request body limit.
-    pub fn with_max_body_bytes(mut self, n: usize) -> Self {
-        self.max_body_bytes = n;
-        self
-    }
-}
 
 struct App {
     backend: Arc<dyn ChatBackend>,
@@ -87,15 +38,22 @@ struct App {
 
 /// The chat panel: a backend, a bus and the per-session conversation state.
 ///
-/// HTTP API (all errors are JSON `{"error": "..."}`):
+/// HTTP API (every error is JSON `{"error": "..."}`):
 /// * `GET /` — the page.
-/// * `GET /api/sessions/{id}` — `{"sessionId", "busy", "entries": [Entry...]}`.
-/// * `POST /api/sessions/{id}/messages` with `{"text": "...", "inReplyTo": ENTRY_ID?}` —
-///   an SSE stream of `entry` (a new [`Entry`]), `update` (a changed one), `delta`
-///   (`{"id", "text"}`: text appended to an assistant entry) and finally `done`.
-///   `400` malformed, `409` an answer is already running in this session, `413` too large,
+/// * `GET /api/sessions/{id}` — `{"sessionId", "busy", "entries": [Entry...]}`; an unknown
+///   session has no entries (a `GET` never creates one).
+/// * `POST /api/sessions/{id}/messages` with `Content-Type: application/json` and the object
+///   `{"text": "...", "inReplyTo": ENTRY_ID?}` — an SSE stream of `entry` (a new [`Entry`]),
+///   `update` (a changed one), `delta` (`{"id", "text"}`: text appended to an assistant entry)
+///   and finally `done`. `400` malformed (an array too), `408` body not received in time,
+///   `409` an answer is already running in this session, `413` too large, `415` not JSON,
 ///   `503` no slot free within the queue timeout.
 /// * `GET /healthz` — `ok`.
+/// * `403` for a request from elsewhere: a `Host` that is not the panel's (loopback, or
+///   [`PanelConfig::allowed_hosts`]) — DNS rebinding; an `Origin` that is not the panel's own
+///   (or in [`PanelConfig::allowed_origins`]) on a `POST`, or `Sec-Fetch-Site` other than
+///   `same-origin`/`none` — cross-site requests. `404` unknown path, `405` wrong method, `414`
+///   request target over [`PanelConfig::max_uri_bytes`].
 ///
 /// Session ids are 8–64 characters of `A-Z a-z 0-9 - _`.
 #[derive(Clone)]
@@ -115,17 +73,19 @@ impl ChatPanel {
     /// A panel whose person in session `S` receives bus messages sent to `user:S`.
     pub fn new(backend: impl ChatBackend, bus: MessageBus, config: PanelConfig) -> Self {
         let permits = Arc::new(Semaphore::new(config.max_concurrent_turns.max(1)));
+        let store = backend.store();
         Self {
             app: Arc::new(App {
                 backend: Arc::new(backend),
-                sessions: Sessions::new(bus, config.max_sessions, config.max_entries),
+                sessions: Sessions::new(bus, store, config.max_sessions, config.max_entries),
                 config,
                 permits,
             }),
         }
     }
 
-    /// The axum router (to mount it in your own server).
+    /// The axum router, with the request checks (to mount it in your own server; the
+    /// connection timeouts and cap are [`serve`](Self::serve)'s).
     pub fn router(&self) -> Router {
         Router::new()
             .route("/", get(page))
@@ -136,11 +96,22 @@ impl ChatPanel {
                 axum::routing::post(post_message),
             )
             .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
-            .layer(DefaultBodyLimit::max(self.app.config.max_body_bytes))
+            .method_not_allowed_fallback(|| async {
+                error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method not allowed on this endpoint",
+                )
+            })
+            .layer(axum::middleware::from_fn_with_state(
+                self.app.clone(),
+                check_request,
+            ))
             .with_state(self.app.clone())
     }
 
-    /// Serves on `addr`, which must be a loopback address (`127.0.0.1:0` picks a free port).
+    /// Serves on `addr`, which must be a loopback address (`127.0.0.1:0` picks a free port),
+    /// with the connection limits of the [`PanelConfig`]: header-read, idle and write-stall
+    /// timeouts and at most `max_connections` open connections.
     pub async fn serve(&self, addr: &str) -> std::io::Result<PanelServer> {
         let addr: SocketAddr = addr.parse().map_err(|e| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
@@ -153,21 +124,19 @@ impl ChatPanel {
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let (tx, rx) = oneshot::channel::<()>();
-        let router = self.router();
-        let task = tokio::spawn(async move {
-            let r = axum::serve(listener, router)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "chat panel server stopped");
-            }
-        });
+        let (tx, rx) = watch::channel(false);
+        let c = &self.app.config;
+        let limits = crate::net::Limits {
+            max_connections: c.max_connections,
+            header_read_timeout: c.header_read_timeout,
+            idle_timeout: c.idle_timeout,
+            write_stall_timeout: c.write_stall_timeout,
+            max_head_bytes: c.max_uri_bytes + 8 * 1024,
+        };
+        let task = tokio::spawn(crate::net::serve(listener, self.router(), limits, rx));
         Ok(PanelServer {
             addr,
-            stop: Some(tx),
+            stop: tx,
             task,
         })
     }
@@ -177,7 +146,7 @@ impl ChatPanel {
 #[derive(Debug)]
 pub struct PanelServer {
     addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
+    stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -192,9 +161,7 @@ impl PanelServer {
     }
     /// Stops accepting, lets open responses finish for up to 5 s, then stops.
     pub async fn shutdown(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
+        let _ = self.stop.send(true);
         if tokio::time::timeout(Duration::from_secs(5), &mut self.task)
             .await
             .is_err()
@@ -206,12 +173,88 @@ impl PanelServer {
 
 impl Drop for PanelServer {
     fn drop(&mut self) {
+        let _ = self.stop.send(true);
         self.task.abort();
     }
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({"error": message.into()}))).into_response()
+}
+
+/// `host[:port]` → host, lower case (`[::1]:80` → `[::1]`).
+fn host_name(host: &str) -> String {
+    let h = host.trim().to_ascii_lowercase();
+    if h.starts_with('[') {
+        return h.split_inclusive(']').next().unwrap_or_default().to_owned();
+    }
+    h.split(':').next().unwrap_or_default().to_owned()
+}
+
+fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    h.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"))
+}
+
+/// Who may call: see [`ChatPanel`]'s API notes. Runs before every handler.
+async fn check_request(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let c = &app.config;
+    let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if target > c.max_uri_bytes {
+        return error(
+            StatusCode::URI_TOO_LONG,
+            format!("request target is longer than {} bytes", c.max_uri_bytes),
+        );
+    }
+    let h = req.headers();
+    let Some(host) =
+        header_str(h, header::HOST).or_else(|| req.uri().authority().map(|a| a.as_str()))
+    else {
+        return error(StatusCode::BAD_REQUEST, "the request has no Host header");
+    };
+    let host_ok = matches!(
+        host_name(host).as_str(),
+        "127.0.0.1" | "localhost" | "[::1]"
+    ) || c.allowed_hosts.iter().any(|a| a.eq_ignore_ascii_case(host));
+    if !host_ok {
+        tracing::warn!(host = %host, "chat panel: refused a request for a foreign Host (DNS rebinding?)");
+        return error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Host `{host}` is not this panel's address; behind a proxy, add it with PanelConfig::with_allowed_host"
+            ),
+        );
+    }
+    let fetch_site = header_str(h, header::HeaderName::from_static("sec-fetch-site"));
+    if let Some(site) = fetch_site
+        && !matches!(site, "same-origin" | "none")
+    {
+        tracing::warn!(sec_fetch_site = %site, "chat panel: refused a cross-site request");
+        return error(
+            StatusCode::FORBIDDEN,
+            "cross-site requests are not accepted: use the panel's own page",
+        );
+    }
+    let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if !safe && let Some(origin) = header_str(h, header::ORIGIN) {
+        let o = origin.to_ascii_lowercase();
+        let own = o == format!("http://{}", host.to_ascii_lowercase())
+            || o == format!("https://{}", host.to_ascii_lowercase());
+        if !own
+            && !c
+                .allowed_origins
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(origin))
+        {
+            tracing::warn!(origin = %origin, "chat panel: refused a request from another origin");
+            return error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "requests from origin `{origin}` are not accepted; add it with PanelConfig::with_allowed_origin if it is yours"
+                ),
+            );
+        }
+    }
+    next.run(req).await
 }
 
 async fn page() -> Response {
@@ -258,13 +301,41 @@ async fn get_session(
         Ok(id) => id,
         Err(r) => return r,
     };
-    let session = app.sessions.get_or_create(&id);
+    let session = match app.sessions.find(&id).await {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return axum::Json(json!({"sessionId": id, "busy": false, "entries": []}))
+                .into_response();
+        }
+        Err(e) => return store_failed(&e),
+    };
     let mut s = lock(&session);
     if !s.busy {
         // messages that arrived while no answer was running (a running one shows them live)
         s.drain_inbox();
     }
     axum::Json(json!({"sessionId": id, "busy": s.busy, "entries": s.entries})).into_response()
+}
+
+/// Whether reading the body stopped at the size limit (`to_bytes` reports that as an error
+/// whose source chain holds http-body-util's `LengthLimitError`).
+fn length_limit_hit(e: &axum::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.to_string().contains("length limit exceeded") {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+fn store_failed(e: &context_engine::StoreError) -> Response {
+    tracing::error!(error = %e, "chat panel: the session store failed");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the conversation could not be loaded or saved just now; try again shortly",
+    )
 }
 
 #[derive(Deserialize)]
@@ -275,41 +346,76 @@ struct PostBody {
     in_reply_to: Option<u64>,
 }
 
+const MALFORMED: &str =
+    "malformed request: expected the JSON object {\"text\": \"...\", \"inReplyTo\": N?}";
+
 async fn post_message(
     State(app): State<Arc<App>>,
     path: Result<Path<String>, PathRejection>,
-    body: Result<Bytes, BytesRejection>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Response {
     let id = match session_id(path) {
         Ok(id) => id,
         Err(r) => return r,
     };
+    let json_type = header_str(&headers, header::CONTENT_TYPE)
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json_type {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send the message as Content-Type: application/json",
+        );
+    }
     let limit = app.config.max_body_bytes;
-    let body = match body {
-        Ok(b) => b,
-        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body is larger than {limit} bytes"),
-            );
+    let body = match tokio::time::timeout(
+        app.config.body_read_timeout,
+        axum::body::to_bytes(body, limit),
+    )
+    .await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            let too_big = length_limit_hit(&e);
+            return if too_big {
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body is larger than {limit} bytes"),
+                )
+            } else {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    format!("could not read the request body: {e}"),
+                )
+            };
         }
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("could not read the request body: {e}"),
+        Err(_) => {
+            tracing::info!(
+                timeout_ms = app.config.body_read_timeout.as_millis() as u64,
+                "chat panel: a request body did not arrive in time"
             );
-        }
-    };
-    let req: PostBody = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
             return error(
-                StatusCode::BAD_REQUEST,
+                StatusCode::REQUEST_TIMEOUT,
                 format!(
-                    "malformed request: expected JSON {{\"text\": \"...\", \"inReplyTo\": N?}}: {e}"
+                    "the request body did not arrive within {} s",
+                    app.config.body_read_timeout.as_secs()
                 ),
             );
         }
+    };
+    let req: PostBody = match serde_json::from_slice::<Value>(&body) {
+        Ok(v @ Value::Object(_)) => match serde_json::from_value(v) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("{MALFORMED}: {e}")),
+        },
+        Ok(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("{MALFORMED}: not an object"),
+            );
+        }
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("{MALFORMED}: {e}")),
     };
     let text = req.text.trim().to_owned();
     if text.is_empty() {
@@ -339,7 +445,10 @@ async fn post_message(
             );
         }
     };
-    let session = app.sessions.get_or_create(&id);
+    let session = match app.sessions.find_or_create(&id).await {
+        Ok(s) => s,
+        Err(e) => return store_failed(&e),
+    };
     let first = {
         let mut s = lock(&session);
         if s.busy {
@@ -386,15 +495,27 @@ fn ev(name: &str, data: &impl serde::Serialize) -> Option<Event> {
 struct Out {
     tx: mpsc::Sender<Event>,
     gone: bool,
+    stall: Duration,
 }
 
 impl Out {
     async fn send(&mut self, e: Option<Event>) {
-        if let (false, Some(e)) = (self.gone, e)
-            && self.tx.send(e).await.is_err()
-        {
-            tracing::debug!("the page stopped listening; the answer goes on into the session");
-            self.gone = true;
+        let (false, Some(e)) = (self.gone, e) else {
+            return;
+        };
+        match self.tx.send_timeout(e, self.stall).await {
+            Ok(()) => {}
+            Err(mpsc::error::SendTimeoutError::Closed(_)) => {
+                tracing::debug!("the page stopped listening; the answer goes on into the session");
+                self.gone = true;
+            }
+            Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                tracing::warn!(
+                    write_stall_timeout_ms = self.stall.as_millis() as u64,
+                    "chat panel: the page stopped reading the answer; it goes on into the session"
+                );
+                self.gone = true;
+            }
         }
     }
 }
@@ -418,7 +539,11 @@ async fn run_turn(
     permit: OwnedSemaphorePermit,
 ) {
     let busy = BusyGuard(session.clone());
-    let mut out = Out { tx, gone: false };
+    let mut out = Out {
+        tx,
+        gone: false,
+        stall: app.config.write_stall_timeout,
+    };
     for e in first {
         out.send(Some(e)).await;
     }
@@ -446,8 +571,8 @@ async fn run_turn(
         {
             let mut s = lock(&session);
             match event {
-                PanelEvent::TextDelta(t) if t.is_empty() => {}
-                PanelEvent::TextDelta(t) => {
+                LoopEvent::TextDelta(t) if t.is_empty() => {}
+                LoopEvent::TextDelta(t) => {
                     let id = match current {
                         Some(id) => id,
                         None => {
@@ -462,7 +587,7 @@ async fn run_turn(
                     }
                     emit.push(ev("delta", &json!({"id": id, "text": t})));
                 }
-                PanelEvent::ToolStarted {
+                LoopEvent::ToolCallStarted {
                     id,
                     name,
                     arguments,
@@ -480,7 +605,7 @@ async fn run_turn(
                     calls.insert(id, e.id);
                     emit.push(ev("entry", &e));
                 }
-                PanelEvent::ToolResult {
+                LoopEvent::ToolResult {
                     id,
                     name,
                     content,
@@ -512,8 +637,9 @@ async fn run_turn(
                         emit.push(ev("entry", &m));
                     }
                 }
-                PanelEvent::Final(answer) => {
+                LoopEvent::Finished(output) => {
                     ended = true;
+                    let answer = output.answer;
                     let shown = current.and_then(|id| s.get_mut(id)).map(|e| e.text.clone());
                     match (current, shown) {
                         (Some(_), Some(t)) if t.trim() == answer.trim() => {}
@@ -530,18 +656,20 @@ async fn run_turn(
                         _ => {}
                     }
                 }
-                PanelEvent::IterationLimit(n) => {
+                LoopEvent::IterationLimitReached { iterations: n } => {
                     let e = s.next_entry(
                         EntryKind::Notice,
                         format!("The agent stopped after {n} model calls (its round limit)."),
                     );
                     emit.push(ev("entry", &e));
                 }
-                PanelEvent::Error(msg) => {
+                LoopEvent::Failed(err) => {
                     ended = true;
-                    let e = s.next_entry(EntryKind::Error, msg);
+                    tracing::warn!(session = %session_id, error = %err, "chat panel: the answer failed");
+                    let e = s.next_entry(EntryKind::Error, user_sentence(&err));
                     emit.push(ev("entry", &e));
                 }
+                _ => {}
             }
         }
         for e in emit {
@@ -559,6 +687,13 @@ async fn run_turn(
             let e = s.next_entry(EntryKind::Error, "The answer ended unexpectedly.");
             tail.push(ev("entry", &e));
         }
+    }
+    if let Err(e) = app
+        .sessions
+        .trim_history(&session_id, app.config.max_history_messages)
+        .await
+    {
+        tracing::warn!(session = %session_id, error = %e, "chat panel: could not trim a long conversation");
     }
     // the session takes a new message from here on, even if this page is slow to read the tail
     drop(busy);

@@ -394,3 +394,72 @@ async fn screenshot_of_the_panel_for_the_docs() {
     std::fs::write(&out, &png).unwrap();
     b.close().await;
 }
+
+/// The attacker's page (served from another port, so another origin): it tries every way a
+/// page can post to the panel without CORS permission — a `no-cors` fetch with `text/plain`
+/// (the report's reproduction), a `no-cors` fetch claiming JSON, a CORS fetch with JSON
+/// (needs a preflight) and an auto-submitted form — then marks itself done.
+fn attacker_page(panel: &str) -> String {
+    format!(
+        r#"<!doctype html><html><body><form id="f" method="POST" target="sink"
+  action="{panel}api/sessions/victim-session-01/messages" enctype="text/plain">
+<input name='{{"text":"form","x":"' value='"}}'></form><iframe name="sink"></iframe>
+<script>
+const url = "{panel}api/sessions/victim-session-01/messages";
+const tries = [
+  fetch(url, {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}}, body: '{{"text":"hi"}}'}}),
+  fetch(url, {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "application/json"}}, body: '{{"text":"hi"}}'}}),
+  fetch(url, {{method: "POST", headers: {{"Content-Type": "application/json"}}, body: '{{"text":"hi"}}'}}),
+  fetch("{panel}api/sessions/victim-session-01"),
+];
+document.getElementById("f").submit();
+Promise.allSettled(tries).then(r => {{
+  window.results = r.map(x => x.status === "fulfilled" ? ("fulfilled:" + x.value.type + ":" + x.value.status) : "rejected");
+  setTimeout(() => {{ document.body.dataset.done = "1"; }}, 1500);
+}});
+</script></body></html>"#
+    )
+}
+
+#[tokio::test]
+async fn finding1_a_cross_origin_page_in_chromium_cannot_run_a_turn() {
+    let _one = BROWSER_LOCK.lock().await;
+    let fx = start().await;
+    // the attacker's site: another port on the same machine is another origin
+    let page = attacker_page(&fx.url());
+    let attacker = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let page = page.clone();
+            async move { axum::response::Html(page) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let attacker_url = format!("http://{}/", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, attacker).await });
+    let b = Browser::start().await;
+    b.client.goto(&attacker_url).await.unwrap();
+    b.wait_until("the attack to finish", "document.body.dataset.done === '1'")
+        .await;
+    let results = b.js("return window.results;").await;
+    b.close().await;
+    server.abort();
+    // nothing ran: no model call, and the victim session is empty
+    assert_eq!(fx.model.request_count(), 0, "a turn ran: {results}");
+    let v: Value = reqwest::get(format!("{}api/sessions/victim-session-01", fx.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["entries"], json!([]), "{results}");
+    // the page could not read anything either (opaque or failed)
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 4);
+    assert!(
+        results
+            .iter()
+            .all(|r| r == "rejected" || r == "fulfilled:opaque:0"),
+        "{results:?}"
+    );
+}

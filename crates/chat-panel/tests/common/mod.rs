@@ -70,6 +70,8 @@ pub struct Fixture {
     pub model: ScriptedServer,
     pub panel: PanelServer,
     pub bus: MessageBus,
+    /// Holds the SQLite session store.
+    pub dir: tempfile::TempDir,
 }
 
 impl Fixture {
@@ -88,12 +90,19 @@ pub async fn start_with(
     cfg.base_url = model.base_url();
     let llm = OpenAiModel::new(cfg).expect("model");
     let bus = MessageBus::new();
-    let backend = AgentBackend::build(llm, bus.clone(), |b| b).expect("agent");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config.with_history_path(dir.path().join("panel.sqlite3"));
+    let backend = AgentBackend::build(llm, bus.clone(), &config, |b| b).expect("agent");
     let panel = ChatPanel::new(backend, bus.clone(), config)
         .serve("127.0.0.1:0")
         .await
         .expect("serve");
-    Fixture { model, panel, bus }
+    Fixture {
+        model,
+        panel,
+        bus,
+        dir,
+    }
 }
 
 pub async fn start() -> Fixture {

@@ -1,0 +1,241 @@
+//! [`PanelConfig`]: limits, timeouts, who may call, where conversations are kept.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use context_engine::{MemoryStore, SessionStore, SqliteStore, StoreError};
+use tool_system::RegistryError;
+
+/// What went wrong while setting up a panel, and what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PanelError {
+    /// The session store could not be opened.
+    #[error("the chat panel's session store could not be opened: {0}")]
+    Store(#[from] StoreError),
+    /// The directory of the session store could not be created.
+    #[error(
+        "cannot create the directory `{path}` for the chat panel's session store: {source}; \
+         create it, or set another path with PanelConfig::with_history_path"
+    )]
+    StoreDir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The agent's tools could not be registered.
+    #[error("the chat panel's agent could not be built: {0}")]
+    Agent(#[from] RegistryError),
+}
+
+/// Where the panel keeps conversations (C4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HistoryStore {
+    /// An SQLite file: conversations survive a restart (the default).
+    Sqlite(PathBuf),
+    /// In memory: gone when the process ends.
+    Memory,
+}
+
+impl HistoryStore {
+    /// The default file: `$XDG_DATA_HOME/llm-toolkit/chat-panel.sqlite3`, else
+    /// `$HOME/.local/share/llm-toolkit/chat-panel.sqlite3`, else `chat-panel.sqlite3` in the
+    /// working directory.
+    pub fn default_path() -> PathBuf {
+        let base = std::env::var_os("XDG_DATA_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(|h| PathBuf::from(h).join(".local/share"))
+            });
+        match base {
+            Some(b) => b.join("llm-toolkit").join("chat-panel.sqlite3"),
+            None => PathBuf::from("chat-panel.sqlite3"),
+        }
+    }
+
+    /// Opens the store (creating the SQLite file and its directory when missing).
+    pub fn open(&self) -> Result<Arc<dyn SessionStore>, PanelError> {
+        match self {
+            Self::Memory => Ok(Arc::new(MemoryStore::new())),
+            Self::Sqlite(path) => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|source| PanelError::StoreDir {
+                        path: dir.to_path_buf(),
+                        source,
+                    })?;
+                }
+                Ok(Arc::new(SqliteStore::open(path)?))
+            }
+        }
+    }
+}
+
+/// Limits and timeouts of the panel. Every field has a safe default; see
+/// `docs/stage-5-messaging-chat-panel.md` for what each protects against.
+///
+/// ```
+/// use std::time::Duration;
+/// use chat_panel::PanelConfig;
+/// let config = PanelConfig::default()
+///     .with_history_path("/tmp/panel-doc-example.sqlite3")
+///     .with_allowed_host("chat.example.com")
+///     .with_allowed_origin("https://chat.example.com")
+///     .with_idle_timeout(Duration::from_secs(30));
+/// assert_eq!(config.max_connections, 512);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PanelConfig {
+    /// Largest request body, in bytes; larger is `413` (default 16 KiB).
+    pub max_body_bytes: usize,
+    /// Longest request target (path and query), in bytes; longer is `414` (default 8 KiB).
+    pub max_uri_bytes: usize,
+    /// Longest user message, in characters; longer is `413` (default 4000).
+    pub max_text_chars: usize,
+    /// Answers running at once; more wait for a slot (default 32).
+    pub max_concurrent_turns: usize,
+    /// How long a request waits for a slot before `503` (default 30 s).
+    pub queue_timeout: Duration,
+    /// Longest answer; then it is stopped with an error entry (default 120 s).
+    pub turn_timeout: Duration,
+    /// Conversations kept; when a new one starts beyond this, the least recently used idle one
+    /// is deleted from the panel and from its store (default 10 000).
+    pub max_sessions: usize,
+    /// Entries the page is shown per conversation; the oldest go first (default 500).
+    pub max_entries: usize,
+    /// Messages kept in the store per conversation; after a turn beyond this the oldest
+    /// turns are deleted (default 64). The context budget decides what the model reads.
+    pub max_history_messages: usize,
+    /// Token budget of each model request: the oldest turns are left out first (default
+    /// 8000), so a conversation of any length keeps working.
+    pub context_budget: usize,
+    /// Where conversations are kept (default: SQLite at [`HistoryStore::default_path`]).
+    pub history: HistoryStore,
+    /// `Host` values accepted besides the bound address (`127.0.0.1:PORT`, `localhost:PORT`):
+    /// add the public host name when the panel sits behind a reverse proxy (default none).
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`scheme://host[:port]`) accepted besides the panel's own (default none).
+    pub allowed_origins: Vec<String>,
+    /// Open connections at most; beyond it the longest idle connection is closed, or the new
+    /// one refused with `503` when none is idle (default 512).
+    pub max_connections: usize,
+    /// Longest time to receive a request's headers (default 10 s).
+    pub header_read_timeout: Duration,
+    /// Longest time to receive a request's body (default 10 s).
+    pub body_read_timeout: Duration,
+    /// A connection with no request in flight that sends nothing for this long is closed
+    /// (keep-alive idle; default 60 s).
+    pub idle_timeout: Duration,
+    /// A write (a response, an SSE event) that the client does not take for this long closes
+    /// the connection; the answer goes on into the conversation (default 30 s).
+    pub write_stall_timeout: Duration,
+}
+
+impl Default for PanelConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 16 * 1024,
+            max_uri_bytes: 8 * 1024,
+            max_text_chars: 4000,
+            max_concurrent_turns: 32,
+            queue_timeout: Duration::from_secs(30),
+            turn_timeout: Duration::from_secs(120),
+            max_sessions: 10_000,
+            max_entries: 500,
+            max_history_messages: 64,
+            context_budget: 8000,
+            history: HistoryStore::Sqlite(HistoryStore::default_path()),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_connections: 512,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            write_stall_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl PanelConfig {
+    /// Sets the answer time limit.
+    pub fn with_turn_timeout(mut self, d: Duration) -> Self {
+        self.turn_timeout = d;
+        self
+    }
+    /// Sets how many answers run at once.
+    pub fn with_max_concurrent_turns(mut self, n: usize) -> Self {
+        self.max_concurrent_turns = n;
+        self
+    }
+    /// Sets the request body limit.
+    pub fn with_max_body_bytes(mut self, n: usize) -> Self {
+        self.max_body_bytes = n;
+        self
+    }
+    /// Keeps conversations in the SQLite file at `path`.
+    pub fn with_history_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.history = HistoryStore::Sqlite(path.into());
+        self
+    }
+    /// Keeps conversations in memory only (lost at exit).
+    pub fn with_memory_history(mut self) -> Self {
+        self.history = HistoryStore::Memory;
+        self
+    }
+    /// Accepts `host` (a `Host` header value, e.g. `chat.example.com`) too.
+    pub fn with_allowed_host(mut self, host: impl Into<String>) -> Self {
+        self.allowed_hosts.push(host.into());
+        self
+    }
+    /// Accepts requests from `origin` (e.g. `https://chat.example.com`) too.
+    pub fn with_allowed_origin(mut self, origin: impl Into<String>) -> Self {
+        self.allowed_origins.push(origin.into());
+        self
+    }
+    /// Sets the cap on open connections.
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n;
+        self
+    }
+    /// Sets the keep-alive idle timeout.
+    pub fn with_idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+    /// Sets the header read timeout.
+    pub fn with_header_read_timeout(mut self, d: Duration) -> Self {
+        self.header_read_timeout = d;
+        self
+    }
+    /// Sets the body read timeout.
+    pub fn with_body_read_timeout(mut self, d: Duration) -> Self {
+        self.body_read_timeout = d;
+        self
+    }
+    /// Sets the write stall timeout.
+    pub fn with_write_stall_timeout(mut self, d: Duration) -> Self {
+        self.write_stall_timeout = d;
+        self
+    }
+    /// Sets the token budget of each model request.
+    pub fn with_context_budget(mut self, tokens: usize) -> Self {
+        self.context_budget = tokens;
+        self
+    }
+    /// Sets how many messages are stored per conversation.
+    pub fn with_max_history_messages(mut self, n: usize) -> Self {
+        self.max_history_messages = n;
+        self
+    }
+    /// Sets how many conversations are kept.
+    pub fn with_max_sessions(mut self, n: usize) -> Self {
+        self.max_sessions = n;
+        self
+    }
+}
