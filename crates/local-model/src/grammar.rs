@@ -6,15 +6,24 @@
 //! elsewhere), keys in the schema's order, no `\u` escapes. Every string and number has a
 //! length cap and the mask never lets the model start something it cannot finish within the
 //! token budget, so a constrained answer always closes and always parses.
+//!
+//! A tool-call grammar ([`Grammar::tool_call`]) is the backend's own output format for native
+//! calls: `<tool_call>\n{"name": "<tool>", "arguments": {...}}\n</tool_call>`, or (when the
+//! request allows it) a plain-text answer, which is any text that does not start with the
+//! `<tool_call>` tag. Once the text has left the tag behind, nothing is constrained any more.
 
 use serde_json::Value;
 
-use crate::ToolSpec;
+use llm_core::ToolSpec;
 
 /// Longest free string (in characters) unless the schema says `maxLength`.
 pub const DEFAULT_STRING_MAX: u32 = 200;
-/// Longest `reply` of a JSON decision, in characters.
-pub const DEFAULT_REPLY_MAX: u32 = 600;
+/// Longest string any schema may ask for (`maxLength` above this is cut to it), in characters.
+pub const LONGEST_STRING: u32 = 600;
+/// The tag that opens a tool call in the local model's output.
+pub const TOOL_CALL_OPEN: &str = "<tool_call>\n";
+/// The tag that closes a tool call.
+pub const TOOL_CALL_CLOSE: &str = "\n</tool_call>";
 /// Longest number, in characters.
 pub const NUMBER_MAX: u8 = 16;
 /// Most array items unless the schema says `maxItems`.
@@ -34,6 +43,8 @@ enum Node {
     Seq(Vec<NodeId>),
     /// One of these.
     Alt(Vec<NodeId>),
+    /// Free text (at least one byte) that does not start with these bytes.
+    Text { not_starting: Vec<u8> },
 }
 
 /// A compiled grammar.
@@ -86,7 +97,17 @@ enum Frame {
         node: NodeId,
         idx: u32,
     },
+    Text {
+        node: NodeId,
+        /// Bytes written, up to 2 (only "none", "one" and "more" matter).
+        len: u8,
+        /// How many leading bytes matched the forbidden start; `u8::MAX` once they differ.
+        guard: u8,
+    },
 }
+
+/// `Frame::Text::guard` once the text no longer starts like the forbidden prefix.
+const DIVERGED: u8 = u8::MAX;
 
 type Stack = Vec<Frame>;
 
@@ -227,7 +248,7 @@ impl Builder {
                     let max = obj
                         .get("maxLength")
                         .and_then(Value::as_u64)
-                        .map(|m| m.min(u64::from(DEFAULT_REPLY_MAX)) as u32)
+                        .map(|m| m.min(u64::from(LONGEST_STRING)) as u32)
                         .unwrap_or(DEFAULT_STRING_MAX);
                     let min = match obj.get("minLength") {
                         None => 0,
@@ -409,6 +430,7 @@ impl Builder {
                         .fold(0u32, |a, &x| a.saturating_add(min_len[x as usize]))
                         .min(INF),
                     Node::Alt(c) => c.iter().map(|&x| min_len[x as usize]).min().unwrap_or(INF),
+                    Node::Text { .. } => 1,
                 };
                 if v < min_len[i] {
                     min_len[i] = v;
@@ -427,13 +449,13 @@ impl Builder {
     }
 }
 
-/// Which decisions a JSON-decision grammar allows.
+/// What a tool-call grammar lets the model write instead of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NullChoice {
-    /// `{"tool": null, "reply": "..."}` is allowed.
-    Allowed,
-    /// A tool must be called.
-    Forbidden,
+pub enum AnswerChoice {
+    /// A plain-text answer, or a call (`tool_choice` auto).
+    TextOrCall,
+    /// A call only (`tool_choice` required, or a named function).
+    CallOnly,
 }
 
 impl Grammar {
@@ -444,26 +466,26 @@ impl Grammar {
         Ok(b.finish(root))
     }
 
-    /// The JSON decision of the tool loop: `{"tool": "<name>", "arguments": {...}}` for each
-    /// tool (arguments per its `parameters`), or `{"tool": null, "reply": "..."}`.
-    pub fn tool_decision(tools: &[ToolSpec], null: NullChoice) -> Result<Self, SchemaError> {
+    /// The local model's native tool call: `<tool_call>\n{"name": "<tool>", "arguments":
+    /// {...}}\n</tool_call>` for one of `tools` (arguments per its `parameters`), or, with
+    /// [`AnswerChoice::TextOrCall`], a plain-text answer that does not start with the tag.
+    /// Without tools only the text answer is left.
+    pub fn tool_call(tools: &[ToolSpec], choice: AnswerChoice) -> Result<Self, SchemaError> {
         let mut b = Builder { nodes: Vec::new() };
         let mut alts = Vec::new();
         for t in tools {
             let name = Value::String(t.name.clone()).to_string();
-            let head = b.lit(&format!("{{\"tool\": {name}, \"arguments\": "));
+            let head = b.lit(&format!(
+                "{TOOL_CALL_OPEN}{{\"name\": {name}, \"arguments\": "
+            ));
             let args = b.schema(&t.parameters, &format!("tool `{}` parameters", t.name), 0)?;
-            let tail = b.lit("}");
+            let tail = b.lit(&format!("}}{TOOL_CALL_CLOSE}"));
             alts.push(b.seq(vec![head, args, tail]));
         }
-        if null == NullChoice::Allowed || alts.is_empty() {
-            let head = b.lit("{\"tool\": null, \"reply\": ");
-            let reply = b.add(Node::Str {
-                min: 0,
-                max: DEFAULT_REPLY_MAX,
-            });
-            let tail = b.lit("}");
-            alts.push(b.seq(vec![head, reply, tail]));
+        if choice == AnswerChoice::TextOrCall || alts.is_empty() {
+            alts.push(b.add(Node::Text {
+                not_starting: TOOL_CALL_OPEN.trim_end().as_bytes().to_vec(),
+            }));
         }
         let root = b.add(Node::Alt(alts));
         Ok(b.finish(root))
@@ -514,6 +536,14 @@ impl Grammar {
                 for &x in c {
                     self.push_node(stack.clone(), x, out);
                 }
+            }
+            Node::Text { not_starting } => {
+                stack.push(Frame::Text {
+                    node,
+                    len: 0,
+                    guard: if not_starting.is_empty() { DIVERGED } else { 0 },
+                });
+                out.push(stack);
             }
         }
     }
@@ -639,6 +669,10 @@ impl Grammar {
                         _ => None,
                     }
                 };
+                // A number may only step into a state that needs another digit (`-`, `.`)
+                // while there is room left for that digit: `123…6.` at the cap can neither go
+                // on nor end.
+                let next = next.filter(|n| n.accepting() || *len + 1 < NUMBER_MAX);
                 if let Some(n) = next {
                     *st = n;
                     *len += 1;
@@ -652,6 +686,23 @@ impl Grammar {
                         self.feed_stack(s, b, out);
                     }
                 }
+            }
+            Frame::Text { node, len, guard } => {
+                if *guard != DIVERGED {
+                    let Node::Text { not_starting } = &self.nodes[*node as usize] else {
+                        return;
+                    };
+                    if not_starting.get(usize::from(*guard)) == Some(&b) {
+                        *guard += 1;
+                        if usize::from(*guard) == not_starting.len() {
+                            return; // the forbidden start is complete: this branch is dead
+                        }
+                    } else {
+                        *guard = DIVERGED;
+                    }
+                }
+                *len = len.saturating_add(1).min(2);
+                out.push(stack);
             }
             Frame::Seq { .. } => {}
         }
@@ -681,6 +732,7 @@ impl Grammar {
     fn stack_can_end(&self, stack: &Stack) -> bool {
         match stack.last() {
             None => true,
+            Some(Frame::Text { len, .. }) => *len > 0 && stack.len() == 1,
             Some(Frame::Num { st, .. }) if st.accepting() => {
                 let mut s = stack.clone();
                 s.pop();
@@ -696,10 +748,27 @@ impl Grammar {
     /// not structure the grammar dictates.
     pub fn in_string(&self, state: &State) -> bool {
         !state.stacks.is_empty()
-            && state
-                .stacks
-                .iter()
-                .all(|s| matches!(s.last(), Some(Frame::Str { open: true, .. })))
+            && state.stacks.iter().all(|s| {
+                matches!(
+                    s.last(),
+                    Some(Frame::Str { open: true, .. } | Frame::Text { .. })
+                )
+            })
+    }
+
+    /// The model is writing free text that nothing constrains any more (a plain-text answer
+    /// past the point where it could still become a tool call): no mask is needed.
+    pub fn is_free(&self, state: &State) -> bool {
+        !state.stacks.is_empty()
+            && state.stacks.iter().all(|s| {
+                matches!(
+                    s.as_slice(),
+                    [Frame::Text {
+                        guard: DIVERGED,
+                        ..
+                    }]
+                )
+            })
     }
 
     /// The bytes so far are a whole value.
@@ -747,6 +816,7 @@ impl Grammar {
                     }
                 }
                 Frame::Num { st, .. } => u32::from(!st.accepting()),
+                Frame::Text { len, .. } => u32::from(len == 0),
                 Frame::Seq { node, idx } => match &self.nodes[node as usize] {
                     Node::Seq(c) => c[idx as usize + 1..]
                         .iter()
@@ -896,10 +966,9 @@ impl TokenTrie {
     }
 
     /// Tokens whose bytes the grammar accepts from `state` and that leave at most `budget`
-    /// bytes to complete the value.
-    /// (The engine asks through [`MaskCache`]; this uncached form is what the cache is tested
-    /// against.)
-    #[cfg(test)]
+    /// bytes to complete the value: one walk of the trie. (The engine asks through
+    /// [`MaskCache`], which remembers masks by state; this uncached form is what the cache is
+    /// tested and benchmarked against.)
     pub fn allowed(&self, g: &Grammar, state: &State, budget: u32, out: &mut Vec<u32>) {
         let mut found = Vec::new();
         self.walk(0, g, state, &mut found);
@@ -951,61 +1020,118 @@ mod tests {
         ]
     }
 
-    #[test]
-    fn decision_grammar_accepts_valid_and_rejects_invalid() {
-        let g = Grammar::tool_decision(&tools(), NullChoice::Allowed).unwrap();
-        assert!(accepts(
-            &g,
-            r#"{"tool": "weather", "arguments": {"city": "Paris"}}"#
-        ));
-        assert!(accepts(
-            &g,
-            r#"{"tool": "weather", "arguments": {"city": "北京", "unit": "c"}}"#
-        ));
-        assert!(accepts(
-            &g,
-            r#"{"tool": "calc", "arguments": {"a": -1.5, "b": 20, "ok": true}}"#
-        ));
-        assert!(accepts(&g, r#"{"tool": null, "reply": "hi \"x\""}"#));
-        assert!(!accepts(&g, r#"{"tool": "nope", "arguments": {}}"#));
-        assert!(!accepts(&g, r#"{"tool": "weather", "arguments": {}}"#));
-        assert!(!accepts(
-            &g,
-            r#"{"tool": "calc", "arguments": {"a": 1, "b": 1.5}}"#
-        ));
-        assert!(!accepts(
-            &g,
-            r#"{"tool": "weather", "arguments": {"city": "x", "unit": "k"}}"#
-        ));
-        assert!(!accepts(&g, r#"{"tool": "weather""#));
-        let g = Grammar::tool_decision(&tools(), NullChoice::Forbidden).unwrap();
-        assert!(!accepts(&g, r#"{"tool": null, "reply": "x"}"#));
+    fn call(name: &str, args: &str) -> String {
+        format!("<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {args}}}\n</tool_call>")
     }
 
     #[test]
-    fn in_string_is_only_the_body_of_a_string_value() {
-        let g = Grammar::tool_decision(&tools(), NullChoice::Allowed).unwrap();
+    fn tool_call_grammar_accepts_valid_calls_and_text_and_rejects_invalid() {
+        let g = Grammar::tool_call(&tools(), AnswerChoice::TextOrCall).unwrap();
+        assert!(accepts(&g, &call("weather", r#"{"city": "Paris"}"#)));
+        assert!(accepts(
+            &g,
+            &call("weather", r#"{"city": "北京", "unit": "c"}"#)
+        ));
+        assert!(accepts(
+            &g,
+            &call("calc", r#"{"a": -1.5, "b": 20, "ok": true}"#)
+        ));
+        assert!(accepts(&g, "It is sunny in Paris."));
+        assert!(accepts(&g, "<b>bold</b> text may start with a tag"));
+        assert!(!accepts(&g, ""), "an empty answer is not an answer");
+        assert!(!accepts(&g, &call("nope", "{}")));
+        assert!(!accepts(&g, &call("weather", "{}")));
+        assert!(!accepts(&g, &call("calc", r#"{"a": 1, "b": 1.5}"#)));
+        assert!(!accepts(
+            &g,
+            &call("weather", r#"{"city": "x", "unit": "k"}"#)
+        ));
+        assert!(!accepts(&g, "<tool_call>\n{\"name\": \"weather\""));
+        // Text that starts like a call is a call, held to the grammar.
+        assert!(g.feed_bytes(&g.start(), b"<tool_call> just text").is_dead());
+        let g = Grammar::tool_call(&tools(), AnswerChoice::CallOnly).unwrap();
+        assert!(!accepts(&g, "It is sunny."));
+        assert!(accepts(&g, &call("weather", r#"{"city": "Paris"}"#)));
+    }
+
+    #[test]
+    fn text_is_free_once_it_cannot_become_a_call() {
+        let g = Grammar::tool_call(&tools(), AnswerChoice::TextOrCall).unwrap();
+        let at = |t: &str| g.feed_bytes(&g.start(), t.as_bytes());
+        assert!(!g.is_free(&g.start()));
+        assert!(!g.is_free(&at("<tool")), "may still become a call");
+        assert!(g.is_free(&at("<tooth")));
+        assert!(g.is_free(&at("Sunny")));
+        assert!(!g.is_free(&at(&call("weather", r#"{"city": "P"#))));
+        assert!(g.is_finished(&at(&call("weather", r#"{"city": "P"}"#))));
+    }
+
+    #[test]
+    fn in_string_is_only_the_body_of_a_string_value_or_text() {
+        let g = Grammar::tool_call(&tools(), AnswerChoice::CallOnly).unwrap();
         let at = |t: &str| g.in_string(&g.feed_bytes(&g.start(), t.as_bytes()));
-        assert!(!at(r#"{"tool": "#));
+        assert!(!at("<tool_call>\n{\"name\": "));
         assert!(
-            !at(r#"{"tool": "wea"#),
+            !at("<tool_call>\n{\"name\": \"wea"),
             "a tool name is a literal, not a string value"
         );
-        assert!(at(r#"{"tool": "weather", "arguments": {"city": "Par"#));
-        assert!(!at(r#"{"tool": "weather", "arguments": {"city": "Paris""#));
-        assert!(at(r#"{"tool": null, "reply": ""#));
+        assert!(at(r#"<tool_call>
+{"name": "weather", "arguments": {"city": "Par"#));
+        assert!(!at(r#"<tool_call>
+{"name": "weather", "arguments": {"city": "Paris""#));
+        let g = Grammar::tool_call(&tools(), AnswerChoice::TextOrCall).unwrap();
+        assert!(g.in_string(&g.feed_bytes(&g.start(), b"Hello")));
     }
 
     #[test]
     fn distance_is_the_shortest_completion() {
-        let g = Grammar::tool_decision(&tools(), NullChoice::Allowed).unwrap();
-        let s = g.start();
+        let g = Grammar::tool_call(&tools(), AnswerChoice::TextOrCall).unwrap();
+        assert_eq!(g.distance(&g.start()), 1, "one byte of text");
+        let g = Grammar::tool_call(&tools(), AnswerChoice::CallOnly).unwrap();
         assert_eq!(
-            g.distance(&s) as usize,
-            r#"{"tool": null, "reply": ""}"#.len()
+            g.distance(&g.start()) as usize,
+            call("weather", r#"{"city": ""}"#).len()
         );
-        let s = g.feed_bytes(&s, br#"{"tool": "calc", "arguments": {"a": 1"#);
-        assert_eq!(g.distance(&s) as usize, r#", "b": 0}}"#.len());
+        let s = g.feed_bytes(
+            &g.start(),
+            b"<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"a\": 1",
+        );
+        assert_eq!(g.distance(&s) as usize, ", \"b\": 0}}\n</tool_call>".len());
+    }
+
+    /// Issue 12: a masked walk got stuck after this text. The number `872012003712916` (15
+    /// characters) took a `.` as its 16th, the cap, and then could neither take a digit nor
+    /// end. A number now steps into `-` or `.` only with room left for the digit it owes.
+    #[test]
+    fn a_number_at_its_length_cap_can_always_end() {
+        let g = Grammar::from_schema(&walks::schemas()[1]).unwrap();
+        let stuck = "{\"n\": 0, \"o\": {\"k\": \"@%ꄸ#6\"}, \"ok\": false, \"x\": 872012003712916";
+        let s = g.feed_bytes(&g.start(), stuck.as_bytes());
+        assert!(!s.is_dead());
+        assert!(
+            g.feed(&s, b'.').is_dead(),
+            "no room for a digit after the dot"
+        );
+        let s = g.feed_bytes(&s, b"}");
+        assert!(g.is_finished(&s));
+        // With room left the dot is fine, and the number closes with one more digit.
+        let s = g.feed_bytes(
+            &g.start(),
+            b"{\"n\": 0, \"o\": {\"k\": \"abc\"}, \"x\": 12345678901234.",
+        );
+        assert!(!s.is_dead());
+        assert!(g.is_finished(&g.feed_bytes(&s, b"5}")));
+        // Every reachable number state can end within its distance.
+        let mut s = g.feed_bytes(&g.start(), b"{\"n\": -");
+        for _ in 0..NUMBER_MAX {
+            assert!(g.distance(&s) < u32::MAX / 4, "{s:?}");
+            let next = g.feed(&s, b'9');
+            if next.is_dead() {
+                break;
+            }
+            s = next;
+        }
+        assert!(!g.feed_bytes(&s, b", \"o\": {\"k\": \"abc\"}}").is_dead());
     }
 
     #[test]
@@ -1046,7 +1172,7 @@ mod tests {
         use super::*;
         use proptest::prelude::*;
 
-        fn schemas() -> Vec<Value> {
+        pub(super) fn schemas() -> Vec<Value> {
             vec![
                 json!({"type":"object","properties":{"recipient":{"type":"string","minLength":1},"text":{"type":"string","minLength":1,"maxLength":40},"quickReplies":{"type":"array","items":{"type":"string","minLength":1,"maxLength":8},"maxItems":10}},"required":["recipient","text"]}),
                 json!({"type":"object","properties":{"n":{"type":"integer"},"x":{"type":["number","null"]},"e":{"enum":["a","b",1,true]},"ok":{"type":"boolean"},"o":{"type":"object","properties":{"k":{"type":"string","minLength":3,"maxLength":5}},"required":["k"]}},"required":["n","o"]}),

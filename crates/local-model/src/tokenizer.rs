@@ -14,10 +14,10 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 
-use crate::GatewayError;
+use llm_core::ModelError;
 
-fn meta_err(what: impl std::fmt::Display) -> GatewayError {
-    GatewayError::Config(format!(
+fn meta_err(what: impl std::fmt::Display) -> ModelError {
+    ModelError::ModelLoad(format!(
         "the GGUF file's tokenizer metadata is unusable: {what}"
     ))
 }
@@ -65,7 +65,7 @@ fn unicode_to_byte() -> HashMap<char, u8> {
         .collect()
 }
 
-fn strings(ct: &gguf_file::Content, key: &str) -> Result<Vec<String>, GatewayError> {
+fn strings(ct: &gguf_file::Content, key: &str) -> Result<Vec<String>, ModelError> {
     let v = ct
         .metadata
         .get(key)
@@ -83,7 +83,7 @@ fn id(ct: &gguf_file::Content, key: &str) -> Option<u32> {
 
 impl LocalTokenizer {
     /// Builds the tokenizer from a GGUF file's metadata.
-    pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self, GatewayError> {
+    pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self, ModelError> {
         let kind = ct
             .metadata
             .get("tokenizer.ggml.model")
@@ -192,14 +192,14 @@ impl LocalTokenizer {
     }
 
     /// Token ids of plain text (no special tokens are recognised in it).
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, GatewayError> {
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, ModelError> {
         if text.is_empty() {
             return Ok(Vec::new());
         }
         Ok(self
             .inner
             .encode(text, false)
-            .map_err(|e| GatewayError::Config(format!("tokenizer failed: {e}")))?
+            .map_err(|e| ModelError::Inference(format!("tokenizer failed: {e}")))?
             .get_ids()
             .to_vec())
     }
@@ -248,7 +248,7 @@ impl LocalTokenizer {
 
     /// ChatML prompt ids: `<|im_start|>role\ncontent<|im_end|>\n` per message, then
     /// `<|im_start|>assistant\n`.
-    pub fn chat_prompt(&self, turns: &[(&str, &str)]) -> Result<Vec<u32>, GatewayError> {
+    pub fn chat_prompt(&self, turns: &[(&str, &str)]) -> Result<Vec<u32>, ModelError> {
         let mut ids = Vec::new();
         let nl = self.encode("\n")?;
         for (role, content) in turns {

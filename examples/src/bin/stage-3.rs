@@ -149,17 +149,15 @@ fn weather_tool() -> FnTool {
 
 /// 002's question answered by the embedded local model, deciding for real.
 async fn local_model_run() -> Result<(), Box<dyn std::error::Error>> {
-    use model_gateway::local::LocalModel;
-    let spec = tool_system::Tool::spec(&weather_tool());
+    use local_model::LocalModel;
     let started = std::time::Instant::now();
     let model = LocalModel::builder()
         // A fixed seed keeps the demo reproducible.
         .seed(1)
-        .decision_tools(vec![spec])
         .build()
         .await?;
     println!(
-        "\n=== the embedded local model decides (JSON decision of 002; loaded in {:.1} s) ===",
+        "\n=== the embedded local model decides (native tool calls under its grammar; loaded in {:.1} s) ===",
         started.elapsed().as_secs_f64()
     );
     let agent = Agent::builder(model)

@@ -188,12 +188,7 @@ async fn main() {
     println!("   answer: {}", out.answer);
 
     // The same turn decided by a real model: the configured provider, or with none the
-    // embedded local model, its decoding constrained to the tools the intent matched (M3).
-    let matching: Vec<model_gateway::ToolSpec> =
-        mcp_bridge::inject::matching_tools(&intent, &tools)
-            .into_iter()
-            .map(|t| t.spec())
-            .collect();
+    // embedded local model, which calls the tools the agent binds natively under its grammar.
     let real: Arc<dyn ChatModel> = match model_gateway::OpenAiConfig::from_env() {
         Ok(Some(cfg)) => {
             println!(
@@ -204,12 +199,11 @@ async fn main() {
         }
         _ => {
             println!(
-                "\n== 6b. The same turn decided by the embedded local model SmolLM2-135M (no provider configured; JSON decision, constrained to the matched tools)"
+                "\n== 6b. The same turn decided by the embedded local model SmolLM2-135M (no provider configured; native tool calls under its grammar)"
             );
             Arc::new(
-                model_gateway::local::LocalModel::builder()
+                local_model::LocalModel::builder()
                     .seed(1)
-                    .decision_tools(matching.clone())
                     .build()
                     .await
                     .unwrap(),

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
-use messaging::{MessageBus, SendMessageTool};
+use messaging::MessageBus;
 use model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
@@ -190,24 +190,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!(
                 "Stage 5 demo: no provider configured (OPENAI_API_KEY/OPENAI_BASE_URL unset): using the embedded local model SmolLM2-135M-Instruct (CPU, in process); --scripted uses the scripted demo model instead"
             );
-            // No native function calling: the agent uses the JSON decision, and the model's
-            // decoding is held to send_message's schema (or a plain reply). The decoding schema
-            // may be narrower than the tool's: here quick replies are at most 4 short buttons,
-            // which a 135M model otherwise fills with ten long ones; anything it writes is still
-            // valid for the tool.
-            let mut send_message =
-                tool_system::Tool::spec(&SendMessageTool::new(bus.clone(), "agent"));
-            let quick = &mut send_message.parameters["properties"]["quickReplies"];
-            quick["maxItems"] = json!(4);
-            quick["items"]["maxLength"] = json!(40);
+            // Native tool calls: the agent binds send_message like any tool, and the model's
+            // decoding is held to its schema (or a plain-text answer) by the model's grammar.
             let started = std::time::Instant::now();
-            let model = model_gateway::local::LocalModel::builder()
+            let model = local_model::LocalModel::builder()
                 // A fixed seed keeps the demo reproducible; the n-gram ban keeps a small model
                 // out of "I am a chatbot. I am a chatbot. …" loops; answers stay short.
                 .seed(5)
                 .no_repeat_ngram(3)
                 .max_tokens(160)
-                .decision_tools(vec![send_message])
                 .build()
                 .await?;
             println!(
