@@ -469,6 +469,67 @@ async fn g8_timeout_gives_a_typed_error() {
     assert!(matches!(err, GatewayError::Timeout(_)), "{err:?}");
 }
 
+fn with_times(server: &ScriptedServer, attempt: Duration, deadline: Duration) -> OpenAiModel {
+    OpenAiModel::new(
+        OpenAiConfig::new("m")
+            .with_base_url(server.base_url())
+            .with_retry(fast_retry())
+            .with_timeout(attempt)
+            .with_deadline(deadline),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn g8_a_hung_attempt_times_out_alone_and_is_retried_within_the_deadline() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::Hang);
+    server.push(Reply::text("second attempt"));
+    let m = with_times(&server, Duration::from_millis(300), Duration::from_secs(30));
+    let r = m.chat(ask()).await.unwrap();
+    assert_eq!(r.content, "second attempt");
+    assert_eq!(server.request_count(), 2);
+}
+
+#[tokio::test]
+async fn g8_retry_after_longer_than_the_attempt_timeout_is_honoured_within_the_deadline() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::status(429, "slow down").retry_after("1"));
+    server.push(Reply::text("finally"));
+    // Before: one 500 ms timeout wrapped the call, its retries and the wait, so a Retry-After of
+    // 1 s could never be honoured. Now 500 ms bounds each attempt and 30 s the whole call.
+    let m = with_times(&server, Duration::from_millis(500), Duration::from_secs(30));
+    let r = m.chat(ask()).await.unwrap();
+    assert_eq!(r.content, "finally");
+    assert_eq!(server.request_count(), 2);
+    let streamed_server = ScriptedServer::start().await;
+    streamed_server.push(Reply::status(429, "slow down").retry_after("1"));
+    streamed_server.push(Reply::text("streamed"));
+    let m = with_times(
+        &streamed_server,
+        Duration::from_millis(500),
+        Duration::from_secs(30),
+    );
+    let r = collect_stream(m.stream(ask()).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.content, "streamed");
+}
+
+#[tokio::test]
+async fn g8_a_retry_the_deadline_cannot_wait_for_is_not_started() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::status(429, "slow down").retry_after("5"));
+    server.push(Reply::text("never sent"));
+    let m = with_times(&server, Duration::from_secs(5), Duration::from_secs(1));
+    let err = m.chat(ask()).await.unwrap_err();
+    assert!(
+        matches!(err, GatewayError::Api { status: 429, .. }),
+        "the server's own answer, at once: {err:?}"
+    );
+    assert_eq!(server.request_count(), 1);
+}
+
 #[tokio::test]
 async fn g8_stalled_stream_times_out_between_chunks() {
     let server = ScriptedServer::start().await;

@@ -47,8 +47,13 @@ pub struct OpenAiConfig {
     pub model: String,
     /// Extra headers sent with every request.
     pub headers: Vec<(String, String)>,
-    /// Longest wait for a response, or between two stream chunks.
+    /// Per attempt: the longest wait for one HTTP attempt's response, and between two stream
+    /// chunks. A timed-out attempt is retried like a connection error (default 60 s).
     pub timeout: Duration,
+    /// The whole call, every attempt, backoff and `Retry-After` wait included: no retry
+    /// starts past it (default 300 s). A `Retry-After` is honoured up to
+    /// [`RetryPolicy::max_retry_after`] while the deadline allows.
+    pub deadline: Duration,
     /// Whether the model supports native function calling (G7).
     pub function_calling: bool,
     /// Retry policy for 429, 5xx and connection errors.
@@ -68,6 +73,7 @@ impl std::fmt::Debug for OpenAiConfig {
                 &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             )
             .field("timeout", &self.timeout)
+            .field("deadline", &self.deadline)
             .field("function_calling", &self.function_calling)
             .field("retry", &self.retry)
             .finish()
@@ -84,10 +90,23 @@ pub mod env {
     pub const MODEL: &str = "OPENAI_MODEL";
     /// `true`/`false`: native function calling (default true).
     pub const FUNCTION_CALLING: &str = "OPENAI_FUNCTION_CALLING";
-    /// Timeout in seconds (default 60).
+    /// Per-attempt timeout in seconds (default 60).
     pub const TIMEOUT_SECS: &str = "OPENAI_TIMEOUT_SECS";
+    /// Deadline of a whole call, retries included, in seconds (default 300).
+    pub const DEADLINE_SECS: &str = "OPENAI_DEADLINE_SECS";
     /// Extra headers: `Name: value` pairs separated by newlines or `;`.
     pub const HEADERS: &str = "OPENAI_HEADERS";
+}
+
+/// A positive number of seconds from environment variable `name`.
+fn secs_var(name: &str, value: &str) -> Result<Duration, GatewayError> {
+    let secs: f64 = value
+        .parse()
+        .map_err(|_| GatewayError::Config(format!("{name}={value:?}: use a number of seconds")))?;
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| GatewayError::Config(format!("{name}={value:?}: use a positive number")))
 }
 
 impl OpenAiConfig {
@@ -99,6 +118,7 @@ impl OpenAiConfig {
             model: model.into(),
             headers: Vec::new(),
             timeout: Duration::from_secs(60),
+            deadline: Duration::from_secs(300),
             function_calling: true,
             retry: RetryPolicy::default(),
             stream_usage: true,
@@ -132,18 +152,10 @@ impl OpenAiConfig {
             };
         }
         if let Some(t) = var(env::TIMEOUT_SECS) {
-            let secs: f64 = t.parse().map_err(|_| {
-                GatewayError::Config(format!(
-                    "{}={t:?}: use a number of seconds",
-                    env::TIMEOUT_SECS
-                ))
-            })?;
-            cfg.timeout = Duration::try_from_secs_f64(secs).map_err(|_| {
-                GatewayError::Config(format!(
-                    "{}={t:?}: use a positive number",
-                    env::TIMEOUT_SECS
-                ))
-            })?;
+            cfg.timeout = secs_var(env::TIMEOUT_SECS, &t)?;
+        }
+        if let Some(t) = var(env::DEADLINE_SECS) {
+            cfg.deadline = secs_var(env::DEADLINE_SECS, &t)?;
         }
         if let Some(h) = var(env::HEADERS) {
             for pair in h.split(['\n', ';']).filter(|p| !p.trim().is_empty()) {
@@ -171,9 +183,14 @@ impl OpenAiConfig {
         self.headers.push((name.into(), value.into()));
         self
     }
-    /// Set the timeout (whole response, or gap between two stream chunks).
+    /// Set the per-attempt timeout ([`OpenAiConfig::timeout`]).
     pub fn with_timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
+        self
+    }
+    /// Set the deadline of a whole call ([`OpenAiConfig::deadline`]).
+    pub fn with_deadline(mut self, d: Duration) -> Self {
+        self.deadline = d;
         self
     }
     /// Declare whether the model supports native function calling (G7).
@@ -243,7 +260,11 @@ impl OpenAiModel {
             .build()
             .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
         let service = tower::ServiceBuilder::new()
-            .layer(retry::RetryLayer(config.retry.clone()))
+            .layer(retry::RetryLayer {
+                policy: config.retry.clone(),
+                attempt_timeout: config.timeout,
+                deadline: config.deadline,
+            })
             .service(ReqwestService::new(http));
         let client = Client::with_config(oa).with_http_service(service);
         Ok(Self { client, config })
@@ -252,6 +273,17 @@ impl OpenAiModel {
     /// The configuration in use.
     pub fn config(&self) -> &OpenAiConfig {
         &self.config
+    }
+}
+
+impl OpenAiModel {
+    fn map_err(&self, e: OpenAIError) -> GatewayError {
+        match e {
+            OpenAIError::InvalidArgument(m) if m == retry::ATTEMPT_TIMED_OUT => {
+                GatewayError::Timeout(self.config.timeout)
+            }
+            other => map_err(other),
+        }
     }
 }
 
@@ -293,10 +325,10 @@ impl ChatModel for OpenAiModel {
         let body = wire::request_body(&request, &self.config.model, false, false);
         let chat = self.client.chat();
         let value =
-            tokio::time::timeout(self.config.timeout, chat.create_byot::<Value, Value>(body))
+            tokio::time::timeout(self.config.deadline, chat.create_byot::<Value, Value>(body))
                 .await
-                .map_err(|_| GatewayError::Timeout(self.config.timeout))?
-                .map_err(map_err)?;
+                .map_err(|_| GatewayError::Timeout(self.config.deadline))?
+                .map_err(|e| self.map_err(e))?;
         wire::parse_response(&value)
     }
 
@@ -304,10 +336,10 @@ impl ChatModel for OpenAiModel {
         let body = wire::request_body(&request, &self.config.model, true, self.config.stream_usage);
         let chat = self.client.chat();
         let call = chat.create_stream_byot::<Value, Value>(body);
-        let inner = tokio::time::timeout(self.config.timeout, call)
+        let inner = tokio::time::timeout(self.config.deadline, call)
             .await
-            .map_err(|_| GatewayError::Timeout(self.config.timeout))?
-            .map_err(map_err)?;
+            .map_err(|_| GatewayError::Timeout(self.config.deadline))?
+            .map_err(|e| self.map_err(e))?;
         let state = StreamState {
             inner,
             timeout: self.config.timeout,

@@ -104,16 +104,26 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
     )
 }
 
+/// What the layer answers when an attempt ran past its time and no retry may follow; the
+/// backend turns it into [`crate::GatewayError::Timeout`].
+pub(crate) const ATTEMPT_TIMED_OUT: &str = "llm-toolkit: the attempt timed out";
+
 /// The tower layer installed under the async-openai client.
 #[derive(Clone, Debug)]
-pub(crate) struct RetryLayer(pub(crate) RetryPolicy);
+pub(crate) struct RetryLayer {
+    pub(crate) policy: RetryPolicy,
+    /// Longest wait for one attempt's response headers.
+    pub(crate) attempt_timeout: Duration,
+    /// The whole call: no retry starts, and no backoff or `Retry-After` is waited for, past it.
+    pub(crate) deadline: Duration,
+}
 
 impl<S> tower::Layer<S> for RetryLayer {
     type Service = Retry<S>;
     fn layer(&self, inner: S) -> Retry<S> {
         Retry {
             inner,
-            policy: self.0.clone(),
+            layer: self.clone(),
         }
     }
 }
@@ -122,7 +132,7 @@ impl<S> tower::Layer<S> for RetryLayer {
 #[derive(Clone, Debug)]
 pub(crate) struct Retry<S> {
     inner: S,
-    policy: RetryPolicy,
+    layer: RetryLayer,
 }
 
 type BoxFut = Pin<Box<dyn Future<Output = Result<Response, OpenAIError>> + Send>>;
@@ -146,18 +156,35 @@ where
     fn call(&mut self, request: HttpRequestFactory) -> BoxFut {
         let clone = self.inner.clone();
         let mut service = std::mem::replace(&mut self.inner, clone);
-        let policy = self.policy.clone();
+        let RetryLayer {
+            policy,
+            attempt_timeout,
+            deadline,
+        } = self.layer.clone();
         Box::pin(async move {
             use tower::ServiceExt;
+            let start = tokio::time::Instant::now();
             let mut attempt = 0u32;
             loop {
-                let result = service.ready().await?.call(request.clone()).await;
+                let call = service.ready().await?.call(request.clone());
+                let result = match tokio::time::timeout(attempt_timeout, call).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        tracing::warn!(
+                            attempt = attempt + 1,
+                            ?attempt_timeout,
+                            "model request attempt timed out"
+                        );
+                        Err(OpenAIError::InvalidArgument(ATTEMPT_TIMED_OUT.into()))
+                    }
+                };
                 let wait = match &result {
                     Ok(r) if r.status().as_u16() == 429 || r.status().is_server_error() => {
                         retry_after(r.headers())
                     }
                     Ok(_) => return result,
                     Err(OpenAIError::Reqwest(e)) if e.is_connect() => None,
+                    Err(OpenAIError::InvalidArgument(m)) if m == ATTEMPT_TIMED_OUT => None,
                     Err(_) => return result,
                 };
                 if attempt >= policy.max_retries {
@@ -174,6 +201,14 @@ where
                     Some(d) => d,
                     None => policy.backoff(attempt),
                 };
+                if start.elapsed() + delay >= deadline {
+                    tracing::warn!(
+                        ?delay,
+                        ?deadline,
+                        "the next retry would start past the call's deadline; giving up"
+                    );
+                    return result;
+                }
                 match &result {
                     Ok(r) => {
                         tracing::warn!(status = %r.status(), attempt = attempt + 1, ?delay, "retrying model request")
