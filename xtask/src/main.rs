@@ -132,8 +132,13 @@ fn stage(n: u8) -> Result<(), String> {
     run(&format!("Stage {n} tests"), &mut test)
 }
 
-/// Builds and runs the Stage `n` demo (every variant of it).
+/// Builds and runs the Stage `n` demo (every variant of it). The build runs first and shows
+/// cargo's progress: on a fresh machine it takes minutes, and a silent screen looks hung.
 fn run_demo(n: u8, what: &str) -> Result<(), String> {
+    run(
+        &format!("building the Stage {n} demo (a first build takes several minutes)"),
+        cargo().args(["build", "-p", "examples", "--bin", &format!("stage-{n}")]),
+    )?;
     for args in demo_runs(n) {
         let label = if args.len() > 1 {
             format!("{what} {}", args[1..].join(" "))
@@ -185,6 +190,7 @@ fn test_all() -> Result<(), String> {
             "warnings",
         ]),
     )?;
+    check_layers()?;
     run(
         "cargo test (every crate; local-model's tests fetch the model once into the user's cache and fail, never skip, when they cannot)",
         cargo().args(["test", "--workspace"]),
@@ -193,6 +199,44 @@ fn test_all() -> Result<(), String> {
         run_demo(s.n, &format!("Stage {} demo", s.n))?;
     }
     eprintln!("\nxtask test: all green");
+    Ok(())
+}
+
+/// The layers above the backends must not compile an HTTP client or a model runtime (#12):
+/// checked on `cargo tree`'s normal dependencies, dev-dependencies aside.
+fn check_layers() -> Result<(), String> {
+    const LAYERS: &[&str] = &[
+        "llm-core",
+        "context-engine",
+        "output-control",
+        "tool-system",
+        "skills",
+        "messaging",
+        "mcp-bridge",
+        "seam-check",
+    ];
+    const BACKEND_ONLY: &[&str] = &["async-openai", "reqwest", "candle-core", "tower"];
+    eprintln!("\n==> layer check: {LAYERS:?} depend on none of {BACKEND_ONLY:?}");
+    for layer in LAYERS {
+        let out = cargo()
+            .args(["tree", "-p", layer, "-e", "normal", "--prefix", "none"])
+            .output()
+            .map_err(|e| format!("cargo tree: could not start: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo tree -p {layer} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let tree = String::from_utf8_lossy(&out.stdout);
+        for dep in BACKEND_ONLY {
+            if tree.lines().any(|l| l.starts_with(&format!("{dep} v"))) {
+                return Err(format!(
+                    "layer check: {layer} depends on {dep}; only backends (model-gateway, local-model) may. `cargo tree -p {layer} -i {dep}` shows the path."
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
