@@ -25,7 +25,7 @@ impl QuickReplies {
         if items.len() > MAX_QUICK_REPLIES {
             return Err(QuickRepliesError::TooMany { count: items.len() });
         }
-        if let Some(index) = items.iter().position(String::is_empty) {
+        if let Some(index) = items.iter().position(|s| s.trim().is_empty()) {
             return Err(QuickRepliesError::EmptyItem { index });
         }
         Ok(if items.is_empty() {
@@ -139,7 +139,9 @@ pub fn validate_quick_replies(
     let mut out = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
         match item {
-            Value::String(s) if s.is_empty() => return Err(QuickRepliesError::EmptyItem { index }),
+            Value::String(s) if s.trim().is_empty() => {
+                return Err(QuickRepliesError::EmptyItem { index });
+            }
             Value::String(s) => out.push(s.clone()),
             other => {
                 return Err(QuickRepliesError::NotString {
@@ -156,10 +158,12 @@ pub fn validate_quick_replies(
 /// at most 10 items. It is optional: the tool's schema does not list it under `required`.
 pub fn quick_replies_schema() -> Value {
     json!({
-        "type": "array",
+        // `null` means absent everywhere, the schema included: models fill optional fields
+        // with null, and the dispatcher checks the schema before the tool sees the value.
+        "type": ["array", "null"],
         "description": "Optional quick-reply options shown to the recipient as buttons, in this order. \
                         At most 10 non-empty strings. The recipient may still type a free reply. \
-                        Omit it (or pass []) for none.",
+                        Omit it (or pass null or []) for none.",
         "items": {"type": "string", "minLength": 1},
         "maxItems": MAX_QUICK_REPLIES
     })
@@ -266,7 +270,7 @@ mod tests {
     #[test]
     fn q18_schema_max_items_is_ten() {
         let s = quick_replies_schema();
-        assert_eq!(s["type"], "array");
+        assert_eq!(s["type"], serde_json::json!(["array", "null"]));
         assert_eq!(s["maxItems"], 10);
         assert_eq!(s["items"]["type"], "string");
         assert_eq!(s["items"]["minLength"], 1);

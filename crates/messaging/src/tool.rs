@@ -367,7 +367,7 @@ mod tests {
         assert!(spec.parameters["properties"]["quickReplies"].is_object());
         assert_eq!(
             spec.parameters["properties"]["quickReplies"]["type"],
-            "array"
+            json!(["array", "null"])
         );
     }
 
@@ -397,5 +397,50 @@ mod tests {
             p["properties"]["quickReplies"]["items"],
             json!({"type": "string", "minLength": 1})
         );
+    }
+
+    /// Through the dispatcher, which checks the schema before the tool runs: `null` was
+    /// accepted by the tool but refused by its schema.
+    fn dispatcher(tool: SendMessageTool) -> tool_system::Dispatcher {
+        let mut r = tool_system::ToolRegistry::new();
+        r.register(tool).unwrap();
+        tool_system::Dispatcher::from_registry(r)
+    }
+
+    #[tokio::test]
+    async fn q4_null_quick_replies_mean_absent_through_the_schema_and_the_tool() {
+        let (tool, mut inbox) = setup();
+        let d = dispatcher(tool);
+        let out = d
+            .dispatch(
+                "send_message",
+                json!({"recipient": "user", "text": "hi", "quickReplies": null}),
+                ToolContext::new("c"),
+            )
+            .await;
+        assert!(out.is_ok(), "{}", out.content);
+        assert!(inbox.try_recv().unwrap().quick_replies.is_empty());
+    }
+
+    #[tokio::test]
+    async fn q6_an_option_that_is_empty_after_trimming_is_rejected_with_the_q_error() {
+        let (tool, mut inbox) = setup();
+        let d = dispatcher(tool);
+        for blank in [" ", "\t\n", "\u{3000}"] {
+            let out = d
+                .dispatch(
+                    "send_message",
+                    json!({"recipient": "user", "text": "t", "quickReplies": ["Yes", blank]}),
+                    ToolContext::new("c"),
+                )
+                .await;
+            assert!(!out.is_ok());
+            assert!(
+                out.content.contains("quickReplies[1] is empty"),
+                "{blank:?}: {}",
+                out.content
+            );
+        }
+        assert!(inbox.try_recv().is_none(), "nothing was sent");
     }
 }
