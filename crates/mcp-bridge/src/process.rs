@@ -9,7 +9,7 @@
 //! non-dumpable when the first server starts, and a server started by root loses
 //! `CAP_SYS_PTRACE` (and the other capabilities that read memory), so a server cannot read the
 //! agent's `/proc/PID/environ` or memory. What this does and does not cover:
-//! `docs/stage-4-mcp-bridge.md` and `process_guard`'s docs.
+//! `crates/process-guard/README.md` (measured on this machine) and `process_guard`'s docs.
 //!
 //! rmcp's own child-process transport inherits stderr, does not start the child in its own
 //! process group and ignores stdout lines that are not JSON, so the bridge spawns the
