@@ -5,6 +5,7 @@
 //! cargo run -p examples --bin stage-5 -- --smoke      # serve, one real HTTP round trip against itself, exit 0
 //! STAGE_DEMO_SECONDS=30 cargo run -p examples --bin stage-5   # serve for 30 s, then exit 0
 //! PANEL_ADDR=127.0.0.1:8080 cargo run -p examples --bin stage-5   # fixed port (loopback only)
+//! PANEL_DB=/tmp/panel.sqlite3 cargo run -p examples --bin stage-5  # where conversations are kept
 //! ```
 //!
 //! With `OPENAI_API_KEY` / `OPENAI_BASE_URL` (and `OPENAI_MODEL`) set, the agent is that model.
@@ -208,8 +209,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Arc::new(model)
         }
     };
-    let backend = AgentBackend::build(model, bus.clone(), |b| b)?;
-    let panel = ChatPanel::new(backend, bus, PanelConfig::default());
+    // Conversations are kept in SQLite (C4): PANEL_DB, else the default file
+    // (~/.local/share/llm-toolkit/chat-panel.sqlite3); --smoke uses a fresh file in the temp dir.
+    let db = match std::env::var_os("PANEL_DB") {
+        Some(p) => std::path::PathBuf::from(p),
+        None if smoke => {
+            std::env::temp_dir().join(format!("stage5-smoke-{}.sqlite3", std::process::id()))
+        }
+        None => chat_panel::HistoryStore::default_path(),
+    };
+    println!(
+        "Conversations are kept in {} (set PANEL_DB to choose)",
+        db.display()
+    );
+    let config = PanelConfig::default().with_history_path(&db);
+    let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)?;
+    let panel = ChatPanel::new(backend, bus, config);
     let addr = std::env::var("PANEL_ADDR").unwrap_or_else(|_| "127.0.0.1:0".into());
     let server = panel.serve(&addr).await?;
     println!("Chat panel: {}", server.url());
@@ -252,6 +267,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "3) GET the session: {n} entries kept on the server (a page reload shows the same)"
         );
         server.shutdown().await;
+        if std::env::var_os("PANEL_DB").is_none() {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+            }
+        }
         println!("smoke round trip OK");
         return Ok(());
     }
