@@ -1,6 +1,8 @@
 //! Provider-neutral data: messages, tool calls, tool specs, requests and responses.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
 use serde_json::Value;
 
 /// Who wrote a message.
@@ -257,8 +259,9 @@ pub struct ToolSpec {
     pub name: String,
     /// What it does, for the model.
     pub description: String,
-    /// JSON Schema of the arguments object.
-    pub parameters: Value,
+    /// JSON Schema of the arguments object. Shared, not copied: a spec is cloned into every
+    /// request of every round, and a schema is the largest part of it.
+    pub parameters: Arc<Value>,
 }
 
 impl ToolSpec {
@@ -267,7 +270,7 @@ impl ToolSpec {
         Self {
             name: name.into(),
             description: description.into(),
-            parameters,
+            parameters: Arc::new(parameters),
         }
     }
 }

@@ -9,7 +9,7 @@ use llm_core::ChatModel;
 use crate::runner::{
     LoopError, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream,
 };
-use crate::{Dispatcher, ProtocolKind, RegistryError, Tool, ToolProvider, ToolRegistry};
+use crate::{Dispatcher, RegistryError, Tool, ToolProvider, ToolRegistry};
 
 /// A model, its tools, a session store and loop options, ready to answer.
 ///
@@ -155,37 +155,6 @@ impl AgentBuilder {
         self.store = Some(store);
         self
     }
-    /// The base system prompt.
-    pub fn system_prompt(mut self, s: impl Into<String>) -> Self {
-        self.options.system_prompt = s.into();
-        self
-    }
-    /// A fixed extra section of the system prompt (composed per request, never stored).
-    pub fn section(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
-        self.options.sections.push((name.into(), text.into()));
-        self
-    }
-    /// A hook computing system-prompt sections from each turn's user message, e.g.
-    /// `mcp_bridge::McpBridge` (level-1 descriptions for an MCP intent, nothing otherwise).
-    pub fn turn_sections(mut self, hook: Arc<dyn crate::TurnSections>) -> Self {
-        self.options.turn_sections.push(hook);
-        self
-    }
-    /// The call protocol (default [`ProtocolKind::Auto`]).
-    pub fn protocol(mut self, p: ProtocolKind) -> Self {
-        self.options.protocol = p;
-        self
-    }
-    /// The most model calls per run (default 5).
-    pub fn max_iterations(mut self, n: usize) -> Self {
-        self.options.max_iterations = n;
-        self
-    }
-    /// 000's `enableToolActionParsing` (default true).
-    pub fn tool_action_parsing(mut self, on: bool) -> Self {
-        self.options.tool_action_parsing = on;
-        self
-    }
     /// Default time limit of a tool call (default 30 s).
     pub fn tool_timeout(mut self, t: Duration) -> Self {
         self.tool_timeout = Some(t);
@@ -196,12 +165,10 @@ impl AgentBuilder {
         self.max_result_bytes = Some(n);
         self
     }
-    /// Token budget of each request (default unlimited).
-    pub fn context_budget(mut self, tokens: usize) -> Self {
-        self.options.context_budget = Some(tokens);
-        self
+    pub(crate) fn options_mut(&mut self) -> &mut LoopOptions {
+        &mut self.options
     }
-    /// Every loop option at once.
+    /// Replace every loop option at once.
     pub fn options(mut self, options: LoopOptions) -> Self {
         self.options = options;
         self

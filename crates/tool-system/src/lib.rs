@@ -42,6 +42,7 @@
 mod agent;
 mod dispatch;
 mod machine;
+mod options;
 mod prompt;
 mod protocol;
 mod registry;

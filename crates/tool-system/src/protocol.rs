@@ -401,7 +401,7 @@ impl TagReader {
             .tools
             .iter()
             .find(|t| t.name == a.name)
-            .map(|t| &t.parameters);
+            .map(|t| &*t.parameters);
         let arguments = Value::Object(coerce_to_schema(a.arguments, schema));
         PendingCall::new(id, a.name, arguments)
     }

@@ -15,100 +15,10 @@ use llm_core::{
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::machine::{
-    CallFacts, CallPlan, DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts,
-};
-use crate::protocol::{CallProtocol, PendingCall, ProtocolKind, Reading, Step, resolve_protocol};
-use crate::{Dispatcher, ToolContext, ToolError, TurnSections};
-
-/// How a loop runs.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct LoopOptions {
-    /// The base system prompt (tool descriptions of prompt-based protocols are added as a section).
-    pub system_prompt: String,
-    /// The call protocol (default: [`ProtocolKind::Auto`]).
-    pub protocol: ProtocolKind,
-    /// The most rounds of tool calls in one run (default 5, T5/001): the response after the
-    /// last round that still asks for tools ends the run with its text and a warning.
-    pub max_iterations: usize,
-    /// An unreadable answer (a broken JSON decision) is sent back once with a request to fix
-    /// it (default `false`: it is taken as the plain answer, as 001's fallback says).
-    pub corrections: bool,
-    /// 000's `enableToolActionParsing` for the tag protocol (default true).
-    pub tool_action_parsing: bool,
-    /// The request's token budget (default: unlimited); trims the oldest history first.
-    pub context_budget: Option<usize>,
-    /// Token counter for the budget (default: `context_engine::counter_for_model` of the model).
-    pub counter: Option<Arc<dyn TokenCounter>>,
-    /// Fixed extra sections of the system prompt, `(name, text)`, after the tool section.
-    pub sections: Vec<(String, String)>,
-    /// Hooks computing sections from each turn's user message (C2; e.g. mcp-bridge's M3).
-    pub turn_sections: Vec<Arc<dyn TurnSections>>,
-}
-
-impl Default for LoopOptions {
-    fn default() -> Self {
-        Self {
-            system_prompt: String::new(),
-            protocol: ProtocolKind::Auto,
-            max_iterations: DEFAULT_MAX_ITERATIONS,
-            corrections: false,
-            tool_action_parsing: true,
-            context_budget: None,
-            counter: None,
-            sections: Vec::new(),
-            turn_sections: Vec::new(),
-        }
-    }
-}
-
-impl LoopOptions {
-    /// Options with the defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Set the base system prompt.
-    pub fn with_system_prompt(mut self, s: impl Into<String>) -> Self {
-        self.system_prompt = s.into();
-        self
-    }
-    /// Set the protocol.
-    pub fn with_protocol(mut self, p: ProtocolKind) -> Self {
-        self.protocol = p;
-        self
-    }
-    /// Add a fixed section to the system prompt.
-    pub fn with_section(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
-        self.sections.push((name.into(), text.into()));
-        self
-    }
-    /// Add a hook that computes sections from each turn's user message.
-    pub fn with_turn_sections(mut self, hook: Arc<dyn TurnSections>) -> Self {
-        self.turn_sections.push(hook);
-        self
-    }
-    /// Set the round limit.
-    pub fn with_max_iterations(mut self, n: usize) -> Self {
-        self.max_iterations = n;
-        self
-    }
-    /// Turn the correction round on or off ([`LoopOptions::corrections`]).
-    pub fn with_corrections(mut self, on: bool) -> Self {
-        self.corrections = on;
-        self
-    }
-    /// Turn `<tool_action>` parsing on or off (tag protocol).
-    pub fn with_tool_action_parsing(mut self, on: bool) -> Self {
-        self.tool_action_parsing = on;
-        self
-    }
-    /// Set the token budget of each request.
-    pub fn with_context_budget(mut self, tokens: usize) -> Self {
-        self.context_budget = Some(tokens);
-        self
-    }
-}
+use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, ResponseFacts};
+pub use crate::options::LoopOptions;
+use crate::protocol::{CallProtocol, PendingCall, Reading, Step, resolve_protocol};
+use crate::{Dispatcher, ToolContext, ToolError};
 
 /// What a UI can render while a loop runs.
 #[derive(Debug)]

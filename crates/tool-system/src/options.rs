@@ -1,0 +1,101 @@
+//! [`LoopOptions`]: how a tool loop runs. Its setters are written once, in the list at the
+//! bottom of this file, which gives both `LoopOptions::with_x` and [`AgentBuilder`]'s `x`.
+
+use std::sync::Arc;
+
+use context_engine::TokenCounter;
+
+use crate::machine::DEFAULT_MAX_ITERATIONS;
+use crate::{AgentBuilder, ProtocolKind, TurnSections};
+
+/// How a loop runs.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LoopOptions {
+    /// The base system prompt (tool descriptions of prompt-based protocols are added as a section).
+    pub system_prompt: String,
+    /// The call protocol (default: [`ProtocolKind::Auto`]).
+    pub protocol: ProtocolKind,
+    /// The most rounds of tool calls in one run (default 5, T5/001): the response after the
+    /// last round that still asks for tools ends the run with its text and a warning.
+    pub max_iterations: usize,
+    /// An unreadable answer (a broken JSON decision) is sent back once with a request to fix
+    /// it (default `false`: it is taken as the plain answer, as 001's fallback says).
+    pub corrections: bool,
+    /// 000's `enableToolActionParsing` for the tag protocol (default true).
+    pub tool_action_parsing: bool,
+    /// The request's token budget (default: unlimited); trims the oldest history first.
+    pub context_budget: Option<usize>,
+    /// Token counter for the budget (default: `context_engine::counter_for_model` of the model).
+    pub counter: Option<Arc<dyn TokenCounter>>,
+    /// Fixed extra sections of the system prompt, `(name, text)`, after the tool section.
+    pub sections: Vec<(String, String)>,
+    /// Hooks computing sections from each turn's user message (C2; e.g. mcp-bridge's M3).
+    pub turn_sections: Vec<Arc<dyn TurnSections>>,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        Self {
+            system_prompt: String::new(),
+            protocol: ProtocolKind::Auto,
+            max_iterations: DEFAULT_MAX_ITERATIONS,
+            corrections: false,
+            tool_action_parsing: true,
+            context_budget: None,
+            counter: None,
+            sections: Vec::new(),
+            turn_sections: Vec::new(),
+        }
+    }
+}
+
+impl LoopOptions {
+    /// Options with the defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// One list of settings; each entry becomes `LoopOptions::$with` and `AgentBuilder::$name`.
+macro_rules! loop_settings {
+    ($( $(#[$doc:meta])* $name:ident / $with:ident ($($arg:ident : $ty:ty),*) => |$o:ident| $body:expr; )*) => {
+        impl LoopOptions {
+            $( $(#[$doc])* pub fn $with(mut self, $($arg: $ty),*) -> Self {
+                let $o = &mut self;
+                $body;
+                self
+            } )*
+        }
+        impl AgentBuilder {
+            $( $(#[$doc])* pub fn $name(mut self, $($arg: $ty),*) -> Self {
+                let $o = self.options_mut();
+                $body;
+                self
+            } )*
+        }
+    };
+}
+
+loop_settings! {
+    /// Set the base system prompt (tool descriptions of prompt-based protocols are added as a
+    /// section after it).
+    system_prompt / with_system_prompt(s: impl Into<String>) => |o| o.system_prompt = s.into();
+    /// Set the call protocol (default [`ProtocolKind::Auto`]).
+    protocol / with_protocol(p: ProtocolKind) => |o| o.protocol = p;
+    /// Add a fixed section to the system prompt.
+    section / with_section(name: impl Into<String>, text: impl Into<String>) =>
+        |o| o.sections.push((name.into(), text.into()));
+    /// Add a hook that computes sections from each turn's user message (C2; mcp-bridge's M3).
+    turn_sections / with_turn_sections(hook: Arc<dyn TurnSections>) => |o| o.turn_sections.push(hook);
+    /// Set the most rounds of tool calls in one run (default 5, 001).
+    max_iterations / with_max_iterations(n: usize) => |o| o.max_iterations = n;
+    /// Turn the correction round on or off ([`LoopOptions::corrections`]).
+    corrections / with_corrections(on: bool) => |o| o.corrections = on;
+    /// Turn `<tool_action>` parsing on or off (tag protocol; default on).
+    tool_action_parsing / with_tool_action_parsing(on: bool) => |o| o.tool_action_parsing = on;
+    /// Set the token budget of each request; the oldest history is trimmed first.
+    context_budget / with_context_budget(tokens: usize) => |o| o.context_budget = Some(tokens);
+    /// Set the token counter for the budget.
+    counter / with_counter(counter: Arc<dyn TokenCounter>) => |o| o.counter = Some(counter);
+}
