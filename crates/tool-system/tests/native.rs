@@ -678,8 +678,8 @@ async fn t5_context_budget_trims_old_history_but_session_keeps_everything() {
     );
 }
 
-#[tokio::test]
-async fn t5_repeated_identical_calls_run_again_by_default() {
+/// A model that calls get_weather(Beijing) twice in a row, then answers.
+async fn two_identical_calls_then_an_answer() -> ScriptedServer {
     let server = ScriptedServer::start().await;
     for id in ["c1", "c2"] {
         server.push(Reply::tool_call(
@@ -689,6 +689,12 @@ async fn t5_repeated_identical_calls_run_again_by_default() {
         ));
     }
     server.push(Reply::text("Sunny, 22°C."));
+    server
+}
+
+#[tokio::test]
+async fn t5_repeated_identical_calls_run_again_by_default() {
+    let server = two_identical_calls_then_an_answer().await;
     let (agent, calls, store) = weather_agent(&server);
     let out = agent.run("s", "weather?").await.unwrap();
     assert_eq!(out.answer, "Sunny, 22°C.");
@@ -703,15 +709,7 @@ async fn t5_repeated_identical_calls_run_again_by_default() {
 
 #[tokio::test]
 async fn t5_a_repeated_call_of_an_idempotent_tool_reuses_the_result_and_asks_for_an_answer() {
-    let server = ScriptedServer::start().await;
-    for id in ["c1", "c2"] {
-        server.push(Reply::tool_call(
-            id,
-            "get_weather",
-            r#"{"city": "Beijing"}"#,
-        ));
-    }
-    server.push(Reply::text("Sunny, 22°C."));
+    let server = two_identical_calls_then_an_answer().await;
     let calls = Arc::new(AtomicUsize::new(0));
     let store = store();
     let agent = Agent::builder(model(&server))
