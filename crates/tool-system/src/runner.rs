@@ -98,9 +98,11 @@ pub enum LoopError {
 
 type Sink<'a> = Option<&'a mpsc::Sender<LoopEvent>>;
 
-async fn emit(sink: Sink<'_>, ev: LoopEvent) -> Result<(), LoopError> {
+/// Sends an event when someone listens; the event is only built then (a plain `run` has no
+/// listener, and the events' clones of arguments and results would be wasted).
+async fn emit(sink: Sink<'_>, ev: impl FnOnce() -> LoopEvent) -> Result<(), LoopError> {
     match sink {
-        Some(tx) => tx.send(ev).await.map_err(|_| LoopError::Cancelled),
+        Some(tx) => tx.send(ev()).await.map_err(|_| LoopError::Cancelled),
         None => Ok(()),
     }
 }
@@ -228,7 +230,7 @@ async fn drive(
     );
     // Refreshes the routing table: every listed tool routes, advertised or not.
     dispatcher.specs().await;
-    let turn = TurnInfo::new(user_text).with_session(session_id);
+    let mut turn = TurnInfo::new(user_text).with_session(session_id);
     let mut tools = dispatcher.advertised(&turn).await;
     let counter: Arc<dyn TokenCounter> = match (&options.counter, options.context_budget) {
         (Some(c), _) => Arc::clone(c),
@@ -264,9 +266,8 @@ async fn drive(
         if machine.model_calls() > 0 {
             // A provider may show more tools after a round (MCP level 2: a tool whose
             // details the model asked for).
-            let now = dispatcher
-                .advertised(&turn.clone().with_round(machine.model_calls()))
-                .await;
+            turn.round = machine.model_calls();
+            let now = dispatcher.advertised(&turn).await;
             if now != tools {
                 tools = now;
                 builder =
@@ -303,12 +304,9 @@ async fn drive(
             }
             Decision::Reprompt => {
                 let correction = reading.correction.clone().unwrap_or_default();
-                emit(
-                    sink,
-                    LoopEvent::Reprompted {
-                        correction: correction.clone(),
-                    },
-                )
+                emit(sink, || LoopEvent::Reprompted {
+                    correction: correction.clone(),
+                })
                 .await?;
                 vec![
                     Message::assistant(reading.content.clone()),
@@ -318,7 +316,7 @@ async fn drive(
             Decision::Finish => {
                 for step in &reading.steps {
                     if let Step::Text(t) = step {
-                        emit(sink, LoopEvent::TextDelta(t.clone())).await?;
+                        emit(sink, || LoopEvent::TextDelta(t.clone())).await?;
                     }
                 }
                 vec![Message::assistant(reading.content.clone())]
@@ -333,7 +331,7 @@ async fn drive(
                 let mut results = Vec::new();
                 for step in &reading.steps {
                     match step {
-                        Step::Text(t) => emit(sink, LoopEvent::TextDelta(t.clone())).await?,
+                        Step::Text(t) => emit(sink, || LoopEvent::TextDelta(t.clone())).await?,
                         Step::Calls(calls) => {
                             for c in calls {
                                 let e = ToolError::failed(format!(
@@ -354,12 +352,9 @@ async fn drive(
         let done = match decision {
             Decision::RunTools | Decision::Reprompt => false,
             Decision::StopAtLimit => {
-                emit(
-                    sink,
-                    LoopEvent::IterationLimitReached {
-                        iterations: machine.model_calls(),
-                    },
-                )
+                emit(sink, || LoopEvent::IterationLimitReached {
+                    iterations: machine.model_calls(),
+                })
                 .await?;
                 true
             }
@@ -392,23 +387,21 @@ async fn run_steps(
     for step in &reading.steps {
         let calls = match step {
             Step::Text(t) => {
-                emit(sink, LoopEvent::TextDelta(t.clone())).await?;
+                emit(sink, || LoopEvent::TextDelta(t.clone())).await?;
                 continue;
             }
             Step::Calls(calls) => calls,
         };
+        let facts: Vec<CallFacts<'_>> = calls.iter().map(|c| facts(c, dispatcher)).collect();
         let mut plans = Vec::with_capacity(calls.len());
-        for c in calls {
-            emit(
-                sink,
-                LoopEvent::ToolCallStarted {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
-                },
-            )
+        for (c, f) in calls.iter().zip(&facts) {
+            emit(sink, || LoopEvent::ToolCallStarted {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            })
             .await?;
-            plans.push(machine.plan_call(facts(c, dispatcher)));
+            plans.push(machine.plan_call(*f));
         }
         let outcomes: Vec<(String, bool)> = if protocol.concurrent() && calls.len() > 1 {
             futures::future::join_all(
@@ -425,17 +418,16 @@ async fn run_steps(
             }
             v
         };
-        for ((c, plan), (content, is_error)) in calls.iter().zip(&plans).zip(outcomes) {
-            machine.call_done(facts(c, dispatcher), plan, &content, !is_error);
-            emit(
-                sink,
-                LoopEvent::ToolResult {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    content: content.clone(),
-                    is_error,
-                },
-            )
+        for (((c, f), plan), (content, is_error)) in
+            calls.iter().zip(&facts).zip(&plans).zip(outcomes)
+        {
+            machine.call_done(*f, plan, &content, !is_error);
+            emit(sink, || LoopEvent::ToolResult {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                content: content.clone(),
+                is_error,
+            })
             .await?;
             results.push((c.clone(), content));
         }
@@ -493,7 +485,7 @@ async fn read_response(
             ChatEvent::TextDelta(t) => {
                 for shown in reader.text(&t) {
                     if !shown.is_empty() {
-                        emit(sink, LoopEvent::TextDelta(shown)).await?;
+                        emit(sink, || LoopEvent::TextDelta(shown)).await?;
                     }
                 }
                 text.push_str(&t);

@@ -74,6 +74,23 @@ impl SessionStore for MemoryStore {
         Ok(messages.len() as u64)
     }
 
+    /// One lookup under one lock (the trait's default takes three and builds a NotFound error).
+    async fn load_or_create(&self, id: &str) -> Result<Session, StoreError> {
+        let mut map = self.lock();
+        let messages = match map.get(id) {
+            Some(m) => m.clone(),
+            None => {
+                check_id(id)?;
+                map.insert(id.to_owned(), Vec::new());
+                Vec::new()
+            }
+        };
+        Ok(Session {
+            id: id.to_owned(),
+            messages,
+        })
+    }
+
     async fn list(&self) -> Result<Vec<String>, StoreError> {
         let mut ids: Vec<String> = self.lock().keys().cloned().collect();
         ids.sort();
