@@ -88,6 +88,7 @@ async fn main() {
 
     let tools: Vec<McpTool> = b.tools().await;
     let bpe = tiktoken_rs::cl100k_base().unwrap();
+    // No description configured: each tool's level-1 sentence is its service's name (M5).
     let descriptions: BTreeMap<String, String> = [
         ("own".to_string(), "own".to_string()),
         ("everything".to_string(), "everything".to_string()),
@@ -160,6 +161,16 @@ async fn main() {
         tools.iter().filter(|t| t.service == "everything").count(),
         100.0 * k as f64 / f as f64,
         100.0 * k as f64 / kf as f64
+    );
+    // On an MCP turn the request's `tools` also carries the describe tool (level 2 on demand).
+    let d = tokens(
+        &bpe,
+        &serde_json::to_string(&mcp_bridge::inject::describe_tool_spec()).unwrap(),
+    );
+    println!(
+        "| + the `{}` spec in `tools` on an MCP turn | {d} | {:.1}% |",
+        mcp_bridge::DESCRIBE_TOOL,
+        100.0 * d as f64 / f as f64
     );
     println!(
         "| non-MCP intent | {} | 0% |",
