@@ -345,9 +345,10 @@ struct CallHost {
     mounts: Vec<PathBuf>,
 }
 
-impl CallHost {
-    /// Kills what is left of the call, then removes its directory. Blocking.
-    fn clean(mut self) {
+/// Kills what is left of the call, then unmounts and removes its directory. Blocking: runs on a
+/// blocking thread (see `CallGuard`), or wherever the value is dropped.
+impl Drop for CallHost {
+    fn drop(&mut self) {
         if let Some((uid, gid)) = self.ids {
             sys::kill_uid(uid, gid);
         }
@@ -374,7 +375,7 @@ impl CallGuard {
             sys::kill_group(pgid);
         }
         if let Some(host) = self.host.take() {
-            let _ = tokio::task::spawn_blocking(move || host.clean()).await;
+            let _ = tokio::task::spawn_blocking(move || drop(host)).await;
         }
     }
 }
@@ -386,10 +387,12 @@ impl Drop for CallGuard {
         }
         if let Some(host) = self.host.take() {
             match tokio::runtime::Handle::try_current() {
+                // Should the runtime be shutting down, the task is dropped unrun and `host` is
+                // cleaned up where it is dropped: either way it is cleaned up.
                 Ok(rt) => {
-                    rt.spawn_blocking(move || host.clean());
+                    rt.spawn_blocking(move || drop(host));
                 }
-                Err(_) => host.clean(),
+                Err(_) => drop(host),
             }
         }
     }

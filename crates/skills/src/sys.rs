@@ -275,18 +275,10 @@ pub(crate) fn unmount(at: &Path) -> io::Result<()> {
     check(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) }).map(|_| ())
 }
 
-/// Sends SIGKILL to a whole process group; a group that is already gone is not an error.
+/// Sends SIGKILL to a whole process group (process-guard's, shared with mcp-bridge); a group
+/// that is already gone is not an error.
 pub(crate) fn kill_group(pgid: u32) {
-    let Ok(pgid) = i32::try_from(pgid) else {
-        return;
-    };
-    if pgid <= 1 {
-        return;
-    }
-    // SAFETY: kill with a negative pid signals the process group; it has no memory effects.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
-    }
+    process_guard::kill_group(pgid);
 }
 
 /// The Landlock ABI version the kernel supports, or `None`.
