@@ -11,8 +11,9 @@
 //! - **faithfulness**: the final answer states at least one of the result's facts and
 //!   contradicts none (no other sky word, no negated fact like "not sunny" / "不是晴").
 //!
-//! Variants (`--variant`, default all): the sampling setting the demos use (`t0.3`), greedy
-//! (`greedy`), and greedy with the n-gram ban (`greedy-ngram3`). `LOCAL_MODEL_PATH` runs
+//! Variants (`--variant`, default all): greedy, greedy with a logit bias of 3 or 6 for opening
+//! a call on an answer's first token (`LocalModelBuilder::call_bias`), the builder's default
+//! temperature 0.3, an application system prompt (the Stage 3 demo's), and the n-gram ban. `LOCAL_MODEL_PATH` runs
 //! another GGUF. Prints a Markdown table for docs/local-model.md.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -87,7 +88,11 @@ fn weather(city: &str, sky: &str, temp: i32) -> Value {
 }
 
 fn cases() -> Vec<Case> {
-    let w = |prompt, arg: &'static [&'static str], city: &str, sky: &'static str, temp: i32| {
+    let w = |prompt: &'static str,
+             arg: &'static [&'static str],
+             city: &str,
+             sky: &'static str,
+             temp: i32| {
         let (facts, contra): (&'static [&'static str], &'static [&'static str]) = match sky {
             "sunny" => (&["sunny", "晴", "sun"], NOT_SUNNY),
             "rainy" => (&["rain", "雨"], NOT_RAINY),
@@ -103,7 +108,11 @@ fn cases() -> Vec<Case> {
             contradictions: contra,
         }
     };
-    let t = |prompt, arg: &'static [&'static str], city: &str, time: &'static str, facts| Case {
+    let t = |prompt: &'static str,
+             arg: &'static [&'static str],
+             city: &str,
+             time: &'static str,
+             facts: &'static [&'static str]| Case {
         prompt,
         tool: "get_time",
         arg_has: arg,
@@ -112,7 +121,12 @@ fn cases() -> Vec<Case> {
         facts,
         contradictions: &[],
     };
-    let c = |prompt, a: f64, b: f64, op: &str, r: &'static [&'static str], result: f64| Case {
+    let c = |prompt: &'static str,
+             a: f64,
+             b: f64,
+             op: &str,
+             r: &'static [&'static str],
+             result: f64| Case {
         prompt,
         tool: "calculator",
         arg_has: &[],
@@ -121,7 +135,11 @@ fn cases() -> Vec<Case> {
         facts: r,
         contradictions: &[],
     };
-    let x = |prompt, from: &'static str, to: &'static str, rate: f64, facts| Case {
+    let x = |prompt: &'static str,
+             from: &'static str,
+             to: &'static str,
+             rate: f64,
+             facts: &'static [&'static str]| Case {
         prompt,
         tool: "exchange_rate",
         arg_has: &[],
@@ -360,24 +378,36 @@ struct Variant {
     name: &'static str,
     temperature: f32,
     ngram: usize,
+    /// A system message of the application's (else the model's default system prompt).
+    system: Option<&'static str>,
+    call_bias: f32,
 }
 
+const fn variant(
+    name: &'static str,
+    temperature: f32,
+    ngram: usize,
+    system: Option<&'static str>,
+    call_bias: f32,
+) -> Variant {
+    Variant {
+        name,
+        temperature,
+        ngram,
+        system,
+        call_bias,
+    }
+}
+
+const DEMO_SYSTEM: &str = "You are a helpful assistant. Use tools when they help.";
+
 const VARIANTS: &[Variant] = &[
-    Variant {
-        name: "t0.3",
-        temperature: 0.3,
-        ngram: 0,
-    },
-    Variant {
-        name: "greedy",
-        temperature: 0.0,
-        ngram: 0,
-    },
-    Variant {
-        name: "greedy-ngram3",
-        temperature: 0.0,
-        ngram: 3,
-    },
+    variant("greedy", 0.0, 0, None, 0.0),
+    variant("greedy+bias3", 0.0, 0, None, 3.0),
+    variant("greedy+bias6", 0.0, 0, None, 6.0),
+    variant("t0.3+bias6", 0.3, 0, None, 6.0),
+    variant("greedy+bias6+system", 0.0, 0, Some(DEMO_SYSTEM), 6.0),
+    variant("greedy+bias6+ngram3", 0.0, 3, None, 6.0),
 ];
 
 #[tokio::main]
@@ -411,12 +441,17 @@ async fn main() {
         .iter()
         .filter(|v| only.as_deref().is_none_or(|o| o == v.name))
     {
-        let model = base.clone().with_seed(1).with_no_repeat_ngram(v.ngram);
+        let model = base
+            .clone()
+            .with_seed(1)
+            .with_no_repeat_ngram(v.ngram)
+            .with_call_bias(v.call_bias);
         let started = Instant::now();
         let (mut decided, mut faithful_n) = (0, 0);
         for case in &cases {
-            let user = Message::user(case.prompt);
-            let req = ChatRequest::new(vec![user.clone()])
+            let mut start: Vec<Message> = v.system.map(Message::system).into_iter().collect();
+            start.push(Message::user(case.prompt));
+            let req = ChatRequest::new(start.clone())
                 .with_tools(tools.clone())
                 .with_temperature(v.temperature)
                 .with_max_tokens(96);
@@ -429,11 +464,9 @@ async fn main() {
             decided += usize::from(ok);
             // The expected call and its scripted result, then the answer.
             let call = ToolCall::new("call_1", case.tool, case.args.clone());
-            let mut history = vec![
-                user,
-                Message::assistant_with_tool_calls("", vec![call]),
-                Message::tool("call_1", case.tool, case.result.to_string()),
-            ];
+            let mut history = start;
+            history.push(Message::assistant_with_tool_calls("", vec![call]));
+            history.push(Message::tool("call_1", case.tool, case.result.to_string()));
             let ask = |history: Vec<Message>, choice: Option<ToolChoice>| {
                 let mut req = ChatRequest::new(history)
                     .with_tools(tools.clone())

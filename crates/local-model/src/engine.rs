@@ -10,7 +10,7 @@ use candle_transformers::models::quantized_llama::ModelWeights;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::grammar::{Grammar, MaskCache, TokenTrie};
+use crate::grammar::{Grammar, MaskCache, TOOL_CALL_OPEN, TokenTrie};
 use crate::tokenizer::{LocalTokenizer, Utf8Stream};
 use llm_core::ModelError;
 
@@ -71,6 +71,8 @@ pub(crate) struct Sampling {
     pub repeat_penalty: f32,
     /// Never write the same run of this many tokens twice in one answer (0 = off).
     pub no_repeat_ngram: usize,
+    /// Added to the logits of the first token where it opens a tool call (0 = off).
+    pub call_bias: f32,
 }
 
 /// Timings and counts of one generation.
@@ -257,6 +259,19 @@ impl Engine {
                 }
                 _ => None,
             };
+            if stats.generated_tokens == 0
+                && sampling.call_bias != 0.0
+                && let Some(allowed) = mask
+            {
+                for &t in allowed {
+                    let opens = self.tokenizer.token_bytes(t).is_some_and(|b| {
+                        TOOL_CALL_OPEN.as_bytes().starts_with(b) || b.starts_with(b"<tool")
+                    });
+                    if opens && let Some(l) = logits.get_mut(t as usize) {
+                        *l += sampling.call_bias;
+                    }
+                }
+            }
             // Structure repeats on purpose: the penalty only touches unconstrained text.
             if mask.is_none() {
                 apply_repeat_penalty(&mut logits, &recent, sampling.repeat_penalty);

@@ -9,8 +9,8 @@
 //!
 //! A tool-call grammar ([`Grammar::tool_call`]) is the backend's own output format for native
 //! calls: `<tool_call>\n{"name": "<tool>", "arguments": {...}}\n</tool_call>`, or (when the
-//! request allows it) a plain-text answer, which is any text that does not start with the
-//! `<tool_call>` tag. Once the text has left the tag behind, nothing is constrained any more.
+//! request allows it) a plain-text answer, which is any text that does not start with `<`
+//! (a call, or a copy of the template's tags). Once the text has left the tag behind, nothing is constrained any more.
 
 use serde_json::Value;
 
@@ -24,6 +24,9 @@ pub const LONGEST_STRING: u32 = 600;
 pub const TOOL_CALL_OPEN: &str = "<tool_call>\n";
 /// The tag that closes a tool call.
 pub const TOOL_CALL_CLOSE: &str = "\n</tool_call>";
+/// A text answer may not start with this: neither a call nor a copy of the template's
+/// `<tool_response>` blocks (nor a made-up `<user_response>`, which SmolLM2 writes) is an answer.
+const TEXT_MAY_NOT_START: &str = "<";
 /// Longest number, in characters.
 pub const NUMBER_MAX: u8 = 16;
 /// Most array items unless the schema says `maxItems`.
@@ -468,7 +471,7 @@ impl Grammar {
 
     /// The local model's native tool call: `<tool_call>\n{"name": "<tool>", "arguments":
     /// {...}}\n</tool_call>` for one of `tools` (arguments per its `parameters`), or, with
-    /// [`AnswerChoice::TextOrCall`], a plain-text answer that does not start with the tag.
+    /// [`AnswerChoice::TextOrCall`], a plain-text answer that does not start with `<`.
     /// Without tools only the text answer is left.
     pub fn tool_call(tools: &[ToolSpec], choice: AnswerChoice) -> Result<Self, SchemaError> {
         let mut b = Builder { nodes: Vec::new() };
@@ -484,7 +487,7 @@ impl Grammar {
         }
         if choice == AnswerChoice::TextOrCall || alts.is_empty() {
             alts.push(b.add(Node::Text {
-                not_starting: TOOL_CALL_OPEN.trim_end().as_bytes().to_vec(),
+                not_starting: TEXT_MAY_NOT_START.as_bytes().to_vec(),
             }));
         }
         let root = b.add(Node::Alt(alts));
@@ -1037,7 +1040,10 @@ mod tests {
             &call("calc", r#"{"a": -1.5, "b": 20, "ok": true}"#)
         ));
         assert!(accepts(&g, "It is sunny in Paris."));
-        assert!(accepts(&g, "<b>bold</b> text may start with a tag"));
+        assert!(
+            !accepts(&g, "<user_response>\nIt is sunny."),
+            "a tag is not an answer"
+        );
         assert!(!accepts(&g, ""), "an empty answer is not an answer");
         assert!(!accepts(&g, &call("nope", "{}")));
         assert!(!accepts(&g, &call("weather", "{}")));
@@ -1047,8 +1053,13 @@ mod tests {
             &call("weather", r#"{"city": "x", "unit": "k"}"#)
         ));
         assert!(!accepts(&g, "<tool_call>\n{\"name\": \"weather\""));
-        // Text that starts like a call is a call, held to the grammar.
+        // Text that starts like a call is a call, held to the grammar; a copy of the
+        // template's result block is not an answer.
         assert!(g.feed_bytes(&g.start(), b"<tool_call> just text").is_dead());
+        assert!(
+            g.feed_bytes(&g.start(), b"<tool_response>\nIt is sunny.")
+                .is_dead()
+        );
         let g = Grammar::tool_call(&tools(), AnswerChoice::CallOnly).unwrap();
         assert!(!accepts(&g, "It is sunny."));
         assert!(accepts(&g, &call("weather", r#"{"city": "Paris"}"#)));
@@ -1060,7 +1071,7 @@ mod tests {
         let at = |t: &str| g.feed_bytes(&g.start(), t.as_bytes());
         assert!(!g.is_free(&g.start()));
         assert!(!g.is_free(&at("<tool")), "may still become a call");
-        assert!(g.is_free(&at("<tooth")));
+        assert!(at("<tooth").is_dead(), "neither a call nor text");
         assert!(g.is_free(&at("Sunny")));
         assert!(!g.is_free(&at(&call("weather", r#"{"city": "P"#))));
         assert!(g.is_finished(&at(&call("weather", r#"{"city": "P"}"#))));

@@ -1,9 +1,10 @@
 //! The hand-written grammar against llguidance (the constraint engine of llama.cpp, vLLM and
-//! SGLang), on the same runs (issue 12): `cargo bench -p local-model --bench grammar_engines`.
+//! SGLang), on the same runs (issue 12):
+//! `cargo run --release --manifest-path crates/local-model/engine-bench/Cargo.toml`.
 //!
 //! 1. Which schemas each engine can enforce: the tool schemas of this repository's tests and
 //!    the tools of `@modelcontextprotocol/server-everything` (its `tools/list`, captured in
-//!    `benches/fixtures/server_everything_tools.json`).
+//!    `fixtures/server_everything_tools.json`).
 //! 2. Per-token mask time on the same token sequences: SmolLM2-135M writes a value under the
 //!    hand-written grammar (seeded, `response_format` = the schema); the sequence is replayed
 //!    through the hand-written engine (uncached trie walk, and the per-state cache the engine
@@ -66,7 +67,7 @@ fn repo_schemas() -> Vec<(String, Value)> {
 
 fn everything_schemas() -> Vec<(String, Value)> {
     let fixture: Value =
-        serde_json::from_str(include_str!("fixtures/server_everything_tools.json")).unwrap();
+        serde_json::from_str(include_str!("../fixtures/server_everything_tools.json")).unwrap();
     fixture["tools"]
         .as_array()
         .unwrap()
@@ -91,12 +92,6 @@ fn stats(mut v: Vec<Duration>) -> (f64, f64) {
 }
 
 fn main() {
-    if std::env::args()
-        .skip(1)
-        .any(|a| !a.starts_with('-') && !"grammar_engines".contains(a.as_str()))
-    {
-        return;
-    }
     let rt = tokio::runtime::Runtime::new().unwrap();
     let path = match std::env::var_os("LOCAL_MODEL_PATH") {
         Some(p) => p.into(),
@@ -212,7 +207,9 @@ fn main() {
                 state = grammar.feed_bytes(&state, tok.token_bytes(id).unwrap_or_default());
             }
             // Replay: llguidance.
-            let mut m = Matcher::new(llg_parser(schema));
+            let mut m = Matcher::new(
+                factory.create_parser(TopLevelGrammar::from_json_schema(schema.clone())),
+            );
             for (k, &id) in ids.iter().enumerate() {
                 let t = Instant::now();
                 let mask = m.compute_mask();
