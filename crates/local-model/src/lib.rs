@@ -319,6 +319,9 @@ impl LocalModel {
         let tok = &self.engine.tokenizer;
         let opts = &self.options;
         let tools_on = !req.tools.is_empty() && !matches!(req.tool_choice, Some(ToolChoice::None));
+        // A call must fit: the mask never starts what cannot close in the tokens left, so a
+        // token limit below the shortest call would silently rule every call out.
+        let mut shortest_call = 0;
         let grammar = if tools_on {
             let (tools, choice) = match &req.tool_choice {
                 Some(ToolChoice::Function(name)) => {
@@ -338,6 +341,9 @@ impl LocalModel {
                 Some(ToolChoice::Required) => (req.tools.clone(), AnswerChoice::CallOnly),
                 _ => (req.tools.clone(), AnswerChoice::TextOrCall),
             };
+            let calls = Grammar::tool_call(&tools, AnswerChoice::CallOnly)
+                .map_err(|e| ModelError::Config(format!("tool schema: {e}")))?;
+            shortest_call = calls.distance(&calls.start()).saturating_add(1);
             Some(
                 Grammar::tool_call(&tools, choice)
                     .map_err(|e| ModelError::Config(format!("tool schema: {e}")))?,
@@ -369,7 +375,11 @@ impl LocalModel {
             temperature: req.temperature.unwrap_or(opts.temperature).max(0.0),
             top_p: opts.top_p,
             seed,
-            max_tokens: req.max_tokens.unwrap_or(opts.max_tokens).max(1),
+            max_tokens: req
+                .max_tokens
+                .unwrap_or(opts.max_tokens)
+                .max(1)
+                .max(shortest_call),
             repeat_penalty: opts.repeat_penalty,
             no_repeat_ngram: opts.no_repeat_ngram,
             call_bias: if tools_on
