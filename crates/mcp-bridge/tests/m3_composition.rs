@@ -65,9 +65,7 @@ fn call(protocol: &ProtocolKind, id: &str, name: &str, args: Value) -> Reply {
 
 fn answer(protocol: &ProtocolKind, text: &str) -> Reply {
     match protocol {
-        ProtocolKind::JsonDecision => {
-            Reply::text(json!({"tool": null, "reply": text}).to_string())
-        }
+        ProtocolKind::JsonDecision => Reply::text(json!({"tool": null, "reply": text}).to_string()),
         _ => Reply::text(text),
     }
 }
