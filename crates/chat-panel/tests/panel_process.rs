@@ -29,9 +29,6 @@ fn main() {
     if let Ok(db) = std::env::var(CHILD) {
         return panel_child(&db);
     }
-    let filter: Option<String> = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with('-') && !a.is_empty());
     let tests: [(&str, fn()); 3] = [
         (
             "c4_panel_restart_reloads_the_conversation_from_sqlite",
@@ -46,10 +43,32 @@ fn main() {
             finding3_400_turns_of_4000_chars_keep_answering_with_bounded_rss,
         ),
     ];
+    // libtest's options that take a value; the first other bare word is a name filter
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut filter: Option<&str> = None;
+    let mut skip_value = false;
+    for a in &args {
+        if skip_value {
+            skip_value = false;
+        } else if matches!(
+            a.as_str(),
+            "--test-threads" | "--skip" | "--format" | "--color" | "--logfile" | "-Z"
+        ) {
+            skip_value = true;
+        } else if !a.starts_with('-') && filter.is_none() {
+            filter = Some(a);
+        }
+    }
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in tests {
+            println!("{name}: test");
+        }
+        return;
+    }
     let mut failed = Vec::new();
     let mut ran = 0;
     for (name, test) in tests {
-        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+        if filter.is_some_and(|f| !name.contains(f)) {
             continue;
         }
         ran += 1;
