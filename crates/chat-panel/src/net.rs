@@ -325,6 +325,29 @@ impl Guarded {
     }
 }
 
+impl Guarded {
+    /// What every write does with the inner write's answer: progress clears the stall timer, a
+    /// write that stays pending past the stall limit fails.
+    fn after_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match polled {
+            Poll::Ready(r) => {
+                self.stall = None;
+                self.writing = false;
+                Poll::Ready(r)
+            }
+            Poll::Pending if self.stalled(cx) => Poll::Ready(Err(timed_out("write stalled"))),
+            Poll::Pending => {
+                self.writing = true;
+                Poll::Pending
+            }
+        }
+    }
+}
+
 impl AsyncWrite for Guarded {
     fn poll_write(
         mut self: Pin<&mut Self>,
@@ -332,18 +355,8 @@ impl AsyncWrite for Guarded {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        match Pin::new(&mut this.io).poll_write(cx, data) {
-            Poll::Ready(r) => {
-                this.stall = None;
-                this.writing = false;
-                Poll::Ready(r)
-            }
-            Poll::Pending if this.stalled(cx) => Poll::Ready(Err(timed_out("write stalled"))),
-            Poll::Pending => {
-                this.writing = true;
-                Poll::Pending
-            }
-        }
+        let polled = Pin::new(&mut this.io).poll_write(cx, data);
+        this.after_write(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -352,18 +365,8 @@ impl AsyncWrite for Guarded {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        match Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
-            Poll::Ready(r) => {
-                this.stall = None;
-                this.writing = false;
-                Poll::Ready(r)
-            }
-            Poll::Pending if this.stalled(cx) => Poll::Ready(Err(timed_out("write stalled"))),
-            Poll::Pending => {
-                this.writing = true;
-                Poll::Pending
-            }
-        }
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.after_write(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
