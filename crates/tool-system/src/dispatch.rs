@@ -174,9 +174,11 @@ impl Dispatcher {
     /// by [`Dispatcher::specs`], so a tool that is listed but not advertised still runs.
     pub async fn advertised(&self, turn: &TurnInfo) -> Vec<ToolSpec> {
         let mut specs: Vec<ToolSpec> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for p in &self.providers {
             for spec in p.advertised(turn).await {
-                if !specs.iter().any(|s| s.name == spec.name) {
+                // Linear in the tool count: providers may show hundreds of tools.
+                if seen.insert(spec.name.clone()) {
                     specs.push(spec);
                 }
             }
