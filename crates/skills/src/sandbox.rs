@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -359,6 +359,8 @@ struct Shared {
     ready: Mutex<Vec<Ready>>,
     /// Set when the sandbox is dropped: nothing more is made ahead.
     closed: AtomicBool,
+    /// Bumped by [`Sandbox::stop_ready`]: a container whose making began before is not kept.
+    generation: AtomicU64,
 }
 
 /// What a call runs: the skill and the environment it is granted, as they are when the call
@@ -782,6 +784,7 @@ impl Sandbox {
             root,
             ready: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
         };
         Self {
             protections,
@@ -804,9 +807,18 @@ impl Sandbox {
         self.shared.lock_ready().len()
     }
 
-    /// Kills the containers made ahead of time (a call of their skill makes them again), e.g.
-    /// after the skills on disk changed. Blocking for a few milliseconds per container.
+    /// Whether a container made ahead of time waits for the next call of `skill` (with the
+    /// environment granted to it now).
+    pub fn is_ready(&self, skill: &Skill) -> bool {
+        let key = self.key(skill);
+        self.shared.lock_ready().iter().any(|r| r.key == key)
+    }
+
+    /// Kills the containers made ahead of time, and those being made (a call of their skill
+    /// makes them again), e.g. after the skills on disk changed. Blocking for a few
+    /// milliseconds per container.
     pub fn stop_ready(&self) {
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
         let all = std::mem::take(&mut *self.shared.lock_ready());
         drop(all);
     }
@@ -924,10 +936,10 @@ impl Sandbox {
             },
         }
         .map_err(|e| spawn_err(format!("starting the container: {e}")))?;
-        if container && c.ready_containers > 0 {
-            tokio::spawn(make_ready(Arc::clone(&self.shared), key));
-        }
-        let Started { mut child, guard } = started;
+        let Started {
+            mut child,
+            mut guard,
+        } = started;
 
         let input = serde_json::to_vec(args).unwrap_or_default();
         if let Some(mut stdin) = child.stdin.take() {
@@ -951,13 +963,24 @@ impl Sandbox {
             _ = tokio::time::sleep_until(deadline) => Err(SkillError::Timeout { name: name.clone(), secs: timeout.as_secs().max(1) }),
             Some(stream) = over_rx.recv() => Err(SkillError::OutputTooLarge { name: name.clone(), stream, limit: human_bytes(limit) }),
         };
-        // Whatever happened, nothing of this call keeps running.
-        if let Some(pgid) = guard.pgid {
+        // Whatever happened, nothing of this call keeps running. (Taken: once bwrap is reaped
+        // its pid may be reused, so the group is not signalled again later.)
+        if let Some(pgid) = guard.pgid.take() {
             sys::kill_group(pgid);
         }
         let _ = child.start_kill();
         let _ = child.wait().await;
-        guard.finish().await; // sweeps the uid, then unmounts and removes the directory
+        // The next call's container is made now, not while this call ran (on two cores it would
+        // have slowed the call down).
+        if container && c.ready_containers > 0 {
+            let generation = self.shared.generation.load(Ordering::Acquire);
+            tokio::spawn(make_ready(Arc::clone(&self.shared), key, generation));
+        }
+        // The group is dead and bwrap's PID 1 with it (the kernel has killed everything in the
+        // PID namespace); sweeping the uid, unmounting and removing the directory need not hold
+        // the answer up. The uid stays leased until the sweep is done, so no call can get it
+        // before.
+        tokio::spawn(guard.finish());
         let collect = |h: tokio::task::JoinHandle<Vec<u8>>| async move {
             tokio::time::timeout(Duration::from_secs(2), h)
                 .await
@@ -1059,9 +1082,10 @@ impl Shared {
     }
 }
 
-/// Makes the container of `key`'s next call ahead of time, unless one waits already or the
-/// sandbox is gone; the oldest waiting container gives way when there are too many.
-async fn make_ready(shared: Arc<Shared>, key: CallKey) {
+/// Makes the container of `key`'s next call ahead of time, unless one waits already, the
+/// sandbox is gone or [`Sandbox::stop_ready`] was called since `generation` was read; the
+/// oldest waiting container gives way when there are too many.
+async fn make_ready(shared: Arc<Shared>, key: CallKey, generation: u64) {
     let has = |shared: &Shared| shared.lock_ready().iter().any(|r| r.key == key);
     if shared.closed.load(Ordering::Acquire) || has(&shared) {
         return;
@@ -1083,7 +1107,10 @@ async fn make_ready(shared: Arc<Shared>, key: CallKey) {
     };
     let surplus = {
         let mut all = shared.lock_ready();
-        if shared.closed.load(Ordering::Acquire) || all.iter().any(|r| r.key == key) {
+        if shared.closed.load(Ordering::Acquire)
+            || shared.generation.load(Ordering::Acquire) != generation
+            || all.iter().any(|r| r.key == key)
+        {
             Some(ready)
         } else {
             let old = (all.len() >= shared.config.ready_containers).then(|| all.remove(0));
