@@ -100,6 +100,11 @@ impl Bwrap {
             &"--unshare-cgroup-try",
             &"--die-with-parent",
             &"--new-session",
+            // The skill is PID 1 of its namespace: no reaper process is forked between the
+            // container's start and the skill's (a fork and a hand-over off each call's path).
+            // When it exits the kernel kills everything else in the namespace, as before; its
+            // orphans stay zombies until then (counted in its process limit).
+            &"--as-pid-1",
         ]);
         if !l.allow_network {
             push(&[&"--unshare-net"]);

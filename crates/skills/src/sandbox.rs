@@ -976,9 +976,9 @@ impl Sandbox {
             let generation = self.shared.generation.load(Ordering::Acquire);
             tokio::spawn(make_ready(Arc::clone(&self.shared), key, generation));
         }
-        // The group is dead and bwrap's PID 1 with it (the kernel has killed everything in the
-        // PID namespace); sweeping the uid, unmounting and removing the directory need not hold
-        // the answer up. The uid stays leased until the sweep is done, so no call can get it
+        // bwrap is dead, and the skill with it (`--die-with-parent`); the skill is PID 1 of its
+        // namespace, so the kernel kills everything else in it. Sweeping the uid, unmounting and
+        // removing the directory need not hold the answer up. The uid stays leased until the sweep is done, so no call can get it
         // before.
         tokio::spawn(guard.finish());
         let collect = |h: tokio::task::JoinHandle<Vec<u8>>| async move {
