@@ -4,8 +4,8 @@
 //!
 //! The container cases: `sandboxed_cat` is a call whose container was made ahead of time, as
 //! in an agent, where a model turn separates calls (each iteration first waits, untimed, until
-//! the container has been started and then 100 ms for bwrap to finish making it — a model turn
-//! takes longer); `sandboxed_cat_back_to_back` calls without a pause, so a call may
+//! bwrap has finished making the container and waits on its start pipe — a model turn takes
+//! longer); `sandboxed_cat_back_to_back` calls without a pause, so a call may
 //! find its container still being made; `sandboxed_cat_cold` makes every container at the call
 //! (`ready_containers = 0`). `sandboxed_cat_no_container` is the fallback where bwrap is missing.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -42,6 +42,34 @@ async fn plain(program: &str, args: &[&Path]) {
     assert!(out.status.success());
 }
 
+fn last_word(skill: &Skill) -> String {
+    let w = skill.entry.last().unwrap();
+    if w.ends_with(".py") {
+        format!("/skill/{w}")
+    } else {
+        w.clone()
+    }
+}
+
+/// Whether a bwrap whose command ends with `last` is blocked reading its start pipe (descriptor
+/// 4, `--block-fd 4`): the container is made and waits. Reads `/proc/PID/syscall` (root).
+fn bwrap_waits(last: String) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let words: Vec<&[u8]> = cmd.split(|b| *b == 0).filter(|w| !w.is_empty()).collect();
+        words.first().is_some_and(|w| w.ends_with(b"bwrap"))
+            && words.last() == Some(&last.as_bytes())
+            && words
+                .windows(2)
+                .any(|w| w == [&b"--block-fd"[..], &b"4"[..]])
+            && std::fs::read_to_string(e.path().join("syscall"))
+                .is_ok_and(|s| s.starts_with("0 0x4 "))
+    })
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -68,10 +96,11 @@ fn bench(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let waiting = Instant::now();
-                while !sandbox.is_ready(skill) && waiting.elapsed() < Duration::from_secs(5) {
+                while !(sandbox.is_ready(skill) && bwrap_waits(last_word(skill)))
+                    && waiting.elapsed() < Duration::from_secs(5)
+                {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
                 let t = Instant::now();
                 sandbox.run(skill, &args).await.unwrap();
                 total += t.elapsed();

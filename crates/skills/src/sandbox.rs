@@ -802,13 +802,15 @@ impl Sandbox {
         &self.shared.config
     }
 
-    /// How many containers made ahead of time are waiting for a call (each for one skill).
+    /// How many containers started ahead of time are waiting for a call (each for one skill;
+    /// bwrap may still be making some of them).
     pub fn ready(&self) -> usize {
         self.shared.lock_ready().len()
     }
 
-    /// Whether a container made ahead of time waits for the next call of `skill` (with the
-    /// environment granted to it now).
+    /// Whether a container was started ahead of time for the next call of `skill` (with the
+    /// environment granted to it now). bwrap may still be making it: a call that takes it then
+    /// waits for the rest.
     pub fn is_ready(&self, skill: &Skill) -> bool {
         let key = self.key(skill);
         self.shared.lock_ready().iter().any(|r| r.key == key)
