@@ -18,17 +18,14 @@ const SYSTEM_DIRS: [&str; 7] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
-/// The few files of `/etc` programs need (dynamic linker, `/usr/bin` alternatives, time zone,
-/// certificates); the rest of `/etc` is not in the container.
-const ETC_FILES: [&str; 7] = [
-    "/etc/alternatives",
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/localtime",
-    "/etc/ssl",
-    "/etc/ca-certificates",
-];
+/// The few files of `/etc` programs read at run time: the dynamic linker's cache, the
+/// `/usr/bin` alternatives, certificates. (`ld.so.conf` and `ld.so.conf.d` are read only by
+/// `ldconfig`, `/etc/ca-certificates` only by `update-ca-certificates`: not shown.) The rest of
+/// `/etc` is not in the container.
+const ETC_FILES: [&str; 3] = ["/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl"];
+
+/// The time zone: a symbolic link on most systems, made as a link in the container (no mount).
+const LOCALTIME: &str = "/etc/localtime";
 
 /// A working bubblewrap.
 #[derive(Debug, Clone)]
@@ -58,6 +55,10 @@ pub(crate) struct Layout<'a> {
     pub read_only: &'a [PathBuf],
     /// The seccomp program is read from this descriptor number.
     pub seccomp_fd: i32,
+    /// When set, the container is made and then waits, before running the command, until a
+    /// byte can be read from this descriptor number (bwrap's `--block-fd`): the container of
+    /// the next call is made ahead of time.
+    pub block_fd: Option<i32>,
 }
 
 impl Bwrap {
@@ -99,6 +100,11 @@ impl Bwrap {
             &"--unshare-cgroup-try",
             &"--die-with-parent",
             &"--new-session",
+            // The skill is PID 1 of its namespace: no reaper process is forked between the
+            // container's start and the skill's (a fork and a hand-over off each call's path).
+            // When it exits the kernel kills everything else in the namespace, as before; its
+            // orphans stay zombies until then (counted in its process limit).
+            &"--as-pid-1",
         ]);
         if !l.allow_network {
             push(&[&"--unshare-net"]);
@@ -116,6 +122,10 @@ impl Bwrap {
         }
         for f in ETC_FILES {
             push(&[&"--ro-bind-try", &f, &f]);
+        }
+        match std::fs::read_link(LOCALTIME) {
+            Ok(target) => push(&[&"--symlink", &target, &LOCALTIME]),
+            Err(_) => push(&[&"--ro-bind-try", &LOCALTIME, &LOCALTIME]),
         }
         for p in l.read_only {
             push(&[&"--ro-bind-try", p, p]);
@@ -142,6 +152,9 @@ impl Bwrap {
         }
         if let Some(skill) = l.skill {
             push(&[&"--ro-bind", &skill, &"/skill"]);
+        }
+        if let Some(fd) = l.block_fd {
+            push(&[&"--block-fd", &fd.to_string()]);
         }
         let fd = l.seccomp_fd.to_string();
         push(&[&"--chdir", &"/work", &"--seccomp", &fd, &"--"]);
@@ -170,6 +183,7 @@ impl Bwrap {
             allow_user_namespaces: policy.allow_user_namespaces,
             read_only: &[],
             seccomp_fd: 3,
+            block_fd: None,
         };
         let mut cmd = tokio::process::Command::new(&self.path);
         cmd.args(self.args(&layout))

@@ -31,18 +31,28 @@ pub struct SkillsProvider {
 
 impl SkillsProvider {
     /// Loads every skill under `root`; returns the provider and what it found wrong, with file
-    /// and line: skills that were refused ([`crate::LoadOutcome::Rejected`]) and skills that
+    /// and line: skills that were refused ([`crate::LoadOutcome::Rejected`]; also a skill with
+    /// a file the sandbox's uid could not read, see [`Sandbox::check_requests`]) and skills that
     /// loaded with less than they asked for ([`crate::LoadOutcome::Restricted`]: an
     /// environment variable the operator did not grant, a time limit above the cap).
     ///
     /// Blocking (it reads the disk and checks bubblewrap): from async code use
     /// [`SkillsProvider::load_async`].
     pub fn load(root: impl AsRef<Path>, config: SandboxConfig) -> (Self, Vec<SkillLoadError>) {
-        let (skills, mut errors) = load_skills(root.as_ref());
+        let (mut skills, mut errors) = load_skills(root.as_ref());
         let sandbox = Sandbox::new(config);
+        let mut refused = std::collections::BTreeSet::new();
         for s in &skills {
-            errors.extend(sandbox.check_requests(s));
+            let found = sandbox.check_requests(s);
+            if found
+                .iter()
+                .any(|e| matches!(e.outcome, LoadOutcome::Rejected))
+            {
+                refused.insert(s.name.clone());
+            }
+            errors.extend(found);
         }
+        skills.retain(|s| !refused.contains(&s.name));
         for e in &errors {
             match e.outcome {
                 LoadOutcome::Rejected => tracing::warn!(error = %e, "skill not loaded"),

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use landlock::{
@@ -110,6 +112,11 @@ pub struct SandboxConfig {
     /// Where the per-call directories are made (default: the system temp dir). As root it must
     /// be reachable (searchable) by the sandbox uids: `/tmp` is.
     pub temp_root: Option<PathBuf>,
+    /// How many skills may each have one container made ahead of time for their next call
+    /// (default 4; 0: every call makes its container when it starts). A container made ahead
+    /// serves exactly one call — its own uid, tmpfs and namespaces — and waits, with nothing of
+    /// the skill running, until a call takes it. Each holds a sandbox uid while it waits.
+    pub ready_containers: usize,
 }
 
 impl Default for SandboxConfig {
@@ -134,6 +141,7 @@ impl Default for SandboxConfig {
             read_only_paths: Vec::new(),
             uid_range: (400_000, 401_000),
             temp_root: None,
+            ready_containers: 4,
         }
     }
 }
@@ -183,6 +191,11 @@ impl SandboxConfig {
     /// Turn the bubblewrap container on or off.
     pub fn with_container(mut self, on: bool) -> Self {
         self.container = on;
+        self
+    }
+    /// Set how many skills may have a container made ahead of time (0: none).
+    pub fn with_ready_containers(mut self, n: usize) -> Self {
+        self.ready_containers = n;
         self
     }
 }
@@ -311,11 +324,114 @@ pub enum SkillError {
 }
 
 /// Runs skills, one sandboxed child process per call.
-#[derive(Debug)]
+///
+/// With bubblewrap, the container of a skill's next call is made ahead of time, right after a
+/// call of that skill starts (see [`SandboxConfig::ready_containers`]): making it — namespaces,
+/// mounts, the uid lease, the call's tmpfs — is then off the next call's path. Dropping the
+/// sandbox kills every container it made ahead of time.
 pub struct Sandbox {
-    config: SandboxConfig,
     protections: Protections,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("config", &self.shared.config)
+            .field("protections", &self.protections)
+            .field("ready", &self.ready())
+            .finish()
+    }
+}
+
+/// What calls and the containers made ahead of time share.
+struct Shared {
+    config: SandboxConfig,
     bwrap: Option<Bwrap>,
+    root: bool,
+    /// Landlock is used (no container, kernel has it).
+    landlock: bool,
+    /// The container's seccomp program as bwrap reads it, compiled once.
+    container_filter: Vec<u8>,
+    /// The seccomp program installed directly when there is no container, compiled once.
+    fallback_filter: Vec<libc::sock_filter>,
+    /// Containers made ahead of time, oldest first, at most one per skill.
+    ready: Mutex<Vec<Ready>>,
+    /// Set when the sandbox is dropped: nothing more is made ahead.
+    closed: AtomicBool,
+    /// Bumped by [`Sandbox::stop_ready`]: a container whose making began before is not kept.
+    generation: AtomicU64,
+}
+
+/// What a call runs: the skill and the environment it is granted, as they are when the call
+/// (or the container made ahead for it) starts. A container made ahead is used only by a call
+/// with the same key.
+#[derive(Debug, Clone, PartialEq)]
+struct CallKey {
+    name: String,
+    dir: PathBuf,
+    entry: Vec<String>,
+    env: Vec<(String, std::ffi::OsString)>,
+}
+
+/// A started call: its process (bwrap, or the skill itself without a container) and its host
+/// side.
+struct Started {
+    child: tokio::process::Child,
+    guard: CallGuard,
+}
+
+/// A container made ahead of time, waiting (bwrap's `--block-fd`) before it runs the skill.
+struct Ready {
+    key: CallKey,
+    started: Option<Started>,
+    /// A byte written here lets the container run the skill.
+    go: Option<std::io::PipeWriter>,
+}
+
+impl Ready {
+    /// Whether bwrap is still waiting (it has not died, e.g. of a host problem).
+    fn alive(&mut self) -> bool {
+        self.started
+            .as_mut()
+            .is_some_and(|s| matches!(s.child.try_wait(), Ok(None)))
+    }
+
+    /// Lets the container run the skill, and hands the call over.
+    fn go(mut self) -> std::io::Result<Started> {
+        let mut go = self
+            .go
+            .take()
+            .ok_or_else(|| std::io::Error::other("no start pipe"))?;
+        std::io::Write::write_all(&mut go, b"x")?;
+        drop(go);
+        self.started
+            .take()
+            .ok_or_else(|| std::io::Error::other("already started"))
+    }
+}
+
+/// A container that no call took is killed before its start pipe is closed: bwrap reads the
+/// closed pipe as "go", so closing it first would run the skill without a call. The outer
+/// bwrap is killed and reaped (its death kills the inner one, `--die-with-parent`), then the
+/// pipe is closed, then the host side is swept and removed (`CallGuard`).
+impl Drop for Ready {
+    fn drop(&mut self) {
+        if let Some(mut s) = self.started.take() {
+            if let Some(pgid) = s.guard.pgid {
+                sys::kill_group(pgid);
+            }
+            let _ = s.child.start_kill();
+            for _ in 0..1000 {
+                match s.child.try_wait() {
+                    Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                    _ => break,
+                }
+            }
+            drop(self.go.take());
+            drop(s);
+        }
+    }
 }
 
 fn human_bytes(n: usize) -> String {
@@ -396,6 +512,58 @@ impl Drop for CallGuard {
             }
         }
     }
+}
+
+/// The files and directories of `skill` that a uid which neither owns them nor is in their
+/// group cannot read (files: `o+r`; directories: `o+rx`; an entry program of the skill: `o+rx`),
+/// each as a rejection saying the `chmod` to run. Links are followed to no other place (the
+/// loader allows only links within the skill, whose targets are checked themselves).
+fn unreadable_by_others(skill: &Skill) -> Vec<SkillLoadError> {
+    use std::os::unix::fs::PermissionsExt;
+    let program = skill
+        .entry
+        .first()
+        .filter(|w| is_plain_relative(w))
+        .map(|w| skill.dir.join(w));
+    let mut out = Vec::new();
+    let mut stack = vec![skill.dir.clone()];
+    let mut seen = 0usize;
+    while let Some(path) = stack.pop() {
+        seen += 1;
+        if seen > crate::MAX_SKILL_DIR_ENTRIES + 1 || out.len() >= 20 {
+            break;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        let (need, what, fix) = if meta.is_dir() {
+            if let Ok(rd) = std::fs::read_dir(&path) {
+                stack.extend(rd.flatten().map(|e| e.path()));
+            }
+            (0o005, "directory", "o+rx")
+        } else if meta.is_file() {
+            if program.as_deref() == Some(path.as_path()) {
+                (0o005, "entry program", "o+rx")
+            } else {
+                (0o004, "file", "o+r")
+            }
+        } else {
+            continue;
+        };
+        if mode & need != need {
+            out.push(SkillLoadError::rejected_dir(
+                &path,
+                format!(
+                    "this {what} of skill {} is not readable by the sandbox's uid (mode {mode:04o}): calls run as a uid of their own, neither its owner nor in its group; fix: chmod {fix} {} (or chmod -R o+rX {})",
+                    skill.name,
+                    path.display(),
+                    skill.dir.display()
+                ),
+            ));
+        }
+    }
+    out
 }
 
 /// What `prepare` made for one call.
@@ -594,15 +762,33 @@ impl Sandbox {
             landlock_abi: if container { None } else { landlock },
             base: true,
         };
+        let ready_ahead = if container {
+            config.ready_containers
+        } else {
+            0
+        };
         if container {
-            tracing::info!(%protections, "skills sandbox ready");
+            tracing::info!(%protections, ready_ahead, "skills sandbox ready");
         } else {
             tracing::warn!(%protections, "skills sandbox ready without a container: fewer protections");
         }
-        Self {
+        let shared = Shared {
+            container_filter: seccomp::to_bytes(&seccomp::program(policy)),
+            fallback_filter: seccomp::program(seccomp::Policy {
+                allow_user_namespaces: config.allow_user_namespaces,
+                deny_unix_sockets: !config.allow_network,
+            }),
+            landlock: protections.landlock_abi.is_some(),
             config,
-            protections,
             bwrap,
+            root,
+            ready: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+        };
+        Self {
+            protections,
+            shared: Arc::new(shared),
         }
     }
 
@@ -613,24 +799,49 @@ impl Sandbox {
 
     /// The configuration.
     pub fn config(&self) -> &SandboxConfig {
-        &self.config
+        &self.shared.config
+    }
+
+    /// How many containers started ahead of time are waiting for a call (each for one skill;
+    /// bwrap may still be making some of them).
+    pub fn ready(&self) -> usize {
+        self.shared.lock_ready().len()
+    }
+
+    /// Whether a container was started ahead of time for the next call of `skill` (with the
+    /// environment granted to it now). bwrap may still be making it: a call that takes it then
+    /// waits for the rest.
+    pub fn is_ready(&self, skill: &Skill) -> bool {
+        let key = self.key(skill);
+        self.shared.lock_ready().iter().any(|r| r.key == key)
+    }
+
+    /// Kills the containers made ahead of time, and those being made (a call of their skill
+    /// makes them again), e.g. after the skills on disk changed. Blocking for a few
+    /// milliseconds per container.
+    pub fn stop_ready(&self) {
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+        let all = std::mem::take(&mut *self.shared.lock_ready());
+        drop(all);
     }
 
     /// The wall-clock limit of a call of `skill`: what it asks for (or the default), cut to the
     /// operator's cap for it.
     pub fn timeout_for(&self, skill: &Skill) -> Duration {
         let cap = self
+            .shared
             .config
             .grants
             .get(&skill.name)
             .and_then(|g| g.max_timeout)
-            .unwrap_or(self.config.max_timeout);
-        skill.timeout.unwrap_or(self.config.timeout).min(cap)
+            .unwrap_or(self.shared.config.max_timeout);
+        skill.timeout.unwrap_or(self.shared.config.timeout).min(cap)
     }
 
     fn is_granted(&self, skill: &Skill, var: &str) -> bool {
-        self.config.env.iter().any(|v| v == var)
+        self.shared.config.env.iter().any(|v| v == var)
             || self
+                .shared
                 .config
                 .grants
                 .get(&skill.name)
@@ -648,9 +859,15 @@ impl Sandbox {
     }
 
     /// What `skill` asks for and will not get, as load reports with file and line: each
-    /// ungranted variable, a time limit above the cap.
+    /// ungranted variable, a time limit above the cap ([`crate::LoadOutcome::Restricted`]);
+    /// and, when calls run as a dedicated uid (the agent is root), each file or directory of
+    /// the skill that uid could not read, with the `chmod` that fixes it
+    /// ([`crate::LoadOutcome::Rejected`]: its calls could not work).
     pub fn check_requests(&self, skill: &Skill) -> Vec<SkillLoadError> {
         let mut out = Vec::new();
+        if self.protections.dedicated_uid {
+            out.extend(unreadable_by_others(skill));
+        }
         for (i, var) in skill.env.iter().enumerate() {
             if !self.is_granted(skill, var) {
                 out.push(SkillLoadError::restricted(
@@ -682,173 +899,49 @@ impl Sandbox {
         out
     }
 
-    fn landlock(&self, skill_dir: &Path, work: &Path) -> Option<landlock::RulesetCreated> {
-        self.protections.landlock_abi?;
-        let abi = ABI::V6;
-        let read_only = [
-            "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt",
-        ];
-        let devices = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"];
-        let mut rs = Ruleset::default()
-            .set_compatibility(CompatLevel::BestEffort)
-            .handle_access(AccessFs::from_all(abi))
-            .ok()?;
-        if !self.config.allow_network {
-            rs = rs.handle_access(AccessNet::from_all(abi)).ok()?;
+    fn key(&self, skill: &Skill) -> CallKey {
+        CallKey {
+            name: skill.name.clone(),
+            dir: skill.dir.clone(),
+            entry: skill.entry.clone(),
+            env: self
+                .granted_env(skill)
+                .into_iter()
+                .filter_map(|k| std::env::var_os(k).map(|v| (k.to_owned(), v)))
+                .collect(),
         }
-        rs.create()
-            .ok()?
-            .add_rules(path_beneath_rules(read_only, AccessFs::from_read(abi)))
-            .ok()?
-            .add_rules(path_beneath_rules([skill_dir], AccessFs::from_read(abi)))
-            .ok()?
-            .add_rules(path_beneath_rules(devices, AccessFs::from_all(abi)))
-            .ok()?
-            .add_rules(path_beneath_rules([work], AccessFs::from_all(abi)))
-            .ok()
     }
 
-    /// Runs `skill` with `args` on stdin and returns the JSON it printed.
+    /// Runs `skill` with `args` on stdin and returns the JSON it printed. The call's time limit
+    /// counts from here, whether its container was made ahead of time or is made now.
     pub async fn run(&self, skill: &Skill, args: &Value) -> Result<Value, SkillError> {
+        let timeout = self.timeout_for(skill);
+        let deadline = tokio::time::Instant::now() + timeout;
         let name = skill.name.clone();
         let spawn_err = |reason: String| SkillError::Spawn {
             name: name.clone(),
             reason,
         };
-        let c = &self.config;
-        let root = self.protections.dedicated_uid;
-        let input = PrepareInput {
-            skill_dir: skill.dir.clone(),
-            entry: skill.entry.clone(),
-            temp_root: c.temp_root.clone(),
-            root,
-            container: self.bwrap.is_some(),
-            uid_range: c.uid_range,
-            disk: (c.disk_bytes, c.disk_inodes),
-        };
-        // Leasing a uid, mounting and making directories are disk work: off the async threads.
-        let prepared = tokio::task::spawn_blocking(move || prepare(input))
-            .await
-            .map_err(|e| spawn_err(format!("preparing the call: {e}")))?;
-        let Prepared {
-            host,
-            words,
-            work,
-            skill_dir,
-            scratch_host,
-            skill_host,
-        } = prepared.map_err(spawn_err)?;
-        let ids = host.ids;
-        let mut guard = CallGuard {
-            pgid: None,
-            host: Some(host),
-        };
-
-        let mut cmd;
-        let mut keep_fds = Vec::new();
-        let mut _seccomp_reader = None;
-        let (landlock, fallback_seccomp) = match &self.bwrap {
-            Some(bwrap) => {
-                let filter = seccomp::to_bytes(&seccomp::program(seccomp::Policy {
-                    allow_user_namespaces: c.allow_user_namespaces,
-                    deny_unix_sockets: false,
-                }));
-                // A filter of a few hundred bytes fits a pipe's buffer: this never blocks.
-                let (reader, mut writer) =
-                    std::io::pipe().map_err(|e| spawn_err(format!("pipe: {e}")))?;
-                std::io::Write::write_all(&mut writer, &filter)
-                    .map_err(|e| spawn_err(format!("pipe: {e}")))?;
-                drop(writer);
-                keep_fds.push(reader.as_raw_fd());
-                _seccomp_reader = Some(reader);
-                let scratch = match &scratch_host {
-                    Some((w, t, s)) => Scratch::Host {
-                        work: w,
-                        tmp: t,
-                        shm: s,
-                    },
-                    None => Scratch::PerMount {
-                        bytes: c.disk_bytes,
-                    },
-                };
-                let layout = Layout {
-                    skill: Some(&skill_host),
-                    scratch,
-                    allow_network: c.allow_network,
-                    allow_user_namespaces: c.allow_user_namespaces,
-                    read_only: &c.read_only_paths,
-                    seccomp_fd: 3,
-                };
-                cmd = tokio::process::Command::new(&bwrap.path);
-                cmd.args(bwrap.args(&layout)).args(&words);
-                (None, None)
-            }
-            None => {
-                let (program, rest) = words
-                    .split_first()
-                    .ok_or_else(|| spawn_err("the skill's entry is empty".into()))?;
-                cmd = tokio::process::Command::new(program);
-                cmd.args(rest).current_dir(&work);
-                (
-                    self.landlock(&skill_dir, &work),
-                    Some(seccomp::program(seccomp::Policy {
-                        allow_user_namespaces: c.allow_user_namespaces,
-                        deny_unix_sockets: !c.allow_network,
-                    })),
-                )
-            }
-        };
-        let tmp = if self.bwrap.is_some() {
-            PathBuf::from("/tmp")
-        } else {
-            work.clone()
-        };
-        cmd.env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", &work)
-            .env("TMPDIR", &tmp)
-            .env("LANG", "C.UTF-8")
-            .env("SKILL_DIR", &skill_dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        for key in self.granted_env(skill) {
-            if let Ok(v) = std::env::var(key) {
-                cmd.env(key, v);
-            }
-        }
-        let mut limits = vec![
-            (LimitKind::Cpu, c.cpu_seconds),
-            (LimitKind::AddressSpace, c.memory_bytes),
-            (LimitKind::FileSize, c.file_size_bytes),
-            (LimitKind::OpenFiles, c.max_open_files),
-            (LimitKind::CoreSize, 0),
-        ];
-        if ids.is_some() {
-            limits.push((LimitKind::Processes, c.max_processes));
-        }
-        let container = self.bwrap.is_some();
-        sys::install(
-            &mut cmd,
-            ChildSetup {
-                keep_fds,
-                limits,
-                unshare_net: !container && !c.allow_network && ids.is_some(),
-                unshare_ipc: !container && ids.is_some(),
-                ids,
-                landlock,
-                seccomp: fallback_seccomp,
+        let c = &self.shared.config;
+        let container = self.shared.bwrap.is_some();
+        let key = self.key(skill);
+        let started = match self.shared.take_ready(&key) {
+            Some(ready) => ready.go(),
+            None => match start(&self.shared, &key).await.map_err(spawn_err)? {
+                (started, None) => Ok(started),
+                (started, Some(go)) => Ready {
+                    key: key.clone(),
+                    started: Some(started),
+                    go: Some(go),
+                }
+                .go(),
             },
-        )
-        .map_err(|e| spawn_err(e.to_string()))?;
-        let program = words.first().cloned().unwrap_or_default();
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| spawn_err(format!("{program}: {e}")))?;
-        drop(_seccomp_reader.take());
-        guard.pgid = child.id();
+        }
+        .map_err(|e| spawn_err(format!("starting the container: {e}")))?;
+        let Started {
+            mut child,
+            mut guard,
+        } = started;
 
         let input = serde_json::to_vec(args).unwrap_or_default();
         if let Some(mut stdin) = child.stdin.take() {
@@ -867,19 +960,29 @@ impl Sandbox {
         ));
         let err = tokio::spawn(read_capped(child.stderr.take(), limit, "stderr", over_tx));
 
-        let timeout = self.timeout_for(skill);
         let outcome = tokio::select! {
             status = child.wait() => Ok(status),
-            _ = tokio::time::sleep(timeout) => Err(SkillError::Timeout { name: name.clone(), secs: timeout.as_secs().max(1) }),
+            _ = tokio::time::sleep_until(deadline) => Err(SkillError::Timeout { name: name.clone(), secs: timeout.as_secs().max(1) }),
             Some(stream) = over_rx.recv() => Err(SkillError::OutputTooLarge { name: name.clone(), stream, limit: human_bytes(limit) }),
         };
-        // Whatever happened, nothing of this call keeps running.
-        if let Some(pgid) = guard.pgid {
+        // Whatever happened, nothing of this call keeps running. (Taken: once bwrap is reaped
+        // its pid may be reused, so the group is not signalled again later.)
+        if let Some(pgid) = guard.pgid.take() {
             sys::kill_group(pgid);
         }
         let _ = child.start_kill();
         let _ = child.wait().await;
-        guard.finish().await; // sweeps the uid, then unmounts and removes the directory
+        // The next call's container is made now, not while this call ran (on two cores it would
+        // have slowed the call down).
+        if container && c.ready_containers > 0 {
+            let generation = self.shared.generation.load(Ordering::Acquire);
+            tokio::spawn(make_ready(Arc::clone(&self.shared), key, generation));
+        }
+        // bwrap is dead, and the skill with it (`--die-with-parent`); the skill is PID 1 of its
+        // namespace, so the kernel kills everything else in it. Sweeping the uid, unmounting and
+        // removing the directory need not hold the answer up. The uid stays leased until the sweep is done, so no call can get it
+        // before.
+        tokio::spawn(guard.finish());
         let collect = |h: tokio::task::JoinHandle<Vec<u8>>| async move {
             tokio::time::timeout(Duration::from_secs(2), h)
                 .await
@@ -934,6 +1037,228 @@ impl Sandbox {
     }
 }
 
+impl Shared {
+    fn lock_ready(&self) -> std::sync::MutexGuard<'_, Vec<Ready>> {
+        self.ready
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The container made ahead for `key`, if one is still waiting.
+    fn take_ready(&self, key: &CallKey) -> Option<Ready> {
+        let mut ready = {
+            let mut all = self.lock_ready();
+            let i = all.iter().position(|r| &r.key == key)?;
+            all.remove(i)
+        };
+        // A dead one (bwrap failed) is dropped, reaped at once; the call makes its own.
+        ready.alive().then_some(ready)
+    }
+
+    fn landlock(&self, skill_dir: &Path, work: &Path) -> Option<landlock::RulesetCreated> {
+        if !self.landlock {
+            return None;
+        }
+        let abi = ABI::V6;
+        let read_only = [
+            "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt",
+        ];
+        let devices = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"];
+        let mut rs = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(abi))
+            .ok()?;
+        if !self.config.allow_network {
+            rs = rs.handle_access(AccessNet::from_all(abi)).ok()?;
+        }
+        rs.create()
+            .ok()?
+            .add_rules(path_beneath_rules(read_only, AccessFs::from_read(abi)))
+            .ok()?
+            .add_rules(path_beneath_rules([skill_dir], AccessFs::from_read(abi)))
+            .ok()?
+            .add_rules(path_beneath_rules(devices, AccessFs::from_all(abi)))
+            .ok()?
+            .add_rules(path_beneath_rules([work], AccessFs::from_all(abi)))
+            .ok()
+    }
+}
+
+/// Makes the container of `key`'s next call ahead of time, unless one waits already, the
+/// sandbox is gone or [`Sandbox::stop_ready`] was called since `generation` was read; the
+/// oldest waiting container gives way when there are too many.
+async fn make_ready(shared: Arc<Shared>, key: CallKey, generation: u64) {
+    let has = |shared: &Shared| shared.lock_ready().iter().any(|r| r.key == key);
+    if shared.closed.load(Ordering::Acquire) || has(&shared) {
+        return;
+    }
+    let ready = match start(&shared, &key).await {
+        Ok((started, Some(go))) => Ready {
+            key: key.clone(),
+            started: Some(started),
+            go: Some(go),
+        },
+        Ok((started, None)) => {
+            drop(started);
+            return;
+        }
+        Err(e) => {
+            tracing::debug!(skill = %key.name, error = %e, "could not make a container ahead of time");
+            return;
+        }
+    };
+    let surplus = {
+        let mut all = shared.lock_ready();
+        if shared.closed.load(Ordering::Acquire)
+            || shared.generation.load(Ordering::Acquire) != generation
+            || all.iter().any(|r| r.key == key)
+        {
+            Some(ready)
+        } else {
+            let old = (all.len() >= shared.config.ready_containers).then(|| all.remove(0));
+            all.push(ready);
+            old
+        }
+    };
+    if let Some(r) = surplus {
+        let _ = tokio::task::spawn_blocking(move || drop(r)).await;
+    }
+}
+
+/// Starts the call of `key`: prepares its host side (off the async threads), then spawns
+/// bwrap — waiting on the returned start pipe before it runs the skill — or, without a
+/// container, the skill itself.
+async fn start(
+    shared: &Shared,
+    key: &CallKey,
+) -> Result<(Started, Option<std::io::PipeWriter>), String> {
+    let c = &shared.config;
+    let input = PrepareInput {
+        skill_dir: key.dir.clone(),
+        entry: key.entry.clone(),
+        temp_root: c.temp_root.clone(),
+        root: shared.root,
+        container: shared.bwrap.is_some(),
+        uid_range: c.uid_range,
+        disk: (c.disk_bytes, c.disk_inodes),
+    };
+    // Leasing a uid, mounting and making directories are disk work: off the async threads.
+    let Prepared {
+        host,
+        words,
+        work,
+        skill_dir,
+        scratch_host,
+        skill_host,
+    } = tokio::task::spawn_blocking(move || prepare(input))
+        .await
+        .map_err(|e| format!("preparing the call: {e}"))??;
+    let ids = host.ids;
+    let mut guard = CallGuard {
+        pgid: None,
+        host: Some(host),
+    };
+
+    let mut cmd;
+    let mut keep_fds = Vec::new();
+    let mut readers = Vec::new();
+    let mut go = None;
+    let (landlock, fallback_seccomp) = match &shared.bwrap {
+        Some(bwrap) => {
+            // A filter of a few hundred bytes fits a pipe's buffer: this never blocks.
+            let (reader, mut writer) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
+            std::io::Write::write_all(&mut writer, &shared.container_filter)
+                .map_err(|e| format!("pipe: {e}"))?;
+            drop(writer);
+            keep_fds.push(reader.as_raw_fd());
+            readers.push(reader);
+            let (reader, writer) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
+            keep_fds.push(reader.as_raw_fd());
+            readers.push(reader);
+            go = Some(writer);
+            let scratch = match &scratch_host {
+                Some((w, t, s)) => Scratch::Host {
+                    work: w,
+                    tmp: t,
+                    shm: s,
+                },
+                None => Scratch::PerMount {
+                    bytes: c.disk_bytes,
+                },
+            };
+            let layout = Layout {
+                skill: Some(&skill_host),
+                scratch,
+                allow_network: c.allow_network,
+                allow_user_namespaces: c.allow_user_namespaces,
+                read_only: &c.read_only_paths,
+                seccomp_fd: 3,
+                block_fd: Some(4),
+            };
+            cmd = tokio::process::Command::new(&bwrap.path);
+            cmd.args(bwrap.args(&layout)).args(&words);
+            (None, None)
+        }
+        None => {
+            let (program, rest) = words
+                .split_first()
+                .ok_or_else(|| "the skill's entry is empty".to_owned())?;
+            cmd = tokio::process::Command::new(program);
+            cmd.args(rest).current_dir(&work);
+            (
+                shared.landlock(&skill_dir, &work),
+                Some(shared.fallback_filter.clone()),
+            )
+        }
+    };
+    let container = shared.bwrap.is_some();
+    let tmp = if container {
+        PathBuf::from("/tmp")
+    } else {
+        work.clone()
+    };
+    cmd.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", &work)
+        .env("TMPDIR", &tmp)
+        .env("LANG", "C.UTF-8")
+        .env("SKILL_DIR", &skill_dir)
+        .envs(key.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut limits = vec![
+        (LimitKind::Cpu, c.cpu_seconds),
+        (LimitKind::AddressSpace, c.memory_bytes),
+        (LimitKind::FileSize, c.file_size_bytes),
+        (LimitKind::OpenFiles, c.max_open_files),
+        (LimitKind::CoreSize, 0),
+    ];
+    if ids.is_some() {
+        limits.push((LimitKind::Processes, c.max_processes));
+    }
+    sys::install(
+        &mut cmd,
+        ChildSetup {
+            keep_fds,
+            limits,
+            unshare_net: !container && !c.allow_network && ids.is_some(),
+            unshare_ipc: !container && ids.is_some(),
+            ids,
+            landlock,
+            seccomp: fallback_seccomp,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let program = words.first().cloned().unwrap_or_default();
+    let child = cmd.spawn().map_err(|e| format!("{program}: {e}"))?;
+    drop(readers);
+    guard.pgid = child.id();
+    Ok((Started { child, guard }, go))
+}
+
 async fn read_capped(
     pipe: Option<impl AsyncRead + Unpin>,
     limit: usize,
@@ -956,5 +1281,13 @@ async fn read_capped(
                 buf.extend_from_slice(&chunk[..n]);
             }
         }
+    }
+}
+
+/// Kills the containers made ahead of time, now (the calls under way clean up after themselves).
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.stop_ready();
     }
 }

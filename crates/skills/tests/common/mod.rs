@@ -52,9 +52,10 @@ impl Env {
         self.provider.call(name, args, ToolContext::new("c1")).await
     }
 
-    /// The host is clean (within 10 s: a dropped call is cleaned up on a blocking thread) and
-    /// the sandbox still works.
+    /// The host is clean (within 10 s: a dropped call is cleaned up on a blocking thread) once
+    /// the containers made ahead of time are stopped, and the sandbox still works.
     pub async fn assert_clean_and_working(&self) {
+        self.provider.sandbox().stop_ready();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             let left: Vec<_> = std::fs::read_dir(self.temp.path()).unwrap().collect();
@@ -115,5 +116,34 @@ pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
 pub fn require_root(env: &Env, what: &str) {
     if !env.root() {
         panic!("{what} needs root (a dedicated uid): run the tests as root, as CI does");
+    }
+}
+
+/// Waits (at most 10 s) until `n` containers made ahead of time wait in `sandbox`.
+pub async fn wait_ready(sandbox: &Sandbox, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sandbox.ready() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no container was made ahead of time ({} of {n})",
+            sandbox.ready()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Seconds since boot, as the kernel counts process start times.
+pub fn uptime_secs() -> f64 {
+    let text = std::fs::read_to_string("/proc/uptime").unwrap();
+    text.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Tests of the container fail, rather than skip, where bubblewrap does not work.
+pub fn require_container(env: &Env, what: &str) {
+    if !env.container() {
+        panic!(
+            "{what} needs the bubblewrap container: {}",
+            env.provider.sandbox().protections()
+        );
     }
 }
