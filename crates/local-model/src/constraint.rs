@@ -194,7 +194,7 @@ impl<'a> Constraint<'a> {
 
     /// The last mask came from llguidance (not the budget keeper).
     #[cfg(test)]
-    pub(crate) fn from_llguidance(&self) -> bool {
+    pub(crate) fn masked_by_llguidance(&self) -> bool {
         self.from_llguidance
     }
 

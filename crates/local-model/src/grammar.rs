@@ -1355,12 +1355,12 @@ mod tests {
         }
         let mut allowed = Vec::new();
         c.mask(1000, &mut allowed).unwrap();
-        assert!(c.from_llguidance());
+        assert!(c.masked_by_llguidance());
         assert!(!allowed.contains(&u32::from(b'.')), "{allowed:?}");
         assert!(allowed.contains(&u32::from(b'}')), "{allowed:?}");
         // With no token left after this one, the keeper allows only the close.
         c.mask(0, &mut allowed).unwrap();
-        assert!(!c.from_llguidance());
+        assert!(!c.masked_by_llguidance());
         assert_eq!(allowed, vec![u32::from(b'}')]);
     }
 
@@ -1562,8 +1562,8 @@ mod tests {
                     let left = budget - used - 1;
                     c.mask(left, &mut allowed)
                         .map_err(|e| TestCaseError::fail(format!("{e} after {:?}", String::from_utf8_lossy(&text))))?;
-                    prop_assert_eq!(c.from_llguidance(), left >= g.reach(c.state()));
-                    if c.from_llguidance() {
+                    prop_assert_eq!(c.masked_by_llguidance(), left >= g.reach(c.state()));
+                    if c.masked_by_llguidance() {
                         // llguidance's mask is the grammar's, token for token.
                         llg_steps += 1;
                         let mut own = Vec::new();
