@@ -10,7 +10,8 @@ use candle_transformers::models::quantized_llama::ModelWeights;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::grammar::{Grammar, MaskCache, TOOL_CALL_OPEN, TokenTrie};
+use crate::constraint::{Constraint, Vocabulary};
+use crate::grammar::{Grammar, TOOL_CALL_OPEN};
 use crate::tokenizer::{LocalTokenizer, Utf8Stream};
 use llm_core::ModelError;
 
@@ -115,7 +116,7 @@ pub(crate) enum Stop {
 pub(crate) struct Engine {
     weights: Mutex<ModelWeights>,
     pub(crate) tokenizer: LocalTokenizer,
-    trie: TokenTrie,
+    vocab: Vocabulary,
     device: Device,
     pub(crate) name: String,
     pub(crate) context_length: usize,
@@ -166,14 +167,14 @@ impl Engine {
         } else {
             ModelWeights::from_gguf(content, &mut file, &device).map_err(load_err)?
         };
-        let trie = TokenTrie::new(
-            (0..tokenizer.vocab_size() as u32)
-                .filter_map(|i| tokenizer.token_bytes(i).map(|b| (i, b))),
-        );
+        let tokens: Vec<Option<&[u8]>> = (0..tokenizer.vocab_size() as u32)
+            .map(|i| tokenizer.token_bytes(i))
+            .collect();
+        let vocab = Vocabulary::new(&tokens, tokenizer.end_of_turn());
         Ok(Self {
             weights: Mutex::new(weights),
             tokenizer,
-            trie,
+            vocab,
             device,
             name,
             context_length,
@@ -200,10 +201,10 @@ impl Engine {
             return Err(ModelError::Config("the prompt is empty".into()));
         }
         let mut max_tokens = sampling.max_tokens.max(1);
-        let mut gstate = grammar.map(Grammar::start);
-        if let (Some(g), Some(s)) = (grammar, &gstate) {
+        let mut constraint = grammar.map(|g| Constraint::start(g, &self.vocab));
+        if let Some(c) = &constraint {
             // A constrained answer must be able to close: give it at least its shortest form.
-            max_tokens = max_tokens.max(g.distance(s) + 1);
+            max_tokens = max_tokens.max(c.min_tokens());
         }
         if prompt.len() + max_tokens as usize > self.context_length {
             return Err(ModelError::Config(format!(
@@ -232,7 +233,6 @@ impl Engine {
         let mut generated: Vec<u32> = Vec::new();
         let mut string_run: Vec<u32> = Vec::new();
         let mut allowed: Vec<u32> = Vec::new();
-        let mut masks = MaskCache::default();
         let mut gen_start = None;
         let mut pos = prompt.len();
         let stop = loop {
@@ -241,23 +241,14 @@ impl Engine {
             }
             let left = max_tokens - stats.generated_tokens; // >= 1 here
             // Mask.
-            let mask = match (grammar, &gstate) {
+            let mask = match &mut constraint {
                 // Free text (a plain answer that can no longer become a call): no mask.
-                (Some(g), Some(s)) if g.is_free(s) => None,
-                (Some(g), Some(s)) => {
-                    allowed.clear();
-                    masks.allowed(&self.trie, g, s, left - 1, &mut allowed);
-                    if g.can_end(s) {
-                        allowed.extend(&end);
-                    }
-                    if allowed.is_empty() {
-                        return Err(ModelError::Inference(
-                            "constrained decoding reached a state with no allowed token".into(),
-                        ));
-                    }
+                Some(c) if c.is_free() => None,
+                Some(c) => {
+                    c.mask(left - 1, &mut allowed)?;
                     Some(&allowed)
                 }
-                _ => None,
+                None => None,
             };
             if stats.generated_tokens == 0
                 && sampling.call_bias != 0.0
@@ -279,9 +270,9 @@ impl Engine {
             // The ban covers free text: the whole answer when unconstrained, else the body of
             // the string value being written (structure repeats on purpose, and a ban keyed on
             // it would forbid the right value after a repeated `": "`).
-            let free = match (grammar, &gstate) {
-                (Some(g), Some(s)) => g.in_string(s).then_some(&string_run),
-                _ => Some(&generated),
+            let free = match &constraint {
+                Some(c) => c.in_string().then_some(&string_run),
+                None => Some(&generated),
             };
             if let Some(free) = free {
                 ban_repeated_ngrams(
@@ -310,14 +301,14 @@ impl Engine {
             if recent.len() > 64 {
                 recent.remove(0);
             }
-            if let (Some(g), Some(s)) = (grammar, &mut gstate) {
-                if g.in_string(s) {
+            if let Some(c) = &mut constraint {
+                if c.in_string() {
                     string_run.push(next);
                 } else {
                     string_run.clear();
                 }
-                *s = g.feed_bytes(s, bytes);
-                if g.is_finished(s) {
+                c.commit(next, bytes)?;
+                if c.is_finished() {
                     break Stop::EndOfTurn;
                 }
             }

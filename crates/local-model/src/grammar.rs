@@ -1,6 +1,8 @@
-//! Constrained decoding: a byte-level JSON grammar compiled from a JSON-schema subset, run as a
-//! set of pushdown stacks, and a token trie that turns a grammar state into the set of tokens
-//! the model may write next.
+//! The language of constrained decoding: a byte-level JSON grammar compiled from a JSON-schema
+//! subset, run as a set of pushdown stacks. At generation time llguidance computes the masks
+//! from the same language ([`Grammar::lark`]), and this grammar follows the bytes to know the
+//! shortest completion ([`Grammar::distance`]); near the end of the token budget its token trie
+//! masks alone, keeping only tokens after which the value still fits (see `constraint.rs`).
 //!
 //! The output is fixed-format JSON: `{"a": 1, "b": "x"}` (one space after `:` and `,`, none
 //! elsewhere), keys in the schema's order, no `\u` escapes. Every string and number has a
@@ -32,6 +34,11 @@ pub const NUMBER_MAX: u8 = 16;
 /// Most array items unless the schema says `maxItems`.
 pub const DEFAULT_MAX_ITEMS: u64 = 16;
 
+/// Integer bounds that are enforced (as literals) when an integer has both ends.
+const INTEGER_BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
+/// Most values of a bounded integer.
+pub const INTEGER_RANGE_MAX: i64 = 256;
+
 type NodeId = u32;
 
 #[derive(Debug, Clone)]
@@ -55,6 +62,8 @@ enum Node {
 pub struct Grammar {
     nodes: Vec<Node>,
     min_len: Vec<u32>,
+    /// The largest shortest-completion of any state inside each node.
+    max_dist: Vec<u32>,
     root: NodeId,
 }
 
@@ -263,6 +272,9 @@ impl Builder {
                     };
                     self.add(Node::Str { min, max })
                 }
+                "integer" if INTEGER_BOUNDS.iter().any(|k| obj.contains_key(*k)) => {
+                    self.integer_range(obj, at)?
+                }
                 "number" | "integer" => {
                     Self::check_keys(obj, &["type"], at)?;
                     self.add(Node::Num {
@@ -292,6 +304,52 @@ impl Builder {
         } else {
             self.add(Node::Alt(alts))
         })
+    }
+
+    /// An integer with both bounds (`minimum`/`exclusiveMinimum` and `maximum`/
+    /// `exclusiveMaximum`) and at most [`INTEGER_RANGE_MAX`] values: each value as a literal.
+    fn integer_range(
+        &mut self,
+        obj: &serde_json::Map<String, Value>,
+        at: &str,
+    ) -> Result<NodeId, SchemaError> {
+        let mut keys = vec!["type"];
+        keys.extend(INTEGER_BOUNDS);
+        Self::check_keys(obj, &keys, at)?;
+        let bound = |k: &str| -> Result<Option<i64>, SchemaError> {
+            match obj.get(k) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_i64()
+                    .or_else(|| {
+                        v.as_f64()
+                            .filter(|f| f.fract() == 0.0 && f.abs() < 9e15)
+                            .map(|f| f as i64)
+                    })
+                    .map(Some)
+                    .ok_or_else(|| SchemaError(format!("`{k}` at {at} must be a whole number"))),
+            }
+        };
+        let lo = match (bound("minimum")?, bound("exclusiveMinimum")?) {
+            (Some(a), Some(b)) => Some(a.max(b.saturating_add(1))),
+            (a, b) => a.or(b.map(|b| b.saturating_add(1))),
+        };
+        let hi = match (bound("maximum")?, bound("exclusiveMaximum")?) {
+            (Some(a), Some(b)) => Some(a.min(b.saturating_sub(1))),
+            (a, b) => a.or(b.map(|b| b.saturating_sub(1))),
+        };
+        let (Some(lo), Some(hi)) = (lo, hi) else {
+            return Err(SchemaError(format!(
+                "an integer at {at} with `minimum`/`maximum` needs both a lower and an upper bound to be enforced"
+            )));
+        };
+        if hi < lo || hi - lo >= INTEGER_RANGE_MAX {
+            return Err(SchemaError(format!(
+                "the integer range {lo}..={hi} at {at} is empty or has more than {INTEGER_RANGE_MAX} values"
+            )));
+        }
+        let alts = (lo..=hi).map(|n| self.lit(&n.to_string())).collect();
+        Ok(self.add(Node::Alt(alts)))
     }
 
     /// `{"p1": v1, "p2": v2}` with keys in the schema's order; optional keys may be left out.
@@ -444,9 +502,46 @@ impl Builder {
                 break;
             }
         }
+        // Children are built before their parents, so one pass in order sees them first.
+        let mut max_dist = vec![0u32; nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            max_dist[i] = match n {
+                Node::Lit(b) => b.len() as u32,
+                // Closed: `""` and the owed characters; open: the quote, at most three UTF-8
+                // continuation bytes or an escape's second byte, and the owed characters.
+                Node::Str { min, .. } => min.saturating_add(5),
+                Node::Num { .. } | Node::Text { .. } => 1,
+                Node::Seq(c) => {
+                    let mut worst = 0u32;
+                    let mut after = 0u32;
+                    for &x in c.iter().rev() {
+                        let d = if (x as usize) < i {
+                            max_dist[x as usize]
+                        } else {
+                            INF
+                        };
+                        worst = worst.max(d.saturating_add(after));
+                        after = after.saturating_add(min_len[x as usize]);
+                    }
+                    worst
+                }
+                Node::Alt(c) => c
+                    .iter()
+                    .map(|&x| {
+                        if (x as usize) < i {
+                            max_dist[x as usize]
+                        } else {
+                            INF
+                        }
+                    })
+                    .max()
+                    .unwrap_or(0),
+            };
+        }
         Grammar {
             nodes,
             min_len,
+            max_dist,
             root,
         }
     }
@@ -794,7 +889,7 @@ impl Grammar {
             .unwrap_or(u32::MAX)
     }
 
-    fn stack_distance(&self, stack: &Stack) -> u32 {
+    fn stack_distance(&self, stack: &[Frame]) -> u32 {
         let mut d: u32 = 0;
         for f in stack {
             d = d.saturating_add(match *f {
@@ -829,6 +924,115 @@ impl Grammar {
             });
         }
         d
+    }
+}
+
+impl Grammar {
+    /// An upper bound of [`Grammar::distance`] over every state reachable from `state` (itself
+    /// included): while the tokens left after the next one are at least this, no token the
+    /// grammar allows can leave a value that does not fit, and the mask needs no budget check.
+    pub fn reach(&self, state: &State) -> u32 {
+        state
+            .stacks
+            .iter()
+            .map(|s| self.stack_reach(s))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// For each frame: what the frames below it still owe, plus the most this frame can come to
+    /// owe from here on (for a sequence: once its current child is done).
+    fn stack_reach(&self, stack: &Stack) -> u32 {
+        let mut below = 0u32;
+        let mut worst = 0u32;
+        for f in stack {
+            let own = match *f {
+                Frame::Lit { node, pos } => match &self.nodes[node as usize] {
+                    Node::Lit(b) => (b.len() as u32).saturating_sub(pos),
+                    _ => 0,
+                },
+                // The quotes, at most three UTF-8 continuation bytes or an escape's second byte,
+                // and the characters still owed to `minLength`.
+                Frame::Str { len, min, .. } => min.saturating_sub(len).saturating_add(5),
+                Frame::Num { .. } | Frame::Text { .. } => 1,
+                Frame::Seq { node, idx } => match &self.nodes[node as usize] {
+                    Node::Seq(c) => {
+                        let mut w = 0u32;
+                        let mut after = 0u32;
+                        for &x in c[idx as usize + 1..].iter().rev() {
+                            w = w.max(self.max_dist[x as usize].saturating_add(after));
+                            after = after.saturating_add(self.min_len[x as usize]);
+                        }
+                        w
+                    }
+                    _ => 0,
+                },
+            };
+            worst = worst.max(below.saturating_add(own));
+            below = below.saturating_add(self.stack_distance(std::slice::from_ref(f)));
+        }
+        worst
+    }
+
+    /// The same language as a Lark grammar for llguidance: one rule per sequence or choice,
+    /// literals inline, strings, numbers and text as lexemes with the same length caps, so a
+    /// token llguidance allows is one this grammar allows (the property test checks it).
+    pub(crate) fn lark(&self) -> Result<String, SchemaError> {
+        let mut out = format!("start: {}\n", self.lark_atom(self.root));
+        let mut seen = vec![false; self.nodes.len()];
+        let mut todo = vec![self.root];
+        while let Some(n) = todo.pop() {
+            if std::mem::replace(&mut seen[n as usize], true) {
+                continue;
+            }
+            let line = match &self.nodes[n as usize] {
+                Node::Lit(_) => continue,
+                Node::Seq(c) | Node::Alt(c) => {
+                    todo.extend(c.iter().copied());
+                    let sep = if matches!(self.nodes[n as usize], Node::Seq(_)) {
+                        " "
+                    } else {
+                        " | "
+                    };
+                    let body: Vec<String> = c.iter().map(|&x| self.lark_atom(x)).collect();
+                    let body = if body.is_empty() {
+                        "\"\"".to_owned()
+                    } else {
+                        body.join(sep)
+                    };
+                    format!("r{n}: {body}")
+                }
+                Node::Str { min, max } => {
+                    format!(r#"S{n}: /"(?:[^"\\\x00-\x1F\x7F]|\\["\\\x2Fbfnrt]){{{min},{max}}}"/"#)
+                }
+                Node::Num { integer } => {
+                    let frac = if *integer { "" } else { r"(?:\.[0-9]+)?" };
+                    format!(r"N{n}: /-?(?:0|[1-9][0-9]*){frac}/ & /.{{1,{NUMBER_MAX}}}/")
+                }
+                Node::Text { not_starting } => match not_starting.as_slice() {
+                    [] => format!(r"T{n}: /(?s:.)+/"),
+                    [b] if b.is_ascii() => format!(r"T{n}: /[^\x{b:02X}](?s:.)*/"),
+                    _ => {
+                        return Err(SchemaError(
+                            "text may only be kept from starting with one ASCII byte".into(),
+                        ));
+                    }
+                },
+            };
+            out.push_str(&line);
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    fn lark_atom(&self, n: NodeId) -> String {
+        match &self.nodes[n as usize] {
+            Node::Lit(b) => Value::String(String::from_utf8_lossy(b).into_owned()).to_string(),
+            Node::Str { .. } => format!("S{n}"),
+            Node::Num { .. } => format!("N{n}"),
+            Node::Text { .. } => format!("T{n}"),
+            Node::Seq(_) | Node::Alt(_) => format!("r{n}"),
+        }
     }
 }
 
@@ -1143,6 +1347,21 @@ mod tests {
             s = next;
         }
         assert!(!g.feed_bytes(&s, b", \"o\": {\"k\": \"abc\"}}").is_dead());
+        // llguidance, which masks while the budget is far, agrees: no dot, and `}` ends it.
+        let (_, v) = walks::engine_vocabulary();
+        let mut c = crate::constraint::Constraint::start(&g, &v);
+        for &b in stuck.as_bytes() {
+            c.commit(u32::from(b), &[b]).unwrap();
+        }
+        let mut allowed = Vec::new();
+        c.mask(1000, &mut allowed).unwrap();
+        assert!(c.masked_by_llguidance());
+        assert!(!allowed.contains(&u32::from(b'.')), "{allowed:?}");
+        assert!(allowed.contains(&u32::from(b'}')), "{allowed:?}");
+        // With no token left after this one, the keeper allows only the close.
+        c.mask(0, &mut allowed).unwrap();
+        assert!(!c.masked_by_llguidance());
+        assert_eq!(allowed, vec![u32::from(b'}')]);
     }
 
     #[test]
@@ -1153,6 +1372,44 @@ mod tests {
             Grammar::from_schema(&json!({"type":"array","items":{"type":"string"},"maxItems":2}))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_bounded_integer_is_enforced_as_its_values() {
+        // server-everything's `get-resource-links`: `count` 1..=10.
+        let g = Grammar::from_schema(&json!({"type":"object","properties":{"count":{"type":"integer","minimum":1,"maximum":10}}})).unwrap();
+        for ok in [
+            r#"{}"#,
+            r#"{"count": 1}"#,
+            r#"{"count": 10}"#,
+            r#"{"count": 7}"#,
+        ] {
+            assert!(accepts(&g, ok), "{ok}");
+        }
+        for bad in [
+            r#"{"count": 0}"#,
+            r#"{"count": 11}"#,
+            r#"{"count": 100}"#,
+            r#"{"count": -1}"#,
+            r#"{"count": 1.5}"#,
+        ] {
+            assert!(!accepts(&g, bad), "{bad}");
+        }
+        let g = Grammar::from_schema(
+            &json!({"type":"integer","exclusiveMinimum":-3,"exclusiveMaximum":2.0}),
+        )
+        .unwrap();
+        assert!(accepts(&g, "-2") && accepts(&g, "1") && !accepts(&g, "-3") && !accepts(&g, "2"));
+        for (bad, says) in [
+            (json!({"type":"integer","minimum":1}), "both"),
+            (json!({"type":"integer","minimum":0,"maximum":1000}), "256"),
+            (json!({"type":"integer","minimum":5,"maximum":1}), "empty"),
+            (json!({"type":"integer","minimum":0.5,"maximum":1}), "whole"),
+            (json!({"type":"number","minimum":0,"maximum":1}), "minimum"),
+        ] {
+            let e = Grammar::from_schema(&bad).unwrap_err();
+            assert!(e.0.contains(says), "{e}");
+        }
     }
 
     #[test]
@@ -1181,12 +1438,15 @@ mod tests {
     /// text closes within the budget, parses, and is valid against the schema it came from.
     mod walks {
         use super::*;
+        use crate::constraint::{Constraint, Vocabulary};
         use proptest::prelude::*;
 
         pub(super) fn schemas() -> Vec<Value> {
             vec![
                 json!({"type":"object","properties":{"recipient":{"type":"string","minLength":1},"text":{"type":"string","minLength":1,"maxLength":40},"quickReplies":{"type":"array","items":{"type":"string","minLength":1,"maxLength":8},"maxItems":10}},"required":["recipient","text"]}),
-                json!({"type":"object","properties":{"n":{"type":"integer"},"x":{"type":["number","null"]},"e":{"enum":["a","b",1,true]},"ok":{"type":"boolean"},"o":{"type":"object","properties":{"k":{"type":"string","minLength":3,"maxLength":5}},"required":["k"]}},"required":["n","o"]}),
+                // Properties in alphabetical order: the same key order whether or not serde_json
+                // keeps insertion order (llguidance turns `preserve_order` on).
+                json!({"type":"object","properties":{"c":{"type":"integer","minimum":-2,"maximum":12},"e":{"enum":["a","b",1,true]},"n":{"type":"integer"},"o":{"type":"object","properties":{"k":{"type":"string","minLength":3,"maxLength":5}},"required":["k"]},"ok":{"type":"boolean"},"x":{"type":["number","null"]}},"required":["n","o"]}),
                 json!({"type":"array","items":{"anyOf":[{"type":"string","minLength":2,"maxLength":4},{"const":"c"}]},"minItems":1,"maxItems":4}),
             ]
         }
@@ -1217,76 +1477,128 @@ mod tests {
                 "text",
                 "quickReplies",
             ] {
-                v.push(t.as_bytes().to_vec());
+                // Each byte string once (the trie keeps one id per string).
+                if t.len() > 1 {
+                    v.push(t.as_bytes().to_vec());
+                }
             }
             v
         }
 
+        /// The walk's vocabulary as the engine sees it: every byte, some longer tokens, and
+        /// one end-of-turn control token (the last id).
+        pub(super) fn engine_vocabulary() -> (Vec<Vec<u8>>, Vocabulary) {
+            let vocab = vocabulary();
+            let mut tokens: Vec<Option<&[u8]>> = vocab.iter().map(|t| Some(t.as_slice())).collect();
+            tokens.push(None);
+            let end = vec![vocab.len() as u32];
+            let v = Vocabulary::new(&tokens, end);
+            (vocab, v)
+        }
+
+        fn walk_tools() -> Vec<ToolSpec> {
+            vec![
+                ToolSpec::new("send", "", schemas()[0].clone()),
+                ToolSpec::new("mixed", "", schemas()[1].clone()),
+            ]
+        }
+
+        /// The value a finished text stands for, checked against the schema it came from:
+        /// the text itself (`which` < 3), or the arguments of a declared tool's call.
+        fn check(which: usize, text: &[u8]) -> Result<(), TestCaseError> {
+            let text = String::from_utf8_lossy(text);
+            let (schema, json) = if which < 3 {
+                (schemas()[which].clone(), text.to_string())
+            } else {
+                let body = text
+                    .strip_prefix(TOOL_CALL_OPEN)
+                    .and_then(|t| t.strip_suffix(TOOL_CALL_CLOSE))
+                    .ok_or_else(|| TestCaseError::fail(format!("not a call block: {text}")))?;
+                let call: Value = serde_json::from_str(body)
+                    .map_err(|e| TestCaseError::fail(format!("{e}: {body}")))?;
+                let tool = walk_tools()
+                    .into_iter()
+                    .find(|t| call["name"] == t.name.as_str())
+                    .ok_or_else(|| TestCaseError::fail(format!("undeclared tool: {body}")))?;
+                ((*tool.parameters).clone(), call["arguments"].to_string())
+            };
+            let v: Value = serde_json::from_str(&json)
+                .map_err(|e| TestCaseError::fail(format!("{e}: {json}")))?;
+            let validator = jsonschema::validator_for(&schema)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert!(validator.is_valid(&v), "{} is not valid", v);
+            Ok(())
+        }
+
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(200))]
+            /// The engine's walk: llguidance masks while the budget is far, the keeper near the
+            /// end. Where llguidance masks, it allows exactly what the grammar allows.
             #[test]
             fn every_allowed_walk_ends_in_a_valid_value(
-                which in 0usize..3,
+                which in 0usize..4,
                 picks in proptest::collection::vec(any::<u32>(), 0..400),
-                budget in 40u32..200,
+                budget in 40u32..300,
             ) {
-                let schema = &schemas()[which];
-                let g = Grammar::from_schema(schema).unwrap();
-                let vocab = vocabulary();
+                let g = if which < 3 {
+                    Grammar::from_schema(&schemas()[which]).unwrap()
+                } else {
+                    Grammar::tool_call(&walk_tools(), AnswerChoice::CallOnly).unwrap()
+                };
+                let (vocab, v) = engine_vocabulary();
+                let end = vocab.len() as u32;
                 let trie = TokenTrie::new(vocab.iter().enumerate().map(|(i, t)| (i as u32, t.as_slice())));
-                // As the engine does: a budget in tokens, each allowed token leaving at most as
-                // many bytes to write as tokens are left (every single byte is a token).
-                let budget = budget.max(g.distance(&g.start()) + 1);
+                let mut c = Constraint::start(&g, &v);
+                // As the engine does: at least the shortest answer's tokens.
+                let budget = budget.max(c.min_tokens());
+                let mut llg_steps = 0u32;
                 let mut used = 0u32;
                 let mut text = Vec::new();
-                let mut state = g.start();
                 let mut allowed = Vec::new();
-                let mut cache = MaskCache::default();
                 let mut picks = picks.into_iter();
-                loop {
-                    if g.is_finished(&state) {
-                        break;
+                let mut ended = false;
+                while !c.is_finished() {
+                    prop_assert!(used < budget, "over budget after {:?}", String::from_utf8_lossy(&text));
+                    let left = budget - used - 1;
+                    c.mask(left, &mut allowed)
+                        .map_err(|e| TestCaseError::fail(format!("{e} after {:?}", String::from_utf8_lossy(&text))))?;
+                    prop_assert_eq!(c.masked_by_llguidance(), left >= g.reach(c.state()));
+                    if c.masked_by_llguidance() {
+                        // llguidance's mask is the grammar's, token for token.
+                        llg_steps += 1;
+                        let mut own = Vec::new();
+                        trie.allowed(&g, c.state(), u32::MAX, &mut own);
+                        if g.can_end(c.state()) {
+                            own.push(end);
+                        }
+                        own.sort_unstable();
+                        prop_assert_eq!(&allowed, &own, "after {:?}", String::from_utf8_lossy(&text));
                     }
-                    let left = budget - used;
-                    allowed.clear();
-                    if left > 0 {
-                        trie.allowed(&g, &state, left - 1, &mut allowed);
-                        // The cache gives exactly the same mask.
-                        let mut cached = Vec::new();
-                        cache.allowed(&trie, &g, &state, left - 1, &mut cached);
-                        prop_assert_eq!(&cached, &allowed);
-                    }
-                    // The model may also stop (EOS) when the value is whole.
-                    let stop = g.can_end(&state);
-                    let choices = allowed.len() + usize::from(stop);
-                    prop_assert!(choices > 0, "stuck after {:?}", String::from_utf8_lossy(&text));
                     // Once the random picks run out, take the shortest way to the end.
                     let pick = match picks.next() {
-                        Some(p) => p as usize % choices,
-                        None if stop => allowed.len(),
-                        None => {
-                            let mut best = (u32::MAX, 0usize);
-                            for (i, &id) in allowed.iter().enumerate() {
-                                let d = g.distance(&g.feed_bytes(&state, &vocab[id as usize]));
-                                if d < best.0 { best = (d, i); }
-                            }
-                            best.1
-                        }
+                        Some(p) => allowed[p as usize % allowed.len()],
+                        None if allowed.contains(&end) => end,
+                        None => *allowed
+                            .iter()
+                            .min_by_key(|&&id| g.distance(&g.feed_bytes(c.state(), &vocab[id as usize])))
+                            .unwrap(),
                     };
-                    if pick == allowed.len() {
+                    used += 1;
+                    if pick == end {
+                        ended = true;
                         break;
                     }
-                    let tok = &vocab[allowed[pick] as usize];
+                    let tok = &vocab[pick as usize];
                     text.extend_from_slice(tok);
-                    used += 1;
-                    state = g.feed_bytes(&state, tok);
-                    prop_assert!(!state.is_dead());
+                    c.commit(pick, tok).unwrap();
                 }
+                prop_assert!(ended || c.is_finished());
                 prop_assert!(used <= budget);
-                let v: Value = serde_json::from_slice(&text)
-                    .map_err(|e| TestCaseError::fail(format!("{e}: {}", String::from_utf8_lossy(&text))))?;
-                let validator = jsonschema::validator_for(schema).unwrap();
-                prop_assert!(validator.is_valid(&v), "{} is not valid", v);
+                // With room to spare, llguidance masked the first token.
+                if budget > g.reach(&g.start()) {
+                    prop_assert!(llg_steps > 0);
+                }
+                check(which, &text)?;
             }
         }
     }

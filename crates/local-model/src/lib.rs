@@ -33,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+mod constraint;
 mod engine;
 mod fetch;
 mod grammar;
