@@ -29,10 +29,7 @@ pub(crate) fn cache_path(model: &Path) -> PathBuf {
 /// The source file's identity: size, and modification time as seconds and nanoseconds.
 fn identity(model: &Path) -> std::io::Result<(u64, u64, u32)> {
     let m = std::fs::metadata(model)?;
-    let t = m
-        .modified()?
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+    let t = m.modified()?.duration_since(UNIX_EPOCH).unwrap_or_default();
     Ok((m.len(), t.as_secs(), t.subsec_nanos()))
 }
 
@@ -92,7 +89,10 @@ pub(crate) fn write_cache(model: &Path, gguf: &[u8]) {
     let path = cache_path(model);
     let r = (|| -> std::io::Result<()> {
         let id = identity(model)?;
-        let tmp = path.with_extension(format!("q8cache.tmp{}", std::process::id()));
+        // Unique per writer: loads in one process may race to write the same cache.
+        static WRITER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("q8cache.tmp{}-{n}", std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(&header(id, checksum(gguf), gguf.len() as u64))?;

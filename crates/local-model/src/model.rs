@@ -221,7 +221,11 @@ impl Weights {
                 | "codeshell"
                 | "plamo"
         );
-        if ct.metadata.get(&key("expert_count")).is_some_and(|v| v.to_u32().is_ok_and(|n| n > 1)) {
+        if ct
+            .metadata
+            .get(&key("expert_count"))
+            .is_some_and(|v| v.to_u32().is_ok_and(|n| n > 1))
+        {
             candle_core::bail!("mixture-of-experts models are not supported");
         }
         // RoPE tables, computed as candle does (f32 angles: position × theta).
@@ -439,38 +443,46 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// Causal attention of every (row, head): the row at position `p` attends to its sequence's
 /// positions `0..=p`. Returns `rows × n_head × head_dim`.
-fn attention(cfg: &Config, q: &[f32], rows: &[(usize, usize)], caches: &[(&[f32], &[f32])]) -> Vec<f32> {
+fn attention(
+    cfg: &Config,
+    q: &[f32],
+    rows: &[(usize, usize)],
+    caches: &[(&[f32], &[f32])],
+) -> Vec<f32> {
     let hd = cfg.head_dim;
     let group = cfg.n_head / cfg.n_kv_head;
     let kv_dim = cfg.kv_dim();
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0f32; rows.len() * cfg.n_head * hd];
-    out.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores: &mut Vec<f32>, (idx, o)| {
-        let (r, head) = (idx / cfg.n_head, idx % cfg.n_head);
-        let (item, pos) = rows[r];
-        let (k, v) = caches[item];
-        let kvh = head / group;
-        let qh = &q[idx * hd..(idx + 1) * hd];
-        scores.clear();
-        let mut max = f32::NEG_INFINITY;
-        for j in 0..=pos {
-            let s = dot(qh, &k[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd]) * scale;
-            max = max.max(s);
-            scores.push(s);
-        }
-        let mut sum = 0f32;
-        for s in scores.iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s;
-        }
-        for (j, s) in scores.iter().enumerate() {
-            let w = s / sum;
-            let vj = &v[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
-            for (a, b) in o.iter_mut().zip(vj) {
-                *a += w * b;
+    out.par_chunks_mut(hd).enumerate().for_each_init(
+        Vec::new,
+        |scores: &mut Vec<f32>, (idx, o)| {
+            let (r, head) = (idx / cfg.n_head, idx % cfg.n_head);
+            let (item, pos) = rows[r];
+            let (k, v) = caches[item];
+            let kvh = head / group;
+            let qh = &q[idx * hd..(idx + 1) * hd];
+            scores.clear();
+            let mut max = f32::NEG_INFINITY;
+            for j in 0..=pos {
+                let s = dot(qh, &k[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd]) * scale;
+                max = max.max(s);
+                scores.push(s);
             }
-        }
-    });
+            let mut sum = 0f32;
+            for s in scores.iter_mut() {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            for (j, s) in scores.iter().enumerate() {
+                let w = s / sum;
+                let vj = &v[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
+                for (a, b) in o.iter_mut().zip(vj) {
+                    *a += w * b;
+                }
+            }
+        },
+    );
     out
 }
 
@@ -515,7 +527,10 @@ mod tests {
         let prompt = tok
             .chat_prompt(&[
                 ("system", "You are a helpful assistant."),
-                ("user", "Name three colours of the rainbow and say why the sky is blue."),
+                (
+                    "user",
+                    "Name three colours of the rainbow and say why the sky is blue.",
+                ),
             ])
             .unwrap();
         (bytes, tok, prompt)
@@ -541,7 +556,10 @@ mod tests {
         // on every step's choice except a near-tie.
         let steps = 32;
         let mut cache = KvCache::new(&ours.cfg);
-        let mut l = ours.forward(&mut [(&mut cache, &prompt)]).unwrap().remove(0);
+        let mut l = ours
+            .forward(&mut [(&mut cache, &prompt)])
+            .unwrap()
+            .remove(0);
         let input = Tensor::new(prompt.as_slice(), &Device::Cpu)
             .unwrap()
             .unsqueeze(0)
@@ -558,15 +576,25 @@ mod tests {
         for step in 0..steps {
             let t = argmax(&l);
             let best = argmax(&c);
-            let diff = l.iter().zip(&c).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+            let diff = l
+                .iter()
+                .zip(&c)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
             worst = worst.max(diff);
             if t != best {
                 let gap = c[best as usize] - c[t as usize];
-                assert!(gap < 0.25, "step {step}: we chose {t}, candle {best} by {gap}");
+                assert!(
+                    gap < 0.25,
+                    "step {step}: we chose {t}, candle {best} by {gap}"
+                );
                 ties += 1;
             }
             l = ours.forward(&mut [(&mut cache, &[t])]).unwrap().remove(0);
-            let input = Tensor::new(&[t], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+            let input = Tensor::new(&[t], &Device::Cpu)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
             c = theirs
                 .forward(&input, pos)
                 .unwrap()
@@ -582,17 +610,31 @@ mod tests {
         let n = prompt.len();
         let f = |m: &mut ModelWeights, t: &[u32], p: usize| -> Vec<f32> {
             let x = Tensor::new(t, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-            m.forward(&x, p).unwrap().squeeze(0).unwrap().to_vec1().unwrap()
+            m.forward(&x, p)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .to_vec1()
+                .unwrap()
         };
         let whole = f(&mut theirs, &prompt, 0);
         theirs.clear_kv_cache();
         f(&mut theirs, &prompt[..n - 2], 0);
         f(&mut theirs, &prompt[n - 2..n - 1], n - 2);
         let split = f(&mut theirs, &prompt[n - 1..], n - 1);
-        let noise = whole.iter().zip(&split).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-        eprintln!("max logit difference {worst} (candle against itself: {noise}); near-ties decided differently: {ties}");
+        let noise = whole
+            .iter()
+            .zip(&split)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        eprintln!(
+            "max logit difference {worst} (candle against itself: {noise}); near-ties decided differently: {ties}"
+        );
         assert!(ties <= 3, "{ties} of {steps} steps chose another token");
-        assert!(worst < 2.0 * noise + 0.1, "logits differ by up to {worst}, candle's own noise is {noise}");
+        assert!(
+            worst < 2.0 * noise + 0.1,
+            "logits differ by up to {worst}, candle's own noise is {noise}"
+        );
     }
 
     #[test]
@@ -625,8 +667,11 @@ mod tests {
         let mut x = KvCache::new(&w.cfg);
         let mut y = KvCache::new(&w.cfg);
         let n = prompt.len() - 5;
-        let other = tok.encode("A different conversation about cooking pasta.").unwrap();
-        w.forward(&mut [(&mut x, &prompt[..n]), (&mut y, &other)]).unwrap();
+        let other = tok
+            .encode("A different conversation about cooking pasta.")
+            .unwrap();
+        w.forward(&mut [(&mut x, &prompt[..n]), (&mut y, &other)])
+            .unwrap();
         let mut last = Vec::new();
         for i in n..prompt.len() {
             let mut out = w
