@@ -571,9 +571,8 @@ mod tests {
             .unwrap()
             .to_vec1()
             .unwrap();
-        let mut pos = prompt.len();
         let (mut ties, mut worst) = (0, 0f32);
-        for step in 0..steps {
+        for (step, pos) in (prompt.len()..).enumerate().take(steps) {
             let t = argmax(&l);
             let best = argmax(&c);
             let diff = l
@@ -602,7 +601,6 @@ mod tests {
                 .unwrap()
                 .to_vec1()
                 .unwrap();
-            pos += 1;
         }
         // candle differs from itself by about this much when the prompt is split (Q8_0
         // activation rounding turns last-bit differences into steps): our tolerance.

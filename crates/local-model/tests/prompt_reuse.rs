@@ -245,3 +245,52 @@ async fn four_concurrent_sessions_interleave_and_answer_as_they_do_alone() {
         );
     }
 }
+
+#[test]
+fn the_converted_weights_are_cached_next_to_the_model_and_a_damaged_cache_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    std::fs::copy(model_path(), &path).unwrap();
+    let cache = dir.path().join("m.gguf.q8cache");
+    let a = LocalModel::from_file(&path).unwrap();
+    let good = std::fs::read(&cache).expect("the first load writes the cache");
+    // One flipped bit in the weights: detected, rebuilt, same answers.
+    let mut bad = good.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 0x10;
+    std::fs::write(&cache, &bad).unwrap();
+    let b = LocalModel::from_file(&path).unwrap();
+    // Rebuilt (the metadata order may differ from build to build, the size does not).
+    let rebuilt = std::fs::read(&cache).unwrap();
+    assert!(
+        rebuilt != bad && rebuilt.len() == good.len(),
+        "the damaged cache was kept"
+    );
+    // A truncated cache too.
+    std::fs::write(&cache, &good[..good.len() / 3]).unwrap();
+    let c = LocalModel::from_file(&path).unwrap();
+    assert_eq!(
+        std::fs::metadata(&cache).unwrap().len() as usize,
+        good.len()
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ask = |m: &LocalModel| {
+        rt.block_on(
+            m.clone()
+                .with_seed(2)
+                .chat(ChatRequest::new(vec![Message::user("Say hello.")]).with_max_tokens(6)),
+        )
+        .unwrap()
+        .content
+    };
+    let answer = ask(&a);
+    assert_eq!(ask(&b), answer);
+    assert_eq!(ask(&c), answer);
+    assert!(
+        !std::fs::read_dir(dir.path()).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".tmp"))
+    );
+}
