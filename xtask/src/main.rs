@@ -70,8 +70,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// The workspace root. Read at run time (`cargo run` sets `CARGO_MANIFEST_DIR`): cargo reuses a
+/// build from another checkout of the same workspace when the target dir is shared (CI's clone and
+/// the developer's tree), and a path baked in at compile time would then point at the other one.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))

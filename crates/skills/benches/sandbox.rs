@@ -75,12 +75,9 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skills");
+    let fixtures = crate_dir().join("tests/fixtures/skills");
     let echo = find(&fixtures, "echo");
-    let cat = find(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/skills"),
-        "cat",
-    );
+    let cat = find(&crate_dir().join("benches/skills"), "cat");
     let container = Sandbox::new(SandboxConfig::default());
     let cold = Sandbox::new(SandboxConfig::default().with_ready_containers(0));
     let fallback = Sandbox::new(SandboxConfig::default().with_container(false));
@@ -146,3 +143,11 @@ fn bench(c: &mut Criterion) {
 
 criterion_group!(benches, bench);
 criterion_main!(benches);
+
+/// This crate's directory, read at run time: a build reused from another checkout (a shared
+/// target dir) would otherwise look for fixtures in that checkout.
+fn crate_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+}

@@ -3,7 +3,6 @@
 //! real HTTP through the tool loop.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ async fn s1_t3_tag_call_to_a_skill_is_dispatched_to_the_sandbox_and_answered() {
     ));
     server.push(Reply::text("The skill echoed your text."));
     let model = OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skills");
+    let root = crate_dir().join("tests/fixtures/skills");
     let (provider, errors) = SkillsProvider::load(
         root,
         SandboxConfig::default().with_timeout(Duration::from_secs(10)),
@@ -67,7 +66,7 @@ async fn s2_t4_a_hostile_skill_gives_the_model_an_error_and_the_loop_goes_on() {
     server.push(Reply::text("<tool_action name=\"firehose\"></tool_action>"));
     server.push(Reply::text("That skill failed; sorry."));
     let model = OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skills");
+    let root = crate_dir().join("tests/fixtures/skills");
     let (provider, _) = SkillsProvider::load(root, SandboxConfig::default());
     let agent = Agent::builder(model)
         .provider(Arc::new(provider))
@@ -78,4 +77,12 @@ async fn s2_t4_a_hostile_skill_gives_the_model_an_error_and_the_loop_goes_on() {
     assert_eq!(out.answer, "That skill failed; sorry.");
     let second = server.requests()[1].body["messages"].to_string();
     assert!(second.contains("output exceeded 1 MiB"), "{second}");
+}
+
+/// This crate's directory, read at run time: a build reused from another checkout (a shared
+/// target dir) would otherwise look for fixtures in that checkout.
+fn crate_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
 }

@@ -2,7 +2,7 @@
 //! root, and the checks that a call left nothing behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use skills::{Sandbox, SandboxConfig, SkillsProvider, load_skills};
 use tool_system::{ToolContext, ToolProvider};
 
 pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    crate_dir().join("tests/fixtures")
 }
 
 pub struct Env {
@@ -146,4 +146,12 @@ pub fn require_container(env: &Env, what: &str) {
             env.provider.sandbox().protections()
         );
     }
+}
+
+/// This crate's directory, read at run time: a build reused from another checkout (a shared
+/// target dir) would otherwise look for fixtures in that checkout.
+fn crate_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
 }
