@@ -100,7 +100,7 @@ async fn seam_a_user_written_chat_model_runs_the_loop_with_a_typed_tool() {
     assert_eq!(answer.as_deref(), Some("Beijing: sunny and 22°C."));
     assert_eq!(
         results,
-        vec![r#"{"celsius":22,"city":"Beijing","sky":"sunny"}"#]
+        vec![r#"{"city":"Beijing","sky":"sunny","celsius":22}"#]
     );
     let requests = model.requests.lock().unwrap();
     assert_eq!(requests.len(), 2);

@@ -59,7 +59,7 @@ struct Route {
 ///     let ok = dispatcher.dispatch("add", json!({"a": 1, "b": 2}), ToolContext::new("c1")).await;
 ///     assert_eq!(ok.content, "3.0");
 ///     let missing = dispatcher.dispatch("nope", json!({}), ToolContext::new("c2")).await;
-///     assert_eq!(missing.content, r#"{"error":"Tool not found: nope","success":false}"#);
+///     assert_eq!(missing.content, r#"{"success":false,"error":"Tool not found: nope"}"#);
 ///     let invalid = dispatcher.dispatch("add", json!({"a": "x"}), ToolContext::new("c3")).await;
 ///     assert!(!invalid.is_ok());
 /// });

@@ -54,13 +54,13 @@ async fn t6_json_decision_loop_get_weather_end_to_end() {
     assert_eq!(last["role"], "user");
     assert_eq!(
         last["content"],
-        "[Tool result for get_weather]\n{\"city\":\"Beijing\",\"temp\":22}"
+        "[Tool result for get_weather]\n{\"temp\":22,\"city\":\"Beijing\"}"
     );
     let session = checked_session(&*store, "s").await;
     assert_eq!(session.len(), 4);
     assert_eq!(
         session[2],
-        Message::user("[Tool result for get_weather]\n{\"city\":\"Beijing\",\"temp\":22}")
+        Message::user("[Tool result for get_weather]\n{\"temp\":22,\"city\":\"Beijing\"}")
     );
 }
 
@@ -175,7 +175,7 @@ async fn t3_unknown_tool_in_json_decision_reaches_model() {
         .to_owned();
     assert_eq!(
         last,
-        "[Tool result for teleport]\n{\"error\":\"Tool not found: teleport\",\"success\":false}"
+        "[Tool result for teleport]\n{\"success\":false,\"error\":\"Tool not found: teleport\"}"
     );
     let _ = store.load("s").await.unwrap();
 }
