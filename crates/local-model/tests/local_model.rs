@@ -14,34 +14,11 @@ use llm_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat,
     ToolCall, ToolChoice, ToolSpec,
 };
-use local_model::{LocalModel, ModelSource, default_cache_dir, ensure_model};
+use local_model::LocalModel;
 use serde_json::{Value, json};
 
-fn model_path() -> std::path::PathBuf {
-    static PATH: OnceLock<std::path::PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-            // Fetch on a thread of its own: the caller is inside a test's runtime.
-            std::thread::spawn(|| {
-                if let Some(p) = std::env::var_os("LOCAL_MODEL_PATH").filter(|p| !p.is_empty()) {
-                    return Ok(std::path::PathBuf::from(p));
-                }
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let dir = default_cache_dir().expect("no cache dir: set HOME or XDG_CACHE_HOME");
-                rt.block_on(ensure_model(&ModelSource::smollm2_135m_instruct(), &dir))
-            })
-            .join()
-            .unwrap()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "the local model tests need SmolLM2-135M-Instruct.Q4_1.gguf and it could not be fetched: {e}"
-                )
-            })
-    })
-    .clone()
-}
+mod common;
+use common::model_path;
 
 fn model() -> LocalModel {
     static MODEL: OnceLock<LocalModel> = OnceLock::new();

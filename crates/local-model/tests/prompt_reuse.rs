@@ -4,42 +4,20 @@
 //! LOCAL_MODEL_PATH); when that is impossible they FAIL with the reason — they never skip.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use llm_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, Message, ModelError, ModelInfo,
     async_trait, response_stream,
 };
-use local_model::{GenerationStats, LocalModel, ModelSource, default_cache_dir, ensure_model};
+use local_model::{GenerationStats, LocalModel};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tool_system::{Agent, FnTool, ToolContext, ToolError};
 
-fn model_path() -> std::path::PathBuf {
-    static PATH: OnceLock<std::path::PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        std::thread::spawn(|| {
-            if let Some(p) = std::env::var_os("LOCAL_MODEL_PATH").filter(|p| !p.is_empty()) {
-                return Ok(std::path::PathBuf::from(p));
-            }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let dir = default_cache_dir().expect("no cache dir: set HOME or XDG_CACHE_HOME");
-            rt.block_on(ensure_model(&ModelSource::smollm2_135m_instruct(), &dir))
-        })
-        .join()
-        .unwrap()
-        .unwrap_or_else(|e| {
-            panic!(
-                "these tests need SmolLM2-135M-Instruct.Q4_1.gguf and it could not be fetched: {e}"
-            )
-        })
-    })
-    .clone()
-}
+mod common;
+use common::model_path;
 
 /// The local model as the agent sees it, recording the backend's stats of every request.
 struct Recorded {
