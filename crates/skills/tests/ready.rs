@@ -43,7 +43,7 @@ fn nothing_seen(r: &Value) -> bool {
 }
 
 #[tokio::test]
-async fn a_container_made_ahead_serves_one_call_and_the_next_sees_nothing_of_it() {
+async fn s2_a_container_made_ahead_serves_one_call_and_the_next_sees_nothing_of_it() {
     let e = env();
     let sandbox = e.provider.sandbox();
     let first = probe(&e, "first").await;
@@ -81,7 +81,7 @@ async fn a_container_made_ahead_serves_one_call_and_the_next_sees_nothing_of_it(
 }
 
 #[tokio::test]
-async fn each_container_is_handed_to_one_call_even_when_calls_overlap() {
+async fn s2_each_container_is_handed_to_one_call_even_when_calls_overlap() {
     let e = env();
     probe(&e, "warm-up").await;
     wait_ready(e.provider.sandbox(), 1).await;
@@ -110,7 +110,7 @@ async fn each_container_is_handed_to_one_call_even_when_calls_overlap() {
 }
 
 #[tokio::test]
-async fn a_calls_time_limit_counts_from_the_call_not_from_when_its_container_was_made() {
+async fn s2_a_calls_time_limit_counts_from_the_call_not_from_when_its_container_was_made() {
     let e = env_with(SandboxConfig::default().with_timeout(Duration::from_secs(1)));
     require_container(&e, "containers made ahead of time");
     probe(&e, "first").await;
@@ -123,7 +123,7 @@ async fn a_calls_time_limit_counts_from_the_call_not_from_when_its_container_was
 }
 
 #[tokio::test]
-async fn arguments_and_granted_environment_are_the_calls_own() {
+async fn s2_arguments_and_granted_environment_are_the_calls_own() {
     let e = env_with(
         SandboxConfig::default()
             .with_timeout(Duration::from_secs(10))
@@ -149,7 +149,7 @@ async fn arguments_and_granted_environment_are_the_calls_own() {
 }
 
 #[tokio::test]
-async fn dropping_the_sandbox_kills_its_waiting_containers_and_removes_their_directories() {
+async fn s2_dropping_the_sandbox_kills_its_waiting_containers_and_removes_their_directories() {
     let e = env();
     probe(&e, "first").await;
     wait_ready(e.provider.sandbox(), 1).await;
@@ -185,7 +185,7 @@ async fn dropping_the_sandbox_kills_its_waiting_containers_and_removes_their_dir
 }
 
 #[tokio::test]
-async fn without_ready_containers_every_call_makes_its_own() {
+async fn s2_without_ready_containers_every_call_makes_its_own() {
     let e = env_with(
         SandboxConfig::default()
             .with_timeout(Duration::from_secs(10))
@@ -218,8 +218,8 @@ fn probe_root(mode: u32) -> tempfile::TempDir {
 }
 
 #[tokio::test]
-async fn a_skill_file_the_sandbox_uid_cannot_read_is_refused_at_load_with_the_chmod_that_fixes_it()
-{
+async fn s2_a_skill_file_the_sandbox_uid_cannot_read_is_refused_at_load_with_the_chmod_that_fixes_it()
+ {
     let root = probe_root(0o600);
     let (provider, errors) = SkillsProvider::load(root.path(), SandboxConfig::default());
     let env = Env {
