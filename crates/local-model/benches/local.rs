@@ -1,7 +1,10 @@
 //! Bounded benchmark of the embedded local model (`cargo bench -p local-model --bench local`):
 //! load time, prompt tokens/s, generated tokens/s (free text, constrained tool calls, a long
 //! constrained string).
-//! Prints a Markdown table for docs/benchmarks.md.
+//! Prints a Markdown table for docs/benchmarks.md, with a llama.cpp column measured in the same
+//! run on the same GGUF by `benches/baseline.py` where llama-cpp-python is installed
+//! (`pip install llama-cpp-python==0.3.36`); where it is not, the column says so and the bench
+//! still runs. `LLAMA_BASELINE=0` skips it on purpose.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Instant;
@@ -128,28 +131,87 @@ fn main() {
         str_tps.push(s.generated_tokens_per_sec());
     }
 
-    println!("| metric | median of {runs} |");
-    println!("|---|---|");
+    let base = baseline(&path, runs);
+    let col = |key: &str, unit: &str, prec: usize| match &base {
+        Ok(v) => v
+            .get(key)
+            .and_then(serde_json::Value::as_f64)
+            .map(|x| format!("{x:.prec$} {unit}"))
+            .unwrap_or_else(|| "—".into()),
+        Err(_) => "skipped".into(),
+    };
+    let ratio = |ours: f64, key: &str, higher_is_better: bool| match &base {
+        Ok(v) => v
+            .get(key)
+            .and_then(serde_json::Value::as_f64)
+            .map(|b| {
+                let r = if higher_is_better { ours / b } else { b / ours };
+                format!("{r:.2}×")
+            })
+            .unwrap_or_else(|| "—".into()),
+        Err(_) => "—".into(),
+    };
+    let (load, ptps, gtps) = (median(loads), median(prompt_tps), median(gen_tps));
     println!(
-        "| load (the cached Q8_0 conversion after the first start, tokenizer, vocabulary) | {:.0} ms |",
-        median(loads)
+        "| metric | this project, median of {runs} | llama.cpp (2 threads) | speed vs llama.cpp |"
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| load (the cached Q8_0 conversion after the first start, tokenizer, vocabulary) | {load:.0} ms | {} | {} |",
+        col("load_ms", "ms", 0),
+        ratio(load, "load_ms", false)
     );
     println!(
-        "| prompt processing ({prompt_len}-token prompt) | {:.0} tok/s |",
-        median(prompt_tps)
+        "| prompt processing ({prompt_len}-token prompt) | {ptps:.0} tok/s | {} | {} |",
+        col("prompt_tps", "tok/s", 0),
+        ratio(ptps, "prompt_tps", true)
     );
     println!(
-        "| generation, free text ({gen_len} tokens) | {:.1} tok/s |",
-        median(gen_tps)
+        "| generation, free text ({gen_len} tokens) | {gtps:.1} tok/s | {} | {} |",
+        col("gen_tps", "tok/s", 1),
+        ratio(gtps, "gen_tps", true)
     );
     println!(
-        "| generation, constrained tool call (~{:.0} tokens) | {:.1} tok/s |",
+        "| generation, constrained tool call (~{:.0} tokens) | {:.1} tok/s | — | — |",
         median(json_tokens),
         median(json_tps)
     );
     println!(
-        "| generation, constrained long string value (~{:.0} tokens) | {:.1} tok/s |",
+        "| generation, constrained long string value (~{:.0} tokens) | {:.1} tok/s | — | — |",
         median(str_tokens),
         median(str_tps)
     );
+    match &base {
+        Ok(v) => println!(
+            "\nllama.cpp: llama-cpp-python {} ({} prompt tokens with its tokenizer), same GGUF, same run.",
+            v.get("llama_cpp").and_then(|x| x.as_str()).unwrap_or("?"),
+            v.get("prompt_tokens")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        ),
+        Err(why) => println!("\nllama.cpp column skipped: {why}"),
+    }
+}
+
+/// Runs `benches/baseline.py` on the same GGUF; `Err` says why there is no llama.cpp column.
+fn baseline(path: &std::path::Path, runs: u64) -> Result<serde_json::Value, String> {
+    if std::env::var("LLAMA_BASELINE").is_ok_and(|v| v == "0") {
+        return Err("LLAMA_BASELINE=0".into());
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/baseline.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(path)
+        .args(["--runs", &runs.to_string(), "--threads", "2"])
+        .output()
+        .map_err(|e| format!("python3 could not be run ({e}); install Python 3 and `pip install llama-cpp-python==0.3.36`"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(err
+            .lines()
+            .last()
+            .unwrap_or("baseline.py failed")
+            .to_string());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("baseline.py printed no JSON: {e}"))
 }

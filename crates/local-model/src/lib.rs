@@ -38,6 +38,7 @@ mod convert;
 mod engine;
 mod fetch;
 mod grammar;
+pub mod kernels;
 mod model;
 mod template;
 mod tokenizer;

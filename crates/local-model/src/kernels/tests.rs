@@ -1,0 +1,221 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use proptest::prelude::*;
+
+use super::*;
+
+/// Deterministic pseudo-random values in [-scale, scale].
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn weight(dtype: GgmlDType, rows: usize, cols: usize, w: &[f32]) -> Weight {
+    let t = Tensor::from_slice(w, (rows, cols), &Device::Cpu).unwrap();
+    Weight::from_qtensor(&QTensor::quantize(&t, dtype).unwrap()).unwrap()
+}
+
+/// The plain reference: f32 weights (dequantised) times f32 activations, in f64.
+fn reference(w: &Weight, x: &[f32], tokens: usize) -> Vec<f32> {
+    let (rows, cols) = (w.rows(), w.cols());
+    let wf = w.dequantize();
+    let mut out = vec![0f32; tokens * rows];
+    for t in 0..tokens {
+        for r in 0..rows {
+            out[t * rows + r] = (0..cols)
+                .map(|c| f64::from(wf[r * cols + c]) * f64::from(x[t * cols + c]))
+                .sum::<f64>() as f32;
+        }
+    }
+    out
+}
+
+/// Activation quantisation moves each product by ≤ d_x/2 · |w|: the bound over a row.
+fn bound(w: &Weight, x: &[f32], tokens: usize, t: usize, r: usize) -> f32 {
+    let cols = w.cols();
+    let wf = w.dequantize();
+    let _ = tokens;
+    let mut e = 0f32;
+    for b in 0..cols / BLOCK {
+        let xs = &x[t * cols + b * BLOCK..t * cols + (b + 1) * BLOCK];
+        let d = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        let ws: f32 = wf[r * cols + b * BLOCK..r * cols + (b + 1) * BLOCK]
+            .iter()
+            .map(|v| v.abs())
+            .sum();
+        e += d / 2.0 * ws;
+    }
+    e * 1.01 + 1e-4
+}
+
+fn check(w: &Weight, x: &[f32], tokens: usize) {
+    let mut out = vec![f32::NAN; tokens * w.rows()];
+    w.matmul(x, tokens, &mut out).unwrap();
+    let want = reference(w, x, tokens);
+    let portable = matmul_portable(w, x, tokens);
+    for t in 0..tokens {
+        for r in 0..w.rows() {
+            let i = t * w.rows() + r;
+            let b = bound(w, x, tokens, t, r);
+            assert!(
+                (out[i] - want[i]).abs() <= b,
+                "token {t} row {r}: kernel {} vs reference {} (bound {b})",
+                out[i],
+                want[i]
+            );
+            // SIMD and portable kernels: the same integer sums, f32 order differs only.
+            assert!(
+                (out[i] - portable[i]).abs() <= 1e-4 * (1.0 + want[i].abs()),
+                "token {t} row {r}: kernel {} vs portable {}",
+                out[i],
+                portable[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn q4_1_and_q8_0_match_the_reference_at_decode_and_prefill_sizes() {
+    for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        for (rows, cols) in [(64, 576), (192, 576), (576, 1536)] {
+            let w = weight(dtype, rows, cols, &values(rows * cols, 1, 0.1));
+            for tokens in [1, 3, PREFILL_MIN_TOKENS, 37] {
+                check(&w, &values(tokens * cols, 2 + tokens as u64, 2.0), tokens);
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_and_f16_weights_are_exact_up_to_rounding() {
+    let (rows, cols) = (40, 96);
+    let v = values(rows * cols, 5, 1.0);
+    let x = values(3 * cols, 6, 1.0);
+    let f32w = Weight::from_f32(rows, cols, v.clone()).unwrap();
+    let f16w = weight(GgmlDType::F16, rows, cols, &v);
+    for w in [f32w, f16w] {
+        let mut out = vec![0f32; 3 * rows];
+        w.matmul(&x, 3, &mut out).unwrap();
+        let want = reference(&w, &x, 3);
+        for (a, b) in out.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn q4_1_bits_are_read_as_ggml_lays_them_out() {
+    // One block by hand: d = 0.5, m = -1, values 0..15 in the low nibbles and 15..0 in the high.
+    let mut bytes = Vec::new();
+    bytes.extend(half::f16::from_f32(0.5).to_le_bytes());
+    bytes.extend(half::f16::from_f32(-1.0).to_le_bytes());
+    bytes.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    let w = Weight::from_gguf_bytes(GgmlDType::Q4_1, 1, 32, &bytes).unwrap();
+    let want: Vec<f32> = (0..16)
+        .map(|j| 0.5 * j as f32 - 1.0)
+        .chain((0..16).map(|j| 0.5 * (15 - j) as f32 - 1.0))
+        .collect();
+    assert_eq!(w.dequantize(), want);
+    // And candle reads the same bits the same way.
+    let t = QTensor::quantize(
+        &Tensor::from_slice(&want, (1, 32), &Device::Cpu).unwrap(),
+        GgmlDType::Q4_1,
+    )
+    .unwrap();
+    assert_eq!(Weight::from_qtensor(&t).unwrap().dequantize(), want);
+    // x = e_j picks value j exactly (a one-hot block quantises without error).
+    for j in 0..32 {
+        let mut x = vec![0f32; 32];
+        x[j] = 1.0;
+        let mut out = [0f32];
+        w.matmul(&x, 1, &mut out).unwrap();
+        assert!(
+            (out[0] - want[j]).abs() < 1e-6,
+            "{j}: {} vs {}",
+            out[0],
+            want[j]
+        );
+    }
+}
+
+#[test]
+fn bad_shapes_and_lengths_are_typed_errors() {
+    assert!(matches!(
+        Weight::from_gguf_bytes(GgmlDType::Q4_1, 2, 33, &[0; 40]),
+        Err(KernelError::Shape(_))
+    ));
+    assert!(matches!(
+        Weight::from_gguf_bytes(GgmlDType::Q4_1, 2, 32, &[0; 39]),
+        Err(KernelError::Bytes {
+            want: 40,
+            got: 39,
+            ..
+        })
+    ));
+    let w = Weight::from_gguf_bytes(GgmlDType::Q8_0, 2, 32, &[0; 68]).unwrap();
+    let mut out = [0f32; 2];
+    let e = w.matmul(&[0.0; 31], 1, &mut out).unwrap_err();
+    assert!(matches!(
+        e,
+        KernelError::Len {
+            want_x: 32,
+            got_x: 31,
+            ..
+        }
+    ));
+    assert!(e.to_string().contains("2×32"));
+    let t = QTensor::quantize(
+        &Tensor::zeros((2, 2, 32), candle_core::DType::F32, &Device::Cpu).unwrap(),
+        GgmlDType::Q8_0,
+    )
+    .unwrap();
+    assert!(matches!(
+        Weight::from_qtensor(&t),
+        Err(KernelError::Shape(_))
+    ));
+    // Zero tokens: nothing to do, not an error.
+    w.matmul(&[], 0, &mut []).unwrap();
+}
+
+#[test]
+fn zero_nan_and_extreme_activations_do_not_panic() {
+    let w = weight(GgmlDType::Q4_1, 8, 64, &values(8 * 64, 9, 1.0));
+    let mut out = [0f32; 8];
+    w.matmul(&[0.0; 64], 1, &mut out).unwrap();
+    assert!(out.iter().all(|v| v.abs() < 1e-6));
+    let mut x = values(64, 3, 1.0);
+    x[5] = f32::NAN;
+    x[40] = f32::MAX;
+    w.matmul(&x, 1, &mut out).unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn kernels_match_the_reference_on_any_shape(
+        q8 in any::<bool>(),
+        rows in 1usize..70,
+        blocks in 1usize..10,
+        tokens in 1usize..14,
+        wscale in 1e-3f32..4.0,
+        xscale in 1e-3f32..50.0,
+        seed in any::<u64>(),
+    ) {
+        let cols = blocks * BLOCK;
+        let dtype = if q8 { GgmlDType::Q8_0 } else { GgmlDType::Q4_1 };
+        let w = weight(dtype, rows, cols, &values(rows * cols, seed, wscale));
+        check(&w, &values(tokens * cols, seed ^ 0x5555, xscale), tokens);
+    }
+}

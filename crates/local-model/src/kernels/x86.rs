@@ -1,0 +1,105 @@
+//! AVX2 + FMA kernels (x86-64-v3), selected at run time; safe code through `pulp`'s feature
+//! tokens, which compile the closure with the CPU features it proved present.
+
+use pulp::bytemuck::cast;
+use pulp::x86::V3;
+use std::arch::x86_64::{__m128i, __m256, __m256i};
+
+use super::TOKEN_TILE;
+use super::quant::{Q4_1Block, Q8_0Block, QuantizedActivations};
+
+/// The AVX2 + FMA token when this CPU has those features (checked once, then cached by pulp).
+#[inline]
+pub(crate) fn v3() -> Option<V3> {
+    V3::try_new()
+}
+
+#[inline(always)]
+fn hsum(simd: V3, v: __m256) -> f32 {
+    let a: [f32; 8] = cast(v);
+    let _ = simd;
+    ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
+}
+
+/// Q4_1 weights × quantised activations, `tile` tokens from `t`; the same sums as
+/// `quant::dot_q4_1` (integer products exact, f32 accumulation in another order).
+pub(crate) fn dot_q4_1(
+    simd: V3,
+    w: &[Q4_1Block],
+    q: &QuantizedActivations,
+    t: usize,
+    tile: usize,
+    acc: &mut [f32; TOKEN_TILE],
+) {
+    simd.vectorize(
+        #[inline(always)]
+        || {
+            let mask = simd.avx._mm256_set1_epi8(0x0F);
+            let ones = simd.avx._mm256_set1_epi16(1);
+            let mut vacc = [simd.avx._mm256_setzero_ps(); TOKEN_TILE];
+            let mut macc = [0f32; TOKEN_TILE];
+            let toks: [(&[[i8; 32]], &[[f32; 2]]); TOKEN_TILE] =
+                std::array::from_fn(|j| q.token(t + j.min(tile - 1)));
+            for (i, b) in w.iter().enumerate() {
+                let lo: __m128i = cast(b.qs);
+                let hi = simd.sse2._mm_srli_epi16::<4>(lo);
+                let wv = simd
+                    .avx2
+                    ._mm256_and_si256(simd.avx._mm256_set_m128i(hi, lo), mask);
+                for j in 0..tile {
+                    let (xq, xd) = toks[j];
+                    let xv: __m256i = cast(xq[i]);
+                    let p = simd.avx2._mm256_maddubs_epi16(wv, xv);
+                    let p = simd
+                        .avx
+                        ._mm256_cvtepi32_ps(simd.avx2._mm256_madd_epi16(p, ones));
+                    let scale = simd.avx._mm256_set1_ps(b.d * xd[i][0]);
+                    vacc[j] = simd.fma._mm256_fmadd_ps(p, scale, vacc[j]);
+                    macc[j] += b.m * xd[i][1];
+                }
+            }
+            for j in 0..tile {
+                acc[j] = hsum(simd, vacc[j]) + macc[j];
+            }
+        },
+    )
+}
+
+/// Q8_0 weights × quantised activations, `tile` tokens from `t`.
+pub(crate) fn dot_q8_0(
+    simd: V3,
+    w: &[Q8_0Block],
+    q: &QuantizedActivations,
+    t: usize,
+    tile: usize,
+    acc: &mut [f32; TOKEN_TILE],
+) {
+    simd.vectorize(
+        #[inline(always)]
+        || {
+            let ones = simd.avx._mm256_set1_epi16(1);
+            let mut vacc = [simd.avx._mm256_setzero_ps(); TOKEN_TILE];
+            let toks: [(&[[i8; 32]], &[[f32; 2]]); TOKEN_TILE] =
+                std::array::from_fn(|j| q.token(t + j.min(tile - 1)));
+            for (i, b) in w.iter().enumerate() {
+                let wv: __m256i = cast(b.qs);
+                // maddubs wants unsigned × signed: |w| × (x with w's sign).
+                let wabs = simd.avx2._mm256_abs_epi8(wv);
+                for j in 0..tile {
+                    let (xq, xd) = toks[j];
+                    let xv: __m256i = cast(xq[i]);
+                    let xs = simd.avx2._mm256_sign_epi8(xv, wv);
+                    let p = simd.avx2._mm256_maddubs_epi16(wabs, xs);
+                    let p = simd
+                        .avx
+                        ._mm256_cvtepi32_ps(simd.avx2._mm256_madd_epi16(p, ones));
+                    let scale = simd.avx._mm256_set1_ps(b.d * xd[i][0]);
+                    vacc[j] = simd.fma._mm256_fmadd_ps(p, scale, vacc[j]);
+                }
+            }
+            for j in 0..tile {
+                acc[j] = hsum(simd, vacc[j]);
+            }
+        },
+    )
+}
