@@ -111,12 +111,21 @@ pub(crate) fn write_cache(model: &Path, gguf: &[u8]) {
     }
 }
 
-/// The whole GGUF with the slow-kernel matrices re-quantized to Q8_0, which has an AVX2
-/// kernel: 4-bit values are exactly representable to within Q8_0's 8-bit step, so the answers
-/// barely move, and matmuls run several times faster.
+/// The whole GGUF with the matrices no fast kernel reads (Q5_0, Q5_1) re-quantized to Q8_0:
+/// 5-bit values are representable to within Q8_0's 8-bit step, so the answers barely move,
+/// and matmuls run several times faster.
 pub(crate) fn requantized(
     content: &gguf_file::Content,
     file: &mut std::fs::File,
+) -> Result<Vec<u8>> {
+    requantized_where(content, file, needs_requant)
+}
+
+/// The whole GGUF with the matrices `pick` chooses re-quantized to Q8_0.
+pub(crate) fn requantized_where(
+    content: &gguf_file::Content,
+    file: &mut std::fs::File,
+    pick: impl Fn(GgmlDType, &[usize]) -> bool,
 ) -> Result<Vec<u8>> {
     let device = &Device::Cpu;
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
@@ -124,7 +133,7 @@ pub(crate) fn requantized(
     let mut tensors: Vec<(&str, QTensor)> = Vec::with_capacity(names.len());
     for name in names {
         let qt = content.tensor(file, name, device)?;
-        let qt = if needs_requant(qt.dtype(), qt.shape().dims()) {
+        let qt = if pick(qt.dtype(), qt.shape().dims()) {
             QTensor::quantize(&qt.dequantize(device)?, GgmlDType::Q8_0)?
         } else {
             qt

@@ -273,34 +273,34 @@ impl Engine {
                 path.display()
             ))
         };
-        // The converted weights from the cache, else the file itself (converted and cached
-        // when it has matrices candle multiplies slowly).
-        let (content, weights) = match convert::read_cache(path).and_then(|bytes| {
-            let mut r = std::io::Cursor::new(bytes);
-            let c = gguf_file::Content::read(&mut r).ok()?;
-            let w = Weights::from_gguf(&c, &mut r).ok()?;
-            Some((c, w))
-        }) {
-            Some(cw) => cw,
-            None => {
-                let mut file = std::fs::File::open(path).map_err(open_err)?;
-                let content = gguf_file::Content::read(&mut file).map_err(gguf_err)?;
-                if content
-                    .tensor_infos
-                    .values()
-                    .any(|t| needs_requant(t.ggml_dtype, t.shape.dims()))
-                {
+        // The file itself; a file with matrices no fast kernel reads is converted once and the
+        // result cached next to it (a cache left by older versions for other files is ignored).
+        let mut file = std::fs::File::open(path).map_err(open_err)?;
+        let content = gguf_file::Content::read(&mut file).map_err(gguf_err)?;
+        let (content, weights) = if content
+            .tensor_infos
+            .values()
+            .any(|t| needs_requant(t.ggml_dtype, t.shape.dims()))
+        {
+            match convert::read_cache(path).and_then(|bytes| {
+                let mut r = std::io::Cursor::new(bytes);
+                let c = gguf_file::Content::read(&mut r).ok()?;
+                let w = Weights::from_gguf(&c, &mut r).ok()?;
+                Some((c, w))
+            }) {
+                Some(cw) => cw,
+                None => {
                     let bytes = convert::requantized(&content, &mut file).map_err(load_err)?;
                     convert::write_cache(path, &bytes);
                     let mut r = std::io::Cursor::new(bytes);
                     let c = gguf_file::Content::read(&mut r).map_err(load_err)?;
                     let w = Weights::from_gguf(&c, &mut r).map_err(load_err)?;
                     (c, w)
-                } else {
-                    let w = Weights::from_gguf(&content, &mut file).map_err(load_err)?;
-                    (content, w)
                 }
             }
+        } else {
+            let w = Weights::from_gguf(&content, &mut file).map_err(load_err)?;
+            (content, w)
         };
         let tokenizer = LocalTokenizer::from_gguf(&content)?;
         let name = content

@@ -6,6 +6,10 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
     half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 
+fn f16_round(v: f32) -> f32 {
+    half::f16::from_f32(v).to_f32()
+}
+
 /// ggml's `block_q4_1` (`d: f16, m: f16, qs: [u8; 16]`; value `j` is `d·(qs[j] & 15) + m`,
 /// value `j + 16` is `d·(qs[j] >> 4) + m`), with the scales widened to f32 once at load.
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +69,8 @@ impl Q8_0Block {
 }
 
 /// Activations quantised for the kernels: per token and 32-value block, `d = max|x| / 127`,
-/// `q = round(x / d)` and `s = d · Σq` (llama.cpp's `q8_1`), plus the f32 source.
+/// `q = round(x / d)` and `s = d · Σq`, `d` and `s` kept at f16 precision (llama.cpp's `q8_1`),
+/// plus the f32 source.
 #[derive(Debug, Clone, Default)]
 pub struct QuantizedActivations {
     cols: usize,
@@ -96,7 +101,9 @@ impl QuantizedActivations {
                 sum += i32::from(*o);
             }
             qs.push(q);
-            ds.push([d, d * sum as f32]);
+            // Stored as f16, as ggml's q8_1 stores them (and candle's): the same sums as
+            // llama.cpp and candle, not only the same scheme.
+            ds.push([f16_round(d), f16_round(d * sum as f32)]);
         }
         Self {
             cols,
