@@ -157,7 +157,7 @@ fn main() {
     );
     println!("|---|---|---|---|");
     println!(
-        "| load (the cached Q8_0 conversion after the first start, tokenizer, vocabulary) | {load:.0} ms | {} | {} |",
+        "| load (GGUF → weights, tokenizer, vocabulary) | {load:.0} ms | {} | {} |",
         col("load_ms", "ms", 0),
         ratio(load, "load_ms", false)
     );

@@ -105,6 +105,39 @@ pub struct PromptCounters {
 
 /// The KV caches of recent sequences, bounded in bytes, least recently used evicted first.
 /// A new prompt starts from a copy of the longest common token prefix of any entry.
+/// The tokens the model wrote for its recent turns, by their text. When the history sends a turn
+/// back with exactly that text, the prompt carries the model's own tokens: re-encoding the text
+/// may split it into other tokens (a grammar-guided call often is), which would end prefix
+/// reuse inside that turn and show the model a spelling of its words it never wrote.
+#[derive(Default)]
+struct OwnTurns {
+    entries: std::collections::VecDeque<(String, Vec<u32>)>,
+}
+
+impl OwnTurns {
+    /// Turns remembered (the oldest is forgotten first).
+    const CAPACITY: usize = 256;
+
+    fn remember(&mut self, text: String, tokens: Vec<u32>) {
+        if text.is_empty() || tokens.is_empty() {
+            return;
+        }
+        self.entries.retain(|(t, _)| *t != text);
+        if self.entries.len() == Self::CAPACITY {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((text, tokens));
+    }
+
+    fn get(&self, text: &str) -> Option<&[u32]> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(t, _)| t == text)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
 struct PrefixStore {
     entries: Vec<(KvCache, u64)>,
     clock: u64,
@@ -250,6 +283,7 @@ pub(crate) struct Engine {
     jobs: Mutex<mpsc::Sender<Job>>,
     active: Arc<AtomicUsize>,
     prefix: Mutex<PrefixStore>,
+    own_turns: Mutex<OwnTurns>,
     counters: Mutex<PromptCounters>,
     pub(crate) tokenizer: LocalTokenizer,
     vocab: Vocabulary,
@@ -340,6 +374,7 @@ impl Engine {
                 clock: 0,
                 budget: prefix_cache_bytes,
             }),
+            own_turns: Mutex::new(OwnTurns::default()),
             counters: Mutex::new(PromptCounters::default()),
             tokenizer,
             vocab,
@@ -350,6 +385,16 @@ impl Engine {
     }
 
     /// Changes the prompt cache's memory bound (0 turns reuse off), evicting what no longer fits.
+    /// The prompt ids of `turns`, with the model's own tokens for the assistant turns it wrote.
+    pub(crate) fn prompt(&self, turns: &[(&str, &str)]) -> Result<Vec<u32>, ModelError> {
+        let own = self
+            .own_turns
+            .lock()
+            .map_err(|_| ModelError::Inference("the local model's turn memory is poisoned".into()))?;
+        self.tokenizer
+            .chat_prompt_with(turns, |text| own.get(text).map(<[u32]>::to_vec))
+    }
+
     pub(crate) fn set_prefix_cache_bytes(&self, bytes: usize) {
         if let Ok(mut p) = self.prefix.lock() {
             p.set_budget(bytes);
@@ -525,6 +570,17 @@ impl Engine {
         };
         if let Ok(mut p) = self.prefix.lock() {
             p.insert(cache);
+        }
+        if stop == Stop::EndOfTurn
+            && let Ok(text) = String::from_utf8(
+                generated
+                    .iter()
+                    .flat_map(|&t| self.tokenizer.token_bytes(t).unwrap_or_default().iter().copied())
+                    .collect(),
+            )
+            && let Ok(mut own) = self.own_turns.lock()
+        {
+            own.remember(text, generated);
         }
         let rest = utf8.finish();
         if !rest.is_empty() && stop != Stop::Cancelled {

@@ -400,7 +400,7 @@ impl LocalModel {
             .unwrap_or("You are a helpful assistant.");
         let turns = template::turns(&req.messages, shown, system);
         let refs: Vec<(&str, &str)> = turns.iter().map(|(r, c)| (*r, c.as_str())).collect();
-        let prompt = tok.chat_prompt(&refs)?;
+        let prompt = self.engine.prompt(&refs)?;
         let seed = opts.seed.unwrap_or_else(rand::random);
         let sampling = Sampling {
             temperature: req.temperature.unwrap_or(opts.temperature).max(0.0),

@@ -249,11 +249,28 @@ impl LocalTokenizer {
     /// ChatML prompt ids: `<|im_start|>role\ncontent<|im_end|>\n` per message, then
     /// `<|im_start|>assistant\n`.
     pub fn chat_prompt(&self, turns: &[(&str, &str)]) -> Result<Vec<u32>, ModelError> {
+        self.chat_prompt_with(turns, |_| None)
+    }
+
+    /// As [`LocalTokenizer::chat_prompt`], taking an assistant turn's content ids from `own`
+    /// when it knows them (the tokens the model wrote, which follow `assistant\n` exactly as
+    /// they did when it wrote them).
+    pub(crate) fn chat_prompt_with(
+        &self,
+        turns: &[(&str, &str)],
+        own: impl Fn(&str) -> Option<Vec<u32>>,
+    ) -> Result<Vec<u32>, ModelError> {
         let mut ids = Vec::new();
         let nl = self.encode("\n")?;
         for (role, content) in turns {
             ids.push(self.im_start);
-            ids.extend(self.encode(&format!("{role}\n{content}"))?);
+            match (*role == "assistant").then(|| own(content)).flatten() {
+                Some(known) => {
+                    ids.extend(self.encode("assistant\n")?);
+                    ids.extend(known);
+                }
+                None => ids.extend(self.encode(&format!("{role}\n{content}"))?),
+            }
             ids.push(self.im_end);
             ids.extend(&nl);
         }

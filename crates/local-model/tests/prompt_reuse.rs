@@ -47,17 +47,10 @@ struct WeatherArgs {
 }
 
 async fn tool_loop(reuse: bool) -> (String, Vec<(ChatResponse, GenerationStats)>) {
-    // Greedy, and a city the model writes as the history renders it back: a call written in
-    // tokens the tokenizer would split otherwise (this model once wrote "B Beijing" for
-    // Beijing, at a near-tie) is re-rendered as other tokens, and reuse then stops, correctly,
-    // at the first differing one.
-    let m = LocalModel::builder()
-        .model_path(model_path())
-        .seed(1)
-        .temperature(0.0)
-        .build()
-        .await
-        .unwrap();
+    // The model's own call comes back in the history as the same tokens it wrote, even where
+    // the tokenizer would split the text otherwise (here it writes "B Beijing" in tokens that
+    // re-encode differently), so reuse runs through the whole call.
+    let m = LocalModel::from_file(model_path()).unwrap().with_seed(1);
     if !reuse {
         m.set_prefix_cache_bytes(0);
     }
@@ -77,7 +70,7 @@ async fn tool_loop(reuse: bool) -> (String, Vec<(ChatResponse, GenerationStats)>
         .build()
         .unwrap();
     let out = agent
-        .run("s1", "What's the weather in Paris?")
+        .run("s1", "What's the weather in Beijing?")
         .await
         .unwrap();
     let log = model.log.lock().unwrap().clone();
