@@ -116,7 +116,7 @@ pub(crate) fn write_cache(model: &Path, gguf: &[u8]) {
 /// and matmuls run several times faster.
 pub(crate) fn requantized(
     content: &gguf_file::Content,
-    file: &mut std::fs::File,
+    file: &mut (impl std::io::Read + std::io::Seek),
 ) -> Result<Vec<u8>> {
     requantized_where(content, file, needs_requant)
 }
@@ -124,7 +124,7 @@ pub(crate) fn requantized(
 /// The whole GGUF with the matrices `pick` chooses re-quantized to Q8_0.
 pub(crate) fn requantized_where(
     content: &gguf_file::Content,
-    file: &mut std::fs::File,
+    file: &mut (impl std::io::Read + std::io::Seek),
     pick: impl Fn(GgmlDType, &[usize]) -> bool,
 ) -> Result<Vec<u8>> {
     let device = &Device::Cpu;

@@ -309,7 +309,11 @@ impl Engine {
         };
         // The file itself; a file with matrices no fast kernel reads is converted once and the
         // result cached next to it (a cache left by older versions for other files is ignored).
-        let mut file = std::fs::File::open(path).map_err(open_err)?;
+        // Buffered: the GGUF header is thousands of small reads (every token and merge string).
+        let mut file = std::io::BufReader::with_capacity(
+            1 << 20,
+            std::fs::File::open(path).map_err(open_err)?,
+        );
         let content = gguf_file::Content::read(&mut file).map_err(gguf_err)?;
         let (content, weights) = if content
             .tensor_infos
@@ -336,7 +340,9 @@ impl Engine {
             let w = Weights::from_gguf(&content, &mut file).map_err(load_err)?;
             (content, w)
         };
+        let t_weights = t0.elapsed();
         let tokenizer = LocalTokenizer::from_gguf(&content)?;
+        let t_tok = t0.elapsed();
         let name = content
             .metadata
             .get("general.name")
@@ -357,6 +363,12 @@ impl Engine {
             .map(|i| tokenizer.token_bytes(i))
             .collect();
         let vocab = Vocabulary::new(&tokens, tokenizer.end_of_turn());
+        tracing::debug!(
+            weights = ?t_weights,
+            tokenizer = ?(t_tok - t_weights),
+            vocabulary = ?(t0.elapsed() - t_tok),
+            "local model loaded"
+        );
         let weights = Arc::new(weights);
         let active = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = mpsc::channel();
@@ -387,10 +399,9 @@ impl Engine {
     /// Changes the prompt cache's memory bound (0 turns reuse off), evicting what no longer fits.
     /// The prompt ids of `turns`, with the model's own tokens for the assistant turns it wrote.
     pub(crate) fn prompt(&self, turns: &[(&str, &str)]) -> Result<Vec<u32>, ModelError> {
-        let own = self
-            .own_turns
-            .lock()
-            .map_err(|_| ModelError::Inference("the local model's turn memory is poisoned".into()))?;
+        let own = self.own_turns.lock().map_err(|_| {
+            ModelError::Inference("the local model's turn memory is poisoned".into())
+        })?;
         self.tokenizer
             .chat_prompt_with(turns, |text| own.get(text).map(<[u32]>::to_vec))
     }
@@ -575,7 +586,13 @@ impl Engine {
             && let Ok(text) = String::from_utf8(
                 generated
                     .iter()
-                    .flat_map(|&t| self.tokenizer.token_bytes(t).unwrap_or_default().iter().copied())
+                    .flat_map(|&t| {
+                        self.tokenizer
+                            .token_bytes(t)
+                            .unwrap_or_default()
+                            .iter()
+                            .copied()
+                    })
                     .collect(),
             )
             && let Ok(mut own) = self.own_turns.lock()

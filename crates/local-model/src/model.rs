@@ -16,6 +16,7 @@
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{Device, Module, Result, Tensor};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 use crate::kernels::{self, Weight};
 
@@ -33,24 +34,48 @@ pub(crate) struct Linear {
 }
 
 enum Kind {
-    Kernel(Weight),
+    Kernel(Arc<Weight>),
     Candle(QMatMul),
+}
+
+/// A matrix the crate's kernels read (Q4_1, Q8_0 or F32 with whole blocks per row).
+fn kernel_weight(t: &QTensor) -> Result<Option<Arc<Weight>>> {
+    let cols = t.shape().dims().last().copied().unwrap_or(0);
+    Ok(match t.dtype() {
+        GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::F32 if cols % kernels::BLOCK == 0 => Some(
+            Arc::new(Weight::from_qtensor(t).map_err(candle_core::Error::wrap)?),
+        ),
+        _ => None,
+    })
+}
+
+/// The token embedding table: rows of a kernel weight (shared with the output projection
+/// when the model ties them), dequantised one row at a lookup; other types as f32.
+enum Embedding {
+    Kernel(Arc<Weight>),
+    F32(Vec<f32>),
 }
 
 impl Linear {
     fn new(t: QTensor) -> Result<Self> {
         let (out_dim, in_dim) = t.shape().dims2()?;
-        let kind = match t.dtype() {
-            GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::F32 if in_dim % kernels::BLOCK == 0 => {
-                Kind::Kernel(Weight::from_qtensor(&t).map_err(candle_core::Error::wrap)?)
-            }
-            _ => Kind::Candle(QMatMul::from_qtensor(t)?),
+        let kind = match kernel_weight(&t)? {
+            Some(w) => Kind::Kernel(w),
+            None => Kind::Candle(QMatMul::from_qtensor(t)?),
         };
         Ok(Self {
             kind,
             in_dim,
             out_dim,
         })
+    }
+
+    fn from_kernel(w: Arc<Weight>) -> Self {
+        Self {
+            in_dim: w.cols(),
+            out_dim: w.rows(),
+            kind: Kind::Kernel(w),
+        }
     }
 
     /// `x` is `rows × in_dim`, row-major; returns `rows × out_dim`.
@@ -110,7 +135,7 @@ impl Config {
 /// The weights of a llama-architecture model, immutable once loaded.
 pub(crate) struct Weights {
     pub cfg: Config,
-    embedding: Vec<f32>,
+    embedding: Embedding,
     vocab: usize,
     layers: Vec<Layer>,
     norm: Vec<f32>,
@@ -272,11 +297,17 @@ impl Weights {
         if emb_dim != dim {
             candle_core::bail!("token_embd.weight is {vocab}×{emb_dim}, expected ×{dim}");
         }
-        let embedding = vec_of(&emb_q)?;
+        let emb_kernel = kernel_weight(&emb_q)?;
         let norm = vec_of(&ct.tensor(reader, "output_norm.weight", dev)?)?;
-        let output = match ct.tensor(reader, "output.weight", dev) {
-            Ok(t) => t,
-            Err(_) => emb_q,
+        let output = ct.tensor(reader, "output.weight", dev).ok();
+        let (embedding, output) = match (emb_kernel, output) {
+            (Some(w), Some(out)) => (Embedding::Kernel(w), Linear::new(out)?),
+            // Tied: the output projection is the embedding table, held once.
+            (Some(w), None) => (Embedding::Kernel(Arc::clone(&w)), Linear::from_kernel(w)),
+            (None, out) => (
+                Embedding::F32(vec_of(&emb_q)?),
+                Linear::new(out.unwrap_or(emb_q))?,
+            ),
         };
         let mut layers = Vec::with_capacity(n_layer);
         for i in 0..n_layer {
@@ -308,7 +339,7 @@ impl Weights {
             vocab,
             layers,
             norm,
-            output: Linear::new(output)?,
+            output,
             cos,
             sin,
         })
@@ -357,7 +388,12 @@ impl Weights {
                 if t >= self.vocab {
                     candle_core::bail!("token {t} is outside the vocabulary of {}", self.vocab);
                 }
-                x.extend_from_slice(&self.embedding[t * dim..(t + 1) * dim]);
+                match &self.embedding {
+                    Embedding::Kernel(w) => {
+                        w.extend_with_row(t, &mut x);
+                    }
+                    Embedding::F32(e) => x.extend_from_slice(&e[t * dim..(t + 1) * dim]),
+                }
             }
         }
         let mut h = vec![0f32; n * dim];

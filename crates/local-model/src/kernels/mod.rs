@@ -212,6 +212,26 @@ impl Weight {
         }
     }
 
+    /// Appends row `r` as f32 values (the same values [`Weight::dequantize`] gives) to `out`:
+    /// an embedding lookup without a dequantised copy of the whole table. `None` when `r` is
+    /// not a row.
+    pub fn extend_with_row(&self, r: usize, out: &mut Vec<f32>) -> Option<()> {
+        if r >= self.rows {
+            return None;
+        }
+        let nb = self.cols / BLOCK;
+        match &self.repr {
+            Repr::Q4_1(b) => b[r * nb..(r + 1) * nb]
+                .iter()
+                .for_each(|b| out.extend_from_slice(&b.values())),
+            Repr::Q8_0(b) => b[r * nb..(r + 1) * nb]
+                .iter()
+                .for_each(|b| out.extend_from_slice(&b.values())),
+            Repr::F32(v) => out.extend_from_slice(&v[r * self.cols..(r + 1) * self.cols]),
+        }
+        Some(())
+    }
+
     /// `out[t][r] = Σ_c x[t][c] · W[r][c]` for `t < tokens`: `x` is `tokens × cols`, `out` is
     /// `tokens × rows`, both row-major. Quantised weights dot 8-bit-quantised activations
     /// (relative error ~1e-2 of the row's magnitude, as llama.cpp); f32 weights are exact.
