@@ -42,9 +42,13 @@ enum Kind {
 fn kernel_weight(t: &QTensor) -> Result<Option<Arc<Weight>>> {
     let cols = t.shape().dims().last().copied().unwrap_or(0);
     Ok(match t.dtype() {
-        GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::F32 if cols % kernels::BLOCK == 0 => Some(
-            Arc::new(Weight::from_qtensor(t).map_err(candle_core::Error::wrap)?),
-        ),
+        GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::F32
+            if cols.is_multiple_of(kernels::BLOCK) =>
+        {
+            Some(Arc::new(
+                Weight::from_qtensor(t).map_err(candle_core::Error::wrap)?,
+            ))
+        }
         _ => None,
     })
 }

@@ -141,7 +141,7 @@ impl Weight {
         cols: usize,
         bytes: &[u8],
     ) -> Result<Self, KernelError> {
-        if cols % BLOCK != 0 || rows == 0 || cols == 0 {
+        if !cols.is_multiple_of(BLOCK) || rows == 0 || cols == 0 {
             return Err(KernelError::Shape(vec![rows, cols]));
         }
         let blocks = rows * cols / BLOCK;

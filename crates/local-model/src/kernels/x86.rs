@@ -8,6 +8,9 @@ use std::arch::x86_64::{__m128i, __m256, __m256i};
 use super::TOKEN_TILE;
 use super::quant::{Q4_1Block, Q8_0Block, QuantizedActivations};
 
+/// One token's quantised blocks and their `[d, s]` scales.
+type TokenBlocks<'a> = (&'a [[i8; 32]], &'a [[f32; 2]]);
+
 /// The AVX2 + FMA token when this CPU has those features (checked once, then cached by pulp).
 #[inline]
 pub(crate) fn v3() -> Option<V3> {
@@ -38,7 +41,7 @@ pub(crate) fn dot_q4_1(
             let ones = simd.avx._mm256_set1_epi16(1);
             let mut vacc = [simd.avx._mm256_setzero_ps(); TOKEN_TILE];
             let mut macc = [0f32; TOKEN_TILE];
-            let toks: [(&[[i8; 32]], &[[f32; 2]]); TOKEN_TILE] =
+            let toks: [TokenBlocks; TOKEN_TILE] =
                 std::array::from_fn(|j| q.token(t + j.min(tile - 1)));
             for (i, b) in w.iter().enumerate() {
                 let lo: __m128i = cast(b.qs);
@@ -79,7 +82,7 @@ pub(crate) fn dot_q8_0(
         || {
             let ones = simd.avx._mm256_set1_epi16(1);
             let mut vacc = [simd.avx._mm256_setzero_ps(); TOKEN_TILE];
-            let toks: [(&[[i8; 32]], &[[f32; 2]]); TOKEN_TILE] =
+            let toks: [TokenBlocks; TOKEN_TILE] =
                 std::array::from_fn(|j| q.token(t + j.min(tile - 1)));
             for (i, b) in w.iter().enumerate() {
                 let wv: __m256i = cast(b.qs);
