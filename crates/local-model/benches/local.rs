@@ -99,10 +99,10 @@ fn main() {
     let mut json_tps = Vec::new();
     let mut json_tokens = Vec::new();
     for i in 0..runs {
+        // The default max_tokens (512), as the tool loop sends it: a call ends itself.
         let req = ChatRequest::new(vec![Message::user("What's the weather in Paris?")])
             .with_tools(tools.clone())
-            .with_tool_choice(ToolChoice::Required)
-            .with_max_tokens(64);
+            .with_tool_choice(ToolChoice::Required);
         let (_, s) = rt
             .block_on(model.clone().with_seed(i).chat_with_stats(req))
             .unwrap();

@@ -287,13 +287,24 @@ impl Weight {
                     .enumerate()
                     .for_each(|(i, chunk)| self.rows_into(q, 0, 1, i * chunk_rows, chunk, rows));
             } else {
-                for t in 0..tokens {
-                    let o = &mut out[t * rows..(t + 1) * rows];
-                    o.par_chunks_mut(chunk_rows)
-                        .enumerate()
-                        .for_each(|(i, chunk)| {
-                            self.rows_into(q, t, 1, i * chunk_rows, chunk, rows)
-                        });
+                // A few tokens (concurrent sessions' decode steps): each thread takes a slice
+                // of the rows for all the tokens, so every weight block it reads serves them
+                // all, then the slices are put in place.
+                let parts: Vec<(usize, Vec<f32>)> = (0..rows.div_ceil(chunk_rows))
+                    .into_par_iter()
+                    .map(|i| {
+                        let r0 = i * chunk_rows;
+                        let n = chunk_rows.min(rows - r0);
+                        let mut part = vec![0f32; tokens * n];
+                        self.rows_into(q, 0, tokens, r0, &mut part, n);
+                        (r0, part)
+                    })
+                    .collect();
+                for (r0, part) in parts {
+                    let n = part.len() / tokens;
+                    for (t, src) in part.chunks_exact(n).enumerate() {
+                        out[t * rows + r0..t * rows + r0 + n].copy_from_slice(src);
+                    }
                 }
             }
         }
