@@ -98,6 +98,24 @@ fn fixed_json(v: &Value, out: &mut String) {
 }
 
 /// The system prompt's description of the tools and of how to call them.
+/// `v` with every object's keys in alphabetical order.
+fn sorted_keys(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k.clone(), sorted_keys(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sorted_keys).collect()),
+        other => other.clone(),
+    }
+}
+
 fn tools_section(tools: &[ToolSpec]) -> String {
     let mut s = String::from(
         "\n\n# Tools\n\nYou may call one of these functions to get facts you do not know:\n<tools>\n",
@@ -107,7 +125,7 @@ fn tools_section(tools: &[ToolSpec]) -> String {
             "{{\"name\": {}, \"description\": {}, \"parameters\": {}}}",
             json!(t.name),
             json!(t.description),
-            t.parameters
+            sorted_keys(&t.parameters)
         ));
         s.push('\n');
     }
