@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use candle_core::quantized::gguf_file;
@@ -246,7 +246,10 @@ fn scheduler(weights: Arc<Weights>, rx: mpsc::Receiver<Job>, active: Arc<AtomicU
             .zip(&ends)
             .map(|(j, &e)| (&mut j.cache, &j.tokens[j.done..e]))
             .collect();
-        match weights.forward(&mut items) {
+        // On a worker of the thread pool the kernels split their work over: the forward's
+        // many parallel sections then start as cheap local joins, not as jobs injected from
+        // outside the pool and waited for (one wake-up per matmul).
+        match rayon::scope(|_| weights.forward(&mut items)) {
             Ok(logits) => {
                 let mut next = Vec::with_capacity(pending.len());
                 for ((mut j, e), l) in pending.drain(..).zip(ends).zip(logits) {
@@ -278,6 +281,19 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
+/// What the constraint vocabulary is built from (owned, for the thread that builds it).
+struct VocabSource {
+    tokens: Vec<Option<Vec<u8>>>,
+    end: Vec<u32>,
+}
+
+impl VocabSource {
+    fn build(&self) -> Vocabulary {
+        let tokens: Vec<Option<&[u8]>> = self.tokens.iter().map(|t| t.as_deref()).collect();
+        Vocabulary::new(&tokens, self.end.clone())
+    }
+}
+
 pub(crate) struct Engine {
     weights: Arc<Weights>,
     jobs: Mutex<mpsc::Sender<Job>>,
@@ -286,7 +302,10 @@ pub(crate) struct Engine {
     own_turns: Mutex<OwnTurns>,
     counters: Mutex<PromptCounters>,
     pub(crate) tokenizer: LocalTokenizer,
-    vocab: Vocabulary,
+    /// Built on a thread of its own from load on (llguidance's token trie takes a third of the
+    /// load time); the first constrained request waits for it if it is not ready yet.
+    vocab: Arc<OnceLock<Vocabulary>>,
+    vocab_source: Arc<VocabSource>,
     pub(crate) name: String,
     pub(crate) context_length: usize,
     pub(crate) load_time: Duration,
@@ -359,14 +378,26 @@ impl Engine {
             .find(|(k, _)| k.ends_with(".context_length"))
             .and_then(|(_, v)| v.to_u32().ok())
             .unwrap_or(2048) as usize;
-        let tokens: Vec<Option<&[u8]>> = (0..tokenizer.vocab_size() as u32)
-            .map(|i| tokenizer.token_bytes(i))
-            .collect();
-        let vocab = Vocabulary::new(&tokens, tokenizer.end_of_turn());
+        let vocab_source = Arc::new(VocabSource {
+            tokens: (0..tokenizer.vocab_size() as u32)
+                .map(|i| tokenizer.token_bytes(i).map(<[u8]>::to_vec))
+                .collect(),
+            end: tokenizer.end_of_turn(),
+        });
+        let vocab = Arc::new(OnceLock::new());
+        {
+            let (vocab, source) = (Arc::clone(&vocab), Arc::clone(&vocab_source));
+            // If the thread cannot start, the first constrained request builds it.
+            let _ = std::thread::Builder::new()
+                .name("local-model-vocabulary".into())
+                .spawn(move || {
+                    vocab.get_or_init(|| source.build());
+                });
+        }
         tracing::debug!(
             weights = ?t_weights,
             tokenizer = ?(t_tok - t_weights),
-            vocabulary = ?(t0.elapsed() - t_tok),
+            rest = ?(t0.elapsed() - t_tok),
             "local model loaded"
         );
         let weights = Arc::new(weights);
@@ -390,6 +421,7 @@ impl Engine {
             counters: Mutex::new(PromptCounters::default()),
             tokenizer,
             vocab,
+            vocab_source,
             name,
             context_length,
             load_time: t0.elapsed(),
@@ -455,7 +487,11 @@ impl Engine {
             return Err(ModelError::Config("the prompt is empty".into()));
         }
         let mut max_tokens = sampling.max_tokens.max(1);
-        let mut constraint = grammar.map(|g| Constraint::start(g, &self.vocab));
+        let vocab = match grammar {
+            Some(_) => Some(self.vocab.get_or_init(|| self.vocab_source.build())),
+            None => None,
+        };
+        let mut constraint = grammar.zip(vocab).map(|(g, v)| Constraint::start(g, v));
         if let Some(c) = &constraint {
             // A constrained answer must be able to close: give it at least its shortest form.
             max_tokens = max_tokens.max(c.min_tokens());

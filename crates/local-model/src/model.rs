@@ -478,12 +478,20 @@ fn add(x: &mut [f32], y: &[f32]) {
 /// Row-wise RMS norm, as candle's `rms_norm` computes it.
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
-    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+    let row = |(xr, or): (&[f32], &mut [f32])| {
         let sum2: f32 = xr.iter().map(|v| v * v).sum();
         let m = (sum2 / d as f32 + eps).sqrt();
         for ((o, v), a) in or.iter_mut().zip(xr).zip(w) {
             *o = v / m * a;
         }
+    };
+    // Rows on their own either way: a prompt's on every thread, a decode step's on this one.
+    if x.len() >= 1 << 14 {
+        x.par_chunks_exact(d)
+            .zip(out.par_chunks_exact_mut(d))
+            .for_each(row);
+    } else {
+        x.chunks_exact(d).zip(out.chunks_exact_mut(d)).for_each(row);
     }
 }
 

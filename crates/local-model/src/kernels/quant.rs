@@ -1,5 +1,7 @@
 //! Block formats and the portable (scalar) kernels; the SIMD kernels compute the same sums.
 
+use rayon::prelude::*;
+
 use super::{BLOCK, TOKEN_TILE};
 
 fn f16_at(b: &[u8], i: usize) -> f32 {
@@ -68,6 +70,26 @@ impl Q8_0Block {
     }
 }
 
+/// From this many activation values on, quantisation is split over the threads.
+const PARALLEL_MIN_VALUES: usize = 1 << 14;
+
+/// One 32-value block: `d = max|x| / 127`, `q = round(x / d)`, and `[d, d·Σq]` at f16
+/// precision, as ggml's q8_1 stores them (and candle's): the same sums as llama.cpp and candle,
+/// not only the same scheme.
+fn quantize_block(b: &[f32]) -> ([i8; BLOCK], [f32; 2]) {
+    let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut q = [0i8; BLOCK];
+    let mut sum = 0i32;
+    for (o, v) in q.iter_mut().zip(b) {
+        // |v·id| ≤ 127 (NaN → 0): the cast cannot wrap.
+        *o = (v * id).round() as i8;
+        sum += i32::from(*o);
+    }
+    (q, [f16_round(d), f16_round(d * sum as f32)])
+}
+
 /// Activations quantised for the kernels: per token and 32-value block, `d = max|x| / 127`,
 /// `q = round(x / d)` and `s = d · Σq`, `d` and `s` kept at f16 precision (llama.cpp's `q8_1`),
 /// plus the f32 source.
@@ -86,25 +108,13 @@ impl QuantizedActivations {
     /// [`super::Weight`] guarantees for its own `cols`).
     pub fn quantize(x: &[f32], cols: usize) -> Self {
         let tokens = x.len().checked_div(cols).unwrap_or(0);
-        let blocks = x.len() / BLOCK;
-        let mut qs = Vec::with_capacity(blocks);
-        let mut ds = Vec::with_capacity(blocks);
-        for b in x.chunks_exact(BLOCK) {
-            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut q = [0i8; BLOCK];
-            let mut sum = 0i32;
-            for (o, v) in q.iter_mut().zip(b) {
-                // |v·id| ≤ 127 (NaN → 0): the cast cannot wrap.
-                *o = (v * id).round() as i8;
-                sum += i32::from(*o);
-            }
-            qs.push(q);
-            // Stored as f16, as ggml's q8_1 stores them (and candle's): the same sums as
-            // llama.cpp and candle, not only the same scheme.
-            ds.push([f16_round(d), f16_round(d * sum as f32)]);
-        }
+        // A prompt's activations are quantised on every thread; a decode step's few blocks on
+        // this one (the same values either way: each block on its own).
+        let (qs, ds): (Vec<[i8; BLOCK]>, Vec<[f32; 2]>) = if x.len() >= PARALLEL_MIN_VALUES {
+            x.par_chunks_exact(BLOCK).map(quantize_block).unzip()
+        } else {
+            x.chunks_exact(BLOCK).map(quantize_block).unzip()
+        };
         Self {
             cols,
             tokens,

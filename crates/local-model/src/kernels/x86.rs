@@ -25,7 +25,9 @@ fn hsum(simd: V3, v: __m256) -> f32 {
 }
 
 /// Q4_1 weights × quantised activations, `tile` tokens from `t`; the same sums as
-/// `quant::dot_q4_1` (integer products exact, f32 accumulation in another order).
+/// `quant::dot_q4_1` (integer products exact, f32 accumulation in another order). Each token's
+/// sum is computed the same way whatever the tile, so a row's result does not depend on the
+/// batch.
 pub(crate) fn dot_q4_1(
     simd: V3,
     w: &[Q4_1Block],
@@ -34,22 +36,38 @@ pub(crate) fn dot_q4_1(
     tile: usize,
     acc: &mut [f32; TOKEN_TILE],
 ) {
+    // The tile size as a constant: the accumulators then live in registers.
+    match tile {
+        4 => q4_1_tile::<4>(simd, w, q, t, acc),
+        3 => q4_1_tile::<3>(simd, w, q, t, acc),
+        2 => q4_1_tile::<2>(simd, w, q, t, acc),
+        _ => q4_1_tile::<1>(simd, w, q, t, acc),
+    }
+}
+
+#[inline(always)]
+fn q4_1_tile<const N: usize>(
+    simd: V3,
+    w: &[Q4_1Block],
+    q: &QuantizedActivations,
+    t: usize,
+    acc: &mut [f32; TOKEN_TILE],
+) {
     simd.vectorize(
         #[inline(always)]
         || {
             let mask = simd.avx._mm256_set1_epi8(0x0F);
             let ones = simd.avx._mm256_set1_epi16(1);
-            let mut vacc = [simd.avx._mm256_setzero_ps(); TOKEN_TILE];
-            let mut macc = [0f32; TOKEN_TILE];
-            let toks: [TokenBlocks; TOKEN_TILE] =
-                std::array::from_fn(|j| q.token(t + j.min(tile - 1)));
+            let mut vacc = [simd.avx._mm256_setzero_ps(); N];
+            let mut macc = [0f32; N];
+            let toks: [TokenBlocks; N] = std::array::from_fn(|j| q.token(t + j));
             for (i, b) in w.iter().enumerate() {
                 let lo: __m128i = cast(b.qs);
                 let hi = simd.sse2._mm_srli_epi16::<4>(lo);
                 let wv = simd
                     .avx2
                     ._mm256_and_si256(simd.avx._mm256_set_m128i(hi, lo), mask);
-                for j in 0..tile {
+                for j in 0..N {
                     let (xq, xd) = toks[j];
                     let xv: __m256i = cast(xq[i]);
                     let p = simd.avx2._mm256_maddubs_epi16(wv, xv);
@@ -61,7 +79,7 @@ pub(crate) fn dot_q4_1(
                     macc[j] += b.m * xd[i][1];
                 }
             }
-            for j in 0..tile {
+            for j in 0..N {
                 acc[j] = hsum(simd, vacc[j]) + macc[j];
             }
         },
@@ -77,18 +95,33 @@ pub(crate) fn dot_q8_0(
     tile: usize,
     acc: &mut [f32; TOKEN_TILE],
 ) {
+    match tile {
+        4 => q8_0_tile::<4>(simd, w, q, t, acc),
+        3 => q8_0_tile::<3>(simd, w, q, t, acc),
+        2 => q8_0_tile::<2>(simd, w, q, t, acc),
+        _ => q8_0_tile::<1>(simd, w, q, t, acc),
+    }
+}
+
+#[inline(always)]
+fn q8_0_tile<const N: usize>(
+    simd: V3,
+    w: &[Q8_0Block],
+    q: &QuantizedActivations,
+    t: usize,
+    acc: &mut [f32; TOKEN_TILE],
+) {
     simd.vectorize(
         #[inline(always)]
         || {
             let ones = simd.avx._mm256_set1_epi16(1);
-            let mut vacc = [simd.avx._mm256_setzero_ps(); TOKEN_TILE];
-            let toks: [TokenBlocks; TOKEN_TILE] =
-                std::array::from_fn(|j| q.token(t + j.min(tile - 1)));
+            let mut vacc = [simd.avx._mm256_setzero_ps(); N];
+            let toks: [TokenBlocks; N] = std::array::from_fn(|j| q.token(t + j));
             for (i, b) in w.iter().enumerate() {
                 let wv: __m256i = cast(b.qs);
                 // maddubs wants unsigned × signed: |w| × (x with w's sign).
                 let wabs = simd.avx2._mm256_abs_epi8(wv);
-                for j in 0..tile {
+                for j in 0..N {
                     let (xq, xd) = toks[j];
                     let xv: __m256i = cast(xq[i]);
                     let xs = simd.avx2._mm256_sign_epi8(xv, wv);
@@ -100,7 +133,7 @@ pub(crate) fn dot_q8_0(
                     vacc[j] = simd.fma._mm256_fmadd_ps(p, scale, vacc[j]);
                 }
             }
-            for j in 0..tile {
+            for j in 0..N {
                 acc[j] = hsum(simd, vacc[j]);
             }
         },
