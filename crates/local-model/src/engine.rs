@@ -487,11 +487,8 @@ impl Engine {
             return Err(ModelError::Config("the prompt is empty".into()));
         }
         let mut max_tokens = sampling.max_tokens.max(1);
-        let vocab = match grammar {
-            Some(_) => Some(self.vocab.get_or_init(|| self.vocab_source.build())),
-            None => None,
-        };
-        let mut constraint = grammar.zip(vocab).map(|(g, v)| Constraint::start(g, v));
+        let mut constraint = grammar
+            .map(|g| Constraint::start(g, self.vocab.get_or_init(|| self.vocab_source.build())));
         if let Some(c) = &constraint {
             // A constrained answer must be able to close: give it at least its shortest form.
             max_tokens = max_tokens.max(c.min_tokens());
