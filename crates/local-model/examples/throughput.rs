@@ -1,9 +1,9 @@
-//! Load time (converting vs. from the converted-weights cache) and aggregate decode tokens/s
+//! Load time (the first start in a fresh directory, then later starts) and aggregate decode tokens/s
 //! at 1, 2 and 4 concurrent sessions of the embedded model (issue 15).
 //!
 //! `cargo run --release -p local-model --example throughput`. The model file is copied to a
-//! temporary directory so the first load there converts and writes the cache, as a first start
-//! does; nothing in the user's cache is touched. Prints Markdown rows for docs/local-model.md.
+//! temporary directory, as a first start sees it (a file that needs converting, such as a Q5_1
+//! one, is converted and cached there); nothing in the user's cache is touched. Prints Markdown rows for docs/local-model.md.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Instant;
@@ -46,9 +46,9 @@ fn main() {
         cached.push(t.elapsed().as_secs_f64() * 1e3);
         drop(m);
     }
-    println!("| load, converting (first start) | {first:.0} ms |");
+    println!("| load, first start | {first:.0} ms |");
     println!(
-        "| load, from the cache (median of 5) | {:.0} ms (min {:.0}, max {:.0}) |",
+        "| load, later starts (median of 5) | {:.0} ms (min {:.0}, max {:.0}) |",
         median(cached.clone()),
         cached.iter().copied().fold(f64::MAX, f64::min),
         cached.iter().copied().fold(0.0, f64::max)
