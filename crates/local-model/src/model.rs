@@ -897,7 +897,7 @@ mod tests {
         let w = Weights::from_gguf(&ct, &mut r).unwrap();
         let whole = {
             let mut c = KvCache::new(&w.cfg);
-            w.forward(&mut [(&mut c, &prompt)]).unwrap().remove(0)
+            w.forward(&mut [(&mut c, prompt)]).unwrap().remove(0)
         };
         // In three chunks.
         let mut c = KvCache::new(&w.cfg);
