@@ -140,7 +140,7 @@ impl Rope {
 /// The weights of a llama-architecture model, immutable once loaded.
 pub(crate) struct Weights {
     pub cfg: Config,
-    embedding: Vec<f32>,
+    embedding: Embedding,
     vocab: usize,
     layers: Vec<Layer>,
     norm: Vec<f32>,
@@ -321,7 +321,7 @@ impl Weights {
         if emb_dim != dim {
             candle_core::bail!("token_embd.weight is {vocab}×{emb_dim}, expected ×{dim}");
         }
-        let embedding = vec_of(&emb_q)?;
+        let embedding = Embedding::new(&emb_q, dim)?;
         let norm = vec_of(&ct.tensor(reader, "output_norm.weight", dev)?)?;
         let output = match ct.tensor(reader, "output.weight", dev) {
             Ok(t) => t,
@@ -432,7 +432,7 @@ impl Weights {
                 if t >= self.vocab {
                     candle_core::bail!("token {t} is outside the vocabulary of {}", self.vocab);
                 }
-                x.extend_from_slice(&self.embedding[t * dim..(t + 1) * dim]);
+                self.embedding.push_row(t, dim, &mut x);
             }
         }
         if gemma {
@@ -526,6 +526,56 @@ impl Weights {
             }
         }
     }
+}
+
+/// The token embeddings: a Q8_0 table stays Q8_0 and one row is expanded per token (Gemma's
+/// 262,144 × 640 would take 671 MB as f32), anything else is expanded once.
+enum Embedding {
+    F32(Vec<f32>),
+    /// Q8_0 blocks: an f16 scale and 32 signed bytes each, `dim / 32` blocks per row.
+    Q8_0(Vec<u8>),
+}
+
+impl Embedding {
+    fn new(t: &QTensor, dim: usize) -> Result<Self> {
+        if t.dtype() == GgmlDType::Q8_0 && dim % 32 == 0 {
+            Ok(Self::Q8_0(t.data()?.into_owned()))
+        } else {
+            Ok(Self::F32(vec_of(t)?))
+        }
+    }
+
+    /// Appends row `t` to `out`, with the values candle's (and ggml's) Q8_0 dequantisation gives.
+    fn push_row(&self, t: usize, dim: usize, out: &mut Vec<f32>) {
+        match self {
+            Self::F32(v) => out.extend_from_slice(&v[t * dim..(t + 1) * dim]),
+            Self::Q8_0(data) => {
+                let row = dim / 32 * 34;
+                for block in data[t * row..(t + 1) * row].chunks_exact(34) {
+                    let d = f16_to_f32(u16::from_le_bytes([block[0], block[1]]));
+                    out.extend(block[2..].iter().map(|&q| f32::from(q as i8) * d));
+                }
+            }
+        }
+    }
+}
+
+/// IEEE half to single precision (exact).
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h >> 15) << 31;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let frac = u32::from(h & 0x3ff);
+    let bits = match (exp, frac) {
+        (0, 0) => sign,
+        // Subnormal: frac × 2^-24.
+        (0, f) => {
+            let v = f as f32 * 2f32.powi(-24);
+            return if sign != 0 { -v } else { v };
+        }
+        (0x1f, f) => sign | 0x7f80_0000 | (f << 13),
+        (e, f) => sign | ((e + 112) << 23) | (f << 13),
+    };
+    f32::from_bits(bits)
 }
 
 fn add(x: &mut [f32], y: &[f32]) {
@@ -889,6 +939,44 @@ mod tests {
             mean < 0.6,
             "logits differ from llama.cpp's by {mean} on average"
         );
+    }
+
+    #[test]
+    fn halves_convert_exactly() {
+        for (h, f) in [
+            (0x3c00u16, 1.0f32),
+            (0xc000, -2.0),
+            (0x7bff, 65504.0),
+            (0x0001, 2f32.powi(-24)),
+            (0x83ff, -(1023.0 * 2f32.powi(-24))),
+            (0x0400, 2f32.powi(-14)),
+            (0x3555, 0.333_251_95),
+            (0x8000, -0.0),
+        ] {
+            assert_eq!(f16_to_f32(h).to_bits(), f.to_bits(), "{h:#06x}");
+        }
+        assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
+        assert!(f16_to_f32(0x7e00).is_nan());
+    }
+
+    #[test]
+    fn gemma3_q8_0_embedding_rows_equal_candles_dequantisation() {
+        let (bytes, _, _) = gemma_setup();
+        let mut r = std::io::Cursor::new(bytes);
+        let ct = gguf_file::Content::read(&mut r).unwrap();
+        let t = ct
+            .tensor(&mut r, "token_embd.weight", &Device::Cpu)
+            .unwrap();
+        assert_eq!(t.dtype(), GgmlDType::Q8_0);
+        let dim = t.shape().dims2().unwrap().1;
+        let all = vec_of(&t).unwrap();
+        let e = Embedding::new(&t, dim).unwrap();
+        assert!(matches!(e, Embedding::Q8_0(_)));
+        for tok in [0usize, 2, 106, 1000, 262_143] {
+            let mut row = Vec::new();
+            e.push_row(tok, dim, &mut row);
+            assert_eq!(row, all[tok * dim..(tok + 1) * dim], "row {tok}");
+        }
     }
 
     fn bit_identical(bytes: Vec<u8>, tok: &LocalTokenizer, prompt: &[u32]) {
