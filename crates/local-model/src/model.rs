@@ -538,7 +538,7 @@ enum Embedding {
 
 impl Embedding {
     fn new(t: &QTensor, dim: usize) -> Result<Self> {
-        if t.dtype() == GgmlDType::Q8_0 && dim % 32 == 0 {
+        if t.dtype() == GgmlDType::Q8_0 && dim.is_multiple_of(32) {
             Ok(Self::Q8_0(t.data()?.into_owned()))
         } else {
             Ok(Self::F32(vec_of(t)?))
