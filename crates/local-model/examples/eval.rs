@@ -14,7 +14,7 @@
 //! Variants (`--variant`, default all): greedy, greedy with a logit bias of 3 or 6 for opening
 //! a call on an answer's first token (`LocalModelBuilder::call_bias`), the builder's default
 //! temperature 0.3, an application system prompt (the Stage 3 demo's), and the n-gram ban. `LOCAL_MODEL_PATH` runs
-//! another GGUF. Prints a Markdown table for docs/local-model.md.
+//! another GGUF, `LOCAL_MODEL=gemma3-270m` the built-in Gemma 3 270M. Prints a Markdown table for docs/local-model.md.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Instant;

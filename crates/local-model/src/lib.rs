@@ -51,8 +51,8 @@ use futures::StreamExt;
 
 pub use engine::{GenerationStats, PromptCounters};
 pub use fetch::{
-    ModelSource, SMOLLM2_SHA256, SMOLLM2_SIZE, WheelSource, default_cache_dir, ensure_model,
-    sha256_file,
+    GEMMA3_270M_SHA256, GEMMA3_270M_SIZE, ModelSource, SMOLLM2_SHA256, SMOLLM2_SIZE, WheelSource,
+    default_cache_dir, ensure_model, sha256_file,
 };
 pub use grammar::{
     AnswerChoice, DEFAULT_STRING_MAX, Grammar, LONGEST_STRING, MaskCache, SchemaError, State,
@@ -73,8 +73,12 @@ pub const DEFAULT_CALL_BIAS: f32 = 6.0;
 /// The environment variable that points to a GGUF file to use instead of the default model.
 pub const LOCAL_MODEL_PATH_ENV: &str = "LOCAL_MODEL_PATH";
 
-/// The default local model, ready to use: `LOCAL_MODEL_PATH` if set, else SmolLM2-135M-Instruct
-/// from the cache (fetched on first use).
+/// The environment variable that names a built-in model to fetch instead of the default
+/// (see [`ModelSource::by_name`]: `smollm2-135m-instruct`, `gemma3-270m`).
+pub const LOCAL_MODEL_ENV: &str = "LOCAL_MODEL";
+
+/// The default local model, ready to use: `LOCAL_MODEL_PATH` if set, else the model `LOCAL_MODEL`
+/// names, else SmolLM2-135M-Instruct, from the cache (fetched on first use).
 pub async fn default_model() -> Result<Arc<dyn ChatModel>, ModelError> {
     Ok(Arc::new(LocalModel::builder().build().await?))
 }
@@ -83,7 +87,8 @@ pub async fn default_model() -> Result<Arc<dyn ChatModel>, ModelError> {
 #[derive(Debug, Clone)]
 pub struct LocalModelBuilder {
     path: Option<PathBuf>,
-    source: ModelSource,
+    /// `None`: the one `LOCAL_MODEL` names, else SmolLM2.
+    source: Option<ModelSource>,
     cache_dir: Option<PathBuf>,
     prefix_cache_bytes: usize,
     options: Options,
@@ -104,7 +109,7 @@ impl Default for LocalModelBuilder {
     fn default() -> Self {
         Self {
             path: None,
-            source: ModelSource::smollm2_135m_instruct(),
+            source: None,
             cache_dir: None,
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
             options: Options {
@@ -126,9 +131,10 @@ impl LocalModelBuilder {
         self.path = Some(path.into());
         self
     }
-    /// Fetch this model instead of the default one.
+    /// Fetch this model instead of the default one (wins over `LOCAL_MODEL`), e.g.
+    /// [`ModelSource::gemma3_270m`].
     pub fn source(mut self, source: ModelSource) -> Self {
-        self.source = source;
+        self.source = Some(source);
         self
     }
     /// Cache directory for fetched models (default: [`default_cache_dir`]).
@@ -190,8 +196,9 @@ impl LocalModelBuilder {
         self
     }
 
-    /// Resolves the file (builder path, else `LOCAL_MODEL_PATH`, else fetch into the cache)
-    /// and loads it on a blocking thread.
+    /// Resolves the file (builder path, else `LOCAL_MODEL_PATH`, else fetch the builder's
+    /// source, else the model `LOCAL_MODEL` names, else SmolLM2, into the cache) and loads it
+    /// on a blocking thread.
     pub async fn build(self) -> Result<LocalModel, ModelError> {
         let path = match self.path {
             Some(p) => p,
@@ -207,7 +214,11 @@ impl LocalModelBuilder {
                             )
                         })?,
                     };
-                    ensure_model(&self.source, &dir).await?
+                    let source = match self.source {
+                        Some(s) => s,
+                        None => source_from_env()?,
+                    };
+                    ensure_model(&source, &dir).await?
                 }
             },
         };
@@ -219,6 +230,19 @@ impl LocalModelBuilder {
             engine: Arc::new(engine),
             options: self.options,
         })
+    }
+}
+
+/// The model `LOCAL_MODEL` names, else SmolLM2-135M-Instruct.
+fn source_from_env() -> Result<ModelSource, ModelError> {
+    match std::env::var(LOCAL_MODEL_ENV) {
+        Ok(name) if !name.trim().is_empty() => ModelSource::by_name(&name).ok_or_else(|| {
+            ModelError::Config(format!(
+                "{LOCAL_MODEL_ENV}={name} names no built-in model; use smollm2-135m-instruct or \
+                 gemma3-270m, or set {LOCAL_MODEL_PATH_ENV} to a GGUF file"
+            ))
+        }),
+        _ => Ok(ModelSource::smollm2_135m_instruct()),
     }
 }
 

@@ -1,8 +1,14 @@
-//! The llama forward pass over shared, immutable weights and per-sequence KV caches.
+//! The llama and Gemma 3 forward passes over shared, immutable weights and per-sequence KV
+//! caches.
 //!
 //! Adapted from candle-transformers 0.11.1 `models/quantized_llama.rs` (© the candle authors,
-//! Apache-2.0 OR MIT): the same GGUF tensor names, hyper-parameters and RoPE conventions. What
-//! differs: the weights ([`Weights`]) hold no state and are shared behind an `Arc`; each
+//! Apache-2.0 OR MIT): the same GGUF tensor names, hyper-parameters and RoPE conventions. Gemma 3
+//! ([`Arch::Gemma3`]) is the same loop with what llama.cpp's `gemma3` graph adds: embeddings
+//! scaled by √dim, an RMS norm on every query and key head before RoPE, norms after attention
+//! and after the FFN (before each residual add), a GELU (tanh) gated FFN, a head size of its own
+//! (`attention.key_length`), and five sliding-window layers (a 512-position window, RoPE base
+//! `rope.local_freq_base` = 10 000) to every global one (RoPE base `rope.freq_base`). What
+//! differs from candle: the weights ([`Weights`]) hold no state and are shared behind an `Arc`; each
 //! sequence owns a [`KvCache`] that can be truncated to a prefix and extended; and one
 //! [`Weights::forward`] call runs any number of sequences at once — their rows go through every
 //! matmul together (decode is memory-bound, so a batch of rows costs little more than one),
@@ -106,6 +112,14 @@ impl Linear {
 }
 
 struct Layer {
+    /// RoPE table index (see [`Weights::ropes`]) and attention window of this layer.
+    rope: usize,
+    window: Option<usize>,
+    /// Gemma 3's per-head query/key norms and its norms after attention and after the FFN.
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    post_attn_norm: Option<Vec<f32>>,
+    post_ffn_norm: Option<Vec<f32>>,
     wq: Linear,
     wk: Linear,
     wv: Linear,
@@ -117,9 +131,19 @@ struct Layer {
     ffn_norm: Vec<f32>,
 }
 
+/// Which forward graph the weights run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arch {
+    /// llama and the architectures that share its graph (SmolLM2, Qwen2, …).
+    Llama,
+    /// Gemma 3 (see the module docs).
+    Gemma3,
+}
+
 /// The model's shape.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Config {
+    pub arch: Arch,
     pub n_layer: usize,
     pub dim: usize,
     pub n_head: usize,
@@ -134,6 +158,36 @@ impl Config {
     fn kv_dim(&self) -> usize {
         self.n_kv_head * self.head_dim
     }
+    fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+}
+
+/// `MAX_SEQ_LEN × rope_dim/2` cos and sin tables of one RoPE base.
+struct Rope {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl Rope {
+    /// Computed as candle does (f32 angles: position × theta).
+    fn new(rope_dim: usize, base: f32) -> Self {
+        let half = rope_dim / 2;
+        let theta: Vec<f32> = (0..rope_dim)
+            .step_by(2)
+            .map(|i| 1f32 / base.powf(i as f32 / rope_dim as f32))
+            .collect();
+        let mut cos = Vec::with_capacity(MAX_SEQ_LEN * half);
+        let mut sin = Vec::with_capacity(MAX_SEQ_LEN * half);
+        for p in 0..MAX_SEQ_LEN {
+            for &t in &theta {
+                let a = p as f32 * t;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
+        }
+        Self { cos, sin }
+    }
 }
 
 /// The weights of a llama-architecture model, immutable once loaded.
@@ -144,9 +198,8 @@ pub(crate) struct Weights {
     layers: Vec<Layer>,
     norm: Vec<f32>,
     output: Linear,
-    /// `MAX_SEQ_LEN × rope_dim/2` tables.
-    cos: Vec<f32>,
-    sin: Vec<f32>,
+    /// The RoPE tables the layers use: the global base, then (Gemma 3) the local one.
+    ropes: Vec<Rope>,
 }
 
 /// The keys and values one sequence has computed, and the tokens they belong to.
@@ -231,12 +284,32 @@ impl Weights {
             .and_then(|v| v.to_string().ok())
             .cloned()
             .unwrap_or_else(|| "llama".into());
+        let kind = match arch.as_str() {
+            "gemma3" => Arch::Gemma3,
+            a if a.starts_with("gemma") => {
+                candle_core::bail!("architecture `{a}` is not supported (gemma3 is)")
+            }
+            _ => Arch::Llama,
+        };
         let key = |k: &str| format!("{arch}.{k}");
         let n_head = md_u32(ct, &key("attention.head_count"))?;
         let n_kv_head = md_u32(ct, &key("attention.head_count_kv"))?;
         let n_layer = md_u32(ct, &key("block_count"))?;
         let dim = md_u32(ct, &key("embedding_length"))?;
-        let rope_dim = md_u32(ct, &key("rope.dimension_count"))?;
+        // Gemma's heads have a size of their own (4 × 256 against a width of 640).
+        let head_dim = match kind {
+            Arch::Gemma3 => md_u32(ct, &key("attention.key_length"))?,
+            Arch::Llama => {
+                if n_head == 0 || dim % n_head != 0 {
+                    candle_core::bail!("unsupported head layout: {n_head} heads for width {dim}");
+                }
+                dim / n_head
+            }
+        };
+        let rope_dim = match kind {
+            Arch::Gemma3 => md_u32(ct, &key("rope.dimension_count")).unwrap_or(head_dim),
+            Arch::Llama => md_u32(ct, &key("rope.dimension_count"))?,
+        };
         let eps = match ct.metadata.get(&key("attention.layer_norm_rms_epsilon")) {
             Some(v) => v.to_f32()?,
             None => candle_core::bail!("cannot find the RMS norm epsilon in the GGUF metadata"),
@@ -246,10 +319,9 @@ impl Weights {
             .get(&key("rope.freq_base"))
             .and_then(|v| v.to_f32().ok())
             .unwrap_or(10000.0);
-        if n_head == 0 || n_kv_head == 0 || n_head % n_kv_head != 0 || dim % n_head != 0 {
+        if n_head == 0 || n_kv_head == 0 || n_head % n_kv_head != 0 || head_dim == 0 {
             candle_core::bail!("unsupported head layout: {n_head} heads, {n_kv_head} KV heads");
         }
-        let head_dim = dim / n_head;
         if rope_dim > head_dim || rope_dim % 2 != 0 {
             candle_core::bail!("unsupported RoPE dimension {rope_dim}");
         }
@@ -273,6 +345,7 @@ impl Weights {
                 | "olmoe"
                 | "codeshell"
                 | "plamo"
+                | "gemma3"
         );
         if ct
             .metadata
@@ -281,21 +354,21 @@ impl Weights {
         {
             candle_core::bail!("mixture-of-experts models are not supported");
         }
-        // RoPE tables, computed as candle does (f32 angles: position × theta).
-        let half = rope_dim / 2;
-        let theta: Vec<f32> = (0..rope_dim)
-            .step_by(2)
-            .map(|i| 1f32 / freq_base.powf(i as f32 / rope_dim as f32))
-            .collect();
-        let mut cos = Vec::with_capacity(MAX_SEQ_LEN * half);
-        let mut sin = Vec::with_capacity(MAX_SEQ_LEN * half);
-        for p in 0..MAX_SEQ_LEN {
-            for &t in &theta {
-                let a = p as f32 * t;
-                cos.push(a.cos());
-                sin.push(a.sin());
-            }
-        }
+        let mut ropes = vec![Rope::new(rope_dim, freq_base)];
+        // Gemma 3: every sixth layer is global, the others see a window with a local RoPE base
+        // (llama.cpp's `set_swa_pattern(6)`).
+        let sliding = if kind == Arch::Gemma3 {
+            let window = md_u32(ct, &key("attention.sliding_window"))?;
+            let local_base = ct
+                .metadata
+                .get(&key("rope.local_freq_base"))
+                .and_then(|v| v.to_f32().ok())
+                .unwrap_or(10_000.0);
+            ropes.push(Rope::new(rope_dim, local_base));
+            Some(window)
+        } else {
+            None
+        };
         let emb_q = ct.tensor(reader, "token_embd.weight", dev)?;
         let (vocab, emb_dim) = emb_q.shape().dims2()?;
         if emb_dim != dim {
@@ -316,7 +389,31 @@ impl Weights {
         let mut layers = Vec::with_capacity(n_layer);
         for i in 0..n_layer {
             let mut t = |name: &str| ct.tensor(reader, &format!("blk.{i}.{name}.weight"), dev);
+            let local = sliding.filter(|_| i % 6 < 5);
+            let gemma = kind == Arch::Gemma3;
+            let mut norm = |name: &str| -> Result<Option<Vec<f32>>> {
+                if gemma {
+                    Ok(Some(vec_of(&t(name)?)?))
+                } else {
+                    Ok(None)
+                }
+            };
+            let q_norm = norm("attn_q_norm")?;
+            let k_norm = norm("attn_k_norm")?;
+            let post_attn_norm = norm("post_attention_norm")?;
+            let post_ffn_norm = norm("post_ffw_norm")?;
+            if q_norm.as_ref().is_some_and(|w| w.len() != head_dim)
+                || k_norm.as_ref().is_some_and(|w| w.len() != head_dim)
+            {
+                candle_core::bail!("layer {i}: the query/key norms are not {head_dim} wide");
+            }
             layers.push(Layer {
+                rope: usize::from(local.is_some()),
+                window: local,
+                q_norm,
+                k_norm,
+                post_attn_norm,
+                post_ffn_norm,
                 wq: Linear::new(t("attn_q")?)?,
                 wk: Linear::new(t("attn_k")?)?,
                 wv: Linear::new(t("attn_v")?)?,
@@ -330,6 +427,7 @@ impl Weights {
         }
         Ok(Self {
             cfg: Config {
+                arch: kind,
                 n_layer,
                 dim,
                 n_head,
@@ -344,8 +442,7 @@ impl Weights {
             layers,
             norm,
             output,
-            cos,
-            sin,
+            ropes,
         })
     }
 
@@ -372,6 +469,8 @@ impl Weights {
         let cfg = self.cfg;
         let dim = cfg.dim;
         let kv_dim = cfg.kv_dim();
+        let q_dim = cfg.q_dim();
+        let gemma = cfg.arch == Arch::Gemma3;
         // Rows: (item, position).
         let mut rows: Vec<(usize, usize)> = Vec::new();
         for (i, (cache, toks)) in items.iter().enumerate() {
@@ -400,15 +499,27 @@ impl Weights {
                 }
             }
         }
+        if gemma {
+            let scale = (dim as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= scale);
+        }
         let mut h = vec![0f32; n * dim];
         for (li, layer) in self.layers.iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, cfg.eps, &mut h);
             let mut q = layer.wq.forward(&h, n)?;
             let mut k = layer.wk.forward(&h, n)?;
             let v = layer.wv.forward(&h, n)?;
+            // Per head (the norm's width is the head size).
+            if let Some(w) = &layer.q_norm {
+                q = normed(&q, w, cfg.eps);
+            }
+            if let Some(w) = &layer.k_norm {
+                k = normed(&k, w, cfg.eps);
+            }
+            let table = &self.ropes[layer.rope];
             for (r, &(_, pos)) in rows.iter().enumerate() {
-                self.rope(&mut q[r * dim..(r + 1) * dim], pos);
-                self.rope(&mut k[r * kv_dim..(r + 1) * kv_dim], pos);
+                self.rope(table, &mut q[r * q_dim..(r + 1) * q_dim], pos);
+                self.rope(table, &mut k[r * kv_dim..(r + 1) * kv_dim], pos);
             }
             for (r, &(i, _)) in rows.iter().enumerate() {
                 let c = &mut *items[i].0;
@@ -419,16 +530,28 @@ impl Weights {
                 .iter()
                 .map(|(c, _)| (c.k[li].as_slice(), c.v[li].as_slice()))
                 .collect();
-            let att = attention(&cfg, &q, &rows, &caches);
-            let o = layer.wo.forward(&att, n)?;
+            let att = attention(&cfg, &q, &rows, &caches, layer.window);
+            let mut o = layer.wo.forward(&att, n)?;
+            if let Some(w) = &layer.post_attn_norm {
+                o = normed(&o, w, cfg.eps);
+            }
             add(&mut x, &o);
             rms_norm(&x, &layer.ffn_norm, cfg.eps, &mut h);
             let mut g = layer.w_gate.forward(&h, n)?;
             let u = layer.w_up.forward(&h, n)?;
-            for (g, u) in g.iter_mut().zip(&u) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
+            if gemma {
+                for (g, u) in g.iter_mut().zip(&u) {
+                    *g = gelu_tanh(*g) * u;
+                }
+            } else {
+                for (g, u) in g.iter_mut().zip(&u) {
+                    *g = *g / (1.0 + (-*g).exp()) * u;
+                }
             }
-            let d = layer.w_down.forward(&g, n)?;
+            let mut d = layer.w_down.forward(&g, n)?;
+            if let Some(w) = &layer.post_ffn_norm {
+                d = normed(&d, w, cfg.eps);
+            }
             add(&mut x, &d);
         }
         // Only the last row of each item needs logits.
@@ -449,11 +572,11 @@ impl Weights {
     }
 
     /// Rotates every head of one row (`n × head_dim`) to position `pos`.
-    fn rope(&self, row: &mut [f32], pos: usize) {
+    fn rope(&self, table: &Rope, row: &mut [f32], pos: usize) {
         let hd = self.cfg.head_dim;
         let half = self.cfg.rope_dim / 2;
-        let cos = &self.cos[pos * half..(pos + 1) * half];
-        let sin = &self.sin[pos * half..(pos + 1) * half];
+        let cos = &table.cos[pos * half..(pos + 1) * half];
+        let sin = &table.sin[pos * half..(pos + 1) * half];
         for head in row.chunks_exact_mut(hd) {
             for i in 0..half {
                 let (a, b) = if self.cfg.rope_neox {
@@ -495,6 +618,19 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// [`rms_norm`] into a new buffer.
+fn normed(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    rms_norm(x, w, eps, &mut out);
+    out
+}
+
+/// GELU, tanh approximation (`gelu_pytorch_tanh`, ggml's `gelu`).
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
+}
+
 /// A dot product with a fixed summation order (eight lanes, then the lanes in order), which the
 /// compiler vectorises.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -514,12 +650,14 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Causal attention of every (row, head): the row at position `p` attends to its sequence's
-/// positions `0..=p`. Returns `rows × n_head × head_dim`.
+/// positions `0..=p`, or with a `window` to the last `window` of them (`p - j < window`, as
+/// llama.cpp's sliding-window mask). Returns `rows × n_head × head_dim`.
 fn attention(
     cfg: &Config,
     q: &[f32],
     rows: &[(usize, usize)],
     caches: &[(&[f32], &[f32])],
+    window: Option<usize>,
 ) -> Vec<f32> {
     let hd = cfg.head_dim;
     let group = cfg.n_head / cfg.n_kv_head;
@@ -534,9 +672,10 @@ fn attention(
             let (k, v) = caches[item];
             let kvh = head / group;
             let qh = &q[idx * hd..(idx + 1) * hd];
+            let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
             scores.clear();
             let mut max = f32::NEG_INFINITY;
-            for j in 0..=pos {
+            for j in first..=pos {
                 let s = dot(qh, &k[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd]) * scale;
                 max = max.max(s);
                 scores.push(s);
@@ -546,7 +685,7 @@ fn attention(
                 *s = (*s - max).exp();
                 sum += *s;
             }
-            for (j, s) in scores.iter().enumerate() {
+            for (j, s) in (first..).zip(scores.iter()) {
                 let w = s / sum;
                 let vj = &v[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
                 for (a, b) in o.iter_mut().zip(vj) {
@@ -701,12 +840,151 @@ mod tests {
     #[test]
     fn chunks_a_reused_prefix_and_batching_give_bit_identical_logits() {
         let (bytes, tok, prompt) = setup();
+        bit_identical(bytes, &tok, &prompt);
+    }
+
+    #[test]
+    fn gemma3_chunks_a_reused_prefix_and_batching_give_bit_identical_logits() {
+        let (bytes, tok, prompt) = gemma_setup();
+        bit_identical(bytes, &tok, &prompt);
+    }
+
+    /// Gemma 3 270M (LOCAL_GEMMA_PATH, else fetched into the cache), converted as the engine
+    /// loads it; its tokenizer; the oracle fixture's prompt.
+    fn gemma_setup() -> (Vec<u8>, LocalTokenizer, Vec<u32>) {
+        let path = match std::env::var_os("LOCAL_GEMMA_PATH").filter(|p| !p.is_empty()) {
+            Some(p) => p.into(),
+            None => {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let dir = crate::default_cache_dir().expect("no cache dir");
+                rt.block_on(crate::ensure_model(
+                    &crate::ModelSource::gemma3_270m(),
+                    &dir,
+                ))
+                .unwrap_or_else(|e| panic!("the Gemma tests need gemma-3-270m-q4_k_m: {e}"))
+            }
+        };
+        let mut f = std::fs::File::open(&path).unwrap();
+        let ct = gguf_file::Content::read(&mut f).unwrap();
+        let tok = LocalTokenizer::from_gguf(&ct).unwrap();
+        let bytes = crate::convert::requantized(&ct, &mut f).unwrap();
+        (bytes, tok, oracle_ids(&oracle()["prompt"]))
+    }
+
+    fn oracle() -> serde_json::Value {
+        serde_json::from_str(include_str!("../tests/fixtures/gemma3_270m_llama_cpp.json")).unwrap()
+    }
+
+    fn oracle_ids(v: &serde_json::Value) -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    }
+
+    /// Greedy decoding against llama.cpp's (the fixture: its 24 greedy tokens after the prompt,
+    /// with its top-5 logits at each step). Fed llama.cpp's tokens (teacher forcing), our choice
+    /// must be llama.cpp's except on a near-tie, and our logits of llama.cpp's top five must be
+    /// close to its values (the Q5_0 matrices run as Q8_0 here, and llama.cpp rounds
+    /// activations and GELU through f16 tables: a small, not a structural, difference).
+    #[test]
+    fn gemma3_forward_gives_llama_cpps_greedy_tokens() {
+        let (bytes, _, prompt) = gemma_setup();
+        let mut r = std::io::Cursor::new(bytes);
+        let ct = gguf_file::Content::read(&mut r).unwrap();
+        let w = Weights::from_gguf(&ct, &mut r).unwrap();
+        assert_eq!(w.cfg.arch, Arch::Gemma3);
+        let o = oracle();
+        let steps = o["greedy"].as_array().unwrap();
+        let mut cache = KvCache::new(&w.cfg);
+        let mut l = w.forward(&mut [(&mut cache, &prompt)]).unwrap().remove(0);
+        let (mut ties, mut worst, mut sum) = (0, 0f32, 0f32);
+        for (i, step) in steps.iter().enumerate() {
+            let want = step["token"].as_u64().unwrap() as u32;
+            let top: Vec<(u32, f32)> = step["top"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap() as f32))
+                .collect();
+            let here = top
+                .iter()
+                .map(|&(t, v)| (l[t as usize] - v).abs())
+                .fold(0f32, f32::max);
+            worst = worst.max(here);
+            sum += here;
+            let got = argmax(&l);
+            if got != want {
+                let gap = l[got as usize] - l[want as usize];
+                let theirs = top.iter().find(|p| p.0 == got).map(|p| top[0].1 - p.1);
+                assert!(
+                    gap < 0.25 && theirs.is_some_and(|g| g < 0.25),
+                    "step {i}: we chose {got}, llama.cpp {want} (our gap {gap}, theirs {theirs:?})"
+                );
+                ties += 1;
+            }
+            l = w.forward(&mut [(&mut cache, &[want])]).unwrap().remove(0);
+        }
+        let mean = sum / steps.len() as f32;
+        eprintln!(
+            "difference from llama.cpp's top-5 logits: largest {worst}, mean of the steps' largest {mean}; near-ties decided differently: {ties}"
+        );
+        // Measured (2026-11-23): all 24 choices equal (step 19 is a three-way near-tie within
+        // 0.25 that we also decide as llama.cpp does); largest 1.58 on the two flat steps whose
+        // best logit is negative, 0.1-0.5 elsewhere, mean 0.37 — and the same size with the
+        // original Q5_0 matrices (1.26, mean 0.33), so it is llama.cpp's f16 keys, values and
+        // GELU table, not the conversion. A structural error (a missing norm, the wrong RoPE)
+        // changes the tokens and moves logits by whole units.
+        assert!(
+            ties <= 2,
+            "{ties} of {} steps chose another token",
+            steps.len()
+        );
+        assert!(
+            worst < 2.0,
+            "logits differ from llama.cpp's by up to {worst}"
+        );
+        assert!(
+            mean < 0.6,
+            "logits differ from llama.cpp's by {mean} on average"
+        );
+    }
+
+    #[test]
+    fn gemma3_q8_0_embedding_rows_equal_candles_dequantisation() {
+        let (bytes, _, _) = gemma_setup();
+        let mut r = std::io::Cursor::new(bytes);
+        let ct = gguf_file::Content::read(&mut r).unwrap();
+        let t = ct
+            .tensor(&mut r, "token_embd.weight", &Device::Cpu)
+            .unwrap();
+        assert_eq!(t.dtype(), GgmlDType::Q8_0);
+        let dim = t.shape().dims2().unwrap().1;
+        let all = vec_of(&t).unwrap();
+        // Kept in its Q8_0 blocks (262,144 × 640 would take 671 MB as f32), one row expanded
+        // per token looked up.
+        let e = kernel_weight(&t)
+            .unwrap()
+            .expect("a Q8_0 table is a kernel weight");
+        for tok in [0usize, 2, 106, 1000, 262_143] {
+            let mut row = Vec::new();
+            e.extend_with_row(tok, &mut row).unwrap();
+            assert_eq!(row, all[tok * dim..(tok + 1) * dim], "row {tok}");
+        }
+        assert!(e.extend_with_row(262_144, &mut Vec::new()).is_none());
+    }
+
+    fn bit_identical(bytes: Vec<u8>, tok: &LocalTokenizer, prompt: &[u32]) {
         let mut r = std::io::Cursor::new(bytes);
         let ct = gguf_file::Content::read(&mut r).unwrap();
         let w = Weights::from_gguf(&ct, &mut r).unwrap();
         let whole = {
             let mut c = KvCache::new(&w.cfg);
-            w.forward(&mut [(&mut c, &prompt)]).unwrap().remove(0)
+            w.forward(&mut [(&mut c, prompt)]).unwrap().remove(0)
         };
         // In three chunks.
         let mut c = KvCache::new(&w.cfg);
@@ -741,6 +1019,6 @@ mod tests {
             last = out.remove(1);
         }
         assert_eq!(last, whole);
-        assert_eq!(x.tokens(), prompt.as_slice());
+        assert_eq!(x.tokens(), prompt);
     }
 }

