@@ -1,6 +1,7 @@
 //! # local-model — an embedded chat model with native tool calls
 //!
-//! A small GGUF chat model run in process on the CPU with `candle`, behind the same
+//! A small GGUF chat model run in process on the CPU (its own quantized kernels, `candle` for
+//! GGUF reading and K-quants), behind the same
 //! [`ChatModel`] trait as the HTTP backends: the offline default of every stage demo.
 //!
 //! The default is SmolLM2-135M-Instruct (Q4_1, 98 MB), fetched once into the user's cache
@@ -281,7 +282,8 @@ impl LocalModel {
         LocalModelBuilder::default()
     }
 
-    /// Loads a GGUF file now, on this thread (blocking). A file with Q4_1/Q5 matrices is
+    /// Loads a GGUF file now, on this thread (blocking). Q4_1, Q8_0 and F32 matrices run on the
+    /// crate's own kernels as they are, K-quants on candle's; a file with Q5_0/Q5_1 matrices is
     /// converted once and the result cached next to it (`<file>.q8cache`); later loads read
     /// the cache.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
