@@ -712,9 +712,9 @@ mod tests {
     use crate::tokenizer::LocalTokenizer;
     use candle_transformers::models::quantized_llama::ModelWeights;
 
-    /// The default model (LOCAL_MODEL_PATH, else fetched into the cache); fails, never skips.
-    fn model_path() -> std::path::PathBuf {
-        if let Some(p) = std::env::var_os("LOCAL_MODEL_PATH").filter(|p| !p.is_empty()) {
+    /// `env` when set, else `source` fetched into the cache; fails, never skips.
+    fn fetched(env: &str, source: crate::ModelSource) -> std::path::PathBuf {
+        if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
             return p.into();
         }
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -722,11 +722,16 @@ mod tests {
             .build()
             .unwrap();
         let dir = crate::default_cache_dir().expect("no cache dir");
-        rt.block_on(crate::ensure_model(
-            &crate::ModelSource::smollm2_135m_instruct(),
-            &dir,
-        ))
-        .unwrap_or_else(|e| panic!("the model tests need SmolLM2-135M-Instruct: {e}"))
+        rt.block_on(crate::ensure_model(&source, &dir))
+            .unwrap_or_else(|e| panic!("the model tests need {}: {e}", source.file_name))
+    }
+
+    /// The default model (LOCAL_MODEL_PATH, else fetched into the cache).
+    fn model_path() -> std::path::PathBuf {
+        fetched(
+            "LOCAL_MODEL_PATH",
+            crate::ModelSource::smollm2_135m_instruct(),
+        )
     }
 
     /// The model file's bytes, the tokenizer and a chat prompt.
@@ -852,21 +857,7 @@ mod tests {
     /// Gemma 3 270M (LOCAL_GEMMA_PATH, else fetched into the cache), converted as the engine
     /// loads it; its tokenizer; the oracle fixture's prompt.
     fn gemma_setup() -> (Vec<u8>, LocalTokenizer, Vec<u32>) {
-        let path = match std::env::var_os("LOCAL_GEMMA_PATH").filter(|p| !p.is_empty()) {
-            Some(p) => p.into(),
-            None => {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let dir = crate::default_cache_dir().expect("no cache dir");
-                rt.block_on(crate::ensure_model(
-                    &crate::ModelSource::gemma3_270m(),
-                    &dir,
-                ))
-                .unwrap_or_else(|e| panic!("the Gemma tests need gemma-3-270m-q4_k_m: {e}"))
-            }
-        };
+        let path = fetched("LOCAL_GEMMA_PATH", crate::ModelSource::gemma3_270m());
         let mut f = std::fs::File::open(&path).unwrap();
         let ct = gguf_file::Content::read(&mut f).unwrap();
         let tok = LocalTokenizer::from_gguf(&ct).unwrap();
