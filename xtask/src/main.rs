@@ -83,6 +83,51 @@ fn root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Above this, cargo's incremental state is removed before the tests build.
+const INCREMENTAL_LIMIT: u64 = 8 << 30;
+
+/// Cargo keeps incremental state for the workspace's own crates per build configuration and never
+/// collects it: on the target dir CI shares with the developer's tree it reached 17 GB and filled
+/// the disk mid-run. Above [`INCREMENTAL_LIMIT`] it is removed (the next build of the workspace's
+/// crates is then a full one; dependencies are not touched).
+fn prune_incremental() {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| if t.is_absolute() { t } else { root().join(t) })
+        .unwrap_or_else(|| root().join("target"));
+    let dir = target.join("debug").join("incremental");
+    let size = dir_size(&dir);
+    if size > INCREMENTAL_LIMIT {
+        eprintln!(
+            "\n==> removing {} ({} GiB of incremental build state, above {} GiB)",
+            dir.display(),
+            size >> 30,
+            INCREMENTAL_LIMIT >> 30
+        );
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            eprintln!("could not remove it ({e}); the build goes on");
+        }
+    }
+}
+
+/// Bytes of the files under `path` (symbolic links not followed; unreadable parts count 0).
+fn dir_size(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| dir_size(&e.path()))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
@@ -180,6 +225,7 @@ fn demo_runs(n: u8) -> &'static [&'static [&'static str]] {
 }
 
 fn test_all() -> Result<(), String> {
+    prune_incremental();
     ensure_test_deps()?;
     run(
         "cargo fmt --check",
@@ -341,4 +387,21 @@ fn is_root() -> bool {
         .arg("-u")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dir_size;
+
+    #[test]
+    fn dir_size_counts_nested_files_and_not_a_missing_dir() {
+        let dir = std::env::temp_dir().join(format!("xtask-dir-size-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        std::fs::write(dir.join("x"), [0u8; 100]).unwrap();
+        std::fs::write(dir.join("a/b/y"), [0u8; 23]).unwrap();
+        assert_eq!(dir_size(&dir), 123);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(dir_size(&dir), 0);
+    }
 }
