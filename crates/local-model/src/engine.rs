@@ -103,8 +103,6 @@ pub struct PromptCounters {
     pub reused: u64,
 }
 
-/// The KV caches of recent sequences, bounded in bytes, least recently used evicted first.
-/// A new prompt starts from a copy of the longest common token prefix of any entry.
 /// The tokens the model wrote for its recent turns, by their text. When the history sends a turn
 /// back with exactly that text, the prompt carries the model's own tokens: re-encoding the text
 /// may split it into other tokens (a grammar-guided call often is), which would end prefix
@@ -138,6 +136,8 @@ impl OwnTurns {
     }
 }
 
+/// The KV caches of recent sequences, bounded in bytes, least recently used evicted first.
+/// A new prompt starts from a copy of the longest common token prefix of any entry.
 struct PrefixStore {
     entries: Vec<(KvCache, u64)>,
     clock: u64,
@@ -428,7 +428,6 @@ impl Engine {
         })
     }
 
-    /// Changes the prompt cache's memory bound (0 turns reuse off), evicting what no longer fits.
     /// The prompt ids of `turns`, with the model's own tokens for the assistant turns it wrote.
     pub(crate) fn prompt(&self, turns: &[(&str, &str)]) -> Result<Vec<u32>, ModelError> {
         let own = self.own_turns.lock().map_err(|_| {
@@ -438,6 +437,7 @@ impl Engine {
             .chat_prompt_with(turns, |text| own.get(text).map(<[u32]>::to_vec))
     }
 
+    /// Changes the prompt cache's memory bound (0 turns reuse off), evicting what no longer fits.
     pub(crate) fn set_prefix_cache_bytes(&self, bytes: usize) {
         if let Ok(mut p) = self.prefix.lock() {
             p.set_budget(bytes);

@@ -59,13 +59,6 @@ fn kernel_weight(t: &QTensor) -> Result<Option<Arc<Weight>>> {
     })
 }
 
-/// The token embedding table: rows of a kernel weight (shared with the output projection
-/// when the model ties them), dequantised one row at a lookup; other types as f32.
-enum Embedding {
-    Kernel(Arc<Weight>),
-    F32(Vec<f32>),
-}
-
 impl Linear {
     fn new(t: QTensor) -> Result<Self> {
         let (out_dim, in_dim) = t.shape().dims2()?;
@@ -108,6 +101,25 @@ impl Linear {
     /// The output width.
     pub(crate) fn out_dim(&self) -> usize {
         self.out_dim
+    }
+}
+
+/// The token embedding table: rows of a kernel weight (shared with the output projection
+/// when the model ties them), dequantised one row at a lookup; other types as f32.
+enum Embedding {
+    Kernel(Arc<Weight>),
+    F32(Vec<f32>),
+}
+
+impl Embedding {
+    /// Appends token `t`'s row (`dim` values; `t` is below the vocabulary size).
+    fn push_row(&self, t: usize, dim: usize, out: &mut Vec<f32>) {
+        match self {
+            Self::Kernel(w) => {
+                w.extend_with_row(t, out);
+            }
+            Self::F32(e) => out.extend_from_slice(&e[t * dim..(t + 1) * dim]),
+        }
     }
 }
 
@@ -190,7 +202,7 @@ impl Rope {
     }
 }
 
-/// The weights of a llama-architecture model, immutable once loaded.
+/// The weights of a llama-architecture or Gemma 3 model, immutable once loaded.
 pub(crate) struct Weights {
     pub cfg: Config,
     embedding: Embedding,
@@ -272,7 +284,8 @@ fn vec_of(t: &QTensor) -> Result<Vec<f32>> {
 }
 
 impl Weights {
-    /// Reads a llama-architecture GGUF (the same keys candle's `quantized_llama` reads).
+    /// Reads a llama-architecture GGUF (the same keys candle's `quantized_llama` reads) or a
+    /// Gemma 3 one.
     pub(crate) fn from_gguf<R: std::io::Seek + std::io::Read>(
         ct: &gguf_file::Content,
         reader: &mut R,
@@ -491,12 +504,7 @@ impl Weights {
                 if t >= self.vocab {
                     candle_core::bail!("token {t} is outside the vocabulary of {}", self.vocab);
                 }
-                match &self.embedding {
-                    Embedding::Kernel(w) => {
-                        w.extend_with_row(t, &mut x);
-                    }
-                    Embedding::F32(e) => x.extend_from_slice(&e[t * dim..(t + 1) * dim]),
-                }
+                self.embedding.push_row(t, dim, &mut x);
             }
         }
         if gemma {
@@ -631,24 +639,6 @@ fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
 }
 
-/// A dot product with a fixed summation order (eight lanes, then the lanes in order), which the
-/// compiler vectorises.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let mut ca = a.chunks_exact(8);
-    let mut cb = b.chunks_exact(8);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    let mut s = 0f32;
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        s += x * y;
-    }
-    acc.iter().sum::<f32>() + s
-}
-
 /// Causal attention of every (row, head): the row at position `p` attends to its sequence's
 /// positions `0..=p`, or with a `window` to the last `window` of them (`p - j < window`, as
 /// llama.cpp's sliding-window mask). Returns `rows × n_head × head_dim`.
@@ -676,7 +666,9 @@ fn attention(
             scores.clear();
             let mut max = f32::NEG_INFINITY;
             for j in first..=pos {
-                let s = dot(qh, &k[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd]) * scale;
+                let s =
+                    kernels::dot_f32(qh, &k[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd])
+                        * scale;
                 max = max.max(s);
                 scores.push(s);
             }

@@ -369,8 +369,10 @@ fn tiles<B>(
     }
 }
 
-fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    // Eight partial sums: the compiler vectorises this without reassociation flags.
+/// A dot product with a fixed summation order (eight partial sums, then the lanes in order,
+/// then the remainder): the compiler vectorises it without reassociation flags, and the model's
+/// attention uses it too.
+pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let mut s = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ra, rb) = (ca.remainder(), cb.remainder());
