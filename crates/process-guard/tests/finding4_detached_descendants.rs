@@ -24,6 +24,16 @@ fn session_of(pid: i32) -> i32 {
     rest.split_whitespace().nth(3).unwrap().parse().unwrap()
 }
 
+/// Waits (bounded) until `pid` is in another session than `of` (its `setsid` has run).
+async fn wait_left_session(pid: i32, of: i32) {
+    for _ in 0..200 {
+        if session_of(pid) != session_of(of) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// Waits (bounded) for the script to write the grandchild's pid into `file`.
 async fn read_pid(file: &Path) -> i32 {
     for _ in 0..200 {
@@ -69,6 +79,8 @@ async fn finding4_reproduced_a_group_kill_leaves_the_setsid_grandchild_running()
     let mut child = cmd.spawn().unwrap();
     let grandchild = read_pid(&pidfile).await;
     let pgid = child.id().unwrap();
+    // `$!` is written as soon as `sh` forks; `setsid` runs a moment later in the child.
+    wait_left_session(grandchild, pgid as i32).await;
     assert_ne!(
         session_of(grandchild),
         session_of(pgid as i32),
