@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use context_engine::{Durability, MemoryStore, SessionStore, SqliteStore, StoreError};
+use context_engine::{Durability, MemoryStore, SessionStore, SqliteStore, StateChange, StoreError};
 use llm_core::Message;
 
 async fn contract(store: Arc<dyn SessionStore>) {
@@ -211,7 +211,7 @@ fn c4_newer_schema_is_refused() {
             e,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 1,
+                supported: 2,
                 ..
             }
         ),
@@ -293,4 +293,175 @@ async fn c4_many_sessions_concurrently_keep_their_order() {
             next[w] += 1;
         }
     }
+}
+
+/// State slots: compare-and-set together with a round; a lost race writes nothing.
+async fn state_contract(store: Arc<dyn SessionStore>) {
+    store.create("s").await.unwrap();
+    assert_eq!(store.get_state("s", "k").await.unwrap(), None);
+    assert!(matches!(
+        store.get_state("nope", "k").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    // Set from unset, with a round.
+    let set = StateChange::new("k", None, Some("v1"));
+    let n = store
+        .append_with_state("s", &[Message::user("q")], set)
+        .await
+        .unwrap();
+    assert_eq!(n, Some(1));
+    assert_eq!(
+        store.get_state("s", "k").await.unwrap().as_deref(),
+        Some("v1")
+    );
+    // The same change again finds the slot set: nothing is written, the round neither.
+    let again = store
+        .append_with_state("s", &[Message::assistant("x")], set)
+        .await
+        .unwrap();
+    assert_eq!(again, None);
+    assert_eq!(store.load("s").await.unwrap().messages.len(), 1);
+    // Clear, with an empty round.
+    let clear = StateChange::new("k", Some("v1"), None);
+    assert_eq!(
+        store.append_with_state("s", &[], clear).await.unwrap(),
+        Some(1)
+    );
+    assert_eq!(store.get_state("s", "k").await.unwrap(), None);
+    // Racing callers with the same expectation: exactly one wins.
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let v = format!("w{i}");
+            store
+                .append_with_state(
+                    "s",
+                    &[Message::user(v.clone())],
+                    StateChange::new("race", None, Some(&v)),
+                )
+                .await
+                .unwrap()
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        wins += usize::from(t.await.unwrap().is_some());
+    }
+    assert_eq!(wins, 1);
+    assert_eq!(store.load("s").await.unwrap().messages.len(), 2);
+    // Unknown session: NotFound, not a silent None.
+    assert!(matches!(
+        store
+            .append_with_state("nope", &[], StateChange::new("k", None, Some("v")))
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+    // Delete removes the slots with the session.
+    store.delete("s").await.unwrap();
+    store.create("s").await.unwrap();
+    assert_eq!(store.get_state("s", "race").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn c4_memory_store_state_slots() {
+    state_contract(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn c4_sqlite_store_state_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    state_contract(Arc::new(
+        SqliteStore::open(dir.path().join("s.db")).unwrap(),
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn c4_sqlite_state_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.create("s").await.unwrap();
+        store
+            .append_with_state(
+                "s",
+                &[Message::user("q")],
+                StateChange::new("pending", None, Some("{\"call\":1}")),
+            )
+            .await
+            .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store.get_state("s", "pending").await.unwrap().as_deref(),
+        Some("{\"call\":1}")
+    );
+    assert_eq!(store.load("s").await.unwrap().messages.len(), 1);
+}
+
+/// A file written by the previous schema (version 1, no state table) is upgraded in place and
+/// keeps its sessions.
+#[tokio::test]
+async fn c4_sqlite_version_1_file_is_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.create("old").await.unwrap();
+        store.append("old", &[Message::user("kept")]).await.unwrap();
+    }
+    {
+        // Make it a version-1 file as an earlier build wrote it.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("DROP TABLE ce_state; PRAGMA user_version = 1;")
+            .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.load("old").await.unwrap().messages.len(), 1);
+    assert_eq!(
+        store
+            .append_with_state("old", &[], StateChange::new("k", None, Some("v")))
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 2);
+}
+
+/// A store that implements only the required methods answers the optional ones with a typed
+/// error that says what to use instead.
+#[tokio::test]
+async fn c4_store_without_state_slots_says_so() {
+    struct Plain(MemoryStore);
+    #[async_trait::async_trait]
+    impl SessionStore for Plain {
+        async fn create(&self, id: &str) -> Result<(), StoreError> {
+            self.0.create(id).await
+        }
+        async fn load(&self, id: &str) -> Result<context_engine::Session, StoreError> {
+            self.0.load(id).await
+        }
+        async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
+            self.0.append(id, round).await
+        }
+        async fn list(&self) -> Result<Vec<String>, StoreError> {
+            self.0.list().await
+        }
+        async fn delete(&self, id: &str) -> Result<(), StoreError> {
+            self.0.delete(id).await
+        }
+    }
+    let e = Plain(MemoryStore::new())
+        .get_state("s", "k")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Unsupported { .. }));
+    assert!(e.to_string().contains("get_state"));
 }

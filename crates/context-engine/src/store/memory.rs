@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use llm_core::Message;
 
-use super::{SessionStore, StoreError, check_id};
+use super::{SessionStore, StateChange, StoreError, check_id};
 use crate::history::Session;
 
 /// Sessions in memory: fast, shared between tasks, gone when the process ends. For tests,
@@ -25,7 +25,14 @@ use crate::history::Session;
 /// ```
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    sessions: Mutex<HashMap<String, Vec<Message>>>,
+    sessions: Mutex<HashMap<String, Stored>>,
+}
+
+/// One session: its messages and its state slots.
+#[derive(Debug, Default)]
+struct Stored {
+    messages: Vec<Message>,
+    state: HashMap<String, String>,
 }
 
 impl MemoryStore {
@@ -34,7 +41,7 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Message>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Stored>> {
         // A panic while holding the lock cannot leave a half round: rounds are pushed with one
         // `extend` of owned, already-cloned messages. So a poisoned map is still consistent.
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
@@ -53,13 +60,13 @@ impl SessionStore for MemoryStore {
         if map.contains_key(id) {
             return Err(StoreError::AlreadyExists { id: id.to_owned() });
         }
-        map.insert(id.to_owned(), Vec::new());
+        map.insert(id.to_owned(), Stored::default());
         Ok(())
     }
 
     async fn load(&self, id: &str) -> Result<Session, StoreError> {
         let map = self.lock();
-        let messages = map.get(id).ok_or_else(|| not_found(id))?.clone();
+        let messages = map.get(id).ok_or_else(|| not_found(id))?.messages.clone();
         Ok(Session {
             id: id.to_owned(),
             messages,
@@ -69,19 +76,45 @@ impl SessionStore for MemoryStore {
     async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
         let round = round.to_vec();
         let mut map = self.lock();
-        let messages = map.get_mut(id).ok_or_else(|| not_found(id))?;
-        messages.extend(round);
-        Ok(messages.len() as u64)
+        let stored = map.get_mut(id).ok_or_else(|| not_found(id))?;
+        stored.messages.extend(round);
+        Ok(stored.messages.len() as u64)
+    }
+
+    async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
+        let map = self.lock();
+        let stored = map.get(id).ok_or_else(|| not_found(id))?;
+        Ok(stored.state.get(key).cloned())
+    }
+
+    async fn append_with_state(
+        &self,
+        id: &str,
+        round: &[Message],
+        change: StateChange<'_>,
+    ) -> Result<Option<u64>, StoreError> {
+        let round = round.to_vec();
+        let mut map = self.lock();
+        let stored = map.get_mut(id).ok_or_else(|| not_found(id))?;
+        if stored.state.get(change.key).map(String::as_str) != change.expected {
+            return Ok(None);
+        }
+        match change.new {
+            Some(v) => stored.state.insert(change.key.to_owned(), v.to_owned()),
+            None => stored.state.remove(change.key),
+        };
+        stored.messages.extend(round);
+        Ok(Some(stored.messages.len() as u64))
     }
 
     /// One lookup under one lock (the trait's default takes three and builds a NotFound error).
     async fn load_or_create(&self, id: &str) -> Result<Session, StoreError> {
         let mut map = self.lock();
         let messages = match map.get(id) {
-            Some(m) => m.clone(),
+            Some(m) => m.messages.clone(),
             None => {
                 check_id(id)?;
-                map.insert(id.to_owned(), Vec::new());
+                map.insert(id.to_owned(), Stored::default());
                 Vec::new()
             }
         };

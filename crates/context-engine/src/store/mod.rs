@@ -115,6 +115,38 @@ pub enum StoreError {
     /// The store's worker thread is gone (it stopped after a fatal error or at shutdown).
     #[error("the session store is closed; open it again")]
     Closed,
+    /// The store does not implement an optional part of the trait.
+    #[error(
+        "this session store does not keep {what}; use MemoryStore, SqliteStore or another store \
+         that implements `SessionStore::get_state` and `append_with_state`"
+    )]
+    Unsupported {
+        /// What it does not keep.
+        what: &'static str,
+    },
+}
+
+/// A compare-and-set change of one of a session's state slots, applied by
+/// [`SessionStore::append_with_state`] together with a round.
+///
+/// A state slot is a small durable value kept beside a session's messages under a key — a run
+/// held for a person's approval, for example. `expected` is what the slot must hold for the change
+/// to apply (`None`: the slot must be unset); `new` is what it holds afterwards (`None` clears it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateChange<'a> {
+    /// The slot's key.
+    pub key: &'a str,
+    /// What the slot must hold now (`None`: unset).
+    pub expected: Option<&'a str>,
+    /// What it holds afterwards (`None`: cleared).
+    pub new: Option<&'a str>,
+}
+
+impl<'a> StateChange<'a> {
+    /// Sets `key` from `expected` to `new`.
+    pub fn new(key: &'a str, expected: Option<&'a str>, new: Option<&'a str>) -> Self {
+        Self { key, expected, new }
+    }
 }
 
 pub(crate) fn check_id(id: &str) -> Result<(), StoreError> {
@@ -140,6 +172,9 @@ pub(crate) fn check_id(id: &str) -> Result<(), StoreError> {
 ///   from concurrent callers never interleave.
 /// * An unknown id is [`StoreError::NotFound`] for `load`, `append` and `delete` (no implicit
 ///   creation; use [`load_or_create`](Self::load_or_create)).
+/// * Optionally, small durable state slots beside the messages, changed by compare-and-set
+///   together with a round ([`get_state`](Self::get_state),
+///   [`append_with_state`](Self::append_with_state)); `delete` removes them with the session.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
@@ -173,6 +208,36 @@ pub trait SessionStore: Send + Sync {
 
     /// Deletes a session and its messages. [`StoreError::NotFound`] if it does not exist.
     async fn delete(&self, id: &str) -> Result<(), StoreError>;
+
+    /// The value of the session's state slot `key`, `None` when unset (see [`StateChange`]).
+    /// [`StoreError::NotFound`] if the session does not exist.
+    ///
+    /// Optional: the default answers [`StoreError::Unsupported`]. [`MemoryStore`] and
+    /// [`SqliteStore`] implement it.
+    async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
+        let _ = (id, key);
+        Err(StoreError::Unsupported {
+            what: "state slots",
+        })
+    }
+
+    /// Atomically: if the slot `change.key` holds `change.expected`, appends `round` (which may
+    /// be empty) and sets the slot to `change.new`, returning `Some(message count)`; otherwise
+    /// writes nothing and returns `None`. Two callers racing on the same expected value: exactly
+    /// one wins. [`StoreError::NotFound`] if the session does not exist.
+    ///
+    /// Optional: the default answers [`StoreError::Unsupported`].
+    async fn append_with_state(
+        &self,
+        id: &str,
+        round: &[Message],
+        change: StateChange<'_>,
+    ) -> Result<Option<u64>, StoreError> {
+        let _ = (id, round, change);
+        Err(StoreError::Unsupported {
+            what: "state slots",
+        })
+    }
 
     /// Loads the session, creating it empty if it does not exist.
     async fn load_or_create(&self, id: &str) -> Result<Session, StoreError> {

@@ -9,13 +9,14 @@ use llm_core::Message;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::{SessionStore, StoreError, check_id};
+use super::{SessionStore, StateChange, StoreError, check_id};
 use crate::history::Session;
 
 /// `PRAGMA application_id` of our files: ASCII "LTCE" (llm-toolkit context-engine).
 const APPLICATION_ID: i64 = 0x4C54_4345;
 /// `PRAGMA user_version`: the schema version this build writes and reads.
-const SCHEMA_VERSION: i64 = 1;
+/// Version 2 added `ce_state` (state slots); a version-1 file is upgraded in place when opened.
+const SCHEMA_VERSION: i64 = 2;
 /// Most rounds committed in one transaction (group commit).
 const MAX_GROUP: usize = 256;
 
@@ -31,6 +32,16 @@ CREATE TABLE ce_messages (
     round      INTEGER NOT NULL,
     message    TEXT    NOT NULL,
     PRIMARY KEY (session_id, seq)
+) STRICT, WITHOUT ROWID;
+";
+
+/// Version 2's addition, also the upgrade from version 1: the state slots.
+const STATE_TABLE: &str = "
+CREATE TABLE ce_state (
+    session_id TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    value      TEXT    NOT NULL,
+    PRIMARY KEY (session_id, key)
 ) STRICT, WITHOUT ROWID;
 ";
 
@@ -51,8 +62,9 @@ pub enum Durability {
 
 /// Sessions in one SQLite file: the durable default (C4).
 ///
-/// * **Format.** Tables `ce_sessions` and `ce_messages` (one row per message, JSON of
-///   [`Message`], with a per-session sequence number). The file is marked with
+/// * **Format.** Tables `ce_sessions`, `ce_messages` (one row per message, JSON of
+///   [`Message`], with a per-session sequence number) and `ce_state` (state slots, see
+///   [`StateChange`]). The file is marked with
 ///   `PRAGMA application_id` and `user_version`; a foreign or newer file is refused
 ///   ([`StoreError::Foreign`], [`StoreError::NewerSchema`]), a non-database file is
 ///   [`StoreError::Corrupt`]. A file is never modified before it is recognised.
@@ -95,6 +107,15 @@ enum Op {
     Append(String, Vec<String>, Reply<u64>),
     List(Reply<Vec<String>>),
     Delete(String, Reply<()>),
+    GetState(String, String, Reply<Option<String>>),
+    AppendWithState(String, Vec<String>, OwnedChange, Reply<Option<u64>>),
+}
+
+/// A [`StateChange`] moved to the worker thread.
+struct OwnedChange {
+    key: String,
+    expected: Option<String>,
+    new: Option<String>,
 }
 
 fn db_err(e: rusqlite::Error) -> StoreError {
@@ -214,11 +235,20 @@ fn open_connection(path: &Path, durability: Durability) -> Result<Connection, St
         let init = format!(
             "BEGIN IMMEDIATE;
              {SCHEMA}
+             {STATE_TABLE}
              PRAGMA application_id = {APPLICATION_ID};
              PRAGMA user_version = {SCHEMA_VERSION};
              COMMIT;"
         );
         conn.execute_batch(&init).map_err(check_err)?;
+    } else if version == 1 {
+        let upgrade = format!(
+            "BEGIN IMMEDIATE;
+             {STATE_TABLE}
+             PRAGMA user_version = {SCHEMA_VERSION};
+             COMMIT;"
+        );
+        conn.execute_batch(&upgrade).map_err(check_err)?;
     } else if version < SCHEMA_VERSION {
         // Marked as ours but without a schema: an interrupted or damaged file.
         return Err(StoreError::Corrupt {
@@ -229,6 +259,7 @@ fn open_connection(path: &Path, durability: Durability) -> Result<Connection, St
     // Verify the tables are what we expect (catches a damaged schema early).
     conn.prepare("SELECT session_id, seq, round, message FROM ce_messages LIMIT 0")
         .and_then(|_| conn.prepare("SELECT id, next_seq FROM ce_sessions LIMIT 0"))
+        .and_then(|_| conn.prepare("SELECT session_id, key, value FROM ce_state LIMIT 0"))
         .map_err(|e| StoreError::Corrupt {
             path: path.to_path_buf(),
             detail: format!("the schema is damaged: {e}"),
@@ -303,7 +334,65 @@ fn run_single(conn: &mut Connection, op: Op) {
             let _ = reply.send(delete(conn, &id));
         }
         Op::Append(id, msgs, reply) => commit_appends(conn, vec![(id, msgs, reply)]),
+        Op::GetState(id, key, reply) => {
+            let _ = reply.send(get_state(conn, &id, &key));
+        }
+        Op::AppendWithState(id, msgs, change, reply) => {
+            let _ = reply.send(append_with_state(conn, &id, &msgs, &change));
+        }
     }
+}
+
+fn get_state(conn: &mut Connection, id: &str, key: &str) -> Result<Option<String>, StoreError> {
+    let txn = conn.transaction().map_err(db_err)?;
+    let exists = txn
+        .prepare_cached("SELECT 1 FROM ce_sessions WHERE id = ?1")
+        .and_then(|mut s| s.exists([id]))
+        .map_err(db_err)?;
+    if !exists {
+        return Err(StoreError::NotFound { id: id.to_owned() });
+    }
+    let value = txn
+        .prepare_cached("SELECT value FROM ce_state WHERE session_id = ?1 AND key = ?2")
+        .and_then(|mut s| s.query_row([id, key], |r| r.get(0)).optional())
+        .map_err(db_err)?;
+    txn.finish().map_err(db_err)?;
+    Ok(value)
+}
+
+/// Compare, append and set in one immediate transaction (the worker is the only writer of this
+/// connection; `BEGIN IMMEDIATE` also excludes other processes on the same file).
+fn append_with_state(
+    conn: &mut Connection,
+    id: &str,
+    msgs: &[String],
+    change: &OwnedChange,
+) -> Result<Option<u64>, StoreError> {
+    let txn = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(db_err)?;
+    let current: Option<String> = txn
+        .prepare_cached("SELECT value FROM ce_state WHERE session_id = ?1 AND key = ?2")
+        .and_then(|mut s| s.query_row([id, &change.key], |r| r.get(0)).optional())
+        .map_err(db_err)?;
+    let len = append_round(&txn, id, msgs)?; // NotFound for an unknown session
+    if current != change.expected {
+        return Ok(None); // dropping the transaction rolls the round back
+    }
+    match &change.new {
+        Some(v) => txn
+            .prepare_cached(
+                "INSERT INTO ce_state (session_id, key, value) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
+            )
+            .and_then(|mut s| s.execute(params![id, change.key, v])),
+        None => txn
+            .prepare_cached("DELETE FROM ce_state WHERE session_id = ?1 AND key = ?2")
+            .and_then(|mut s| s.execute(params![id, change.key])),
+    }
+    .map_err(db_err)?;
+    txn.commit().map_err(db_err)?;
+    Ok(Some(len))
 }
 
 /// Commits a group of rounds in one transaction, one savepoint per round; replies only after
@@ -429,6 +518,8 @@ fn delete(conn: &mut Connection, id: &str) -> Result<(), StoreError> {
     let txn = conn.transaction().map_err(db_err)?;
     txn.execute("DELETE FROM ce_messages WHERE session_id = ?1", [id])
         .map_err(db_err)?;
+    txn.execute("DELETE FROM ce_state WHERE session_id = ?1", [id])
+        .map_err(db_err)?;
     let n = txn
         .execute("DELETE FROM ce_sessions WHERE id = ?1", [id])
         .map_err(db_err)?;
@@ -436,6 +527,16 @@ fn delete(conn: &mut Connection, id: &str) -> Result<(), StoreError> {
         return Err(StoreError::NotFound { id: id.to_owned() });
     }
     txn.commit().map_err(db_err)
+}
+
+fn encode(round: &[Message]) -> Result<Vec<String>, StoreError> {
+    round
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::Encode {
+            detail: e.to_string(),
+        })
 }
 
 #[async_trait]
@@ -450,18 +551,33 @@ impl SessionStore for SqliteStore {
     }
 
     async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
-        let msgs = round
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Encode {
-                detail: e.to_string(),
-            })?;
+        let msgs = encode(round)?;
         self.call(|r| Op::Append(id.to_owned(), msgs, r)).await
     }
 
     async fn list(&self) -> Result<Vec<String>, StoreError> {
         self.call(Op::List).await
+    }
+
+    async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
+        self.call(|r| Op::GetState(id.to_owned(), key.to_owned(), r))
+            .await
+    }
+
+    async fn append_with_state(
+        &self,
+        id: &str,
+        round: &[Message],
+        change: StateChange<'_>,
+    ) -> Result<Option<u64>, StoreError> {
+        let msgs = encode(round)?;
+        let change = OwnedChange {
+            key: change.key.to_owned(),
+            expected: change.expected.map(str::to_owned),
+            new: change.new.map(str::to_owned),
+        };
+        self.call(|r| Op::AppendWithState(id.to_owned(), msgs, change, r))
+            .await
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
