@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
+use tokio::time::Instant;
+
 use crate::catalog::McpTool;
 use crate::config::{ConfigFile, ServiceConfig};
 use crate::connection::{Connection, lock};
@@ -45,6 +48,16 @@ pub(crate) struct Inner {
     pub(crate) catalog: Mutex<Arc<Vec<McpTool>>>,
     /// The tools described (level 2) in each session's current turn.
     pub(crate) described: Mutex<DescribedTools>,
+    /// Bumped on every change of a service's state: what a turn waiting for a starting service
+    /// watches.
+    pub(crate) changed: watch::Sender<u64>,
+}
+
+impl Inner {
+    /// Tells whoever waits for a service that a state changed.
+    pub(crate) fn notify(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
 }
 
 pub(crate) struct Service {
@@ -52,6 +65,13 @@ pub(crate) struct Service {
     pub(crate) state: State,
     /// Bumped on every start and stop, so that a late result of an older one is ignored.
     pub(crate) generation: u64,
+    /// Failed starts and crashes since the last successful call or operator start
+    /// ([`crate::recovery`]).
+    pub(crate) failures: u32,
+    /// No automatic restart before this instant (backoff).
+    pub(crate) retry_at: Option<Instant>,
+    /// Stopped by the operator ([`McpBridge::stop`]): not started again on demand.
+    pub(crate) held: bool,
 }
 
 impl Service {
@@ -60,6 +80,9 @@ impl Service {
             config,
             state: State::Stopped,
             generation: 0,
+            failures: 0,
+            retry_at: None,
+            held: false,
         }
     }
 }
@@ -106,6 +129,7 @@ impl McpBridge {
                 file_rest: Mutex::new(file),
                 catalog: Mutex::new(Arc::new(Vec::new())),
                 described: Mutex::new(DescribedTools::default()),
+                changed: watch::channel(0).0,
             }),
         }
     }

@@ -9,16 +9,24 @@
 //!       "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
 //!       "env": {"LOG_LEVEL": "info"},
 //!       "cwd": "/tmp",
-//!       "timeout_ms": 30000,
+//!       "tool_timeout_sec": 30,
+//!       "startup_timeout_sec": 20,
 //!       "description": "Read and write files under /tmp",
-//!       "trigger_keywords": ["文件", "file"]
+//!       "trigger_keywords": ["文件", "file"],
+//!       "disabled_tools": ["write_file"]
 //!     }
 //!   }
 //! }
 //! ```
 //!
-//! Every field but `command` is optional. Entries we cannot run (an HTTP `url` server) and fields we
-//! do not know are kept as they are and written back on save, so a user's file loses nothing.
+//! Every field but `command` is optional. The keys users know from Codex's and Claude Desktop's
+//! configs work as they do there: `startup_timeout_sec` and `tool_timeout_sec` (seconds; our
+//! older `startup_timeout_ms` and `timeout_ms` still read), `enabled_tools` (only these tools of
+//! the server are offered) and `disabled_tools` (these are not), `disabled: true` (kept in the
+//! file, never started). Ours: `autostart: false` starts the server on first use instead of when
+//! the bridge starts ([`crate::McpBridge::start_in_background`]). Entries we cannot run (an HTTP
+//! `url` server) and fields we do not know are kept as they are and written back on save, so a
+//! user's file loses nothing.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -64,8 +72,29 @@ pub struct ServiceConfig {
     pub description: Option<String>,
     /// Words in a user message that call for this service (M2); empty means explicit calls only.
     pub trigger_keywords: Vec<String>,
+    /// Kept in the config but never started (`"disabled": true`).
+    pub disabled: bool,
+    /// Started when the bridge starts ([`crate::McpBridge::start_in_background`]); `false`
+    /// (`"autostart": false`) starts it on the first turn or call that needs it.
+    pub autostart: bool,
+    /// When set, only these tools of the server (its own names) are offered (`enabled_tools`).
+    pub enabled_tools: Option<Vec<String>>,
+    /// Tools of the server (its own names) that are never offered (`disabled_tools`).
+    pub disabled_tools: Vec<String>,
     /// Fields of the config file entry we do not use, kept for saving.
     pub extra: Map<String, Value>,
+    /// How the file spelled what we write back.
+    pub(crate) spelling: Spelling,
+}
+
+/// How a config entry spelled keys that have more than one spelling, so that saving writes them
+/// back as the user wrote them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Spelling {
+    /// Timeouts in seconds (`*_timeout_sec`, Codex) rather than milliseconds.
+    seconds: bool,
+    /// `disabled` was present (written back even when `false`).
+    disabled_key: bool,
 }
 
 impl ServiceConfig {
@@ -81,8 +110,50 @@ impl ServiceConfig {
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             description: None,
             trigger_keywords: Vec::new(),
+            disabled: false,
+            autostart: true,
+            enabled_tools: None,
+            disabled_tools: Vec::new(),
             extra: Map::new(),
+            spelling: Spelling::default(),
         }
+    }
+    /// Whether the server's tool `tool` (its own name) is offered: not in `disabled_tools`, and
+    /// in `enabled_tools` when that is set.
+    pub fn offers(&self, tool: &str) -> bool {
+        !self.disabled_tools.iter().any(|t| t == tool)
+            && self
+                .enabled_tools
+                .as_ref()
+                .is_none_or(|on| on.iter().any(|t| t == tool))
+    }
+    /// Kept but never started (`"disabled": true`).
+    pub fn with_disabled(mut self, disabled: bool) -> Self {
+        self.disabled = disabled;
+        self
+    }
+    /// Started on first use instead of when the bridge starts (`"autostart": false`).
+    pub fn with_autostart(mut self, autostart: bool) -> Self {
+        self.autostart = autostart;
+        self
+    }
+    /// Offer only these tools of the server (`enabled_tools`).
+    pub fn with_enabled_tools<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.enabled_tools = Some(tools.into_iter().map(Into::into).collect());
+        self
+    }
+    /// Never offer these tools of the server (`disabled_tools`).
+    pub fn with_disabled_tools<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.disabled_tools = tools.into_iter().map(Into::into).collect();
+        self
     }
     /// Set the arguments.
     pub fn with_args<I, S>(mut self, args: I) -> Self
@@ -285,8 +356,26 @@ struct Entry {
         skip_serializing_if = "Vec::is_empty"
     )]
     trigger_keywords: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool_timeout_sec: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    startup_timeout_sec: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    disabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    autostart: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    enabled_tools: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    disabled_tools: Vec<String>,
     #[serde(flatten)]
     extra: Map<String, Value>,
+}
+
+/// Seconds as a duration; `None` for a value that is not a positive finite number of seconds
+/// (a zero timeout is refused by [`ServiceConfig::validate`]).
+fn seconds(v: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(v).ok()
 }
 
 /// What a config file held: the services we can run, and entries we keep but cannot run.
@@ -414,24 +503,48 @@ fn entry_to_config(name: &str, e: Entry) -> ServiceConfig {
     if let Some(ms) = e.startup_timeout_ms {
         cfg.startup_timeout = Duration::from_millis(ms);
     }
+    // Codex's keys win over ours when both are given. A negative or non-finite number is a zero
+    // timeout, which `validate` refuses with the service's name.
+    if let Some(s) = e.tool_timeout_sec {
+        cfg.call_timeout = seconds(s).unwrap_or(Duration::ZERO);
+        cfg.spelling.seconds = true;
+    }
+    if let Some(s) = e.startup_timeout_sec {
+        cfg.startup_timeout = seconds(s).unwrap_or(Duration::ZERO);
+        cfg.spelling.seconds = true;
+    }
     cfg.description = e.description.filter(|d| !d.trim().is_empty());
     cfg.trigger_keywords = e.trigger_keywords;
+    cfg.disabled = e.disabled.unwrap_or(false);
+    cfg.spelling.disabled_key = e.disabled.is_some();
+    cfg.autostart = e.autostart.unwrap_or(true);
+    cfg.enabled_tools = e.enabled_tools;
+    cfg.disabled_tools = e.disabled_tools;
     cfg.extra = e.extra;
     cfg
 }
 
 fn config_to_json(s: &ServiceConfig) -> Value {
+    let ms = |d: Duration, default: Duration| {
+        (d != default).then(|| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    };
+    let secs = |d: Duration, default: Duration| (d != default).then_some(d.as_secs_f64());
+    let sec = s.spelling.seconds;
     let e = Entry {
         command: Some(s.command.clone()),
         args: s.args.clone(),
         env: s.env.clone(),
         cwd: s.cwd.clone(),
-        timeout_ms: (s.call_timeout != DEFAULT_CALL_TIMEOUT)
-            .then(|| u64::try_from(s.call_timeout.as_millis()).unwrap_or(u64::MAX)),
-        startup_timeout_ms: (s.startup_timeout != DEFAULT_STARTUP_TIMEOUT)
-            .then(|| u64::try_from(s.startup_timeout.as_millis()).unwrap_or(u64::MAX)),
+        timeout_ms: ms(s.call_timeout, DEFAULT_CALL_TIMEOUT).filter(|_| !sec),
+        startup_timeout_ms: ms(s.startup_timeout, DEFAULT_STARTUP_TIMEOUT).filter(|_| !sec),
+        tool_timeout_sec: secs(s.call_timeout, DEFAULT_CALL_TIMEOUT).filter(|_| sec),
+        startup_timeout_sec: secs(s.startup_timeout, DEFAULT_STARTUP_TIMEOUT).filter(|_| sec),
         description: s.description.clone(),
         trigger_keywords: s.trigger_keywords.clone(),
+        disabled: (s.disabled || s.spelling.disabled_key).then_some(s.disabled),
+        autostart: (!s.autostart).then_some(false),
+        enabled_tools: s.enabled_tools.clone(),
+        disabled_tools: s.disabled_tools.clone(),
         extra: s.extra.clone(),
     };
     serde_json::to_value(e).unwrap_or(Value::Null)
@@ -482,6 +595,49 @@ mod tests {
         assert_eq!(again["mcpServers"]["kw"]["trigger_keywords"][0], "天气");
         let f2 = ConfigFile::parse(&again.to_string()).unwrap();
         assert_eq!(f2.services, f.services);
+    }
+
+    /// Codex's keys (`startup_timeout_sec`, `tool_timeout_sec`, `enabled_tools`,
+    /// `disabled_tools`) and `disabled` / `autostart` are read, and written back as spelled.
+    #[test]
+    fn m5_codex_keys_are_read_and_written_back_as_spelled() {
+        let text = r#"{"mcpServers": {
+            "fs": {"command": "npx", "args": ["x"], "startup_timeout_sec": 2.5, "tool_timeout_sec": 60,
+                   "enabled_tools": ["read_file"], "disabled_tools": ["write_file"], "unknown_key": {"a": 1}},
+            "off": {"command": "x", "disabled": true},
+            "lazy": {"command": "x", "autostart": false, "disabled": false}
+        }}"#;
+        let f = ConfigFile::parse(text).unwrap();
+        let by = |n: &str| f.services.iter().find(|s| s.name == n).unwrap();
+        let fs = by("fs");
+        assert_eq!(fs.startup_timeout, Duration::from_millis(2500));
+        assert_eq!(fs.call_timeout, Duration::from_secs(60));
+        assert!(fs.offers("read_file"));
+        assert!(!fs.offers("write_file"));
+        assert!(!fs.offers("list_directory"));
+        assert!(by("off").disabled);
+        assert!(!by("lazy").autostart && !by("lazy").disabled);
+        let back = f.to_json();
+        let fs_json = &back["mcpServers"]["fs"];
+        assert_eq!(fs_json["startup_timeout_sec"], 2.5);
+        assert_eq!(fs_json["tool_timeout_sec"], 60.0);
+        assert!(fs_json.get("timeout_ms").is_none());
+        assert_eq!(fs_json["unknown_key"]["a"], 1);
+        assert_eq!(fs_json["enabled_tools"][0], "read_file");
+        assert_eq!(back["mcpServers"]["off"]["disabled"], true);
+        assert_eq!(back["mcpServers"]["lazy"]["disabled"], false);
+        assert_eq!(back["mcpServers"]["lazy"]["autostart"], false);
+        assert_eq!(ConfigFile::parse(&back.to_string()).unwrap(), f);
+        // A negative timeout is refused with the service named, the entry kept.
+        let bad =
+            ConfigFile::parse(r#"{"mcpServers": {"b": {"command": "x", "tool_timeout_sec": -1}}}"#)
+                .unwrap();
+        assert!(bad.services.is_empty());
+        assert!(
+            bad.skipped[0].2.contains("timeouts must be above zero"),
+            "{:?}",
+            bad.skipped
+        );
     }
 
     #[test]

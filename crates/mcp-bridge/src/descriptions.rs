@@ -38,9 +38,33 @@ impl McpBridge {
     /// The level-1 section for the turn opened by `user_text`: the standard intent chain (MCP,
     /// Memory, HITL, Normal) reads it; `None` unless the intent is MCP.
     pub(crate) async fn turn_section(&self, user_text: &str) -> Option<String> {
+        let (tools, intent) = self.turn_intent(user_text).await;
+        inject::level1_section(&intent, &tools, &self.service_descriptions())
+    }
+
+    /// The running tools and the intent of `user_text`. When the intent names a service that is
+    /// not running — still starting, not started yet, or crashed — it is waited for or started
+    /// first, at most its startup timeout ([`crate::recovery`]); a turn with any other intent
+    /// never waits for a service.
+    async fn turn_intent(&self, user_text: &str) -> (Vec<McpTool>, Intent) {
         let tools = self.tools().await;
         let intent = IntentChain::standard(self.recognizer_for(&tools)).recognize(user_text);
-        inject::level1_section(&intent, &tools, &self.service_descriptions())
+        let Intent::Mcp(m) = &intent else {
+            return (tools, intent);
+        };
+        let service = m
+            .service
+            .clone()
+            .or_else(|| m.tool.as_deref().and_then(|t| self.service_of(t)));
+        match service {
+            Some(s) if !self.is_running(&s) && self.ensure_running(&s).await => {
+                let tools = self.tools().await;
+                let intent =
+                    IntentChain::standard(self.recognizer_for(&tools)).recognize(user_text);
+                (tools, intent)
+            }
+            _ => (tools, intent),
+        }
     }
 
     /// Each service's description (M5: the configured one, else its name), by service name.
@@ -62,8 +86,7 @@ impl McpBridge {
     /// one. Calls to any running tool still route (the dispatcher routes by `list`).
     pub async fn advertised_tools(&self, turn: &TurnInfo) -> Vec<ToolSpec> {
         let session = turn.session_id.as_deref();
-        let tools = self.tools().await;
-        let intent = IntentChain::standard(self.recognizer_for(&tools)).recognize(&turn.user_text);
+        let (tools, intent) = self.turn_intent(&turn.user_text).await;
         if tools.is_empty() || !matches!(intent, Intent::Mcp(_)) {
             lock(&self.inner.described).forget(session);
             return Vec::new();

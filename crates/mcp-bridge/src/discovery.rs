@@ -30,12 +30,37 @@ impl McpBridge {
     pub async fn tools(&self) -> Vec<McpTool> {
         let mut lists = Vec::new();
         for (config, connection) in self.running() {
-            let tools = connection.tools(config.startup_timeout).await;
+            let mut tools = connection.tools(config.startup_timeout).await;
+            tools.retain(|t| config.offers(&t.name));
             lists.push((config.name, tools));
         }
         let tools = catalog::build(lists.iter().map(|(s, t)| (s.as_str(), t.as_slice())));
         *lock(&self.inner.catalog) = Arc::new(tools.clone());
         tools
+    }
+
+    /// The registered service a tool name belongs to: the one whose `service__` prefix it
+    /// carries, or the service's own name.
+    pub(crate) fn service_of(&self, name: &str) -> Option<String> {
+        lock(&self.inner.services)
+            .values()
+            .find(|s| {
+                name == s.config.name
+                    || name.starts_with(&format!(
+                        "{}{}",
+                        names::sanitize(&s.config.name),
+                        names::SEPARATOR
+                    ))
+            })
+            .map(|s| s.config.name.clone())
+    }
+
+    /// Whether `service` is running now.
+    pub(crate) fn is_running(&self, service: &str) -> bool {
+        matches!(
+            lock(&self.inner.services).get(service).map(|s| &s.state),
+            Some(State::Running(_))
+        )
     }
 
     /// The catalog as [`McpBridge::tools`] last built it, without asking the servers.

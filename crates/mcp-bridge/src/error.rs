@@ -23,6 +23,16 @@ pub enum BridgeError {
         /// Why.
         reason: String,
     },
+    /// The service is disabled in its configuration (`"disabled": true`); enable it first.
+    #[error(
+        "MCP service {0} is disabled in its configuration; set `disabled` to false to start it"
+    )]
+    Disabled(String),
+    /// A background start needs a Tokio runtime, and none is running on this thread.
+    #[error(
+        "starting MCP services in the background needs a Tokio runtime; call this from async code"
+    )]
+    NoRuntime,
     /// Reading or writing the config file failed.
     #[error("config file: {0}")]
     Io(String),

@@ -43,6 +43,13 @@ impl McpBridge {
         if name == DESCRIBE_TOOL {
             return self.describe_call(&args, session).await;
         }
+        // A service still starting, not started yet (`autostart: false`) or crashed is waited
+        // for or started now, within its startup timeout ([`crate::recovery`]).
+        if let Some(service) = self.service_of(name)
+            && !self.is_running(&service)
+        {
+            self.ensure_running(&service).await;
+        }
         let tools = self.tools().await;
         let Some(tool) = catalog::resolve(&tools, name).cloned() else {
             return Err(self.unavailable(name));
@@ -74,7 +81,10 @@ impl McpBridge {
         let timeout = config.call_timeout;
         // Dropping the call on timeout makes rmcp send notifications/cancelled for it.
         match tokio::time::timeout(timeout, connection.peer.call_tool(params)).await {
-            Ok(Ok(result)) => convert(&tool, result),
+            Ok(Ok(result)) => {
+                self.call_succeeded(&tool.service);
+                convert(&tool, result)
+            }
             Ok(Err(ServiceError::McpError(e))) if e.code.0 == -32602 => {
                 Err(invalid_arguments(&tool, &e.message))
             }
@@ -193,4 +203,15 @@ fn content_text(content: &[ContentBlock]) -> String {
         })
         .collect();
     parts.join("\n")
+}
+
+impl McpBridge {
+    /// A call reached the server and came back: its failure count starts again.
+    fn call_succeeded(&self, service: &str) {
+        if let Some(svc) = crate::connection::lock(&self.inner.services).get_mut(service)
+            && svc.failures > 0
+        {
+            crate::recovery::record_success(svc);
+        }
+    }
 }

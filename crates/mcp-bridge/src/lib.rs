@@ -5,9 +5,12 @@
 //! - **Registry and configuration** (M5, `registry.rs`, [`config`]): [`McpBridge::register`],
 //!   [`McpBridge::update`], [`McpBridge::remove`], [`McpBridge::services`]; persisted in the
 //!   `mcpServers` JSON format that Claude Desktop and Cursor use ([`ConfigFile`]).
-//! - **Lifecycle and status** (`lifecycle.rs`, `connection.rs`): [`McpBridge::start`],
-//!   [`McpBridge::stop`], [`McpBridge::restart`]; [`ServiceStatus`] `running`, `stopped` or
-//!   `error` with the last error. Each server runs in its own process group with a cleared
+//! - **Lifecycle and status** (`lifecycle.rs`, `connection.rs`, [`recovery`]): [`McpBridge::start`],
+//!   [`McpBridge::start_in_background`] (off the critical path: a turn that needs no MCP tool
+//!   never waits, one that needs a starting service waits at most its startup timeout),
+//!   [`McpBridge::stop`], [`McpBridge::restart`]; a crashed server restarts on the next call
+//!   that needs it, with backoff and a bounded number of attempts; [`ServiceStatus`] `starting`,
+//!   `running`, `stopped` or `error` with the last error. Each server runs in its own process group with a cleared
 //!   environment, its stderr goes to `tracing`, its stdout is checked line by line, and
 //!   stopping ends the whole group ([`process`]).
 //! - **Discovery** (M1, `discovery.rs`, `catalog.rs`): [`McpBridge::tools`] lists running
@@ -41,6 +44,7 @@ pub mod names;
 pub mod process;
 pub mod protocol;
 mod provider;
+pub mod recovery;
 mod registry;
 mod turns;
 
