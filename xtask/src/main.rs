@@ -268,10 +268,13 @@ fn check_layers() -> Result<(), String> {
         "seam-check",
     ];
     const BACKEND_ONLY: &[&str] = &["async-openai", "reqwest", "candle-core", "tower"];
-    eprintln!("\n==> layer check: {LAYERS:?} depend on none of {BACKEND_ONLY:?}");
+    eprintln!(
+        "\n==> layer check: {LAYERS:?} depend on none of {BACKEND_ONLY:?} (without default features: mcp-bridge's `http` feature, remote MCP servers, brings reqwest by design)"
+    );
     for layer in LAYERS {
         let out = cargo()
             .args(["tree", "-p", layer, "-e", "normal", "--prefix", "none"])
+            .arg("--no-default-features")
             .output()
             .map_err(|e| format!("cargo tree: could not start: {e}"))?;
         if !out.status.success() {

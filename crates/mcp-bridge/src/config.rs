@@ -24,9 +24,13 @@
 //! older `startup_timeout_ms` and `timeout_ms` still read), `enabled_tools` (only these tools of
 //! the server are offered) and `disabled_tools` (these are not), `disabled: true` (kept in the
 //! file, never started). Ours: `autostart: false` starts the server on first use instead of when
-//! the bridge starts ([`crate::McpBridge::start_in_background`]). Entries we cannot run (an HTTP
-//! `url` server) and fields we do not know are kept as they are and written back on save, so a
-//! user's file loses nothing.
+//! the bridge starts ([`crate::McpBridge::start_in_background`]).
+//!
+//! A remote server has `url` (MCP's Streamable HTTP transport) instead of `command`, with
+//! optional `headers` (alias `http_headers`) and `bearer_token_env_var` (the variable that holds
+//! its token, read at each start). Entries we cannot run (the legacy `"type": "sse"` transport)
+//! and fields we do not know are kept as they are and written back on save, so a user's file
+//! loses nothing.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,8 +59,15 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct ServiceConfig {
     /// Unique name; also the prefix of its tools' names (`name__tool`).
     pub name: String,
-    /// Program to run (looked up on `PATH`).
+    /// Program to run (looked up on `PATH`); empty for a remote server ([`Self::url`]).
     pub command: String,
+    /// A remote server's MCP endpoint (Streamable HTTP), instead of a program to run.
+    pub url: Option<String>,
+    /// Extra HTTP headers sent to a remote server (`headers`, alias `http_headers`).
+    pub headers: BTreeMap<String, String>,
+    /// The environment variable that holds a remote server's bearer token
+    /// (`bearer_token_env_var`, as Codex spells it); read at each start, never stored.
+    pub bearer_token_env_var: Option<String>,
     /// Its arguments.
     pub args: Vec<String>,
     /// The child's environment on top of the few variables it needs to start (see
@@ -103,6 +114,9 @@ impl ServiceConfig {
         Self {
             name: name.into(),
             command: command.into(),
+            url: None,
+            headers: BTreeMap::new(),
+            bearer_token_env_var: None,
             args: Vec::new(),
             env: BTreeMap::new(),
             cwd: None,
@@ -117,6 +131,29 @@ impl ServiceConfig {
             extra: Map::new(),
             spelling: Spelling::default(),
         }
+    }
+    /// A remote server reached over MCP's Streamable HTTP transport at `url`.
+    ///
+    /// ```
+    /// use mcp_bridge::ServiceConfig;
+    /// let cfg = ServiceConfig::remote("docs", "https://mcp.example.invalid/mcp")
+    ///     .with_bearer_token_env_var("DOCS_MCP_TOKEN");
+    /// assert!(cfg.validate().is_ok());
+    /// ```
+    pub fn remote(name: impl Into<String>, url: impl Into<String>) -> Self {
+        let mut cfg = Self::new(name, "");
+        cfg.url = Some(url.into());
+        cfg
+    }
+    /// Add an HTTP header sent to a remote server.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+    /// Read a remote server's bearer token from this environment variable at each start.
+    pub fn with_bearer_token_env_var(mut self, var: impl Into<String>) -> Self {
+        self.bearer_token_env_var = Some(var.into());
+        self
     }
     /// Whether the server's tool `tool` (its own name) is offered: not in `disabled_tools`, and
     /// in `enabled_tools` when that is set.
@@ -211,11 +248,20 @@ impl ServiceConfig {
         if self.name.trim().is_empty() {
             return Err(BridgeError::InvalidConfig("service name is empty".into()));
         }
-        if self.command.trim().is_empty() {
-            return Err(BridgeError::InvalidConfig(format!(
-                "service {}: command is empty",
-                self.name
-            )));
+        match &self.url {
+            None if self.command.trim().is_empty() => {
+                return Err(BridgeError::InvalidConfig(format!(
+                    "service {}: command is empty (give a `command` to run, or a `url`)",
+                    self.name
+                )));
+            }
+            Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                return Err(BridgeError::InvalidConfig(format!(
+                    "service {}: url {url:?} is not an http:// or https:// URL",
+                    self.name
+                )));
+            }
+            _ => {}
         }
         if self.call_timeout.is_zero() || self.startup_timeout.is_zero() {
             return Err(BridgeError::InvalidConfig(format!(
@@ -334,6 +380,16 @@ impl ServiceUpdate {
 struct Entry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(
+        default,
+        alias = "http_headers",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bearer_token_env_var: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     args: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -357,9 +413,9 @@ struct Entry {
     )]
     trigger_keywords: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    tool_timeout_sec: Option<f64>,
+    tool_timeout_sec: Option<serde_json::Number>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    startup_timeout_sec: Option<f64>,
+    startup_timeout_sec: Option<serde_json::Number>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     disabled: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -374,17 +430,26 @@ struct Entry {
 
 /// Seconds as a duration; `None` for a value that is not a positive finite number of seconds
 /// (a zero timeout is refused by [`ServiceConfig::validate`]).
-fn seconds(v: f64) -> Option<Duration> {
-    Duration::try_from_secs_f64(v).ok()
+fn seconds(v: &serde_json::Number) -> Option<Duration> {
+    Duration::try_from_secs_f64(v.as_f64()?).ok()
+}
+
+/// A duration as a JSON number of seconds: whole seconds as an integer (`30`, not `30.0`).
+fn seconds_number(d: Duration) -> serde_json::Number {
+    if d.subsec_nanos() == 0 {
+        serde_json::Number::from(d.as_secs())
+    } else {
+        serde_json::Number::from_f64(d.as_secs_f64()).unwrap_or_else(|| serde_json::Number::from(0))
+    }
 }
 
 /// What a config file held: the services we can run, and entries we keep but cannot run.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct ConfigFile {
-    /// Runnable (stdio) services, in name order.
+    /// Runnable services (stdio `command` or Streamable HTTP `url`), in file order.
     pub services: Vec<ServiceConfig>,
-    /// Entries that are not stdio services (e.g. `{"url": ...}`) or are malformed, kept verbatim
+    /// Entries we cannot run (the legacy `"type": "sse"` transport) or that are malformed, kept verbatim
     /// with the reason they are skipped; written back unchanged on save.
     pub skipped: Vec<(String, Value, String)>,
     /// Top-level keys other than `mcpServers`, kept for saving.
@@ -397,9 +462,11 @@ impl ConfigFile {
     /// ```
     /// let f = mcp_bridge::ConfigFile::parse(r#"{"mcpServers": {
     ///     "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]},
-    ///     "remote": {"url": "https://example.invalid/mcp"}}}"#).unwrap();
+    ///     "remote": {"url": "https://example.invalid/mcp", "bearer_token_env_var": "TOKEN"},
+    ///     "old": {"url": "https://example.invalid/sse", "type": "sse"}}}"#).unwrap();
     /// assert_eq!(f.services[0].name, "everything");
-    /// assert_eq!(f.skipped[0].0, "remote");
+    /// assert_eq!(f.services[1].url.as_deref(), Some("https://example.invalid/mcp"));
+    /// assert_eq!(f.skipped[0].0, "old");
     /// ```
     pub fn parse(text: &str) -> Result<Self, BridgeError> {
         let root: Value = serde_json::from_str(text)
@@ -423,8 +490,20 @@ impl ConfigFile {
             ..Default::default()
         };
         for (name, raw) in servers {
+            let legacy_sse = raw
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.eq_ignore_ascii_case("sse"));
             match serde_json::from_value::<Entry>(raw.clone()) {
-                Ok(e) if e.command.as_deref().is_some_and(|c| !c.trim().is_empty()) => {
+                Ok(_) if legacy_sse => out.skipped.push((
+                    name,
+                    raw,
+                    "the legacy HTTP+SSE transport is not supported; point `url` at the server's Streamable HTTP endpoint".into(),
+                )),
+                Ok(e)
+                    if e.command.as_deref().is_some_and(|c| !c.trim().is_empty())
+                        || e.url.is_some() =>
+                {
                     let cfg = entry_to_config(&name, e);
                     match cfg.validate() {
                         Ok(()) => out.services.push(cfg),
@@ -434,7 +513,7 @@ impl ConfigFile {
                 Ok(_) => out.skipped.push((
                     name,
                     raw,
-                    "no `command`: only stdio servers are supported".into(),
+                    "neither `command` (a stdio server) nor `url` (a Streamable HTTP server)".into(),
                 )),
                 Err(e) => out
                     .skipped
@@ -494,6 +573,9 @@ impl ConfigFile {
 
 fn entry_to_config(name: &str, e: Entry) -> ServiceConfig {
     let mut cfg = ServiceConfig::new(name, e.command.unwrap_or_default());
+    cfg.url = e.url;
+    cfg.headers = e.headers;
+    cfg.bearer_token_env_var = e.bearer_token_env_var;
     cfg.args = e.args;
     cfg.env = e.env;
     cfg.cwd = e.cwd;
@@ -505,11 +587,11 @@ fn entry_to_config(name: &str, e: Entry) -> ServiceConfig {
     }
     // Codex's keys win over ours when both are given. A negative or non-finite number is a zero
     // timeout, which `validate` refuses with the service's name.
-    if let Some(s) = e.tool_timeout_sec {
+    if let Some(s) = &e.tool_timeout_sec {
         cfg.call_timeout = seconds(s).unwrap_or(Duration::ZERO);
         cfg.spelling.seconds = true;
     }
-    if let Some(s) = e.startup_timeout_sec {
+    if let Some(s) = &e.startup_timeout_sec {
         cfg.startup_timeout = seconds(s).unwrap_or(Duration::ZERO);
         cfg.spelling.seconds = true;
     }
@@ -528,10 +610,13 @@ fn config_to_json(s: &ServiceConfig) -> Value {
     let ms = |d: Duration, default: Duration| {
         (d != default).then(|| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     };
-    let secs = |d: Duration, default: Duration| (d != default).then_some(d.as_secs_f64());
+    let secs = |d: Duration, default: Duration| (d != default).then(|| seconds_number(d));
     let sec = s.spelling.seconds;
     let e = Entry {
-        command: Some(s.command.clone()),
+        command: (s.url.is_none() || !s.command.is_empty()).then(|| s.command.clone()),
+        url: s.url.clone(),
+        headers: s.headers.clone(),
+        bearer_token_env_var: s.bearer_token_env_var.clone(),
         args: s.args.clone(),
         env: s.env.clone(),
         cwd: s.cwd.clone(),
@@ -620,7 +705,7 @@ mod tests {
         let back = f.to_json();
         let fs_json = &back["mcpServers"]["fs"];
         assert_eq!(fs_json["startup_timeout_sec"], 2.5);
-        assert_eq!(fs_json["tool_timeout_sec"], 60.0);
+        assert_eq!(fs_json["tool_timeout_sec"], 60);
         assert!(fs_json.get("timeout_ms").is_none());
         assert_eq!(fs_json["unknown_key"]["a"], 1);
         assert_eq!(fs_json["enabled_tools"][0], "read_file");

@@ -30,7 +30,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Connection {
     pub(crate) service: String,
     pub(crate) generation: u64,
-    pub(crate) pid: i32,
+    /// The server's pid (= its process group) for a stdio server; `None` for a remote one.
+    pub(crate) pid: Option<i32>,
     pub(crate) peer: Peer<RoleClient>,
     tools: Mutex<Vec<rmcp::model::Tool>>,
     stale: Arc<AtomicBool>,
@@ -46,6 +47,108 @@ impl Connection {
     /// [`Connection::end`] is called (or the connection is dropped); `on_failure` gets the
     /// reason when that was a failure.
     pub(crate) async fn launch(
+        config: &ServiceConfig,
+        generation: u64,
+        on_failure: impl FnOnce(String) + Send + 'static,
+    ) -> Result<Arc<Self>, String> {
+        match &config.url {
+            Some(url) => Self::launch_remote(config, url, generation, on_failure).await,
+            None => Self::launch_stdio(config, generation, on_failure).await,
+        }
+    }
+
+    /// A remote server over MCP's Streamable HTTP transport (rmcp's client on reqwest): the
+    /// session revision (an expired session, HTTP 404 on `Mcp-Session-Id`, is initialised again
+    /// once and the request retried) or the stateless one, whichever the server answers. The
+    /// connection ends when the transport closes; the bridge then treats it like a crashed
+    /// server ([`crate::recovery`]).
+    #[cfg(feature = "http")]
+    async fn launch_remote(
+        config: &ServiceConfig,
+        url: &str,
+        generation: u64,
+        on_failure: impl FnOnce(String) + Send + 'static,
+    ) -> Result<Arc<Self>, String> {
+        let transport = crate::http::transport(config, url)?;
+        let stale = Arc::new(AtomicBool::new(false));
+        let handler = ClientSide {
+            service: config.name.clone(),
+            stale: stale.clone(),
+        };
+        let started = tokio::time::timeout(config.startup_timeout, async {
+            let client = handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("MCP handshake with {url} failed: {e}"))?;
+            let tools = client
+                .peer()
+                .list_all_tools()
+                .await
+                .map_err(|e| format!("tools/list failed: {e}"))?;
+            Ok::<_, String>((client, tools))
+        })
+        .await;
+        let (mut client, tools) = match started {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(format!(
+                    "no MCP handshake and tool list from {url} within {} ms",
+                    config.startup_timeout.as_millis()
+                ));
+            }
+        };
+        let (shutdown_tx, mut shutdown_rx) = oneshot::channel::<Option<String>>();
+        let (finished_tx, finished) = watch::channel(false);
+        let connection = Arc::new(Self {
+            service: config.name.clone(),
+            generation,
+            pid: None,
+            peer: client.peer().clone(),
+            tools: Mutex::new(tools),
+            stale,
+            shutdown: Mutex::new(Some(shutdown_tx)),
+            finished,
+        });
+        let name = config.name.clone();
+        tokio::spawn(async move {
+            let reason: Option<String> = loop {
+                tokio::select! {
+                    r = &mut shutdown_rx => break r.ok().flatten(),
+                    _ = tokio::time::sleep(Duration::from_millis(250)) => {
+                        if client.is_closed() || client.peer().is_transport_closed() {
+                            break Some("the connection to the remote server closed".to_owned());
+                        }
+                    }
+                }
+            };
+            if let Some(r) = &reason {
+                tracing::warn!(service = %name, "MCP service failed: {r}");
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(500), client.close()).await;
+            if let Some(reason) = reason {
+                on_failure(reason);
+            }
+            let _ = finished_tx.send(true);
+        });
+        Ok(connection)
+    }
+
+    #[cfg(not(feature = "http"))]
+    async fn launch_remote(
+        config: &ServiceConfig,
+        url: &str,
+        _generation: u64,
+        _on_failure: impl FnOnce(String) + Send + 'static,
+    ) -> Result<Arc<Self>, String> {
+        Err(format!(
+            "service {} is a remote server ({url}), and this build of mcp-bridge has no HTTP \
+             transport: enable its `http` feature",
+            config.name
+        ))
+    }
+
+    async fn launch_stdio(
         config: &ServiceConfig,
         generation: u64,
         on_failure: impl FnOnce(String) + Send + 'static,
@@ -107,7 +210,7 @@ impl Connection {
         let connection = Arc::new(Self {
             service: config.name.clone(),
             generation,
-            pid,
+            pid: Some(pid),
             peer: client.peer().clone(),
             tools: Mutex::new(tools),
             stale,

@@ -134,7 +134,7 @@ impl McpBridge {
                     ));
                 }
                 Err(err.with_detail(format!(
-                    "service {} pid {} generation {}",
+                    "service {} pid {:?} generation {}",
                     connection.service, connection.pid, connection.generation
                 )))
             }

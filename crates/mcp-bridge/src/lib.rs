@@ -37,6 +37,8 @@ mod descriptions;
 mod discovery;
 mod error;
 mod execution;
+#[cfg(feature = "http")]
+mod http;
 pub mod inject;
 pub mod intent;
 mod lifecycle;

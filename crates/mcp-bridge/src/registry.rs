@@ -108,7 +108,7 @@ impl McpBridge {
                 config: s.config.clone(),
                 status: ServiceStatus::from(&s.state),
                 pid: match &s.state {
-                    State::Running(c) => Some(c.pid),
+                    State::Running(c) => c.pid,
                     _ => None,
                 },
             })
@@ -126,7 +126,7 @@ impl McpBridge {
     /// The server's pid (= its process group id) while it runs.
     pub fn pid(&self, name: &str) -> Option<i32> {
         match lock(&self.inner.services).get(name).map(|s| &s.state) {
-            Some(State::Running(c)) => Some(c.pid),
+            Some(State::Running(c)) => c.pid,
             _ => None,
         }
     }

@@ -201,7 +201,7 @@ async fn m4_autostart_disabled_and_tool_filters() {
             "lazy": {"command": "node", "args": [entry, "stdio"], "autostart": false,
                      "enabled_tools": ["echo", "get-sum"], "startup_timeout_sec": 30},
             "off": {"command": "node", "args": [entry, "stdio"], "disabled": true},
-            "remote": {"url": "http://127.0.0.1:9/mcp", "my_key": 1}
+            "remote": {"url": "http://127.0.0.1:9/mcp", "autostart": false, "my_key": 1}
         }})
         .to_string(),
     )
@@ -242,6 +242,6 @@ async fn m4_autostart_disabled_and_tool_filters() {
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(saved["mcpServers"]["off"]["disabled"], true);
     assert_eq!(saved["mcpServers"]["lazy"]["autostart"], false);
-    assert_eq!(saved["mcpServers"]["lazy"]["startup_timeout_sec"], 30.0);
+    assert_eq!(saved["mcpServers"]["lazy"]["startup_timeout_sec"], 30);
     assert_eq!(saved["mcpServers"]["remote"]["my_key"], 1);
 }

@@ -1,5 +1,7 @@
 //! Stage 4 — mcp-bridge: a real MCP server (the official server-everything, run with node over
-//! stdio) registered from a Claude-Desktop-style `mcpServers` file; discovery; an intent; the
+//! stdio) and a remote one (the same server in its Streamable HTTP mode, on 127.0.0.1) registered
+//! from a Claude-Desktop-style `mcpServers` file and started in the background; discovery; an
+//! intent; the
 //! level-1 section injected into the prompt; a call through tool-system's loop with 004's
 //! `tool_call` answer and a `tool` message back; and the friendly message once the service is
 //! stopped. Runs offline: an in-process scripted model shows the 004 wire form, then the same
@@ -86,6 +88,35 @@ async fn main() {
     println!("\n== 1. Registry: a Claude Desktop `mcpServers` file, as it is");
     let dir = std::env::temp_dir().join(format!("stage-4-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // The remote server: server-everything's Streamable HTTP mode, which listens on every
+    // interface unless told otherwise; the preload pins it to 127.0.0.1.
+    let preload = dir.join("loopback-only.cjs");
+    std::fs::write(
+        &preload,
+        include_str!("../../../crates/mcp-bridge/scripts/loopback-only.cjs"),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _remote_server = tokio::process::Command::new("node")
+        .arg("--require")
+        .arg(&preload)
+        .args([entry.as_str(), "streamableHttp"])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let file = dir.join("mcp.json");
     std::fs::write(
         &file,
@@ -93,7 +124,9 @@ async fn main() {
             "everything": {"command": "node", "args": [entry, "stdio"],
                            "description": "The MCP reference server",
                            "trigger_keywords": ["回显", "echo back"]},
-            "remote": {"url": "https://example.invalid/mcp"}
+            "remote": {"url": format!("http://127.0.0.1:{port}/mcp"),
+                       "description": "The MCP reference server, over Streamable HTTP",
+                       "headers": {"X-Client": "llm-toolkit stage 4"}}
         }}))
         .unwrap(),
     )
@@ -108,15 +141,28 @@ async fn main() {
             s.config.trigger_keywords
         );
     }
-    println!("   (the `remote` URL entry is kept in the file but not run: stdio only)");
 
-    println!("\n== 2. Start: own process group, clean environment, stderr to the log");
-    bridge.start("everything").await.unwrap();
     println!(
-        "   everything: {} (pid {})",
-        bridge.status("everything").unwrap().as_str(),
-        bridge.pid("everything").unwrap_or_default()
+        "\n== 2. Start in the background (stdio: own process group, clean environment, stderr to the log; remote: Streamable HTTP)"
     );
+    let starting = bridge.start_in_background().unwrap();
+    println!("   starting: {starting:?} — a turn that needs neither does not wait for them");
+    bridge.start("everything").await.unwrap(); // waits for the background start
+    bridge.start("remote").await.unwrap();
+    println!(
+        "   everything: {} (pid {}); remote: {}",
+        bridge.status("everything").unwrap().as_str(),
+        bridge.pid("everything").unwrap_or_default(),
+        bridge.status("remote").unwrap().as_str()
+    );
+    let over_http = bridge
+        .call(
+            "remote__echo",
+            json!({"message": "hello over Streamable HTTP"}),
+        )
+        .await
+        .unwrap();
+    println!("   remote__echo → {over_http}");
 
     println!("\n== 3. Discovery (running services only, names namespaced service__tool)");
     let tools = bridge.tools().await;

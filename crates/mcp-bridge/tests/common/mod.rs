@@ -118,3 +118,82 @@ pub fn tool_results_sent(server: &testkit::ScriptedServer, i: usize) -> Vec<serd
         .map(|m| serde_json::from_str(m["content"].as_str().unwrap()).unwrap())
         .collect()
 }
+
+/// The preload that pins every `listen` of a Node process to 127.0.0.1.
+pub const LOOPBACK_ONLY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/loopback-only.cjs");
+
+/// server-everything in its `streamableHttp` mode on 127.0.0.1 (pinned there by
+/// [`LOOPBACK_ONLY`]), as a child process that is killed when dropped.
+pub struct HttpEverything {
+    pub child: std::process::Child,
+    pub port: u16,
+}
+
+impl HttpEverything {
+    /// Starts it on a free port and waits until it accepts connections.
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Self::start_on(port)
+    }
+
+    /// Starts it on `port` (e.g. again after a kill) and waits until it accepts connections.
+    pub fn start_on(port: u16) -> Self {
+        let mut child = std::process::Command::new("node")
+            .args([
+                "--require",
+                LOOPBACK_ONLY,
+                &everything_entry(),
+                "streamableHttp",
+            ])
+            .env("PORT", port.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Self { child, port };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("server-everything (streamableHttp) did not listen on 127.0.0.1:{port}");
+    }
+
+    /// Its MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// The local addresses its process listens on, from `ss -ltnp`.
+    pub fn listening_addresses(&self) -> Vec<String> {
+        let out = std::process::Command::new("ss")
+            .args(["-ltnpH"])
+            .output()
+            .expect("ss (iproute2) runs");
+        let pid = format!("pid={},", self.child.id());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&pid))
+            .filter_map(|l| l.split_whitespace().nth(3).map(str::to_owned))
+            .collect()
+    }
+
+    /// Kills it (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HttpEverything {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
