@@ -56,6 +56,157 @@ async fn round_trips(b: &McpBridge, tool: &str, n: usize) {
     );
 }
 
+/// The floor: a bare JSON-RPC client with no SDK — blocking pipes to `node server-everything
+/// stdio`, one line out, lines in until the answer with our id. What any MCP client must pay.
+struct Bare {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    next_id: u64,
+}
+
+impl Bare {
+    fn start() -> Self {
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("node")
+            .args([everything_entry().as_str(), "stdio"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut b = Self {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+        };
+        b.request(
+            json!({"method": "initialize", "params": {"protocolVersion": "2025-11-25",
+            "capabilities": {}, "clientInfo": {"name": "bare", "version": "0"}}}),
+        );
+        b.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        b
+    }
+
+    fn send(&mut self, v: &serde_json::Value) {
+        use std::io::Write;
+        let mut line = serde_json::to_vec(v).unwrap();
+        line.push(b'\n');
+        self.stdin.write_all(&line).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, mut v: serde_json::Value) -> serde_json::Value {
+        use std::io::BufRead;
+        self.next_id += 1;
+        v["jsonrpc"] = json!("2.0");
+        v["id"] = json!(self.next_id);
+        self.send(&v);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "server closed stdout"
+            );
+            let msg: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if msg["id"] == json!(self.next_id) {
+                return msg;
+            }
+        }
+    }
+
+    fn echo(&mut self, text: &str) -> String {
+        let r = self.request(json!({"method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": text}}}));
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+impl Drop for Bare {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The bridge (as a new user calls it: `McpBridge::call`) against the bare client on the same
+/// kind of server, alternating in blocks so that load on the machine hits both alike.
+async fn bridge_vs_bare(b: &McpBridge, n: usize) {
+    const BLOCKS: usize = 8;
+    let per = (n / BLOCKS).max(1);
+    let mut bare = tokio::task::spawn_blocking(Bare::start).await.unwrap();
+    for i in 0..50 {
+        b.call("everything__echo", json!({"message": format!("w{i}")}))
+            .await
+            .unwrap();
+        bare.echo("warm");
+    }
+    let (mut lb, mut lr) = (Vec::new(), Vec::new());
+    let (mut tb, mut tr) = (Duration::ZERO, Duration::ZERO);
+    for block in 0..BLOCKS {
+        let t0 = Instant::now();
+        for i in 0..per {
+            let s = Instant::now();
+            let v = b
+                .call(
+                    "everything__echo",
+                    json!({"message": format!("b{block}-{i}")}),
+                )
+                .await
+                .unwrap();
+            lb.push(s.elapsed());
+            assert!(v.as_str().unwrap().ends_with(&format!("b{block}-{i}")));
+        }
+        tb += t0.elapsed();
+        // The bare client blocks: run its block on a blocking thread, timed inside.
+        let (back, lat, took) = tokio::task::spawn_blocking(move || {
+            let mut lat = Vec::with_capacity(per);
+            let t0 = Instant::now();
+            for i in 0..per {
+                let s = Instant::now();
+                let text = bare.echo(&format!("r{block}-{i}"));
+                lat.push(s.elapsed());
+                assert!(text.ends_with(&format!("r{block}-{i}")));
+            }
+            (bare, lat, t0.elapsed())
+        })
+        .await
+        .unwrap();
+        bare = back;
+        lr.extend(lat);
+        tr += took;
+    }
+    lb.sort();
+    lr.sort();
+    let total = per * BLOCKS;
+    let (rb, rr) = (
+        total as f64 / tb.as_secs_f64(),
+        total as f64 / tr.as_secs_f64(),
+    );
+    println!(
+        "\n## bridge vs a bare JSON-RPC client (server-everything over stdio, {total} sequential echo calls each, alternating in {BLOCKS} blocks)\n"
+    );
+    println!("| client | calls/s | p50 µs | p99 µs |\n|---|---|---|---|");
+    println!(
+        "| mcp-bridge (`McpBridge::call`) | {rb:.0} | {:.0} | {:.0} |",
+        pct(&lb, 0.50).as_secs_f64() * 1e6,
+        pct(&lb, 0.99).as_secs_f64() * 1e6
+    );
+    println!(
+        "| bare client (no SDK, blocking pipes) | {rr:.0} | {:.0} | {:.0} |",
+        pct(&lr, 0.50).as_secs_f64() * 1e6,
+        pct(&lr, 0.99).as_secs_f64() * 1e6
+    );
+    println!("\nbridge / bare: {:.2}x", rb / rr);
+}
+
 fn tokens(bpe: &tiktoken_rs::CoreBPE, s: &str) -> usize {
     bpe.encode_with_special_tokens(s).len()
 }
@@ -85,6 +236,7 @@ async fn main() {
     println!("| tool | calls | calls/s | p50 µs | p99 µs |\n|---|---|---|---|---|");
     round_trips(&b, "own__echo", n).await;
     round_trips(&b, "everything__echo", n).await;
+    bridge_vs_bare(&b, n).await;
 
     let tools: Vec<McpTool> = b.tools().await;
     let bpe = tiktoken_rs::cl100k_base().unwrap();

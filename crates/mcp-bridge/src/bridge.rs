@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -43,9 +44,13 @@ pub(crate) struct Inner {
     config_path: Option<PathBuf>,
     /// What the loaded file held besides runnable services, kept for saving.
     file_rest: Mutex<ConfigFile>,
-    /// The catalog [`McpBridge::tools`] built last: what the dispatcher validated against, for
-    /// answers that cannot wait for the servers (the invalid-arguments message).
-    pub(crate) catalog: Mutex<Arc<Vec<McpTool>>>,
+    /// The catalog [`McpBridge::tools`] built last, with the epoch it was built at: reused while
+    /// the epoch has not moved; also what the dispatcher validated against, for answers that
+    /// cannot wait for the servers (the invalid-arguments message).
+    pub(crate) catalog: Mutex<(u64, Arc<Vec<McpTool>>)>,
+    /// Bumped by every change that can change the catalog: a service's state, its config, a
+    /// server's `notifications/tools/list_changed`.
+    pub(crate) catalog_epoch: Arc<AtomicU64>,
     /// The tools described (level 2) in each session's current turn.
     pub(crate) described: Mutex<DescribedTools>,
     /// Bumped on every change of a service's state: what a turn waiting for a starting service
@@ -56,6 +61,7 @@ pub(crate) struct Inner {
 impl Inner {
     /// Tells whoever waits for a service that a state changed.
     pub(crate) fn notify(&self) {
+        self.catalog_epoch.fetch_add(1, Ordering::SeqCst);
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 }
@@ -127,7 +133,9 @@ impl McpBridge {
                 services: Mutex::new(services),
                 config_path,
                 file_rest: Mutex::new(file),
-                catalog: Mutex::new(Arc::new(Vec::new())),
+                // Epoch 1 and a catalog of epoch 0: the first `tools()` builds it.
+                catalog: Mutex::new((0, Arc::new(Vec::new()))),
+                catalog_epoch: Arc::new(AtomicU64::new(1)),
                 described: Mutex::new(DescribedTools::default()),
                 changed: watch::channel(0).0,
             }),

@@ -5,18 +5,17 @@
 //!
 //! It knows nothing of the bridge: how a failure is recorded is the caller's `on_failure`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, RunningService};
-use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::sync::{oneshot, watch};
 
 use crate::config::ServiceConfig;
-use crate::process::{self, MAX_MESSAGE_BYTES};
+use crate::process;
 
 /// How long a stopping server gets after its stdin closes and after SIGTERM.
 pub(crate) const STOP_GRACE: Duration = Duration::from_millis(1500);
@@ -46,14 +45,17 @@ impl Connection {
     /// monitor task ends the server's process group when it exits, breaks the protocol, or
     /// [`Connection::end`] is called (or the connection is dropped); `on_failure` gets the
     /// reason when that was a failure.
+    ///
+    /// `epoch` is the bridge's catalog epoch, bumped when the server says its tool list changed.
     pub(crate) async fn launch(
         config: &ServiceConfig,
         generation: u64,
+        epoch: Arc<AtomicU64>,
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         match &config.url {
-            Some(url) => Self::launch_remote(config, url, generation, on_failure).await,
-            None => Self::launch_stdio(config, generation, on_failure).await,
+            Some(url) => Self::launch_remote(config, url, generation, epoch, on_failure).await,
+            None => Self::launch_stdio(config, generation, epoch, on_failure).await,
         }
     }
 
@@ -67,6 +69,7 @@ impl Connection {
         config: &ServiceConfig,
         url: &str,
         generation: u64,
+        epoch: Arc<AtomicU64>,
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         let transport = crate::http::transport(config, url)?;
@@ -74,6 +77,7 @@ impl Connection {
         let handler = ClientSide {
             service: config.name.clone(),
             stale: stale.clone(),
+            epoch: epoch.clone(),
         };
         let started = tokio::time::timeout(config.startup_timeout, async {
             let client = handler
@@ -139,6 +143,7 @@ impl Connection {
         config: &ServiceConfig,
         url: &str,
         _generation: u64,
+        _epoch: Arc<AtomicU64>,
         _on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         Err(format!(
@@ -151,6 +156,7 @@ impl Connection {
     async fn launch_stdio(
         config: &ServiceConfig,
         generation: u64,
+        epoch: Arc<AtomicU64>,
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         let spawned =
@@ -158,7 +164,7 @@ impl Connection {
         let process::Spawned {
             mut child,
             group,
-            reader,
+            messages,
             writer,
             mut violation,
         } = spawned;
@@ -167,9 +173,9 @@ impl Connection {
         let handler = ClientSide {
             service: config.name.clone(),
             stale: stale.clone(),
+            epoch: epoch.clone(),
         };
-        let transport =
-            AsyncRwTransport::new_client(reader, writer).with_max_line_length(MAX_MESSAGE_BYTES);
+        let transport = (writer, messages);
         let deadline = tokio::time::Instant::now() + config.startup_timeout;
         let started = tokio::time::timeout_at(deadline, async {
             let client = handler
@@ -274,16 +280,19 @@ impl Connection {
     }
 }
 
-/// Our side of the MCP connection: marks the tool list stale on `tools/list_changed`.
+/// Our side of the MCP connection: marks the tool list stale on `tools/list_changed`, and the
+/// bridge's catalog with it.
 struct ClientSide {
     service: String,
     stale: Arc<AtomicBool>,
+    epoch: Arc<AtomicU64>,
 }
 
 impl ClientHandler for ClientSide {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         tracing::info!(service = %self.service, "MCP server says its tool list changed");
         self.stale.store(true, Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
     }
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(

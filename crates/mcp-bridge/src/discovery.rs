@@ -3,6 +3,8 @@
 //! and, for a name that is not among them, why.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use llm_core::{ToolError, ToolSpec};
 
@@ -28,15 +30,44 @@ impl McpBridge {
     /// from the cache; a cache marked stale by `notifications/tools/list_changed` is fetched
     /// again first.
     pub async fn tools(&self) -> Vec<McpTool> {
+        self.catalog().await.as_ref().clone()
+    }
+
+    /// The catalog, shared: rebuilt only when something that can change it happened since it
+    /// was built (a service started, stopped or failed, a config changed, a server said its tool
+    /// list changed — the catalog epoch moved); otherwise the cached one, without copying it.
+    pub(crate) async fn catalog(&self) -> Arc<Vec<McpTool>> {
+        let epoch = self.inner.catalog_epoch.load(Ordering::SeqCst);
+        {
+            let cached = lock(&self.inner.catalog);
+            if cached.0 == epoch {
+                return cached.1.clone();
+            }
+        }
         let mut lists = Vec::new();
         for (config, connection) in self.running() {
             let mut tools = connection.tools(config.startup_timeout).await;
             tools.retain(|t| config.offers(&t.name));
             lists.push((config.name, tools));
         }
-        let tools = catalog::build(lists.iter().map(|(s, t)| (s.as_str(), t.as_slice())));
-        *lock(&self.inner.catalog) = Arc::new(tools.clone());
+        let tools = Arc::new(catalog::build(
+            lists.iter().map(|(s, t)| (s.as_str(), t.as_slice())),
+        ));
+        // Built from what was true at `epoch` or later; a change during the build moved the
+        // epoch on, so the next call builds again.
+        *lock(&self.inner.catalog) = (epoch, tools.clone());
         tools
+    }
+
+    /// The connection and call timeout of a running service, without copying its config.
+    pub(crate) fn connection_of(&self, service: &str) -> Option<(Arc<Connection>, Duration)> {
+        match lock(&self.inner.services).get(service) {
+            Some(s) => match &s.state {
+                State::Running(c) => Some((c.clone(), s.config.call_timeout)),
+                _ => None,
+            },
+            None => None,
+        }
     }
 
     /// The registered service a tool name belongs to: the one whose `service__` prefix it
@@ -65,7 +96,7 @@ impl McpBridge {
 
     /// The catalog as [`McpBridge::tools`] last built it, without asking the servers.
     pub(crate) fn last_catalog(&self) -> Arc<Vec<McpTool>> {
-        lock(&self.inner.catalog).clone()
+        lock(&self.inner.catalog).1.clone()
     }
 
     /// The full spec of one tool (exposed or original name), or `None`.

@@ -43,50 +43,50 @@ impl McpBridge {
         if name == DESCRIBE_TOOL {
             return self.describe_call(&args, session).await;
         }
-        // A service still starting, not started yet (`autostart: false`) or crashed is waited
-        // for or started now, within its startup timeout ([`crate::recovery`]).
-        if let Some(service) = self.service_of(name)
+        let mut tools = self.catalog().await;
+        let mut running = catalog::resolve(&tools, name)
+            .and_then(|t| self.connection_of(&t.service).map(|c| (t.clone(), c)));
+        if running.is_none()
+            && let Some(service) = self.service_of(name)
             && !self.is_running(&service)
         {
-            self.ensure_running(&service).await;
+            // A service still starting, not started yet (`autostart: false`) or crashed is
+            // waited for or started now, within its startup timeout ([`crate::recovery`]).
+            if self.ensure_running(&service).await {
+                tools = self.catalog().await;
+                running = catalog::resolve(&tools, name)
+                    .and_then(|t| self.connection_of(&t.service).map(|c| (t.clone(), c)));
+            }
         }
-        let tools = self.tools().await;
-        let Some(tool) = catalog::resolve(&tools, name).cloned() else {
+        let Some((tool, (connection, timeout))) = running else {
             return Err(self.unavailable(name));
         };
-        let Some((config, connection)) = self
-            .running()
-            .into_iter()
-            .find(|(c, _)| c.name == tool.service)
-        else {
-            return Err(self.unavailable(name));
-        };
+        let tool = &tool;
         let args = match args {
             Value::Null => Map::new(),
             Value::Object(m) => m,
             other => {
                 return Err(invalid_arguments(
-                    &tool,
+                    tool,
                     &format!("arguments must be a JSON object, not {other}"),
                 ));
             }
         };
         if let Some(missing) = missing_required(&tool.input_schema, &args) {
             return Err(invalid_arguments(
-                &tool,
+                tool,
                 &format!("missing required argument `{missing}`"),
             ));
         }
         let params = CallToolRequestParams::new(tool.name.clone()).with_arguments(args);
-        let timeout = config.call_timeout;
         // Dropping the call on timeout makes rmcp send notifications/cancelled for it.
         match tokio::time::timeout(timeout, connection.peer.call_tool(params)).await {
             Ok(Ok(result)) => {
                 self.call_succeeded(&tool.service);
-                convert(&tool, result)
+                convert(tool, result)
             }
             Ok(Err(ServiceError::McpError(e))) if e.code.0 == -32602 => {
-                Err(invalid_arguments(&tool, &e.message))
+                Err(invalid_arguments(tool, &e.message))
             }
             Ok(Err(ServiceError::McpError(e))) => Err(ToolError::failed(format!(
                 "Tool {} failed: {}",

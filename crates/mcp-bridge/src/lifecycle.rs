@@ -254,7 +254,16 @@ async fn finish_start(
             }
         }
     };
-    let launched = Connection::launch(&config, generation, on_failure).await;
+    let epoch = match inner.upgrade() {
+        Some(i) => i.catalog_epoch.clone(),
+        None => {
+            return Err(BridgeError::StartFailed {
+                service: name,
+                reason: "the bridge was dropped before the service started".into(),
+            });
+        }
+    };
+    let launched = Connection::launch(&config, generation, epoch, on_failure).await;
     let Some(inner) = inner.upgrade() else {
         if let Ok(connection) = launched {
             connection.end(None);

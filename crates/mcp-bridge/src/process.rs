@@ -13,14 +13,20 @@
 //!
 //! rmcp's own child-process transport inherits stderr, does not start the child in its own
 //! process group and ignores stdout lines that are not JSON, so the bridge spawns the
-//! [`tokio::process::Command`] itself and hands rmcp only a pair of byte streams
-//! (`transport-async-rw`): the JSON-RPC framing is still rmcp's.
+//! [`tokio::process::Command`] itself and hands rmcp a transport of its own: a stream of the
+//! server's messages, each stdout line framed (with a size cap), checked and parsed exactly
+//! once, and a sink that writes each message as one line to its stdin. (It used to check each
+//! line, copy it through a pipe and let rmcp parse it again: a third of the time of a call.)
 
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, DuplexStream};
-use tokio::process::{Child, ChildStdin, Command};
+use std::pin::Pin;
+
+use futures::{Sink, Stream};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::oneshot;
 
 use crate::config::ServiceConfig;
@@ -54,10 +60,10 @@ const MAX_STDERR_LINE: usize = 4096;
 pub(crate) struct Spawned {
     pub child: Child,
     pub group: GroupGuard,
-    /// What rmcp reads: the server's stdout, JSON lines only.
-    pub reader: DuplexStream,
-    /// What rmcp writes: the server's stdin.
-    pub writer: ChildStdin,
+    /// What rmcp reads: the server's messages from its stdout, each line checked and parsed once.
+    pub messages: Messages,
+    /// What rmcp writes: one line per message to the server's stdin.
+    pub writer: StdinSink,
     /// Fires once when stdout carried something that is not a JSON-RPC message.
     pub violation: oneshot::Receiver<String>,
 }
@@ -98,16 +104,109 @@ pub(crate) fn spawn(cfg: &ServiceConfig) -> std::io::Result<Spawned> {
     };
     let service = cfg.name.clone();
     tokio::spawn(log_stderr(service.clone(), stderr));
-    let (reader, forward) = tokio::io::duplex(256 * 1024);
     let (vtx, violation) = oneshot::channel();
-    tokio::spawn(check_stdout(service, stdout, forward, vtx));
     Ok(Spawned {
         child,
         group,
-        reader,
-        writer: stdin,
+        messages: messages(service, stdout, vtx),
+        writer: stdin_sink(stdin),
         violation,
     })
+}
+
+/// The server's messages, as rmcp's transport reads them.
+pub(crate) type Messages = Pin<Box<dyn Stream<Item = ServerJsonRpcMessage> + Send>>;
+/// Our messages to the server, as rmcp's transport writes them.
+pub(crate) type StdinSink = Pin<Box<dyn Sink<ClientJsonRpcMessage, Error = std::io::Error> + Send>>;
+
+/// Each message as one JSON line on the server's stdin.
+fn stdin_sink(stdin: ChildStdin) -> StdinSink {
+    Box::pin(futures::sink::unfold(
+        (stdin, Vec::with_capacity(1024)),
+        |(mut stdin, mut buf): (ChildStdin, Vec<u8>), msg: ClientJsonRpcMessage| async move {
+            buf.clear();
+            serde_json::to_writer(&mut buf, &msg).map_err(std::io::Error::other)?;
+            buf.push(b'\n');
+            stdin.write_all(&buf).await?;
+            Ok((stdin, buf))
+        },
+    ))
+}
+
+/// What the reader of stdout keeps between messages.
+struct Reader {
+    service: String,
+    stdout: BufReader<ChildStdout>,
+    line: Vec<u8>,
+    violation: Option<oneshot::Sender<String>>,
+}
+
+/// The server's stdout as messages: each line read with a size cap and parsed once. The MCP stdio
+/// transport allows nothing else on stdout: on the first line that is too long or not JSON, the
+/// violation is reported and the stream ends (rmcp then sees the transport close). A JSON line
+/// that is not a JSON-RPC message is logged and skipped.
+fn messages(service: String, stdout: ChildStdout, violation: oneshot::Sender<String>) -> Messages {
+    let reader = Reader {
+        service,
+        stdout: BufReader::with_capacity(64 * 1024, stdout),
+        line: Vec::new(),
+        violation: Some(violation),
+    };
+    Box::pin(futures::stream::unfold(reader, |mut r| async move {
+        let msg = r.next_message().await?;
+        Some((msg, r))
+    }))
+}
+
+impl Reader {
+    async fn next_message(&mut self) -> Option<ServerJsonRpcMessage> {
+        loop {
+            self.line.clear();
+            let problem = match read_line_capped(
+                &mut self.stdout,
+                &mut self.line,
+                MAX_MESSAGE_BYTES,
+            )
+            .await
+            {
+                Err(e) => {
+                    tracing::debug!(service = %self.service, "stdout read error: {e}");
+                    return None;
+                }
+                Ok(LineRead::Eof) => return None,
+                Ok(LineRead::TooLong) => format!(
+                    "sent a message larger than {} MiB on stdout",
+                    MAX_MESSAGE_BYTES / (1024 * 1024)
+                ),
+                Ok(LineRead::Line) => {
+                    let body = trim_line(&self.line);
+                    if body.is_empty() {
+                        continue;
+                    }
+                    match serde_json::from_slice::<ServerJsonRpcMessage>(body) {
+                        Ok(msg) => return Some(msg),
+                        // JSON, but not a message we know: skipped, as rmcp's own codec does.
+                        Err(e) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => {
+                            tracing::warn!(service = %self.service, "skipped a JSON line that is not a JSON-RPC message: {e}");
+                            continue;
+                        }
+                        Err(e) => {
+                            let sample =
+                                String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+                            format!(
+                                "wrote output that is not a JSON-RPC message on stdout ({e}): {sample:?}"
+                            )
+                        }
+                    }
+                }
+            };
+            tracing::warn!(service = %self.service, "MCP server broke the protocol: {problem}");
+            if let Some(tx) = self.violation.take() {
+                let _ = tx.send(problem);
+            }
+            return None;
+        }
+    }
 }
 
 /// Every stderr line goes to the log, never into the protocol.
@@ -128,57 +227,6 @@ async fn log_stderr(service: String, stderr: impl AsyncRead + Unpin) {
             }
         }
     }
-}
-
-/// Forwards stdout to rmcp line by line, after checking that each line is JSON and not too long.
-/// The MCP stdio transport allows nothing else on stdout; on the first violation it reports it
-/// and stops forwarding (rmcp then sees the end of the stream).
-async fn check_stdout(
-    service: String,
-    stdout: impl AsyncRead + Unpin,
-    mut forward: DuplexStream,
-    violation: oneshot::Sender<String>,
-) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
-    let mut line: Vec<u8> = Vec::new();
-    let problem = loop {
-        line.clear();
-        match read_line_capped(&mut reader, &mut line, MAX_MESSAGE_BYTES).await {
-            Err(e) => {
-                tracing::debug!(service = %service, "stdout read error: {e}");
-                break None;
-            }
-            Ok(LineRead::Eof) => break None,
-            Ok(LineRead::TooLong) => {
-                break Some(format!(
-                    "sent a message larger than {} MiB on stdout",
-                    MAX_MESSAGE_BYTES / (1024 * 1024)
-                ));
-            }
-            Ok(LineRead::Line) => {}
-        }
-        let body = trim_line(&line);
-        if body.is_empty() {
-            continue;
-        }
-        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-            let sample = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
-            break Some(format!(
-                "wrote output that is not a JSON-RPC message on stdout ({e}): {sample:?}"
-            ));
-        }
-        if forward.write_all(&line).await.is_err() {
-            break None;
-        }
-        if !line.ends_with(b"\n") && forward.write_all(b"\n").await.is_err() {
-            break None;
-        }
-    };
-    if let Some(p) = problem {
-        tracing::warn!(service = %service, "MCP server broke the protocol: {p}");
-        let _ = violation.send(p);
-    }
-    let _ = forward.shutdown().await;
 }
 
 fn trim_line(line: &[u8]) -> &[u8] {

@@ -65,6 +65,7 @@ impl McpBridge {
             }
             map.insert(config.name.clone(), Service::stopped(config));
         }
+        self.inner.notify();
         self.persist()
     }
 
@@ -86,6 +87,7 @@ impl McpBridge {
             svc.config = next;
             matches!(svc.state, State::Running(_) | State::Starting)
         };
+        self.inner.notify();
         self.persist()?;
         if running && process_changed {
             self.restart(name).await?;
@@ -97,6 +99,7 @@ impl McpBridge {
     pub async fn remove(&self, name: &str) -> Result<(), BridgeError> {
         self.stop(name).await?;
         lock(&self.inner.services).remove(name);
+        self.inner.notify();
         self.persist()
     }
 
