@@ -73,47 +73,18 @@ impl Connection {
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         let transport = crate::http::transport(config, url)?;
-        let stale = Arc::new(AtomicBool::new(false));
-        let handler = ClientSide {
-            service: config.name.clone(),
-            stale: stale.clone(),
-            epoch: epoch.clone(),
-        };
-        let started = tokio::time::timeout(config.startup_timeout, async {
-            let client = handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("MCP handshake with {url} failed: {e}"))?;
-            let tools = client
-                .peer()
-                .list_all_tools()
-                .await
-                .map_err(|e| format!("tools/list failed: {e}"))?;
-            Ok::<_, String>((client, tools))
-        })
-        .await;
-        let (mut client, tools) = match started {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                return Err(format!(
-                    "no MCP handshake and tool list from {url} within {} ms",
-                    config.startup_timeout.as_millis()
-                ));
-            }
-        };
-        let (shutdown_tx, mut shutdown_rx) = oneshot::channel::<Option<String>>();
-        let (finished_tx, finished) = watch::channel(false);
-        let connection = Arc::new(Self {
-            service: config.name.clone(),
+        let (handler, stale) = ClientSide::new(config, epoch);
+        let (mut client, tools) = handshake(handler, transport, config)
+            .await
+            .map_err(|e| format!("{e} (server {url})"))?;
+        let (connection, mut shutdown_rx, finished_tx) = Self::up(
+            config,
             generation,
-            pid: None,
-            peer: client.peer().clone(),
-            tools: Mutex::new(tools),
+            None,
+            client.peer().clone(),
+            tools,
             stale,
-            shutdown: Mutex::new(Some(shutdown_tx)),
-            finished,
-        });
+        );
         let name = config.name.clone();
         tokio::spawn(async move {
             let reason: Option<String> = loop {
@@ -169,37 +140,10 @@ impl Connection {
             mut violation,
         } = spawned;
         let pid = group.pgid();
-        let stale = Arc::new(AtomicBool::new(false));
-        let handler = ClientSide {
-            service: config.name.clone(),
-            stale: stale.clone(),
-            epoch: epoch.clone(),
-        };
-        let transport = (writer, messages);
-        let deadline = tokio::time::Instant::now() + config.startup_timeout;
-        let started = tokio::time::timeout_at(deadline, async {
-            let client = handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("MCP handshake failed: {e}"))?;
-            let tools = client
-                .peer()
-                .list_all_tools()
-                .await
-                .map_err(|e| format!("tools/list failed: {e}"))?;
-            Ok::<_, String>((client, tools))
-        })
-        .await;
-        let (client, tools) = match started {
-            Ok(Ok(v)) => v,
-            failed => {
-                let mut reason = match failed {
-                    Ok(Err(e)) => e,
-                    _ => format!(
-                        "no MCP handshake and tool list within {} ms",
-                        config.startup_timeout.as_millis()
-                    ),
-                };
+        let (handler, stale) = ClientSide::new(config, epoch);
+        let (client, tools) = match handshake(handler, (writer, messages), config).await {
+            Ok(v) => v,
+            Err(mut reason) => {
                 if let Ok(v) = violation.try_recv() {
                     reason = format!("the server {v}");
                 } else if let Ok(Some(status)) = child.try_wait() {
@@ -211,18 +155,14 @@ impl Connection {
                 return Err(reason);
             }
         };
-        let (shutdown_tx, shutdown_rx) = oneshot::channel();
-        let (finished_tx, finished) = watch::channel(false);
-        let connection = Arc::new(Self {
-            service: config.name.clone(),
+        let (connection, shutdown_rx, finished_tx) = Self::up(
+            config,
             generation,
-            pid: Some(pid),
-            peer: client.peer().clone(),
-            tools: Mutex::new(tools),
+            Some(pid),
+            client.peer().clone(),
+            tools,
             stale,
-            shutdown: Mutex::new(Some(shutdown_tx)),
-            finished,
-        });
+        );
         let name = config.name.clone();
         tokio::spawn(async move {
             let reason: Option<String> = tokio::select! {
@@ -251,6 +191,35 @@ impl Connection {
         Ok(connection)
     }
 
+    /// A connection that is up, with the ends its monitor keeps: the shutdown request it waits
+    /// for, and the flag it sets when the server is gone.
+    fn up(
+        config: &ServiceConfig,
+        generation: u64,
+        pid: Option<i32>,
+        peer: Peer<RoleClient>,
+        tools: Vec<rmcp::model::Tool>,
+        stale: Arc<AtomicBool>,
+    ) -> (
+        Arc<Self>,
+        oneshot::Receiver<Option<String>>,
+        watch::Sender<bool>,
+    ) {
+        let (shutdown_tx, shutdown_rx) = oneshot::channel();
+        let (finished_tx, finished) = watch::channel(false);
+        let connection = Arc::new(Self {
+            service: config.name.clone(),
+            generation,
+            pid,
+            peer,
+            tools: Mutex::new(tools),
+            stale,
+            shutdown: Mutex::new(Some(shutdown_tx)),
+            finished,
+        });
+        (connection, shutdown_rx, finished_tx)
+    }
+
     /// Tells the monitor to end the server; `Some(reason)` records a failure.
     pub(crate) fn end(&self, reason: Option<String>) {
         if let Some(tx) = lock(&self.shutdown).take() {
@@ -277,6 +246,58 @@ impl Connection {
             }
         }
         lock(&self.tools).clone()
+    }
+}
+
+/// The MCP handshake and the first tool list over `transport`, within the service's startup
+/// timeout; the reason when they fail.
+async fn handshake<T, E, A>(
+    handler: ClientSide,
+    transport: T,
+    config: &ServiceConfig,
+) -> Result<
+    (
+        RunningService<RoleClient, ClientSide>,
+        Vec<rmcp::model::Tool>,
+    ),
+    String,
+>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let started = tokio::time::timeout(config.startup_timeout, async {
+        let client = handler
+            .serve(transport)
+            .await
+            .map_err(|e| format!("MCP handshake failed: {e}"))?;
+        let tools = client
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        Ok::<_, String>((client, tools))
+    })
+    .await;
+    match started {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "no MCP handshake and tool list within {} ms",
+            config.startup_timeout.as_millis()
+        )),
+    }
+}
+
+impl ClientSide {
+    /// The handler for `config`'s server, and the flag it sets when the tool list changed.
+    fn new(config: &ServiceConfig, epoch: Arc<AtomicU64>) -> (Self, Arc<AtomicBool>) {
+        let stale = Arc::new(AtomicBool::new(false));
+        let handler = Self {
+            service: config.name.clone(),
+            stale: stale.clone(),
+            epoch,
+        };
+        (handler, stale)
     }
 }
 

@@ -343,15 +343,22 @@ fn run_single(conn: &mut Connection, op: Op) {
     }
 }
 
-fn get_state(conn: &mut Connection, id: &str, key: &str) -> Result<Option<String>, StoreError> {
-    let txn = conn.transaction().map_err(db_err)?;
-    let exists = txn
+/// [`StoreError::NotFound`] unless session `id` exists.
+fn check_exists(conn: &Connection, id: &str) -> Result<(), StoreError> {
+    let exists = conn
         .prepare_cached("SELECT 1 FROM ce_sessions WHERE id = ?1")
         .and_then(|mut s| s.exists([id]))
         .map_err(db_err)?;
-    if !exists {
-        return Err(StoreError::NotFound { id: id.to_owned() });
+    if exists {
+        Ok(())
+    } else {
+        Err(StoreError::NotFound { id: id.to_owned() })
     }
+}
+
+fn get_state(conn: &mut Connection, id: &str, key: &str) -> Result<Option<String>, StoreError> {
+    let txn = conn.transaction().map_err(db_err)?;
+    check_exists(&txn, id)?;
     let value = txn
         .prepare_cached("SELECT value FROM ce_state WHERE session_id = ?1 AND key = ?2")
         .and_then(|mut s| s.query_row([id, key], |r| r.get(0)).optional())
@@ -470,13 +477,7 @@ fn create(conn: &Connection, id: &str) -> Result<(), StoreError> {
 fn load(conn: &mut Connection, id: &str) -> Result<Session, StoreError> {
     // One read transaction: a consistent snapshot of the session row and its messages.
     let txn = conn.transaction().map_err(db_err)?;
-    let exists = txn
-        .prepare_cached("SELECT 1 FROM ce_sessions WHERE id = ?1")
-        .and_then(|mut s| s.exists([id]))
-        .map_err(db_err)?;
-    if !exists {
-        return Err(StoreError::NotFound { id: id.to_owned() });
-    }
+    check_exists(&txn, id)?;
     let mut messages = Vec::new();
     {
         let mut stmt = txn
