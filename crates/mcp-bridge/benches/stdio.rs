@@ -1,6 +1,8 @@
 //! Bounded benchmark (harness = false): tools/call round trips over stdio against our own rmcp
-//! server and against server-everything (node), and tokens injected per turn with level-1
-//! descriptions against full schemas for the same tools. `cargo bench -p mcp-bridge`.
+//! server and against server-everything (node), the bridge against a bare JSON-RPC client on the
+//! same server (the ratio printed), the same calls over Streamable HTTP, and tokens injected per
+//! turn with level-1 descriptions against full schemas for the same tools.
+//! `cargo bench -p mcp-bridge`.
 //! Set `MCP_BENCH_CALLS` to change the number of calls (default 2000).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -207,6 +209,46 @@ async fn bridge_vs_bare(b: &McpBridge, n: usize) {
     println!("\nbridge / bare: {:.2}x", rb / rr);
 }
 
+/// The same echo round trips to server-everything over Streamable HTTP on 127.0.0.1 (its
+/// `streamableHttp` mode, pinned to loopback by the preload the tests use).
+async fn over_http(n: usize) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = tokio::process::Command::new("node")
+        .args([
+            "--require",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/loopback-only.cjs"),
+            everything_entry().as_str(),
+            "streamableHttp",
+        ])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b = McpBridge::new();
+    b.register(
+        ServiceConfig::remote("web", format!("http://127.0.0.1:{port}/mcp"))
+            .with_startup_timeout(Duration::from_secs(30)),
+    )
+    .unwrap();
+    b.start("web").await.unwrap();
+    println!("\n## tools/call round trips over Streamable HTTP (127.0.0.1, sequential)\n");
+    println!("| tool | calls | calls/s | p50 µs | p99 µs |\n|---|---|---|---|---|");
+    round_trips(&b, "web__echo", n).await;
+    b.stop_all().await;
+}
+
 fn tokens(bpe: &tiktoken_rs::CoreBPE, s: &str) -> usize {
     bpe.encode_with_special_tokens(s).len()
 }
@@ -237,6 +279,7 @@ async fn main() {
     round_trips(&b, "own__echo", n).await;
     round_trips(&b, "everything__echo", n).await;
     bridge_vs_bare(&b, n).await;
+    over_http(n).await;
 
     let tools: Vec<McpTool> = b.tools().await;
     let bpe = tiktoken_rs::cl100k_base().unwrap();
