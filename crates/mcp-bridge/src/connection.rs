@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, RunningService};
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ClientServiceExt, Peer, RoleClient};
 use tokio::sync::{oneshot, watch};
 
 use crate::config::ServiceConfig;
@@ -74,7 +74,14 @@ impl Connection {
     ) -> Result<Arc<Self>, String> {
         let transport = crate::http::transport(config, url)?;
         let (handler, stale) = ClientSide::new(config, epoch);
-        let (mut client, tools) = handshake(handler, transport, config)
+        // The stateless revision (2026-07-28, `server/discover`) when the server speaks it,
+        // else the session revision's `initialize` handshake: rmcp falls back when the server
+        // rejects `server/discover` (or does not answer it within 10 s).
+        let lifecycle = rmcp::ClientLifecycleMode::Auto {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            legacy_version: None,
+        };
+        let (mut client, tools) = handshake(handler, transport, lifecycle, config)
             .await
             .map_err(|e| format!("{e} (server {url})"))?;
         let (connection, mut shutdown_rx, finished_tx) = Self::up(
@@ -141,7 +148,14 @@ impl Connection {
         } = spawned;
         let pid = group.pgid();
         let (handler, stale) = ClientSide::new(config, epoch);
-        let (client, tools) = match handshake(handler, (writer, messages), config).await {
+        let (client, tools) = match handshake(
+            handler,
+            (writer, messages),
+            rmcp::ClientLifecycleMode::Initialize,
+            config,
+        )
+        .await
+        {
             Ok(v) => v,
             Err(mut reason) => {
                 if let Ok(v) = violation.try_recv() {
@@ -254,6 +268,7 @@ impl Connection {
 async fn handshake<T, E, A>(
     handler: ClientSide,
     transport: T,
+    lifecycle: rmcp::ClientLifecycleMode,
     config: &ServiceConfig,
 ) -> Result<
     (
@@ -268,7 +283,7 @@ where
 {
     let started = tokio::time::timeout(config.startup_timeout, async {
         let client = handler
-            .serve(transport)
+            .serve_with_lifecycle(transport, lifecycle)
             .await
             .map_err(|e| format!("MCP handshake failed: {e}"))?;
         let tools = client
