@@ -1,0 +1,215 @@
+//! # tool-search — find the few tools a request needs among hundreds
+//!
+//! When an agent has more tools than a prompt should carry (MCP servers add dozens each), the
+//! model gets one search tool instead of the list and looks up what it needs by words, in
+//! English or Chinese. This crate is that search, and nothing else: pure, no I/O, no async.
+//!
+//! - [`SearchIndex`] ranks [`ToolDoc`]s with **BM25** (the `bm25` crate's embedder and scorer)
+//!   over each tool's name (weighted ×3), description, group (its MCP service), group
+//!   description and keywords (×2).
+//! - [`Analyzer`] turns text into terms: English words split at code-identifier boundaries and
+//!   stemmed (Snowball, `rust-stemmers`); Chinese as character bigrams plus dictionary words
+//!   from a shipped glossary that also adds their English, so `读取文件内容` finds `read_file`.
+//!
+//! ```
+//! use tool_search::{SearchIndex, ToolDoc};
+//! let index = SearchIndex::new(vec![
+//!     ToolDoc::new("fs__read_file", "Read the complete contents of a file from the file system."),
+//!     ToolDoc::new("fs__list_directory", "Get a detailed listing of all files and directories in a specified path."),
+//!     ToolDoc::new("time__get_current_time", "Get current time in a specific timezone"),
+//! ]);
+//! assert_eq!(index.search("what's inside this folder", 1)[0].name, "fs__list_directory");
+//! assert_eq!(index.search("读取文件内容", 1)[0].name, "fs__read_file");
+//! assert_eq!(index.search("现在几点", 1)[0].name, "time__get_current_time");
+//! ```
+
+mod analyzer;
+
+pub use analyzer::{Analyzer, MAX_INPUT_CHARS};
+
+const _: () = assert!((3 + 4) * MAX_FIELD_CHARS < MAX_INPUT_CHARS);
+
+use bm25::{Embedder, EmbedderBuilder, Embedding, Scorer};
+
+/// The most results one search returns.
+pub const MAX_LIMIT: usize = 50;
+
+/// One tool as the index sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolDoc {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does (the server's description).
+    pub description: String,
+    /// The group it belongs to (an MCP service), when any.
+    pub group: String,
+    /// The group's description (the operator's words for the service).
+    pub group_description: String,
+    /// Extra words it should be found by (a service's trigger keywords).
+    pub keywords: Vec<String>,
+}
+
+impl ToolDoc {
+    /// A tool with a name and a description.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            ..Self::default()
+        }
+    }
+    /// Sets the group and its description.
+    pub fn with_group(mut self, group: impl Into<String>, description: impl Into<String>) -> Self {
+        self.group = group.into();
+        self.group_description = description.into();
+        self
+    }
+    /// Sets the keywords.
+    pub fn with_keywords<I, S>(mut self, keywords: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.keywords = keywords.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// One result: the tool's position in the list the index was built from, its name and score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    /// Index into the documents the index was built from.
+    pub index: usize,
+    /// The tool's name.
+    pub name: String,
+    /// The BM25 score (higher is better; only comparable within one search).
+    pub score: f32,
+}
+
+/// How many characters of a query are read (a model's query is a few words).
+pub const MAX_QUERY_CHARS: usize = 1000;
+
+/// How many characters of one field of a tool are indexed.
+const MAX_FIELD_CHARS: usize = 2000;
+
+/// How a tool's fields count: each field's terms repeated this many times.
+const NAME_WEIGHT: usize = 3;
+const KEYWORD_WEIGHT: usize = 2;
+
+/// A BM25 index over a fixed list of tools. Build it once per catalog; searching is cheap.
+pub struct SearchIndex {
+    names: Vec<String>,
+    embedder: Embedder<u32, TermSource>,
+    scorer: Scorer<usize, u32>,
+}
+
+impl std::fmt::Debug for SearchIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SearchIndex")
+            .field("tools", &self.names.len())
+            .finish()
+    }
+}
+
+/// The tokenizer the `bm25` crate calls: our [`Analyzer`].
+struct TermSource(Analyzer);
+
+impl bm25::Tokenizer for TermSource {
+    fn tokenize(&self, input_text: &str) -> Vec<String> {
+        self.0.terms(input_text)
+    }
+}
+
+impl SearchIndex {
+    /// An index over `docs` with the default [`Analyzer`].
+    pub fn new(docs: Vec<ToolDoc>) -> Self {
+        Self::with_analyzer(docs, Analyzer::default())
+    }
+
+    /// An index over `docs` analysed by `analyzer` (e.g. one with a deployment's own glossary,
+    /// [`Analyzer::with_glossary`]).
+    pub fn with_analyzer(docs: Vec<ToolDoc>, analyzer: Analyzer) -> Self {
+        let texts: Vec<String> = docs.iter().map(document_text).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let embedder = EmbedderBuilder::<u32, TermSource>::with_tokenizer_and_fit_to_corpus(
+            TermSource(analyzer),
+            &refs,
+        )
+        .build();
+        let mut scorer = Scorer::new();
+        for (i, text) in texts.iter().enumerate() {
+            scorer.upsert(&i, embedder.embed(text));
+        }
+        Self {
+            names: docs.into_iter().map(|d| d.name).collect(),
+            embedder,
+            scorer,
+        }
+    }
+
+    /// How many tools the index holds.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether the index holds no tool.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The best `limit` tools for `query` (at most [`MAX_LIMIT`]), best first; ties in index
+    /// order, so a search always gives the same answer. Tools that share no term with the query
+    /// are not returned: an empty list means nothing matched.
+    pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
+        let limit = limit.min(MAX_LIMIT);
+        if limit == 0 {
+            return Vec::new();
+        }
+        let query: String = query.chars().take(MAX_QUERY_CHARS).collect();
+        let mut query: Embedding<u32> = self.embedder.embed(&query);
+        // A term the query repeats counts once: "file file file" is not a stronger query.
+        let mut seen = std::collections::HashSet::new();
+        query.0.retain(|t| seen.insert(t.index));
+        let mut scored: Vec<(usize, f32)> = self
+            .scorer
+            .matches(&query)
+            .into_iter()
+            .filter(|d| d.score.is_finite() && d.score > 0.0)
+            .map(|d| (d.id, d.score))
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored
+            .into_iter()
+            .take(limit)
+            .filter_map(|(index, score)| {
+                self.names.get(index).map(|name| Hit {
+                    index,
+                    name: name.clone(),
+                    score,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The text indexed for one tool: its fields, weighted by repetition, each bounded to
+/// `MAX_FIELD_CHARS` (the whole stays under the analyzer's input limit).
+fn document_text(d: &ToolDoc) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for _ in 0..NAME_WEIGHT {
+        parts.push(&d.name);
+    }
+    parts.push(&d.description);
+    parts.push(&d.group);
+    parts.push(&d.group_description);
+    let keywords = d.keywords.join(" ");
+    for _ in 0..KEYWORD_WEIGHT {
+        parts.push(&keywords);
+    }
+    let bounded: Vec<String> = parts
+        .into_iter()
+        .map(|p| p.chars().take(MAX_FIELD_CHARS).collect())
+        .collect();
+    bounded.join(" \n ")
+}
