@@ -16,6 +16,7 @@ use crate::catalog::McpTool;
 use crate::config::{ConfigFile, ServiceConfig};
 use crate::connection::{Connection, lock};
 use crate::error::BridgeError;
+use crate::search::ToolSearchConfig;
 use crate::turns::DescribedTools;
 
 /// Manages MCP services and offers their tools through [`llm_core::ToolProvider`].
@@ -56,7 +57,14 @@ pub(crate) struct Inner {
     /// Bumped on every change of a service's state: what a turn waiting for a starting service
     /// watches.
     pub(crate) changed: watch::Sender<u64>,
+    /// When turns search instead of listing ([`crate::search`]).
+    pub(crate) search_config: Mutex<ToolSearchConfig>,
+    /// The search index and the catalog it was built from.
+    pub(crate) search_index: Mutex<Option<SearchIndexCache>>,
 }
+
+/// A search index with the catalog it indexes.
+pub(crate) type SearchIndexCache = (Arc<Vec<McpTool>>, Arc<tool_search::SearchIndex>);
 
 impl Inner {
     /// Tells whoever waits for a service that a state changed.
@@ -138,6 +146,8 @@ impl McpBridge {
                 catalog_epoch: Arc::new(AtomicU64::new(1)),
                 described: Mutex::new(DescribedTools::default()),
                 changed: watch::channel(0).0,
+                search_config: Mutex::new(ToolSearchConfig::default()),
+                search_index: Mutex::new(None),
             }),
         }
     }

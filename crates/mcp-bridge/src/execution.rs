@@ -20,6 +20,7 @@ use crate::catalog::{self, McpTool};
 use crate::connection::STOP_GRACE;
 use crate::inject::DESCRIBE_TOOL;
 use crate::registry::ServiceStatus;
+use crate::search::SEARCH_TOOL;
 
 /// Upper bound on the follow-up request that checks a server after a call timed out.
 pub(crate) const HEALTH_CHECK: Duration = Duration::from_secs(2);
@@ -42,6 +43,9 @@ impl McpBridge {
     ) -> Result<Value, ToolError> {
         if name == DESCRIBE_TOOL {
             return self.describe_call(&args, session).await;
+        }
+        if name == SEARCH_TOOL {
+            return self.search_call(&args, session).await;
         }
         let mut tools = self.catalog().await;
         let mut running = catalog::resolve(&tools, name)

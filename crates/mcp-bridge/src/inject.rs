@@ -58,6 +58,23 @@ pub fn matching_tools<'a>(intent: &Intent, tools: &'a [McpTool]) -> Vec<&'a McpT
     }
 }
 
+/// The section of a turn whose level-1 list would pass the tool-search budget: how to find the
+/// `matching` tools with [`crate::SEARCH_TOOL`] instead of the list.
+pub fn search_section(intent: &Intent, matching: usize) -> String {
+    let scope = match intent {
+        Intent::Mcp(m) if m.tool.is_none() => m
+            .service
+            .as_deref()
+            .map(|s| format!(" (the MCP service `{s}` has {matching})"))
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    format!(
+        "## MCP tools\nMCP tools can help with this request{scope}, too many to list here. Find the ones you need with `{}` {{\"query\": \"<a few words of what you need>\"}}: it returns the best matching tools, each with one sentence, and makes them callable. Then call the one that fits by its exact name. If nothing fits, search again with other words.",
+        crate::search::SEARCH_TOOL
+    )
+}
+
 /// The level-1 section for `intent`, or `None` for a non-MCP intent.
 ///
 /// `service_descriptions` gives each service's description (M5: the configured one, else the
@@ -81,8 +98,13 @@ pub fn level1_section(
             "## MCP tools\nThe user asked for `{asked}`, but no running MCP service offers it right now. Say that it is unavailable; do not call it."
         ));
     }
+    Some(level1_list(&matching, service_descriptions))
+}
+
+/// The level-1 section listing `tools`: each as its name and one sentence.
+pub fn level1_list(tools: &[&McpTool], service_descriptions: &BTreeMap<String, String>) -> String {
     let mut out = String::from("## MCP tools\nMCP tools for this request (name: what it does):\n");
-    for t in matching {
+    for t in tools {
         let service_desc = service_descriptions
             .get(&t.service)
             .map(String::as_str)
@@ -96,5 +118,5 @@ pub fn level1_section(
     out.push_str(&format!(
         "To use one, first call `{DESCRIBE_TOOL}` with {{\"name\": \"<tool name>\"}}: it returns the tool's parameters and makes the tool callable. Then call the tool by its exact name."
     ));
-    Some(out)
+    out
 }

@@ -21,12 +21,15 @@
 //! - **Tiered descriptions** (M3, [`inject`], `descriptions.rs`): [`McpBridge::prompt_section`]
 //!   (level 1), [`DESCRIBE_TOOL`] (level 2), [`McpBridge::advertised_tools`] (what a request
 //!   shows).
+//! - **Tool search** ([`search`]): past a token budget a turn shows [`SEARCH_TOOL`] instead of
+//!   the level-1 list; the model finds tools by words (English or Chinese, BM25 from the
+//!   `tool-search` crate), and the hits become callable ([`McpBridge::set_tool_search`]).
 //! - **Execution** (M4, M6, `execution.rs`, `provider.rs`, [`protocol`]): [`McpBridge`]
 //!   implements [`llm_core::ToolProvider`]; every failure is a [`llm_core::ToolError`] the
 //!   model can act on, so the conversation goes on.
 //!
 //! Module dependencies go one way: `names`, `config`, `error`, `process` → `catalog`,
-//! `connection`, `turns` → `intent` → `inject` → `bridge` (the shared state) → `registry`,
+//! `connection`, `turns` → `intent` → `inject`, `search` → `bridge` (the shared state) → `registry`,
 //! `lifecycle`, `discovery` → `descriptions` → `execution` → `provider`.
 
 mod bridge;
@@ -48,6 +51,7 @@ pub mod protocol;
 mod provider;
 pub mod recovery;
 mod registry;
+pub mod search;
 mod turns;
 
 pub use bridge::McpBridge;
@@ -61,3 +65,4 @@ pub use intent::{Intent, IntentChain, IntentRecognizer, McpIntent, McpTrigger};
 pub use llm_core::DEFAULT_MAX_RESULT_BYTES;
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};
+pub use search::{SEARCH_TOOL, ToolSearchConfig};

@@ -14,6 +14,7 @@ use crate::connection::{STOP_GRACE, lock};
 use crate::execution::{self, HEALTH_CHECK};
 use crate::inject::{self, DESCRIBE_TOOL};
 use crate::names;
+use crate::search::{self, SEARCH_TOOL};
 
 #[async_trait::async_trait]
 impl ToolProvider for McpBridge {
@@ -21,8 +22,8 @@ impl ToolProvider for McpBridge {
         "mcp"
     }
 
-    /// Full specs of running services' tools, plus [`DESCRIBE_TOOL`] when there are any: what
-    /// the dispatcher routes and validates with.
+    /// Full specs of running services' tools, plus [`DESCRIBE_TOOL`] and [`SEARCH_TOOL`] when
+    /// there are any: what the dispatcher routes and validates with.
     async fn list(&self) -> Vec<ToolSpec> {
         let tools = self.tools().await;
         if tools.is_empty() {
@@ -30,6 +31,7 @@ impl ToolProvider for McpBridge {
         }
         let mut specs: Vec<ToolSpec> = tools.iter().map(McpTool::spec).collect();
         specs.push(inject::describe_tool_spec());
+        specs.push(search::search_tool_spec());
         specs
     }
 
@@ -62,6 +64,12 @@ impl ToolProvider for McpBridge {
     /// The problems the dispatcher's validator found, and the tool's full parameter schema:
     /// under level-1 descriptions the model may never have seen it.
     fn invalid_arguments(&self, name: &str, problems: &str) -> ToolError {
+        if name == SEARCH_TOOL {
+            return ToolError::invalid_arguments(format!(
+                "Invalid arguments for {SEARCH_TOOL}: {problems}. Its parameter schema is {}. Call it again with a few words as `query`.",
+                search::search_tool_spec().parameters
+            ));
+        }
         if name == DESCRIBE_TOOL {
             return ToolError::invalid_arguments(format!(
                 "Invalid arguments for {DESCRIBE_TOOL}: {problems}. Its parameter schema is {}. Call it again with the tool's exact name.",

@@ -11,10 +11,11 @@ mod common;
 
 use std::sync::Arc;
 
+use common::search::{answer, call};
 use common::{everything, init_tracing, own};
 use mcp_bridge::{DESCRIBE_TOOL, McpBridge};
 use serde_json::{Value, json};
-use testkit::{Reply, ScriptedServer};
+use testkit::ScriptedServer;
 use tool_system::{Agent, FnTool, ProtocolKind, ToolProvider};
 
 const EVERYTHING_DESCRIPTION: &str = "The MCP reference test server: echo, sums, samples.";
@@ -40,34 +41,6 @@ fn clock() -> FnTool {
         json!({"type": "object", "properties": {"zone": {"type": "string"}}}),
         |_, _| async { Ok(json!("12:00")) },
     )
-}
-
-/// What the scripted model answers, written the way each protocol reads calls.
-fn call(protocol: &ProtocolKind, id: &str, name: &str, args: Value) -> Reply {
-    match protocol {
-        ProtocolKind::Native => Reply::tool_call(id, name, &args.to_string()),
-        ProtocolKind::JsonDecision => {
-            Reply::text(json!({"tool": name, "arguments": args}).to_string())
-        }
-        _ => {
-            let params: String = args
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| format!(r#"<{k} value="{}" />"#, v.as_str().unwrap()))
-                .collect();
-            Reply::text(format!(
-                r#"<tool_action name="{name}">{params}</tool_action>"#
-            ))
-        }
-    }
-}
-
-fn answer(protocol: &ProtocolKind, text: &str) -> Reply {
-    match protocol {
-        ProtocolKind::JsonDecision => Reply::text(json!({"tool": null, "reply": text}).to_string()),
-        _ => Reply::text(text),
-    }
 }
 
 /// One request as the provider received it.
@@ -149,8 +122,8 @@ async fn three_turns(protocol: ProtocolKind) -> (Vec<usize>, usize) {
         .await
         .unwrap();
     // Turn 2: the model asks for echo's details (level 2), then calls it, then answers.
-    server.push(call(p, "c1", DESCRIBE_TOOL, json!({"name": ECHO})));
-    server.push(call(p, "c2", ECHO, json!({"message": "hello"})));
+    server.push(call(p, "c1", DESCRIBE_TOOL, &json!({"name": ECHO})));
+    server.push(call(p, "c2", ECHO, &json!({"message": "hello"})));
     server.push(answer(p, "It said: hello."));
     let out = agent
         .run("s", "Use the echo tool to say hello")

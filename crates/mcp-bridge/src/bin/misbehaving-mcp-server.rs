@@ -6,6 +6,10 @@
 //! - `--spawn-grandchild`: start `sleep 600` as a child first (what `npx` does with `node`), to
 //!   prove that stopping the service ends the whole process group.
 //! - `--garbage-at-start`: write a non-JSON line to stdout before serving.
+//! - `--tools-file PATH --tools-of NAME`: serve, instead of the tools below, the tools another
+//!   server listed: PATH holds recorded `tools/list` results (`{"servers": [{"name": NAME,
+//!   "tools": [...]}]}`, crates/tool-search/fixtures/tools.json); a call of one answers
+//!   `NAME ran` with its arguments. For the tool-search tests (hundreds of real definitions).
 //!
 //! Tools: `echo`, `add` (structured result), `ping` (no parameters), `fail` (`isError`), `sleep`
 //! (slow but responsive), `freeze` (blocks the whole server: never answers anything again),
@@ -29,6 +33,19 @@ use serde_json::{Map, Value, json};
 #[derive(Clone, Default)]
 struct Server {
     added: Arc<Mutex<Vec<String>>>,
+    /// Recorded tools served instead of the built-in ones (`--tools-file`).
+    replay: Option<Arc<Vec<Tool>>>,
+}
+
+/// The tools server `name` listed, from a file of recorded `tools/list` results.
+fn recorded_tools(path: &str, name: &str) -> Vec<Tool> {
+    let text = std::fs::read_to_string(path).expect("read --tools-file");
+    let file: Value = serde_json::from_str(&text).expect("--tools-file is JSON");
+    let server = file["servers"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == name))
+        .unwrap_or_else(|| panic!("no server {name} in {path}"));
+    serde_json::from_value(server["tools"].clone()).expect("recorded tools")
 }
 
 fn schema(v: Value) -> Map<String, Value> {
@@ -128,6 +145,9 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        if let Some(replay) = &self.replay {
+            return Ok(ListToolsResult::with_all_items(replay.as_ref().clone()));
+        }
         let added = self.added.lock().unwrap().clone();
         Ok(ListToolsResult::with_all_items(tools(&added)))
     }
@@ -140,6 +160,15 @@ impl ServerHandler for Server {
         let args = request.arguments.clone().unwrap_or_default();
         let num = |k: &str| args.get(k).and_then(Value::as_f64);
         let string = |k: &str| args.get(k).and_then(Value::as_str).map(str::to_string);
+        if let Some(replay) = &self.replay {
+            return match replay.iter().find(|t| t.name == request.name) {
+                Some(t) => Ok(text(format!("{} ran with {}", t.name, Value::Object(args)))),
+                None => Err(ErrorData::invalid_params(
+                    format!("no tool {}", request.name),
+                    None,
+                )),
+            };
+        }
         match request.name.as_ref() {
             "echo" => match string("message") {
                 Some(m) => Ok(text(format!("Echo: {m}"))),
@@ -212,6 +241,7 @@ impl ServerHandler for Server {
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut grandchild = None;
+    let (mut tools_file, mut tools_of) = (None, None);
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -235,15 +265,30 @@ async fn main() {
                 out.write_all(b"Server starting... (not JSON)\n").unwrap();
                 out.flush().unwrap();
             }
+            "--tools-file" => {
+                i += 1;
+                tools_file = args.get(i).cloned();
+            }
+            "--tools-of" => {
+                i += 1;
+                tools_of = args.get(i).cloned();
+            }
             other => eprintln!("unknown argument {other}"),
         }
         i += 1;
     }
     eprintln!("misbehaving-mcp-server ready");
-    let service = Server::default()
-        .serve(rmcp::transport::stdio())
-        .await
-        .expect("serve");
+    let replay = match (tools_file, tools_of) {
+        (Some(path), Some(name)) => Some(Arc::new(recorded_tools(&path, &name))),
+        _ => None,
+    };
+    let service = Server {
+        replay,
+        ..Server::default()
+    }
+    .serve(rmcp::transport::stdio())
+    .await
+    .expect("serve");
     let _ = service.waiting().await;
     drop(grandchild);
 }

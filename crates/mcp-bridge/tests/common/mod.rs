@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use mcp_bridge::ServiceConfig;
 
+pub mod search;
+
 /// Our own misbehaving rmcp server.
 pub const SERVER: &str = env!("CARGO_BIN_EXE_misbehaving-mcp-server");
 

@@ -1,0 +1,150 @@
+//! The tool-search evaluation (#26 item 5), rerunnable: `cargo bench -p mcp-bridge --bench
+//! tool_search` (or `cargo xtask bench -p mcp-bridge --bench tool_search`).
+//!
+//! Every recorded tool definition of crates/tool-search/fixtures/tools.json runs as a service of
+//! a real bridge (this crate's test server replays each server's `tools/list`); the labelled
+//! queries of fixtures/queries.json go through the bridge's own search. Prints recall@1 and
+//! recall@5 (all, English, Chinese) and the tokens per turn (o200k) of (a) every full schema,
+//! (b) every level-1 line, (c) search, in each call protocol (a scripted turn over real HTTP,
+//! counting what the provider received) and on the embedded local model (its own tokenizer).
+//! `--no-local` skips the local model; `--misses` lists the queries whose tool was not first.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::search::{big_bridge, local_search_turn, search_turn, tokens};
+use mcp_bridge::{DESCRIBE_TOOL, Intent, McpBridge, SEARCH_TOOL, ToolSearchConfig};
+use serde_json::Value;
+use tool_system::{ProtocolKind, ToolProvider};
+
+const QUERIES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tool-search/fixtures/queries.json"
+);
+
+#[derive(Default)]
+struct Recall {
+    n: usize,
+    at1: usize,
+    at5: usize,
+}
+
+impl Recall {
+    fn row(&self, what: &str) -> String {
+        let pct = |k: usize| 100.0 * k as f64 / self.n.max(1) as f64;
+        format!(
+            "| {what} | {} | {:.1}% | {:.1}% |",
+            self.n,
+            pct(self.at1),
+            pct(self.at5)
+        )
+    }
+}
+
+async fn recall(b: &McpBridge, show_misses: bool) -> (Recall, Recall, Recall) {
+    let queries: Value =
+        serde_json::from_str(&std::fs::read_to_string(QUERIES).expect("queries.json")).unwrap();
+    let catalog = b.tools().await;
+    let (mut all, mut en, mut zh) = (Recall::default(), Recall::default(), Recall::default());
+    for q in queries.as_array().unwrap() {
+        let text = q["query"].as_str().unwrap();
+        let expect: Vec<String> = q["expect"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                catalog
+                    .iter()
+                    .find(|t| t.service == e["server"] && t.name == e["tool"])
+                    .unwrap_or_else(|| panic!("{e} is not in the catalog"))
+                    .exposed_name
+                    .clone()
+            })
+            .collect();
+        let hits: Vec<String> = b
+            .search_tools(text, 5)
+            .await
+            .into_iter()
+            .map(|h| h.tool.exposed_name)
+            .collect();
+        let at1 = hits.first().is_some_and(|h| expect.contains(h));
+        let at5 = hits.iter().any(|h| expect.contains(h));
+        if show_misses && !at1 {
+            println!(
+                "  miss{}: {text:?} wants {expect:?}, got {:?}",
+                if at5 { "@1" } else { "@5" },
+                &hits[..hits.len().min(3)]
+            );
+        }
+        let lang = if q["lang"] == "zh" { &mut zh } else { &mut en };
+        for r in [&mut all, lang] {
+            r.n += 1;
+            r.at1 += usize::from(at1);
+            r.at5 += usize::from(at5);
+        }
+    }
+    (all, en, zh)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let with_local = !args.iter().any(|a| a == "--no-local");
+    let misses = args.iter().any(|a| a == "--misses");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let b = big_bridge(ToolSearchConfig::default().with_every_turn(true)).await;
+        let catalog = b.tools().await;
+        let servers = b.services().len();
+        println!("tool search over {} tools of {servers} servers", catalog.len());
+
+        let (all, en, zh) = recall(&b, misses).await;
+        println!("\n| queries | n | recall@1 | recall@5 |\n|---|---|---|---|");
+        println!("{}\n{}\n{}", all.row("all"), en.row("English"), zh.row("Chinese"));
+
+        // (a) every full schema; (b) every level-1 line (+ the describe tool); o200k.
+        let mcp: Vec<Value> = b
+            .list()
+            .await
+            .iter()
+            .filter(|s| s.name != SEARCH_TOOL && s.name != DESCRIBE_TOOL)
+            .map(tool_system::to_openai_tool)
+            .collect();
+        let full = tokens(&Value::Array(mcp).to_string());
+        b.set_tool_search(ToolSearchConfig::default().with_every_turn(true).with_budget_tokens(usize::MAX));
+        let level1 = b.prompt_section(&Intent::Normal).await.unwrap();
+        let describe = tool_system::to_openai_tool(&mcp_bridge::inject::describe_tool_spec());
+        let level1 = tokens(&level1) + tokens(&describe.to_string());
+        b.set_tool_search(ToolSearchConfig::default().with_every_turn(true));
+        println!("\n| tokens per turn (o200k) | tokens | of full |\n|---|---|---|");
+        println!("| (a) every full schema | {full} | 100% |");
+        println!("| (b) every level-1 line | {level1} | {:.1}% |", 100.0 * level1 as f64 / full as f64);
+        for name in b.services().into_iter().map(|s| s.config.name) {
+            b.stop(&name).await.unwrap();
+        }
+
+        // (c) search, per protocol: what the provider received in a scripted turn.
+        for protocol in [ProtocolKind::Native, ProtocolKind::JsonDecision, ProtocolKind::Tag] {
+            let t = search_turn(protocol.clone()).await;
+            println!(
+                "| (c) search, {protocol:?}: 1st request / 2nd (5 hits callable) | {} / {} | {:.1}% / {:.1}% |",
+                t.first,
+                t.second,
+                100.0 * t.first as f64 / t.full as f64,
+                100.0 * t.second as f64 / t.full as f64
+            );
+        }
+        if with_local {
+            let b = big_bridge(ToolSearchConfig::default().with_every_turn(true)).await;
+            let t = local_search_turn(&b).await;
+            let (first, full) = (t.first, t.full);
+            println!(
+                "| (c) search, local model (its tokenizer; whole prompt of the 1st request) | {first} | {:.1}% of {full} |",
+                100.0 * first as f64 / full as f64
+            );
+            for name in b.services().into_iter().map(|s| s.config.name) {
+                b.stop(&name).await.unwrap();
+            }
+        }
+    });
+}
