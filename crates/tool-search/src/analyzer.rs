@@ -27,13 +27,12 @@ pub const MAX_INPUT_CHARS: usize = 16_384;
 const GLOSSARY: &str = include_str!("glossary.txt");
 
 const STOP_WORDS: &[&str] = &[
-    "a", "an", "the", "to", "of", "for", "in", "on", "at", "by", "with", "from", "and", "or",
-    "is", "are", "be", "been", "was", "were", "this", "that", "these", "those", "it", "its",
-    "as", "into", "onto", "me", "my", "i", "we", "our", "you", "your", "please", "can",
-    "could", "would", "should", "will", "do", "does", "did", "how", "what", "which", "who",
-    "some", "there", "their", "them", "then", "than", "so", "if", "but", "not", "no", "via",
-    "using", "use", "used", "want", "need", "let", "just", "also", "about", "up", "out",
-    "s", "t", "d", "ll", "re", "ve", "m",
+    "a", "an", "the", "to", "of", "for", "in", "on", "at", "by", "with", "from", "and", "or", "is",
+    "are", "be", "been", "was", "were", "this", "that", "these", "those", "it", "its", "as",
+    "into", "onto", "me", "my", "i", "we", "our", "you", "your", "please", "can", "could", "would",
+    "should", "will", "do", "does", "did", "how", "what", "which", "who", "some", "there", "their",
+    "them", "then", "than", "so", "if", "but", "not", "no", "via", "using", "use", "used", "want",
+    "need", "let", "just", "also", "about", "up", "out", "s", "t", "d", "ll", "re", "ve", "m",
 ];
 
 /// Everyday words and the canonical word tool descriptions tend to use instead.
@@ -142,7 +141,12 @@ impl Analyzer {
         }
         let mut synonyms: BTreeMap<String, Vec<String>> = ENGLISH_SYNONYMS
             .iter()
-            .map(|(w, to)| ((*w).to_owned(), to.iter().map(|s| (*s).to_owned()).collect()))
+            .map(|(w, to)| {
+                (
+                    (*w).to_owned(),
+                    to.iter().map(|s| (*s).to_owned()).collect(),
+                )
+            })
             .collect();
         for (word, also) in extra {
             let word = word.as_ref().trim().to_lowercase();
@@ -171,10 +175,7 @@ impl Analyzer {
         };
         let keys: Vec<String> = glossary.keys().cloned().collect();
         let english: Vec<Vec<String>> = glossary.values().map(|v| latin(v)).collect();
-        let synonyms = synonyms
-            .into_iter()
-            .map(|(k, v)| (k, latin(&v)))
-            .collect();
+        let synonyms = synonyms.into_iter().map(|(k, v)| (k, latin(&v))).collect();
         let cjk = AhoCorasickBuilder::new()
             .match_kind(MatchKind::LeftmostLongest)
             .build(&keys)
@@ -301,7 +302,10 @@ mod tests {
         assert_eq!(split_words("read_file"), ["read", "file"]);
         assert_eq!(split_words("readFile"), ["read", "file"]);
         assert_eq!(split_words("getHTTPResponse"), ["get", "http", "response"]);
-        assert_eq!(split_words("browser-take-screenshot"), ["browser", "take", "screenshot"]);
+        assert_eq!(
+            split_words("browser-take-screenshot"),
+            ["browser", "take", "screenshot"]
+        );
         assert_eq!(split_words("base64"), ["base64"]);
     }
 
@@ -316,7 +320,9 @@ mod tests {
     fn chinese_gets_bigrams_and_glossary_words() {
         let a = Analyzer::default();
         let t = a.terms("读取文件内容");
-        for want in ["读取", "取文", "文件", "件内", "内容", "read", "file", "content"] {
+        for want in [
+            "读取", "取文", "文件", "件内", "内容", "read", "file", "content",
+        ] {
             assert!(t.contains(&want.to_owned()), "{want} missing from {t:?}");
         }
         // Leftmost-longest: 文件夹 is the folder, not 文件 (file) + 夹.
@@ -336,7 +342,10 @@ mod tests {
 
     #[test]
     fn extra_glossary_entries_extend_both_languages() {
-        let a = Analyzer::with_glossary([("天气预报", vec!["forecast"]), ("Temp", vec!["temperature"])]);
+        let a = Analyzer::with_glossary([
+            ("天气预报", vec!["forecast"]),
+            ("Temp", vec!["temperature"]),
+        ]);
         assert!(a.terms("天气预报").contains(&"forecast".to_owned()));
         assert!(a.terms("temp").contains(&"temperatur".to_owned()));
     }
