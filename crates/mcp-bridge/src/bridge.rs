@@ -45,10 +45,11 @@ pub(crate) struct Inner {
     config_path: Option<PathBuf>,
     /// What the loaded file held besides runnable services, kept for saving.
     file_rest: Mutex<ConfigFile>,
-    /// The catalog [`McpBridge::tools`] built last, with the epoch it was built at: reused while
-    /// the epoch has not moved; also what the dispatcher validated against, for answers that
+    /// The catalog [`McpBridge::tools`] built last, with the epoch it was built at and until
+    /// when its lists' cache hints (`ttlMs`) allow it: reused while the epoch has not moved and
+    /// that time has not come; also what the dispatcher validated against, for answers that
     /// cannot wait for the servers (the invalid-arguments message).
-    pub(crate) catalog: Mutex<(u64, Arc<Vec<McpTool>>)>,
+    pub(crate) catalog: Mutex<(u64, Arc<Vec<McpTool>>, Option<Instant>)>,
     /// Bumped by every change that can change the catalog: a service's state, its config, a
     /// server's `notifications/tools/list_changed`.
     pub(crate) catalog_epoch: Arc<AtomicU64>,
@@ -142,7 +143,7 @@ impl McpBridge {
                 config_path,
                 file_rest: Mutex::new(file),
                 // Epoch 1 and a catalog of epoch 0: the first `tools()` builds it.
-                catalog: Mutex::new((0, Arc::new(Vec::new()))),
+                catalog: Mutex::new((0, Arc::new(Vec::new()), None)),
                 catalog_epoch: Arc::new(AtomicU64::new(1)),
                 described: Mutex::new(DescribedTools::default()),
                 changed: watch::channel(0).0,

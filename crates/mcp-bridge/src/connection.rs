@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::{ClientHandler, ClientServiceExt, Peer, RoleClient};
@@ -26,13 +28,36 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A running server.
+/// A server's tool list and until when it may be used without asking again.
+pub(crate) struct Listed {
+    tools: Vec<rmcp::model::Tool>,
+    /// From the list's cache hint (`ttlMs`, 2026-07-28); `None`: until the server says its list
+    /// changed.
+    fresh_until: Option<Instant>,
+}
+
+/// The shortest a listed `ttlMs` is taken to be: a server answering `0` ("do not cache") would
+/// otherwise cost a `tools/list` round trip on every call.
+pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
+
+impl Listed {
+    fn new(list: rmcp::service::MergedList<rmcp::model::Tool>) -> Self {
+        Self {
+            tools: list.items,
+            fresh_until: list
+                .ttl_ms
+                .map(|ms| Instant::now() + Duration::from_millis(ms).max(MIN_TTL)),
+        }
+    }
+}
+
 pub(crate) struct Connection {
     pub(crate) service: String,
     pub(crate) generation: u64,
     /// The server's pid (= its process group) for a stdio server; `None` for a remote one.
     pub(crate) pid: Option<i32>,
     pub(crate) peer: Peer<RoleClient>,
-    tools: Mutex<Vec<rmcp::model::Tool>>,
+    tools: Mutex<Listed>,
     stale: Arc<AtomicBool>,
     /// Tells the monitor to end the server; `Some(reason)` means it failed.
     shutdown: Mutex<Option<oneshot::Sender<Option<String>>>>,
@@ -81,7 +106,7 @@ impl Connection {
             preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
             legacy_version: None,
         };
-        let (mut client, tools) = handshake(handler, transport, lifecycle, config)
+        let (mut client, listed) = handshake(handler, transport, lifecycle, config)
             .await
             .map_err(|e| format!("{e} (server {url})"))?;
         let (connection, mut shutdown_rx, finished_tx) = Self::up(
@@ -89,7 +114,7 @@ impl Connection {
             generation,
             None,
             client.peer().clone(),
-            tools,
+            listed,
             stale,
         );
         let name = config.name.clone();
@@ -148,7 +173,7 @@ impl Connection {
         } = spawned;
         let pid = group.pgid();
         let (handler, stale) = ClientSide::new(config, epoch);
-        let (client, tools) = match handshake(
+        let (client, listed) = match handshake(
             handler,
             (writer, messages),
             rmcp::ClientLifecycleMode::Initialize,
@@ -174,7 +199,7 @@ impl Connection {
             generation,
             Some(pid),
             client.peer().clone(),
-            tools,
+            listed,
             stale,
         );
         let name = config.name.clone();
@@ -212,7 +237,7 @@ impl Connection {
         generation: u64,
         pid: Option<i32>,
         peer: Peer<RoleClient>,
-        tools: Vec<rmcp::model::Tool>,
+        listed: Listed,
         stale: Arc<AtomicBool>,
     ) -> (
         Arc<Self>,
@@ -226,7 +251,7 @@ impl Connection {
             generation,
             pid,
             peer,
-            tools: Mutex::new(tools),
+            tools: Mutex::new(listed),
             stale,
             shutdown: Mutex::new(Some(shutdown_tx)),
             finished,
@@ -247,19 +272,27 @@ impl Connection {
         let _ = tokio::time::timeout(within, rx.wait_for(|done| *done)).await;
     }
 
+    /// Until when the tool list may be used without asking again (its `ttlMs`), if it said.
+    pub(crate) fn fresh_until(&self) -> Option<Instant> {
+        lock(&self.tools).fresh_until
+    }
+
     /// The server's tool list, fetched again first (within `refresh_within`) when the server
-    /// said it changed. A failed refresh keeps the previous list (logged).
+    /// said it changed or its cache hint (`ttlMs`) ran out. A failed refresh keeps the previous
+    /// list (logged).
     pub(crate) async fn tools(&self, refresh_within: Duration) -> Vec<rmcp::model::Tool> {
-        if self.stale.swap(false, Ordering::SeqCst) {
-            match tokio::time::timeout(refresh_within, self.peer.list_all_tools()).await {
-                Ok(Ok(tools)) => *lock(&self.tools) = tools,
+        let expired = self.fresh_until().is_some_and(|t| Instant::now() >= t);
+        if self.stale.swap(false, Ordering::SeqCst) || expired {
+            let list = self.peer.list_all_tools_with_cache_hint();
+            match tokio::time::timeout(refresh_within, list).await {
+                Ok(Ok(list)) => *lock(&self.tools) = Listed::new(list),
                 Ok(Err(e)) => {
                     tracing::warn!(service = %self.service, "refreshing tools failed: {e}")
                 }
                 Err(_) => tracing::warn!(service = %self.service, "refreshing tools timed out"),
             }
         }
-        lock(&self.tools).clone()
+        lock(&self.tools).tools.clone()
     }
 }
 
@@ -270,13 +303,7 @@ async fn handshake<T, E, A>(
     transport: T,
     lifecycle: rmcp::ClientLifecycleMode,
     config: &ServiceConfig,
-) -> Result<
-    (
-        RunningService<RoleClient, ClientSide>,
-        Vec<rmcp::model::Tool>,
-    ),
-    String,
->
+) -> Result<(RunningService<RoleClient, ClientSide>, Listed), String>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
@@ -286,12 +313,12 @@ where
             .serve_with_lifecycle(transport, lifecycle)
             .await
             .map_err(|e| format!("MCP handshake failed: {e}"))?;
-        let tools = client
+        let list = client
             .peer()
-            .list_all_tools()
+            .list_all_tools_with_cache_hint()
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
-        Ok::<_, String>((client, tools))
+        Ok::<_, String>((client, Listed::new(list)))
     })
     .await;
     match started {

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use llm_core::{ToolError, ToolSpec};
 
 use crate::bridge::{McpBridge, State};
@@ -35,27 +37,32 @@ impl McpBridge {
 
     /// The catalog, shared: rebuilt only when something that can change it happened since it
     /// was built (a service started, stopped or failed, a config changed, a server said its tool
-    /// list changed — the catalog epoch moved); otherwise the cached one, without copying it.
+    /// list changed — the catalog epoch moved — or a list's cache hint, `ttlMs`, ran out);
+    /// otherwise the cached one, without copying it.
     pub(crate) async fn catalog(&self) -> Arc<Vec<McpTool>> {
         let epoch = self.inner.catalog_epoch.load(Ordering::SeqCst);
         {
             let cached = lock(&self.inner.catalog);
-            if cached.0 == epoch {
+            if cached.0 == epoch && cached.2.is_none_or(|t| Instant::now() < t) {
                 return cached.1.clone();
             }
         }
         let mut lists = Vec::new();
+        let mut fresh_until: Option<Instant> = None;
         for (config, connection) in self.running() {
             let mut tools = connection.tools(config.startup_timeout).await;
             tools.retain(|t| config.offers(&t.name));
             lists.push((config.name, tools));
+            if let Some(t) = connection.fresh_until() {
+                fresh_until = Some(fresh_until.map_or(t, |f| f.min(t)));
+            }
         }
         let tools = Arc::new(catalog::build(
             lists.iter().map(|(s, t)| (s.as_str(), t.as_slice())),
         ));
         // Built from what was true at `epoch` or later; a change during the build moved the
         // epoch on, so the next call builds again.
-        *lock(&self.inner.catalog) = (epoch, tools.clone());
+        *lock(&self.inner.catalog) = (epoch, tools.clone(), fresh_until);
         tools
     }
 

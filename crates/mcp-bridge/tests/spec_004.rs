@@ -121,6 +121,56 @@ async fn m1_same_tool_name_in_two_services_does_not_collide() {
     stop_and_check(&b, "beta").await;
 }
 
+/// A list's cache hint (`ttlMs`, 2026-07-28) is honoured: a tool the server adds without
+/// saying so shows up once the list it gave has expired, not before; a list without a hint is
+/// kept until the server says it changed.
+#[tokio::test]
+async fn m1_tool_list_cache_hint_ttl_is_honoured() {
+    let b = started(vec![
+        own("ttl", &["--tools-ttl-ms", "1500"]),
+        own("nottl", &[]),
+    ])
+    .await;
+    for service in ["ttl", "nottl"] {
+        b.call(
+            &format!("{service}__add_tool"),
+            json!({"name": "quiet", "silent": true}),
+        )
+        .await
+        .unwrap();
+    }
+    let listed =
+        |tools: &[mcp_bridge::McpTool], name: &str| tools.iter().any(|t| t.exposed_name == name);
+    // Within the hint's time the cached list stands (the hint is 1.5 s: a loaded machine has
+    // the time to look before it ends; looking later only makes this step pass vacuously
+    // false, so it is checked against the clock).
+    let asked = Instant::now();
+    let tools = b.tools().await;
+    if asked.elapsed() < Duration::from_millis(1000) {
+        assert!(
+            !listed(&tools, "ttl__quiet"),
+            "the list was fetched before its ttlMs ran out"
+        );
+    }
+    // Once it ran out, the next look fetches the list again; the other server's is kept.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let tools = b.tools().await;
+    assert!(
+        listed(&tools, "ttl__quiet"),
+        "ttlMs ran out but the list was not fetched again"
+    );
+    assert!(
+        !listed(&tools, "nottl__quiet"),
+        "a list without a cache hint is kept"
+    );
+    assert_eq!(
+        b.call("ttl__quiet", json!({})).await.unwrap(),
+        json!("quiet ran")
+    );
+    stop_and_check(&b, "ttl").await;
+    stop_and_check(&b, "nottl").await;
+}
+
 #[tokio::test]
 async fn m1_tool_list_changed_refreshes_the_cache() {
     let b = started(vec![own("misb", &[])]).await;

@@ -6,6 +6,7 @@
 //! - `--spawn-grandchild`: start `sleep 600` as a child first (what `npx` does with `node`), to
 //!   prove that stopping the service ends the whole process group.
 //! - `--garbage-at-start`: write a non-JSON line to stdout before serving.
+//! - `--tools-ttl-ms N`: tool lists carry the cache hint `ttlMs: N` (2026-07-28).
 //! - `--tools-file PATH --tools-of NAME`: serve, instead of the tools below, the tools another
 //!   server listed: PATH holds recorded `tools/list` results (`{"servers": [{"name": NAME,
 //!   "tools": [...]}]}`, crates/tool-search/fixtures/tools.json); a call of one answers
@@ -14,7 +15,8 @@
 //! Tools: `echo`, `add` (structured result), `ping` (no parameters), `fail` (`isError`), `sleep`
 //! (slow but responsive), `freeze` (blocks the whole server: never answers anything again),
 //! `crash` (exits mid-call), `garbage` (writes non-JSON to stdout mid-call), `huge` (a result of
-//! N bytes), `add_tool` (adds a tool and sends `notifications/tools/list_changed`), `env` (one
+//! N bytes), `add_tool` (adds a tool and sends `notifications/tools/list_changed`, unless
+//! `"silent": true`), `env` (one
 //! environment variable of the server, to check what it was given).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -35,6 +37,8 @@ struct Server {
     added: Arc<Mutex<Vec<String>>>,
     /// Recorded tools served instead of the built-in ones (`--tools-file`).
     replay: Option<Arc<Vec<Tool>>>,
+    /// The `ttlMs` of tool lists (`--tools-ttl-ms`).
+    ttl_ms: Option<u64>,
 }
 
 /// The tools server `name` listed, from a file of recorded `tools/list` results.
@@ -149,7 +153,11 @@ impl ServerHandler for Server {
             return Ok(ListToolsResult::with_all_items(replay.as_ref().clone()));
         }
         let added = self.added.lock().unwrap().clone();
-        Ok(ListToolsResult::with_all_items(tools(&added)))
+        let mut list = ListToolsResult::with_all_items(tools(&added));
+        if let Some(ms) = self.ttl_ms {
+            list = list.with_ttl_ms(ms);
+        }
+        Ok(list)
     }
 
     async fn call_tool(
@@ -217,7 +225,9 @@ impl ServerHandler for Server {
             "add_tool" => {
                 let name = string("name").unwrap_or_else(|| "added".into());
                 self.added.lock().unwrap().push(name.clone());
-                let _ = context.peer.notify_tool_list_changed().await;
+                if args.get("silent") != Some(&Value::Bool(true)) {
+                    let _ = context.peer.notify_tool_list_changed().await;
+                }
                 Ok(text(format!("added {name}")))
             }
             "env" => {
@@ -241,7 +251,7 @@ impl ServerHandler for Server {
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut grandchild = None;
-    let (mut tools_file, mut tools_of) = (None, None);
+    let (mut tools_file, mut tools_of, mut ttl_ms) = (None, None, None);
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -269,6 +279,10 @@ async fn main() {
                 i += 1;
                 tools_file = args.get(i).cloned();
             }
+            "--tools-ttl-ms" => {
+                i += 1;
+                ttl_ms = args.get(i).and_then(|v| v.parse().ok());
+            }
             "--tools-of" => {
                 i += 1;
                 tools_of = args.get(i).cloned();
@@ -284,6 +298,7 @@ async fn main() {
     };
     let service = Server {
         replay,
+        ttl_ms,
         ..Server::default()
     }
     .serve(rmcp::transport::stdio())
