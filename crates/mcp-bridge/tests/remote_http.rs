@@ -205,3 +205,84 @@ async fn m5_mixed_stdio_and_url_config_loads_unchanged_and_runs_both() {
     assert!(a.to_string().contains("stdio") && b.to_string().contains("http"));
     bridge.stop_all().await;
 }
+
+/// The stateless 2026-07-28 revision (`server/discover`, no session) is what the bridge speaks
+/// to a server that offers it; every request carries that version.
+#[tokio::test]
+async fn m1_remote_stateless_revision_when_the_server_speaks_it() {
+    let server = testkit::McpHttpServer::start().await;
+    let bridge = McpBridge::new();
+    bridge.register(remote("st", server.url())).unwrap();
+    bridge.start("st").await.unwrap();
+    let names: Vec<String> = bridge
+        .tools()
+        .await
+        .into_iter()
+        .map(|t| t.exposed_name)
+        .collect();
+    assert!(names.contains(&"st__echo".to_owned()), "{names:?}");
+    assert_eq!(
+        bridge
+            .call("st__echo", json!({"message": "stateless"}))
+            .await
+            .unwrap(),
+        json!("Echo: stateless")
+    );
+    let versions = server.protocol_versions();
+    assert!(!versions.is_empty());
+    assert!(
+        versions.iter().all(|v| v == "2026-07-28"),
+        "the bridge spoke {versions:?}"
+    );
+    bridge.stop("st").await.unwrap();
+}
+
+/// Statelessly, a server restart is survived: no session to lose, the next call just works; a
+/// tool the server adds shows up once the list's `ttlMs` ran out (no notification stream in
+/// this revision).
+#[tokio::test]
+async fn m4_remote_stateless_server_restarted_and_its_list_refreshed_by_ttl() {
+    let server = testkit::McpHttpServer::start().await;
+    let addr = server.addr();
+    let bridge = McpBridge::new();
+    bridge.register(remote("st", server.url())).unwrap();
+    bridge.start("st").await.unwrap();
+    assert_eq!(
+        bridge
+            .call("st__echo", json!({"message": "one"}))
+            .await
+            .unwrap(),
+        json!("Echo: one")
+    );
+    // Restarted on the same port: a new process would know nothing of the old one either.
+    server.stop();
+    drop(server);
+    let server = testkit::McpHttpServer::start_on(addr).await;
+    assert_eq!(
+        bridge
+            .call("st__echo", json!({"message": "two"}))
+            .await
+            .unwrap(),
+        json!("Echo: two"),
+        "the call after the restart"
+    );
+    bridge
+        .call("st__add_tool", json!({"name": "late"}))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(testkit::TOOLS_TTL_MS + 200)).await;
+    assert!(
+        bridge
+            .tools()
+            .await
+            .iter()
+            .any(|t| t.exposed_name == "st__late"),
+        "the list was not fetched again after its ttlMs"
+    );
+    assert_eq!(
+        bridge.call("st__late", json!({})).await.unwrap(),
+        json!("late ran")
+    );
+    assert!(server.protocol_versions().iter().all(|v| v == "2026-07-28"));
+    bridge.stop("st").await.unwrap();
+}

@@ -18,6 +18,10 @@
 //! # }
 //! ```
 
+mod mcp_http;
+
+pub use mcp_http::{McpHttpServer, TOOLS_TTL_MS};
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
