@@ -40,6 +40,7 @@
 //! ```
 
 mod agent;
+mod approval;
 mod dispatch;
 mod machine;
 mod options;
@@ -51,6 +52,10 @@ mod turn;
 mod typed;
 
 pub use agent::{Agent, AgentBuilder};
+pub use approval::{
+    APPROVAL_KEY_ENV, ApprovalDecision, ApprovalError, ApprovalKey, ApprovalPolicy,
+    ApprovalPredicate, HeldCall, PendingApproval,
+};
 pub use async_trait::async_trait;
 pub use dispatch::{DEFAULT_TOOL_TIMEOUT, Dispatcher, ToolOutcome};
 pub use llm_core::{
@@ -67,7 +72,8 @@ pub use protocol::{
 };
 pub use registry::{RegistryError, ToolRegistry};
 pub use runner::{
-    LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream,
+    LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, pending_approval, resume_tool_loop,
+    resume_tool_loop_stream, run_tool_loop, run_tool_loop_stream,
 };
 pub use turn::TurnSections;
 pub use typed::{FnTool, schema_for, to_openai_tool};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use context_engine::TokenCounter;
 
 use crate::machine::DEFAULT_MAX_ITERATIONS;
-use crate::{AgentBuilder, ProtocolKind, TurnSections};
+use crate::{AgentBuilder, ApprovalKey, ApprovalPolicy, ProtocolKind, TurnSections};
 
 /// How a loop runs.
 #[derive(Debug, Clone)]
@@ -32,6 +32,11 @@ pub struct LoopOptions {
     pub sections: Vec<(String, String)>,
     /// Hooks computing sections from each turn's user message (C2; e.g. mcp-bridge's M3).
     pub turn_sections: Vec<Arc<dyn TurnSections>>,
+    /// The agent's own approval rules (default none: tools and providers decide).
+    pub approval: ApprovalPolicy,
+    /// The key that signs approval decisions (default: a random key for this process, with a
+    /// warning when first used; see [`ApprovalKey`]).
+    pub approval_key: Option<ApprovalKey>,
 }
 
 impl Default for LoopOptions {
@@ -46,6 +51,8 @@ impl Default for LoopOptions {
             counter: None,
             sections: Vec::new(),
             turn_sections: Vec::new(),
+            approval: ApprovalPolicy::new(),
+            approval_key: None,
         }
     }
 }
@@ -98,4 +105,15 @@ loop_settings! {
     context_budget / with_context_budget(tokens: usize) => |o| o.context_budget = Some(tokens);
     /// Set the token counter for the budget.
     counter / with_counter(counter: Arc<dyn TokenCounter>) => |o| o.counter = Some(counter);
+    /// Every call to tool `name` needs a person's approval (any provider's tool).
+    require_approval / with_required_approval(name: impl Into<String>) =>
+        |o| o.approval = std::mem::take(&mut o.approval).always(name);
+    /// Calls to tool `name` need a person's approval when `predicate` holds for their arguments.
+    require_approval_when / with_required_approval_when(
+        name: impl Into<String>,
+        predicate: impl Fn(&serde_json::Value) -> bool + Send + Sync + 'static
+    ) => |o| o.approval = std::mem::take(&mut o.approval).when(name, predicate);
+    /// Set the key that signs approval decisions ([`ApprovalKey`]; the same in every process
+    /// that serves these sessions).
+    approval_key / with_approval_key(key: ApprovalKey) => |o| o.approval_key = Some(key);
 }
