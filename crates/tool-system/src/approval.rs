@@ -34,8 +34,9 @@ use crate::{Dispatcher, LoopOptions};
 /// (e.g. the 64 hex digits of `openssl rand -hex 32`).
 pub const APPROVAL_KEY_ENV: &str = "TOOL_APPROVAL_KEY";
 
-/// The session state slot that holds a pending approval.
-pub(crate) const STATE_KEY: &str = "tool-system.approval";
+/// The session state slot ([`context_engine::SessionStore::get_state`]) that keeps a
+/// session's pending approval.
+pub const APPROVAL_STATE_KEY: &str = "tool-system.approval";
 
 /// Longest reason of a rejection passed on to the model, in characters.
 const MAX_REASON_CHARS: usize = 500;
@@ -557,7 +558,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
@@ -672,7 +673,7 @@ pub(crate) async fn hold(
             .append_with_state(
                 session_id,
                 &[],
-                StateChange::new(STATE_KEY, None, Some(&json)),
+                StateChange::new(APPROVAL_STATE_KEY, None, Some(&json)),
             )
             .await
     } else {
@@ -739,7 +740,7 @@ pub(crate) async fn close_open(
     machine: &LoopMachine,
 ) -> Result<Vec<Message>, LoopError> {
     for _ in 0..CAS_ATTEMPTS {
-        let raw = match store.get_state(session_id, STATE_KEY).await {
+        let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
             Ok(Some(raw)) => raw,
             Ok(None) | Err(StoreError::Unsupported { .. }) => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
@@ -783,7 +784,7 @@ pub(crate) async fn close_open(
                 Vec::new()
             }
         };
-        let change = StateChange::new(STATE_KEY, Some(&raw), None);
+        let change = StateChange::new(APPROVAL_STATE_KEY, Some(&raw), None);
         if store
             .append_with_state(session_id, &round, change)
             .await?
@@ -804,7 +805,7 @@ pub(crate) async fn current(
     session_id: &str,
     options: &LoopOptions,
 ) -> Result<Option<PendingApproval>, LoopError> {
-    let raw = match store.get_state(session_id, STATE_KEY).await {
+    let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
         Ok(Some(raw)) => raw,
         Ok(None) | Err(StoreError::Unsupported { .. } | StoreError::NotFound { .. }) => {
             return Ok(None);
@@ -859,7 +860,7 @@ pub(crate) async fn decide(
     }
     let key = key_of(options);
     for _ in 0..CAS_ATTEMPTS {
-        let raw = match store.get_state(session_id, STATE_KEY).await {
+        let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
             Ok(Some(raw)) => raw,
             Ok(None) | Err(StoreError::NotFound { .. }) => {
                 return Err(ApprovalError::NothingPending {
@@ -882,7 +883,7 @@ pub(crate) async fn decide(
             stored.status = Status::Running;
         }
         let json = stored.to_json()?;
-        let change = StateChange::new(STATE_KEY, Some(&raw), Some(&json));
+        let change = StateChange::new(APPROVAL_STATE_KEY, Some(&raw), Some(&json));
         if store
             .append_with_state(session_id, &[], change)
             .await?
@@ -1047,7 +1048,7 @@ pub(crate) async fn finish(
         }
     }
     let round = protocol.round_messages(&stored.reading(), &results);
-    let change = StateChange::new(STATE_KEY, Some(&raw), None);
+    let change = StateChange::new(APPROVAL_STATE_KEY, Some(&raw), None);
     match store.append_with_state(session_id, &round, change).await? {
         Some(_) => Ok(round),
         None => {

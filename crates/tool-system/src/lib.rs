@@ -53,8 +53,8 @@ mod typed;
 
 pub use agent::{Agent, AgentBuilder};
 pub use approval::{
-    APPROVAL_KEY_ENV, ApprovalDecision, ApprovalError, ApprovalKey, ApprovalPolicy,
-    ApprovalPredicate, HeldCall, PendingApproval,
+    APPROVAL_KEY_ENV, APPROVAL_STATE_KEY, ApprovalDecision, ApprovalError, ApprovalKey,
+    ApprovalPolicy, ApprovalPredicate, HeldCall, PendingApproval,
 };
 pub use async_trait::async_trait;
 pub use dispatch::{DEFAULT_TOOL_TIMEOUT, Dispatcher, ToolOutcome};

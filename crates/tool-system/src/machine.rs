@@ -401,49 +401,23 @@ mod tests {
         let args = json!({"city": "Beijing"});
         let mut ran = LoopMachine::new(5);
         ran.call_done(call(&args, true), &CallPlan::Run, "sunny", true);
-        let invalid = Some("Invalid JSON arguments for tool `get_weather`");
-        // (machine, invalid, idempotent, needs_approval, after_held) -> plan
-        let rows: Vec<(&LoopMachine, Option<&str>, bool, bool, bool, CallPlan)> = vec![
-            (&ran, None, false, false, false, CallPlan::Run),
-            (&ran, None, false, true, false, CallPlan::Hold),
-            (&ran, None, false, true, true, CallPlan::Hold),
-            (&ran, None, false, false, true, CallPlan::Wait),
+        let why = "Invalid JSON arguments for tool `get_weather`";
+        let invalid = Some(why);
+        // (invalid, idempotent, needs_approval, after_held) -> plan, after an idempotent call ran
+        type Row<'a> = (Option<&'a str>, bool, bool, bool, CallPlan);
+        let rows: Vec<Row<'_>> = vec![
+            (None, false, false, false, CallPlan::Run),
+            (None, false, true, false, CallPlan::Hold),
+            (None, false, true, true, CallPlan::Hold),
+            (None, false, false, true, CallPlan::Wait),
             // a call that cannot run is answered at once, never put to a person
-            (
-                &ran,
-                invalid,
-                false,
-                true,
-                false,
-                CallPlan::Reject(invalid.unwrap_or("").into()),
-            ),
-            (
-                &ran,
-                invalid,
-                false,
-                false,
-                true,
-                CallPlan::Reject(invalid.unwrap_or("").into()),
-            ),
+            (invalid, false, true, false, CallPlan::Reject(why.into())),
+            (invalid, false, false, true, CallPlan::Reject(why.into())),
             // a repeat of an approved idempotent call runs nothing: its result is reused
-            (
-                &ran,
-                None,
-                true,
-                true,
-                false,
-                CallPlan::Reuse("sunny".into()),
-            ),
-            (
-                &ran,
-                None,
-                true,
-                false,
-                true,
-                CallPlan::Reuse("sunny".into()),
-            ),
+            (None, true, true, false, CallPlan::Reuse("sunny".into())),
+            (None, true, false, true, CallPlan::Reuse("sunny".into())),
         ];
-        for (i, (m, invalid, idempotent, needs_approval, after_held, want)) in
+        for (i, (invalid, idempotent, needs_approval, after_held, want)) in
             rows.into_iter().enumerate()
         {
             let facts = CallFacts {
@@ -452,7 +426,7 @@ mod tests {
                 after_held,
                 ..call(&args, idempotent)
             };
-            assert_eq!(m.plan_call(facts), want, "row {i}");
+            assert_eq!(ran.plan_call(facts), want, "row {i}");
         }
     }
 
