@@ -400,6 +400,8 @@ struct Stored {
     tool_rounds: usize,
     content: String,
     answer: String,
+    /// What the person saw of the response (see [`shown_text`]).
+    text: String,
     native: bool,
     steps: Vec<StoredStep>,
 }
@@ -520,7 +522,7 @@ impl Stored {
     fn view(&self, session: &str, key: &ApprovalKey) -> PendingApproval {
         PendingApproval {
             session_id: session.to_owned(),
-            text: self.answer.clone(),
+            text: self.text.clone(),
             calls: self
                 .calls()
                 .filter(|c| c.state == CallState::Held)
@@ -662,6 +664,7 @@ pub(crate) async fn hold(
         tool_rounds: machine.tool_rounds(),
         content: reading.content.clone(),
         answer: reading.answer.clone(),
+        text: shown_text(protocol, reading),
         native: reading.native,
         steps,
     };
@@ -718,6 +721,17 @@ pub(crate) async fn hold(
             ))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The text of a response the person saw: the JSON decision protocol's `answer` of a call is
+/// the raw decision (kept for the round limit's "last response as it is"), which was never
+/// shown; every other protocol's `answer` is what was shown.
+pub(crate) fn shown_text(protocol: &dyn CallProtocol, reading: &Reading) -> String {
+    if protocol.name() == "json" && !reading.native {
+        String::new()
+    } else {
+        reading.answer.clone()
     }
 }
 
@@ -896,7 +910,7 @@ pub(crate) async fn decide(
                 stored.view(session_id, key),
                 Progress {
                     model_calls: stored.model_calls,
-                    answer: stored.answer.clone(),
+                    answer: stored.text.clone(),
                     protocol: stored.protocol.clone(),
                 },
             )
@@ -1148,6 +1162,7 @@ mod tests {
             tool_rounds: 1,
             content: String::new(),
             answer: String::new(),
+            text: String::new(),
             native: true,
             steps: vec![StoredStep::Calls {
                 calls: vec![call("c1", json!({}))],

@@ -483,7 +483,7 @@ async fn drive(
                         approval::Held::Pending(view) => {
                             emit(sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
                             return Ok(LoopOutput {
-                                answer: reading.answer,
+                                answer: view.text.clone(),
                                 iterations: machine.model_calls(),
                                 hit_iteration_limit: false,
                                 protocol: protocol.name(),

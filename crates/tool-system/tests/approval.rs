@@ -153,6 +153,12 @@ async fn reject_then_approve(protocol: ProtocolKind) {
 
     let out = s.agent.run("s", "clean up").await.unwrap();
     let first = pending(&out);
+    // What the person saw with the call (the JSON protocol shows nothing of a call decision).
+    let shown = match protocol {
+        ProtocolKind::JsonDecision => "",
+        _ => "Deleting it.",
+    };
+    assert_eq!((first.text.as_str(), out.answer.as_str()), (shown, shown));
     assert_eq!(first.calls.len(), 1);
     assert_eq!(first.calls[0].name, "delete_file");
     assert_eq!(first.calls[0].arguments, json!({"path": "/tmp/a"}));
