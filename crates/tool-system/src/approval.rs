@@ -614,6 +614,23 @@ fn canonical_json(v: &Value) -> String {
 /// How one call of a round stands after the round's first pass.
 pub(crate) type RoundSlots = Vec<(PendingCall, CallState)>;
 
+/// The round's results in call order when every call has one; else the slots back.
+pub(crate) fn all_done(slots: RoundSlots) -> Result<Vec<(PendingCall, String)>, RoundSlots> {
+    if !slots
+        .iter()
+        .all(|(_, s)| matches!(s, CallState::Done { .. }))
+    {
+        return Err(slots);
+    }
+    Ok(slots
+        .into_iter()
+        .filter_map(|(c, s)| match s {
+            CallState::Done { content, .. } => Some((c, content)),
+            _ => None,
+        })
+        .collect())
+}
+
 /// What [`hold`] did.
 pub(crate) enum Held {
     /// The round is stored in the state slot; the run stops here.

@@ -216,7 +216,8 @@ impl LoopMachine {
         if approved {
             return CallPlan::Run;
         }
-        CallPlan::Decline(match reason.map(str::trim).filter(|r| !r.is_empty()) {
+        let reason = reason.map(|r| r.trim().trim_end_matches('.').trim_end());
+        CallPlan::Decline(match reason.filter(|r| !r.is_empty()) {
             Some(r) => {
                 format!("The user declined this call: {r}. Do not retry it unless the user asks.")
             }
@@ -447,6 +448,18 @@ mod tests {
             (
                 false,
                 None,
+                declined("The user declined this call. Do not retry it unless the user asks."),
+            ),
+            (
+                false,
+                Some("Too expensive. "),
+                declined(
+                    "The user declined this call: Too expensive. Do not retry it unless the user asks.",
+                ),
+            ),
+            (
+                false,
+                Some(" ... "),
                 declined("The user declined this call. Do not retry it unless the user asks."),
             ),
             (

@@ -470,38 +470,29 @@ async fn drive(
                     &mut machine,
                 )
                 .await?;
-                if slots
-                    .iter()
-                    .any(|(_, s)| !matches!(s, CallState::Done { .. }))
-                {
-                    let held = approval::hold(
-                        store, session_id, &*protocol, &reading, slots, user_text, &machine,
-                        options,
-                    )
-                    .await?;
-                    match held {
-                        approval::Held::Pending(view) => {
-                            emit(sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
-                            return Ok(LoopOutput {
-                                answer: view.text.clone(),
-                                iterations: machine.model_calls(),
-                                hit_iteration_limit: false,
-                                protocol: protocol.name(),
-                                new_messages,
-                                pending_approval: Some(view),
-                            });
+                match approval::all_done(slots) {
+                    Ok(results) => protocol.round_messages(&reading, &results),
+                    Err(slots) => {
+                        let held = approval::hold(
+                            store, session_id, &*protocol, &reading, slots, user_text, &machine,
+                            options,
+                        )
+                        .await?;
+                        match held {
+                            approval::Held::Pending(view) => {
+                                emit(sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
+                                return Ok(LoopOutput {
+                                    answer: view.text.clone(),
+                                    iterations: machine.model_calls(),
+                                    hit_iteration_limit: false,
+                                    protocol: protocol.name(),
+                                    new_messages,
+                                    pending_approval: Some(view),
+                                });
+                            }
+                            approval::Held::Unsupported(round) => round,
                         }
-                        approval::Held::Unsupported(round) => round,
                     }
-                } else {
-                    let results: Vec<(PendingCall, String)> = slots
-                        .into_iter()
-                        .map(|(c, s)| match s {
-                            CallState::Done { content, .. } => (c, content),
-                            _ => (c, String::new()),
-                        })
-                        .collect();
-                    protocol.round_messages(&reading, &results)
                 }
             }
             Decision::Reprompt => {

@@ -974,3 +974,64 @@ async fn approval_with_a_store_without_state_slots_a_gated_call_is_not_run() {
     assert!(r["error"].as_str().unwrap().starts_with("Not run"), "{r}");
     checked_session(&*store, "s").await;
 }
+
+/// A backend that answers with two calls of one id (the HTTP backend merges such calls, so this
+/// one speaks through the `ChatModel` seam directly).
+struct SameIdTwice;
+
+#[tool_system::async_trait]
+impl llm_core::ChatModel for SameIdTwice {
+    fn info(&self) -> llm_core::ModelInfo {
+        llm_core::ModelInfo::new("same-id", true)
+    }
+    async fn chat(
+        &self,
+        req: llm_core::ChatRequest,
+    ) -> Result<llm_core::ChatResponse, llm_core::ModelError> {
+        use llm_core::{ChatResponse, FinishReason, ToolCall};
+        Ok(match req.messages.last() {
+            Some(Message::Tool { .. }) => {
+                ChatResponse::new("I could not delete it.", vec![], FinishReason::Stop, None)
+            }
+            _ => ChatResponse::new(
+                "",
+                vec![
+                    ToolCall::new("dup", "delete_file", json!({"path": "/tmp/a"})),
+                    ToolCall::new("dup", "get_weather", json!({"city": "Paris"})),
+                ],
+                FinishReason::ToolCalls,
+                None,
+            ),
+        })
+    }
+}
+
+#[tokio::test]
+async fn approval_two_calls_with_one_id_fail_closed_and_the_gated_one_is_not_run() {
+    // A decision names its call by id: with two calls of one id it could not say which.
+    let deleted = Deleted::default();
+    let store = store();
+    let agent = Agent::builder(SameIdTwice)
+        .tool(delete_file(deleted.clone()))
+        .tool(weather(Arc::default()))
+        .require_approval("delete_file")
+        .approval_key(key())
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let out = agent.run("s", "delete").await.unwrap();
+    assert!(!out.is_pending());
+    assert_eq!(out.answer, "I could not delete it.");
+    assert!(deleted.lock().unwrap().is_empty());
+    let messages = store.load("s").await.unwrap().messages;
+    let results: Vec<&Message> = messages
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { .. }))
+        .collect();
+    assert_eq!(results.len(), 2, "one result per call");
+    match results[0] {
+        Message::Tool { content, .. } => assert!(content.contains("Not run"), "{content}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(state(&*store).await.is_none());
+}
