@@ -1035,3 +1035,40 @@ async fn approval_two_calls_with_one_id_fail_closed_and_the_gated_one_is_not_run
     }
     assert!(state(&*store).await.is_none());
 }
+
+#[tokio::test]
+async fn approval_without_a_key_holds_with_a_process_key_and_warns() {
+    let logs = Logs::capture();
+    let server = ScriptedServer::start().await;
+    server.push(delete_reply(&ProtocolKind::Native, "c1", "/tmp/a"));
+    server.push(Reply::text("Deleted."));
+    let deleted = Deleted::default();
+    let agent = Agent::builder(model(&server))
+        .tool(delete_file(deleted.clone()))
+        .require_approval("delete_file")
+        .build()
+        .unwrap();
+    let p = pending(&agent.run("s", "delete").await.unwrap());
+    assert!(
+        logs.text().contains("no approval key was set"),
+        "{}",
+        logs.text()
+    );
+    // Within the process, the random key verifies; an agent with another key does not.
+    let other = Agent::builder(model(&server))
+        .tool(delete_file(deleted.clone()))
+        .store(agent.store().clone())
+        .approval_key(key())
+        .build()
+        .unwrap();
+    let e = approval_error(other.resume("s", &[p.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::BadToken {
+            call_id: "c1".into()
+        }
+    );
+    let out = agent.resume("s", &[p.calls[0].approve()]).await.unwrap();
+    assert_eq!(out.answer, "Deleted.");
+    assert_eq!(*deleted.lock().unwrap(), vec!["/tmp/a"]);
+}
