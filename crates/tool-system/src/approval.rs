@@ -237,6 +237,9 @@ pub struct HeldCall {
     pub arguments: Value,
     /// Binds a decision to this session, call, arguments and pending state.
     pub token: String,
+    /// The call was approved before, but the run that went on with it stopped while it ran
+    /// (a crash, a dropped request): it may have taken effect already. Say so to the person.
+    pub maybe_ran: bool,
 }
 
 impl HeldCall {
@@ -404,6 +407,10 @@ struct Stored {
     text: String,
     native: bool,
     steps: Vec<StoredStep>,
+    /// While `running`: until when (Unix ms) the claiming request may take; past it the round
+    /// is asked again.
+    #[serde(default)]
+    lease_until_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -437,8 +444,12 @@ struct StoredCall {
 pub(crate) enum CallState {
     /// It has its result (it ran, or was answered without running).
     Done { content: String, is_error: bool },
-    /// Waiting for a person.
-    Held,
+    /// Waiting for a person. `maybe_ran`: it was approved before, and the run that claimed it
+    /// stopped while it ran (its lease ran out), so it may have taken effect.
+    Held {
+        #[serde(default)]
+        maybe_ran: bool,
+    },
     /// Waiting for an earlier held call (protocols that run calls in order).
     Waiting,
     /// The person approved it.
@@ -465,7 +476,7 @@ impl Stored {
             if !ids.insert(c.id.as_str()) {
                 return Err(unreadable(format!("call id `{}` appears twice", c.id)));
             }
-            if matches!(c.state, CallState::Held) {
+            if matches!(c.state, CallState::Held { .. }) {
                 undecided += 1;
             }
         }
@@ -476,6 +487,10 @@ impl Stored {
             return Err(unreadable("running with undecided calls".into()));
         }
         Ok(s)
+    }
+
+    fn lease_expired(&self) -> bool {
+        self.lease_until_ms.is_none_or(|until| now_ms() >= until)
     }
 
     fn calls(&self) -> impl Iterator<Item = &StoredCall> {
@@ -525,12 +540,15 @@ impl Stored {
             text: self.text.clone(),
             calls: self
                 .calls()
-                .filter(|c| c.state == CallState::Held)
-                .map(|c| HeldCall {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
-                    token: key.token(session, c, &self.nonce),
+                .filter_map(|c| match c.state {
+                    CallState::Held { maybe_ran } => Some(HeldCall {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                        token: key.token(session, c, &self.nonce),
+                        maybe_ran,
+                    }),
+                    _ => None,
                 })
                 .collect(),
         }
@@ -684,6 +702,7 @@ pub(crate) async fn hold(
         text: shown_text(protocol, reading),
         native: reading.native,
         steps,
+        lease_until_ms: None,
     };
     let json = stored.to_json()?;
     let ids: Vec<&str> = stored.calls().map(|c| c.id.as_str()).collect();
@@ -789,8 +808,10 @@ pub(crate) async fn close_open(
                             CallState::Rejected { reason } => {
                                 machine.plan_decided(false, reason.as_deref())
                             }
-                            CallState::Approved => machine.plan_abandoned(running),
-                            CallState::Held | CallState::Waiting => machine.plan_abandoned(false),
+                            CallState::Approved | CallState::Waiting => {
+                                machine.plan_abandoned(running)
+                            }
+                            CallState::Held { maybe_ran } => machine.plan_abandoned(*maybe_ran),
                         };
                         let text = match plan {
                             CallPlan::Decline(t) => t,
@@ -844,7 +865,53 @@ pub(crate) async fn current(
         Err(e) => return Err(e.into()),
     };
     let stored = Stored::parse(session_id, &raw)?;
-    Ok((stored.status == Status::Pending).then(|| stored.view(session_id, key_of(options))))
+    if stored.status == Status::Running {
+        if !stored.lease_expired() {
+            return Ok(None); // being run now
+        }
+        let asked = reask(store, session_id, &raw, stored).await?;
+        return Ok(asked.map(|s| s.view(session_id, key_of(options))));
+    }
+    Ok(Some(stored.view(session_id, key_of(options))))
+}
+
+/// A round whose claimer stopped while running it (its lease ran out) goes back to the person:
+/// every call without a result that was not declined is held again, marked as possibly run,
+/// under a fresh nonce (older tokens are stale). `None` when the slot changed meanwhile.
+async fn reask(
+    store: &dyn SessionStore,
+    session_id: &str,
+    raw: &str,
+    mut stored: Stored,
+) -> Result<Option<Stored>, LoopError> {
+    for c in stored.calls_mut() {
+        if matches!(c.state, CallState::Approved | CallState::Waiting) {
+            c.state = CallState::Held { maybe_ran: true };
+        }
+    }
+    stored.status = Status::Pending;
+    stored.lease_until_ms = None;
+    stored.nonce = nonce();
+    tracing::warn!(
+        session = session_id,
+        "a round of approved tool calls was cut off while running (its lease ran out); asking the person again"
+    );
+    let json = stored.to_json()?;
+    let change = StateChange::new(APPROVAL_STATE_KEY, Some(raw), Some(&json));
+    Ok(store
+        .append_with_state(session_id, &[], change)
+        .await?
+        .map(|_| stored))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, millis)
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// What applying decisions led to.
@@ -903,15 +970,24 @@ pub(crate) async fn decide(
         };
         let mut stored = Stored::parse(session_id, &raw)?;
         if stored.status == Status::Running {
-            return Err(ApprovalError::Running {
-                session: session_id.to_owned(),
+            if !stored.lease_expired() {
+                return Err(ApprovalError::Running {
+                    session: session_id.to_owned(),
+                }
+                .into());
             }
-            .into());
+            // The request that claimed the round stopped: ask again (the decisions given
+            // were made for the old state and are refused as stale).
+            reask(store, session_id, &raw, stored).await?;
+            continue;
         }
         apply(&mut stored, session_id, decisions, key)?;
-        let still = stored.calls().any(|c| c.state == CallState::Held);
+        let still = stored
+            .calls()
+            .any(|c| matches!(c.state, CallState::Held { .. }));
         if !still {
             stored.status = Status::Running;
+            stored.lease_until_ms = Some(now_ms().saturating_add(millis(options.approval_lease)));
         }
         let json = stored.to_json()?;
         let change = StateChange::new(APPROVAL_STATE_KEY, Some(&raw), Some(&json));
@@ -973,7 +1049,7 @@ fn apply(
             return Err(ApprovalError::BadToken { call_id: call_id() });
         }
         match call.state {
-            CallState::Held => {}
+            CallState::Held { .. } => {}
             CallState::Approved | CallState::Rejected { .. } => {
                 return Err(ApprovalError::AlreadyDecided { call_id: call_id() });
             }
@@ -1030,7 +1106,7 @@ pub(crate) async fn finish(
                 }
                 CallState::Waiting => Some(machine.plan_call(facts(c, dispatcher, false))),
                 // Parse refuses a running state with undecided calls; never run one anyway.
-                CallState::Held => Some(machine.plan_abandoned(false)),
+                CallState::Held { .. } => Some(machine.plan_abandoned(false)),
             };
             if matches!(plan, Some(CallPlan::Run)) {
                 emit(sink, || LoopEvent::ToolCallStarted {
@@ -1125,7 +1201,7 @@ mod tests {
             id: id.into(),
             name: "delete_file".into(),
             arguments: args,
-            state: CallState::Held,
+            state: CallState::Held { maybe_ran: false },
         }
     }
 
@@ -1180,6 +1256,7 @@ mod tests {
             content: String::new(),
             answer: String::new(),
             text: String::new(),
+            lease_until_ms: None,
             native: true,
             steps: vec![StoredStep::Calls {
                 calls: vec![call("c1", json!({}))],

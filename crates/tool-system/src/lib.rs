@@ -113,6 +113,7 @@ pub use llm_core::{
 pub use machine::{
     CallFacts, CallPlan, DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts,
 };
+pub use options::DEFAULT_APPROVAL_LEASE;
 pub use prompt::{describe_tools, generate_tool_prompt, json_decision_prompt};
 pub use protocol::{
     CallProtocol, JsonDecisionProtocol, NativeProtocol, PendingCall, ProtocolKind, Reading,

@@ -2,11 +2,15 @@
 //! bottom of this file, which gives both `LoopOptions::with_x` and [`AgentBuilder`]'s `x`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use context_engine::TokenCounter;
 
 use crate::machine::DEFAULT_MAX_ITERATIONS;
 use crate::{AgentBuilder, ApprovalKey, ApprovalPolicy, ProtocolKind, TurnSections};
+
+/// Default [`LoopOptions::approval_lease`]: 10 minutes.
+pub const DEFAULT_APPROVAL_LEASE: Duration = Duration::from_secs(600);
 
 /// How a loop runs.
 #[derive(Debug, Clone)]
@@ -37,6 +41,11 @@ pub struct LoopOptions {
     /// The key that signs approval decisions (default: a random key for this process, with a
     /// warning when first used; see [`ApprovalKey`]).
     pub approval_key: Option<ApprovalKey>,
+    /// How long a request that went on with approved calls may take to record their round
+    /// (default 10 minutes). A round found still running past it — the process stopped, the
+    /// request was dropped — is put to the person again, each call marked as possibly run. Set
+    /// it above your slowest round of approved calls.
+    pub approval_lease: Duration,
 }
 
 impl Default for LoopOptions {
@@ -53,6 +62,7 @@ impl Default for LoopOptions {
             turn_sections: Vec::new(),
             approval: ApprovalPolicy::new(),
             approval_key: None,
+            approval_lease: DEFAULT_APPROVAL_LEASE,
         }
     }
 }
@@ -116,4 +126,7 @@ loop_settings! {
     /// Set the key that signs approval decisions ([`ApprovalKey`]; the same in every process
     /// that serves these sessions).
     approval_key / with_approval_key(key: ApprovalKey) => |o| o.approval_key = Some(key);
+    /// Set how long a request that went on with approved calls may take
+    /// ([`LoopOptions::approval_lease`]).
+    approval_lease / with_approval_lease(lease: Duration) => |o| o.approval_lease = lease;
 }

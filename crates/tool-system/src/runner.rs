@@ -275,7 +275,7 @@ async fn resume(
                 store,
                 dispatcher,
                 session_id,
-                Start::Resume(claimed),
+                Start::Resume(Box::new(claimed)),
                 options,
                 sink,
             )
@@ -287,7 +287,7 @@ async fn resume(
 /// How a run starts: with the person's message, or with a held round whose decisions are in.
 enum Start<'a> {
     User(&'a str),
-    Resume(approval::Claimed),
+    Resume(Box<approval::Claimed>),
 }
 
 /// The streaming variant of [`run_tool_loop`]: a `'static + Send` stream of [`LoopEvent`]s
@@ -417,7 +417,7 @@ async fn drive(
             let (calls, rounds) = claimed.counts();
             machine = machine.resumed(calls, rounds);
             approval::finish(
-                claimed,
+                *claimed,
                 store,
                 &*protocol,
                 dispatcher,
@@ -626,7 +626,7 @@ async fn run_steps(
         for (((c, f), plan), outcome) in calls.iter().zip(&facts).zip(&plans).zip(outcomes) {
             let Some((content, is_error)) = outcome else {
                 let state = if *plan == CallPlan::Hold {
-                    CallState::Held
+                    CallState::Held { maybe_ran: false }
                 } else {
                     CallState::Waiting
                 };

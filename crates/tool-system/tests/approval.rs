@@ -1072,3 +1072,103 @@ async fn approval_without_a_key_holds_with_a_process_key_and_warns() {
     assert_eq!(out.answer, "Deleted.");
     assert_eq!(*deleted.lock().unwrap(), vec!["/tmp/a"]);
 }
+
+#[tokio::test]
+async fn approval_a_round_cut_off_while_running_is_asked_again_after_its_lease() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_call(
+        "c1",
+        "slow_delete",
+        r#"{"path":"/tmp/a"}"#,
+    ));
+    server.push(Reply::text("Deleted."));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(tokio::sync::Notify::new());
+    let tool = {
+        let (runs, started) = (runs.clone(), started.clone());
+        FnTool::new(
+            "slow_delete",
+            "Delete a file, slowly",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            move |args, _| {
+                let first = runs.fetch_add(1, Ordering::SeqCst) == 0;
+                let started = started.clone();
+                async move {
+                    if first {
+                        started.notify_one();
+                        std::future::pending::<()>().await; // cut off below
+                    }
+                    Ok(json!({"deleted": args["path"]}))
+                }
+            },
+        )
+    };
+    let store = store();
+    let agent = Agent::builder(model(&server))
+        .tool(tool)
+        .require_approval("slow_delete")
+        .approval_key(key())
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let p = pending(&agent.run("s", "delete").await.unwrap());
+    assert!(!p.calls[0].maybe_ran);
+
+    // The request going on with the approval stops while the call runs (a crash, a dropped
+    // request): its round stays claimed.
+    let approve = [p.calls[0].approve()];
+    tokio::select! {
+        r = agent.resume("s", &approve) => panic!("the call should hang: {r:?}"),
+        () = started.notified() => {}
+    }
+    // Within the claim's lease it counts as running: not shown, not decided twice.
+    assert_eq!(agent.pending_approval("s").await.unwrap(), None);
+    let e = approval_error(agent.resume("s", &[p.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::Running {
+            session: "s".into()
+        }
+    );
+
+    // The lease runs out (set in the stored state, instead of waiting ten minutes).
+    let raw = state(&*store).await.unwrap();
+    let mut v: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(v["status"], "running");
+    v["lease_until_ms"] = json!(0);
+    store
+        .append_with_state(
+            "s",
+            &[],
+            StateChange::new(APPROVAL_STATE_KEY, Some(&raw), Some(&v.to_string())),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+
+    // The person is asked again, told that the call may have run; older tokens are stale.
+    let again = agent
+        .pending_approval("s")
+        .await
+        .unwrap()
+        .expect("asked again");
+    assert_eq!(again.calls.len(), 1);
+    assert!(again.calls[0].maybe_ran);
+    assert_ne!(again.calls[0].token, p.calls[0].token);
+    let e = approval_error(agent.resume("s", &[p.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::Stale {
+            call_id: "c1".into()
+        }
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    let out = agent
+        .resume("s", &[again.calls[0].approve()])
+        .await
+        .unwrap();
+    assert_eq!(out.answer, "Deleted.");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    checked_session(&*store, "s").await;
+}
