@@ -192,6 +192,14 @@ pub trait Tool: Send + Sync {
     fn idempotent(&self) -> bool {
         false
     }
+    /// Whether this call needs a person's approval before it runs (a payment, a deletion, a
+    /// message sent on someone's behalf). `args` are the call's arguments, already checked
+    /// against nothing but JSON syntax, so a predicate can gate only some calls (`amount > 100`).
+    /// Default `false`. The tool loop holds such a call and returns a pending approval instead
+    /// of running it (tool-system's `Agent::resume` decides it).
+    fn needs_approval(&self, _args: &Value) -> bool {
+        false
+    }
 }
 
 /// A source of tools the dispatcher routes calls to: the built-in registry, the skills
@@ -219,6 +227,11 @@ pub trait ToolProvider: Send + Sync {
     }
     /// Whether tool `name` is idempotent ([`Tool::idempotent`]); default `false`.
     fn idempotent(&self, _name: &str) -> bool {
+        false
+    }
+    /// Whether a call to tool `name` with `args` needs a person's approval before it runs
+    /// ([`Tool::needs_approval`]); default `false`. An MCP service gates tools by its config here.
+    fn needs_approval(&self, _name: &str, _args: &Value) -> bool {
         false
     }
     /// The error the model gets when the arguments of a call to `name` do not fit its

@@ -53,6 +53,23 @@ fn bench(c: &mut Criterion) {
             rt.block_on(native.run(&id, "go")).unwrap()
         })
     });
+    // The same run with `noop` held for approval: run → pending (state written), resume with
+    // the decision (token checked, state claimed, round appended) → answer.
+    let gated = common::noop_agent(Instant, |b| {
+        b.protocol(ProtocolKind::Native)
+            .require_approval("noop")
+            .approval_key(tool_system::ApprovalKey::new([7u8; 32]).unwrap())
+    });
+    g.bench_function("native_run_held_and_resumed", |b| {
+        b.iter(|| {
+            let id = format!("h{}", n.fetch_add(1, Ordering::Relaxed));
+            rt.block_on(async {
+                let out = gated.run(&id, "go").await.unwrap();
+                let held = out.pending_approval.unwrap();
+                gated.resume(&id, &[held.calls[0].approve()]).await.unwrap()
+            })
+        })
+    });
     let dispatcher = native.dispatcher().clone();
     g.bench_function("dispatch_noop_validated", |b| {
         b.iter(|| {

@@ -7,8 +7,10 @@ use context_engine::{MemoryStore, SessionStore};
 use llm_core::ChatModel;
 
 use crate::runner::{
-    LoopError, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream,
+    LoopError, LoopOptions, LoopOutput, LoopStream, pending_approval, resume_tool_loop,
+    resume_tool_loop_stream, run_tool_loop, run_tool_loop_stream,
 };
+use crate::{ApprovalDecision, PendingApproval};
 use crate::{Dispatcher, RegistryError, Tool, ToolProvider, ToolRegistry};
 
 /// A model, its tools, a session store and loop options, ready to answer.
@@ -89,6 +91,52 @@ impl Agent {
             text,
             self.options.clone(),
         )
+    }
+
+    /// Decides calls held for approval in session `session_id` (see [`PendingApproval`]) and,
+    /// once all are decided, goes on with the run: approved calls run, declined ones get a
+    /// "the user declined" result, the round is recorded, the model answers. With calls still
+    /// undecided it returns at once, still pending. Refused decisions are
+    /// [`LoopError::Approval`] and change nothing.
+    pub async fn resume(
+        &self,
+        session_id: &str,
+        decisions: &[ApprovalDecision],
+    ) -> Result<LoopOutput, LoopError> {
+        resume_tool_loop(
+            &*self.model,
+            &*self.store,
+            &self.dispatcher,
+            session_id,
+            decisions,
+            &self.options,
+        )
+        .await
+    }
+
+    /// Like [`resume`](Self::resume), as a stream of events for a UI.
+    pub fn resume_stream(
+        &self,
+        session_id: impl Into<String>,
+        decisions: Vec<ApprovalDecision>,
+    ) -> LoopStream {
+        resume_tool_loop_stream(
+            Arc::clone(&self.model),
+            Arc::clone(&self.store),
+            Arc::clone(&self.dispatcher),
+            session_id,
+            decisions,
+            self.options.clone(),
+        )
+    }
+
+    /// The calls of session `session_id` waiting for approval, with fresh tokens (after a page
+    /// reload or a restart); `None` when nothing waits.
+    pub async fn pending_approval(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<PendingApproval>, LoopError> {
+        pending_approval(&*self.store, session_id, &self.options).await
     }
 
     /// The session store.

@@ -193,6 +193,16 @@ impl Dispatcher {
             .is_some_and(|r| self.providers[r.provider].idempotent(name))
     }
 
+    /// Whether a call to `name` with `args` needs a person's approval
+    /// ([`ToolProvider::needs_approval`] of the provider it routes to). A name no provider lists
+    /// is asked of every provider (any of them may still run it): fail closed.
+    pub fn needs_approval(&self, name: &str, args: &Value) -> bool {
+        match self.table().get(name) {
+            Some(r) => self.providers[r.provider].needs_approval(name, args),
+            None => self.providers.iter().any(|p| p.needs_approval(name, args)),
+        }
+    }
+
     fn table(&self) -> Arc<HashMap<String, Arc<Route>>> {
         match self.routes.read() {
             Ok(r) => Arc::clone(&r),

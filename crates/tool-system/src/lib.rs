@@ -14,6 +14,11 @@
 //!   [`TagProtocol`] (T7, T8); a model without function calling switches to the JSON one (T9).
 //! * [`run_tool_loop`] / [`run_tool_loop_stream`] and [`Agent`]: the loop, its decisions in a
 //!   pure [`LoopMachine`], every round appended to a `context_engine` session.
+//! * Approval of tool calls: a call that needs a person's approval ([`Tool::needs_approval`],
+//!   [`ToolProvider::needs_approval`], or the agent's [`ApprovalPolicy`]) is held; the run
+//!   returns a [`PendingApproval`] kept in the session store, and [`Agent::resume`] goes on
+//!   with the person's [`ApprovalDecision`]s, each bound to its session, call and arguments by
+//!   an HMAC token (design: `docs/approval.md`).
 //!
 //! ```
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -38,8 +43,52 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! ## Approving tool calls
+//!
+//! ```
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelError, ModelInfo, ToolCall};
+//! use serde_json::json;
+//! use tool_system::{Agent, ApprovalKey, FnTool};
+//! # /// Asks to delete a file; answers once it has the result.
+//! # struct Demo;
+//! # #[async_trait]
+//! # impl ChatModel for Demo {
+//! #     fn info(&self) -> ModelInfo { ModelInfo::new("demo", true) }
+//! #     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
+//! #         Ok(match req.messages.last() {
+//! #             Some(Message::Tool { content, .. }) => ChatResponse::new(format!("Result: {content}"), vec![], FinishReason::Stop, None),
+//! #             _ => ChatResponse::new("", vec![ToolCall::new("c1", "delete_file", json!({"path": "/tmp/report.txt"}))], FinishReason::ToolCalls, None),
+//! #         })
+//! #     }
+//! # }
+//! # let model = Demo;
+//! # let secret = "the same secret of 32+ bytes in every process";
+//! let agent = Agent::builder(model)
+//!     .tool(FnTool::new("delete_file", "Delete a file",
+//!         json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+//!         |args, _| async move { Ok(json!({"deleted": args["path"]})) }))
+//!     .require_approval("delete_file") // or .require_approval_when("delete_file", |args| ...)
+//!     .approval_key(ApprovalKey::new(secret)?) // or ApprovalKey::from_env()? (TOOL_APPROVAL_KEY)
+//!     .build()?;
+//!
+//! let out = agent.run("s1", "Delete /tmp/report.txt").await?;
+//! # assert!(out.pending_approval.is_some());
+//! if let Some(pending) = out.pending_approval {
+//!     for call in &pending.calls {
+//!         println!("{} wants to run {} with {}", call.id, call.name, call.arguments); // show as text
+//!     }
+//!     // Later, after a restart too (`agent.pending_approval("s1")` shows the same calls again):
+//!     let out = agent.resume("s1", &[pending.calls[0].approve()]).await?; // or .reject("not that file")
+//!     println!("{}", out.answer);
+//! #   assert_eq!(out.answer, r#"Result: {"deleted":"/tmp/report.txt"}"#);
+//! }
+//! # Ok(()) }
+//! ```
 
 mod agent;
+mod approval;
 mod dispatch;
 mod machine;
 mod options;
@@ -51,6 +100,10 @@ mod turn;
 mod typed;
 
 pub use agent::{Agent, AgentBuilder};
+pub use approval::{
+    APPROVAL_KEY_ENV, APPROVAL_STATE_KEY, ApprovalDecision, ApprovalError, ApprovalKey,
+    ApprovalPolicy, ApprovalPredicate, HeldCall, PendingApproval,
+};
 pub use async_trait::async_trait;
 pub use dispatch::{DEFAULT_TOOL_TIMEOUT, Dispatcher, ToolOutcome};
 pub use llm_core::{
@@ -60,6 +113,7 @@ pub use llm_core::{
 pub use machine::{
     CallFacts, CallPlan, DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts,
 };
+pub use options::DEFAULT_APPROVAL_LEASE;
 pub use prompt::{describe_tools, generate_tool_prompt, json_decision_prompt};
 pub use protocol::{
     CallProtocol, JsonDecisionProtocol, NativeProtocol, PendingCall, ProtocolKind, Reading,
@@ -67,7 +121,8 @@ pub use protocol::{
 };
 pub use registry::{RegistryError, ToolRegistry};
 pub use runner::{
-    LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, run_tool_loop, run_tool_loop_stream,
+    LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, pending_approval, resume_tool_loop,
+    resume_tool_loop_stream, run_tool_loop, run_tool_loop_stream,
 };
 pub use turn::TurnSections;
 pub use typed::{FnTool, schema_for, to_openai_tool};

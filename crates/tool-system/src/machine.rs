@@ -1,7 +1,7 @@
 //! The loop's decisions as a plain state machine with no I/O (like rig's `AgentRun`): the
 //! runner tells it what happened and asks it what to do next; every rule of the loop — run the
-//! tools, answer a repeated call from its earlier result, ask for a correction, stop at the
-//! limit — is decided here and unit-tested here.
+//! tools, answer a repeated call from its earlier result, hold a call for a person's approval,
+//! ask for a correction, stop at the limit — is decided here and unit-tested here.
 
 use std::collections::HashMap;
 
@@ -46,6 +46,15 @@ pub enum CallPlan {
     /// Do not run it: the tool declared itself idempotent and ran with these arguments
     /// earlier in this run; the model gets the earlier result again.
     Reuse(String),
+    /// Do not run it yet: it needs a person's approval. The run stops with a pending approval
+    /// once the calls that can run have run.
+    Hold,
+    /// Do not run it yet: an earlier call of this round is held and the protocol runs calls in
+    /// order, so this one runs (without approval of its own) after the held one is decided.
+    Wait,
+    /// Do not run it: the person declined it, or it can no longer be decided; the model gets
+    /// this text as the call's error result.
+    Decline(String),
 }
 
 /// One call as the machine sees it.
@@ -60,6 +69,11 @@ pub struct CallFacts<'a> {
     /// Whether the tool declared that a repeat with the same arguments gives the same result
     /// and changes nothing ([`llm_core::Tool::idempotent`]).
     pub idempotent: bool,
+    /// Whether the call needs a person's approval ([`llm_core::Tool::needs_approval`], the
+    /// provider's, or the agent's approval policy).
+    pub needs_approval: bool,
+    /// Whether an earlier call of this round is held and the protocol runs calls in order.
+    pub after_held: bool,
 }
 
 /// The loop's state.
@@ -105,6 +119,15 @@ impl LoopMachine {
     /// fix it, instead of being taken as the plain answer (001's fallback default).
     pub fn with_corrections(mut self, on: bool) -> Self {
         self.corrections = on;
+        self
+    }
+
+    /// The machine of a run that stopped for approval after `model_calls` model calls and
+    /// `tool_rounds` tool rounds, continued after the decision (possibly in another process).
+    /// Results kept for idempotent repeats are not carried over: a repeat runs again.
+    pub fn resumed(mut self, model_calls: usize, tool_rounds: usize) -> Self {
+        self.model_calls = model_calls;
+        self.tool_rounds = tool_rounds;
         self
     }
 
@@ -160,7 +183,14 @@ impl LoopMachine {
         Decision::Finish
     }
 
-    /// What to do with one call of a round being run.
+    /// What to do with one call of a round being run:
+    ///
+    /// * arguments that are not JSON → [`CallPlan::Reject`] (such a call is never put to a
+    ///   person: it cannot run as written);
+    /// * a repeat of an idempotent call that ran → [`CallPlan::Reuse`] (nothing runs);
+    /// * a call that needs approval → [`CallPlan::Hold`];
+    /// * a call after a held one, in a protocol that runs calls in order → [`CallPlan::Wait`];
+    /// * otherwise → [`CallPlan::Run`].
     pub fn plan_call(&self, call: CallFacts<'_>) -> CallPlan {
         if let Some(why) = call.invalid {
             return CallPlan::Reject(why.to_owned());
@@ -170,7 +200,41 @@ impl LoopMachine {
         {
             return CallPlan::Reuse(earlier.clone());
         }
+        if call.needs_approval {
+            return CallPlan::Hold;
+        }
+        if call.after_held {
+            return CallPlan::Wait;
+        }
         CallPlan::Run
+    }
+
+    /// What to do with a held call once the person decided: approved → [`CallPlan::Run`];
+    /// rejected → [`CallPlan::Decline`] with a text telling the model not to retry, quoting
+    /// the person's reason when there is one.
+    pub fn plan_decided(&self, approved: bool, reason: Option<&str>) -> CallPlan {
+        if approved {
+            return CallPlan::Run;
+        }
+        let reason = reason.map(|r| r.trim().trim_end_matches('.').trim_end());
+        CallPlan::Decline(match reason.filter(|r| !r.is_empty()) {
+            Some(r) => {
+                format!("The user declined this call: {r}. Do not retry it unless the user asks.")
+            }
+            None => "The user declined this call. Do not retry it unless the user asks.".into(),
+        })
+    }
+
+    /// What a call of a round that was held gets when the round is closed without running it
+    /// (the person sent a new message instead of deciding): it never runs now. `maybe_ran` is
+    /// for an approved call whose run was cut off (the process stopped while it ran): whether
+    /// it took effect is unknown, and the model is told so rather than told it did not run.
+    pub fn plan_abandoned(&self, maybe_ran: bool) -> CallPlan {
+        CallPlan::Decline(if maybe_ran {
+            "This call was approved, but the run stopped while it ran: whether it took effect is unknown. Check before calling it again.".into()
+        } else {
+            "Not run: the user sent a new message instead of deciding on this call. Do not retry it unless the user asks.".into()
+        })
     }
 
     /// Records how a planned call ended: a successful idempotent call's result is kept for
@@ -216,6 +280,8 @@ mod tests {
             arguments: args,
             invalid: None,
             idempotent,
+            needs_approval: false,
+            after_held: false,
         }
     }
 
@@ -329,5 +395,103 @@ mod tests {
         m.after_response(CALLS);
         m.call_done(call(&args, true), &CallPlan::Run, "not found", false);
         assert_eq!(m.plan_call(call(&args, true)), CallPlan::Run);
+    }
+
+    #[test]
+    fn approval_plan_table() {
+        let args = json!({"city": "Beijing"});
+        let mut ran = LoopMachine::new(5);
+        ran.call_done(call(&args, true), &CallPlan::Run, "sunny", true);
+        let why = "Invalid JSON arguments for tool `get_weather`";
+        let invalid = Some(why);
+        // (invalid, idempotent, needs_approval, after_held) -> plan, after an idempotent call ran
+        type Row<'a> = (Option<&'a str>, bool, bool, bool, CallPlan);
+        let rows: Vec<Row<'_>> = vec![
+            (None, false, false, false, CallPlan::Run),
+            (None, false, true, false, CallPlan::Hold),
+            (None, false, true, true, CallPlan::Hold),
+            (None, false, false, true, CallPlan::Wait),
+            // a call that cannot run is answered at once, never put to a person
+            (invalid, false, true, false, CallPlan::Reject(why.into())),
+            (invalid, false, false, true, CallPlan::Reject(why.into())),
+            // a repeat of an approved idempotent call runs nothing: its result is reused
+            (None, true, true, false, CallPlan::Reuse("sunny".into())),
+            (None, true, false, true, CallPlan::Reuse("sunny".into())),
+        ];
+        for (i, (invalid, idempotent, needs_approval, after_held, want)) in
+            rows.into_iter().enumerate()
+        {
+            let facts = CallFacts {
+                invalid,
+                needs_approval,
+                after_held,
+                ..call(&args, idempotent)
+            };
+            assert_eq!(ran.plan_call(facts), want, "row {i}");
+        }
+    }
+
+    #[test]
+    fn approval_decisions_table() {
+        let m = LoopMachine::new(5);
+        let declined = |t: &str| CallPlan::Decline(t.into());
+        let rows = [
+            (true, None, CallPlan::Run),
+            (true, Some("ignored"), CallPlan::Run),
+            (
+                false,
+                Some("too expensive"),
+                declined(
+                    "The user declined this call: too expensive. Do not retry it unless the user asks.",
+                ),
+            ),
+            (
+                false,
+                None,
+                declined("The user declined this call. Do not retry it unless the user asks."),
+            ),
+            (
+                false,
+                Some("Too expensive. "),
+                declined(
+                    "The user declined this call: Too expensive. Do not retry it unless the user asks.",
+                ),
+            ),
+            (
+                false,
+                Some(" ... "),
+                declined("The user declined this call. Do not retry it unless the user asks."),
+            ),
+            (
+                false,
+                Some("  "),
+                declined("The user declined this call. Do not retry it unless the user asks."),
+            ),
+        ];
+        for (approved, reason, want) in rows {
+            assert_eq!(
+                m.plan_decided(approved, reason),
+                want,
+                "{approved} {reason:?}"
+            );
+        }
+        let CallPlan::Decline(unknown) = m.plan_abandoned(true) else {
+            panic!("abandoned calls are declined")
+        };
+        assert!(unknown.contains("unknown"), "{unknown}");
+        let CallPlan::Decline(not_run) = m.plan_abandoned(false) else {
+            panic!("abandoned calls are declined")
+        };
+        assert!(not_run.starts_with("Not run"), "{not_run}");
+    }
+
+    #[test]
+    fn approval_resumed_machine_keeps_counting_rounds() {
+        let mut m = LoopMachine::new(2).resumed(2, 2);
+        assert_eq!((m.model_calls(), m.tool_rounds()), (2, 2));
+        assert_eq!(m.after_response(CALLS), Decision::StopAtLimit);
+        let mut m = LoopMachine::new(2).resumed(1, 1);
+        assert_eq!(m.after_response(CALLS), Decision::RunTools);
+        assert_eq!(m.model_calls(), 2);
     }
 }

@@ -2,11 +2,15 @@
 //! bottom of this file, which gives both `LoopOptions::with_x` and [`AgentBuilder`]'s `x`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use context_engine::TokenCounter;
 
 use crate::machine::DEFAULT_MAX_ITERATIONS;
-use crate::{AgentBuilder, ProtocolKind, TurnSections};
+use crate::{AgentBuilder, ApprovalKey, ApprovalPolicy, ProtocolKind, TurnSections};
+
+/// Default [`LoopOptions::approval_lease`]: 10 minutes.
+pub const DEFAULT_APPROVAL_LEASE: Duration = Duration::from_secs(600);
 
 /// How a loop runs.
 #[derive(Debug, Clone)]
@@ -32,6 +36,16 @@ pub struct LoopOptions {
     pub sections: Vec<(String, String)>,
     /// Hooks computing sections from each turn's user message (C2; e.g. mcp-bridge's M3).
     pub turn_sections: Vec<Arc<dyn TurnSections>>,
+    /// The agent's own approval rules (default none: tools and providers decide).
+    pub approval: ApprovalPolicy,
+    /// The key that signs approval decisions (default: a random key for this process, with a
+    /// warning when first used; see [`ApprovalKey`]).
+    pub approval_key: Option<ApprovalKey>,
+    /// How long a request that went on with approved calls may take to record their round
+    /// (default 10 minutes). A round found still running past it — the process stopped, the
+    /// request was dropped — is put to the person again, each call marked as possibly run. Set
+    /// it above your slowest round of approved calls.
+    pub approval_lease: Duration,
 }
 
 impl Default for LoopOptions {
@@ -46,6 +60,9 @@ impl Default for LoopOptions {
             counter: None,
             sections: Vec::new(),
             turn_sections: Vec::new(),
+            approval: ApprovalPolicy::new(),
+            approval_key: None,
+            approval_lease: DEFAULT_APPROVAL_LEASE,
         }
     }
 }
@@ -98,4 +115,18 @@ loop_settings! {
     context_budget / with_context_budget(tokens: usize) => |o| o.context_budget = Some(tokens);
     /// Set the token counter for the budget.
     counter / with_counter(counter: Arc<dyn TokenCounter>) => |o| o.counter = Some(counter);
+    /// Every call to tool `name` needs a person's approval (any provider's tool).
+    require_approval / with_required_approval(name: impl Into<String>) =>
+        |o| o.approval = std::mem::take(&mut o.approval).always(name);
+    /// Calls to tool `name` need a person's approval when `predicate` holds for their arguments.
+    require_approval_when / with_required_approval_when(
+        name: impl Into<String>,
+        predicate: impl Fn(&serde_json::Value) -> bool + Send + Sync + 'static
+    ) => |o| o.approval = std::mem::take(&mut o.approval).when(name, predicate);
+    /// Set the key that signs approval decisions ([`ApprovalKey`]; the same in every process
+    /// that serves these sessions).
+    approval_key / with_approval_key(key: ApprovalKey) => |o| o.approval_key = Some(key);
+    /// Set how long a request that went on with approved calls may take
+    /// ([`LoopOptions::approval_lease`]).
+    approval_lease / with_approval_lease(lease: Duration) => |o| o.approval_lease = lease;
 }

@@ -183,6 +183,11 @@ impl ToolProvider for ToolRegistry {
             .get(name)
             .is_some_and(|&i| self.entries[i].tool.idempotent())
     }
+    fn needs_approval(&self, name: &str, args: &Value) -> bool {
+        self.index
+            .get(name)
+            .is_some_and(|&i| self.entries[i].tool.needs_approval(args))
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ use llm_core::{
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::approval::PendingApproval;
+use crate::approval::{self, ApprovalDecision, ApprovalError, ApprovalPolicy, CallState, Claim};
 use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, ResponseFacts};
 pub use crate::options::LoopOptions;
 use crate::protocol::{CallProtocol, PendingCall, Reading, Step, resolve_protocol};
@@ -56,6 +58,9 @@ pub enum LoopEvent {
         /// Model calls made.
         iterations: usize,
     },
+    /// Calls wait for a person's approval; the run stops (a `Finished` with the same
+    /// [`LoopOutput::pending_approval`] follows). Decide them with [`resume_tool_loop`].
+    ApprovalRequired(PendingApproval),
     /// The loop ended with this output (last event on success).
     Finished(LoopOutput),
     /// The loop failed (last event on failure).
@@ -76,6 +81,17 @@ pub struct LoopOutput {
     pub protocol: &'static str,
     /// Every message this run appended to the session, in order.
     pub new_messages: Vec<Message>,
+    /// Set when the run stopped before calls that need a person's approval: `answer` is then
+    /// what the model said alongside them, and the run goes on after the decisions
+    /// ([`resume_tool_loop`], `Agent::resume`).
+    pub pending_approval: Option<PendingApproval>,
+}
+
+impl LoopOutput {
+    /// Whether the run waits for a person's approval ([`LoopOutput::pending_approval`]).
+    pub fn is_pending(&self) -> bool {
+        self.pending_approval.is_some()
+    }
 }
 
 /// Why a run failed. Rounds finished before the failure are in the session.
@@ -94,13 +110,17 @@ pub enum LoopError {
     /// The caller stopped listening.
     #[error("the loop was cancelled")]
     Cancelled,
+    /// Decisions on held calls were refused (nothing changed), or a pending approval could not
+    /// be read (nothing of it ran).
+    #[error("{0}")]
+    Approval(#[from] ApprovalError),
 }
 
-type Sink<'a> = Option<&'a mpsc::Sender<LoopEvent>>;
+pub(crate) type Sink<'a> = Option<&'a mpsc::Sender<LoopEvent>>;
 
 /// Sends an event when someone listens; the event is only built then (a plain `run` has no
 /// listener, and the events' clones of arguments and results would be wasted).
-async fn emit(sink: Sink<'_>, ev: impl FnOnce() -> LoopEvent) -> Result<(), LoopError> {
+pub(crate) async fn emit(sink: Sink<'_>, ev: impl FnOnce() -> LoopEvent) -> Result<(), LoopError> {
     match sink {
         Some(tx) => tx.send(ev()).await.map_err(|_| LoopError::Cancelled),
         None => Ok(()),
@@ -153,9 +173,121 @@ pub async fn run_tool_loop(
     options: &LoopOptions,
 ) -> Result<LoopOutput, LoopError> {
     drive(
-        model, store, dispatcher, session_id, user_text, options, None,
+        model,
+        store,
+        dispatcher,
+        session_id,
+        Start::User(user_text),
+        options,
+        None,
     )
     .await
+}
+
+/// Decides held calls of session `session_id` and, once every held call is decided, goes on
+/// with the run that stopped for them: approved calls run, declined ones get a "the user
+/// declined" result, the whole round is appended, and the model is called again. While some
+/// calls are still undecided, returns at once with the remaining ones in
+/// [`LoopOutput::pending_approval`]. Refused decisions (bad token, replay, unknown call…)
+/// are [`LoopError::Approval`] and change nothing.
+pub async fn resume_tool_loop(
+    model: &dyn ChatModel,
+    store: &dyn SessionStore,
+    dispatcher: &Dispatcher,
+    session_id: &str,
+    decisions: &[ApprovalDecision],
+    options: &LoopOptions,
+) -> Result<LoopOutput, LoopError> {
+    resume(
+        model, store, dispatcher, session_id, decisions, options, None,
+    )
+    .await
+}
+
+/// The calls of session `session_id` waiting for approval, with fresh tokens (for a page
+/// reloaded, or a process restarted since the run stopped); `None` when nothing waits.
+pub async fn pending_approval(
+    store: &dyn SessionStore,
+    session_id: &str,
+    options: &LoopOptions,
+) -> Result<Option<PendingApproval>, LoopError> {
+    approval::current(store, session_id, options).await
+}
+
+/// The streaming variant of [`resume_tool_loop`] (see [`run_tool_loop_stream`]).
+pub fn resume_tool_loop_stream(
+    model: Arc<dyn ChatModel>,
+    store: Arc<dyn SessionStore>,
+    dispatcher: Arc<Dispatcher>,
+    session_id: impl Into<String>,
+    decisions: Vec<ApprovalDecision>,
+    options: LoopOptions,
+) -> LoopStream {
+    let session_id = session_id.into();
+    spawn_stream(move |tx| async move {
+        resume(
+            &*model,
+            &*store,
+            &dispatcher,
+            &session_id,
+            &decisions,
+            &options,
+            Some(&tx),
+        )
+        .await
+    })
+}
+
+async fn resume(
+    model: &dyn ChatModel,
+    store: &dyn SessionStore,
+    dispatcher: &Dispatcher,
+    session_id: &str,
+    decisions: &[ApprovalDecision],
+    options: &LoopOptions,
+    sink: Sink<'_>,
+) -> Result<LoopOutput, LoopError> {
+    match approval::decide(store, session_id, decisions, options).await? {
+        Claim::StillPending(view, progress) => {
+            emit(sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
+            let info = model.info();
+            let protocol = resolve_protocol(
+                &options.protocol,
+                &info.model,
+                info.function_calling,
+                options.tool_action_parsing,
+            );
+            if protocol.name() != progress.protocol {
+                tracing::debug!(stored = %progress.protocol, "held round was read with another protocol");
+            }
+            Ok(LoopOutput {
+                answer: progress.answer,
+                iterations: progress.model_calls,
+                hit_iteration_limit: false,
+                protocol: protocol.name(),
+                new_messages: Vec::new(),
+                pending_approval: Some(view),
+            })
+        }
+        Claim::Run(claimed) => {
+            drive(
+                model,
+                store,
+                dispatcher,
+                session_id,
+                Start::Resume(Box::new(claimed)),
+                options,
+                sink,
+            )
+            .await
+        }
+    }
+}
+
+/// How a run starts: with the person's message, or with a held round whose decisions are in.
+enum Start<'a> {
+    User(&'a str),
+    Resume(Box<approval::Claimed>),
 }
 
 /// The streaming variant of [`run_tool_loop`]: a `'static + Send` stream of [`LoopEvent`]s
@@ -169,19 +301,29 @@ pub fn run_tool_loop_stream(
     user_text: impl Into<String>,
     options: LoopOptions,
 ) -> LoopStream {
-    let (tx, rx) = mpsc::channel(64);
     let (session_id, user_text) = (session_id.into(), user_text.into());
-    let task = tokio::spawn(async move {
-        let r = drive(
+    spawn_stream(move |tx| async move {
+        drive(
             &*model,
             &*store,
             &dispatcher,
             &session_id,
-            &user_text,
+            Start::User(&user_text),
             &options,
             Some(&tx),
         )
-        .await;
+        .await
+    })
+}
+
+fn spawn_stream<F, Fut>(run: F) -> LoopStream
+where
+    F: FnOnce(mpsc::Sender<LoopEvent>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<LoopOutput, LoopError>> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(64);
+    let task = tokio::spawn(async move {
+        let r = run(tx.clone()).await;
         let last = match r {
             Ok(out) => LoopEvent::Finished(out),
             Err(LoopError::Cancelled) => return,
@@ -217,10 +359,16 @@ async fn drive(
     store: &dyn SessionStore,
     dispatcher: &Dispatcher,
     session_id: &str,
-    user_text: &str,
+    start: Start<'_>,
     options: &LoopOptions,
     sink: Sink<'_>,
 ) -> Result<LoopOutput, LoopError> {
+    let user_text = match &start {
+        Start::User(t) => *t,
+        Start::Resume(c) => c.user_text(),
+    }
+    .to_owned();
+    let user_text = user_text.as_str();
     let info = model.info();
     let protocol = resolve_protocol(
         &options.protocol,
@@ -255,13 +403,34 @@ async fn drive(
     let session = store.load_or_create(session_id).await?;
     let mut history = History::from_messages(counter, session.messages);
     let mut new_messages = Vec::new();
-    let user = [Message::user(user_text)];
-    store.append(session_id, &user).await?;
-    new_messages.extend(user.iter().cloned());
-    history.extend(user);
-
     let mut machine =
         LoopMachine::new(options.max_iterations).with_corrections(options.corrections);
+    let first = match start {
+        Start::User(_) => {
+            let mut round = approval::close_open(store, session_id, &*protocol, &machine).await?;
+            let user = [Message::user(user_text)];
+            store.append(session_id, &user).await?;
+            round.extend(user);
+            round
+        }
+        Start::Resume(claimed) => {
+            let (calls, rounds) = claimed.counts();
+            machine = machine.resumed(calls, rounds);
+            approval::finish(
+                *claimed,
+                store,
+                &*protocol,
+                dispatcher,
+                session_id,
+                sink,
+                &mut machine,
+            )
+            .await?
+        }
+    };
+    new_messages.extend(first.iter().cloned());
+    history.extend(first);
+
     loop {
         if machine.model_calls() > 0 {
             // A provider may show more tools after a round (MCP level 2: a tool whose
@@ -291,16 +460,40 @@ async fn drive(
         });
         let round = match decision {
             Decision::RunTools => {
-                let results = run_steps(
+                let slots = run_steps(
                     &*protocol,
                     dispatcher,
+                    &options.approval,
                     &reading,
                     session_id,
                     sink,
                     &mut machine,
                 )
                 .await?;
-                protocol.round_messages(&reading, &results)
+                match approval::all_done(slots) {
+                    Ok(results) => protocol.round_messages(&reading, &results),
+                    Err(slots) => {
+                        let held = approval::hold(
+                            store, session_id, &*protocol, &reading, slots, user_text, &machine,
+                            options,
+                        )
+                        .await?;
+                        match held {
+                            approval::Held::Pending(view) => {
+                                emit(sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
+                                return Ok(LoopOutput {
+                                    answer: view.text.clone(),
+                                    iterations: machine.model_calls(),
+                                    hit_iteration_limit: false,
+                                    protocol: protocol.name(),
+                                    new_messages,
+                                    pending_approval: Some(view),
+                                });
+                            }
+                            approval::Held::Unsupported(round) => round,
+                        }
+                    }
+                }
             }
             Decision::Reprompt => {
                 let correction = reading.correction.clone().unwrap_or_default();
@@ -367,6 +560,7 @@ async fn drive(
                 hit_iteration_limit: decision == Decision::StopAtLimit,
                 protocol: protocol.name(),
                 new_messages,
+                pending_approval: None,
             });
         }
     }
@@ -374,16 +568,19 @@ async fn drive(
 
 /// Runs the steps of a response in order: text is emitted, each batch of calls is dispatched
 /// (concurrently when the protocol allows) as the machine plans each call; results keep call
-/// order.
+/// order. Calls held for approval (and, in protocols that run calls in order, the calls after
+/// them) are not run: their slots say so.
 async fn run_steps(
     protocol: &dyn CallProtocol,
     dispatcher: &Dispatcher,
+    policy: &ApprovalPolicy,
     reading: &Reading,
     session_id: &str,
     sink: Sink<'_>,
     machine: &mut LoopMachine,
-) -> Result<Vec<(PendingCall, String)>, LoopError> {
+) -> Result<approval::RoundSlots, LoopError> {
     let mut results = Vec::new();
+    let mut held = false;
     for step in &reading.steps {
         let calls = match step {
             Step::Text(t) => {
@@ -392,18 +589,26 @@ async fn run_steps(
             }
             Step::Calls(calls) => calls,
         };
-        let facts: Vec<CallFacts<'_>> = calls.iter().map(|c| facts(c, dispatcher)).collect();
+        let mut facts: Vec<CallFacts<'_>> = calls
+            .iter()
+            .map(|c| call_facts(c, dispatcher, policy))
+            .collect();
         let mut plans = Vec::with_capacity(calls.len());
-        for (c, f) in calls.iter().zip(&facts) {
-            emit(sink, || LoopEvent::ToolCallStarted {
-                id: c.id.clone(),
-                name: c.name.clone(),
-                arguments: c.arguments.clone(),
-            })
-            .await?;
-            plans.push(machine.plan_call(*f));
+        for (c, f) in calls.iter().zip(&mut facts) {
+            f.after_held = held && !protocol.concurrent();
+            let plan = machine.plan_call(*f);
+            held |= plan == CallPlan::Hold;
+            if !matches!(plan, CallPlan::Hold | CallPlan::Wait) {
+                emit(sink, || LoopEvent::ToolCallStarted {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                })
+                .await?;
+            }
+            plans.push(plan);
         }
-        let outcomes: Vec<(String, bool)> = if protocol.concurrent() && calls.len() > 1 {
+        let outcomes: Vec<Option<(String, bool)>> = if protocol.concurrent() && calls.len() > 1 {
             futures::future::join_all(
                 calls
                     .iter()
@@ -418,9 +623,16 @@ async fn run_steps(
             }
             v
         };
-        for (((c, f), plan), (content, is_error)) in
-            calls.iter().zip(&facts).zip(&plans).zip(outcomes)
-        {
+        for (((c, f), plan), outcome) in calls.iter().zip(&facts).zip(&plans).zip(outcomes) {
+            let Some((content, is_error)) = outcome else {
+                let state = if *plan == CallPlan::Hold {
+                    CallState::Held { maybe_ran: false }
+                } else {
+                    CallState::Waiting
+                };
+                results.push((c.clone(), state));
+                continue;
+            };
             machine.call_done(*f, plan, &content, !is_error);
             emit(sink, || LoopEvent::ToolResult {
                 id: c.id.clone(),
@@ -429,20 +641,21 @@ async fn run_steps(
                 is_error,
             })
             .await?;
-            results.push((c.clone(), content));
+            results.push((c.clone(), CallState::Done { content, is_error }));
         }
     }
     Ok(results)
 }
 
-/// One call as planned: its result text and whether it is an error.
-async fn run_call(
+/// One call as planned: its result text and whether it is an error; `None` for a call that
+/// waits (held for approval, or after a held one).
+pub(crate) async fn run_call(
     dispatcher: &Dispatcher,
     session_id: &str,
     c: &PendingCall,
     plan: &CallPlan,
-) -> (String, bool) {
-    match plan {
+) -> Option<(String, bool)> {
+    Some(match plan {
         CallPlan::Reuse(previous) => {
             tracing::info!(tool = %c.name, "repeated idempotent call: earlier result reused, answer requested");
             (previous.clone(), false)
@@ -452,21 +665,36 @@ async fn run_call(
             let (content, _) = cap_result(e.to_model_json().to_string(), DEFAULT_MAX_RESULT_BYTES);
             (content, true)
         }
+        CallPlan::Decline(msg) => {
+            let e = ToolError::failed(msg.clone());
+            let (content, _) = cap_result(e.to_model_json().to_string(), DEFAULT_MAX_RESULT_BYTES);
+            (content, true)
+        }
+        CallPlan::Hold | CallPlan::Wait => return None,
         _ => {
             let ctx = ToolContext::new(c.id.clone()).with_session(session_id);
             let out = dispatcher.dispatch(&c.name, c.arguments.clone(), ctx).await;
             let is_err = !out.is_ok();
             (out.content, is_err)
         }
-    }
+    })
 }
 
-fn facts<'a>(c: &'a PendingCall, dispatcher: &Dispatcher) -> CallFacts<'a> {
+fn call_facts<'a>(
+    c: &'a PendingCall,
+    dispatcher: &Dispatcher,
+    policy: &ApprovalPolicy,
+) -> CallFacts<'a> {
+    let valid = c.invalid.is_none();
     CallFacts {
         name: &c.name,
         arguments: &c.arguments,
         invalid: c.invalid.as_deref(),
-        idempotent: c.invalid.is_none() && dispatcher.is_idempotent(&c.name),
+        idempotent: valid && dispatcher.is_idempotent(&c.name),
+        needs_approval: valid
+            && (policy.requires(&c.name, &c.arguments)
+                || dispatcher.needs_approval(&c.name, &c.arguments)),
+        after_held: false,
     }
 }
 

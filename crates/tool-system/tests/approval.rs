@@ -1,0 +1,1174 @@
+//! Issue 27 item 1: tool calls held for a person's approval, over real HTTP (the scripted
+//! OpenAI-compatible server), with the memory and SQLite session stores.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use context_engine::{MemoryStore, Session, SessionStore, SqliteStore, StateChange, StoreError};
+use futures::StreamExt;
+use llm_core::{Message, Tool, ToolSpec};
+use serde_json::{Value, json};
+use testkit::{Reply, ScriptedServer};
+use tool_system::{
+    APPROVAL_STATE_KEY, Agent, ApprovalDecision, ApprovalError, ApprovalKey, FnTool, LoopError,
+    LoopEvent, PendingApproval, ProtocolKind, ToolContext, ToolError, ToolProvider,
+};
+
+const DECLINED_NO_RETRY: &str = "Do not retry it unless the user asks.";
+
+fn key() -> ApprovalKey {
+    ApprovalKey::new([42u8; 32]).unwrap()
+}
+
+type Deleted = Arc<Mutex<Vec<String>>>;
+
+/// delete_file that records the paths it deleted.
+fn delete_file(deleted: Deleted) -> FnTool {
+    FnTool::new(
+        "delete_file",
+        "Delete a file",
+        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        move |args, _| {
+            let path = args["path"].as_str().unwrap_or("").to_owned();
+            deleted.lock().unwrap().push(path.clone());
+            async move { Ok(json!({"deleted": path})) }
+        },
+    )
+}
+
+struct Setup {
+    agent: Agent,
+    deleted: Deleted,
+    weather: Arc<AtomicUsize>,
+}
+
+/// An agent whose `delete_file` needs approval (by the agent's policy: the tool itself does
+/// not know) and whose `get_weather` needs none.
+fn setup(server: &ScriptedServer, store: Arc<dyn SessionStore>, protocol: ProtocolKind) -> Setup {
+    let deleted = Deleted::default();
+    let weather_calls = Arc::new(AtomicUsize::new(0));
+    let model = match protocol {
+        ProtocolKind::Native => model(server),
+        _ => model_without_fc(server),
+    };
+    let agent = Agent::builder(model)
+        .tool(delete_file(deleted.clone()))
+        .tool(weather(weather_calls.clone()))
+        .require_approval("delete_file")
+        .approval_key(key())
+        .protocol(protocol)
+        .store(store)
+        .build()
+        .unwrap();
+    Setup {
+        agent,
+        deleted,
+        weather: weather_calls,
+    }
+}
+
+fn deleted(s: &Setup) -> Vec<String> {
+    s.deleted.lock().unwrap().clone()
+}
+
+fn pending(out: &tool_system::LoopOutput) -> PendingApproval {
+    out.pending_approval
+        .clone()
+        .unwrap_or_else(|| panic!("the run should wait for approval: {out:?}"))
+}
+
+fn approval_error(r: Result<tool_system::LoopOutput, LoopError>) -> ApprovalError {
+    match r {
+        Err(LoopError::Approval(e)) => e,
+        other => panic!("expected a refused decision, got {other:?}"),
+    }
+}
+
+fn declined(reason: &str) -> Value {
+    json!({"success": false, "error": format!("The user declined this call: {reason}. {DECLINED_NO_RETRY}")})
+}
+
+/// The result the n-th request carries for call `id` (a tool message; for the JSON
+/// protocol, the user message `[Tool result for NAME]`, which names no id).
+fn result_in_request(server: &ScriptedServer, n: usize, id: &str) -> Value {
+    let messages = sent_messages(server, n);
+    let tool: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+        .collect();
+    let text = match tool.as_slice() {
+        [one] => one["content"].as_str().unwrap().to_owned(),
+        [] => {
+            let last_user = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
+            let text = last_user["content"].as_str().unwrap();
+            text.strip_prefix("[Tool result for delete_file]\n")
+                .unwrap_or_else(|| panic!("no result for {id} in {messages:#?}"))
+                .to_owned()
+        }
+        _ => panic!("call {id} has more than one result: {messages:#?}"),
+    };
+    serde_json::from_str(&text).unwrap()
+}
+
+async fn state(store: &dyn SessionStore) -> Option<String> {
+    store.get_state("s", APPROVAL_STATE_KEY).await.unwrap()
+}
+
+/// Scripts `delete_file` calls in the protocol's own form.
+fn delete_reply(protocol: &ProtocolKind, id: &str, path: &str) -> Reply {
+    match protocol {
+        ProtocolKind::Native => {
+            Reply::tool_call(id, "delete_file", &json!({"path": path}).to_string())
+                .with_content("Deleting it.")
+        }
+        ProtocolKind::JsonDecision => {
+            Reply::text(json!({"tool": "delete_file", "arguments": {"path": path}}).to_string())
+        }
+        _ => Reply::text(format!(
+            "Deleting it.<tool_action name=\"delete_file\"><path value=\"{path}\" /></tool_action>"
+        )),
+    }
+}
+
+fn final_reply(protocol: &ProtocolKind, text: &str) -> Reply {
+    match protocol {
+        ProtocolKind::JsonDecision => Reply::text(json!({"tool": null, "reply": text}).to_string()),
+        _ => Reply::text(text),
+    }
+}
+
+/// Reject one held call, then approve the next: the model gets the decline for the first
+/// call's id, the second runs, the history is whole rounds throughout.
+async fn reject_then_approve(protocol: ProtocolKind) {
+    let server = ScriptedServer::start().await;
+    server.push(delete_reply(&protocol, "c1", "/tmp/a"));
+    server.push(delete_reply(&protocol, "c2", "/tmp/b"));
+    server.push(final_reply(&protocol, "Deleted /tmp/b only."));
+    let store = store();
+    let s = setup(&server, store.clone(), protocol.clone());
+
+    let out = s.agent.run("s", "clean up").await.unwrap();
+    let first = pending(&out);
+    // What the person saw with the call (the JSON protocol shows nothing of a call decision).
+    let shown = match protocol {
+        ProtocolKind::JsonDecision => "",
+        _ => "Deleting it.",
+    };
+    assert_eq!((first.text.as_str(), out.answer.as_str()), (shown, shown));
+    assert_eq!(first.calls.len(), 1);
+    assert_eq!(first.calls[0].name, "delete_file");
+    assert_eq!(first.calls[0].arguments, json!({"path": "/tmp/a"}));
+    assert_eq!(server.request_count(), 1);
+    assert!(deleted(&s).is_empty(), "nothing runs before the decision");
+    // Only whole rounds in the history: the held round lives in the state slot.
+    assert_eq!(
+        store.load("s").await.unwrap().messages,
+        vec![Message::user("clean up")]
+    );
+    assert!(state(&*store).await.is_some());
+
+    let out = s
+        .agent
+        .resume("s", &[first.calls[0].reject("not that one")])
+        .await
+        .unwrap();
+    let second = pending(&out);
+    assert_eq!(second.calls[0].arguments, json!({"path": "/tmp/b"}));
+    assert_eq!(server.request_count(), 2);
+    assert_eq!(
+        result_in_request(&server, 1, &first.calls[0].id),
+        declined("not that one")
+    );
+    assert!(deleted(&s).is_empty());
+
+    let out = s
+        .agent
+        .resume("s", &[second.calls[0].approve()])
+        .await
+        .unwrap();
+    assert!(!out.is_pending());
+    assert_eq!(out.answer, "Deleted /tmp/b only.");
+    assert_eq!(deleted(&s), vec!["/tmp/b"]);
+    assert_eq!(
+        result_in_request(&server, 2, &second.calls[0].id),
+        json!({"deleted": "/tmp/b"})
+    );
+    assert_eq!(out.iterations, 3);
+    assert!(state(&*store).await.is_none());
+    assert!(s.agent.pending_approval("s").await.unwrap().is_none());
+    checked_session(&*store, "s").await;
+}
+
+#[tokio::test]
+async fn approval_reject_then_approve_native() {
+    reject_then_approve(ProtocolKind::Native).await;
+}
+
+#[tokio::test]
+async fn approval_reject_then_approve_json_decision() {
+    reject_then_approve(ProtocolKind::JsonDecision).await;
+}
+
+#[tokio::test]
+async fn approval_reject_then_approve_tag() {
+    reject_then_approve(ProtocolKind::Tag).await;
+}
+
+#[tokio::test]
+async fn approval_approve_runs_the_held_call_and_the_loop_continues() {
+    let server = ScriptedServer::start().await;
+    server.push(delete_reply(&ProtocolKind::Native, "c1", "/tmp/a"));
+    server.push(Reply::text("Deleted /tmp/a."));
+    let store = store();
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    let out = s.agent.run("s", "delete /tmp/a").await.unwrap();
+    assert_eq!(out.answer, "Deleting it.");
+    assert_eq!(out.iterations, 1);
+    assert_eq!(out.new_messages, vec![Message::user("delete /tmp/a")]);
+    let p = pending(&out);
+    assert_eq!(p.session_id, "s");
+    assert_eq!(p.text, "Deleting it.");
+    assert_eq!(p.calls[0].id, "c1");
+    // A reloaded page sees the same pending approval, tokens included.
+    assert_eq!(
+        s.agent.pending_approval("s").await.unwrap(),
+        Some(p.clone())
+    );
+
+    let out = s.agent.resume("s", &[p.calls[0].approve()]).await.unwrap();
+    assert_eq!(out.answer, "Deleted /tmp/a.");
+    assert_eq!(out.iterations, 2);
+    assert_eq!(deleted(&s), vec!["/tmp/a"]);
+    assert_eq!(
+        result_in_request(&server, 1, "c1"),
+        json!({"deleted": "/tmp/a"})
+    );
+    // the request carries the assistant call right before its result
+    let msgs = sent_messages(&server, 1);
+    assert_eq!(msgs[msgs.len() - 2]["tool_calls"][0]["id"], "c1");
+    let session = checked_session(&*store, "s").await;
+    assert_eq!(session.len(), 4);
+    assert_eq!(out.new_messages, session[1..].to_vec());
+}
+
+#[tokio::test]
+async fn approval_three_parallel_calls_each_get_exactly_one_result_native() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("c1", "delete_file", r#"{"path":"/tmp/a"}"#),
+        ("c2", "delete_file", r#"{"path":"/tmp/b"}"#),
+        ("c3", "get_weather", r#"{"city":"Paris"}"#),
+    ]));
+    server.push(Reply::text("Deleted /tmp/a; kept /tmp/b; Paris is 22°C."));
+    let store = store();
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+
+    let out = s
+        .agent
+        .run("s", "tidy up and check the weather")
+        .await
+        .unwrap();
+    let p = pending(&out);
+    let ids: Vec<&str> = p.calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["c1", "c2"], "only the gated calls wait");
+    // The call that needs no approval ran at once, not held back by the others.
+    assert_eq!(s.weather.load(Ordering::SeqCst), 1);
+    assert!(deleted(&s).is_empty());
+
+    // Each held call is decided on its own: one decision leaves the other pending.
+    let out = s.agent.resume("s", &[p.calls[0].approve()]).await.unwrap();
+    let rest = pending(&out);
+    assert_eq!(rest.calls.len(), 1);
+    assert_eq!(rest.calls[0].id, "c2");
+    assert_eq!(
+        rest.calls[0].token, p.calls[1].token,
+        "the other token stays valid"
+    );
+    assert!(
+        deleted(&s).is_empty(),
+        "approved calls run once all are decided"
+    );
+    assert_eq!(server.request_count(), 1);
+    assert_eq!(
+        store.load("s").await.unwrap().messages.len(),
+        1,
+        "no half round in the history"
+    );
+
+    let out = s
+        .agent
+        .resume("s", &[p.calls[1].reject("keep it")])
+        .await
+        .unwrap();
+    assert_eq!(out.answer, "Deleted /tmp/a; kept /tmp/b; Paris is 22°C.");
+    assert_eq!(deleted(&s), vec!["/tmp/a"]);
+    assert_eq!(
+        s.weather.load(Ordering::SeqCst),
+        1,
+        "the ungated call ran once"
+    );
+
+    // The provider's next request: three results, each call id exactly once, in call order.
+    let tools = sent_tool_messages(&server, 1);
+    let ids: Vec<&str> = tools
+        .iter()
+        .map(|t| t["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["c1", "c2", "c3"]);
+    assert_eq!(
+        result_in_request(&server, 1, "c1"),
+        json!({"deleted": "/tmp/a"})
+    );
+    assert_eq!(result_in_request(&server, 1, "c2"), declined("keep it"));
+    assert_eq!(
+        result_in_request(&server, 1, "c3"),
+        json!({"temp": 22, "city": "Paris"})
+    );
+    let session = checked_session(&*store, "s").await;
+    assert_eq!(session[1].tool_calls().len(), 3);
+}
+
+#[tokio::test]
+async fn approval_survives_a_restart_between_the_call_and_the_decision_sqlite() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("c1", "delete_file", r#"{"path":"/tmp/a"}"#),
+        ("c2", "get_weather", r#"{"city":"Paris"}"#),
+    ]));
+    server.push(Reply::text("Done."));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+
+    let before = {
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let s = setup(&server, store, ProtocolKind::Native);
+        let out = s
+            .agent
+            .run("s", "delete /tmp/a, weather in Paris")
+            .await
+            .unwrap();
+        assert_eq!(s.weather.load(Ordering::SeqCst), 1);
+        pending(&out)
+        // the agent and the store (its connection and worker thread) end here
+    };
+
+    // Another process: a new store over the same file, a new agent with the same key.
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    assert_eq!(
+        s.agent.pending_approval("s").await.unwrap(),
+        Some(before.clone())
+    );
+    // The decision made on the token handed out before the restart is accepted.
+    let out = s
+        .agent
+        .resume("s", &[before.calls[0].approve()])
+        .await
+        .unwrap();
+    assert_eq!(out.answer, "Done.");
+    assert_eq!(deleted(&s), vec!["/tmp/a"]);
+    assert_eq!(
+        s.weather.load(Ordering::SeqCst),
+        0,
+        "the result from before the restart is kept, not run again"
+    );
+    assert_eq!(
+        result_in_request(&server, 1, "c1"),
+        json!({"deleted": "/tmp/a"})
+    );
+    assert_eq!(
+        result_in_request(&server, 1, "c2"),
+        json!({"temp": 22, "city": "Paris"})
+    );
+    checked_session(&*store, "s").await;
+    assert!(state(&*store).await.is_none());
+}
+
+#[tokio::test]
+async fn approval_forged_swapped_and_tampered_decisions_are_refused_and_change_nothing() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("c1", "delete_file", r#"{"path":"/tmp/a"}"#),
+        ("c2", "delete_file", r#"{"path":"/home"}"#),
+    ]));
+    server.push(Reply::text("Done."));
+    let store = store();
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    let p = pending(&s.agent.run("s", "delete").await.unwrap());
+    let before = state(&*store).await;
+    let c1 = &p.calls[0];
+
+    // A forged token: one hex digit of the MAC changed.
+    let mut forged = c1.token.clone();
+    let last = forged.pop().unwrap();
+    forged.push(if last == '0' { '1' } else { '0' });
+    let e = approval_error(
+        s.agent
+            .resume("s", &[ApprovalDecision::approve("c1", forged)])
+            .await,
+    );
+    assert_eq!(
+        e,
+        ApprovalError::BadToken {
+            call_id: "c1".into()
+        }
+    );
+    // Made up from nothing.
+    let e = approval_error(
+        s.agent
+            .resume("s", &[ApprovalDecision::approve("c1", "approve-please")])
+            .await,
+    );
+    assert_eq!(
+        e,
+        ApprovalError::BadToken {
+            call_id: "c1".into()
+        }
+    );
+    // The token shown for one call (c1: /tmp/a) used to approve another (c2: /home).
+    let e = approval_error(
+        s.agent
+            .resume("s", &[ApprovalDecision::approve("c2", c1.token.clone())])
+            .await,
+    );
+    assert_eq!(
+        e,
+        ApprovalError::BadToken {
+            call_id: "c2".into()
+        }
+    );
+    // A call that is not held.
+    let e = approval_error(
+        s.agent
+            .resume("s", &[ApprovalDecision::approve("c9", c1.token.clone())])
+            .await,
+    );
+    assert_eq!(
+        e,
+        ApprovalError::UnknownCall {
+            call_id: "c9".into()
+        }
+    );
+    // Another session.
+    let e = approval_error(s.agent.resume("other", &[c1.approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::NothingPending {
+            session: "other".into()
+        }
+    );
+    // One good decision in a batch with a bad one: the whole batch is refused.
+    let e = approval_error(
+        s.agent
+            .resume(
+                "s",
+                &[
+                    c1.approve(),
+                    ApprovalDecision::approve("c2", c1.token.clone()),
+                ],
+            )
+            .await,
+    );
+    assert_eq!(
+        e,
+        ApprovalError::BadToken {
+            call_id: "c2".into()
+        }
+    );
+    let e = approval_error(s.agent.resume("s", &[c1.approve(), c1.reject("no")]).await);
+    assert_eq!(
+        e,
+        ApprovalError::DuplicateDecision {
+            call_id: "c1".into()
+        }
+    );
+    assert_eq!(
+        approval_error(s.agent.resume("s", &[]).await),
+        ApprovalError::NoDecisions
+    );
+    assert_eq!(
+        state(&*store).await,
+        before,
+        "refused decisions change nothing"
+    );
+
+    // The arguments swapped under a valid token (the stored call now deletes /home): the
+    // token was made over /tmp/a, so the approval does not carry over.
+    let raw = before.clone().unwrap();
+    let swapped = raw.replace("/tmp/a", "/etc");
+    assert_ne!(raw, swapped);
+    store
+        .append_with_state(
+            "s",
+            &[],
+            StateChange::new(APPROVAL_STATE_KEY, Some(&raw), Some(&swapped)),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let e = approval_error(s.agent.resume("s", &[c1.approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::BadToken {
+            call_id: "c1".into()
+        }
+    );
+    assert_eq!(state(&*store).await.as_deref(), Some(swapped.as_str()));
+    assert!(deleted(&s).is_empty());
+    assert_eq!(server.request_count(), 1);
+}
+
+#[tokio::test]
+async fn approval_replayed_and_repeated_decisions_are_refused() {
+    let server = ScriptedServer::start().await;
+    // The model asks twice with the same call id and arguments (ids repeat across responses
+    // on some servers): the first decision must not approve the second call.
+    server.push(Reply::tool_calls(&[
+        ("c1", "delete_file", r#"{"path":"/tmp/a"}"#),
+        ("c2", "delete_file", r#"{"path":"/tmp/b"}"#),
+    ]));
+    server.push(Reply::tool_call(
+        "c1",
+        "delete_file",
+        r#"{"path":"/tmp/a"}"#,
+    ));
+    server.push(Reply::text("Done."));
+    let store = store();
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    let first = pending(&s.agent.run("s", "delete").await.unwrap());
+
+    // A second click on a decided call (another tab, a double click) is refused.
+    let out = s
+        .agent
+        .resume("s", &[first.calls[0].approve()])
+        .await
+        .unwrap();
+    assert!(out.is_pending());
+    let e = approval_error(s.agent.resume("s", &[first.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::AlreadyDecided {
+            call_id: "c1".into()
+        }
+    );
+    let e = approval_error(
+        s.agent
+            .resume("s", &[first.calls[0].reject("changed my mind")])
+            .await,
+    );
+    assert_eq!(
+        e,
+        ApprovalError::AlreadyDecided {
+            call_id: "c1".into()
+        }
+    );
+
+    let out = s
+        .agent
+        .resume("s", &[first.calls[1].reject("")])
+        .await
+        .unwrap();
+    let second = pending(&out);
+    assert_eq!(deleted(&s), vec!["/tmp/a"]);
+    assert_eq!(second.calls[0].id, "c1");
+    assert_ne!(
+        second.calls[0].token, first.calls[0].token,
+        "a fresh nonce per pending state"
+    );
+
+    // The old decision for c1, replayed against the new pending state, is refused.
+    let before = state(&*store).await;
+    let e = approval_error(s.agent.resume("s", &[first.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::Stale {
+            call_id: "c1".into()
+        }
+    );
+    assert_eq!(state(&*store).await, before);
+    assert_eq!(deleted(&s), vec!["/tmp/a"], "the replay ran nothing");
+
+    let out = s
+        .agent
+        .resume("s", &[second.calls[0].approve()])
+        .await
+        .unwrap();
+    assert_eq!(out.answer, "Done.");
+    // Replayed once nothing is pending.
+    let e = approval_error(s.agent.resume("s", &[second.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::NothingPending {
+            session: "s".into()
+        }
+    );
+    assert_eq!(deleted(&s), vec!["/tmp/a", "/tmp/a"]);
+    // The reject without a reason reached the model as the plain decline.
+    assert_eq!(
+        result_in_request(&server, 1, "c2"),
+        json!({"success": false, "error": format!("The user declined this call. {DECLINED_NO_RETRY}")})
+    );
+    checked_session(&*store, "s").await;
+}
+
+#[tokio::test]
+async fn approval_two_tabs_deciding_at_once_run_the_call_once_sqlite() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_call(
+        "c1",
+        "delete_file",
+        r#"{"path":"/tmp/a"}"#,
+    ));
+    server.push(Reply::text("Done."));
+    server.push(Reply::text("(a second continuation must not happen)"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap());
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    let p = pending(&s.agent.run("s", "delete").await.unwrap());
+    let d = [p.calls[0].approve()];
+    let (a, b) = tokio::join!(s.agent.resume("s", &d), s.agent.resume("s", &d));
+    let (ok, refused) = match (a, b) {
+        (Ok(out), Err(e)) | (Err(e), Ok(out)) => (out, e),
+        other => panic!("exactly one decision must win: {other:?}"),
+    };
+    assert_eq!(ok.answer, "Done.");
+    assert!(
+        matches!(
+            refused,
+            LoopError::Approval(
+                ApprovalError::Running { .. } | ApprovalError::NothingPending { .. }
+            )
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(deleted(&s), vec!["/tmp/a"]);
+    assert_eq!(server.request_count(), 2);
+    checked_session(&*store, "s").await;
+}
+
+#[tokio::test]
+async fn approval_a_new_message_closes_the_held_round_without_running_it() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("c1", "delete_file", r#"{"path":"/tmp/a"}"#),
+        ("c2", "get_weather", r#"{"city":"Paris"}"#),
+    ]));
+    server.push(Reply::text("OK, I left the file alone."));
+    let store = store();
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    let p = pending(&s.agent.run("s", "delete /tmp/a").await.unwrap());
+
+    let out = s.agent.run("s", "never mind").await.unwrap();
+    assert_eq!(out.answer, "OK, I left the file alone.");
+    assert!(deleted(&s).is_empty());
+    let closed = result_in_request(&server, 1, "c1");
+    assert!(
+        closed["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Not run: the user sent a new message"),
+        "{closed}"
+    );
+    assert_eq!(
+        result_in_request(&server, 1, "c2"),
+        json!({"temp": 22, "city": "Paris"})
+    );
+    let session = checked_session(&*store, "s").await;
+    assert_eq!(session[4], Message::user("never mind"));
+    assert_eq!(
+        out.new_messages.len(),
+        5,
+        "closing round, user message, answer"
+    );
+    let e = approval_error(s.agent.resume("s", &[p.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::NothingPending {
+            session: "s".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn approval_an_unreadable_stored_state_fails_closed() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_call(
+        "c1",
+        "delete_file",
+        r#"{"path":"/tmp/a"}"#,
+    ));
+    server.push(Reply::text("Hello again."));
+    let store = store();
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    let p = pending(&s.agent.run("s", "delete").await.unwrap());
+    let raw = state(&*store).await.unwrap();
+    // Damaged: the status says the calls run, while one is undecided.
+    let damaged = raw.replace("\"pending\"", "\"running\"");
+    for bad in [damaged.as_str(), "{\"v\":1", "not json at all"] {
+        let now = state(&*store).await.unwrap();
+        store
+            .append_with_state(
+                "s",
+                &[],
+                StateChange::new(APPROVAL_STATE_KEY, Some(&now), Some(bad)),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        let e = approval_error(s.agent.resume("s", &[p.calls[0].approve()]).await);
+        assert!(
+            matches!(e, ApprovalError::Unreadable { .. }),
+            "{bad}: {e:?}"
+        );
+        assert!(matches!(
+            s.agent.pending_approval("s").await,
+            Err(LoopError::Approval(ApprovalError::Unreadable { .. }))
+        ));
+        assert!(deleted(&s).is_empty(), "an unreadable state is never run");
+    }
+    // A new message drops it (nothing of it runs) and the session goes on.
+    let out = s.agent.run("s", "hello").await.unwrap();
+    assert_eq!(out.answer, "Hello again.");
+    assert!(state(&*store).await.is_none());
+    assert!(deleted(&s).is_empty());
+    checked_session(&*store, "s").await;
+}
+
+/// Pays; its provider gates payments above 100 (a provider-level gate, as an MCP service
+/// configured "approval per tool" is).
+struct Payments {
+    paid: Arc<Mutex<Vec<f64>>>,
+}
+
+#[tool_system::async_trait]
+impl ToolProvider for Payments {
+    fn provider_name(&self) -> &str {
+        "payments"
+    }
+    async fn list(&self) -> Vec<ToolSpec> {
+        vec![ToolSpec::new(
+            "pay",
+            "Pay an amount",
+            json!({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}),
+        )]
+    }
+    async fn call(&self, name: &str, args: Value, _: ToolContext) -> Result<Value, ToolError> {
+        match name {
+            "pay" => {
+                let amount = args["amount"].as_f64().unwrap_or(0.0);
+                self.paid.lock().unwrap().push(amount);
+                Ok(json!({"paid": amount}))
+            }
+            other => Err(ToolError::not_found(other)),
+        }
+    }
+    fn needs_approval(&self, name: &str, args: &Value) -> bool {
+        name == "pay" && args["amount"].as_f64().is_none_or(|a| a > 100.0)
+    }
+}
+
+/// Sends mail; the tool itself says every call needs approval.
+struct SendMail {
+    sent: Arc<AtomicUsize>,
+}
+
+#[tool_system::async_trait]
+impl Tool for SendMail {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            "send_mail",
+            "Send an email",
+            json!({"type": "object", "properties": {"to": {"type": "string"}}}),
+        )
+    }
+    async fn call(&self, _args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        Ok(json!("sent"))
+    }
+    fn needs_approval(&self, _args: &Value) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn approval_gates_from_a_provider_predicate_and_from_the_tool_itself() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("p1", "pay", r#"{"amount": 5}"#),
+        ("p2", "pay", r#"{"amount": 500}"#),
+        ("m1", "send_mail", r#"{"to": "a@example.com"}"#),
+    ]));
+    server.push(Reply::text("Paid 5; the rest was declined."));
+    let paid = Arc::new(Mutex::new(Vec::new()));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let store = store();
+    let agent = Agent::builder(model(&server))
+        .tool(SendMail { sent: sent.clone() })
+        .provider(Arc::new(Payments { paid: paid.clone() }))
+        .approval_key(key())
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let p = pending(&agent.run("s", "pay and mail").await.unwrap());
+    let held: Vec<(&str, &Value)> = p
+        .calls
+        .iter()
+        .map(|c| (c.id.as_str(), &c.arguments))
+        .collect();
+    assert_eq!(
+        held,
+        [
+            ("p2", &json!({"amount": 500})),
+            ("m1", &json!({"to": "a@example.com"}))
+        ]
+    );
+    assert_eq!(
+        *paid.lock().unwrap(),
+        vec![5.0],
+        "the small payment needs no approval"
+    );
+    let out = agent
+        .resume("s", &[p.calls[0].reject("too much"), p.calls[1].reject("")])
+        .await
+        .unwrap();
+    assert_eq!(out.answer, "Paid 5; the rest was declined.");
+    assert_eq!(*paid.lock().unwrap(), vec![5.0]);
+    assert_eq!(sent.load(Ordering::SeqCst), 0);
+    assert_eq!(result_in_request(&server, 1, "p2"), declined("too much"));
+    checked_session(&*store, "s").await;
+}
+
+#[tokio::test]
+async fn approval_predicate_on_arguments_from_the_agent_builder() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("c1", "get_weather", r#"{"city":"Paris"}"#),
+        ("c2", "get_weather", r#"{"city":"Pyongyang"}"#),
+    ]));
+    server.push(Reply::text("Paris only."));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let agent = Agent::builder(model(&server))
+        .tool(weather(calls.clone()))
+        .require_approval_when("get_weather", |args| args["city"] != "Paris")
+        .approval_key(key())
+        .build()
+        .unwrap();
+    let p = pending(&agent.run("s", "weather").await.unwrap());
+    assert_eq!(p.calls.len(), 1);
+    assert_eq!(p.calls[0].arguments, json!({"city": "Pyongyang"}));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    agent.resume("s", &[p.calls[0].reject("no")]).await.unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn approval_tag_protocol_keeps_later_tags_waiting_until_the_decision() {
+    let server = ScriptedServer::start().await;
+    // Tags run in order (000): a held first call holds back the second, which needs no
+    // approval and runs right after the first once it is decided.
+    server.push(Reply::text(
+        "<tool_action name=\"delete_file\"><path value=\"/tmp/a\" /></tool_action>\
+         <tool_action name=\"get_weather\"><city value=\"Paris\" /></tool_action>",
+    ));
+    server.push(Reply::text("Done."));
+    let store = store();
+    let s = setup(&server, store.clone(), ProtocolKind::Tag);
+    let p = pending(&s.agent.run("s", "go").await.unwrap());
+    assert_eq!(p.calls.len(), 1);
+    assert_eq!(p.calls[0].name, "delete_file");
+    assert_eq!(s.weather.load(Ordering::SeqCst), 0, "the later tag waits");
+    let out = s.agent.resume("s", &[p.calls[0].approve()]).await.unwrap();
+    assert_eq!(out.answer, "Done.");
+    assert_eq!(deleted(&s), vec!["/tmp/a"]);
+    assert_eq!(s.weather.load(Ordering::SeqCst), 1);
+    let tools = sent_tool_messages(&server, 1);
+    assert_eq!(tools.len(), 2);
+    let session = checked_session(&*store, "s").await;
+    assert_eq!(session[1].tool_calls().len(), 2);
+}
+
+#[tokio::test]
+async fn approval_streams_show_the_pending_state_and_the_resumed_calls() {
+    let server = ScriptedServer::start().await;
+    server.push(delete_reply(&ProtocolKind::Native, "c1", "/tmp/a"));
+    server.push(Reply::text("Deleted."));
+    let s = setup(&server, store(), ProtocolKind::Native);
+    let events: Vec<LoopEvent> = s.agent.run_stream("s", "delete").collect().await;
+    let held = events
+        .iter()
+        .find_map(|e| match e {
+            LoopEvent::ApprovalRequired(p) => Some(p.clone()),
+            _ => None,
+        })
+        .expect("an ApprovalRequired event");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, LoopEvent::ToolCallStarted { .. })),
+        "a held call is not started"
+    );
+    match events.last() {
+        Some(LoopEvent::Finished(out)) => assert_eq!(out.pending_approval, Some(held.clone())),
+        other => panic!("{other:?}"),
+    }
+    // What a UI sends back, as JSON.
+    let wire = serde_json::to_string(&vec![held.calls[0].approve()]).unwrap();
+    let decisions: Vec<ApprovalDecision> = serde_json::from_str(&wire).unwrap();
+    let events: Vec<LoopEvent> = s.agent.resume_stream("s", decisions).collect().await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, LoopEvent::ToolCallStarted { id, .. } if id == "c1"))
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, LoopEvent::ToolResult { id, is_error: false, .. } if id == "c1"))
+    );
+    match events.last() {
+        Some(LoopEvent::Finished(out)) => assert_eq!(out.answer, "Deleted."),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A store that keeps messages but no state slots (the trait's optional part).
+#[derive(Default)]
+struct NoSlots(MemoryStore);
+
+#[tool_system::async_trait]
+impl SessionStore for NoSlots {
+    async fn create(&self, id: &str) -> Result<(), StoreError> {
+        self.0.create(id).await
+    }
+    async fn load(&self, id: &str) -> Result<Session, StoreError> {
+        self.0.load(id).await
+    }
+    async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
+        self.0.append(id, round).await
+    }
+    async fn list(&self) -> Result<Vec<String>, StoreError> {
+        self.0.list().await
+    }
+    async fn delete(&self, id: &str) -> Result<(), StoreError> {
+        self.0.delete(id).await
+    }
+}
+
+#[tokio::test]
+async fn approval_with_a_store_without_state_slots_a_gated_call_is_not_run() {
+    let server = ScriptedServer::start().await;
+    server.push(delete_reply(&ProtocolKind::Native, "c1", "/tmp/a"));
+    server.push(Reply::text("I could not ask you."));
+    let store = Arc::new(NoSlots::default());
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    let out = s.agent.run("s", "delete").await.unwrap();
+    assert!(!out.is_pending());
+    assert_eq!(out.answer, "I could not ask you.");
+    assert!(deleted(&s).is_empty());
+    let r = result_in_request(&server, 1, "c1");
+    assert_eq!(r["success"], false);
+    assert!(r["error"].as_str().unwrap().starts_with("Not run"), "{r}");
+    checked_session(&*store, "s").await;
+}
+
+/// A backend that answers with two calls of one id (the HTTP backend merges such calls, so this
+/// one speaks through the `ChatModel` seam directly).
+struct SameIdTwice;
+
+#[tool_system::async_trait]
+impl llm_core::ChatModel for SameIdTwice {
+    fn info(&self) -> llm_core::ModelInfo {
+        llm_core::ModelInfo::new("same-id", true)
+    }
+    async fn chat(
+        &self,
+        req: llm_core::ChatRequest,
+    ) -> Result<llm_core::ChatResponse, llm_core::ModelError> {
+        use llm_core::{ChatResponse, FinishReason, ToolCall};
+        Ok(match req.messages.last() {
+            Some(Message::Tool { .. }) => {
+                ChatResponse::new("I could not delete it.", vec![], FinishReason::Stop, None)
+            }
+            _ => ChatResponse::new(
+                "",
+                vec![
+                    ToolCall::new("dup", "delete_file", json!({"path": "/tmp/a"})),
+                    ToolCall::new("dup", "get_weather", json!({"city": "Paris"})),
+                ],
+                FinishReason::ToolCalls,
+                None,
+            ),
+        })
+    }
+}
+
+#[tokio::test]
+async fn approval_two_calls_with_one_id_fail_closed_and_the_gated_one_is_not_run() {
+    // A decision names its call by id: with two calls of one id it could not say which.
+    let deleted = Deleted::default();
+    let store = store();
+    let agent = Agent::builder(SameIdTwice)
+        .tool(delete_file(deleted.clone()))
+        .tool(weather(Arc::default()))
+        .require_approval("delete_file")
+        .approval_key(key())
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let out = agent.run("s", "delete").await.unwrap();
+    assert!(!out.is_pending());
+    assert_eq!(out.answer, "I could not delete it.");
+    assert!(deleted.lock().unwrap().is_empty());
+    let messages = store.load("s").await.unwrap().messages;
+    let results: Vec<&Message> = messages
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { .. }))
+        .collect();
+    assert_eq!(results.len(), 2, "one result per call");
+    match results[0] {
+        Message::Tool { content, .. } => assert!(content.contains("Not run"), "{content}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(state(&*store).await.is_none());
+}
+
+#[tokio::test]
+async fn approval_without_a_key_holds_with_a_process_key_and_warns() {
+    let logs = Logs::capture();
+    let server = ScriptedServer::start().await;
+    server.push(delete_reply(&ProtocolKind::Native, "c1", "/tmp/a"));
+    server.push(Reply::text("Deleted."));
+    let deleted = Deleted::default();
+    let agent = Agent::builder(model(&server))
+        .tool(delete_file(deleted.clone()))
+        .require_approval("delete_file")
+        .build()
+        .unwrap();
+    let p = pending(&agent.run("s", "delete").await.unwrap());
+    assert!(
+        logs.text().contains("no approval key was set"),
+        "{}",
+        logs.text()
+    );
+    // Within the process, the random key verifies; an agent with another key does not.
+    let other = Agent::builder(model(&server))
+        .tool(delete_file(deleted.clone()))
+        .store(agent.store().clone())
+        .approval_key(key())
+        .build()
+        .unwrap();
+    let e = approval_error(other.resume("s", &[p.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::BadToken {
+            call_id: "c1".into()
+        }
+    );
+    let out = agent.resume("s", &[p.calls[0].approve()]).await.unwrap();
+    assert_eq!(out.answer, "Deleted.");
+    assert_eq!(*deleted.lock().unwrap(), vec!["/tmp/a"]);
+}
+
+#[tokio::test]
+async fn approval_a_round_cut_off_while_running_is_asked_again_after_its_lease() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_call(
+        "c1",
+        "slow_delete",
+        r#"{"path":"/tmp/a"}"#,
+    ));
+    server.push(Reply::text("Deleted."));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(tokio::sync::Notify::new());
+    let tool = {
+        let (runs, started) = (runs.clone(), started.clone());
+        FnTool::new(
+            "slow_delete",
+            "Delete a file, slowly",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            move |args, _| {
+                let first = runs.fetch_add(1, Ordering::SeqCst) == 0;
+                let started = started.clone();
+                async move {
+                    if first {
+                        started.notify_one();
+                        std::future::pending::<()>().await; // cut off below
+                    }
+                    Ok(json!({"deleted": args["path"]}))
+                }
+            },
+        )
+    };
+    let store = store();
+    let agent = Agent::builder(model(&server))
+        .tool(tool)
+        .require_approval("slow_delete")
+        .approval_key(key())
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let p = pending(&agent.run("s", "delete").await.unwrap());
+    assert!(!p.calls[0].maybe_ran);
+
+    // The request going on with the approval stops while the call runs (a crash, a dropped
+    // request): its round stays claimed.
+    let approve = [p.calls[0].approve()];
+    tokio::select! {
+        r = agent.resume("s", &approve) => panic!("the call should hang: {r:?}"),
+        () = started.notified() => {}
+    }
+    // Within the claim's lease it counts as running: not shown, not decided twice.
+    assert_eq!(agent.pending_approval("s").await.unwrap(), None);
+    let e = approval_error(agent.resume("s", &[p.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::Running {
+            session: "s".into()
+        }
+    );
+
+    // The lease runs out (set in the stored state, instead of waiting ten minutes).
+    let raw = state(&*store).await.unwrap();
+    let mut v: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(v["status"], "running");
+    v["lease_until_ms"] = json!(0);
+    store
+        .append_with_state(
+            "s",
+            &[],
+            StateChange::new(APPROVAL_STATE_KEY, Some(&raw), Some(&v.to_string())),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+
+    // The person is asked again, told that the call may have run; older tokens are stale.
+    let again = agent
+        .pending_approval("s")
+        .await
+        .unwrap()
+        .expect("asked again");
+    assert_eq!(again.calls.len(), 1);
+    assert!(again.calls[0].maybe_ran);
+    assert_ne!(again.calls[0].token, p.calls[0].token);
+    let e = approval_error(agent.resume("s", &[p.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::Stale {
+            call_id: "c1".into()
+        }
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    let out = agent
+        .resume("s", &[again.calls[0].approve()])
+        .await
+        .unwrap();
+    assert_eq!(out.answer, "Deleted.");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    checked_session(&*store, "s").await;
+}
