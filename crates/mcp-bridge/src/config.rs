@@ -24,7 +24,9 @@
 //! older `startup_timeout_ms` and `timeout_ms` still read), `enabled_tools` (only these tools of
 //! the server are offered) and `disabled_tools` (these are not), `disabled: true` (kept in the
 //! file, never started). Ours: `autostart: false` starts the server on first use instead of when
-//! the bridge starts ([`crate::McpBridge::start_in_background`]).
+//! the bridge starts ([`crate::McpBridge::start_in_background`]); `require_approval`
+//! (`"always"`, or `{"always": ["write_file"]}`, as OpenAI's hosted MCP tool spells it) makes
+//! calls wait for a person's approval ([`RequireApproval`]).
 //!
 //! A remote server has `url` (MCP's Streamable HTTP transport) instead of `command`, with
 //! optional `headers` (alias `http_headers`) and `bearer_token_env_var` (the variable that holds
@@ -92,6 +94,9 @@ pub struct ServiceConfig {
     pub enabled_tools: Option<Vec<String>>,
     /// Tools of the server (its own names) that are never offered (`disabled_tools`).
     pub disabled_tools: Vec<String>,
+    /// Which of its tools' calls wait for a person's approval (`require_approval`); `None`:
+    /// none.
+    pub require_approval: Option<RequireApproval>,
     /// Fields of the config file entry we do not use, kept for saving.
     pub extra: Map<String, Value>,
     /// How the file spelled what we write back.
@@ -128,6 +133,7 @@ impl ServiceConfig {
             autostart: true,
             enabled_tools: None,
             disabled_tools: Vec::new(),
+            require_approval: None,
             extra: Map::new(),
             spelling: Spelling::default(),
         }
@@ -174,6 +180,20 @@ impl ServiceConfig {
         self.autostart = autostart;
         self
     }
+    /// Whether a call of the server's tool `tool` (its own name) waits for a person's
+    /// approval ([`RequireApproval`]).
+    pub fn requires_approval(&self, tool: &str) -> bool {
+        self.require_approval
+            .as_ref()
+            .is_some_and(|r| r.applies_to(tool))
+    }
+
+    /// Calls of the tools `require` names wait for a person's approval (`require_approval`).
+    pub fn with_require_approval(mut self, require: RequireApproval) -> Self {
+        self.require_approval = Some(require);
+        self
+    }
+
     /// Offer only these tools of the server (`enabled_tools`).
     pub fn with_enabled_tools<I, S>(mut self, tools: I) -> Self
     where
@@ -424,6 +444,8 @@ struct Entry {
     enabled_tools: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     disabled_tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    require_approval: Option<RequireApproval>,
     #[serde(flatten)]
     extra: Map<String, Value>,
 }
@@ -440,6 +462,102 @@ fn seconds_number(d: Duration) -> serde_json::Number {
         serde_json::Number::from(d.as_secs())
     } else {
         serde_json::Number::from_f64(d.as_secs_f64()).unwrap_or_else(|| serde_json::Number::from(0))
+    }
+}
+
+/// Which calls of a service's tools wait for a person's approval (tool-system's approval flow,
+/// through [`llm_core::ToolProvider::needs_approval`]): the `require_approval` key, spelled as
+/// OpenAI's hosted MCP tool spells it — `"always"`, `"never"`, or per tool
+/// `{"always": ["delete_file"], "never": ["read_file"]}` (each list may also be written
+/// `{"tool_names": [...]}`); with the object form, a tool in neither list needs none. Tool
+/// names are the server's own. Written back as spelled. A value of another shape makes the
+/// entry malformed (kept in the file, not run): never silently ungated.
+///
+/// ```
+/// let f = mcp_bridge::ConfigFile::parse(r#"{"mcpServers": {
+///   "fs": {"command": "x", "require_approval": {"always": ["write_file"]}},
+///   "shell": {"command": "y", "require_approval": "always"}}}"#).unwrap();
+/// assert!(f.services[0].requires_approval("write_file"));
+/// assert!(!f.services[0].requires_approval("read_file"));
+/// assert!(f.services[1].requires_approval("anything"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+#[non_exhaustive]
+pub enum RequireApproval {
+    /// Every tool (`"always"`) or none (`"never"`).
+    All(ApprovalMode),
+    /// Per tool.
+    Tools {
+        /// These tools' calls need approval.
+        #[serde(default, skip_serializing_if = "ToolNames::is_empty")]
+        always: ToolNames,
+        /// These never do (listed for the reader; a tool in neither list needs none).
+        #[serde(default, skip_serializing_if = "ToolNames::is_empty")]
+        never: ToolNames,
+    },
+}
+
+/// `"always"` or `"never"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalMode {
+    /// Every call waits for approval.
+    Always,
+    /// No call does.
+    Never,
+}
+
+/// A list of tool names: `["a", "b"]` or `{"tool_names": ["a", "b"]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolNames {
+    /// `["a", "b"]`.
+    List(Vec<String>),
+    /// `{"tool_names": ["a", "b"]}`.
+    Named {
+        /// The names.
+        tool_names: Vec<String>,
+    },
+}
+
+impl Default for ToolNames {
+    fn default() -> Self {
+        Self::List(Vec::new())
+    }
+}
+
+impl ToolNames {
+    fn names(&self) -> &[String] {
+        match self {
+            Self::List(n) | Self::Named { tool_names: n } => n,
+        }
+    }
+    fn is_empty(&self) -> bool {
+        self.names().is_empty()
+    }
+}
+
+impl RequireApproval {
+    /// Calls of these tools need approval (`{"always": [...]}`).
+    pub fn tools<I, S>(tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::Tools {
+            always: ToolNames::List(tools.into_iter().map(Into::into).collect()),
+            never: ToolNames::default(),
+        }
+    }
+
+    /// Whether a call of `tool` (the server's name) needs approval. A tool in both lists
+    /// needs it (the safe side).
+    pub fn applies_to(&self, tool: &str) -> bool {
+        match self {
+            Self::All(mode) => *mode == ApprovalMode::Always,
+            Self::Tools { always, .. } => always.names().iter().any(|t| t == tool),
+        }
     }
 }
 
@@ -602,6 +720,7 @@ fn entry_to_config(name: &str, e: Entry) -> ServiceConfig {
     cfg.autostart = e.autostart.unwrap_or(true);
     cfg.enabled_tools = e.enabled_tools;
     cfg.disabled_tools = e.disabled_tools;
+    cfg.require_approval = e.require_approval;
     cfg.extra = e.extra;
     cfg
 }
@@ -630,6 +749,7 @@ fn config_to_json(s: &ServiceConfig) -> Value {
         autostart: (!s.autostart).then_some(false),
         enabled_tools: s.enabled_tools.clone(),
         disabled_tools: s.disabled_tools.clone(),
+        require_approval: s.require_approval.clone(),
         extra: s.extra.clone(),
     };
     serde_json::to_value(e).unwrap_or(Value::Null)

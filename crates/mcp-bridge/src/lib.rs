@@ -56,7 +56,7 @@ mod turns;
 
 pub use bridge::McpBridge;
 pub use catalog::McpTool;
-pub use config::{ConfigFile, ServiceConfig, ServiceUpdate};
+pub use config::{ConfigFile, RequireApproval, ServiceConfig, ServiceUpdate};
 pub use error::BridgeError;
 pub use inject::{DESCRIBE_TOOL, SECTION_NAME};
 pub use intent::{Intent, IntentChain, IntentRecognizer, McpIntent, McpTrigger};

@@ -46,6 +46,32 @@ impl ToolProvider for McpBridge {
         self.call_in(name, args, ctx.session_id.as_deref()).await
     }
 
+    /// Whether a call waits for a person's approval: the tool's service says so in its config
+    /// (`require_approval`, [`crate::config::RequireApproval`]). The bridge's own describe and
+    /// search tools never do. A name of a service's prefix that is not (yet) in the catalog is
+    /// judged by the service's rule with the prefix taken off, so a gate is never skipped for
+    /// want of a tool list.
+    fn needs_approval(&self, name: &str, _args: &Value) -> bool {
+        if name == DESCRIBE_TOOL || name == SEARCH_TOOL {
+            return false;
+        }
+        let catalog = self.last_catalog();
+        let (service, tool) = match catalog::resolve(&catalog, name) {
+            Some(t) => (t.service.clone(), t.name.clone()),
+            None => match self.service_of(name) {
+                Some(s) => {
+                    let prefix = format!("{}{}", names::sanitize(&s), names::SEPARATOR);
+                    let tool = name.strip_prefix(&prefix).unwrap_or(name).to_owned();
+                    (s, tool)
+                }
+                None => return false,
+            },
+        };
+        lock(&self.inner.services)
+            .get(&service)
+            .is_some_and(|s| s.config.requires_approval(&tool))
+    }
+
     /// The service's call timeout plus room for the health check and stop, so that the bridge's
     /// own timeout (which cancels the request and checks the server) fires first.
     fn timeout(&self, name: &str) -> Option<Duration> {
