@@ -852,4 +852,21 @@ mod tests {
         assert!(ConfigFile::parse(r#"{"mcpServers": 3}"#).is_err());
         assert!(ConfigFile::parse("{}").unwrap().services.is_empty());
     }
+
+    #[test]
+    fn require_approval_of_an_unknown_shape_keeps_the_entry_out_of_service() {
+        let f = ConfigFile::parse(
+            r#"{"mcpServers": {"a": {"command": "x", "require_approval": "sometimes"},
+                              "b": {"command": "y", "require_approval": {"always": {"tool_names": ["t"]}}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(f.skipped.len(), 1, "{:?}", f.skipped);
+        assert_eq!(f.skipped[0].0, "a");
+        assert!(f.services[0].requires_approval("t"));
+        assert!(!f.services[0].requires_approval("u"));
+        assert_eq!(
+            config_to_json(&f.services[0])["require_approval"],
+            serde_json::json!({"always": {"tool_names": ["t"]}})
+        );
+    }
 }
