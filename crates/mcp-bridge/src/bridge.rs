@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::catalog::McpTool;
 use crate::config::{ConfigFile, ServiceConfig};
 use crate::connection::{Connection, lock};
+use crate::elicitation::ElicitationHub;
 use crate::error::BridgeError;
 use crate::search::ToolSearchConfig;
 use crate::turns::DescribedTools;
@@ -62,6 +63,8 @@ pub(crate) struct Inner {
     pub(crate) search_config: Mutex<ToolSearchConfig>,
     /// The search index and the catalog it was built from.
     pub(crate) search_index: Mutex<Option<SearchIndexCache>>,
+    /// Servers' questions for the person ([`crate::elicitation`]).
+    pub(crate) elicitation: Arc<ElicitationHub>,
 }
 
 /// A search index with the catalog it indexes.
@@ -149,6 +152,7 @@ impl McpBridge {
                 changed: watch::channel(0).0,
                 search_config: Mutex::new(ToolSearchConfig::default()),
                 search_index: Mutex::new(None),
+                elicitation: ElicitationHub::new(),
             }),
         }
     }

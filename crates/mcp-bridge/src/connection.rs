@@ -11,12 +11,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationCapability,
+    FormElicitationCapability, Implementation, UrlElicitationCapability,
+};
+use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ClientServiceExt, Peer, RoleClient};
 use tokio::sync::{oneshot, watch};
 
 use crate::config::ServiceConfig;
+use crate::elicitation::ElicitationHub;
 use crate::process;
 
 /// How long a stopping server gets after its stdin closes and after SIGTERM.
@@ -71,16 +75,17 @@ impl Connection {
     /// [`Connection::end`] is called (or the connection is dropped); `on_failure` gets the
     /// reason when that was a failure.
     ///
-    /// `epoch` is the bridge's catalog epoch, bumped when the server says its tool list changed.
+    /// `hooks` are the bridge's catalog epoch, bumped when the server says its tool list
+    /// changed, and where the server's questions for the person go.
     pub(crate) async fn launch(
         config: &ServiceConfig,
         generation: u64,
-        epoch: Arc<AtomicU64>,
+        hooks: Hooks,
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         match &config.url {
-            Some(url) => Self::launch_remote(config, url, generation, epoch, on_failure).await,
-            None => Self::launch_stdio(config, generation, epoch, on_failure).await,
+            Some(url) => Self::launch_remote(config, url, generation, hooks, on_failure).await,
+            None => Self::launch_stdio(config, generation, hooks, on_failure).await,
         }
     }
 
@@ -94,11 +99,11 @@ impl Connection {
         config: &ServiceConfig,
         url: &str,
         generation: u64,
-        epoch: Arc<AtomicU64>,
+        hooks: Hooks,
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         let transport = crate::http::transport(config, url)?;
-        let (handler, stale) = ClientSide::new(config, epoch);
+        let (handler, stale) = ClientSide::new(config, hooks);
         // The stateless revision (2026-07-28, `server/discover`) when the server speaks it,
         // else the session revision's `initialize` handshake: rmcp falls back when the server
         // rejects `server/discover` (or does not answer it within 10 s).
@@ -146,7 +151,7 @@ impl Connection {
         config: &ServiceConfig,
         url: &str,
         _generation: u64,
-        _epoch: Arc<AtomicU64>,
+        _hooks: Hooks,
         _on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         Err(format!(
@@ -159,7 +164,7 @@ impl Connection {
     async fn launch_stdio(
         config: &ServiceConfig,
         generation: u64,
-        epoch: Arc<AtomicU64>,
+        hooks: Hooks,
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         let spawned =
@@ -172,7 +177,7 @@ impl Connection {
             mut violation,
         } = spawned;
         let pid = group.pgid();
-        let (handler, stale) = ClientSide::new(config, epoch);
+        let (handler, stale) = ClientSide::new(config, hooks);
         let (client, listed) = match handshake(
             handler,
             (writer, messages),
@@ -332,23 +337,30 @@ where
 
 impl ClientSide {
     /// The handler for `config`'s server, and the flag it sets when the tool list changed.
-    fn new(config: &ServiceConfig, epoch: Arc<AtomicU64>) -> (Self, Arc<AtomicBool>) {
+    fn new(config: &ServiceConfig, (epoch, elicitation): Hooks) -> (Self, Arc<AtomicBool>) {
         let stale = Arc::new(AtomicBool::new(false));
         let handler = Self {
             service: config.name.clone(),
             stale: stale.clone(),
             epoch,
+            elicitation,
         };
         (handler, stale)
     }
 }
 
+/// What a connection reports to the bridge: the catalog epoch (bumped on `list_changed`) and
+/// the elicitation hub (the server's questions for the person).
+pub(crate) type Hooks = (Arc<AtomicU64>, Arc<ElicitationHub>);
+
 /// Our side of the MCP connection: marks the tool list stale on `tools/list_changed`, and the
-/// bridge's catalog with it.
+/// bridge's catalog with it; passes the server's questions (`elicitation/create`) to the
+/// bridge's elicitor.
 struct ClientSide {
     service: String,
     stale: Arc<AtomicBool>,
     epoch: Arc<AtomicU64>,
+    elicitation: Arc<ElicitationHub>,
 }
 
 impl ClientHandler for ClientSide {
@@ -357,9 +369,22 @@ impl ClientHandler for ClientSide {
         self.stale.store(true, Ordering::SeqCst);
         self.epoch.fetch_add(1, Ordering::SeqCst);
     }
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        Ok(self.elicitation.ask(&self.service, request).await)
+    }
     fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(
+            ElicitationCapability::new()
+                .with_form(FormElicitationCapability::new())
+                .with_url(UrlElicitationCapability::new()),
+        );
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("llm-toolkit-mcp-bridge", env!("CARGO_PKG_VERSION")),
         )
     }

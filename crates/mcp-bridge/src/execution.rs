@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use llm_core::{ToolError, ToolErrorKind};
 use rmcp::ServiceError;
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InputRequest,
+    InputResponses,
+};
 use serde_json::{Map, Value};
 
 use crate::bridge::McpBridge;
@@ -22,10 +25,48 @@ use crate::inject::DESCRIBE_TOOL;
 use crate::registry::ServiceStatus;
 use crate::search::SEARCH_TOOL;
 
+/// The most `input_required` rounds one call may take (2026-07-28) before it is refused.
+const MAX_INPUT_ROUNDS: usize = 4;
+
 /// Upper bound on the follow-up request that checks a server after a call timed out.
 pub(crate) const HEALTH_CHECK: Duration = Duration::from_secs(2);
 
 impl McpBridge {
+    /// `tools/call`, answering the server's `input_required` results (the 2026-07-28 way of
+    /// asking the person mid-call) through the elicitor and calling again with
+    /// `inputResponses`, at most [`MAX_INPUT_ROUNDS`] times. Sampling and roots requests are
+    /// not offered by this client, so a server asking for them gets the call refused.
+    async fn call_answering_input(
+        &self,
+        peer: &rmcp::Peer<rmcp::RoleClient>,
+        service: &str,
+        mut params: CallToolRequestParams,
+    ) -> Result<CallToolResult, ServiceError> {
+        for _ in 0..MAX_INPUT_ROUNDS {
+            match peer.call_tool_once(params.clone()).await? {
+                CallToolResponse::Complete(result) => return Ok(result),
+                CallToolResponse::InputRequired(asked) => {
+                    let mut responses = InputResponses::new();
+                    for (key, request) in asked.input_requests.unwrap_or_default() {
+                        let InputRequest::Elicitation(request) = request else {
+                            return Err(ServiceError::UnexpectedResponse);
+                        };
+                        let answer = self.inner.elicitation.ask(service, request.params).await;
+                        let answer = serde_json::to_value(answer)
+                            .map_err(|_| ServiceError::UnexpectedResponse)?;
+                        responses.insert(key, answer);
+                    }
+                    params.input_responses = (!responses.is_empty()).then_some(responses);
+                    params.request_state = asked.request_state;
+                }
+                _ => return Err(ServiceError::UnexpectedResponse),
+            }
+        }
+        Err(ServiceError::InputRequiredRoundsExceeded {
+            max_rounds: MAX_INPUT_ROUNDS,
+        })
+    }
+
     /// Calls a tool by its exposed name (or its original name when only one running service has
     /// it), or [`DESCRIBE_TOOL`]. Every failure is a [`ToolError`] whose message the model can
     /// act on. The result is the tool's whole result: `structuredContent` as JSON, else the
@@ -83,8 +124,11 @@ impl McpBridge {
             ));
         }
         let params = CallToolRequestParams::new(tool.name.clone()).with_arguments(args);
+        // Questions the server asks during the call belong to this session (elicitation).
+        let _in_flight = self.inner.elicitation.enter(&tool.service, session);
         // Dropping the call on timeout makes rmcp send notifications/cancelled for it.
-        match tokio::time::timeout(timeout, connection.peer.call_tool(params)).await {
+        let call = self.call_answering_input(&connection.peer, &tool.service, params);
+        match tokio::time::timeout(timeout, call).await {
             Ok(Ok(result)) => {
                 self.call_succeeded(&tool.service);
                 convert(tool, result)

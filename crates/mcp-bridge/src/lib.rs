@@ -24,6 +24,9 @@
 //! - **Tool search** ([`search`]): past a token budget a turn shows [`SEARCH_TOOL`] instead of
 //!   the level-1 list; the model finds tools by words (English or Chinese, BM25 from the
 //!   `tool-search` crate), and the hits become callable ([`McpBridge::set_tool_search`]).
+//! - **Elicitation** ([`elicitation`]): a server's questions for the person go to the
+//!   application's [`elicitation::Elicitor`] (both protocol revisions), declined when none is
+//!   attached, cancelled past a time limit.
 //! - **Execution** (M4, M6, `execution.rs`, `provider.rs`, [`protocol`]): [`McpBridge`]
 //!   implements [`llm_core::ToolProvider`]; every failure is a [`llm_core::ToolError`] the
 //!   model can act on, so the conversation goes on.
@@ -38,6 +41,7 @@ pub mod config;
 mod connection;
 mod descriptions;
 mod discovery;
+pub mod elicitation;
 mod error;
 mod execution;
 #[cfg(feature = "http")]

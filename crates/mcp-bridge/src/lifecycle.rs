@@ -254,8 +254,8 @@ async fn finish_start(
             }
         }
     };
-    let epoch = match inner.upgrade() {
-        Some(i) => i.catalog_epoch.clone(),
+    let hooks = match inner.upgrade() {
+        Some(i) => (i.catalog_epoch.clone(), i.elicitation.clone()),
         None => {
             return Err(BridgeError::StartFailed {
                 service: name,
@@ -263,7 +263,7 @@ async fn finish_start(
             });
         }
     };
-    let launched = Connection::launch(&config, generation, epoch, on_failure).await;
+    let launched = Connection::launch(&config, generation, hooks, on_failure).await;
     let Some(inner) = inner.upgrade() else {
         if let Ok(connection) = launched {
             connection.end(None);

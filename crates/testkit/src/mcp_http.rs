@@ -5,16 +5,21 @@
 //! every request, so a test can tell which revision a client spoke.
 //!
 //! Tools: `echo` (`{"message"}` → `Echo: …`), `add_tool` (`{"name"}`: adds a tool that answers
-//! `NAME ran`, and in a session sends `notifications/tools/list_changed`). Tool lists carry the
+//! `NAME ran`, and in a session sends `notifications/tools/list_changed`), `ask` (the
+//! 2026-07-28 way of asking the person mid-call: an `input_required` result with one form
+//! elicitation, `"who"`; called again with `inputResponses`, it answers `answered: <the
+//! response as JSON>`). Tool lists carry the
 //! cache hint `ttlMs` (1,500 ms), which the stateless revision relies on instead of
 //! notifications.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    InputRequest, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -59,6 +64,11 @@ impl Handler {
                 object(
                     json!({"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}),
                 ),
+            ),
+            Tool::new(
+                "ask",
+                "Asks the person their name (input_required) and answers with it.",
+                object(json!({"type": "object"})),
             ),
             Tool::new(
                 "add_tool",
@@ -116,6 +126,23 @@ impl ServerHandler for Handler {
             "echo" => match args.get("message").and_then(Value::as_str) {
                 Some(m) => text(format!("Echo: {m}")),
                 None => Err(ErrorData::invalid_params("message must be a string", None)),
+            },
+            "ask" => match &request.input_responses {
+                None => {
+                    let asked: InputRequest = serde_json::from_value(json!({
+                        "method": "elicitation/create",
+                        "params": {"mode": "form", "message": "What is your name?",
+                            "requestedSchema": {"type": "object",
+                                "properties": {"name": {"type": "string"}}, "required": ["name"]}}
+                    }))
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                    let requests = BTreeMap::from([("who".to_owned(), asked)]);
+                    Ok(InputRequiredResult::new(Some(requests), Some("asked-once".into())).into())
+                }
+                Some(responses) => text(format!(
+                    "answered: {}",
+                    responses.get("who").cloned().unwrap_or(Value::Null)
+                )),
             },
             "add_tool" => {
                 let name = args
