@@ -42,6 +42,8 @@ NPM_PACKAGES=(
 PYPI_PACKAGES=("mcp-server-git==2026.10.19" "mcp-server-time==2026.10.19" "mcp-server-fetch==2026.10.24")
 
 # No browser downloads at install time: the servers only list their tools here.
+# Servers that honour it send no telemetry.
+export DO_NOT_TRACK=1
 export PUPPETEER_SKIP_DOWNLOAD=1 PUPPETEER_SKIP_CHROMIUM_DOWNLOAD=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 npm install --prefix "${PREFIX}/npm" --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}" >&2
 if [[ ! -x "${PREFIX}/venv/bin/python" ]]; then python3 -m venv "${PREFIX}/venv"; fi

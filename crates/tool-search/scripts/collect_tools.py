@@ -51,7 +51,7 @@ SERVERS = [
         env={"BRAVE_API_KEY": "dummy"}),
     npm("puppeteer", "@modelcontextprotocol/server-puppeteer"),
     npm("playwright", "@playwright/mcp"),
-    npm("chrome_devtools", "chrome-devtools-mcp"),
+    npm("chrome_devtools", "chrome-devtools-mcp", "--no-usage-statistics"),
     npm("notion", "@notionhq/notion-mcp-server", env={"NOTION_TOKEN": "dummy"}),
     npm("kubernetes", "mcp-server-kubernetes"),
     npm("tavily", "tavily-mcp", env={"TAVILY_API_KEY": "dummy"}),
@@ -74,7 +74,7 @@ SERVERS = [
 
 
 def tools_of(cmd, env, limit=60):
-    full_env = {"PATH": os.environ["PATH"], "HOME": SCRATCH, **env}
+    full_env = {"PATH": os.environ["PATH"], "HOME": SCRATCH, "DO_NOT_TRACK": "1", **env}
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, env=full_env, cwd=SCRATCH,
                          start_new_session=True)
