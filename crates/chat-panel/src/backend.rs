@@ -1,5 +1,6 @@
 //! The agent side of the panel: [`ChatBackend`] and [`AgentBackend`].
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -7,10 +8,15 @@ use context_engine::SessionStore;
 use futures::Stream;
 use llm_core::ChatModel;
 use messaging::{MessageBus, SendMessageTool};
-use tool_system::{Agent, AgentBuilder, LoopError, LoopEvent};
+use tool_system::{
+    Agent, AgentBuilder, ApprovalDecision, ApprovalError, LoopError, LoopEvent, PendingApproval,
+};
 
 use crate::PanelConfig;
 use crate::config::PanelError;
+
+/// The calls of a session waiting for a person's approval, looked up in the store.
+pub type PendingFuture = Pin<Box<dyn Future<Output = Option<PendingApproval>> + Send>>;
 
 /// A stream of the tool loop's [`LoopEvent`]s for one answer (the panel shows them as they
 /// come; it ends with `Finished` or `Failed`).
@@ -26,6 +32,23 @@ pub trait ChatBackend: Send + Sync + 'static {
     /// restart), and deletes the conversations it evicts (its `max_sessions` cap) and the oldest
     /// messages of a long one (its `max_history_messages` cap).
     fn store(&self) -> Arc<dyn SessionStore>;
+    /// Decides calls held for approval in session `session_id` and goes on with the answer
+    /// ([`Agent::resume_stream`]). A backend that holds no calls fails the stream.
+    fn resume(&self, session_id: &str, decisions: Vec<ApprovalDecision>) -> EventStream {
+        let _ = decisions;
+        let session = session_id.to_owned();
+        Box::pin(futures::stream::once(async move {
+            LoopEvent::Failed(LoopError::Approval(ApprovalError::NothingPending {
+                session,
+            }))
+        }))
+    }
+    /// The calls of session `session_id` waiting for approval, with fresh tokens (after a
+    /// reload or a restart); `None` when nothing waits (the default).
+    fn pending_approval(&self, session_id: &str) -> PendingFuture {
+        let _ = session_id;
+        Box::pin(async { None })
+    }
 }
 
 /// The recipient id the model uses for the person in the panel.
@@ -125,6 +148,25 @@ impl ChatBackend for AgentBackend {
     fn store(&self) -> Arc<dyn SessionStore> {
         Arc::clone(self.agent.store())
     }
+
+    fn resume(&self, session_id: &str, decisions: Vec<ApprovalDecision>) -> EventStream {
+        Box::pin(self.agent.resume_stream(session_id.to_owned(), decisions))
+    }
+
+    fn pending_approval(&self, session_id: &str) -> PendingFuture {
+        let agent = self.agent.clone();
+        let session = session_id.to_owned();
+        Box::pin(async move {
+            match agent.pending_approval(&session).await {
+                Ok(p) => p,
+                Err(e) => {
+                    // Fails closed: nothing is shown as decidable.
+                    tracing::warn!(session = %session, error = %e, "chat panel: could not read the pending approval");
+                    None
+                }
+            }
+        })
+    }
 }
 
 /// The sentence the person sees when an answer failed; the detail goes to the log.
@@ -133,6 +175,9 @@ pub(crate) fn user_sentence(e: &LoopError) -> &'static str {
         LoopError::Model(m) => m.user_message(),
         LoopError::Context(_) => {
             "Your message is too long for the assistant to read. Please send a shorter one."
+        }
+        LoopError::Approval(_) => {
+            "That decision could not be applied: the call was decided already or no longer waits. Reload the page to see where things stand."
         }
         _ => "The assistant ran into a problem and could not answer. Please try again later.",
     }

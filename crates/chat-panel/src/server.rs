@@ -95,6 +95,10 @@ impl ChatPanel {
                 "/api/sessions/{id}/messages",
                 axum::routing::post(post_message),
             )
+            .route(
+                "/api/sessions/{id}/approvals",
+                axum::routing::post(post_approvals),
+            )
             .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
             .method_not_allowed_fallback(|| async {
                 error(
@@ -304,17 +308,23 @@ async fn get_session(
     let session = match app.sessions.find(&id).await {
         Ok(Some(s)) => s,
         Ok(None) => {
-            return axum::Json(json!({"sessionId": id, "busy": false, "entries": []}))
-                .into_response();
+            return axum::Json(
+                json!({"sessionId": id, "busy": false, "entries": [], "pending": null}),
+            )
+            .into_response();
         }
         Err(e) => return store_failed(&e),
     };
+    // Calls waiting for the person's approval, from the store: a reload or a restart shows
+    // the same ones (with fresh tokens).
+    let pending = app.backend.pending_approval(&id).await;
     let mut s = lock(&session);
     if !s.busy {
         // messages that arrived while no answer was running (a running one shows them live)
         s.drain_inbox();
     }
-    axum::Json(json!({"sessionId": id, "busy": s.busy, "entries": s.entries})).into_response()
+    axum::Json(json!({"sessionId": id, "busy": s.busy, "entries": s.entries, "pending": pending}))
+        .into_response()
 }
 
 /// Whether reading the body stopped at the size limit (`to_bytes` reports that as an error
@@ -349,24 +359,108 @@ struct PostBody {
 const MALFORMED: &str =
     "malformed request: expected the JSON object {\"text\": \"...\", \"inReplyTo\": N?}";
 
-async fn post_message(
+/// `POST /api/sessions/{id}/approvals` with `{"decisions": [{"call_id", "token", "approved",
+/// "reason"?}]}`: the person's decisions on calls held for approval (the tokens are those of
+/// the pending state the page was shown). Answers like a message: an SSE stream of the rest of
+/// the turn. A decision that does not verify, or a call decided already (a second click, a
+/// second tab), ends the stream with an error entry and changes nothing.
+async fn post_approvals(
     State(app): State<Arc<App>>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Decisions {
+        decisions: Vec<tool_system::ApprovalDecision>,
+    }
+    const MAX_DECISIONS: usize = 64;
     let id = match session_id(path) {
         Ok(id) => id,
         Err(r) => return r,
     };
-    let json_type = header_str(&headers, header::CONTENT_TYPE)
+    let body = match read_json_body(&app, &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let decisions = match serde_json::from_slice::<Decisions>(&body) {
+        Ok(d) if !d.decisions.is_empty() && d.decisions.len() <= MAX_DECISIONS => d.decisions,
+        Ok(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("send between 1 and {MAX_DECISIONS} decisions"),
+            );
+        }
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "malformed request: expected {{\"decisions\": [{{\"call_id\", \"token\", \"approved\", \"reason\"?}}]}}: {e}"
+                ),
+            );
+        }
+    };
+    let permit = match tokio::time::timeout(
+        app.config.queue_timeout,
+        app.permits.clone().acquire_owned(),
+    )
+    .await
+    {
+        Ok(Ok(p)) => p,
+        _ => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the panel is busy; try again shortly",
+            );
+        }
+    };
+    let session = match app.sessions.find(&id).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return error(StatusCode::NOT_FOUND, "no such conversation"),
+        Err(e) => return store_failed(&e),
+    };
+    {
+        let mut s = lock(&session);
+        if s.busy {
+            return error(
+                StatusCode::CONFLICT,
+                "an answer is still running in this session; wait for it to finish",
+            );
+        }
+        s.busy = true;
+    }
+    let (tx, rx) = mpsc::channel::<Event>(256);
+    let events = app.backend.resume(&id, decisions);
+    tokio::spawn(run_turn(
+        app.clone(),
+        session,
+        id,
+        events,
+        tx,
+        Vec::new(),
+        permit,
+    ));
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>);
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// A JSON request body within the panel's size and time limits.
+async fn read_json_body(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, Response> {
+    let json_type = header_str(headers, header::CONTENT_TYPE)
         .and_then(|v| v.split(';').next())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
     if !json_type {
-        return error(
+        return Err(error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "send the message as Content-Type: application/json",
-        );
+            "send the request as Content-Type: application/json",
+        ));
     }
     let limit = app.config.max_body_bytes;
     let body = match tokio::time::timeout(
@@ -378,7 +472,7 @@ async fn post_message(
         Ok(Ok(b)) => b,
         Ok(Err(e)) => {
             let too_big = length_limit_hit(&e);
-            return if too_big {
+            return Err(if too_big {
                 error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     format!("request body is larger than {limit} bytes"),
@@ -388,21 +482,38 @@ async fn post_message(
                     StatusCode::BAD_REQUEST,
                     format!("could not read the request body: {e}"),
                 )
-            };
+            });
         }
         Err(_) => {
             tracing::info!(
                 timeout_ms = app.config.body_read_timeout.as_millis() as u64,
                 "chat panel: a request body did not arrive in time"
             );
-            return error(
+            return Err(error(
                 StatusCode::REQUEST_TIMEOUT,
                 format!(
                     "the request body did not arrive within {} s",
                     app.config.body_read_timeout.as_secs()
                 ),
-            );
+            ));
         }
+    };
+    Ok(body)
+}
+
+async fn post_message(
+    State(app): State<Arc<App>>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let id = match session_id(path) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let body = match read_json_body(&app, &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
     };
     let req: PostBody = match serde_json::from_slice::<Value>(&body) {
         Ok(v @ Value::Object(_)) => match serde_json::from_value(v) {
@@ -473,7 +584,16 @@ async fn post_message(
         first
     };
     let (tx, rx) = mpsc::channel::<Event>(256);
-    tokio::spawn(run_turn(app.clone(), session, id, text, tx, first, permit));
+    let events = app.backend.reply(&id, &text);
+    tokio::spawn(run_turn(
+        app.clone(),
+        session,
+        id,
+        events,
+        tx,
+        first,
+        permit,
+    ));
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>);
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
@@ -533,7 +653,7 @@ async fn run_turn(
     app: Arc<App>,
     session: SessionRef,
     session_id: String,
-    text: String,
+    mut events: crate::backend::EventStream,
     tx: mpsc::Sender<Event>,
     first: Vec<Event>,
     permit: OwnedSemaphorePermit,
@@ -547,7 +667,6 @@ async fn run_turn(
     for e in first {
         out.send(Some(e)).await;
     }
-    let mut events = app.backend.reply(&session_id, &text);
     let deadline = tokio::time::Instant::now() + app.config.turn_timeout;
     let mut current: Option<u64> = None; // assistant entry receiving deltas
     let mut calls: HashMap<String, u64> = HashMap::new();
@@ -655,6 +774,12 @@ async fn run_turn(
                         }
                         _ => {}
                     }
+                }
+                LoopEvent::ApprovalRequired(pending) => {
+                    // Shown from the event as it comes, and from the store on a reload
+                    // (`GET /api/sessions/{id}`'s `pending`).
+                    current = None;
+                    emit.push(ev("approval", &pending));
                 }
                 LoopEvent::IterationLimitReached { iterations: n } => {
                     let e = s.next_entry(

@@ -466,3 +466,148 @@ async fn finding1_a_cross_origin_page_in_chromium_cannot_run_a_turn() {
         "{results:?}"
     );
 }
+
+/// #27 item 2: a call held for approval shows the tool and its arguments as text with Approve /
+/// Reject buttons; a click disables them at once and resumes the turn over SSE; a reload shows
+/// the same pending call; a decision sent twice (a second tab) changes nothing.
+#[tokio::test]
+async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
+    let _one = BROWSER_LOCK.lock().await;
+    let fx = common::start_with_agent(
+        chat_panel::PanelConfig::default(),
+        common::delete_responder,
+        common::with_gated_delete,
+    )
+    .await;
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.type_and_send("please delete my notes").await;
+    b.wait_until(
+        "the approval box",
+        "document.querySelectorAll('.entry-approval button.approve').length === 1",
+    )
+    .await;
+    b.idle().await;
+    // The arguments are text: the HTML in the path is shown, never rendered.
+    let shown = b
+        .js("const a = document.querySelector('.entry-approval');
+             return [a.textContent, a.querySelectorAll('b').length];")
+        .await;
+    assert!(
+        shown[0].as_str().unwrap().contains("delete_file"),
+        "{shown}"
+    );
+    assert!(
+        shown[0].as_str().unwrap().contains("<b>notes</b>.txt"),
+        "{shown}"
+    );
+    assert_eq!(shown[1], json!(0), "no element built from the arguments");
+    let model_calls = fx.model.request_count();
+
+    // A reload shows the same pending call (from the store).
+    b.open(&fx).await;
+    b.wait_until(
+        "the approval box after a reload",
+        "document.querySelectorAll('.entry-approval button.approve').length === 1",
+    )
+    .await;
+    // The token the page holds, for the second-tab check below.
+    let sid = b
+        .js("return localStorage.getItem('chatPanelSession');")
+        .await;
+    let sid = sid.as_str().unwrap().to_owned();
+    let client = reqwest::Client::new();
+    let base = fx.url().trim_end_matches('/').to_owned();
+    let state: Value = client
+        .get(format!("{base}/api/sessions/{sid}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let call = state["pending"]["calls"][0].clone();
+    assert_eq!(call["name"], "delete_file", "{state}");
+
+    // Approve: both buttons disabled at once; the call runs, the agent answers.
+    b.client
+        .find(Locator::Css(".entry-approval button.approve"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let disabled = b
+        .js("return Array.from(document.querySelectorAll('.entry-approval button')).map(x => x.disabled);")
+        .await;
+    assert!(
+        disabled
+            .as_array()
+            .is_none_or(|a| a.iter().all(|d| d == &json!(true))),
+        "{disabled}"
+    );
+    b.wait_until(
+        "the answer after approval",
+        "Array.from(document.querySelectorAll('.entry-assistant .text')).some(e => e.textContent === 'Deleted the file.')",
+    )
+    .await;
+    b.idle().await;
+    assert_eq!(
+        b.js("return document.querySelectorAll('.entry-approval').length;")
+            .await,
+        json!(0)
+    );
+    let tool = b
+        .js("const t = document.querySelector('.entry-tool'); return t ? t.textContent : null;")
+        .await;
+    assert!(
+        tool.as_str().unwrap().contains("delete_file — done"),
+        "{tool}"
+    );
+    assert_eq!(fx.model.request_count(), model_calls + 1);
+
+    // A second tab sends the same decision: refused, nothing runs again.
+    let res = client
+        .post(format!("{base}/api/sessions/{sid}/approvals"))
+        .json(&json!({"decisions": [{"call_id": call["id"], "token": call["token"], "approved": true}]}))
+        .send()
+        .await
+        .unwrap();
+    let body = res.text().await.unwrap();
+    let events = common::sse_events(&body);
+    assert!(
+        events
+            .iter()
+            .any(|(e, d)| e == "entry" && d["kind"] == "error"),
+        "{body}"
+    );
+    assert_eq!(
+        fx.model.request_count(),
+        model_calls + 1,
+        "nothing ran again"
+    );
+
+    // Reject on the next turn: the model is told and says so.
+    b.type_and_send("delete it again").await;
+    b.wait_until(
+        "the second approval box",
+        "document.querySelectorAll('.entry-approval button.reject').length === 1",
+    )
+    .await;
+    b.idle().await;
+    b.client
+        .find(Locator::Css(".entry-approval button.reject"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_until(
+        "the answer after rejection",
+        "Array.from(document.querySelectorAll('.entry-assistant .text')).some(e => e.textContent === 'OK, I kept the file.')",
+    )
+    .await;
+    let sent = fx.model.requests().last().unwrap().body.to_string();
+    assert!(sent.contains("The user declined this call"), "{sent}");
+    b.close().await;
+}

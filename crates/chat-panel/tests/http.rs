@@ -382,3 +382,89 @@ async fn two_hundred_concurrent_sse_clients_all_answered() {
     let (status, _) = post(&c, &base, SID, json!({"text": "hello"})).await;
     assert_eq!(status, 200);
 }
+
+/// #27 item 2: a call held for approval survives a restart of the panel (same SQLite history,
+/// same approval key): the new server shows the same pending call with a fresh token, and
+/// deciding there finishes the turn. A malformed or empty decision is a 400.
+#[tokio::test]
+async fn approval_pending_survives_a_panel_restart() {
+    let fx = common::start_with_agent(
+        PanelConfig::default(),
+        common::delete_responder,
+        common::with_gated_delete,
+    )
+    .await;
+    let c = reqwest::Client::new();
+    let (status, body) = post(&c, &fx.url(), SID, json!({"text": "delete my notes"})).await;
+    assert_eq!(status, 200);
+    let events = sse_events(&body);
+    let (_, pending) = events
+        .iter()
+        .find(|(e, _)| e == "approval")
+        .unwrap_or_else(|| panic!("no approval event: {body}"));
+    assert_eq!(pending["calls"][0]["name"], "delete_file");
+    assert_eq!(
+        pending["calls"][0]["arguments"],
+        json!({"path": "<b>notes</b>.txt"})
+    );
+
+    // The panel restarts on the same history file.
+    let history = fx.dir.path().join("panel.sqlite3");
+    fx.panel.shutdown().await;
+    let config = PanelConfig::default().with_history_path(&history);
+    let mut model_cfg = model_gateway::OpenAiConfig::new("scripted");
+    model_cfg.base_url = fx.model.base_url();
+    let backend = chat_panel::AgentBackend::build(
+        model_gateway::OpenAiModel::new(model_cfg).unwrap(),
+        fx.bus.clone(),
+        &config,
+        common::with_gated_delete,
+    )
+    .unwrap();
+    let panel = chat_panel::ChatPanel::new(backend, fx.bus.clone(), config)
+        .serve("127.0.0.1:0")
+        .await
+        .unwrap();
+    let base = panel.url();
+    let s = state(&c, &base, SID).await;
+    let call = s["pending"]["calls"][0].clone();
+    assert_eq!(call["name"], "delete_file", "{s}");
+    assert_eq!(call["id"], pending["calls"][0]["id"]);
+
+    for bad in [
+        json!({"decisions": []}),
+        json!({"decisions": "yes"}),
+        json!({"x": 1}),
+    ] {
+        let r = c
+            .post(format!("{base}api/sessions/{SID}/approvals"))
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{bad}");
+    }
+    let r = c
+        .post(format!("{base}api/sessions/{SID}/approvals"))
+        .json(&json!({"decisions": [{"call_id": call["id"], "token": call["token"], "approved": true}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let body = r.text().await.unwrap();
+    assert!(
+        sse_events(&body)
+            .iter()
+            .any(|(e, d)| e == "update"
+                && d["tool"]["result"] == r#"{"deleted":"<b>notes</b>.txt"}"#),
+        "the approved call ran: {body}"
+    );
+    let s = state(&c, &base, SID).await;
+    assert_eq!(s["pending"], Value::Null);
+    let answers: Vec<Value> = entries_of(&s, "assistant")
+        .iter()
+        .map(|e| e["text"].clone())
+        .collect();
+    assert!(answers.contains(&json!("Deleted the file.")), "{s}");
+    panel.shutdown().await;
+}

@@ -84,6 +84,48 @@ pub async fn start_with(
     config: PanelConfig,
     responder: impl Fn(&Value) -> Reply + Send + Sync + 'static,
 ) -> Fixture {
+    start_with_agent(config, responder, |b| b).await
+}
+
+/// A gated tool for the approval tests: `delete_file {"path"}`, held for the person's approval.
+pub fn with_gated_delete(b: tool_system::AgentBuilder) -> tool_system::AgentBuilder {
+    b.tool(tool_system::FnTool::new(
+        "delete_file",
+        "Delete a file",
+        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        |args, _| async move { Ok(json!({"deleted": args["path"]})) },
+    ))
+    .require_approval("delete_file")
+    .approval_key(tool_system::ApprovalKey::new([42u8; 32]).unwrap())
+}
+
+/// The model of the approval tests: asked anything, it calls `delete_file` on a path whose
+/// name is HTML; after the call's result it says what happened.
+pub fn delete_responder(body: &Value) -> Reply {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or(Value::Null);
+    if last["role"] == "tool" {
+        let content = last["content"].as_str().unwrap_or_default();
+        if content.contains("declined") {
+            Reply::text("OK, I kept the file.")
+        } else {
+            Reply::text("Deleted the file.")
+        }
+    } else {
+        Reply::tool_call(
+            &format!("call-{}", messages.len()),
+            "delete_file",
+            r#"{"path": "<b>notes</b>.txt"}"#,
+        )
+    }
+}
+
+/// A panel whose agent is built with `configure` on top of the default one.
+pub async fn start_with_agent(
+    config: PanelConfig,
+    responder: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+    configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+) -> Fixture {
     let model = ScriptedServer::start().await;
     model.respond_with(responder);
     let mut cfg = OpenAiConfig::new("scripted");
@@ -92,7 +134,7 @@ pub async fn start_with(
     let bus = MessageBus::new();
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config.with_history_path(dir.path().join("panel.sqlite3"));
-    let backend = AgentBackend::build(llm, bus.clone(), &config, |b| b).expect("agent");
+    let backend = AgentBackend::build(llm, bus.clone(), &config, configure).expect("agent");
     let panel = ChatPanel::new(backend, bus.clone(), config)
         .serve("127.0.0.1:0")
         .await
