@@ -43,6 +43,8 @@ mod tokens;
 pub use builder::{BuiltContext, ContextBuilder, ContextError, DropReason, Dropped};
 pub use history::{History, Session};
 pub use store::{Durability, MemoryStore, SessionStore, SqliteStore, StateChange, StoreError};
+#[cfg(feature = "postgres")]
+pub use store::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use tokens::{
     EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TiktokenCounter,
     TokenCounter, TokenizerError, counter_for_model,
