@@ -10,6 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod services;
+
 struct Stage {
     n: u8,
     name: &'static str,
@@ -59,7 +61,8 @@ fn main() -> ExitCode {
         Some("test") => test_all(),
         Some("bench") => bench(&args[1..]),
         Some("deps") => ensure_test_deps(),
-        _ => Err("usage: cargo xtask <stage N | test | bench | deps>".into()),
+        Some("with-services") => services::run_with(&args[1..]),
+        _ => Err("usage: cargo xtask <stage N | test | bench | deps | with-services CMD…>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -243,9 +246,10 @@ fn test_all() -> Result<(), String> {
         ]),
     )?;
     check_layers()?;
+    let services = services::Services::start_for_tests()?; // PostgreSQL on 127.0.0.1; stopped on drop
     run(
         "cargo test (every crate; local-model's tests fetch the model once into the user's cache and fail, never skip, when they cannot)",
-        cargo().args(["test", "--workspace"]),
+        cargo().args(["test", "--workspace"]).envs(services.env()),
     )?;
     for s in STAGES.iter().filter(|s| demo_exists(s.n)) {
         run_demo(s.n, &format!("Stage {} demo", s.n))?;
