@@ -253,8 +253,8 @@ pub trait SessionStore: Send + Sync {
     /// The value of the session's state slot `key`, `None` when unset (see [`StateChange`]).
     /// [`StoreError::NotFound`] if the session does not exist.
     ///
-    /// Optional: the default answers [`StoreError::Unsupported`]. [`MemoryStore`] and
-    /// [`SqliteStore`] implement it.
+    /// Optional: the default answers [`StoreError::Unsupported`]. [`MemoryStore`],
+    /// [`SqliteStore`] and `PostgresStore` implement it.
     async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
         let _ = (id, key);
         Err(StoreError::Unsupported {
