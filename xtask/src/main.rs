@@ -300,9 +300,13 @@ fn check_layers() -> Result<(), String> {
 }
 
 fn bench(extra: &[String]) -> Result<(), String> {
+    let services = services::Services::start_for_tests()?; // PostgreSQL for postgres_append
     run(
         "cargo bench",
-        cargo().args(["bench", "--workspace"]).args(extra),
+        cargo()
+            .args(["bench", "--workspace"])
+            .args(extra)
+            .envs(services.env()),
     )
 }
 
