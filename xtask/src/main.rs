@@ -279,6 +279,12 @@ fn check_layers() -> Result<(), String> {
         let out = cargo()
             .args(["tree", "-p", layer, "-e", "normal", "--prefix", "none"])
             .arg("--no-default-features")
+            .args(
+                (*layer == "context-engine")
+                    .then_some(["--features", "postgres"])
+                    .into_iter()
+                    .flatten(),
+            ) // the PostgreSQL driver is allowed; check it brings no HTTP client
             .output()
             .map_err(|e| format!("cargo tree: could not start: {e}"))?;
         if !out.status.success() {

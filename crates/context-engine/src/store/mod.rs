@@ -114,7 +114,7 @@ pub enum StoreError {
         "session store failure: {detail}; nothing was written — check disk space and permissions, then retry"
     )]
     Database {
-        /// SQLite's message.
+        /// The database's message.
         detail: String,
     },
     /// The store's worker thread is gone (it stopped after a fatal error or at shutdown).
