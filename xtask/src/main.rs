@@ -183,7 +183,8 @@ fn stage(n: u8) -> Result<(), String> {
     for p in stage.packages {
         test.args(["-p", p]);
     }
-    run(&format!("Stage {n} tests"), &mut test)
+    let services = services::Services::start_for_tests()?; // e.g. PostgreSQL for Stage 1's stores
+    run(&format!("Stage {n} tests"), test.envs(services.env()))
 }
 
 /// Builds and runs the Stage `n` demo (every variant of it). The build runs first and shows
