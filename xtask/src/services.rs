@@ -17,6 +17,24 @@ use std::time::{Duration, Instant};
 /// own database named there is never touched by the tests (they create and drop databases).
 pub const TEST_DATABASE_URL: &str = "TEST_DATABASE_URL";
 
+/// The variables of the second, private cluster that one test crashes and restarts
+/// (`c4_postgres_server_crash_and_restart`): its URL, its data directory, its `pg_ctl`, and the
+/// user to run `pg_ctl` as (empty: the current user).
+pub const TEST_PG_FAULT_URL: &str = "TEST_PG_FAULT_URL";
+/// See [`TEST_PG_FAULT_URL`].
+pub const TEST_PG_FAULT_DATA: &str = "TEST_PG_FAULT_DATA";
+/// See [`TEST_PG_FAULT_URL`].
+pub const TEST_PG_FAULT_PG_CTL: &str = "TEST_PG_FAULT_PG_CTL";
+/// See [`TEST_PG_FAULT_URL`].
+pub const TEST_PG_FAULT_RUN_AS: &str = "TEST_PG_FAULT_RUN_AS";
+
+/// Which PostgreSQL cluster: the one every test shares, or the one a fault test may crash.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cluster {
+    Shared,
+    Fault,
+}
+
 /// The account servers run as when xtask runs as root (PostgreSQL refuses to run as root);
 /// Debian's `postgresql` package creates it.
 const SERVICE_USER: &str = "postgres";
@@ -41,7 +59,8 @@ impl Services {
         let mut services = Self {
             running: Vec::new(),
         };
-        services.running.push(start_postgres()?);
+        services.running.push(start_postgres(Cluster::Shared)?);
+        services.running.push(start_postgres(Cluster::Fault)?);
         Ok(services)
     }
 
@@ -240,9 +259,13 @@ fn ensure_postgres() -> Result<PathBuf, String> {
 
 /// initdb a private cluster, listening only on 127.0.0.1 at a free port (and a Unix socket in
 /// its own directory), trust authentication for local connections only; start it.
-fn start_postgres() -> Result<Service, String> {
+fn start_postgres(cluster: Cluster) -> Result<Service, String> {
     let bin = ensure_postgres()?;
-    let dir = service_root().join(format!("postgres-{}", std::process::id()));
+    let kind = match cluster {
+        Cluster::Shared => "postgres",
+        Cluster::Fault => "postgres-fault",
+    };
+    let dir = service_root().join(format!("{kind}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     std::fs::write(dir.join("owner.pid"), std::process::id().to_string())
@@ -315,14 +338,34 @@ fn start_postgres() -> Result<Service, String> {
         return Err(format!("{e}\n--- {} ---\n{tail}", log.display()));
     }
     let stop_data = data.clone();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let env = match cluster {
+        Cluster::Shared => vec![(TEST_DATABASE_URL.into(), url)],
+        Cluster::Fault => vec![
+            (TEST_PG_FAULT_URL.into(), url),
+            (TEST_PG_FAULT_DATA.into(), data.display().to_string()),
+            (TEST_PG_FAULT_PG_CTL.into(), pg_ctl.display().to_string()),
+            (
+                TEST_PG_FAULT_RUN_AS.into(),
+                if is_root() {
+                    SERVICE_USER.into()
+                } else {
+                    String::new()
+                },
+            ),
+        ],
+    };
     Ok(Service {
-        name: "PostgreSQL",
-        env: vec![(
-            TEST_DATABASE_URL.into(),
-            format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-        )],
+        name: match cluster {
+            Cluster::Shared => "PostgreSQL",
+            Cluster::Fault => "PostgreSQL (fault tests)",
+        },
+        env,
         dir,
         stop: Box::new(move || {
+            if !stop_data.join("postmaster.pid").exists() {
+                return Ok(()); // already stopped (a fault test may leave it so when it fails)
+            }
             run_quiet(
                 "pg_ctl stop",
                 as_service_user(&pg_ctl)

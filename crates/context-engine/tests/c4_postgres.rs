@@ -239,3 +239,122 @@ async fn c4_postgres_database_goes_away_and_comes_back() {
     let expected: Vec<Message> = (0..acked).flat_map(round).collect();
     assert_eq!(msgs, expected);
 }
+
+/// `pg_ctl ARGS` on the fault-test cluster (as the user xtask names, when it names one).
+fn pg_ctl(args: &[&str]) {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!(
+                "{name} is not set: run `cargo xtask test` (it starts a private PostgreSQL cluster \
+                 for this test and sets TEST_PG_FAULT_*), or `cargo xtask with-services cargo test -p context-engine`"
+            )
+        })
+    };
+    let data = var("TEST_PG_FAULT_DATA");
+    let ctl = var("TEST_PG_FAULT_PG_CTL");
+    let run_as = var("TEST_PG_FAULT_RUN_AS");
+    let mut cmd = if run_as.is_empty() {
+        std::process::Command::new(&ctl)
+    } else {
+        let mut c = std::process::Command::new("runuser");
+        c.args(["-u", &run_as, "--", &ctl]);
+        c
+    };
+    let out = cmd.args(args).arg("-D").arg(&data).output().unwrap();
+    assert!(
+        out.status.success(),
+        "pg_ctl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Waits (bounded: 60 s) until session `id` holds `n` messages; fails if the writer stopped.
+async fn wait_for_len<T>(
+    store: &PostgresStore,
+    id: &str,
+    n: usize,
+    writer: &tokio::task::JoinHandle<T>,
+) {
+    for _ in 0..3000 {
+        if store.load(id).await.unwrap().messages.len() >= n {
+            return;
+        }
+        assert!(!writer.is_finished(), "the writer stopped early");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("session {id} did not reach {n} messages in 60 s");
+}
+
+/// The database SERVER crashes (`pg_ctl stop -m immediate`: every PostgreSQL process is killed
+/// with no shutdown checkpoint; it recovers from its WAL on restart) while a conversation is being
+/// written, and is started again: typed errors while it is down, every acknowledged round is
+/// there after recovery, whole and once, and the same store (pool) goes on appending. Runs on a
+/// cluster of its own (`TEST_PG_FAULT_URL`), so the other tests are not disturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c4_postgres_server_crash_and_restart() {
+    let base = std::env::var("TEST_PG_FAULT_URL").unwrap_or_else(|_| {
+        panic!(
+            "TEST_PG_FAULT_URL is not set: run `cargo xtask test`, or `cargo xtask with-services \
+             cargo test -p context-engine`"
+        )
+    });
+    let store = PostgresStore::connect_with_pool_size(&base, 4)
+        .await
+        .unwrap();
+    let id = format!("crash-{}", std::process::id());
+    store.create(&id).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let store = store.clone();
+        let stop = stop.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut errors = 0usize;
+            let mut k = 0;
+            while !stop.load(Ordering::Relaxed) {
+                match store.append(&id, &round(k)).await {
+                    Ok(_) => acked.push(k),
+                    Err(StoreError::Unreachable { .. }) => {
+                        errors += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    Err(e) => panic!("round {k}: {e:?}"),
+                }
+                k += 1;
+            }
+            (acked, errors)
+        })
+    };
+    // Let some rounds through, then crash the server.
+    wait_for_len(&store, &id, 5 * 4, &writer).await;
+    pg_ctl(&["stop", "-m", "immediate", "-w"]);
+    let e = store.load(&id).await.unwrap_err();
+    assert!(matches!(e, StoreError::Unreachable { .. }), "{e:?}");
+    let log = format!(
+        "{}/restart.log",
+        std::env::var("TEST_PG_FAULT_DATA").unwrap()
+    );
+    pg_ctl(&["start", "-w", "-t", "60", "-l", &log]);
+    // Back: the writer's appends succeed again; let it write a few more, then stop it.
+    let before = store.load(&id).await.unwrap().messages.len();
+    wait_for_len(&store, &id, before + 3 * 4, &writer).await;
+    stop.store(true, Ordering::Relaxed);
+    let (acked, errors) = writer.await.unwrap();
+    assert!(errors >= 1, "the writer never saw the server down");
+    let stored = store.load(&id).await.unwrap().messages;
+    assert_eq!(stored.len() % 4, 0, "partial round");
+    let ks: Vec<usize> = stored
+        .chunks(4)
+        .map(|c| {
+            let k: usize = c[0].content()["question ".len()..].parse().unwrap();
+            assert_eq!(c, round(k).as_slice());
+            k
+        })
+        .collect();
+    assert!(ks.windows(2).all(|w| w[0] < w[1]), "{ks:?}");
+    for k in &acked {
+        assert!(ks.contains(k), "acknowledged round {k} lost in the crash");
+    }
+}
