@@ -10,6 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod services;
+
 struct Stage {
     n: u8,
     name: &'static str,
@@ -59,7 +61,8 @@ fn main() -> ExitCode {
         Some("test") => test_all(),
         Some("bench") => bench(&args[1..]),
         Some("deps") => ensure_test_deps(),
-        _ => Err("usage: cargo xtask <stage N | test | bench | deps>".into()),
+        Some("with-services") => services::run_with(&args[1..]),
+        _ => Err("usage: cargo xtask <stage N | test | bench | deps | with-services CMD…>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -180,7 +183,8 @@ fn stage(n: u8) -> Result<(), String> {
     for p in stage.packages {
         test.args(["-p", p]);
     }
-    run(&format!("Stage {n} tests"), &mut test)
+    let services = services::Services::start_for_tests()?; // e.g. PostgreSQL for Stage 1's stores
+    run(&format!("Stage {n} tests"), test.envs(services.env()))
 }
 
 /// Builds and runs the Stage `n` demo (every variant of it). The build runs first and shows
@@ -243,9 +247,10 @@ fn test_all() -> Result<(), String> {
         ]),
     )?;
     check_layers()?;
+    let services = services::Services::start_for_tests()?; // PostgreSQL on 127.0.0.1; stopped on drop
     run(
         "cargo test (every crate; local-model's tests fetch the model once into the user's cache and fail, never skip, when they cannot)",
-        cargo().args(["test", "--workspace"]),
+        cargo().args(["test", "--workspace"]).envs(services.env()),
     )?;
     for s in STAGES.iter().filter(|s| demo_exists(s.n)) {
         run_demo(s.n, &format!("Stage {} demo", s.n))?;
@@ -275,6 +280,12 @@ fn check_layers() -> Result<(), String> {
         let out = cargo()
             .args(["tree", "-p", layer, "-e", "normal", "--prefix", "none"])
             .arg("--no-default-features")
+            .args(
+                (*layer == "context-engine")
+                    .then_some(["--features", "postgres"])
+                    .into_iter()
+                    .flatten(),
+            ) // the PostgreSQL driver is allowed; check it brings no HTTP client
             .output()
             .map_err(|e| format!("cargo tree: could not start: {e}"))?;
         if !out.status.success() {
@@ -296,9 +307,13 @@ fn check_layers() -> Result<(), String> {
 }
 
 fn bench(extra: &[String]) -> Result<(), String> {
+    let services = services::Services::start_for_tests()?; // PostgreSQL for postgres_append
     run(
         "cargo bench",
-        cargo().args(["bench", "--workspace"]).args(extra),
+        cargo()
+            .args(["bench", "--workspace"])
+            .args(extra)
+            .envs(services.env()),
     )
 }
 

@@ -1,4 +1,5 @@
-//! Stage 1 benchmarks: building a request from a long session, and durable SQLite appends.
+//! Stage 1 benchmarks: building a request from a long session, and durable SQLite and PostgreSQL
+//! appends (PostgreSQL: the server `TEST_DATABASE_URL` names; `cargo xtask bench` starts one).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::sync::Arc;
@@ -120,5 +121,78 @@ fn sqlite_appends(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, build_context, sqlite_appends);
+/// The same appends against PostgreSQL, in a fresh database `ce_bench` on the server
+/// `TEST_DATABASE_URL` names.
+fn postgres_appends(c: &mut Criterion) {
+    let Ok(base) = std::env::var("TEST_DATABASE_URL") else {
+        eprintln!(
+            "postgres_append: NOT RUN — TEST_DATABASE_URL is not set; run `cargo xtask bench` \
+             (it starts a private PostgreSQL) or set it to a server whose user may create databases"
+        );
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = rt.block_on(async {
+        let (admin, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        for sql in [
+            "DROP DATABASE IF EXISTS ce_bench WITH (FORCE)",
+            "CREATE DATABASE ce_bench",
+        ] {
+            admin.batch_execute(sql).await.unwrap();
+        }
+        let (head, query) = base.split_once('?').unwrap_or((&base, ""));
+        let (server, _) = head.rsplit_once('/').unwrap();
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        format!("{server}/ce_bench{query}")
+    });
+    let store = rt
+        .block_on(context_engine::PostgresStore::connect(&url))
+        .unwrap();
+    let mut g = c.benchmark_group("postgres_append");
+    g.measurement_time(Duration::from_secs(4))
+        .warm_up_time(Duration::from_secs(1))
+        .sample_size(10);
+    rt.block_on(store.create("one")).unwrap();
+    let r = round(7);
+    g.throughput(Throughput::Elements(r.len() as u64));
+    g.bench_function("1_session_sequential_4msg_rounds", |b| {
+        b.iter(|| rt.block_on(store.append("one", &r)).unwrap())
+    });
+    let sessions = 32;
+    for s in 0..sessions {
+        rt.block_on(store.create(&format!("c{s}"))).unwrap();
+    }
+    let store = Arc::new(store);
+    g.throughput(Throughput::Elements((r.len() * sessions) as u64));
+    g.bench_function("32_sessions_concurrent_4msg_rounds", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let tasks: Vec<_> = (0..sessions)
+                    .map(|s| {
+                        let store = store.clone();
+                        let r = r.clone();
+                        tokio::spawn(async move { store.append(&format!("c{s}"), &r).await })
+                    })
+                    .collect();
+                for t in tasks {
+                    t.await.unwrap().unwrap();
+                }
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, build_context, sqlite_appends, postgres_appends);
 criterion_main!(benches);

@@ -2,7 +2,9 @@
 //!
 //! Sessions of chat messages (C1), a system prompt composed of a base prompt and per-turn
 //! sections (C2), requests built inside a token budget with a real tokenizer where one is known
-//! (C3), and durable session stores (C4).
+//! (C3), and durable session stores (C4): [`MemoryStore`], [`SqliteStore`] and, with the cargo
+//! feature `postgres`, `PostgresStore` for several processes sharing one PostgreSQL database
+//! (what each promises: `docs/stores.md`).
 //!
 //! Messages are [`llm_core::Message`]s. A tool loop needs three things from this crate:
 //!
@@ -43,6 +45,8 @@ mod tokens;
 pub use builder::{BuiltContext, ContextBuilder, ContextError, DropReason, Dropped};
 pub use history::{History, Session};
 pub use store::{Durability, MemoryStore, SessionStore, SqliteStore, StateChange, StoreError};
+#[cfg(feature = "postgres")]
+pub use store::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use tokens::{
     EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TiktokenCounter,
     TokenCounter, TokenizerError, counter_for_model,

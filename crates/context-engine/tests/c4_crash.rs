@@ -1,19 +1,26 @@
-//! C4: a writer killed with SIGKILL in the middle of appending loses no acknowledged round and
+//! C4, the killed-writer part of the store suite (for each durable store: SQLite, PostgreSQL):
+//! a writer killed with SIGKILL in the middle of appending loses no acknowledged round and
 //! leaves no partial one.
 //!
 //! The test re-executes its own test binary, running only `crash_child_writer` with
-//! `CE_CRASH_CHILD_DB` set; that child appends rounds to several sessions concurrently and prints
-//! `ack SESSION ROUND` after each append returns. The parent kills it after a number of acks,
-//! reopens the file and checks every session. Three kills in a row, each child continuing the
-//! sessions the previous one left.
+//! `CE_CRASH_CHILD_DB` set (`sqlite:PATH` or `postgres:URL`); that child appends rounds to several
+//! sessions concurrently and prints `ack SESSION ROUND` after each append returns. The parent
+//! kills it after a number of acks, reopens the store and checks every session. Three kills in a
+//! row, each child continuing the sessions the previous one left.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use context_engine::{ContextBuilder, EstimateCounter, History, SessionStore, SqliteStore};
+use context_engine::{
+    ContextBuilder, EstimateCounter, History, PostgresStore, SessionStore, SqliteStore,
+};
 use llm_core::{Message, ToolCall};
 use serde_json::json;
 
@@ -40,17 +47,28 @@ fn round(session: usize, r: usize) -> Vec<Message> {
     ]
 }
 
+/// Opens the store a `CE_CRASH_CHILD_DB` value names.
+async fn open(target: &str) -> Arc<dyn SessionStore> {
+    match target.split_once(':') {
+        Some(("sqlite", path)) => Arc::new(SqliteStore::open(path).unwrap()),
+        Some(("postgres", url)) => Arc::new(PostgresStore::connect(url).await.unwrap()),
+        _ => panic!("bad {ENV} value {target:?}"),
+    }
+}
+
 /// The child: not a test on its own (returns at once without the variable).
 #[test]
 fn crash_child_writer() {
-    let Ok(path) = std::env::var(ENV) else { return };
+    let Ok(target) = std::env::var(ENV) else {
+        return;
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async move {
-        let store = SqliteStore::open(&path).unwrap();
+        let store = open(&target).await;
         let mut tasks = Vec::new();
         for s in 0..SESSIONS {
             let store = store.clone();
@@ -73,6 +91,16 @@ fn crash_child_writer() {
 async fn c4_killed_writer_loses_no_completed_round_and_leaves_no_partial_one() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.db");
+    killed_writer(&format!("sqlite:{}", path.display())).await;
+}
+
+#[tokio::test]
+async fn c4_postgres_killed_writer_loses_no_completed_round_and_leaves_no_partial_one() {
+    let url = common::pg_database("crash").await;
+    killed_writer(&format!("postgres:{url}")).await;
+}
+
+async fn killed_writer(target: &str) {
     let exe = std::env::current_exe().unwrap();
     let mut acked: HashMap<usize, usize> = HashMap::new(); // session -> rounds acknowledged
 
@@ -84,7 +112,7 @@ async fn c4_killed_writer_loses_no_completed_round_and_leaves_no_partial_one() {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(ENV, &path)
+            .env(ENV, target)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -114,7 +142,7 @@ async fn c4_killed_writer_loses_no_completed_round_and_leaves_no_partial_one() {
         assert!(!status.success());
 
         // Reopen and check every session.
-        let store = SqliteStore::open(&path).unwrap();
+        let store = open(target).await;
         assert_eq!(store.list().await.unwrap().len(), SESSIONS);
         let mut total_rounds = 0;
         for s in 0..SESSIONS {

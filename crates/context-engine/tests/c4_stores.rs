@@ -1,10 +1,106 @@
-//! C4: the in-memory and SQLite session stores, and their failure modes.
+//! C4: ONE store test suite that every session store passes (memory, SQLite, PostgreSQL), and
+//! the SQLite file's own failure modes. (The killed-writer part of the suite is in
+//! `c4_crash.rs`, PostgreSQL's connection and migration failures in `c4_postgres.rs`.)
+//!
+//! The suite is a set of async fns over `Arc<dyn SessionStore>`; `store_suite!` instantiates
+//! each one as a test per store, in a module named after the store (`postgres::c4_contract`…).
+//! The PostgreSQL instance needs `TEST_DATABASE_URL` (set by `cargo xtask test`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
 
 use std::sync::Arc;
 
-use context_engine::{Durability, MemoryStore, SessionStore, SqliteStore, StateChange, StoreError};
-use llm_core::Message;
+use context_engine::{
+    ContextBuilder, Durability, EstimateCounter, History, MemoryStore, PostgresStore, SessionStore,
+    SqliteStore, StateChange, StoreError,
+};
+use llm_core::{Message, ToolCall};
+use serde_json::json;
+
+/// A store under test, with whatever must live as long as it (a temporary directory).
+struct Fixture {
+    store: Arc<dyn SessionStore>,
+    _keep: Option<tempfile::TempDir>,
+}
+
+async fn memory(_name: &str) -> Fixture {
+    Fixture {
+        store: Arc::new(MemoryStore::new()),
+        _keep: None,
+    }
+}
+
+async fn sqlite(_name: &str) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    // NORMAL: the suite checks the contract, not fsync (c4_crash.rs kills writers on FULL).
+    let store = SqliteStore::open_with(dir.path().join("s.db"), Durability::Normal).unwrap();
+    Fixture {
+        store: Arc::new(store),
+        _keep: Some(dir),
+    }
+}
+
+async fn postgres(name: &str) -> Fixture {
+    let url = common::pg_database(&format!("suite_{name}")).await;
+    Fixture {
+        store: Arc::new(PostgresStore::connect(&url).await.unwrap()),
+        _keep: None,
+    }
+}
+
+/// Instantiates every suite fn as a `#[tokio::test]` for one store.
+macro_rules! store_suite {
+    ($store:ident) => {
+        mod $store {
+            use super::*;
+
+            async fn fixture(name: &str) -> Fixture {
+                super::$store(name).await
+            }
+
+            #[tokio::test]
+            async fn c4_contract() {
+                let f = fixture("contract").await;
+                contract(f.store.clone()).await;
+            }
+
+            #[tokio::test]
+            async fn c4_unknown_session_id_is_a_typed_error() {
+                let f = fixture("unknown").await;
+                unknown_session(f.store.clone()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn c4_many_sessions_concurrently_keep_their_order() {
+                let f = fixture("many").await;
+                many_sessions(f.store.clone()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn c4_concurrent_appends_to_one_session_never_interleave() {
+                let f = fixture("one_session").await;
+                concurrent_one_session(f.store.clone()).await;
+            }
+
+            #[tokio::test]
+            async fn c4_tool_call_pairs_and_content_round_trip_exactly() {
+                let f = fixture("pairs").await;
+                tool_call_pairs(f.store.clone()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn c4_state_slots_compare_and_set() {
+                let f = fixture("state").await;
+                state_contract(f.store.clone()).await;
+            }
+        }
+    };
+}
+
+store_suite!(memory);
+store_suite!(sqlite);
+store_suite!(postgres);
 
 async fn contract(store: Arc<dyn SessionStore>) {
     assert_eq!(store.list().await.unwrap(), Vec::<String>::new());
@@ -39,47 +135,6 @@ async fn contract(store: Arc<dyn SessionStore>) {
     let s = store.load_or_create("c").await.unwrap();
     assert!(s.messages.is_empty());
     assert_eq!(store.list().await.unwrap(), vec!["b", "c"]);
-}
-
-#[tokio::test]
-async fn c4_memory_store_contract() {
-    contract(Arc::new(MemoryStore::new())).await;
-}
-
-#[tokio::test]
-async fn c4_sqlite_store_contract() {
-    let dir = tempfile::tempdir().unwrap();
-    contract(Arc::new(
-        SqliteStore::open(dir.path().join("s.db")).unwrap(),
-    ))
-    .await;
-}
-
-#[tokio::test]
-async fn c4_unknown_session_id_is_a_typed_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let stores: Vec<Arc<dyn SessionStore>> = vec![
-        Arc::new(MemoryStore::new()),
-        Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap()),
-    ];
-    for store in stores {
-        let e = store
-            .append("nope", &[Message::user("x")])
-            .await
-            .unwrap_err();
-        assert_eq!(e, StoreError::NotFound { id: "nope".into() });
-        assert!(e.to_string().contains("create it first"));
-        assert!(matches!(
-            store.load("nope").await,
-            Err(StoreError::NotFound { .. })
-        ));
-        assert!(matches!(
-            store.delete("nope").await,
-            Err(StoreError::NotFound { .. })
-        ));
-        // Nothing was created by the failed append.
-        assert!(store.list().await.unwrap().is_empty());
-    }
 }
 
 #[tokio::test]
@@ -227,71 +282,86 @@ fn c4_unwritable_location_is_a_typed_error() {
     assert!(matches!(e, StoreError::Open { .. }), "{e:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn c4_many_sessions_concurrently_keep_their_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.db");
-    let stores: Vec<Arc<dyn SessionStore>> = vec![
-        Arc::new(MemoryStore::new()),
-        Arc::new(SqliteStore::open_with(&path, Durability::Normal).unwrap()),
-    ];
-    for store in stores {
-        let mut tasks = Vec::new();
-        for s in 0..16 {
-            let store = store.clone();
-            tasks.push(tokio::spawn(async move {
-                let id = format!("s{s}");
-                store.create(&id).await.unwrap();
-                for r in 0..25 {
-                    let round = [
-                        Message::user(format!("{id} r{r} q")),
-                        Message::assistant(format!("{id} r{r} a")),
-                    ];
-                    store.append(&id, &round).await.unwrap();
-                }
-            }));
-        }
-        // Two writers on one shared session: rounds never interleave.
-        store.create("shared").await.unwrap();
-        for w in 0..2 {
-            let store = store.clone();
-            tasks.push(tokio::spawn(async move {
-                for r in 0..25 {
-                    let round = [
-                        Message::user(format!("w{w} r{r} q")),
-                        Message::assistant(format!("w{w} r{r} a")),
-                    ];
-                    store.append("shared", &round).await.unwrap();
-                }
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-        assert_eq!(store.list().await.unwrap().len(), 17);
-        for s in 0..16 {
+async fn unknown_session(store: Arc<dyn SessionStore>) {
+    let e = store
+        .append("nope", &[Message::user("x")])
+        .await
+        .unwrap_err();
+    assert_eq!(e, StoreError::NotFound { id: "nope".into() });
+    assert!(e.to_string().contains("create it first"));
+    assert!(matches!(
+        store.load("nope").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.delete("nope").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.get_state("nope", "k").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    // Nothing was created by the failed append.
+    assert!(store.list().await.unwrap().is_empty());
+}
+
+/// 16 sessions written at once, and two writers on one shared session.
+async fn many_sessions(store: Arc<dyn SessionStore>) {
+    let mut tasks = Vec::new();
+    for s in 0..16 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
             let id = format!("s{s}");
-            let msgs = store.load(&id).await.unwrap().messages;
-            let expected: Vec<Message> = (0..25)
-                .flat_map(|r| {
-                    [
-                        Message::user(format!("{id} r{r} q")),
-                        Message::assistant(format!("{id} r{r} a")),
-                    ]
-                })
-                .collect();
-            assert_eq!(msgs, expected);
-        }
-        let shared = store.load("shared").await.unwrap().messages;
-        assert_eq!(shared.len(), 100);
-        let mut next = [0usize; 2];
-        for pair in shared.chunks(2) {
-            let q = pair[0].content();
-            let w: usize = q[1..2].parse().unwrap();
-            assert_eq!(q, format!("w{w} r{} q", next[w]));
-            assert_eq!(pair[1].content(), format!("w{w} r{} a", next[w]));
-            next[w] += 1;
-        }
+            store.create(&id).await.unwrap();
+            for r in 0..25 {
+                let round = [
+                    Message::user(format!("{id} r{r} q")),
+                    Message::assistant(format!("{id} r{r} a")),
+                ];
+                store.append(&id, &round).await.unwrap();
+            }
+        }));
+    }
+    // Two writers on one shared session: rounds never interleave.
+    store.create("shared").await.unwrap();
+    for w in 0..2 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for r in 0..25 {
+                let round = [
+                    Message::user(format!("w{w} r{r} q")),
+                    Message::assistant(format!("w{w} r{r} a")),
+                ];
+                store.append("shared", &round).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(store.list().await.unwrap().len(), 17);
+    for s in 0..16 {
+        let id = format!("s{s}");
+        let msgs = store.load(&id).await.unwrap().messages;
+        let expected: Vec<Message> = (0..25)
+            .flat_map(|r| {
+                [
+                    Message::user(format!("{id} r{r} q")),
+                    Message::assistant(format!("{id} r{r} a")),
+                ]
+            })
+            .collect();
+        assert_eq!(msgs, expected);
+    }
+    let shared = store.load("shared").await.unwrap().messages;
+    assert_eq!(shared.len(), 100);
+    let mut next = [0usize; 2];
+    for pair in shared.chunks(2) {
+        let q = pair[0].content();
+        let w: usize = q[1..2].parse().unwrap();
+        assert_eq!(q, format!("w{w} r{} q", next[w]));
+        assert_eq!(pair[1].content(), format!("w{w} r{} a", next[w]));
+        next[w] += 1;
     }
 }
 
@@ -361,20 +431,6 @@ async fn state_contract(store: Arc<dyn SessionStore>) {
     store.delete("s").await.unwrap();
     store.create("s").await.unwrap();
     assert_eq!(store.get_state("s", "race").await.unwrap(), None);
-}
-
-#[tokio::test]
-async fn c4_memory_store_state_slots() {
-    state_contract(Arc::new(MemoryStore::new())).await;
-}
-
-#[tokio::test]
-async fn c4_sqlite_store_state_slots() {
-    let dir = tempfile::tempdir().unwrap();
-    state_contract(Arc::new(
-        SqliteStore::open(dir.path().join("s.db")).unwrap(),
-    ))
-    .await;
 }
 
 #[tokio::test]
@@ -464,4 +520,100 @@ async fn c4_store_without_state_slots_says_so() {
         .unwrap_err();
     assert!(matches!(e, StoreError::Unsupported { .. }));
     assert!(e.to_string().contains("get_state"));
+}
+
+/// One round of writer `w`: a question, an assistant turn with two tool calls, both results.
+fn tool_round(w: usize, r: usize) -> Vec<Message> {
+    let a = format!("w{w}-r{r}-a");
+    let b = format!("w{w}-r{r}-b");
+    vec![
+        Message::user(format!("w{w} r{r} q")),
+        Message::assistant_with_tool_calls(
+            "",
+            vec![
+                ToolCall::new(
+                    &a,
+                    "search",
+                    json!({"z": r, "a": [w, r], "m": {"y": 1, "b": 2}}),
+                ),
+                ToolCall::new(&b, "fetch", json!({"url": format!("https://x/{w}/{r}")})),
+            ],
+        ),
+        Message::tool(&a, "search", format!("found {w}/{r}")),
+        Message::tool(&b, "fetch", format!("page {w}/{r}")),
+    ]
+}
+
+/// Eight writers append 20 rounds each to ONE session at once: no round is lost, none is split
+/// or interleaved with another, each writer's rounds keep their order, and the counts `append`
+/// returned are exactly the round boundaries.
+async fn concurrent_one_session(store: Arc<dyn SessionStore>) {
+    const WRITERS: usize = 8;
+    const ROUNDS: usize = 20;
+    store.create("one").await.unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lens = Vec::new();
+            for r in 0..ROUNDS {
+                lens.push(store.append("one", &tool_round(w, r)).await.unwrap());
+            }
+            lens
+        }));
+    }
+    let mut lens = Vec::new();
+    for t in tasks {
+        lens.extend(t.await.unwrap());
+    }
+    lens.sort_unstable();
+    let expected: Vec<u64> = (1..=(WRITERS * ROUNDS) as u64).map(|k| k * 4).collect();
+    assert_eq!(
+        lens, expected,
+        "append returned overlapping or missing counts"
+    );
+    let msgs = store.load("one").await.unwrap().messages;
+    assert_eq!(msgs.len(), WRITERS * ROUNDS * 4);
+    let mut next = [0usize; WRITERS];
+    for chunk in msgs.chunks(4) {
+        let q = chunk[0].content();
+        let w: usize = q[1..q.find(' ').unwrap()].parse().unwrap();
+        assert_eq!(chunk, tool_round(w, next[w]).as_slice());
+        next[w] += 1;
+    }
+    assert_eq!(next, [ROUNDS; WRITERS]);
+}
+
+/// Tool-call rounds come back exactly as written (argument key order, Unicode, a NUL inside a
+/// string, a large result) and build into a valid request with nothing dropped.
+async fn tool_call_pairs(store: Arc<dyn SessionStore>) {
+    store.create("pairs").await.unwrap();
+    let mut written = Vec::new();
+    for r in 0..5 {
+        let round = tool_round(0, r);
+        store.append("pairs", &round).await.unwrap();
+        written.extend(round);
+    }
+    let odd = vec![
+        Message::user("ünïcødé ✓ 🦀 and a NUL: \u{0} end"),
+        Message::assistant_with_tool_calls(
+            "let me look",
+            vec![ToolCall::new("big", "read", json!({"path": "/a\u{0}b"}))],
+        ),
+        Message::tool("big", "read", "x".repeat(300_000)),
+        Message::assistant("done"),
+    ];
+    store.append("pairs", &odd).await.unwrap();
+    written.extend(odd);
+    let loaded = store.load("pairs").await.unwrap().messages;
+    assert_eq!(loaded, written);
+    // Key order of the arguments is kept (serde_json's preserve_order compares in order-free
+    // fashion, so compare the JSON text).
+    assert_eq!(
+        serde_json::to_string(&loaded).unwrap(),
+        serde_json::to_string(&written).unwrap()
+    );
+    let h = History::from_messages(Arc::new(EstimateCounter), loaded);
+    let ctx = ContextBuilder::new("sys").build(&h).unwrap();
+    assert!(ctx.dropped.is_empty(), "{:?}", ctx.dropped);
 }

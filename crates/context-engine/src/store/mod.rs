@@ -1,9 +1,14 @@
-//! Session stores (C4): the [`SessionStore`] trait, [`MemoryStore`] and [`SqliteStore`].
+//! Session stores (C4): the [`SessionStore`] trait, [`MemoryStore`], [`SqliteStore`] and (cargo
+//! feature `postgres`) `PostgresStore`.
 
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod sqlite;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{Durability, SqliteStore};
 
 use std::path::PathBuf;
@@ -109,12 +114,48 @@ pub enum StoreError {
         "session store failure: {detail}; nothing was written — check disk space and permissions, then retry"
     )]
     Database {
-        /// SQLite's message.
+        /// The database's message.
         detail: String,
     },
     /// The store's worker thread is gone (it stopped after a fatal error or at shutdown).
     #[error("the session store is closed; open it again")]
     Closed,
+    /// The database server cannot be reached, or the connection broke (PostgreSQL store). The
+    /// operation did not take effect — except when the connection broke during its commit, when
+    /// it may have: reload before retrying.
+    #[error(
+        "cannot reach the session database at {target} ({detail}); check that the server is \
+         running and that DATABASE_URL points at it, then retry (the store reconnects by itself)"
+    )]
+    Unreachable {
+        /// `host:port/database`, without user or password.
+        target: String,
+        /// The driver's message.
+        detail: String,
+    },
+    /// The database was migrated by a newer version of this crate (PostgreSQL store).
+    #[error(
+        "the session database at {target} has schema version {found} but this build supports up \
+         to {supported}; upgrade context-engine (every process sharing the database), or use \
+         another database"
+    )]
+    NewerDatabaseSchema {
+        /// `host:port/database`.
+        target: String,
+        /// Its schema version (table `ce_schema_version`).
+        found: i64,
+        /// The newest version this build reads.
+        supported: i64,
+    },
+    /// The connection string cannot be used (PostgreSQL store).
+    #[error(
+        "invalid database URL ({detail}); use `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` \
+         or a libpq `key=value` string"
+    )]
+    InvalidUrl {
+        /// The parser's message.
+        detail: String,
+    },
     /// The store does not implement an optional part of the trait.
     #[error(
         "this session store does not keep {what}; use MemoryStore, SqliteStore or another store \
@@ -212,8 +253,8 @@ pub trait SessionStore: Send + Sync {
     /// The value of the session's state slot `key`, `None` when unset (see [`StateChange`]).
     /// [`StoreError::NotFound`] if the session does not exist.
     ///
-    /// Optional: the default answers [`StoreError::Unsupported`]. [`MemoryStore`] and
-    /// [`SqliteStore`] implement it.
+    /// Optional: the default answers [`StoreError::Unsupported`]. [`MemoryStore`],
+    /// [`SqliteStore`] and `PostgresStore` implement it.
     async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
         let _ = (id, key);
         Err(StoreError::Unsupported {
