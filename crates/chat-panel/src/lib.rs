@@ -30,6 +30,7 @@
 
 mod backend;
 mod config;
+mod elicit;
 mod net;
 mod server;
 mod state;
@@ -38,5 +39,6 @@ pub use backend::{
     AGENT_SYSTEM_PROMPT, AgentBackend, ChatBackend, EventStream, USER_RECIPIENT, user_address,
 };
 pub use config::{HistoryStore, PanelConfig, PanelError};
+pub use elicit::PanelElicitor;
 pub use server::{ChatPanel, PanelServer};
 pub use state::{Entry, EntryKind, ToolActivity};

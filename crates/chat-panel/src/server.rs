@@ -34,6 +34,8 @@ struct App {
     sessions: Sessions,
     config: PanelConfig,
     permits: Arc<Semaphore>,
+    /// MCP servers' questions for the person (elicitation).
+    asks: Arc<crate::elicit::Asks>,
 }
 
 /// The chat panel: a backend, a bus and the per-session conversation state.
@@ -80,7 +82,16 @@ impl ChatPanel {
                 sessions: Sessions::new(bus, store, config.max_sessions, config.max_entries),
                 config,
                 permits,
+                asks: Arc::default(),
             }),
+        }
+    }
+
+    /// The [`mcp_bridge::elicitation::Elicitor`] that shows MCP servers' questions in this
+    /// panel: `bridge.set_elicitor(Arc::new(panel.elicitor()), limit)`.
+    pub fn elicitor(&self) -> crate::elicit::PanelElicitor {
+        crate::elicit::PanelElicitor {
+            asks: self.app.asks.clone(),
         }
     }
 
@@ -98,6 +109,10 @@ impl ChatPanel {
             .route(
                 "/api/sessions/{id}/approvals",
                 axum::routing::post(post_approvals),
+            )
+            .route(
+                "/api/sessions/{id}/elicitations/{n}",
+                axum::routing::post(post_elicitation),
             )
             .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
             .method_not_allowed_fallback(|| async {
@@ -640,6 +655,76 @@ impl Out {
     }
 }
 
+/// Ends a turn's questions however the turn ends (the ones still waiting are cancelled).
+struct AsksGuard(Arc<crate::elicit::Asks>, String);
+
+impl Drop for AsksGuard {
+    fn drop(&mut self) {
+        self.0.turn_ended(&self.1);
+    }
+}
+
+/// `POST /api/sessions/{id}/elicitations/{n}` with `{"action": "accept" | "decline" |
+/// "cancel", "content"?}`: the person's answer to an MCP server's question; `404` when it is not
+/// waiting (answered already — a second click or tab —, or its turn ended).
+async fn post_elicitation(
+    State(app): State<Arc<App>>,
+    path: Result<Path<(String, u64)>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Answer {
+        action: String,
+        #[serde(default)]
+        content: Option<Value>,
+    }
+    let Ok(Path((id, n))) = path else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "expected /api/sessions/{id}/elicitations/{number}",
+        );
+    };
+    if let Err(why) = check_session_id(Ok(Path(id.clone()))) {
+        return error(StatusCode::BAD_REQUEST, why);
+    }
+    let body = match read_json_body(&app, &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let answer = match serde_json::from_slice::<Answer>(&body) {
+        Ok(a) => match (a.action.as_str(), a.content) {
+            ("accept", Some(c @ Value::Object(_))) => {
+                mcp_bridge::elicitation::ElicitationAnswer::Accept(c)
+            }
+            ("accept", None) => mcp_bridge::elicitation::ElicitationAnswer::Accept(json!({})),
+            ("decline", _) => mcp_bridge::elicitation::ElicitationAnswer::Decline,
+            ("cancel", _) => mcp_bridge::elicitation::ElicitationAnswer::Cancel,
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "action must be accept (with an object as content), decline or cancel",
+                );
+            }
+        },
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("malformed request: expected {{\"action\", \"content\"?}}: {e}"),
+            );
+        }
+    };
+    if app.asks.answer(&id, n, answer) {
+        axum::Json(json!({"ok": true})).into_response()
+    } else {
+        error(
+            StatusCode::NOT_FOUND,
+            "no such question is waiting (it was answered already, or its answer ended)",
+        )
+    }
+}
+
 /// Clears the session's busy flag however the turn ends.
 struct BusyGuard(SessionRef);
 
@@ -668,11 +753,22 @@ async fn run_turn(
         out.send(Some(e)).await;
     }
     let deadline = tokio::time::Instant::now() + app.config.turn_timeout;
+    // MCP servers' questions during this turn come in here (elicitation).
+    let (ask_tx, mut asks) = mpsc::unbounded_channel();
+    app.asks.turn_started(&session_id, ask_tx);
+    let _asks = AsksGuard(app.asks.clone(), session_id.clone());
     let mut current: Option<u64> = None; // assistant entry receiving deltas
     let mut calls: HashMap<String, u64> = HashMap::new();
     let mut ended = false;
     loop {
-        let next = match tokio::time::timeout_at(deadline, events.next()).await {
+        let next = tokio::select! {
+            n = tokio::time::timeout_at(deadline, events.next()) => n,
+            Some(ask) = asks.recv() => {
+                out.send(ev("elicitation", &ask)).await;
+                continue;
+            }
+        };
+        let next = match next {
             Ok(n) => n,
             Err(_) => {
                 let secs = app.config.turn_timeout.as_secs();

@@ -611,3 +611,109 @@ async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
     assert!(sent.contains("The user declined this call"), "{sent}");
     b.close().await;
 }
+
+/// #27 item 3 in the panel: server-everything's `trigger-elicitation-request`, called by the
+/// agent during a turn, asks the person; the page shows a form of the schema's fields (buttons
+/// for the booleans and enums), the person fills in a name and accepts, and the server gets it
+/// (it echoes the answer in the tool's result). A second answer to the same question is a 404.
+#[tokio::test]
+async fn elicitation_form_in_the_panel_answers_server_everything() {
+    let _one = BROWSER_LOCK.lock().await;
+    let entry = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(
+            ".cache/llm-toolkit/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        )
+    });
+    assert!(
+        entry.is_file(),
+        "server-everything is not installed at {} — run `cargo xtask test`",
+        entry.display()
+    );
+    let bridge = mcp_bridge::McpBridge::new();
+    bridge
+        .register(
+            mcp_bridge::ServiceConfig::new("everything", "node")
+                .with_args([entry.to_string_lossy().into_owned(), "stdio".into()])
+                .with_call_timeout(Duration::from_secs(60))
+                .with_startup_timeout(Duration::from_secs(30)),
+        )
+        .unwrap();
+    bridge.start("everything").await.unwrap();
+    let provider = std::sync::Arc::new(bridge.clone());
+    let fx = common::start_with_agent(
+        chat_panel::PanelConfig::default(),
+        |body: &Value| {
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let last = messages.last().cloned().unwrap_or(Value::Null);
+            if last["role"] == "tool" {
+                testkit::Reply::text("Thanks for answering.")
+            } else {
+                testkit::Reply::tool_call("e1", "everything__trigger-elicitation-request", "{}")
+            }
+        },
+        move |b| b.provider(provider),
+    )
+    .await;
+    bridge.set_elicitor(
+        std::sync::Arc::new(fx.panel_elicitor.clone()),
+        Duration::from_secs(60),
+    );
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.type_and_send("ask me something").await;
+    b.wait_until(
+        "the question form",
+        "document.querySelectorAll('.entry-elicitation input[name=name]').length === 1",
+    )
+    .await;
+    let form = b
+        .js("const f = document.querySelector('.entry-elicitation');
+             return [f.textContent, f.querySelectorAll('[data-field=check] button').length,
+                     f.querySelectorAll('[data-field=untitledSingleSelectEnum] button').length];")
+        .await;
+    assert!(
+        form[0].as_str().unwrap().contains("Please provide inputs"),
+        "{form}"
+    );
+    assert_eq!(form[1], json!(2), "a boolean is two buttons: {form}");
+    assert!(form[2].as_u64().unwrap() >= 2, "an enum is buttons: {form}");
+    let name = b
+        .client
+        .find(Locator::Css(".entry-elicitation input[name=name]"))
+        .await
+        .unwrap();
+    name.send_keys("Ada Lovelace").await.unwrap();
+    b.client
+        .find(Locator::Css(".entry-elicitation button.accept"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_until(
+        "the answer after the question",
+        "Array.from(document.querySelectorAll('.entry-assistant .text')).some(e => e.textContent === 'Thanks for answering.')",
+    )
+    .await;
+    let tool = b
+        .js("const t = document.querySelector('.entry-tool'); return t ? t.textContent : null;")
+        .await;
+    assert!(tool.as_str().unwrap().contains("Ada Lovelace"), "{tool}");
+    // The question was answered once: answering again is refused.
+    let sid = b
+        .js("return localStorage.getItem('chatPanelSession');")
+        .await;
+    let res = reqwest::Client::new()
+        .post(format!(
+            "{}/api/sessions/{}/elicitations/1",
+            fx.url().trim_end_matches('/'),
+            sid.as_str().unwrap()
+        ))
+        .json(&json!({"action": "decline"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 404);
+    b.close().await;
+    bridge.stop("everything").await.unwrap();
+}

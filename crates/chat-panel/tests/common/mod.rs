@@ -69,6 +69,8 @@ pub fn demo_responder(body: &Value) -> Reply {
 pub struct Fixture {
     pub model: ScriptedServer,
     pub panel: PanelServer,
+    /// The panel's MCP elicitor (hand it to a bridge).
+    pub panel_elicitor: chat_panel::PanelElicitor,
     pub bus: MessageBus,
     /// Holds the SQLite session store.
     pub dir: tempfile::TempDir,
@@ -135,13 +137,13 @@ pub async fn start_with_agent(
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config.with_history_path(dir.path().join("panel.sqlite3"));
     let backend = AgentBackend::build(llm, bus.clone(), &config, configure).expect("agent");
-    let panel = ChatPanel::new(backend, bus.clone(), config)
-        .serve("127.0.0.1:0")
-        .await
-        .expect("serve");
+    let chat = ChatPanel::new(backend, bus.clone(), config);
+    let panel_elicitor = chat.elicitor();
+    let panel = chat.serve("127.0.0.1:0").await.expect("serve");
     Fixture {
         model,
         panel,
+        panel_elicitor,
         bus,
         dir,
     }
