@@ -111,6 +111,52 @@ fn prune_incremental() {
             eprintln!("could not remove it ({e}); the build goes on");
         }
     }
+    prune_executables(&target.join("debug").join("deps"), EXECUTABLES_LIMIT);
+}
+
+/// Above this, old test, bench and demo executables are removed before the tests build.
+const EXECUTABLES_LIMIT: u64 = 16 << 30;
+
+/// Test and bench executables (hundreds of MB each with debug info) pile up in `debug/deps`
+/// without end: one per crate, per checkout path (CI's clone and the developer's tree hash
+/// differently) and per dependency change. On 2026-11-25 they reached 32 GiB and a link failed
+/// with a full disk. Above [`EXECUTABLES_LIMIT`] those not written in the last two hours are
+/// removed; cargo links any it needs again (its fingerprint sees the output missing).
+fn prune_executables(deps: &Path, limit: u64) {
+    use std::os::unix::fs::PermissionsExt;
+    let recent = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 3600);
+    let Ok(entries) = std::fs::read_dir(deps) else {
+        return;
+    };
+    let executables: Vec<(PathBuf, u64, std::time::SystemTime)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let library = [".so", ".rlib", ".rmeta", ".d"]
+                .iter()
+                .any(|x| name.ends_with(x));
+            let modified = meta.modified().ok()?;
+            (meta.is_file() && !library && meta.permissions().mode() & 0o100 != 0)
+                .then(|| (e.path(), meta.len(), modified))
+        })
+        .collect();
+    let total: u64 = executables.iter().map(|e| e.1).sum();
+    if total <= limit {
+        return;
+    }
+    let old: Vec<&(PathBuf, u64, std::time::SystemTime)> =
+        executables.iter().filter(|e| e.2 < recent).collect();
+    eprintln!(
+        "\n==> removing {} old test executables from {} ({} GiB of executables, above {} GiB)",
+        old.len(),
+        deps.display(),
+        total >> 30,
+        limit >> 30
+    );
+    for (path, _, _) in old {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// Bytes of the files under `path` (symbolic links not followed; unreadable parts count 0).
@@ -409,7 +455,42 @@ fn is_root() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::dir_size;
+    use super::{dir_size, prune_executables};
+
+    #[test]
+    fn old_executables_go_above_the_limit_libraries_and_recent_ones_stay() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("xtask-prune-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3 * 3600);
+        for (name, exec, age) in [
+            ("old_test-1", true, Some(old)),
+            ("new_test-2", true, None),
+            ("libdep-3.rlib", true, Some(old)),
+            ("notes-4", false, Some(old)),
+        ] {
+            let path = dir.join(name);
+            std::fs::write(&path, [0u8; 64]).unwrap();
+            let mode = if exec { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            if let Some(t) = age {
+                std::fs::File::options()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_modified(t)
+                    .unwrap();
+            }
+        }
+        prune_executables(&dir, 1 << 20); // under the limit: nothing goes
+        assert!(dir.join("old_test-1").exists());
+        prune_executables(&dir, 100); // above it: only the old executable goes
+        assert!(!dir.join("old_test-1").exists());
+        for kept in ["new_test-2", "libdep-3.rlib", "notes-4"] {
+            assert!(dir.join(kept).exists(), "{kept}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn dir_size_counts_nested_files_and_not_a_missing_dir() {
