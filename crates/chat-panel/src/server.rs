@@ -416,19 +416,9 @@ async fn post_approvals(
             );
         }
     };
-    let permit = match tokio::time::timeout(
-        app.config.queue_timeout,
-        app.permits.clone().acquire_owned(),
-    )
-    .await
-    {
-        Ok(Ok(p)) => p,
-        _ => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the panel is busy; try again shortly",
-            );
-        }
+    let permit = match answer_slot(&app).await {
+        Ok(p) => p,
+        Err(r) => return r,
     };
     let session = match app.sessions.find(&id).await {
         Ok(Some(s)) => s,
@@ -438,28 +428,12 @@ async fn post_approvals(
     {
         let mut s = lock(&session);
         if s.busy {
-            return error(
-                StatusCode::CONFLICT,
-                "an answer is still running in this session; wait for it to finish",
-            );
+            return still_running();
         }
         s.busy = true;
     }
-    let (tx, rx) = mpsc::channel::<Event>(256);
     let events = app.backend.resume(&id, decisions);
-    tokio::spawn(run_turn(
-        app.clone(),
-        session,
-        id,
-        events,
-        tx,
-        Vec::new(),
-        permit,
-    ));
-    let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>);
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+    start_turn(app, session, id, events, Vec::new(), permit)
 }
 
 /// A JSON request body within the panel's size and time limits.
@@ -557,19 +531,9 @@ async fn post_message(
             ),
         );
     }
-    let permit = match tokio::time::timeout(
-        app.config.queue_timeout,
-        app.permits.clone().acquire_owned(),
-    )
-    .await
-    {
-        Ok(Ok(p)) => p,
-        _ => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the panel is busy; try again shortly",
-            );
-        }
+    let permit = match answer_slot(&app).await {
+        Ok(p) => p,
+        Err(r) => return r,
     };
     let session = match app.sessions.find_or_create(&id).await {
         Ok(s) => s,
@@ -578,10 +542,7 @@ async fn post_message(
     let first = {
         let mut s = lock(&session);
         if s.busy {
-            return error(
-                StatusCode::CONFLICT,
-                "an answer is still running in this session; wait for it to finish",
-            );
+            return still_running();
         }
         s.busy = true;
         let mut first: Vec<Event> = s
@@ -598,17 +559,46 @@ async fn post_message(
         first.extend(ev("entry", &user));
         first
     };
-    let (tx, rx) = mpsc::channel::<Event>(256);
     let events = app.backend.reply(&id, &text);
-    tokio::spawn(run_turn(
-        app.clone(),
-        session,
-        id,
-        events,
-        tx,
-        first,
-        permit,
-    ));
+    start_turn(app, session, id, events, first, permit)
+}
+
+/// A free answer slot within the queue timeout, or `503`.
+async fn answer_slot(app: &Arc<App>) -> Result<OwnedSemaphorePermit, Response> {
+    match tokio::time::timeout(
+        app.config.queue_timeout,
+        app.permits.clone().acquire_owned(),
+    )
+    .await
+    {
+        Ok(Ok(p)) => Ok(p),
+        _ => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the panel is busy; try again shortly",
+        )),
+    }
+}
+
+/// `409`: the session's answer is still running.
+fn still_running() -> Response {
+    error(
+        StatusCode::CONFLICT,
+        "an answer is still running in this session; wait for it to finish",
+    )
+}
+
+/// Runs `events` as the session's answer (the session is marked busy already) and streams it
+/// as SSE, after `first`.
+fn start_turn(
+    app: Arc<App>,
+    session: SessionRef,
+    id: String,
+    events: crate::backend::EventStream,
+    first: Vec<Event>,
+    permit: OwnedSemaphorePermit,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Event>(256);
+    tokio::spawn(run_turn(app, session, id, events, tx, first, permit));
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>);
     Sse::new(stream)
         .keep_alive(KeepAlive::default())

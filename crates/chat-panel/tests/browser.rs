@@ -133,6 +133,16 @@ impl Browser {
             .unwrap();
     }
 
+    async fn click(&self, css: &str) {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+
     async fn idle(&self) {
         self.wait_until("the answer to finish", "document.body.dataset.idle === '1'")
             .await;
@@ -530,13 +540,7 @@ async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
     assert_eq!(call["name"], "delete_file", "{state}");
 
     // Approve: both buttons disabled at once; the call runs, the agent answers.
-    b.client
-        .find(Locator::Css(".entry-approval button.approve"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(".entry-approval button.approve").await;
     let disabled = b
         .js("return Array.from(document.querySelectorAll('.entry-approval button')).map(x => x.disabled);")
         .await;
@@ -595,13 +599,7 @@ async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
     )
     .await;
     b.idle().await;
-    b.client
-        .find(Locator::Css(".entry-approval button.reject"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(".entry-approval button.reject").await;
     b.wait_until(
         "the answer after rejection",
         "Array.from(document.querySelectorAll('.entry-assistant .text')).some(e => e.textContent === 'OK, I kept the file.')",
@@ -683,13 +681,7 @@ async fn elicitation_form_in_the_panel_answers_server_everything() {
         .await
         .unwrap();
     name.send_keys("Ada Lovelace").await.unwrap();
-    b.client
-        .find(Locator::Css(".entry-elicitation button.accept"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(".entry-elicitation button.accept").await;
     b.wait_until(
         "the answer after the question",
         "Array.from(document.querySelectorAll('.entry-assistant .text')).some(e => e.textContent === 'Thanks for answering.')",

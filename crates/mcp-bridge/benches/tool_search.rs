@@ -13,10 +13,10 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::search::{big_bridge, local_search_turn, search_turn, tokens};
-use mcp_bridge::{DESCRIBE_TOOL, Intent, McpBridge, SEARCH_TOOL, ToolSearchConfig};
+use common::search::{big_bridge, full_schemas, local_search_turn, search_turn, tokens};
+use mcp_bridge::{Intent, McpBridge, ToolSearchConfig};
 use serde_json::Value;
-use tool_system::{ProtocolKind, ToolProvider};
+use tool_system::ProtocolKind;
 
 const QUERIES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -115,14 +115,7 @@ fn main() {
         );
 
         // (a) every full schema; (b) every level-1 line (+ the describe tool); o200k.
-        let mcp: Vec<Value> = b
-            .list()
-            .await
-            .iter()
-            .filter(|s| s.name != SEARCH_TOOL && s.name != DESCRIBE_TOOL)
-            .map(tool_system::to_openai_tool)
-            .collect();
-        let full = tokens(&Value::Array(mcp).to_string());
+        let full = tokens(&full_schemas(&b).await);
         b.set_tool_search(ToolSearchConfig::default().with_every_turn(true).with_budget_tokens(usize::MAX));
         let level1 = b.prompt_section(&Intent::Normal).await.unwrap();
         let describe = tool_system::to_openai_tool(&mcp_bridge::inject::describe_tool_spec());

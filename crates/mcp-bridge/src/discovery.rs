@@ -83,12 +83,7 @@ impl McpBridge {
         lock(&self.inner.services)
             .values()
             .find(|s| {
-                name == s.config.name
-                    || name.starts_with(&format!(
-                        "{}{}",
-                        names::sanitize(&s.config.name),
-                        names::SEPARATOR
-                    ))
+                name == s.config.name || name.starts_with(&names::service_prefix(&s.config.name))
             })
             .map(|s| s.config.name.clone())
     }
@@ -117,7 +112,7 @@ impl McpBridge {
     pub(crate) fn unavailable(&self, name: &str) -> ToolError {
         let map = lock(&self.inner.services);
         for s in map.values() {
-            let prefix = format!("{}{}", names::sanitize(&s.config.name), names::SEPARATOR);
+            let prefix = names::service_prefix(&s.config.name);
             if name.starts_with(&prefix) || name == s.config.name {
                 let state = match &s.state {
                     State::Running(_) => break,

@@ -14,6 +14,11 @@ pub use llm_core::MAX_TOOL_NAME;
 /// Separator between service and tool.
 pub const SEPARATOR: &str = "__";
 
+/// The prefix of every exposed name of `service`'s tools: `service__`.
+pub fn service_prefix(service: &str) -> String {
+    format!("{}{SEPARATOR}", sanitize(service))
+}
+
 /// `[a-zA-Z0-9_-]` only; other characters become `_`.
 pub fn sanitize(s: &str) -> String {
     s.chars()

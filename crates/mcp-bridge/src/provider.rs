@@ -60,8 +60,10 @@ impl ToolProvider for McpBridge {
             Some(t) => (t.service.clone(), t.name.clone()),
             None => match self.service_of(name) {
                 Some(s) => {
-                    let prefix = format!("{}{}", names::sanitize(&s), names::SEPARATOR);
-                    let tool = name.strip_prefix(&prefix).unwrap_or(name).to_owned();
+                    let tool = name
+                        .strip_prefix(&names::service_prefix(&s))
+                        .unwrap_or(name)
+                        .to_owned();
                     (s, tool)
                 }
                 None => return false,
@@ -77,13 +79,7 @@ impl ToolProvider for McpBridge {
     fn timeout(&self, name: &str) -> Option<Duration> {
         let map = lock(&self.inner.services);
         map.values()
-            .find(|s| {
-                name.starts_with(&format!(
-                    "{}{}",
-                    names::sanitize(&s.config.name),
-                    names::SEPARATOR
-                ))
-            })
+            .find(|s| name.starts_with(&names::service_prefix(&s.config.name)))
             .map(|s| s.config.call_timeout + HEALTH_CHECK + STOP_GRACE * 5)
     }
 

@@ -11,7 +11,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::search::{answer, call};
+use common::search::{answer, call, request_parts, tokens};
 use common::{everything, init_tracing, own};
 use mcp_bridge::{DESCRIBE_TOOL, McpBridge};
 use serde_json::{Value, json};
@@ -58,28 +58,9 @@ fn sent(server: &ScriptedServer) -> Vec<Sent> {
         .requests()
         .iter()
         .map(|r| {
-            let tools = r.body.get("tools").cloned().unwrap_or(json!([]));
-            let bound = tools
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
-                .collect();
-            let system = r.body["messages"][0]["content"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
             // Everything after the base prompt is tool description (the protocol's section
             // and the bridge's level-1 section).
-            let described = system
-                .strip_prefix("You are helpful.")
-                .unwrap_or(&system)
-                .to_owned();
-            let tool_text = if tools.as_array().unwrap().is_empty() {
-                described
-            } else {
-                format!("{tools}{described}")
-            };
+            let (bound, system, tool_text) = request_parts(&r.body);
             Sent {
                 bound,
                 system,
@@ -87,13 +68,6 @@ fn sent(server: &ScriptedServer) -> Vec<Sent> {
             }
         })
         .collect()
-}
-
-fn tokens(text: &str) -> usize {
-    tiktoken_rs::o200k_base()
-        .unwrap()
-        .encode_with_special_tokens(text)
-        .len()
 }
 
 /// Runs the three turns in `protocol` and checks each request; returns the tool-part tokens

@@ -27,7 +27,7 @@ use sha2::Sha256;
 
 use crate::machine::{CallFacts, CallPlan, LoopMachine};
 use crate::protocol::{CallProtocol, PendingCall, Reading, Step, tool_message_round};
-use crate::runner::{LoopError, LoopEvent, Sink, emit, run_call};
+use crate::runner::{LoopError, LoopEvent, Sink, emit, run_calls};
 use crate::{Dispatcher, LoopOptions};
 
 /// The environment variable [`ApprovalKey::from_env`] reads: at least 32 bytes of secret
@@ -1119,21 +1119,13 @@ pub(crate) async fn finish(
             plans.push(plan);
         }
         let pending: Vec<PendingCall> = calls.iter().map(StoredCall::pending).collect();
-        let outcomes: Vec<Option<(String, bool)>> = if protocol.concurrent() {
-            futures::future::join_all(
-                pending
-                    .iter()
-                    .zip(&plans)
-                    .map(|(p, plan)| run_planned(dispatcher, session_id, p, plan.as_ref())),
-            )
-            .await
-        } else {
-            let mut v = Vec::with_capacity(pending.len());
-            for (p, plan) in pending.iter().zip(&plans) {
-                v.push(run_planned(dispatcher, session_id, p, plan.as_ref()).await);
-            }
-            v
-        };
+        let outcomes = run_calls(
+            dispatcher,
+            session_id,
+            protocol.concurrent(),
+            pending.iter().zip(plans.iter().map(Option::as_ref)),
+        )
+        .await;
         for (((c, p), plan), outcome) in calls.iter().zip(pending).zip(&plans).zip(outcomes) {
             let content = match (&c.state, plan, outcome) {
                 (CallState::Done { content, .. }, _, _) => content.clone(),
@@ -1169,15 +1161,6 @@ pub(crate) async fn finish(
             .into())
         }
     }
-}
-
-async fn run_planned(
-    dispatcher: &Dispatcher,
-    session_id: &str,
-    call: &PendingCall,
-    plan: Option<&CallPlan>,
-) -> Option<(String, bool)> {
-    run_call(dispatcher, session_id, call, plan?).await
 }
 
 fn facts<'a>(c: &'a StoredCall, dispatcher: &Dispatcher, needs_approval: bool) -> CallFacts<'a> {

@@ -608,21 +608,13 @@ async fn run_steps(
             }
             plans.push(plan);
         }
-        let outcomes: Vec<Option<(String, bool)>> = if protocol.concurrent() && calls.len() > 1 {
-            futures::future::join_all(
-                calls
-                    .iter()
-                    .zip(&plans)
-                    .map(|(c, plan)| run_call(dispatcher, session_id, c, plan)),
-            )
-            .await
-        } else {
-            let mut v = Vec::with_capacity(calls.len());
-            for (c, plan) in calls.iter().zip(&plans) {
-                v.push(run_call(dispatcher, session_id, c, plan).await);
-            }
-            v
-        };
+        let outcomes = run_calls(
+            dispatcher,
+            session_id,
+            protocol.concurrent(),
+            calls.iter().zip(plans.iter().map(Some)),
+        )
+        .await;
         for (((c, f), plan), outcome) in calls.iter().zip(&facts).zip(&plans).zip(outcomes) {
             let Some((content, is_error)) = outcome else {
                 let state = if *plan == CallPlan::Hold {
@@ -645,6 +637,32 @@ async fn run_steps(
         }
     }
     Ok(results)
+}
+
+/// Runs `calls` as planned — at once when the protocol runs calls concurrently (and there is
+/// more than one), else in order — and gives each one's outcome ([`run_call`]; `None` for a
+/// call with no plan, or one that waits).
+pub(crate) async fn run_calls<'a>(
+    dispatcher: &Dispatcher,
+    session_id: &str,
+    concurrent: bool,
+    calls: impl ExactSizeIterator<Item = (&'a PendingCall, Option<&'a CallPlan>)>,
+) -> Vec<Option<(String, bool)>> {
+    let one = |(c, plan): (&'a PendingCall, Option<&'a CallPlan>)| async move {
+        match plan {
+            Some(plan) => run_call(dispatcher, session_id, c, plan).await,
+            None => None,
+        }
+    };
+    if concurrent && calls.len() > 1 {
+        futures::future::join_all(calls.map(one)).await
+    } else {
+        let mut v = Vec::with_capacity(calls.len());
+        for call in calls {
+            v.push(one(call).await);
+        }
+        v
+    }
 }
 
 /// One call as planned: its result text and whether it is an error; `None` for a call that

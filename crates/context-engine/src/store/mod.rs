@@ -190,6 +190,18 @@ impl<'a> StateChange<'a> {
     }
 }
 
+/// A round's messages as the JSON text each store keeps (serde_json escapes a NUL inside strings
+/// as `\u0000`, so the text never holds one: PostgreSQL's `text` could not).
+pub(crate) fn encode(round: &[Message]) -> Result<Vec<String>, StoreError> {
+    round
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::Encode {
+            detail: e.to_string(),
+        })
+}
+
 pub(crate) fn check_id(id: &str) -> Result<(), StoreError> {
     let reason = if id.is_empty() {
         "it is empty"

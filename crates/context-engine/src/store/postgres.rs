@@ -324,17 +324,6 @@ fn has_nul(s: &str) -> bool {
     s.contains('\0')
 }
 
-fn encode(round: &[Message]) -> Result<Vec<String>, StoreError> {
-    // serde_json escapes a NUL inside strings as \u0000, so the JSON text never holds one.
-    round
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| StoreError::Encode {
-            detail: e.to_string(),
-        })
-}
-
 fn check_text(what: &str, s: &str) -> Result<(), StoreError> {
     if has_nul(s) {
         return Err(StoreError::Encode {
@@ -409,7 +398,7 @@ impl SessionStore for PostgresStore {
     }
 
     async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
-        let msgs = encode(round)?;
+        let msgs = super::encode(round)?;
         if has_nul(id) {
             return Err(not_found(id));
         }
@@ -473,7 +462,7 @@ impl SessionStore for PostgresStore {
         round: &[Message],
         change: StateChange<'_>,
     ) -> Result<Option<u64>, StoreError> {
-        let msgs = encode(round)?;
+        let msgs = super::encode(round)?;
         if has_nul(id) {
             return Err(not_found(id));
         }

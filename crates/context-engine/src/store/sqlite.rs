@@ -530,16 +530,6 @@ fn delete(conn: &mut Connection, id: &str) -> Result<(), StoreError> {
     txn.commit().map_err(db_err)
 }
 
-fn encode(round: &[Message]) -> Result<Vec<String>, StoreError> {
-    round
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| StoreError::Encode {
-            detail: e.to_string(),
-        })
-}
-
 #[async_trait]
 impl SessionStore for SqliteStore {
     async fn create(&self, id: &str) -> Result<(), StoreError> {
@@ -552,7 +542,7 @@ impl SessionStore for SqliteStore {
     }
 
     async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
-        let msgs = encode(round)?;
+        let msgs = super::encode(round)?;
         self.call(|r| Op::Append(id.to_owned(), msgs, r)).await
     }
 
@@ -571,7 +561,7 @@ impl SessionStore for SqliteStore {
         round: &[Message],
         change: StateChange<'_>,
     ) -> Result<Option<u64>, StoreError> {
-        let msgs = encode(round)?;
+        let msgs = super::encode(round)?;
         let change = OwnedChange {
             key: change.key.to_owned(),
             expected: change.expected.map(str::to_owned),

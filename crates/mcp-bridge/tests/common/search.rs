@@ -123,6 +123,19 @@ pub fn request_parts(body: &Value) -> (Vec<String>, String, String) {
     (bound, system, tool_text)
 }
 
+/// Every MCP tool's full schema (the bridge's own describe and search tools aside), as a
+/// request's `tools` field would carry them: the "(a) every full schema" of the evaluation.
+pub async fn full_schemas(b: &McpBridge) -> String {
+    let all: Vec<Value> = b
+        .list()
+        .await
+        .iter()
+        .filter(|s| s.name != SEARCH_TOOL && s.name != DESCRIBE_TOOL)
+        .map(tool_system::to_openai_tool)
+        .collect();
+    Value::Array(all).to_string()
+}
+
 /// The tool-part tokens (o200k) of a search turn's requests.
 #[derive(Debug)]
 pub struct SearchTurn {
@@ -219,14 +232,7 @@ pub async fn search_turn(protocol: ProtocolKind) -> SearchTurn {
         "{protocol:?}: {history2}"
     );
 
-    // Every full schema, as a request's `tools` field would carry them.
-    let all: Vec<Value> = b
-        .list()
-        .await
-        .iter()
-        .map(tool_system::to_openai_tool)
-        .collect();
-    let full = tokens(&Value::Array(all).to_string());
+    let full = tokens(&full_schemas(&b).await);
     let first = tokens(&text0);
     let second = tokens(&text1);
     for name in b.services().into_iter().map(|s| s.config.name) {
@@ -297,16 +303,9 @@ pub async fn local_search_turn(b: &McpBridge) -> LocalTurn {
         .build()
         .await
         .expect("the local model (fetched once into the user's cache)");
-    let all: Vec<Value> = b
-        .list()
-        .await
-        .iter()
-        .filter(|s| s.name != SEARCH_TOOL && s.name != DESCRIBE_TOOL)
-        .map(tool_system::to_openai_tool)
-        .collect();
     let full = model
         .tokenizer()
-        .encode(&Value::Array(all).to_string())
+        .encode(&full_schemas(b).await)
         .unwrap()
         .len() as u64;
     let recording = Arc::new(Recording {
