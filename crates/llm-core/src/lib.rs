@@ -37,6 +37,7 @@ mod cap;
 mod error;
 mod model;
 mod schema;
+pub mod telemetry;
 mod tool;
 mod types;
 

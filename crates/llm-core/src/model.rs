@@ -19,6 +19,9 @@ pub struct ModelInfo {
     /// Whether the model supports native function calling (G7). When false, upper layers
     /// describe tools in the prompt and parse the text instead.
     pub function_calling: bool,
+    /// Who serves the model, as OpenTelemetry's `gen_ai.provider.name` names it (`openai`,
+    /// `anthropic`, …); `None` when unknown. Traces only.
+    pub provider: Option<String>,
 }
 
 impl ModelInfo {
@@ -27,7 +30,14 @@ impl ModelInfo {
         Self {
             model: model.into(),
             function_calling,
+            provider: None,
         }
+    }
+
+    /// Names who serves the model (`gen_ai.provider.name` on trace spans).
+    pub fn with_provider(mut self, provider: impl Into<String>) -> Self {
+        self.provider = Some(provider.into());
+        self
     }
 }
 

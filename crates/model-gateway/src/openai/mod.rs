@@ -318,7 +318,9 @@ fn map_err(e: OpenAIError) -> GatewayError {
 #[async_trait::async_trait]
 impl ChatModel for OpenAiModel {
     fn info(&self) -> ModelInfo {
+        // Any OpenAI-compatible server speaks the `openai` API (OpenTelemetry's provider name).
         ModelInfo::new(self.config.model.clone(), self.config.function_calling)
+            .with_provider("openai")
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, GatewayError> {
