@@ -7,6 +7,7 @@ use std::time::Duration;
 use llm_core::{DEFAULT_MAX_RESULT_BYTES, ToolSpec, cap_result as cap};
 use output_control::{SchemaError, Validator};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::{ToolContext, ToolError, ToolErrorKind, ToolProvider, ToolRegistry};
 use llm_core::TurnInfo;
@@ -222,7 +223,13 @@ impl Dispatcher {
     /// Runs one call: route, validate, run in its own task under the time limit, contain a
     /// panic, cap the result. Never fails: every failure is a result for the model.
     pub async fn dispatch(&self, name: &str, args: Value, ctx: ToolContext) -> ToolOutcome {
-        match self.try_dispatch(name, args, ctx).await {
+        let span = crate::trace::tool_span(name, &ctx.call_id, &args);
+        let result = self
+            .try_dispatch(name, args, ctx)
+            .instrument(span.clone())
+            .await;
+        let _in_span = span.enter();
+        let outcome = match result {
             Ok(value) => {
                 let text = match value {
                     Value::String(s) => s,
@@ -253,7 +260,9 @@ impl Dispatcher {
                     truncated,
                 }
             }
-        }
+        };
+        crate::trace::tool_done(&span, &outcome);
+        outcome
     }
 
     async fn try_dispatch(
@@ -273,9 +282,11 @@ impl Dispatcher {
         let timeout = provider.timeout(name).unwrap_or(self.default_timeout);
         let tool_name = name.to_owned();
         // Aborted when this future is dropped (the loop was cancelled) or the time is up.
-        let mut task = AbortOnDrop(tokio::spawn(async move {
-            provider.call(&tool_name, args, ctx).await
-        }));
+        // The task carries the tool call's span: an MCP request made in it is its child.
+        let mut task = AbortOnDrop(tokio::spawn(
+            async move { provider.call(&tool_name, args, ctx).await }
+                .instrument(tracing::Span::current()),
+        ));
         match tokio::time::timeout(timeout, &mut task.0).await {
             Ok(Ok(result)) => result,
             Ok(Err(join)) => {

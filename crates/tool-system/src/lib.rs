@@ -96,6 +96,7 @@ mod prompt;
 mod protocol;
 mod registry;
 mod runner;
+mod trace;
 mod turn;
 mod typed;
 

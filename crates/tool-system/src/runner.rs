@@ -10,10 +10,11 @@ use context_engine::{
 use futures::{Stream, StreamExt};
 use llm_core::{
     ChatEvent, ChatModel, ChatRequest, ChatStream, DEFAULT_MAX_RESULT_BYTES, Message, ModelError,
-    TurnInfo, cap_result,
+    TurnInfo, Usage, cap_result,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::approval::PendingApproval;
 use crate::approval::{self, ApprovalDecision, ApprovalError, ApprovalPolicy, CallState, Claim};
@@ -85,6 +86,10 @@ pub struct LoopOutput {
     /// what the model said alongside them, and the run goes on after the decisions
     /// ([`resume_tool_loop`], `Agent::resume`).
     pub pending_approval: Option<PendingApproval>,
+    /// Tokens of the run's model calls, added up; `None` when the model reported none.
+    pub usage: Option<Usage>,
+    /// Wall-clock time of the run, from the call to the answer (or to the held calls).
+    pub elapsed: std::time::Duration,
 }
 
 impl LoopOutput {
@@ -267,6 +272,8 @@ async fn resume(
                 protocol: protocol.name(),
                 new_messages: Vec::new(),
                 pending_approval: Some(view),
+                usage: None,
+                elapsed: std::time::Duration::ZERO,
             })
         }
         Claim::Run(claimed) => {
@@ -354,6 +361,7 @@ impl Drop for LoopStream {
     }
 }
 
+/// Runs the loop inside the run's `invoke_agent` span and records its outcome there.
 async fn drive(
     model: &dyn ChatModel,
     store: &dyn SessionStore,
@@ -363,6 +371,25 @@ async fn drive(
     options: &LoopOptions,
     sink: Sink<'_>,
 ) -> Result<LoopOutput, LoopError> {
+    let span = crate::trace::run_span(|| model.info(), session_id);
+    let r = drive_traced(model, store, dispatcher, session_id, start, options, sink)
+        .instrument(span.clone())
+        .await;
+    crate::trace::run_done(&span, &r);
+    r
+}
+
+async fn drive_traced(
+    model: &dyn ChatModel,
+    store: &dyn SessionStore,
+    dispatcher: &Dispatcher,
+    session_id: &str,
+    start: Start<'_>,
+    options: &LoopOptions,
+    sink: Sink<'_>,
+) -> Result<LoopOutput, LoopError> {
+    let started = std::time::Instant::now();
+    let mut usage: Option<Usage> = None;
     let user_text = match &start {
         Start::User(t) => *t,
         Start::Resume(c) => c.user_text(),
@@ -451,9 +478,18 @@ async fn drive(
         if machine.wants_answer() {
             request = request.with_tool_choice(llm_core::ToolChoice::None);
         }
-        let stream = model.stream(request).await?;
         let reader = protocol.reader(&tools, history.len());
-        let reading = read_response(stream, reader, sink).await?;
+        let chat = crate::trace::chat_span(&info, &request);
+        let mut call_usage = None;
+        let read = async {
+            let stream = model.stream(request).await?;
+            read_response(stream, reader, sink, &mut call_usage).await
+        }
+        .instrument(chat.clone())
+        .await;
+        crate::trace::chat_done(&chat, &read, call_usage);
+        let reading = read?;
+        add_usage(&mut usage, call_usage);
         let decision = machine.after_response(ResponseFacts {
             has_calls: reading.has_calls(),
             unreadable: reading.correction.is_some(),
@@ -488,6 +524,8 @@ async fn drive(
                                     protocol: protocol.name(),
                                     new_messages,
                                     pending_approval: Some(view),
+                                    usage,
+                                    elapsed: started.elapsed(),
                                 });
                             }
                             approval::Held::Unsupported(round) => round,
@@ -561,6 +599,8 @@ async fn drive(
                 protocol: protocol.name(),
                 new_messages,
                 pending_approval: None,
+                usage,
+                elapsed: started.elapsed(),
             });
         }
     }
@@ -723,6 +763,7 @@ async fn read_response(
     mut stream: ChatStream,
     mut reader: Box<dyn crate::protocol::ResponseReader>,
     sink: Sink<'_>,
+    usage: &mut Option<Usage>,
 ) -> Result<Reading, LoopError> {
     let mut text = String::new();
     let mut calls: Vec<PendingCall> = Vec::new();
@@ -742,7 +783,10 @@ async fn read_response(
                     "model sent tool arguments that are not valid JSON");
                 calls.push(PendingCall::invalid(&bad));
             }
-            ChatEvent::Finish { .. } => return Ok(reader.finish(calls, text)),
+            ChatEvent::Finish { usage: u, .. } => {
+                *usage = u;
+                return Ok(reader.finish(calls, text));
+            }
             _ => {}
         }
     }
@@ -751,4 +795,14 @@ async fn read_response(
         partial_text: text,
     }
     .into())
+}
+
+/// Adds one model call's usage to the run's.
+fn add_usage(total: &mut Option<Usage>, call: Option<Usage>) {
+    if let Some(c) = call {
+        let t = total.get_or_insert_with(Usage::default);
+        t.prompt_tokens = t.prompt_tokens.saturating_add(c.prompt_tokens);
+        t.completion_tokens = t.completion_tokens.saturating_add(c.completion_tokens);
+        t.total_tokens = t.total_tokens.saturating_add(c.total_tokens);
+    }
 }

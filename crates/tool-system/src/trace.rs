@@ -1,0 +1,263 @@
+//! Trace spans for a run, a model call and a tool call, named and attributed as OpenTelemetry's
+//! GenAI semantic conventions say (`invoke_agent`, `chat {model}`, `execute_tool {tool}`).
+//!
+//! Plain `tracing` spans: this crate knows nothing of OpenTelemetry; an exporter (the
+//! `telemetry` crate) turns them into OTLP. With no subscriber, or one that does not want them,
+//! each span costs one callsite check: every field value below is computed only for an
+//! enabled span (`tracing`'s macros evaluate values only then, and the `record` calls are
+//! behind [`Span::is_disabled`]).
+//!
+//! Message text, tool arguments and results go on spans only when
+//! [`llm_core::telemetry::capture_message_content`] is on (the `telemetry` crate turns it on
+//! for `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`).
+
+use llm_core::{ChatRequest, Message, ModelError, ModelInfo, Usage};
+use serde_json::{Value, json};
+use tracing::Span;
+use tracing::field::Empty;
+
+use crate::dispatch::ToolOutcome;
+use crate::protocol::{Reading, Step};
+use crate::runner::{LoopError, LoopOutput};
+
+/// The span of one run (`invoke_agent`); the model and tool calls of the run are its children.
+pub(crate) fn run_span(info: impl FnOnce() -> ModelInfo, session_id: &str) -> Span {
+    let span = tracing::info_span!(
+        "invoke_agent",
+        "otel.name" = "invoke_agent",
+        "gen_ai.operation.name" = "invoke_agent",
+        "gen_ai.provider.name" = Empty,
+        "gen_ai.request.model" = Empty,
+        "gen_ai.conversation.id" = session_id,
+        "gen_ai.usage.input_tokens" = Empty,
+        "gen_ai.usage.output_tokens" = Empty,
+        "error.type" = Empty,
+        "otel.status_code" = Empty,
+    );
+    if !span.is_disabled() {
+        record_model(&span, &info());
+    }
+    span
+}
+
+/// Records the run's outcome: its token usage, or why it failed.
+pub(crate) fn run_done(span: &Span, result: &Result<LoopOutput, LoopError>) {
+    if span.is_disabled() {
+        return;
+    }
+    match result {
+        Ok(out) => record_usage(span, out.usage),
+        Err(e) => record_error(span, loop_error_type(e)),
+    }
+}
+
+/// The span of one model call (`chat {model}`, kind client).
+pub(crate) fn chat_span(info: &ModelInfo, request: &ChatRequest) -> Span {
+    let span = tracing::info_span!(
+        "chat",
+        "otel.name" = %format_args!("chat {}", info.model),
+        "otel.kind" = "client",
+        "gen_ai.operation.name" = "chat",
+        "gen_ai.provider.name" = Empty,
+        "gen_ai.request.model" = Empty,
+        "gen_ai.usage.input_tokens" = Empty,
+        "gen_ai.usage.output_tokens" = Empty,
+        "gen_ai.response.finish_reasons" = Empty,
+        "gen_ai.input.messages" = Empty,
+        "gen_ai.output.messages" = Empty,
+        "error.type" = Empty,
+        "otel.status_code" = Empty,
+    );
+    if !span.is_disabled() {
+        record_model(&span, info);
+        if llm_core::telemetry::capture_message_content() {
+            let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+            span.record(
+                "gen_ai.input.messages",
+                Value::Array(messages).to_string().as_str(),
+            );
+        }
+    }
+    span
+}
+
+/// Records a model call's outcome: usage and what it answered, or why it failed.
+pub(crate) fn chat_done(span: &Span, result: &Result<Reading, LoopError>, usage: Option<Usage>) {
+    if span.is_disabled() {
+        return;
+    }
+    match result {
+        Ok(reading) => {
+            record_usage(span, usage);
+            let reason = if reading.calls().next().is_some() {
+                r#"["tool_calls"]"#
+            } else {
+                r#"["stop"]"#
+            };
+            span.record("gen_ai.response.finish_reasons", reason);
+            if llm_core::telemetry::capture_message_content() {
+                span.record(
+                    "gen_ai.output.messages",
+                    json!([output_json(reading)]).to_string().as_str(),
+                );
+            }
+        }
+        Err(e) => record_error(span, loop_error_type(e)),
+    }
+}
+
+/// The span of one tool call (`execute_tool {tool}`).
+pub(crate) fn tool_span(name: &str, call_id: &str, arguments: &Value) -> Span {
+    let span = tracing::info_span!(
+        "execute_tool",
+        "otel.name" = %format_args!("execute_tool {name}"),
+        "gen_ai.operation.name" = "execute_tool",
+        "gen_ai.tool.name" = name,
+        "gen_ai.tool.call.id" = call_id,
+        "gen_ai.tool.type" = "function",
+        "gen_ai.tool.call.arguments" = Empty,
+        "gen_ai.tool.call.result" = Empty,
+        "error.type" = Empty,
+        "otel.status_code" = Empty,
+    );
+    if !span.is_disabled() && llm_core::telemetry::capture_message_content() {
+        span.record(
+            "gen_ai.tool.call.arguments",
+            arguments.to_string().as_str(),
+        );
+    }
+    span
+}
+
+/// Records a tool call's outcome: its result (when content is captured) or its error kind.
+pub(crate) fn tool_done(span: &Span, outcome: &ToolOutcome) {
+    if span.is_disabled() {
+        return;
+    }
+    if let Some(kind) = outcome.error {
+        record_error(span, snake(&format!("{kind:?}")).as_str());
+    }
+    if llm_core::telemetry::capture_message_content() {
+        span.record("gen_ai.tool.call.result", outcome.content.as_str());
+    }
+}
+
+fn record_model(span: &Span, info: &ModelInfo) {
+    span.record("gen_ai.request.model", info.model.as_str());
+    if let Some(p) = &info.provider {
+        span.record("gen_ai.provider.name", p.as_str());
+    }
+}
+
+fn record_usage(span: &Span, usage: Option<Usage>) {
+    if let Some(u) = usage {
+        span.record("gen_ai.usage.input_tokens", u.prompt_tokens);
+        span.record("gen_ai.usage.output_tokens", u.completion_tokens);
+    }
+}
+
+fn record_error(span: &Span, error_type: &str) {
+    span.record("error.type", error_type);
+    span.record("otel.status_code", "error");
+}
+
+/// `error.type` of a failed run or model call: low-cardinality names, never the message.
+fn loop_error_type(e: &LoopError) -> &'static str {
+    match e {
+        LoopError::Model(m) => match m {
+            ModelError::Config(_) => "config",
+            ModelError::Api { .. } => "api",
+            ModelError::Connect(_) => "connect",
+            ModelError::Timeout(_) => "timeout",
+            ModelError::Inference(_) => "inference",
+            ModelError::ModelLoad(_) => "model_load",
+            ModelError::StreamInterrupted { .. } => "stream_interrupted",
+            _ => "model",
+        },
+        LoopError::Store(_) => "store",
+        LoopError::Context(_) => "context",
+        LoopError::Cancelled => "cancelled",
+        #[allow(unreachable_patterns)] // `LoopError` is non-exhaustive for other crates
+        _ => "_OTHER",
+    }
+}
+
+/// `InvalidArguments` → `invalid_arguments`.
+fn snake(camel: &str) -> String {
+    let mut out = String::with_capacity(camel.len() + 4);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One message in the GenAI conventions' shape: `{"role", "parts": [...]}`.
+fn message_json(m: &Message) -> Value {
+    match m {
+        Message::System { content } => text_message("system", content),
+        Message::User { content } => text_message("user", content),
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let mut parts = Vec::with_capacity(tool_calls.len() + 1);
+            if !content.is_empty() {
+                parts.push(json!({"type": "text", "content": content}));
+            }
+            for c in tool_calls {
+                parts.push(json!({"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}));
+            }
+            json!({"role": "assistant", "parts": parts})
+        }
+        Message::Tool {
+            tool_call_id,
+            content,
+            ..
+        } => json!({"role": "tool", "parts": [
+            {"type": "tool_call_response", "id": tool_call_id, "response": content}
+        ]}),
+    }
+}
+
+fn text_message(role: &str, content: &str) -> Value {
+    json!({"role": role, "parts": [{"type": "text", "content": content}]})
+}
+
+fn output_json(reading: &Reading) -> Value {
+    let mut parts = Vec::new();
+    if !reading.content.is_empty() {
+        parts.push(json!({"type": "text", "content": reading.content}));
+    }
+    for step in &reading.steps {
+        if let Step::Calls(calls) = step {
+            for c in calls {
+                parts.push(json!({"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}));
+            }
+        }
+    }
+    let finish = if reading.calls().next().is_some() {
+        "tool_call"
+    } else {
+        "stop"
+    };
+    json!({"role": "assistant", "parts": parts, "finish_reason": finish})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::snake;
+
+    #[test]
+    fn error_kinds_become_snake_case() {
+        assert_eq!(snake("InvalidArguments"), "invalid_arguments");
+        assert_eq!(snake("Timeout"), "timeout");
+        assert_eq!(snake("NotFound"), "not_found");
+    }
+}
