@@ -17,6 +17,7 @@ use rmcp::model::{
     InputResponses,
 };
 use serde_json::{Map, Value};
+use tracing::Instrument;
 
 use crate::bridge::McpBridge;
 use crate::catalog::{self, McpTool};
@@ -123,12 +124,16 @@ impl McpBridge {
                 &format!("missing required argument `{missing}`"),
             ));
         }
-        let params = CallToolRequestParams::new(tool.name.clone()).with_arguments(args);
+        let mut params = CallToolRequestParams::new(tool.name.clone()).with_arguments(args);
+        let span = crate::trace::tools_call_span(&tool.name, &tool.service);
+        crate::trace::propagate(&span, &mut params);
         // Questions the server asks during the call belong to this session (elicitation).
         let _in_flight = self.inner.elicitation.enter(&tool.service, session);
         // Dropping the call on timeout makes rmcp send notifications/cancelled for it.
-        let call = self.call_answering_input(&connection.peer, &tool.service, params);
-        match tokio::time::timeout(timeout, call).await {
+        let call = self
+            .call_answering_input(&connection.peer, &tool.service, params)
+            .instrument(span.clone());
+        let result = match tokio::time::timeout(timeout, call).await {
             Ok(Ok(result)) => {
                 self.call_succeeded(&tool.service);
                 convert(tool, result)
@@ -186,7 +191,9 @@ impl McpBridge {
                     connection.service, connection.pid, connection.generation
                 )))
             }
-        }
+        };
+        crate::trace::done(&span, &result);
+        result
     }
 }
 
