@@ -121,10 +121,7 @@ pub(crate) fn tool_span(name: &str, call_id: &str, arguments: &Value) -> Span {
         "otel.status_code" = Empty,
     );
     if !span.is_disabled() && llm_core::telemetry::capture_message_content() {
-        span.record(
-            "gen_ai.tool.call.arguments",
-            arguments.to_string().as_str(),
-        );
+        span.record("gen_ai.tool.call.arguments", arguments.to_string().as_str());
     }
     span
 }
@@ -151,8 +148,9 @@ fn record_model(span: &Span, info: &ModelInfo) {
 
 fn record_usage(span: &Span, usage: Option<Usage>) {
     if let Some(u) = usage {
-        span.record("gen_ai.usage.input_tokens", u.prompt_tokens);
-        span.record("gen_ai.usage.output_tokens", u.completion_tokens);
+        // As i64: OpenTelemetry has no unsigned integers (a u64 would arrive as a string).
+        span.record("gen_ai.usage.input_tokens", i64::from(u.prompt_tokens));
+        span.record("gen_ai.usage.output_tokens", i64::from(u.completion_tokens));
     }
 }
 
