@@ -242,4 +242,21 @@ mod tests {
     fn no_traceparent_outside_an_exported_span() {
         assert_eq!(current_traceparent(), None);
     }
+
+    #[test]
+    fn traceparent_of_the_current_exported_span() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let t = Telemetry::without_exporter("t");
+        let _g = tracing::subscriber::set_default(tracing_subscriber::registry().with(t.layer()));
+        let span = tracing::info_span!("outer");
+        let tp = span
+            .in_scope(current_traceparent)
+            .expect("a traceparent in the span");
+        let parts: Vec<&str> = tp.split('-').collect();
+        assert_eq!(parts.len(), 4, "{tp}");
+        assert_eq!(
+            (parts[0], parts[1].len(), parts[2].len(), parts[3]),
+            ("00", 32, 16, "01")
+        );
+    }
 }

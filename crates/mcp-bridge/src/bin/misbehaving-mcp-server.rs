@@ -17,7 +17,8 @@
 //! `crash` (exits mid-call), `garbage` (writes non-JSON to stdout mid-call), `huge` (a result of
 //! N bytes), `add_tool` (adds a tool and sends `notifications/tools/list_changed`, unless
 //! `"silent": true`), `env` (one
-//! environment variable of the server, to check what it was given).
+//! environment variable of the server, to check what it was given), `traceparent` (the W3C
+//! `traceparent` the call carried in its `_meta`, to check that the server's trace joins).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;
@@ -26,7 +27,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, RequestParamsMeta, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -117,6 +119,11 @@ fn tools(added: &[String]) -> Vec<Tool> {
             schema(
                 json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
             ),
+        ),
+        Tool::new(
+            "traceparent",
+            "Returns the W3C traceparent the call carried in its _meta.",
+            schema(json!({"type": "object", "properties": {}})),
         ),
     ];
     for name in added {
@@ -236,6 +243,14 @@ impl ServerHandler for Server {
                     std::env::var(&name).unwrap_or_else(|_| "<unset>".into()),
                 ))
             }
+            // rmcp moves the request's `_meta` into the context.
+            "traceparent" => Ok(text(
+                context
+                    .meta
+                    .get_traceparent()
+                    .or(request.traceparent())
+                    .unwrap_or("<none>"),
+            )),
             other => {
                 if self.added.lock().unwrap().iter().any(|n| n == other) {
                     Ok(text(format!("{other} ran")))
