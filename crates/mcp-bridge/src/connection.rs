@@ -102,18 +102,21 @@ impl Connection {
         hooks: Hooks,
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
-        let transport = crate::http::transport(config, url)?;
-        let (handler, stale) = ClientSide::new(config, hooks);
         // The stateless revision (2026-07-28, `server/discover`) when the server speaks it,
         // else the session revision's `initialize` handshake: rmcp falls back when the server
-        // rejects `server/discover` (or does not answer it within 10 s).
-        let lifecycle = rmcp::ClientLifecycleMode::Auto {
+        // rejects `server/discover` (or does not answer it within 10 s). A server that answers
+        // `server/discover` but offers only session revisions (an rmcp 3 server kept in session
+        // mode) is an error to rmcp's `Auto`: that one is asked again with `initialize`.
+        let auto = rmcp::ClientLifecycleMode::Auto {
             preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
             legacy_version: None,
         };
-        let (mut client, listed) = handshake(handler, transport, lifecycle, config)
-            .await
-            .map_err(|e| format!("{e} (server {url})"))?;
+        let mut attempt = handshake_remote(config, url, hooks.clone(), auto).await;
+        if let Err(Handshake::SessionRevisionsOnly(_)) = &attempt {
+            attempt =
+                handshake_remote(config, url, hooks, rmcp::ClientLifecycleMode::Initialize).await;
+        }
+        let (mut client, listed, stale) = attempt.map_err(|e| format!("{e} (server {url})"))?;
         let (connection, mut shutdown_rx, finished_tx) = Self::up(
             config,
             generation,
@@ -187,7 +190,8 @@ impl Connection {
         .await
         {
             Ok(v) => v,
-            Err(mut reason) => {
+            Err(e) => {
+                let mut reason = e.to_string();
                 if let Ok(v) = violation.try_recv() {
                     reason = format!("the server {v}");
                 } else if let Ok(Some(status)) = child.try_wait() {
@@ -303,12 +307,48 @@ impl Connection {
 
 /// The MCP handshake and the first tool list over `transport`, within the service's startup
 /// timeout; the reason when they fail.
+/// Why a handshake failed: a message, or a server that offers only session revisions to
+/// `server/discover` (asked again with `initialize`).
+enum Handshake {
+    Failed(String),
+    SessionRevisionsOnly(String),
+}
+
+impl std::fmt::Display for Handshake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Failed(m) | Self::SessionRevisionsOnly(m) => f.write_str(m),
+        }
+    }
+}
+
+/// One handshake with a remote server over a new transport.
+#[cfg(feature = "http")]
+async fn handshake_remote(
+    config: &ServiceConfig,
+    url: &str,
+    hooks: Hooks,
+    lifecycle: rmcp::ClientLifecycleMode,
+) -> Result<
+    (
+        RunningService<RoleClient, ClientSide>,
+        Listed,
+        Arc<AtomicBool>,
+    ),
+    Handshake,
+> {
+    let transport = crate::http::transport(config, url).map_err(Handshake::Failed)?;
+    let (handler, stale) = ClientSide::new(config, hooks);
+    let (client, listed) = handshake(handler, transport, lifecycle, config).await?;
+    Ok((client, listed, stale))
+}
+
 async fn handshake<T, E, A>(
     handler: ClientSide,
     transport: T,
     lifecycle: rmcp::ClientLifecycleMode,
     config: &ServiceConfig,
-) -> Result<(RunningService<RoleClient, ClientSide>, Listed), String>
+) -> Result<(RunningService<RoleClient, ClientSide>, Listed), Handshake>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
@@ -317,21 +357,30 @@ where
         let client = handler
             .serve_with_lifecycle(transport, lifecycle)
             .await
-            .map_err(|e| format!("MCP handshake failed: {e}"))?;
+            .map_err(|e| {
+                let message = format!("MCP handshake failed: {e}");
+                match e {
+                    rmcp::service::ClientInitializeError::NoCompatibleProtocolVersion {
+                        server_supported,
+                        ..
+                    } if !server_supported.is_empty() => Handshake::SessionRevisionsOnly(message),
+                    _ => Handshake::Failed(message),
+                }
+            })?;
         let list = client
             .peer()
             .list_all_tools_with_cache_hint()
             .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
-        Ok::<_, String>((client, Listed::new(list)))
+            .map_err(|e| Handshake::Failed(format!("tools/list failed: {e}")))?;
+        Ok::<_, Handshake>((client, Listed::new(list)))
     })
     .await;
     match started {
         Ok(result) => result,
-        Err(_) => Err(format!(
+        Err(_) => Err(Handshake::Failed(format!(
             "no MCP handshake and tool list within {} ms",
             config.startup_timeout.as_millis()
-        )),
+        ))),
     }
 }
 

@@ -286,3 +286,50 @@ async fn m4_remote_stateless_server_restarted_and_its_list_refreshed_by_ttl() {
     assert!(server.protocol_versions().iter().all(|v| v == "2026-07-28"));
     bridge.stop("st").await.unwrap();
 }
+
+/// In a session (the 2025-11-25 revision, a server that does not speak 2026-07-28 and whose
+/// lists carry no `ttlMs`), a tool the server adds reaches the bridge only through
+/// `notifications/tools/list_changed` on the session's stream: the bridge lists again and the
+/// new tool is callable.
+#[tokio::test]
+async fn m1_remote_session_tool_list_changed_refreshes_the_cache() {
+    let server = testkit::McpHttpServer::start_session_only().await;
+    let bridge = McpBridge::new();
+    bridge.register(remote("se", server.url())).unwrap();
+    bridge.start("se").await.unwrap();
+    assert!(
+        !bridge
+            .tools()
+            .await
+            .iter()
+            .any(|t| t.exposed_name == "se__late")
+    );
+    bridge
+        .call("se__add_tool", json!({"name": "late"}))
+        .await
+        .unwrap();
+    // Bounded wait for the notification to be handled (no ttlMs here to refresh the list).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !bridge
+        .tools()
+        .await
+        .iter()
+        .any(|t| t.exposed_name == "se__late")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "notifications/tools/list_changed over the session was not picked up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        bridge.call("se__late", json!({})).await.unwrap(),
+        json!("late ran")
+    );
+    let versions = server.protocol_versions();
+    assert!(
+        versions.iter().all(|v| v == "2025-11-25"),
+        "the bridge spoke {versions:?}"
+    );
+    bridge.stop("se").await.unwrap();
+}

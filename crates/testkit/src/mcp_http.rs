@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InputRequest, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig, Tool,
+    InputRequest, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -35,6 +35,9 @@ pub const TOOLS_TTL_MS: u64 = 1_500;
 struct Handler {
     added: Arc<Mutex<Vec<String>>>,
     versions: Arc<Mutex<Vec<String>>>,
+    /// Speaks only the session-based revisions, and its lists carry no `ttlMs`: tool-list
+    /// changes reach a client only as `notifications/tools/list_changed`.
+    session_only: bool,
 }
 
 fn object(v: Value) -> Map<String, Value> {
@@ -95,6 +98,20 @@ impl Handler {
 }
 
 impl ServerHandler for Handler {
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        if self.session_only {
+            const SESSION_REVISIONS: &[ProtocolVersion] = &[
+                ProtocolVersion::V_2024_11_05,
+                ProtocolVersion::V_2025_03_26,
+                ProtocolVersion::V_2025_06_18,
+                ProtocolVersion::V_2025_11_25,
+            ];
+            std::borrow::Cow::Borrowed(SESSION_REVISIONS)
+        } else {
+            std::borrow::Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
@@ -111,7 +128,12 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.record(&context);
-        Ok(ListToolsResult::with_all_items(self.tools()).with_ttl_ms(TOOLS_TTL_MS))
+        let list = ListToolsResult::with_all_items(self.tools());
+        Ok(if self.session_only {
+            list
+        } else {
+            list.with_ttl_ms(TOOLS_TTL_MS)
+        })
     }
 
     async fn call_tool(
@@ -201,7 +223,21 @@ impl McpHttpServer {
     /// Starts on `addr` (e.g. the address of a stopped one, to restart it: the new server
     /// knows none of the old one's sessions). Panics when it cannot bind: a test double.
     pub async fn start_on(addr: SocketAddr) -> Self {
-        let handler = Handler::default();
+        Self::serve(addr, Handler::default()).await
+    }
+
+    /// Starts a server that speaks only the session-based revisions (up to 2025-11-25) and
+    /// whose tool lists carry no `ttlMs`: a client learns of a new tool only from
+    /// `notifications/tools/list_changed` on its session's stream.
+    pub async fn start_session_only() -> Self {
+        let handler = Handler {
+            session_only: true,
+            ..Handler::default()
+        };
+        Self::serve(SocketAddr::from(([127, 0, 0, 1], 0)), handler).await
+    }
+
+    async fn serve(addr: SocketAddr, handler: Handler) -> Self {
         let stop = CancellationToken::new();
         let factory = handler.clone();
         let service = StreamableHttpService::new(
