@@ -1,4 +1,4 @@
-//! What the stage demos share: which model answers when the demo needs one.
+//! What the stage demos share: which model answers when the demo needs one, and their traces.
 
 use std::sync::Arc;
 
@@ -36,4 +36,33 @@ pub async fn demo_model() -> Result<(Arc<dyn ChatModel>, String), Box<dyn std::e
         started.elapsed().as_secs_f64()
     );
     Ok((Arc::new(model), which))
+}
+
+/// Sets up the demo's `tracing`: with `OTEL_EXPORTER_OTLP_ENDPOINT` set, its runs, model calls,
+/// tool calls and MCP requests go to that OTLP/HTTP receiver (the `telemetry` crate; log lines
+/// by `RUST_LOG`); otherwise log lines only (`RUST_LOG`, default `warn`). Keep the returned
+/// value alive until the end of `main`: dropping it sends the last spans.
+pub fn init_tracing(service_name: &str) -> Option<telemetry::Telemetry> {
+    match telemetry::Telemetry::from_env(service_name) {
+        Ok(Some(t)) => match t.init() {
+            Ok(()) => {
+                println!(
+                    "traces: exported over OTLP to {}",
+                    std::env::var(telemetry::TRACES_ENDPOINT_VAR)
+                        .or_else(|_| std::env::var(telemetry::ENDPOINT_VAR))
+                        .unwrap_or_default()
+                );
+                return Some(t);
+            }
+            Err(e) => eprintln!("traces off: {e}"),
+        },
+        Ok(None) => {}
+        Err(e) => eprintln!("traces off: {e}"),
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .try_init();
+    None
 }

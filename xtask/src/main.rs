@@ -318,7 +318,17 @@ fn check_layers() -> Result<(), String> {
         "mcp-bridge",
         "seam-check",
     ];
-    const BACKEND_ONLY: &[&str] = &["async-openai", "reqwest", "candle-core", "tower"];
+    // The OpenTelemetry SDK and exporter belong to the `telemetry` crate: the layers emit plain
+    // `tracing` spans and reach it only through llm-core's telemetry seam.
+    const BACKEND_ONLY: &[&str] = &[
+        "async-openai",
+        "reqwest",
+        "candle-core",
+        "tower",
+        "opentelemetry_sdk",
+        "opentelemetry-otlp",
+        "tracing-opentelemetry",
+    ];
     eprintln!(
         "\n==> layer check: {LAYERS:?} depend on none of {BACKEND_ONLY:?} (without default features: mcp-bridge's `http` feature, remote MCP servers, brings reqwest by design)"
     );
@@ -344,7 +354,7 @@ fn check_layers() -> Result<(), String> {
         for dep in BACKEND_ONLY {
             if tree.lines().any(|l| l.starts_with(&format!("{dep} v"))) {
                 return Err(format!(
-                    "layer check: {layer} depends on {dep}; only backends (model-gateway, local-model) may. `cargo tree -p {layer} -i {dep}` shows the path."
+                    "layer check: {layer} depends on {dep}; only backends (model-gateway, local-model) and the telemetry exporter may. `cargo tree -p {layer} -i {dep}` shows the path."
                 ));
             }
         }

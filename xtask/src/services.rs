@@ -1,8 +1,10 @@
-//! Servers the tests need, started privately for one run on 127.0.0.1 and stopped after (#28):
-//! today PostgreSQL for context-engine's `PostgresStore` tests; later servers (a message broker,
-//! a trace receiver) start the same way — a directory of their own, a free loopback port, run as
-//! an unprivileged user when xtask is root, exported to the tests through an environment
-//! variable, stopped when the [`Services`] guard is dropped (on success, failure or panic).
+//! Servers the tests need, started privately for one run and stopped after (#27, #28):
+//! PostgreSQL for context-engine's `PostgresStore` tests on 127.0.0.1, and Arize Phoenix for
+//! the telemetry crate's trace test in a network namespace of its own (`services/phoenix.rs`).
+//! Later servers (a message broker) start the same way — a directory of their own, a free
+//! loopback port, run as an unprivileged user when xtask is root, exported to the tests through
+//! an environment variable, stopped when the [`Services`] guard is dropped (on success, failure
+//! or panic).
 //!
 //! `cargo xtask test` starts them around `cargo test --workspace`;
 //! `cargo xtask with-services CMD ARGS…` runs any command with them (e.g. one crate's tests).
@@ -11,6 +13,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+mod phoenix;
 
 /// The variable the PostgreSQL tests read: a superuser URL of the private cluster
 /// (`postgres://postgres@127.0.0.1:PORT/postgres`). Not `DATABASE_URL`, so that a developer's
@@ -61,6 +65,7 @@ impl Services {
         };
         services.running.push(start_postgres(Cluster::Shared)?);
         services.running.push(start_postgres(Cluster::Fault)?);
+        services.running.push(phoenix::start()?);
         Ok(services)
     }
 
@@ -191,6 +196,7 @@ fn reap_stale() {
         if alive {
             continue;
         }
+        phoenix::reap(&dir);
         if dir.join("data/postmaster.pid").exists()
             && let Some(bin) = postgres_bin_dir()
         {

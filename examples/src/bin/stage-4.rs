@@ -64,11 +64,7 @@ fn approx_tokens(s: &str) -> usize {
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    let _traces = examples::init_tracing("llm-toolkit-stage-4");
     let Some(entry) = everything_entry() else {
         eprintln!(
             "server-everything is not installed: run `cargo xtask stage 4` (or crates/mcp-bridge/install-test-deps.sh)"

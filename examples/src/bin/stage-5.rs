@@ -160,6 +160,7 @@ fn show(events: &[(String, Value)]) {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let _traces = examples::init_tracing("llm-toolkit-stage-5");
     let smoke = std::env::args().any(|a| a == "--smoke");
     let seconds: Option<u64> = std::env::var("STAGE_DEMO_SECONDS")
         .ok()

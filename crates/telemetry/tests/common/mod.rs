@@ -16,7 +16,20 @@ pub const SECRET_QUESTION: &str = "Is it sunny in Zanzibar-7731?";
 pub const SECRET_ARG: &str = "Zanzibar-7731";
 pub const SECRET_ANSWER: &str = "Sunny, 31 degrees, says the oracle-5512.";
 
+/// A session id no earlier run used (the Phoenix test finds its trace by it).
+pub fn unique_session() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("session-{}-{nanos}", std::process::id())
+}
+
 pub async fn run_agent() -> LoopOutput {
+    run_agent_in("session-1").await
+}
+
+pub async fn run_agent_in(session: &str) -> LoopOutput {
     let server = ScriptedServer::start().await;
     server.push(Reply::tool_call(
         "call_1",
@@ -44,5 +57,5 @@ pub async fn run_agent() -> LoopOutput {
         .store(Arc::new(MemoryStore::new()))
         .build()
         .unwrap();
-    agent.run("session-1", SECRET_QUESTION).await.unwrap()
+    agent.run(session, SECRET_QUESTION).await.unwrap()
 }

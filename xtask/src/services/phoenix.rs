@@ -1,0 +1,139 @@
+//! Arize Phoenix, the trace viewer the telemetry test exports to (#27 item 5).
+//!
+//! Phoenix's gRPC receiver listens on every interface whatever `PHOENIX_HOST` says, so it runs
+//! in a network namespace of its own where only loopback exists (`unshare -n`, `lo` up; as a
+//! user namespace's root when xtask is not root). Nothing outside the namespace can reach it;
+//! the test enters the namespace (`nsenter -t PID -n`) to talk to it. Installed with pip into a
+//! virtualenv under `~/.cache/llm-toolkit` (outside the clone, kept between runs).
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use super::{Service, is_root, run_quiet, service_root};
+
+/// The version the test was written against (its REST API: `/v1/projects/{p}/spans/otlpv1`).
+const PHOENIX: &str = "arize-phoenix==20.26.1";
+/// Phoenix's port inside its namespace (the namespace is private, so no clash with anything).
+const PORT: u16 = 6006;
+
+/// The virtualenv Phoenix is installed in.
+fn venv() -> PathBuf {
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".cache/llm-toolkit/phoenix-venv")
+}
+
+/// `phoenix`, installed when missing; fails loudly when it cannot be.
+fn ensure_phoenix() -> Result<PathBuf, String> {
+    let bin = venv().join("bin/phoenix");
+    if bin.exists() {
+        return Ok(bin);
+    }
+    eprintln!("==> installing {PHOENIX} from PyPI (the trace viewer of the telemetry test)");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let installed = run_quiet(
+        "python3 -m venv",
+        Command::new(&python).args(["-m", "venv"]).arg(venv()),
+    )
+    .and_then(|()| {
+        run_quiet(
+            "pip install arize-phoenix",
+            Command::new(venv().join("bin/pip")).args(["install", "-q", PHOENIX]),
+        )
+    });
+    match installed {
+        Ok(()) if bin.exists() => Ok(bin),
+        other => {
+            let _ = std::fs::remove_dir_all(venv());
+            Err(format!(
+                "Arize Phoenix is needed by the telemetry crate's trace test and could not be installed \
+                 ({python} -m venv, then pip install {PHOENIX}): {}",
+                other
+                    .err()
+                    .unwrap_or_else(|| "no phoenix program after the install".into())
+            ))
+        }
+    }
+}
+
+/// Starts Phoenix in its own network namespace; its readiness is the test's to wait for
+/// (it takes 10–30 s, which overlaps with the build this way).
+pub(super) fn start() -> Result<Service, String> {
+    let bin = ensure_phoenix()?;
+    let dir = service_root().join(format!("phoenix-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("work"))
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::write(dir.join("owner.pid"), std::process::id().to_string())
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    let log = std::fs::File::create(dir.join("phoenix.log"))
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    let userns = !is_root();
+    let mut cmd = Command::new("unshare");
+    if userns {
+        cmd.arg("--map-root-user");
+    }
+    // `unshare` execs the shell, which execs Phoenix: the child's pid is Phoenix's.
+    let child = cmd
+        .args([
+            "--net",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$0\" serve",
+        ])
+        .arg(&bin)
+        .env("PHOENIX_HOST", "127.0.0.1")
+        .env("PHOENIX_PORT", PORT.to_string())
+        .env("PHOENIX_WORKING_DIR", dir.join("work"))
+        .env("PHOENIX_TELEMETRY_ENABLED", "false")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("unshare (util-linux) could not start Phoenix: {e}"))?;
+    let pid = child.id();
+    std::fs::write(dir.join("phoenix.pid"), pid.to_string())
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    let mut env = vec![
+        ("TEST_PHOENIX_PID".to_owned(), pid.to_string()),
+        ("TEST_PHOENIX_PORT".to_owned(), PORT.to_string()),
+    ];
+    if userns {
+        env.push(("TEST_PHOENIX_USERNS".to_owned(), "1".to_owned()));
+    }
+    eprintln!(
+        "==> Phoenix starting in its own network namespace (pid {pid}, log {})",
+        dir.join("phoenix.log").display()
+    );
+    let child = std::sync::Mutex::new(child);
+    Ok(Service {
+        name: "phoenix",
+        env,
+        dir,
+        stop: Box::new(move || {
+            let mut child = child
+                .lock()
+                .map_err(|_| "phoenix: lock poisoned".to_owned())?;
+            kill_group(pid);
+            child.wait().map(|_| ()).map_err(|e| e.to_string())
+        }),
+    })
+}
+
+/// Ends Phoenix's process group (it is its leader).
+fn kill_group(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pid}")])
+        .status();
+}
+
+/// Stops a Phoenix an earlier, killed run left behind in `dir`.
+pub(super) fn reap(dir: &std::path::Path) {
+    if let Some(pid) = std::fs::read_to_string(dir.join("phoenix.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+    {
+        kill_group(pid);
+    }
+}
