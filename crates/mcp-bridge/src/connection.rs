@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tracing::Instrument;
 
 use tokio::time::Instant;
 
@@ -292,7 +293,10 @@ impl Connection {
     pub(crate) async fn tools(&self, refresh_within: Duration) -> Vec<rmcp::model::Tool> {
         let expired = self.fresh_until().is_some_and(|t| Instant::now() >= t);
         if self.stale.swap(false, Ordering::SeqCst) || expired {
-            let list = self.peer.list_all_tools_with_cache_hint();
+            let list = self
+                .peer
+                .list_all_tools_with_cache_hint()
+                .instrument(crate::trace::request_span("tools/list", &self.service));
             match tokio::time::timeout(refresh_within, list).await {
                 Ok(Ok(list)) => *lock(&self.tools) = Listed::new(list),
                 Ok(Err(e)) => {
@@ -305,8 +309,6 @@ impl Connection {
     }
 }
 
-/// The MCP handshake and the first tool list over `transport`, within the service's startup
-/// timeout; the reason when they fail.
 /// Why a handshake failed: a message, or a server that offers only session revisions to
 /// `server/discover` (asked again with `initialize`).
 enum Handshake {
@@ -343,6 +345,8 @@ async fn handshake_remote(
     Ok((client, listed, stale))
 }
 
+/// The MCP handshake and the first tool list over `transport`, within the service's startup
+/// timeout; the reason when they fail.
 async fn handshake<T, E, A>(
     handler: ClientSide,
     transport: T,
@@ -354,6 +358,8 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     let started = tokio::time::timeout(config.startup_timeout, async {
+        // No span around the handshake: rmcp's service task, spawned inside it, would keep it
+        // open for the connection's whole life.
         let client = handler
             .serve_with_lifecycle(transport, lifecycle)
             .await
@@ -370,6 +376,7 @@ where
         let list = client
             .peer()
             .list_all_tools_with_cache_hint()
+            .instrument(crate::trace::request_span("tools/list", &config.name))
             .await
             .map_err(|e| Handshake::Failed(format!("tools/list failed: {e}")))?;
         Ok::<_, Handshake>((client, Listed::new(list)))

@@ -26,6 +26,17 @@ pub(crate) fn tools_call_span(tool: &str, service: &str) -> Span {
     )
 }
 
+/// The client span of another MCP request (`tools/list`) to service `service`.
+pub(crate) fn request_span(method: &'static str, service: &str) -> Span {
+    tracing::info_span!(
+        "mcp.request",
+        "otel.name" = method,
+        "otel.kind" = "client",
+        "mcp.method.name" = method,
+        "mcp.service.name" = service,
+    )
+}
+
 /// Puts the span's `traceparent` in the request's `_meta` when the span is exported.
 pub(crate) fn propagate(span: &Span, params: &mut CallToolRequestParams) {
     if span.is_disabled() {

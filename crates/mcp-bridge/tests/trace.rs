@@ -1,6 +1,7 @@
 //! #27 item 4 for MCP: each MCP request has its client span (`tools/call {tool}`, a child of
 //! the tool call's `execute_tool` span) and carries that span's W3C `traceparent` in its
-//! `_meta`, so the server's own trace joins the agent's. A real MCP server process reports the
+//! `_meta`, so the server's own trace joins the agent's. Tool lists (`tools/list`) have
+//! client spans too. A real MCP server process reports the
 //! `traceparent` it received; the spans come from the OpenTelemetry SDK's in-memory exporter.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -76,6 +77,20 @@ async fn mcp_request_span_and_its_traceparent_reach_the_server() {
     };
     assert_eq!(attr("mcp.method.name").as_deref(), Some("tools/call"));
     assert_eq!(attr("gen_ai.tool.name").as_deref(), Some("traceparent"));
+
+    // The start-up's tool list has its span too.
+    for method in ["tools/list"] {
+        let span = spans
+            .iter()
+            .find(|s| s.name == method)
+            .unwrap_or_else(|| panic!("no {method} span: {names:?}"));
+        assert_eq!(span.span_kind, SpanKind::Client);
+        assert!(
+            span.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == "mcp.service.name" && kv.value.as_str() == "misb")
+        );
+    }
 
     // What the server received is the MCP span's own context: the server's spans become its
     // children in the same trace.
