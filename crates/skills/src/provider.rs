@@ -125,7 +125,7 @@ impl ToolProvider for SkillsProvider {
                 SkillError::Failed { .. } | SkillError::OutputTooLarge { .. } => {
                     ToolErrorKind::Crashed
                 }
-                SkillError::Spawn { .. } => ToolErrorKind::Unavailable,
+                SkillError::Spawn { .. } | SkillError::Refused { .. } => ToolErrorKind::Unavailable,
                 _ => ToolErrorKind::Failed,
             };
             ToolError::new(kind, e.to_string())

@@ -101,8 +101,14 @@ pub struct SandboxConfig {
     pub allow_network: bool,
     /// Allow skills to create user namespaces (default: refused by seccomp).
     pub allow_user_namespaces: bool,
-    /// Run each call in a bubblewrap container when `bwrap` works on this machine (default: on).
+    /// Run each call in a bubblewrap container (default: on). Where `bwrap` is missing or
+    /// cannot make a container, calls are refused unless
+    /// [`allow_without_container`](Self::allow_without_container) is set; turning this off
+    /// chooses the weaker boundary deliberately.
     pub container: bool,
+    /// Run calls under the weaker boundary (Landlock, seccomp, rlimits; no mount or PID
+    /// namespace) when a container cannot be made here, instead of refusing them (default: off).
+    pub allow_without_container: bool,
     /// The `bwrap` to use (default: `/usr/bin/bwrap`, `/usr/local/bin/bwrap` or `/bin/bwrap`).
     pub bwrap_path: Option<PathBuf>,
     /// More host paths shown read-only in the container (e.g. `/opt/tools`).
@@ -137,6 +143,7 @@ impl Default for SandboxConfig {
             allow_network: false,
             allow_user_namespaces: false,
             container: true,
+            allow_without_container: false,
             bwrap_path: None,
             read_only_paths: Vec::new(),
             uid_range: (400_000, 401_000),
@@ -193,6 +200,12 @@ impl SandboxConfig {
         self.container = on;
         self
     }
+    /// Accept the weaker boundary (no container) where bubblewrap is missing or cannot make a
+    /// container, instead of refusing every call.
+    pub fn allow_without_container(mut self, on: bool) -> Self {
+        self.allow_without_container = on;
+        self
+    }
     /// Set how many skills may have a container made ahead of time (0: none).
     pub fn with_ready_containers(mut self, n: usize) -> Self {
         self.ready_containers = n;
@@ -240,11 +253,18 @@ pub struct Protections {
     /// granted environment only, descriptors above 2 closed, kernel keyrings refused, fresh
     /// working directory, capped output.
     pub base: bool,
+    /// Set when every call is refused: a container was asked for, none can be made here, and
+    /// the weaker boundary was not accepted ([`SandboxConfig::allow_without_container`]). Says
+    /// what to install and which option accepts the weaker boundary.
+    pub refused: Option<String>,
 }
 
 impl std::fmt::Display for Protections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let yes = |b: bool| if b { "on" } else { "OFF" };
+        if let Some(why) = &self.refused {
+            write!(f, "CALLS REFUSED: {why}; ")?;
+        }
         match (&self.container, &self.container_error) {
             (Some(v), _) => write!(f, "container: {v} (mount, IPC, PID namespaces)")?,
             (None, Some(e)) => write!(f, "container: OFF ({e})")?,
@@ -312,6 +332,15 @@ pub enum SkillError {
         error: String,
         /// The start of what it printed.
         head: String,
+    },
+    /// The sandbox refuses calls: no container can be made on this machine and the operator
+    /// did not accept the weaker boundary ([`Protections::refused`]).
+    #[error("skill {name} was not run: {reason}")]
+    Refused {
+        /// Skill name.
+        name: String,
+        /// What to install, and the option that accepts the weaker boundary.
+        reason: String,
     },
     /// The sandbox could not be set up (a host problem, not the skill's).
     #[error("skill {name} could not be started: {reason}")]
@@ -747,6 +776,16 @@ impl Sandbox {
             }
         };
         let container = bwrap.is_some();
+        let refused =
+            (config.container && !container && !config.allow_without_container).then(|| {
+                format!(
+                    "the skills sandbox cannot make a container here ({}). Install bubblewrap \
+                 (`apt-get install bubblewrap` on Debian/Ubuntu, `dnf install bubblewrap` on \
+                 Fedora), or accept the weaker boundary (Landlock and seccomp, no mount or PID \
+                 namespace) with SandboxConfig::allow_without_container(true)",
+                    container_error.as_deref().unwrap_or("no bubblewrap")
+                )
+            });
         let protections = Protections {
             container: bwrap.as_ref().map(|b| b.version.clone()),
             container_error,
@@ -761,6 +800,7 @@ impl Sandbox {
             user_namespaces_refused: !config.allow_user_namespaces,
             landlock_abi: if container { None } else { landlock },
             base: true,
+            refused,
         };
         let ready_ahead = if container {
             config.ready_containers
@@ -769,6 +809,8 @@ impl Sandbox {
         };
         if container {
             tracing::info!(%protections, ready_ahead, "skills sandbox ready");
+        } else if protections.refused.is_some() {
+            tracing::error!(%protections, "skills sandbox refuses calls: no container");
         } else {
             tracing::warn!(%protections, "skills sandbox ready without a container: fewer protections");
         }
@@ -915,6 +957,12 @@ impl Sandbox {
     /// Runs `skill` with `args` on stdin and returns the JSON it printed. The call's time limit
     /// counts from here, whether its container was made ahead of time or is made now.
     pub async fn run(&self, skill: &Skill, args: &Value) -> Result<Value, SkillError> {
+        if let Some(reason) = &self.protections.refused {
+            return Err(SkillError::Refused {
+                name: skill.name.clone(),
+                reason: reason.clone(),
+            });
+        }
         let timeout = self.timeout_for(skill);
         let deadline = tokio::time::Instant::now() + timeout;
         let name = skill.name.clone();

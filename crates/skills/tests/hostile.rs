@@ -479,13 +479,43 @@ async fn s2_the_container_hides_host_pids_and_etc_and_refuses_user_namespaces() 
     }
 }
 
+/// #29 item 4: where bubblewrap is missing, calls are refused by default — the typed report
+/// says so and names the package and the option — and nothing runs.
 #[tokio::test]
-async fn s2_without_bubblewrap_the_sandbox_says_so_and_still_runs_skills() {
+async fn s2_without_bubblewrap_calls_are_refused_naming_the_package_and_the_option() {
     let mut config = SandboxConfig::default();
     config.bwrap_path = Some("/nonexistent/bwrap".into());
     let e = env_with(config);
     let p = e.provider.sandbox().protections();
     assert_eq!(p.container, None);
+    let why = p.refused.as_deref().unwrap_or_else(|| panic!("{p:?}"));
+    for needed in [
+        "apt-get install bubblewrap",
+        "allow_without_container(true)",
+        "/nonexistent/bwrap",
+    ] {
+        assert!(why.contains(needed), "{needed} missing from: {why}");
+    }
+    assert!(p.to_string().starts_with("CALLS REFUSED: "), "{p}");
+    let err = e.call("echo", json!({"text": "hi"})).await.unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Unavailable, "{err:?}");
+    assert!(
+        err.message.contains("apt-get install bubblewrap"),
+        "{err:?}"
+    );
+    assert!(err.message.contains("was not run"), "{err:?}");
+}
+
+/// With the weaker boundary accepted, the same machine runs skills under Landlock and seccomp
+/// and the report says what is off.
+#[tokio::test]
+async fn s2_without_bubblewrap_the_weaker_boundary_runs_when_accepted() {
+    let mut config = SandboxConfig::default().allow_without_container(true);
+    config.bwrap_path = Some("/nonexistent/bwrap".into());
+    let e = env_with(config);
+    let p = e.provider.sandbox().protections();
+    assert_eq!(p.container, None);
+    assert_eq!(p.refused, None);
     assert!(!p.mount_namespace && !p.pid_namespace);
     assert!(
         p.container_error
