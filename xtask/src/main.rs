@@ -229,7 +229,7 @@ fn stage(n: u8) -> Result<(), String> {
     for p in stage.packages {
         test.args(["-p", p]);
     }
-    let services = services::Services::start_for_tests()?; // e.g. PostgreSQL for Stage 1's stores
+    let services = services::Services::start_without_trace_viewer()?; // e.g. PostgreSQL for Stage 1's stores
     run(&format!("Stage {n} tests"), test.envs(services.env()))
 }
 
@@ -363,7 +363,7 @@ fn check_layers() -> Result<(), String> {
 }
 
 fn bench(extra: &[String]) -> Result<(), String> {
-    let services = services::Services::start_for_tests()?; // PostgreSQL for postgres_append
+    let services = services::Services::start_without_trace_viewer()?; // PostgreSQL for postgres_append
     run(
         "cargo bench",
         cargo()

@@ -59,13 +59,25 @@ pub struct Services {
 impl Services {
     /// Starts every server the workspace's tests need.
     pub fn start_for_tests() -> Result<Self, String> {
+        Self::start(true)
+    }
+
+    /// The same without the trace viewer (Phoenix is only for the telemetry crate's test, and
+    /// its first install takes minutes): for a stage's tests and the benchmarks.
+    pub fn start_without_trace_viewer() -> Result<Self, String> {
+        Self::start(false)
+    }
+
+    fn start(trace_viewer: bool) -> Result<Self, String> {
         reap_stale();
         let mut services = Self {
             running: Vec::new(),
         };
         services.running.push(start_postgres(Cluster::Shared)?);
         services.running.push(start_postgres(Cluster::Fault)?);
-        services.running.push(phoenix::start()?);
+        if trace_viewer {
+            services.running.push(phoenix::start()?);
+        }
         Ok(services)
     }
 

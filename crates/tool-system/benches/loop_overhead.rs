@@ -70,6 +70,44 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+    // Tracing on (#27). Off is `native_run_2_rounds` above (no subscriber: each span is one
+    // callsite check). Then: a subscriber that takes every span and exports nothing (the
+    // layers' own cost: spans made, fields recorded, entered and closed); the OpenTelemetry
+    // layer making every OpenTelemetry span, with no exporter; and the OTLP/HTTP exporter
+    // sending them (batched, from its own thread) to a receiver on 127.0.0.1 that accepts
+    // everything.
+    let no_exporter = telemetry::Telemetry::without_exporter("bench");
+    let sink = otlp_sink();
+    let otlp = telemetry::Telemetry::otlp(&sink, "bench").unwrap();
+    {
+        let subscriber = tracing_subscriber::registry();
+        tracing::subscriber::with_default(subscriber, || {
+            g.bench_function("native_run_2_rounds_traced_no_exporter", |b| {
+                b.iter(|| {
+                    let id = format!("r{}", n.fetch_add(1, Ordering::Relaxed));
+                    rt.block_on(native.run(&id, "go")).unwrap()
+                })
+            });
+        });
+    }
+    for (name, t) in [
+        (
+            "native_run_2_rounds_traced_otel_sdk_no_exporter",
+            &no_exporter,
+        ),
+        ("native_run_2_rounds_traced_otlp", &otlp),
+    ] {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry().with(t.layer());
+        tracing::subscriber::with_default(subscriber, || {
+            g.bench_function(name, |b| {
+                b.iter(|| {
+                    let id = format!("t{}", n.fetch_add(1, Ordering::Relaxed));
+                    rt.block_on(native.run(&id, "go")).unwrap()
+                })
+            });
+        });
+    }
     let dispatcher = native.dispatcher().clone();
     g.bench_function("dispatch_noop_validated", |b| {
         b.iter(|| {
@@ -85,3 +123,46 @@ fn bench(c: &mut Criterion) {
 
 criterion_group!(benches, bench);
 criterion_main!(benches);
+
+/// An OTLP/HTTP receiver on 127.0.0.1 that answers every request with an empty 200 (what a
+/// trace collector answers an accepted export); returns its base URL. Lives as long as the
+/// bench process.
+fn otlp_sink() -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let l = line.to_ascii_lowercase();
+                        if let Some(v) = l.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if stream.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
