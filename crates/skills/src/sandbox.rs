@@ -386,10 +386,16 @@ struct Shared {
     fallback_filter: Vec<libc::sock_filter>,
     /// Containers made ahead of time, oldest first, at most one per skill.
     ready: Mutex<Vec<Ready>>,
+    /// Containers being made ahead right now, each with the call waiting to take it, if any.
+    making: Mutex<Vec<Making>>,
     /// Set when the sandbox is dropped: nothing more is made ahead.
     closed: AtomicBool,
     /// Bumped by [`Sandbox::stop_ready`]: a container whose making began before is not kept.
     generation: AtomicU64,
+    /// Calls served by a container made ahead of time (waiting, or handed over when made).
+    served_ahead: AtomicU64,
+    /// Calls that made their own container (or, without one, their own process).
+    made_on_call: AtomicU64,
 }
 
 /// What a call runs: the skill and the environment it is granted, as they are when the call
@@ -401,6 +407,15 @@ struct CallKey {
     dir: PathBuf,
     entry: Vec<String>,
     env: Vec<(String, std::ffi::OsString)>,
+}
+
+/// A container being made ahead of time. A call of the same key that finds none ready waits
+/// for this one instead of making its own: calls back to back would otherwise each make a
+/// container while the previous call's is being made, both slower for sharing the CPU.
+struct Making {
+    key: CallKey,
+    /// The call that waits for it; dropped (the call makes its own) if the making fails.
+    taker: Option<tokio::sync::oneshot::Sender<Ready>>,
 }
 
 /// A started call: its process (bwrap, or the skill itself without a container) and its host
@@ -825,13 +840,26 @@ impl Sandbox {
             bwrap,
             root,
             ready: Mutex::new(Vec::new()),
+            making: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             generation: AtomicU64::new(0),
+            served_ahead: AtomicU64::new(0),
+            made_on_call: AtomicU64::new(0),
         };
         Self {
             protections,
             shared: Arc::new(shared),
         }
+    }
+
+    /// How calls got their container so far: `(made ahead of time, made by the call)`. A call
+    /// right after another of the same skill takes the container being made for it, so in a
+    /// loop of calls only the first makes its own.
+    pub fn containers_used(&self) -> (u64, u64) {
+        (
+            self.shared.served_ahead.load(Ordering::Relaxed),
+            self.shared.made_on_call.load(Ordering::Relaxed),
+        )
     }
 
     /// The protections in force.
@@ -973,7 +1001,26 @@ impl Sandbox {
         let c = &self.shared.config;
         let container = self.shared.bwrap.is_some();
         let key = self.key(skill);
-        let started = match self.shared.take_ready(&key) {
+        let ready = match self.shared.take_ready(&key) {
+            Some(ready) => Some(ready),
+            // One is being made for this skill: take it when it is ready (sooner than making
+            // another), or, if its making fails, make our own.
+            None => match self.shared.wait_for_making(&key) {
+                Some(handover) => match handover.await {
+                    Ok(mut ready) => ready.alive().then_some(ready),
+                    // Made but not handed over (a race with its end): it waits in the list.
+                    Err(_) => self.shared.take_ready(&key),
+                },
+                // Or it was finished between the two looks.
+                None => self.shared.take_ready(&key),
+            },
+        };
+        let counter = match ready {
+            Some(_) => &self.shared.served_ahead,
+            None => &self.shared.made_on_call,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let started = match ready {
             Some(ready) => ready.go(),
             None => match start(&self.shared, &key).await.map_err(spawn_err)? {
                 (started, None) => Ok(started),
@@ -1022,7 +1069,9 @@ impl Sandbox {
         let _ = child.wait().await;
         // The next call's container is made now, not while this call ran (on two cores it would
         // have slowed the call down).
-        if container && c.ready_containers > 0 {
+        // Registered before this call answers, so that a call right after it waits for this
+        // container instead of making one of its own.
+        if container && c.ready_containers > 0 && self.shared.begin_making(&key) {
             let generation = self.shared.generation.load(Ordering::Acquire);
             tokio::spawn(make_ready(Arc::clone(&self.shared), key, generation));
         }
@@ -1092,6 +1141,41 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn lock_making(&self) -> std::sync::MutexGuard<'_, Vec<Making>> {
+        self.making
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records that a container for `key` is being made ahead, unless one is already (being)
+    /// made; whether the caller should make it.
+    fn begin_making(&self, key: &CallKey) -> bool {
+        if self.lock_ready().iter().any(|r| &r.key == key) {
+            return false;
+        }
+        let mut making = self.lock_making();
+        if making.iter().any(|m| &m.key == key) {
+            return false;
+        }
+        making.push(Making {
+            key: key.clone(),
+            taker: None,
+        });
+        true
+    }
+
+    /// When a container for `key` is being made and no other call waits for it: where it will
+    /// be handed over.
+    fn wait_for_making(&self, key: &CallKey) -> Option<tokio::sync::oneshot::Receiver<Ready>> {
+        let mut making = self.lock_making();
+        let m = making
+            .iter_mut()
+            .find(|m| &m.key == key && m.taker.is_none())?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        m.taker = Some(tx);
+        Some(rx)
+    }
+
     /// The container made ahead for `key`, if one is still waiting.
     fn take_ready(&self, key: &CallKey) -> Option<Ready> {
         let mut ready = {
@@ -1136,6 +1220,15 @@ impl Shared {
 /// sandbox is gone or [`Sandbox::stop_ready`] was called since `generation` was read; the
 /// oldest waiting container gives way when there are too many.
 async fn make_ready(shared: Arc<Shared>, key: CallKey, generation: u64) {
+    // However this ends, `key`'s entry in `making` (put there by the caller) goes: a call
+    // waiting for a container that is not handed over then looks in the list, or makes its own.
+    struct Done<'a>(&'a Shared, &'a CallKey);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.lock_making().retain(|m| &m.key != self.1);
+        }
+    }
+    let _done = Done(&shared, &key);
     let has = |shared: &Shared| shared.lock_ready().iter().any(|r| r.key == key);
     if shared.closed.load(Ordering::Acquire) || has(&shared) {
         return;
@@ -1154,6 +1247,23 @@ async fn make_ready(shared: Arc<Shared>, key: CallKey, generation: u64) {
             tracing::debug!(skill = %key.name, error = %e, "could not make a container ahead of time");
             return;
         }
+    };
+    let taker = shared
+        .lock_making()
+        .iter_mut()
+        .find(|m| m.key == key)
+        .and_then(|m| m.taker.take());
+    let ready = match taker {
+        Some(tx)
+            if !shared.closed.load(Ordering::Acquire)
+                && shared.generation.load(Ordering::Acquire) == generation =>
+        {
+            match tx.send(ready) {
+                Ok(()) => return,
+                Err(ready) => ready, // the call went away: keep it for the next one
+            }
+        }
+        _ => ready,
     };
     let surplus = {
         let mut all = shared.lock_ready();

@@ -267,3 +267,18 @@ async fn s2_a_skill_file_the_sandbox_uid_cannot_read_is_refused_at_load_with_the
         .unwrap();
     assert_eq!(r["args"]["tag"], "readable");
 }
+
+/// #29 item 4: calls of one skill back to back (a script calling a skill in a loop) each take
+/// the container being made for them instead of making their own beside it: only the first
+/// call makes one. (The time this saves is in `cargo bench -p skills --bench sandbox`,
+/// `sandboxed_cat_back_to_back`.)
+#[tokio::test]
+async fn s2_calls_back_to_back_take_the_container_being_made_for_them() {
+    let e = env();
+    for i in 0..6 {
+        let r = probe(&e, &format!("loop-{i}")).await;
+        assert!(nothing_seen(&r), "{r}");
+    }
+    assert_eq!(e.provider.sandbox().containers_used(), (5, 1));
+    e.assert_clean_and_working().await;
+}
