@@ -852,6 +852,21 @@ impl Sandbox {
         }
     }
 
+    /// Starts making the container of `key`'s next call, unless one is (being) made already.
+    fn make_next(&self, key: &CallKey) {
+        if self.shared.bwrap.is_some()
+            && self.shared.config.ready_containers > 0
+            && self.shared.begin_making(key)
+        {
+            let generation = self.shared.generation.load(Ordering::Acquire);
+            tokio::spawn(make_ready(
+                Arc::clone(&self.shared),
+                key.clone(),
+                generation,
+            ));
+        }
+    }
+
     /// How calls got their container so far: `(made ahead of time, made by the call)`. A call
     /// right after another of the same skill takes the container being made for it, so in a
     /// loop of calls only the first makes its own.
@@ -1001,16 +1016,22 @@ impl Sandbox {
         let c = &self.shared.config;
         let container = self.shared.bwrap.is_some();
         let key = self.key(skill);
+        // Whether this call came while its container was still being made: calls of the skill
+        // in a loop. Then the next one's making starts now, beside this call, not after it.
+        let mut in_a_loop = false;
         let ready = match self.shared.take_ready(&key) {
             Some(ready) => Some(ready),
             // One is being made for this skill: take it when it is ready (sooner than making
             // another), or, if its making fails, make our own.
             None => match self.shared.wait_for_making(&key) {
-                Some(handover) => match handover.await {
-                    Ok(mut ready) => ready.alive().then_some(ready),
-                    // Made but not handed over (a race with its end): it waits in the list.
-                    Err(_) => self.shared.take_ready(&key),
-                },
+                Some(handover) => {
+                    in_a_loop = true;
+                    match handover.await {
+                        Ok(mut ready) => ready.alive().then_some(ready),
+                        // Made but not handed over (a race with its end): it waits in the list.
+                        Err(_) => self.shared.take_ready(&key),
+                    }
+                }
                 // Or it was finished between the two looks.
                 None => self.shared.take_ready(&key),
             },
@@ -1020,6 +1041,9 @@ impl Sandbox {
             None => &self.shared.made_on_call,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        if in_a_loop {
+            self.make_next(&key);
+        }
         let started = match ready {
             Some(ready) => ready.go(),
             None => match start(&self.shared, &key).await.map_err(spawn_err)? {
@@ -1069,12 +1093,10 @@ impl Sandbox {
         let _ = child.wait().await;
         // The next call's container is made now, not while this call ran (on two cores it would
         // have slowed the call down).
-        // Registered before this call answers, so that a call right after it waits for this
+        // The next call's container, unless its making began already (a loop, above);
+        // registered before this call answers, so that a call right after it waits for this
         // container instead of making one of its own.
-        if container && c.ready_containers > 0 && self.shared.begin_making(&key) {
-            let generation = self.shared.generation.load(Ordering::Acquire);
-            tokio::spawn(make_ready(Arc::clone(&self.shared), key, generation));
-        }
+        self.make_next(&key);
         // bwrap is dead, and the skill with it (`--die-with-parent`); the skill is PID 1 of its
         // namespace, so the kernel kills everything else in it. Sweeping the uid, unmounting and
         // removing the directory need not hold the answer up. The uid stays leased until the sweep is done, so no call can get it
