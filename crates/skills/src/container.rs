@@ -201,6 +201,7 @@ impl Bwrap {
                 limits: vec![],
                 unshare_net: false,
                 unshare_ipc: false,
+                unshare_pid: false,
                 ids,
                 landlock: None,
                 seccomp: None,

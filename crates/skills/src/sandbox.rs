@@ -806,7 +806,7 @@ impl Sandbox {
             container_error,
             mount_namespace: container,
             ipc_namespace: container || root,
-            pid_namespace: container,
+            pid_namespace: container || root,
             dedicated_uid: root,
             no_network: !config.allow_network
                 && (container || root || landlock.is_some_and(|v| v >= 4)),
@@ -1426,6 +1426,7 @@ async fn start(
             limits,
             unshare_net: !container && !c.allow_network && ids.is_some(),
             unshare_ipc: !container && ids.is_some(),
+            unshare_pid: !container && ids.is_some(),
             ids,
             landlock,
             seccomp: fallback_seccomp,

@@ -21,6 +21,9 @@ pub(crate) struct ChildSetup {
     pub limits: Vec<(LimitKind, u64)>,
     pub unshare_net: bool,
     pub unshare_ipc: bool,
+    /// Run the program as PID 1 of a new PID namespace (root, without a container): it can
+    /// see and signal only its own processes, and they all die with it.
+    pub unshare_pid: bool,
     pub ids: Option<(u32, u32)>,
     pub landlock: Option<RulesetCreated>,
     pub seccomp: Option<Vec<libc::sock_filter>>,
@@ -109,6 +112,7 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> i
         limits,
         unshare_net,
         unshare_ipc,
+        unshare_pid,
         ids,
         landlock,
         seccomp,
@@ -148,6 +152,9 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> i
         if flags != 0 {
             // SAFETY: unshare is a plain system call; it only affects this (child) process.
             check(unsafe { libc::unshare(flags) })?;
+        }
+        if unshare_pid {
+            enter_new_pid_namespace()?;
         }
         if let Some((uid, gid)) = ids {
             // SAFETY: setgroups/setgid/setuid are async-signal-safe system calls; a null list
@@ -190,6 +197,60 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> i
         cmd.pre_exec(hook);
     }
     Ok(())
+}
+
+/// In the forked child, before exec: makes a new PID namespace and forks once more. The
+/// grandchild — PID 1 of the new namespace — returns and goes on to exec the program; this
+/// process stays in the old namespace only to wait for it and leave with its status (or the
+/// signal that ended it), so the agent sees the program's exit as before. The grandchild dies
+/// with it (`PR_SET_PDEATHSIG`), and both are in the call's process group, which the timeout
+/// kills. Only async-signal-safe calls.
+fn enter_new_pid_namespace() -> io::Result<()> {
+    // SAFETY: unshare, fork, waitpid, prctl, getppid, signal, kill and _exit are
+    // async-signal-safe system calls on plain integer arguments and a local status word.
+    unsafe {
+        check(libc::unshare(libc::CLONE_NEWPID))?;
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // (`getppid` is 0 here: the parent is outside the namespace. Were it killed before
+            // this line, the kill was the call's group kill, which reaches this process too.)
+            check(libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ))?;
+            return Ok(());
+        }
+        // This process never execs, so the descriptors it got from the agent's fork (pipes of
+        // other calls among them: a skill would never see its stdin end) are closed now.
+        if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0 {
+            for fd in 0..1024 {
+                libc::close(fd);
+            }
+        }
+        let mut status = 0;
+        loop {
+            let r = libc::waitpid(pid, &mut status, 0);
+            if r == pid {
+                break;
+            }
+            if r < 0 && *libc::__errno_location() != libc::EINTR {
+                libc::_exit(127);
+            }
+        }
+        if libc::WIFEXITED(status) {
+            libc::_exit(libc::WEXITSTATUS(status));
+        }
+        let sig = libc::WTERMSIG(status);
+        libc::signal(sig, libc::SIG_DFL);
+        libc::kill(libc::getpid(), sig);
+        libc::_exit(128 + sig)
+    }
 }
 
 fn c_path(p: &Path) -> io::Result<CString> {

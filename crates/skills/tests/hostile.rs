@@ -475,8 +475,30 @@ async fn s2_the_container_hides_host_pids_and_etc_and_refuses_user_namespaces() 
             assert!(r["pids_seen"].as_u64().unwrap() <= 3, "{mode}: {r}");
             assert_eq!(r["etc_passwd_readable"], false, "{mode}: {r}");
         }
+        if e.provider.sandbox().protections().pid_namespace {
+            // With or without a container: `kill(pid, 0)` over every pid finds only the
+            // skill itself (PID 1 of its namespace) — not the agent, not the host (#29 item 4).
+            assert_eq!(r["pids_seen"].as_u64().unwrap(), 1, "{mode}: {r}");
+        }
         e.assert_clean_and_working().await;
     }
+}
+
+/// #29 item 4: with the weaker boundary accepted (no container) and the agent as root, a skill
+/// still cannot find the host's processes: it runs as PID 1 of a PID namespace of its own.
+#[tokio::test]
+async fn s2_without_a_container_host_pids_are_not_discoverable() {
+    let e = env_with(
+        SandboxConfig::default()
+            .with_container(false)
+            .with_timeout(Duration::from_secs(10)),
+    );
+    require_root(&e, "a PID namespace without bubblewrap");
+    let p = e.provider.sandbox().protections();
+    assert!(p.pid_namespace, "{p}");
+    let r = e.call("prober", json!({})).await.unwrap();
+    assert_eq!(r["pids_seen"], 1, "{r}");
+    e.assert_clean_and_working().await;
 }
 
 /// #29 item 4: where bubblewrap is missing, calls are refused by default — the typed report
@@ -516,7 +538,9 @@ async fn s2_without_bubblewrap_the_weaker_boundary_runs_when_accepted() {
     let p = e.provider.sandbox().protections();
     assert_eq!(p.container, None);
     assert_eq!(p.refused, None);
-    assert!(!p.mount_namespace && !p.pid_namespace);
+    assert!(!p.mount_namespace);
+    // A PID namespace needs no container as root (unshare); without root there is none.
+    assert_eq!(p.pid_namespace, p.dedicated_uid, "{p}");
     assert!(
         p.container_error
             .as_deref()
