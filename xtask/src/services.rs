@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod nats; // nats-server (JetStream) for messaging's bus tests
+
 /// The variable the PostgreSQL tests read: a superuser URL of the private cluster
 /// (`postgres://postgres@127.0.0.1:PORT/postgres`). Not `DATABASE_URL`, so that a developer's
 /// own database named there is never touched by the tests (they create and drop databases).
@@ -61,6 +63,8 @@ impl Services {
         };
         services.running.push(start_postgres(Cluster::Shared)?);
         services.running.push(start_postgres(Cluster::Fault)?);
+        services.running.push(nats::start(nats::Role::Shared)?);
+        services.running.push(nats::start(nats::Role::Fault)?);
         Ok(services)
     }
 
@@ -191,6 +195,7 @@ fn reap_stale() {
         if alive {
             continue;
         }
+        nats::reap(&dir);
         if dir.join("data/postmaster.pid").exists()
             && let Some(bin) = postgres_bin_dir()
         {
