@@ -763,4 +763,65 @@ mod tests {
         assert_eq!(b.try_recv().unwrap().id, d2.id);
         assert!(a.try_recv().is_none());
     }
+
+    #[tokio::test]
+    async fn a_message_sent_again_with_its_id_is_handed_out_once() {
+        let bus = MessageBus::new();
+        let mut inbox = bus.subscribe("r");
+        let m = OutgoingMessage::new("s", "r", "once").with_quick_replies(qr(&["a"]));
+        let first = bus.send(m.clone()).await.unwrap();
+        let again = bus.send(m.clone()).await.unwrap(); // e.g. after an error it could not judge
+        assert!(
+            !again.duplicate,
+            "in process there is no broker to recognise it"
+        );
+        bus.send(OutgoingMessage::new("s", "r", "next"))
+            .await
+            .unwrap();
+        let got = inbox.recv().await.unwrap();
+        assert_eq!((got.id, got.msg_id.as_str()), (first.id, m.msg_id.as_str()));
+        assert_eq!(inbox.recv().await.unwrap().text, "next");
+        assert!(inbox.try_recv().is_none());
+        // fresh messages get fresh ids
+        assert_ne!(
+            OutgoingMessage::new("s", "r", "x").msg_id,
+            OutgoingMessage::new("s", "r", "x").msg_id
+        );
+    }
+
+    #[tokio::test]
+    async fn the_dedup_window_is_bounded() {
+        let bus = MessageBus::with_capacity(1000);
+        let mut inbox = bus.subscribe("r");
+        let first = OutgoingMessage::new("s", "r", "first");
+        bus.send(first.clone()).await.unwrap();
+        for i in 0..DEDUP_WINDOW {
+            bus.send(OutgoingMessage::new("s", "r", i.to_string()))
+                .await
+                .unwrap();
+        }
+        // older than the window: handed out again (the broker's own window covers that case)
+        bus.send(first).await.unwrap();
+        let n = std::iter::from_fn(|| inbox.try_recv()).count();
+        assert_eq!(n, DEDUP_WINDOW + 2);
+    }
+
+    #[tokio::test]
+    async fn bad_message_ids_are_refused_before_sending() {
+        let bus = MessageBus::new();
+        let mut inbox = bus.subscribe("r");
+        for bad in ["", "a b", "tab\t", "é", &"x".repeat(MAX_MSG_ID_LEN + 1)] {
+            let e = bus
+                .send(OutgoingMessage::new("s", "r", "t").with_msg_id(bad))
+                .await
+                .unwrap_err();
+            assert!(matches!(e, BusError::BadMessageId(_)), "{bad:?}");
+        }
+        assert!(inbox.try_recv().is_none());
+        let ok = "x".repeat(MAX_MSG_ID_LEN);
+        bus.send(OutgoingMessage::new("s", "r", "t").with_msg_id(&ok))
+            .await
+            .unwrap();
+        assert_eq!(inbox.try_recv().unwrap().msg_id, ok);
+    }
 }

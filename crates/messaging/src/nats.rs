@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_nats::connection::State;
+use async_nats::jetstream::consumer::pull::MessagesErrorKind;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
 use async_nats::jetstream::context::{Context, ContextBuilder, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
@@ -25,7 +26,7 @@ use async_nats::jetstream::{AckKind, Message};
 use futures::StreamExt;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::{Backend, Inbox, Poll};
@@ -125,6 +126,7 @@ struct Nats {
     stream: String,
     ack_wait: Duration,
     runtime: tokio::runtime::Handle,
+    connected: watch::Receiver<u64>,
     local: Subscribed,
     next_generation: AtomicU64,
 }
@@ -187,8 +189,17 @@ impl Nats {
         }
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| unavailable(format!("no Tokio runtime: {e}")))?;
+        // counts (re)connections: a pull request waiting on a connection that broke is lost
+        // with it, so each subscription asks again as soon as the client is back
+        let (connects, connected) = watch::channel(0u64);
         let client = async_nats::ConnectOptions::new()
             .name("llm-toolkit messaging")
+            .event_callback(move |event| {
+                if matches!(event, async_nats::Event::Connected) {
+                    connects.send_modify(|n| *n += 1);
+                }
+                async {}
+            })
             .connection_timeout(config.timeout)
             .request_timeout(Some(config.timeout))
             // a broker that restarts is found again within a second
@@ -243,6 +254,7 @@ impl Nats {
             stream: config.stream,
             ack_wait: config.ack_wait,
             runtime,
+            connected,
             local: Arc::new(Mutex::new(HashMap::new())),
             next_generation: AtomicU64::new(1),
         })
@@ -344,6 +356,7 @@ impl Backend for Nats {
                 ..Default::default()
             },
             ack_wait: self.ack_wait,
+            connected: self.connected.clone(),
         };
         self.runtime.spawn(pump.run());
         Box::new(NatsInbox {
@@ -467,6 +480,7 @@ struct Pump {
     recipient: String,
     consumer: pull::Config,
     ack_wait: Duration,
+    connected: watch::Receiver<u64>,
 }
 
 impl Pump {
@@ -477,7 +491,7 @@ impl Pump {
         }
     }
 
-    async fn run(self) {
+    async fn run(mut self) {
         let mut pause = RETRY_MIN;
         while !self.shared.closed.is_cancelled() {
             match self.pump().await {
@@ -496,7 +510,8 @@ impl Pump {
     }
 
     /// Pumps until the subscription closes (`Ok`) or the broker fails (`Err`).
-    async fn pump(&self) -> Result<(), BusError> {
+    async fn pump(&mut self) -> Result<(), BusError> {
+        self.connected.mark_unchanged();
         let stream = self
             .js
             .get_stream(&self.stream)
@@ -509,28 +524,37 @@ impl Pump {
             )
             .await
             .map_err(|e| self.trouble("consumer", e))?;
+        // async-nats keeps pull requests going on this stream (and asks again after a
+        // reconnect); the consumer lets one message out at a time
+        let mut messages = consumer
+            .stream()
+            .max_messages_per_batch(1)
+            .expires(PULL_EXPIRES)
+            .heartbeat(PULL_HEARTBEAT)
+            .messages()
+            .await
+            .map_err(|e| self.trouble("pull", e))?;
+        self.shared.set_problem(None);
         loop {
-            let mut batch = consumer
-                .batch()
-                .max_messages(1)
-                .expires(PULL_EXPIRES)
-                .heartbeat(PULL_HEARTBEAT)
-                .messages()
-                .await
-                .map_err(|e| self.trouble("pull", e))?;
-            self.shared.set_problem(None);
-            loop {
-                let next = tokio::select! {
-                    () = self.shared.closed.cancelled() => return Ok(()),
-                    next = batch.next() => next,
-                };
-                match next {
-                    None => break, // expired: ask again
-                    Some(Err(e)) => return Err(self.trouble("pull", e)),
-                    Some(Ok(m)) => {
-                        if !self.deliver(m).await? {
-                            return Ok(());
-                        }
+            let next = tokio::select! {
+                () = self.shared.closed.cancelled() => return Ok(()),
+                _ = self.connected.changed() => {
+                    self.shared.set_problem(None);
+                    continue;
+                }
+                next = messages.next() => next,
+            };
+            match next {
+                None => return Err(self.trouble("pull", "the message stream ended")),
+                Some(Err(e)) if e.kind() == MessagesErrorKind::MissingHeartbeat => {
+                    // the broker is silent: say so, and keep the stream (it pulls again)
+                    self.shared.set_problem(Some(self.trouble("pull", e)));
+                }
+                Some(Err(e)) => return Err(self.trouble("pull", e)),
+                Some(Ok(m)) => {
+                    self.shared.set_problem(None);
+                    if !self.deliver(m).await? {
+                        return Ok(());
                     }
                 }
             }

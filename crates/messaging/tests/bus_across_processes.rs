@@ -137,7 +137,8 @@ fn out(v: Value) {
 /// The second process of the tests above (run by them, with `BUS_PEER_ROLE`):
 /// * `send`: sends `BUS_PEER_PLAN` (a JSON list of `{msgId, text, quickReplies?, times}`) to
 ///   `BUS_PEER_TO`, each `times` times with the same message id, and prints every `Delivery`;
-/// * `receive`: subscribes as `BUS_PEER_TO` and prints every message until one reads `END`.
+/// * `receive`: subscribes as `BUS_PEER_TO` and prints every message until one reads `END`
+///   (with `BUS_PEER_HOLD_AFTER=N`: after N messages it takes no more and waits to be killed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the second process of the bus tests: they run it themselves"]
 async fn peer() {
@@ -171,13 +172,20 @@ async fn peer() {
             }
         }
         "receive" => {
+            let hold_after: Option<usize> = std::env::var("BUS_PEER_HOLD_AFTER")
+                .ok()
+                .map(|n| n.parse().unwrap());
             let mut inbox = bus.subscribe(&to);
             out(json!({"subscribed": to}));
-            loop {
+            for n in 1.. {
                 let m = inbox.recv().await.unwrap();
                 out(m.to_payload());
                 if m.text == "END" {
                     break;
+                }
+                if hold_after == Some(n) {
+                    // take no more: the next message waits in this process until it is killed
+                    std::future::pending::<()>().await;
                 }
             }
         }
@@ -294,6 +302,78 @@ fn alive(pid: &str) -> bool {
     })
 }
 
+/// A receiving process dies (SIGKILL) holding the next message it had not handed out yet; the
+/// next process to subscribe as the same recipient gets everything from there on, in order:
+/// nothing is lost, and at most the one message the dead process had handed out but whose
+/// acknowledgement it may not have sent comes again.
+#[test]
+fn bus_receiver_process_killed_holding_a_message_the_next_one_gets_the_rest() {
+    let url = env("TEST_NATS_URL");
+    let stream = stream_name("handover");
+    let to = "user:carol";
+    let mut plan: Vec<Value> = (0..10)
+        .map(|i| json!({"msgId": format!("m-{i}"), "text": format!("message {i}")}))
+        .collect();
+    plan.push(json!({"msgId": "end", "text": "END"}));
+    let vars = |plan: String| {
+        vec![
+            ("BUS_PEER_URL", url.clone()),
+            ("BUS_PEER_STREAM", stream.clone()),
+            ("BUS_PEER_WINDOW_MS", "120000".to_owned()),
+            ("BUS_PEER_TO", to.to_owned()),
+            ("BUS_PEER_PLAN", plan),
+        ]
+    };
+    let sent = peer_lines(
+        "send",
+        &vars(json!(plan).to_string()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(sent.len(), 11);
+    let mut first_vars = vars(String::new());
+    first_vars.push(("BUS_PEER_HOLD_AFTER", "4".to_owned()));
+    let mut first = Peer::start("receive", &first_vars);
+    first.wait_for("message 3", Duration::from_secs(60));
+    // give its pump a moment to take "message 4" from the broker into the process
+    std::thread::sleep(Duration::from_millis(500));
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let before: Vec<Value> = first
+        .seen
+        .drain(1..)
+        .chain(first.lines.try_iter())
+        .collect();
+    assert_eq!(
+        texts(&before),
+        ["message 0", "message 1", "message 2", "message 3"]
+    );
+    let after = peer_lines("receive", &vars(String::new()), Duration::from_secs(60));
+    let after = &after[1..];
+    let mut expected: Vec<String> = (4..10).map(|i| format!("message {i}")).collect();
+    expected.push("END".into());
+    let got = texts(after);
+    let got = if got.first() == Some(&"message 3") {
+        &got[1..] // handed out by the dead process, its acknowledgement lost with it
+    } else {
+        &got[..]
+    };
+    assert_eq!(got, expected, "nothing lost, in order");
+}
+
+/// Polls `f` until it gives something (at most 60 s: a hang guard).
+fn wait_until<T>(mut f: impl FnMut() -> Option<T>, what: &str) -> T {
+    let start = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = f() {
+            eprintln!("waited {:?} for {what}", start.elapsed());
+            return v;
+        }
+        assert!(Instant::now() < deadline, "waited 60 s for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `kill -KILL` the fault-test broker's process, by its pid file.
 fn kill_broker() {
     let pid = std::fs::read_to_string(env("TEST_NATS_FAULT_PID")).unwrap();
@@ -357,11 +437,22 @@ async fn bus_broker_killed_mid_conversation_typed_errors_then_nothing_lost() {
     }
     // mid-conversation: the other process has received what was sent so far
     receiver.wait_for("message 9", Duration::from_secs(60));
+    let watcher = bus.subscribe("watcher"); // a subscription in this process, to see it report
 
     kill_broker();
+    let problem = wait_until(
+        || watcher.problem(),
+        "the subscription to report the broker gone",
+    );
+    assert!(
+        matches!(problem, BusError::BrokerUnavailable { .. }),
+        "{problem:?}"
+    );
     let down: Vec<OutgoingMessage> = (0..3).map(|i| msg(&format!("down-{i}"))).collect();
     for m in &down {
+        let t = Instant::now();
         let e = bus.send(m.clone()).await.unwrap_err();
+        eprintln!("while the broker is down, after {:?}: {e}", t.elapsed());
         match &e {
             BusError::BrokerUnavailable { url: u, .. } => {
                 assert_eq!(u, &url);
@@ -385,6 +476,7 @@ async fn bus_broker_killed_mid_conversation_typed_errors_then_nothing_lost() {
     assert!(matches!(e, BusError::BrokerUnavailable { .. }), "{e:?}");
 
     start_broker();
+    let restarted = Instant::now();
     // as the errors said: send the same messages again, once the bus has reconnected
     for m in &down {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -401,18 +493,31 @@ async fn bus_broker_killed_mid_conversation_typed_errors_then_nothing_lost() {
         }
         expected.push(m.text.clone());
     }
+    eprintln!(
+        "sending again succeeded {:?} after the restart",
+        restarted.elapsed()
+    );
     for i in 10..20 {
         bus.send(msg(&i.to_string())).await.unwrap();
         expected.push(format!("message {i}"));
     }
+    wait_until(
+        || watcher.problem().is_none().then_some(()),
+        "the subscription to recover",
+    );
     bus.send(OutgoingMessage::new("agent", to, "END"))
         .await
         .unwrap();
     expected.push("END".into());
 
+    let t = Instant::now();
     let got = tokio::task::spawn_blocking(move || receiver.finish(Duration::from_secs(120)))
         .await
         .unwrap();
+    eprintln!(
+        "the receiving process ended {:?} after END was sent",
+        t.elapsed()
+    );
     let got = &got[1..];
     assert_eq!(
         texts(got),
