@@ -1,6 +1,6 @@
 //! Servers the tests need, started privately for one run on 127.0.0.1 and stopped after (#28):
-//! today PostgreSQL for context-engine's `PostgresStore` tests; later servers (a message broker,
-//! a trace receiver) start the same way — a directory of their own, a free loopback port, run as
+//! today PostgreSQL for context-engine's `PostgresStore` tests and nats-server (JetStream) for
+//! messaging's bus tests (`services/nats.rs`); later servers (a trace receiver) start the same way — a directory of their own, a free loopback port, run as
 //! an unprivileged user when xtask is root, exported to the tests through an environment
 //! variable, stopped when the [`Services`] guard is dropped (on success, failure or panic).
 //!
