@@ -106,6 +106,22 @@ impl MessageBus {
     /// A bus across processes on the NATS JetStream broker at `url`, with [`NatsConfig`]'s
     /// defaults. Fails with [`BusError::BrokerUnavailable`] when the broker cannot be reached
     /// or has no JetStream, and [`BusError::Broker`] when it refuses the stream.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), messaging::BusError> {
+    /// use messaging::{MessageBus, OutgoingMessage};
+    /// // process A
+    /// let bus = MessageBus::connect_nats("nats://127.0.0.1:4222").await?;
+    /// let m = OutgoingMessage::new("agent", "user:s1", "Deploy now?");
+    /// if let Err(e) = bus.send(m.clone()).await {
+    ///     eprintln!("{e}"); // says what to do; sending `m` again later delivers it once
+    /// }
+    /// // process B, started before or after A sent
+    /// let bus = MessageBus::connect_nats("nats://127.0.0.1:4222").await?;
+    /// let mut inbox = bus.subscribe("user:s1");
+    /// let got = inbox.recv().await;
+    /// # let _ = got; Ok(()) }
+    /// ```
     pub async fn connect_nats(url: &str) -> Result<Self, BusError> {
         Self::connect_nats_with(NatsConfig::new(url)).await
     }

@@ -547,3 +547,42 @@ async fn bus_message_ids_are_checked_and_kept() {
     let got = inbox.recv().await.unwrap();
     assert_eq!((got.id, got.msg_id.as_str()), (d.id, "call_1:session-9/u"));
 }
+
+/// A subscription dropped (or replaced) while it holds a message it has not handed out gives it
+/// back at once: the next subscription gets it first, without waiting for the broker's
+/// redelivery timer (10 minutes here, far past the hang guard).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bus_a_dropped_subscription_gives_back_the_message_it_held() {
+    let url = env("TEST_NATS_URL");
+    let config = NatsConfig::new(&url)
+        .stream(stream_name("giveback"))
+        .ack_wait(Duration::from_secs(600));
+    let bus = MessageBus::connect_nats_with(config).await.unwrap();
+    for i in 0..3 {
+        bus.send(OutgoingMessage::new("a", "r", format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    let mut first = bus.subscribe("r");
+    assert_eq!(first.recv().await.unwrap().text, "m0");
+    // let its pump take m1 from the broker into this process
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(first);
+    let mut second = bus.subscribe("r");
+    let next = tokio::time::timeout(Duration::from_secs(60), second.recv())
+        .await
+        .expect("the held message came back")
+        .unwrap();
+    assert_eq!(next.text, "m1");
+    // replacing a subscription in the same process hands over the same way
+    let mut third = bus.subscribe("r");
+    assert!(second.recv().await.is_none(), "the replaced one ends");
+    assert!(bus.is_subscribed("r"));
+    let last = tokio::time::timeout(Duration::from_secs(60), third.recv())
+        .await
+        .expect("m2 after the replacement")
+        .unwrap();
+    assert_eq!(last.text, "m2");
+    drop(third);
+    assert!(!bus.is_subscribed("r"));
+}
