@@ -8,8 +8,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use messaging::{BusError, MessageBus, NatsConfig, OutgoingMessage, QuickReplies};
+use messaging::{BusError, MessageBus, NatsConfig, OutgoingMessage, QuickReplies, SendMessageTool};
 use serde_json::{Value, json};
+use tool_system::{Tool, ToolContext, ToolErrorKind};
 
 /// A broker URL from the environment, or a failure saying how to get one (never a silent pass).
 fn env(name: &str) -> String {
@@ -465,6 +466,17 @@ async fn bus_broker_killed_mid_conversation_typed_errors_then_nothing_lost() {
             other => panic!("not the broker-down error: {other:?}"),
         }
     }
+    // the model's send_message gets a plain "unavailable", the operator the broker's address
+    let tool = SendMessageTool::new(bus.clone(), "agent");
+    let e = tool
+        .call(
+            json!({"recipient": to, "text": "via the tool"}),
+            ToolContext::new("c1"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ToolErrorKind::Unavailable);
+    assert!(e.message.contains("was not sent"), "{}", e.message);
     // a fresh connect while it is down is refused the same way
     let e = MessageBus::connect_nats_with(
         NatsConfig::new(&url)
@@ -501,6 +513,15 @@ async fn bus_broker_killed_mid_conversation_typed_errors_then_nothing_lost() {
         bus.send(msg(&i.to_string())).await.unwrap();
         expected.push(format!("message {i}"));
     }
+    let r = tool
+        .call(
+            json!({"recipient": to, "text": "Pick one", "quickReplies": ["A", "B", "C"]}),
+            ToolContext::new("c2"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["success"], true);
+    expected.push("Pick one".into());
     wait_until(
         || watcher.problem().is_none().then_some(()),
         "the subscription to recover",
@@ -525,6 +546,8 @@ async fn bus_broker_killed_mid_conversation_typed_errors_then_nothing_lost() {
         "every acknowledged message, in order, once"
     );
     assert_eq!(got[12]["quickReplies"], json!(["ok", "down-2"]));
+    assert_eq!(got[23]["quickReplies"], json!(["A", "B", "C"]));
+    assert_eq!(got[23]["id"], r["messageId"]);
 }
 
 /// Whatever a message id may hold, it travels intact, and a bad one is refused before sending.
