@@ -541,7 +541,11 @@ impl Pump {
             .await
             .map_err(|e| self.trouble("consumer", e))?;
         // async-nats keeps pull requests going on this stream (and asks again after a
-        // reconnect); the consumer lets one message out at a time
+        // reconnect). One message per request: while this task holds a message it has no request
+        // open, so a message it gives back cannot be handed to a request of its own that nobody
+        // reads any more (the broker would keep it there until `ack_wait`): asking for more per
+        // request breaks that (tried: `bus_a_dropped_subscription_gives_back_the_message_it_held`
+        // then fails on nats-server 2.9).
         let mut messages = consumer
             .stream()
             .max_messages_per_batch(1)
@@ -569,7 +573,11 @@ impl Pump {
                 Some(Err(e)) => return Err(self.trouble("pull", e)),
                 Some(Ok(m)) => {
                     self.shared.set_problem(None);
-                    if !self.deliver(m).await? {
+                    if let Some(back) = self.deliver(m).await? {
+                        // Unsubscribe this stream's pull request first (the broker would hand
+                        // the message straight back to it), then give the message back.
+                        drop(messages);
+                        let _ = back.ack_with(AckKind::Nak(None)).await;
                         return Ok(());
                     }
                 }
@@ -577,9 +585,9 @@ impl Pump {
         }
     }
 
-    /// Hands one message to the subscription and acknowledges it once taken. `Ok(false)`: the
-    /// subscription closed first (the message goes back to the broker for the next one).
-    async fn deliver(&self, m: Message) -> Result<bool, BusError> {
+    /// Hands one message to the subscription and acknowledges it once taken. `Ok(Some(m))`: the
+    /// subscription closed first; the caller gives `m` back to the broker for the next one.
+    async fn deliver(&self, m: Message) -> Result<Option<Message>, BusError> {
         let seq = match m.info() {
             Ok(info) => info.stream_sequence,
             Err(e) => return Err(self.trouble("message without JetStream info", e)),
@@ -597,7 +605,7 @@ impl Pump {
                 // a message no sender of this bus wrote: never retry it, never block the rest
                 tracing::warn!(recipient = %self.recipient, seq, error = %e, "bus: dropped a message that is not a bus message");
                 let _ = m.ack_with(AckKind::Term).await;
-                return Ok(true);
+                return Ok(None);
             }
         };
         self.shared.put(message);
@@ -610,8 +618,7 @@ impl Pump {
                 }
                 () = self.shared.closed.cancelled() => {
                     if self.shared.take_back() {
-                        let _ = m.ack_with(AckKind::Nak(None)).await;
-                        return Ok(false);
+                        return Ok(Some(m));
                     }
                     break;
                 }
@@ -626,7 +633,7 @@ impl Pump {
         let mut last = None;
         for _ in 0..3 {
             match m.double_ack().await {
-                Ok(()) => return Ok(true),
+                Ok(()) => return Ok(None),
                 Err(e) => last = Some(e.to_string()),
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
