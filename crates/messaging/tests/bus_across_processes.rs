@@ -143,7 +143,11 @@ fn out(v: Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the second process of the bus tests: they run it themselves"]
 async fn peer() {
-    let role = env("BUS_PEER_ROLE");
+    let Ok(role) = std::env::var("BUS_PEER_ROLE") else {
+        panic!(
+            "`peer` is the second process of the other tests in this file, which start it themselves"
+        );
+    };
     let config = NatsConfig::new(env("BUS_PEER_URL"))
         .stream(env("BUS_PEER_STREAM"))
         .duplicate_window(Duration::from_millis(
