@@ -298,6 +298,15 @@ fn test_all() -> Result<(), String> {
         "cargo test (every crate; local-model's tests fetch the model once into the user's cache and fail, never skip, when they cannot)",
         cargo().args(["test", "--workspace"]).envs(services.env()),
     )?;
+    // messaging's bus on NATS JetStream is behind its `nats` feature (no broker client in the
+    // embedded build), so `--workspace` does not build those tests: run them here, on the broker.
+    run(
+        "cargo test -p messaging --features nats (the bus across processes, on nats-server)",
+        cargo()
+            .args(["test", "-p", "messaging", "--features", "nats"])
+            .args(["--test", "bus_across_processes"])
+            .envs(services.env()),
+    )?;
     for s in STAGES.iter().filter(|s| demo_exists(s.n)) {
         run_demo(s.n, &format!("Stage {} demo", s.n))?;
     }

@@ -1,10 +1,10 @@
 //! Servers the tests need, started privately for one run and stopped after (#27, #28):
-//! PostgreSQL for context-engine's `PostgresStore` tests on 127.0.0.1, and Arize Phoenix for
-//! the telemetry crate's trace test in a network namespace of its own (`services/phoenix.rs`).
-//! Later servers (a message broker) start the same way — a directory of their own, a free
-//! loopback port, run as an unprivileged user when xtask is root, exported to the tests through
-//! an environment variable, stopped when the [`Services`] guard is dropped (on success, failure
-//! or panic).
+//! PostgreSQL for context-engine's `PostgresStore` tests and nats-server (JetStream) for
+//! messaging's bus tests (`services/nats.rs`), on 127.0.0.1; Arize Phoenix for the telemetry
+//! crate's trace test, in a network namespace of its own (`services/phoenix.rs`). Each has a
+//! directory of its own, runs as an unprivileged user when xtask is root where it can, is
+//! exported to the tests through environment variables and is stopped when the [`Services`]
+//! guard is dropped (on success, failure or panic).
 //!
 //! `cargo xtask test` starts them around `cargo test --workspace`;
 //! `cargo xtask with-services CMD ARGS…` runs any command with them (e.g. one crate's tests).
@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod phoenix;
+mod nats;
+mod phoenix; // nats-server (JetStream) for messaging's bus tests
 
 /// The variable the PostgreSQL tests read: a superuser URL of the private cluster
 /// (`postgres://postgres@127.0.0.1:PORT/postgres`). Not `DATABASE_URL`, so that a developer's
@@ -78,6 +79,8 @@ impl Services {
         if trace_viewer {
             services.running.push(phoenix::start()?);
         }
+        services.running.push(nats::start(nats::Role::Shared)?);
+        services.running.push(nats::start(nats::Role::Fault)?);
         Ok(services)
     }
 
@@ -209,6 +212,7 @@ fn reap_stale() {
             continue;
         }
         phoenix::reap(&dir);
+        nats::reap(&dir);
         if dir.join("data/postmaster.pid").exists()
             && let Some(bin) = postgres_bin_dir()
         {

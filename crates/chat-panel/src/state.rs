@@ -443,18 +443,19 @@ mod tests {
     use super::*;
     use messaging::{OutgoingMessage, QuickReplies};
 
-    fn session_with_question(bus: &MessageBus, sid: &str) -> Session {
+    async fn session_with_question(bus: &MessageBus, sid: &str) -> Session {
         let s = Session::new(bus.subscribe(user_address(sid)), 100);
         let q = QuickReplies::new(vec!["A".into(), "B".into()]).unwrap();
         bus.send(OutgoingMessage::new("agent", user_address(sid), "pick").with_quick_replies(q))
+            .await
             .unwrap();
         s
     }
 
-    #[test]
-    fn q10_bus_message_becomes_an_entry_with_its_quick_replies_in_order() {
+    #[tokio::test]
+    async fn q10_bus_message_becomes_an_entry_with_its_quick_replies_in_order() {
         let bus = MessageBus::new();
-        let mut s = session_with_question(&bus, "sid-0001");
+        let mut s = session_with_question(&bus, "sid-0001").await;
         let new = s.drain_inbox();
         assert_eq!(new.len(), 1);
         assert_eq!(
@@ -466,10 +467,10 @@ mod tests {
         assert!(s.drain_inbox().is_empty());
     }
 
-    #[test]
-    fn q13_click_answers_the_message_and_records_the_choice() {
+    #[tokio::test]
+    async fn q13_click_answers_the_message_and_records_the_choice() {
         let bus = MessageBus::new();
-        let mut s = session_with_question(&bus, "sid-0002");
+        let mut s = session_with_question(&bus, "sid-0002").await;
         let id = s.drain_inbox()[0].id;
         let changed = s.answer_open("B", Some(id));
         assert_eq!(changed.len(), 1);
@@ -481,10 +482,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn q15_typed_reply_answers_open_sets_without_a_choice() {
+    #[tokio::test]
+    async fn q15_typed_reply_answers_open_sets_without_a_choice() {
         let bus = MessageBus::new();
-        let mut s = session_with_question(&bus, "sid-0003");
+        let mut s = session_with_question(&bus, "sid-0003").await;
         s.drain_inbox();
         let changed = s.answer_open("something else", None);
         assert_eq!(changed.len(), 1);
@@ -494,6 +495,7 @@ mod tests {
         bus.send(
             OutgoingMessage::new("agent", user_address("sid-0003"), "again").with_quick_replies(q),
         )
+        .await
         .unwrap();
         s.drain_inbox();
         assert!(s.answer_open("A", None)[0].chosen.is_none());

@@ -28,7 +28,7 @@ fn bus(c: &mut Criterion) {
                     for _ in 0..BATCH {
                         let m = OutgoingMessage::new("s", "r", "hello")
                             .with_quick_replies(quick.clone());
-                        bus.send(m).unwrap();
+                        bus.send(m).await.unwrap();
                     }
                     let mut last = 0;
                     for _ in 0..BATCH {

@@ -1,14 +1,26 @@
-//! The message bus: asynchronous delivery by recipient id (Q7–Q9).
+//! The message bus: asynchronous delivery by recipient id (Q7–Q9), in one process or across
+//! processes over a broker.
 //!
-//! Each recipient has one mailbox, a bounded FIFO queue. `send` never waits: it appends to the
-//! recipient's queue under a short lock and wakes the subscriber. A slow recipient therefore
-//! never blocks a sender or the other recipients. When a mailbox is full, the **oldest**
-//! message is dropped to make room and counted ([`Subscription::dropped`]); the sender learns
-//! it from [`Delivery::dropped_oldest`]. A recipient that is not subscribed (never was, or its
-//! [`Subscription`] was dropped) is an error to the sender ([`BusError::NotSubscribed`]), so a
-//! gone recipient neither holds memory nor silently swallows messages.
+//! [`MessageBus`] is the one face of the bus; a narrow backend trait sits behind it:
+//!
+//! * **in-process** ([`MessageBus::new`], the default): each recipient has one mailbox, a
+//!   bounded FIFO queue. `send` never waits: it appends to the recipient's queue under a short
+//!   lock and wakes the subscriber. A slow recipient therefore never blocks a sender or the
+//!   other recipients. When a mailbox is full, the **oldest** message is dropped to make room and
+//!   counted ([`Subscription::dropped`]); the sender learns it from [`Delivery::dropped_oldest`].
+//!   A recipient that is not subscribed (never was, or its [`Subscription`] was dropped) is an
+//!   error to the sender ([`BusError::NotSubscribed`]), so a gone recipient neither holds memory
+//!   nor silently swallows messages.
+//! * **NATS JetStream** (cargo feature `nats`, `MessageBus::connect_nats`): messages are
+//!   stored by the broker until their recipient, in any process, takes them; see `docs/bus.md`.
+//!
+//! Rules every backend shares, kept here once: every message carries a sender-chosen
+//! [`msg_id`](OutgoingMessage::msg_id) (random unless set), and a [`Subscription`] hands out a
+//! message id at most once among the last [`DEDUP_WINDOW`] it handed out, so a message sent
+//! again after an error (same `msg_id`) reaches its recipient once.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
@@ -20,10 +32,21 @@ use crate::{QuickReplies, QuickRepliesError, validate_quick_replies};
 /// Messages a mailbox holds before the oldest is dropped.
 pub const DEFAULT_MAILBOX_CAPACITY: usize = 256;
 
+/// How many of the message ids it last handed out a [`Subscription`] remembers to drop a
+/// repeat of one.
+pub const DEDUP_WINDOW: usize = 64;
+
+/// Longest [`OutgoingMessage::msg_id`], in bytes.
+pub const MAX_MSG_ID_LEN: usize = 128;
+
 /// A message to send: sender, recipient, text and optional quick replies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OutgoingMessage {
+    /// The sender's id for this message: 32 random hex digits unless set with
+    /// [`OutgoingMessage::with_msg_id`]. Sending the same message again (a clone, or the same
+    /// `msg_id`) after an error delivers it once.
+    pub msg_id: String,
     /// Sender id.
     pub from: String,
     /// Recipient id.
@@ -37,9 +60,10 @@ pub struct OutgoingMessage {
 }
 
 impl OutgoingMessage {
-    /// A plain text message.
+    /// A plain text message with a fresh random [`msg_id`](Self::msg_id).
     pub fn new(from: impl Into<String>, to: impl Into<String>, text: impl Into<String>) -> Self {
         Self {
+            msg_id: format!("{:032x}", rand::random::<u128>()),
             from: from.into(),
             to: to.into(),
             text: text.into(),
@@ -57,17 +81,28 @@ impl OutgoingMessage {
         self.in_reply_to = Some(id);
         self
     }
+    /// Sets the message's id (1 to [`MAX_MSG_ID_LEN`] bytes of printable ASCII, no spaces;
+    /// checked by `send`), e.g. one derived from the work that produced the message, so that
+    /// doing that work again does not deliver the message twice.
+    pub fn with_msg_id(mut self, msg_id: impl Into<String>) -> Self {
+        self.msg_id = msg_id.into();
+        self
+    }
 }
 
 /// A delivered message. Its JSON payload ([`BusMessage::to_payload`]) is
-/// `{"id", "from", "to", "text", "quickReplies"?, "inReplyTo"?}`; `quickReplies` is present
-/// only when there are some, in the order sent (Q7–Q9).
+/// `{"id", "msgId", "from", "to", "text", "quickReplies"?, "inReplyTo"?}`; `quickReplies` is
+/// present only when there are some, in the order sent (Q7–Q9).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct BusMessage {
-    /// Bus-wide sequence number, increasing in send order.
+    /// Bus-wide sequence number, increasing in the order the bus accepted the messages (with a
+    /// broker: its stream sequence).
     pub id: u64,
+    /// The sender's id for the message ([`OutgoingMessage::msg_id`]).
+    #[serde(default)]
+    pub msg_id: String,
     /// Sender id.
     pub from: String,
     /// Recipient id.
@@ -83,6 +118,21 @@ pub struct BusMessage {
 }
 
 impl BusMessage {
+    /// The message as `send` will deliver it, numbered `id`.
+    pub(crate) fn from_outgoing(id: u64, m: OutgoingMessage) -> Self {
+        Self {
+            id,
+            msg_id: m.msg_id,
+            from: m.from,
+            to: m.to,
+            text: m.text,
+            quick_replies: m
+                .quick_replies
+                .map(QuickReplies::into_vec)
+                .unwrap_or_default(),
+            in_reply_to: m.in_reply_to,
+        }
+    }
     /// The JSON payload.
     pub fn to_payload(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
@@ -100,15 +150,20 @@ impl BusMessage {
 pub struct Delivery {
     /// The id given to the message.
     pub id: u64,
-    /// True when the recipient's mailbox was full and its oldest message was dropped.
+    /// True when the recipient's mailbox was full and its oldest message was dropped
+    /// (in-process bus only; a broker refuses instead of dropping).
     pub dropped_oldest: bool,
+    /// True when the broker already held a message with this `msg_id` (sent again within its
+    /// de-duplication window): it was not stored twice, and `id` is the first one's.
+    pub duplicate: bool,
 }
 
 /// Why a message was not delivered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum BusError {
-    /// Nobody is subscribed under that id.
+    /// Nobody is subscribed under that id (in-process bus: it keeps no message for a recipient
+    /// that is not there).
     #[error("recipient {0:?} is not connected")]
     NotSubscribed(String),
     /// A payload's `quickReplies` broke a rule.
@@ -117,7 +172,270 @@ pub enum BusError {
     /// A payload is not a message.
     #[error("not a bus message: {0}")]
     BadPayload(String),
+    /// A message id breaks the rules of [`OutgoingMessage::with_msg_id`].
+    #[error(
+        "message id {0:?} is not allowed: use 1 to 128 bytes of printable ASCII without spaces"
+    )]
+    BadMessageId(String),
+    /// The broker cannot be reached: the message was **not** stored.
+    #[error(
+        "the message broker at {url} cannot be reached ({reason}); the message was not sent: \
+         start the broker (nats-server -js) or correct the broker URL, then send the same message again"
+    )]
+    BrokerUnavailable {
+        /// The broker's address.
+        url: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The broker did not confirm the message in time: it may or may not be stored. Sending
+    /// the same message again (same `msg_id`) is safe: it is delivered once.
+    #[error(
+        "the message broker at {url} did not confirm the message ({reason}); it may or may not \
+         have been stored: send the same message again (same msg_id), it will be delivered once"
+    )]
+    NotConfirmed {
+        /// The broker's address.
+        url: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The broker refused the message or the bus's setup (e.g. storage full, a stream of the
+    /// same name with other subjects); the message was not stored.
+    #[error("the message broker at {url} refused: {reason}")]
+    Broker {
+        /// The broker's address.
+        url: String,
+        /// The broker's answer.
+        reason: String,
+    },
 }
+
+pub(crate) fn check_msg_id(id: &str) -> Result<(), BusError> {
+    let ok =
+        !id.is_empty() && id.len() <= MAX_MSG_ID_LEN && id.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(())
+    } else {
+        Err(BusError::BadMessageId(id.chars().take(160).collect()))
+    }
+}
+
+/// One step of reading an inbox.
+pub(crate) enum Poll {
+    Message(BusMessage),
+    Empty,
+    Closed,
+}
+
+/// What carries messages: the in-process mailboxes or a broker. Every backend promises: a
+/// message `send` returned `Ok` for reaches a subscription of its recipient (the in-process
+/// backend: one subscribed at that time), in the order the backend accepted the messages.
+#[async_trait::async_trait]
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// Stores `message` for its recipient, or says why not.
+    async fn send(&self, message: OutgoingMessage) -> Result<Delivery, BusError>;
+    /// Starts receiving for `recipient`; an earlier subscription of this process under the same
+    /// id ends.
+    fn subscribe(&self, recipient: &str) -> Box<dyn Inbox>;
+    /// Whether this process has a subscription under `recipient`.
+    fn is_subscribed(&self, recipient: &str) -> bool;
+    /// For `Debug`.
+    fn describe(&self) -> String;
+    /// The in-process mailbox capacity, when there is one.
+    fn capacity(&self) -> usize;
+}
+
+/// One recipient's end of a backend.
+#[async_trait::async_trait]
+pub(crate) trait Inbox: Send + Sync {
+    /// Takes the next message if one is here.
+    fn poll(&mut self) -> Poll;
+    /// Waits until `poll` may have something new (no wake-up is lost between a `poll` and this).
+    async fn changed(&mut self);
+    /// Messages dropped because a mailbox was full.
+    fn dropped(&self) -> u64;
+    /// Why messages cannot arrive now (a broker that cannot be reached), if so.
+    fn problem(&self) -> Option<BusError>;
+}
+
+/// The message ids a subscription handed out last, to drop a repeat (hashed: 8 bytes each).
+#[derive(Default)]
+struct Seen {
+    order: VecDeque<u64>,
+    set: HashSet<u64>,
+}
+
+impl Seen {
+    /// True the first time `msg_id` is seen within the window; messages without an id (from
+    /// an older sender) always pass.
+    fn first_time(&mut self, msg_id: &str) -> bool {
+        if msg_id.is_empty() {
+            return true;
+        }
+        let mut h = std::hash::DefaultHasher::new();
+        msg_id.hash(&mut h);
+        let key = h.finish();
+        if !self.set.insert(key) {
+            return false;
+        }
+        self.order.push_back(key);
+        if self.order.len() > DEDUP_WINDOW
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
+        true
+    }
+}
+
+/// The bus. Cheap to clone; clones share the mailboxes (or the broker connection).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use messaging::{MessageBus, OutgoingMessage};
+/// let bus = MessageBus::with_capacity(2);
+/// let mut inbox = bus.subscribe("alice");
+/// for t in ["1", "2", "3"] {
+///     bus.send(OutgoingMessage::new("bob", "alice", t)).await.unwrap();
+/// }
+/// // the mailbox holds 2: the oldest was dropped and counted
+/// assert_eq!(inbox.recv().await.unwrap().text, "2");
+/// assert_eq!(inbox.dropped(), 1);
+/// assert!(bus.send(OutgoingMessage::new("bob", "carol", "hi")).await.is_err()); // not subscribed
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct MessageBus {
+    backend: Arc<dyn Backend>,
+}
+
+impl Default for MessageBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for MessageBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageBus")
+            .field("backend", &self.backend.describe())
+            .finish()
+    }
+}
+
+impl MessageBus {
+    /// An in-process bus with mailboxes of [`DEFAULT_MAILBOX_CAPACITY`].
+    pub fn new() -> Self {
+        Self::with_capacity(DEFAULT_MAILBOX_CAPACITY)
+    }
+
+    /// An in-process bus whose mailboxes hold `capacity` messages (at least 1).
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self::from_backend(Arc::new(Local::new(capacity)))
+    }
+
+    pub(crate) fn from_backend(backend: Arc<dyn Backend>) -> Self {
+        Self { backend }
+    }
+
+    /// The in-process mailbox capacity (with a broker: 1, the one message a subscription holds
+    /// before its recipient takes it).
+    pub fn capacity(&self) -> usize {
+        self.backend.capacity()
+    }
+
+    /// Subscribes under `recipient`. A later subscription under the same id in this process
+    /// replaces this one (this one's `recv` then returns `None`); messages not yet taken go to
+    /// the new one.
+    pub fn subscribe(&self, recipient: impl Into<String>) -> Subscription {
+        let recipient = recipient.into();
+        Subscription {
+            inbox: self.backend.subscribe(&recipient),
+            recipient,
+            seen: Seen::default(),
+        }
+    }
+
+    /// Whether someone in this process is subscribed under `recipient`.
+    pub fn is_subscribed(&self, recipient: &str) -> bool {
+        self.backend.is_subscribed(recipient)
+    }
+
+    /// Delivers a message. In process it never waits and errors only when the recipient is not
+    /// subscribed; with a broker it returns once the broker has stored the message, and errors
+    /// (typed, saying what to do) when it did not — a message is never silently lost.
+    pub async fn send(&self, message: OutgoingMessage) -> Result<Delivery, BusError> {
+        check_msg_id(&message.msg_id)?;
+        self.backend.send(message).await
+    }
+}
+
+/// A recipient's end: receives its messages in order. Dropping it unsubscribes.
+pub struct Subscription {
+    inbox: Box<dyn Inbox>,
+    recipient: String,
+    seen: Seen,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("recipient", &self.recipient)
+            .finish()
+    }
+}
+
+impl Subscription {
+    /// The recipient id.
+    pub fn recipient(&self) -> &str {
+        &self.recipient
+    }
+
+    fn next_new(&mut self) -> Poll {
+        loop {
+            match self.inbox.poll() {
+                Poll::Message(m) if !self.seen.first_time(&m.msg_id) => {
+                    tracing::debug!(recipient = %self.recipient, msg_id = %m.msg_id, "dropped a repeated message id");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The next message, waiting for one; `None` once this subscription was replaced. With a
+    /// broker it goes on waiting while the broker is away ([`Subscription::problem`] says so).
+    pub async fn recv(&mut self) -> Option<BusMessage> {
+        loop {
+            match self.next_new() {
+                Poll::Message(m) => return Some(m),
+                Poll::Closed => return None,
+                Poll::Empty => self.inbox.changed().await,
+            }
+        }
+    }
+
+    /// The next message if one is waiting (with a broker: already arrived in this process).
+    pub fn try_recv(&mut self) -> Option<BusMessage> {
+        match self.next_new() {
+            Poll::Message(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// How many messages were dropped from this mailbox because it was full (in-process bus).
+    pub fn dropped(&self) -> u64 {
+        self.inbox.dropped()
+    }
+
+    /// Why messages cannot arrive right now (the broker cannot be reached), if so; `None` when
+    /// all is well.
+    pub fn problem(&self) -> Option<BusError> {
+        self.inbox.problem()
+    }
+}
+
+// ---- the in-process backend ----
 
 struct Mailbox {
     queue: VecDeque<BusMessage>,
@@ -143,51 +461,13 @@ impl Inner {
     }
 }
 
-/// The bus. Cheap to clone; clones share the mailboxes.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// use messaging::{MessageBus, OutgoingMessage};
-/// let bus = MessageBus::with_capacity(2);
-/// let mut inbox = bus.subscribe("alice");
-/// for t in ["1", "2", "3"] {
-///     bus.send(OutgoingMessage::new("bob", "alice", t)).unwrap();
-/// }
-/// // the mailbox holds 2: the oldest was dropped and counted
-/// assert_eq!(inbox.recv().await.unwrap().text, "2");
-/// assert_eq!(inbox.dropped(), 1);
-/// assert!(bus.send(OutgoingMessage::new("bob", "carol", "hi")).is_err()); // not subscribed
-/// # }
-/// ```
-#[derive(Clone)]
-pub struct MessageBus {
+/// Mailboxes in this process.
+struct Local {
     inner: Arc<Inner>,
 }
 
-impl Default for MessageBus {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl std::fmt::Debug for MessageBus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.inner.lock();
-        f.debug_struct("MessageBus")
-            .field("capacity", &self.inner.capacity)
-            .field("recipients", &s.boxes.len())
-            .finish()
-    }
-}
-
-impl MessageBus {
-    /// A bus with mailboxes of [`DEFAULT_MAILBOX_CAPACITY`].
-    pub fn new() -> Self {
-        Self::with_capacity(DEFAULT_MAILBOX_CAPACITY)
-    }
-
-    /// A bus whose mailboxes hold `capacity` messages (at least 1).
-    pub fn with_capacity(capacity: usize) -> Self {
+impl Local {
+    fn new(capacity: usize) -> Self {
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -199,53 +479,11 @@ impl MessageBus {
             }),
         }
     }
+}
 
-    /// The mailbox capacity.
-    pub fn capacity(&self) -> usize {
-        self.inner.capacity
-    }
-
-    /// Subscribes under `recipient`. A later subscription under the same id replaces this one
-    /// (this one's `recv` then returns `None`); messages already queued go to the new one.
-    pub fn subscribe(&self, recipient: impl Into<String>) -> Subscription {
-        let recipient = recipient.into();
-        let notify = Arc::new(Notify::new());
-        let mut s = self.inner.lock();
-        let generation = s.next_generation;
-        s.next_generation += 1;
-        match s.boxes.get_mut(&recipient) {
-            Some(b) => {
-                b.notify.notify_one(); // wake the replaced subscriber so it sees it is closed
-                b.generation = generation;
-                b.notify = notify.clone();
-            }
-            None => {
-                s.boxes.insert(
-                    recipient.clone(),
-                    Mailbox {
-                        queue: VecDeque::new(),
-                        dropped: 0,
-                        generation,
-                        notify: notify.clone(),
-                    },
-                );
-            }
-        }
-        Subscription {
-            bus: self.inner.clone(),
-            recipient,
-            generation,
-            notify,
-        }
-    }
-
-    /// Whether someone is subscribed under `recipient`.
-    pub fn is_subscribed(&self, recipient: &str) -> bool {
-        self.inner.lock().boxes.contains_key(recipient)
-    }
-
-    /// Delivers a message without waiting. Errors only when the recipient is not subscribed.
-    pub fn send(&self, message: OutgoingMessage) -> Result<Delivery, BusError> {
+#[async_trait::async_trait]
+impl Backend for Local {
+    async fn send(&self, message: OutgoingMessage) -> Result<Delivery, BusError> {
         let mut s = self.inner.lock();
         let id = s.next_id;
         let capacity = self.inner.capacity;
@@ -259,52 +497,74 @@ impl MessageBus {
             dropped_oldest = true;
             tracing::warn!(recipient = %message.to, dropped = b.dropped, "mailbox full: dropped its oldest message");
         }
-        b.queue.push_back(BusMessage {
-            id,
-            from: message.from,
-            to: message.to,
-            text: message.text,
-            quick_replies: message
-                .quick_replies
-                .map(QuickReplies::into_vec)
-                .unwrap_or_default(),
-            in_reply_to: message.in_reply_to,
-        });
+        b.queue.push_back(BusMessage::from_outgoing(id, message));
         b.notify.notify_one();
         s.next_id += 1;
-        Ok(Delivery { id, dropped_oldest })
+        Ok(Delivery {
+            id,
+            dropped_oldest,
+            duplicate: false,
+        })
+    }
+
+    fn subscribe(&self, recipient: &str) -> Box<dyn Inbox> {
+        let notify = Arc::new(Notify::new());
+        let mut s = self.inner.lock();
+        let generation = s.next_generation;
+        s.next_generation += 1;
+        match s.boxes.get_mut(recipient) {
+            Some(b) => {
+                b.notify.notify_one(); // wake the replaced subscriber so it sees it is closed
+                b.generation = generation;
+                b.notify = notify.clone();
+            }
+            None => {
+                s.boxes.insert(
+                    recipient.to_owned(),
+                    Mailbox {
+                        queue: VecDeque::new(),
+                        dropped: 0,
+                        generation,
+                        notify: notify.clone(),
+                    },
+                );
+            }
+        }
+        Box::new(LocalInbox {
+            bus: self.inner.clone(),
+            recipient: recipient.to_owned(),
+            generation,
+            notify,
+        })
+    }
+
+    fn is_subscribed(&self, recipient: &str) -> bool {
+        self.inner.lock().boxes.contains_key(recipient)
+    }
+
+    fn describe(&self) -> String {
+        let recipients = self.inner.lock().boxes.len();
+        format!(
+            "in-process (capacity {}, {recipients} recipients)",
+            self.inner.capacity
+        )
+    }
+
+    fn capacity(&self) -> usize {
+        self.inner.capacity
     }
 }
 
-/// A recipient's end: receives its messages in send order. Dropping it unsubscribes.
-pub struct Subscription {
+struct LocalInbox {
     bus: Arc<Inner>,
     recipient: String,
     generation: u64,
     notify: Arc<Notify>,
 }
 
-impl std::fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscription")
-            .field("recipient", &self.recipient)
-            .finish()
-    }
-}
-
-enum Poll {
-    Message(BusMessage),
-    Empty,
-    Closed,
-}
-
-impl Subscription {
-    /// The recipient id.
-    pub fn recipient(&self) -> &str {
-        &self.recipient
-    }
-
-    fn poll(&self) -> Poll {
+#[async_trait::async_trait]
+impl Inbox for LocalInbox {
+    fn poll(&mut self) -> Poll {
         let mut s = self.bus.lock();
         match s.boxes.get_mut(&self.recipient) {
             Some(b) if b.generation == self.generation => match b.queue.pop_front() {
@@ -315,37 +575,25 @@ impl Subscription {
         }
     }
 
-    /// The next message, waiting for one; `None` once this subscription was replaced.
-    pub async fn recv(&mut self) -> Option<BusMessage> {
-        loop {
-            match self.poll() {
-                Poll::Message(m) => return Some(m),
-                Poll::Closed => return None,
-                // `notify_one` stores a permit when nobody waits, so no wake-up is lost.
-                Poll::Empty => self.notify.notified().await,
-            }
-        }
+    async fn changed(&mut self) {
+        // `notify_one` stores a permit when nobody waits, so no wake-up is lost.
+        self.notify.notified().await;
     }
 
-    /// The next message if one is waiting.
-    pub fn try_recv(&mut self) -> Option<BusMessage> {
-        match self.poll() {
-            Poll::Message(m) => Some(m),
-            _ => None,
-        }
-    }
-
-    /// How many messages were dropped from this mailbox because it was full.
-    pub fn dropped(&self) -> u64 {
+    fn dropped(&self) -> u64 {
         let s = self.bus.lock();
         s.boxes
             .get(&self.recipient)
             .filter(|b| b.generation == self.generation)
             .map_or(0, |b| b.dropped)
     }
+
+    fn problem(&self) -> Option<BusError> {
+        None
+    }
 }
 
-impl Drop for Subscription {
+impl Drop for LocalInbox {
     fn drop(&mut self) {
         let mut s = self.bus.lock();
         if s.boxes
@@ -374,6 +622,7 @@ mod tests {
         bus.send(
             OutgoingMessage::new("agent", "user", "Pick one").with_quick_replies(qr(&["A", "B"])),
         )
+        .await
         .unwrap();
         let m = inbox.recv().await.unwrap();
         assert_eq!(m.quick_replies, vec!["A", "B"]);
@@ -383,6 +632,7 @@ mod tests {
         assert_eq!(p["from"], "agent");
         // no quick replies: no key in the payload at all
         bus.send(OutgoingMessage::new("agent", "user", "plain"))
+            .await
             .unwrap();
         let p = inbox.recv().await.unwrap().to_payload();
         assert!(p.get("quickReplies").is_none(), "{p}");
@@ -396,9 +646,11 @@ mod tests {
             "zeta", "alpha", "mu", "beta", "omega", "a", "b", "c", "d", "e",
         ];
         bus.send(OutgoingMessage::new("x", "u", "q").with_quick_replies(qr(&order)))
+            .await
             .unwrap();
         for i in 0..50 {
             bus.send(OutgoingMessage::new("x", "u", i.to_string()))
+                .await
                 .unwrap();
         }
         assert_eq!(inbox.recv().await.unwrap().quick_replies, order);
@@ -422,6 +674,7 @@ mod tests {
             OutgoingMessage::new("agent-a", "agent-b", "Proceed?")
                 .with_quick_replies(qr(&["Go", "Stop"])),
         )
+        .await
         .unwrap();
         assert_eq!(reader.await.unwrap(), vec!["Go", "Stop"]);
         // a payload that breaks a rule is refused when read
@@ -441,9 +694,11 @@ mod tests {
         for i in 0..1000u32 {
             let d = bus
                 .send(OutgoingMessage::new("s", "slow", i.to_string()))
+                .await
                 .unwrap();
             assert_eq!(d.dropped_oldest, i >= 4);
             bus.send(OutgoingMessage::new("s", "fast", i.to_string()))
+                .await
                 .unwrap();
             assert_eq!(fast.recv().await.unwrap().text, i.to_string());
         }
@@ -460,6 +715,7 @@ mod tests {
         drop(inbox);
         let e = bus
             .send(OutgoingMessage::new("a", "gone", "hi"))
+            .await
             .unwrap_err();
         assert_eq!(e, BusError::NotSubscribed("gone".into()));
         assert_eq!(e.to_string(), "recipient \"gone\" is not connected");
@@ -485,6 +741,7 @@ mod tests {
         let w2 = tokio::spawn(async move { second.recv().await });
         tokio::time::sleep(Duration::from_millis(20)).await;
         b2.send(OutgoingMessage::new("a", "r", "late").in_reply_to(7))
+            .await
             .unwrap();
         let m = tokio::time::timeout(Duration::from_secs(5), w2)
             .await
@@ -499,11 +756,72 @@ mod tests {
         let bus = MessageBus::new();
         let mut a = bus.subscribe("a");
         let mut b = bus.subscribe("b");
-        let d1 = bus.send(OutgoingMessage::new("x", "a", "1")).unwrap();
-        let d2 = bus.send(OutgoingMessage::new("x", "b", "2")).unwrap();
+        let d1 = bus.send(OutgoingMessage::new("x", "a", "1")).await.unwrap();
+        let d2 = bus.send(OutgoingMessage::new("x", "b", "2")).await.unwrap();
         assert!(d2.id > d1.id);
         assert_eq!(a.try_recv().unwrap().id, d1.id);
         assert_eq!(b.try_recv().unwrap().id, d2.id);
         assert!(a.try_recv().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_message_sent_again_with_its_id_is_handed_out_once() {
+        let bus = MessageBus::new();
+        let mut inbox = bus.subscribe("r");
+        let m = OutgoingMessage::new("s", "r", "once").with_quick_replies(qr(&["a"]));
+        let first = bus.send(m.clone()).await.unwrap();
+        let again = bus.send(m.clone()).await.unwrap(); // e.g. after an error it could not judge
+        assert!(
+            !again.duplicate,
+            "in process there is no broker to recognise it"
+        );
+        bus.send(OutgoingMessage::new("s", "r", "next"))
+            .await
+            .unwrap();
+        let got = inbox.recv().await.unwrap();
+        assert_eq!((got.id, got.msg_id.as_str()), (first.id, m.msg_id.as_str()));
+        assert_eq!(inbox.recv().await.unwrap().text, "next");
+        assert!(inbox.try_recv().is_none());
+        // fresh messages get fresh ids
+        assert_ne!(
+            OutgoingMessage::new("s", "r", "x").msg_id,
+            OutgoingMessage::new("s", "r", "x").msg_id
+        );
+    }
+
+    #[tokio::test]
+    async fn the_dedup_window_is_bounded() {
+        let bus = MessageBus::with_capacity(1000);
+        let mut inbox = bus.subscribe("r");
+        let first = OutgoingMessage::new("s", "r", "first");
+        bus.send(first.clone()).await.unwrap();
+        for i in 0..DEDUP_WINDOW {
+            bus.send(OutgoingMessage::new("s", "r", i.to_string()))
+                .await
+                .unwrap();
+        }
+        // older than the window: handed out again (the broker's own window covers that case)
+        bus.send(first).await.unwrap();
+        let n = std::iter::from_fn(|| inbox.try_recv()).count();
+        assert_eq!(n, DEDUP_WINDOW + 2);
+    }
+
+    #[tokio::test]
+    async fn bad_message_ids_are_refused_before_sending() {
+        let bus = MessageBus::new();
+        let mut inbox = bus.subscribe("r");
+        for bad in ["", "a b", "tab\t", "é", &"x".repeat(MAX_MSG_ID_LEN + 1)] {
+            let e = bus
+                .send(OutgoingMessage::new("s", "r", "t").with_msg_id(bad))
+                .await
+                .unwrap_err();
+            assert!(matches!(e, BusError::BadMessageId(_)), "{bad:?}");
+        }
+        assert!(inbox.try_recv().is_none());
+        let ok = "x".repeat(MAX_MSG_ID_LEN);
+        bus.send(OutgoingMessage::new("s", "r", "t").with_msg_id(&ok))
+            .await
+            .unwrap();
+        assert_eq!(inbox.try_recv().unwrap().msg_id, ok);
     }
 }

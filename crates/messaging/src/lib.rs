@@ -8,6 +8,9 @@
 //! * [`MessageBus`]: asynchronous delivery between agents and users (Q7–Q9), by recipient id,
 //!   order kept, with a bounded buffer per recipient so that a slow or gone recipient never
 //!   blocks a sender or the other recipients (overflow drops the oldest message and counts it).
+//!   With the cargo feature `nats`, `MessageBus::connect_nats` puts the same bus on a NATS
+//!   JetStream broker, across processes: in order, at least once, repeats dropped by message id
+//!   (`docs/bus.md`).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -27,13 +30,17 @@
 //! ```
 
 mod bus;
+#[cfg(feature = "nats")]
+mod nats;
 mod quick_replies;
 mod tool;
 
 pub use bus::{
-    BusError, BusMessage, DEFAULT_MAILBOX_CAPACITY, Delivery, MessageBus, OutgoingMessage,
-    Subscription,
+    BusError, BusMessage, DEDUP_WINDOW, DEFAULT_MAILBOX_CAPACITY, Delivery, MAX_MSG_ID_LEN,
+    MessageBus, OutgoingMessage, Subscription,
 };
+#[cfg(feature = "nats")]
+pub use nats::NatsConfig;
 pub use quick_replies::{
     MAX_QUICK_REPLIES, QuickReplies, QuickRepliesError, quick_replies_schema,
     validate_quick_replies,

@@ -155,7 +155,7 @@ impl Tool for SendMessageTool {
         };
         let replies = quick.as_ref().map(|q| q.as_slice().to_vec());
         let msg = OutgoingMessage::new(self.sender.clone(), to, text).with_quick_replies(quick);
-        match self.bus.send(msg) {
+        match self.bus.send(msg).await {
             Ok(d) => {
                 let mut out = json!({"success": true, "messageId": d.id, "recipient": recipient});
                 if let Some(r) = replies {
@@ -170,6 +170,16 @@ impl Tool for SendMessageTool {
                 "recipient {recipient:?} is not connected"
             ))
             .with_detail(format!("bus address {addr:?} has no subscriber"))),
+            Err(e @ (BusError::BrokerUnavailable { .. } | BusError::Broker { .. })) => {
+                Err(ToolError::unavailable(
+                    "the message service is unavailable right now; the message was not sent",
+                )
+                .with_detail(e.to_string()))
+            }
+            Err(e @ BusError::NotConfirmed { .. }) => Err(ToolError::unavailable(
+                "the message service did not confirm the message; it may or may not arrive",
+            )
+            .with_detail(e.to_string())),
             Err(e) => Err(ToolError::failed(e.to_string())),
         }
     }

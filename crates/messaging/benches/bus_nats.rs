@@ -1,0 +1,145 @@
+//! The bus across two processes on NATS JetStream (a bench binary, bounded in count and time):
+//! this process sends, a second process (this binary again, with `--receive`) receives.
+//!
+//! * burst: `BURST` messages sent back to back (each `send` awaits the broker's acknowledgement),
+//!   then received: messages per second each way;
+//! * paced: `PACED` messages, one every `PACE`, each stamped with its send time: latency from the
+//!   start of `send` to the moment `recv` hands it out in the other process, p50 / p99.
+//!
+//! `cargo xtask with-services cargo bench -p messaging --features nats --bench bus_nats`
+//! (needs `TEST_NATS_URL`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use messaging::{MessageBus, NatsConfig, OutgoingMessage, QuickReplies};
+
+const BURST: usize = 2000;
+const PACED: usize = 300;
+const PACE: Duration = Duration::from_millis(10);
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn bus_config(url: &str, stream: &str) -> NatsConfig {
+    NatsConfig::new(url).stream(stream)
+}
+
+/// The receiving process: takes `n` messages for `to`, prints the latency of each stamped one
+/// (`lat NANOS`), then `done SECONDS` for the time from the first message to the last.
+async fn receive(url: &str, stream: &str, to: &str, n: usize) {
+    let bus = MessageBus::connect_nats_with(bus_config(url, stream))
+        .await
+        .unwrap();
+    let mut inbox = bus.subscribe(to);
+    println!("ready");
+    let mut first = None;
+    for _ in 0..n {
+        let m = inbox.recv().await.unwrap();
+        let at = now_nanos();
+        first.get_or_insert_with(Instant::now);
+        if let Some(sent) = m.text.strip_prefix("t=") {
+            println!("lat {}", at - sent.parse::<u128>().unwrap());
+        }
+    }
+    println!("done {}", first.map_or(0.0, |f| f.elapsed().as_secs_f64()));
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--receive") {
+        let (url, stream, to, n) = (&args[i + 1], &args[i + 2], &args[i + 3], &args[i + 4]);
+        receive(url, stream, to, n.parse().unwrap()).await;
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        return; // `cargo bench -- --list`
+    }
+    let url = std::env::var("TEST_NATS_URL").unwrap_or_else(|_| {
+        panic!(
+            "TEST_NATS_URL is not set: run `cargo xtask with-services cargo bench -p messaging \
+             --features nats --bench bus_nats`"
+        )
+    });
+    let stream = format!("BENCH_{}", std::process::id());
+    let bus = MessageBus::connect_nats_with(bus_config(&url, &stream))
+        .await
+        .unwrap();
+    let quick = QuickReplies::new(vec!["Yes".into(), "No".into(), "Later".into()]).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let started = Instant::now();
+
+    // burst: send all, then a second process takes all
+    let t = Instant::now();
+    for i in 0..BURST {
+        let m = OutgoingMessage::new("agent", "user:burst", format!("message {i}"))
+            .with_quick_replies(quick.clone());
+        bus.send(m).await.unwrap();
+    }
+    let send_s = t.elapsed().as_secs_f64();
+    let out = Command::new(&exe)
+        .args(["--receive", &url, &stream, "user:burst", &BURST.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let recv_s: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("done "))
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // paced: the receiver is up first; one stamped message every PACE
+    let mut child = Command::new(&exe)
+        .args(["--receive", &url, &stream, "user:paced", &PACED.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let mut tick = tokio::time::interval(PACE);
+    for _ in 0..PACED {
+        tick.tick().await;
+        assert!(started.elapsed() < LIMIT, "bench ran past {LIMIT:?}");
+        let m = OutgoingMessage::new("agent", "user:paced", format!("t={}", now_nanos()));
+        bus.send(m).await.unwrap();
+    }
+    let mut lat: Vec<f64> = lines
+        .map_while(Result::ok)
+        .filter_map(|l| {
+            l.strip_prefix("lat ")
+                .map(|n| n.parse::<f64>().unwrap() / 1e6)
+        })
+        .collect();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(lat.len(), PACED);
+    lat.sort_by(f64::total_cmp);
+
+    println!("bus on NATS JetStream, two processes, 127.0.0.1:");
+    println!(
+        "  burst {BURST}: send {:.0} msg/s (each acknowledged by the broker), receive {:.0} msg/s",
+        BURST as f64 / send_s,
+        BURST as f64 / recv_s
+    );
+    println!(
+        "  paced {PACED} every {PACE:?}: send -> handed out in the other process p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        lat[lat.len() - 1]
+    );
+}

@@ -1,0 +1,643 @@
+//! The bus across processes on NATS JetStream (cargo feature `nats`; `docs/bus.md`).
+//!
+//! One JetStream stream holds every message until its recipient takes it (work-queue
+//! retention: a message leaves the stream when its recipient acknowledges it). A message for
+//! recipient `R` goes to subject `STREAM.to.H(R)` (`H`: 128 bits of SHA-256, so any recipient
+//! id makes a valid subject), with the message id in `Nats-Msg-Id` (the broker stores a repeat
+//! within its duplicate window once). Each recipient has one durable pull consumer filtered to
+//! its subject, with at most **one** unacknowledged message: so a recipient gets its messages in
+//! stream order even across redeliveries, restarts and processes. A message is acknowledged when
+//! [`Subscription::recv`](crate::Subscription::recv) / `try_recv` hands it out; one handed out
+//! whose acknowledgement did not reach the broker comes again and is dropped by its id.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_nats::connection::State;
+use async_nats::jetstream::consumer::pull::MessagesErrorKind;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_nats::jetstream::context::{Context, ContextBuilder, PublishErrorKind};
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::stream::{self, DiscardPolicy, RetentionPolicy, StorageType};
+use async_nats::jetstream::{AckKind, Message};
+use futures::StreamExt;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::bus::{Backend, Inbox, Poll};
+use crate::{BusError, BusMessage, Delivery, MessageBus, OutgoingMessage};
+
+/// Where and how the bus meets NATS. `NatsConfig::new(url)` has defaults fit for a chat
+/// service; the stream is created on first connect with them (an existing one is used as is).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NatsConfig {
+    /// The broker, e.g. `nats://127.0.0.1:4222`.
+    pub url: String,
+    /// The JetStream stream's name (`A-Z a-z 0-9 _ -`, 1 to 64); also the subjects' first
+    /// token. Default `LLMTK_BUS`.
+    pub stream: String,
+    /// How long the broker remembers a message id to store a repeat once. Default 2 minutes.
+    pub duplicate_window: Duration,
+    /// How long an untaken message is kept for its recipient. Default 7 days.
+    pub max_age: Duration,
+    /// How long the broker waits for a taken message's acknowledgement before it sends the
+    /// message again (a process that died holding it). Default 10 s.
+    pub ack_wait: Duration,
+    /// How long `connect` and `send` wait for the broker before a typed error. Default 5 s.
+    pub timeout: Duration,
+}
+
+impl NatsConfig {
+    /// Defaults (see the fields) for the broker at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            stream: "LLMTK_BUS".into(),
+            duplicate_window: Duration::from_secs(120),
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            ack_wait: Duration::from_secs(10),
+            timeout: Duration::from_secs(5),
+        }
+    }
+    /// Sets [`NatsConfig::stream`].
+    pub fn stream(mut self, name: impl Into<String>) -> Self {
+        self.stream = name.into();
+        self
+    }
+    /// Sets [`NatsConfig::duplicate_window`].
+    pub fn duplicate_window(mut self, d: Duration) -> Self {
+        self.duplicate_window = d;
+        self
+    }
+    /// Sets [`NatsConfig::max_age`].
+    pub fn max_age(mut self, d: Duration) -> Self {
+        self.max_age = d;
+        self
+    }
+    /// Sets [`NatsConfig::ack_wait`].
+    pub fn ack_wait(mut self, d: Duration) -> Self {
+        self.ack_wait = d;
+        self
+    }
+    /// Sets [`NatsConfig::timeout`].
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = d;
+        self
+    }
+}
+
+/// Largest message the stream takes (a `send_message` text is at most 8000 characters).
+const MAX_MESSAGE_BYTES: i32 = 256 * 1024;
+/// A pull request waits this long for a message before the next one is sent.
+const PULL_EXPIRES: Duration = Duration::from_secs(10);
+/// The broker's idle heartbeat on a waiting pull request; two missed mean it is gone.
+const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
+/// Pauses between attempts to reach the broker again from a subscription.
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+impl MessageBus {
+    /// A bus across processes on the NATS JetStream broker at `url`, with [`NatsConfig`]'s
+    /// defaults. Fails with [`BusError::BrokerUnavailable`] when the broker cannot be reached
+    /// or has no JetStream, and [`BusError::Broker`] when it refuses the stream.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), messaging::BusError> {
+    /// use messaging::{MessageBus, OutgoingMessage};
+    /// // process A
+    /// let bus = MessageBus::connect_nats("nats://127.0.0.1:4222").await?;
+    /// let m = OutgoingMessage::new("agent", "user:s1", "Deploy now?");
+    /// if let Err(e) = bus.send(m.clone()).await {
+    ///     eprintln!("{e}"); // says what to do; sending `m` again later delivers it once
+    /// }
+    /// // process B, started before or after A sent
+    /// let bus = MessageBus::connect_nats("nats://127.0.0.1:4222").await?;
+    /// let mut inbox = bus.subscribe("user:s1");
+    /// let got = inbox.recv().await;
+    /// # let _ = got; Ok(()) }
+    /// ```
+    pub async fn connect_nats(url: &str) -> Result<Self, BusError> {
+        Self::connect_nats_with(NatsConfig::new(url)).await
+    }
+
+    /// [`MessageBus::connect_nats`] with settings.
+    pub async fn connect_nats_with(config: NatsConfig) -> Result<Self, BusError> {
+        Ok(Self::from_backend(Arc::new(Nats::connect(config).await?)))
+    }
+}
+
+/// This process's subscriptions: recipient → (generation, shared state).
+type Subscribed = Arc<Mutex<HashMap<String, (u64, Arc<Shared>)>>>;
+
+struct Nats {
+    url: String,
+    client: async_nats::Client,
+    js: Context,
+    stream: String,
+    ack_wait: Duration,
+    runtime: tokio::runtime::Handle,
+    connected: watch::Receiver<u64>,
+    local: Subscribed,
+    next_generation: AtomicU64,
+}
+
+fn valid_stream_name(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The subject token of a recipient: 128 bits of SHA-256 in hex.
+fn recipient_token(recipient: &str) -> String {
+    let digest = Sha256::digest(recipient.as_bytes());
+    digest.iter().take(16).fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// What goes over the wire: the message without its number (the stream sequence is that).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire<'a> {
+    msg_id: &'a str,
+    from: &'a str,
+    to: &'a str,
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quick_replies: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_reply_to: Option<u64>,
+}
+
+/// Reads a stored message back as message number `seq`, with the bus's payload rules.
+fn decode(seq: u64, payload: &[u8]) -> Result<BusMessage, BusError> {
+    let mut v: serde_json::Value =
+        serde_json::from_slice(payload).map_err(|e| BusError::BadPayload(e.to_string()))?;
+    let Some(obj) = v.as_object_mut() else {
+        return Err(BusError::BadPayload("not a JSON object".into()));
+    };
+    obj.insert("id".into(), seq.into());
+    BusMessage::from_payload(&v)
+}
+
+impl Nats {
+    async fn connect(config: NatsConfig) -> Result<Self, BusError> {
+        let url = config.url.clone();
+        let unavailable = |reason: String| BusError::BrokerUnavailable {
+            url: url.clone(),
+            reason,
+        };
+        if !valid_stream_name(&config.stream) {
+            return Err(BusError::Broker {
+                url: url.clone(),
+                reason: format!(
+                    "stream name {:?} is not allowed: use 1 to 64 of A-Z a-z 0-9 _ -",
+                    config.stream
+                ),
+            });
+        }
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| unavailable(format!("no Tokio runtime: {e}")))?;
+        // counts (re)connections: a pull request waiting on a connection that broke is lost
+        // with it, so each subscription asks again as soon as the client is back
+        let (connects, connected) = watch::channel(0u64);
+        let client = async_nats::ConnectOptions::new()
+            .name("llm-toolkit messaging")
+            .event_callback(move |event| {
+                if matches!(event, async_nats::Event::Connected) {
+                    connects.send_modify(|n| *n += 1);
+                }
+                async {}
+            })
+            .connection_timeout(config.timeout)
+            .request_timeout(Some(config.timeout))
+            // a broker that restarts is found again within a second
+            .reconnect_delay_callback(|attempt| {
+                Duration::from_millis(50 * (attempt as u64).min(20))
+            })
+            .connect(config.url.as_str())
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        let js = ContextBuilder::new()
+            .timeout(config.timeout)
+            .build(client.clone());
+        let wanted = stream::Config {
+            name: config.stream.clone(),
+            subjects: vec![format!("{}.to.*", config.stream)],
+            retention: RetentionPolicy::WorkQueue,
+            storage: StorageType::File,
+            discard: DiscardPolicy::New,
+            max_age: config.max_age,
+            duplicate_window: config.duplicate_window,
+            max_message_size: MAX_MESSAGE_BYTES,
+            ..Default::default()
+        };
+        let mut s = js.get_or_create_stream(wanted.clone()).await.map_err(|e| {
+            let reason = format!("creating stream {}: {e}", config.stream);
+            if client.connection_state() == State::Connected {
+                BusError::Broker {
+                    url: url.clone(),
+                    reason: format!("{reason} (is JetStream on? start nats-server with -js)"),
+                }
+            } else {
+                unavailable(reason)
+            }
+        })?;
+        let info = s.info().await.map_err(|e| unavailable(e.to_string()))?;
+        if info.config.subjects != wanted.subjects
+            || info.config.retention != RetentionPolicy::WorkQueue
+        {
+            return Err(BusError::Broker {
+                url,
+                reason: format!(
+                    "stream {} exists with subjects {:?} and {:?} retention; the bus needs {:?} \
+                     and work-queue retention: choose another stream name",
+                    config.stream, info.config.subjects, info.config.retention, wanted.subjects
+                ),
+            });
+        }
+        Ok(Self {
+            url,
+            client,
+            js,
+            stream: config.stream,
+            ack_wait: config.ack_wait,
+            runtime,
+            connected,
+            local: Arc::new(Mutex::new(HashMap::new())),
+            next_generation: AtomicU64::new(1),
+        })
+    }
+
+    fn subject(&self, recipient: &str) -> String {
+        format!("{}.to.{}", self.stream, recipient_token(recipient))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[async_trait::async_trait]
+impl Backend for Nats {
+    async fn send(&self, m: OutgoingMessage) -> Result<Delivery, BusError> {
+        let payload = serde_json::to_vec(&Wire {
+            msg_id: &m.msg_id,
+            from: &m.from,
+            to: &m.to,
+            text: &m.text,
+            quick_replies: m.quick_replies.as_ref().map(|q| q.as_slice()),
+            in_reply_to: m.in_reply_to,
+        })
+        .map_err(|e| BusError::BadPayload(e.to_string()))?;
+        // Not connected: refuse now rather than queue it in the client, where it could reach
+        // the broker after this call reported failure.
+        if self.client.connection_state() != State::Connected {
+            return Err(BusError::BrokerUnavailable {
+                url: self.url.clone(),
+                reason: "not connected (reconnecting)".into(),
+            });
+        }
+        let publish = PublishMessage::build()
+            .payload(payload.into())
+            .message_id(&m.msg_id);
+        let pending = self
+            .js
+            .send_publish(self.subject(&m.to), publish)
+            .await
+            .map_err(|e| match e.kind() {
+                PublishErrorKind::MaxPayloadExceeded => BusError::Broker {
+                    url: self.url.clone(),
+                    reason: format!("message too large: {e}"),
+                },
+                _ => BusError::BrokerUnavailable {
+                    url: self.url.clone(),
+                    reason: e.to_string(),
+                },
+            })?;
+        let ack = pending.await.map_err(|e| match e.kind() {
+            PublishErrorKind::StreamNotFound => BusError::Broker {
+                url: self.url.clone(),
+                reason: format!(
+                    "stream {} is gone (deleted on the broker?): connect the bus again to create it",
+                    self.stream
+                ),
+            },
+            _ => BusError::NotConfirmed {
+                url: self.url.clone(),
+                reason: e.to_string(),
+            },
+        })?;
+        Ok(Delivery {
+            id: ack.sequence,
+            dropped_oldest: false,
+            duplicate: ack.duplicate,
+        })
+    }
+
+    fn subscribe(&self, recipient: &str) -> Box<dyn Inbox> {
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::new(Shared {
+            slot: Mutex::new(Slot::default()),
+            arrived: Notify::new(),
+            taken: Notify::new(),
+            closed: CancellationToken::new(),
+        });
+        if let Some((_, old)) =
+            lock(&self.local).insert(recipient.to_owned(), (generation, shared.clone()))
+        {
+            old.close();
+        }
+        let token = recipient_token(recipient);
+        let pump = Pump {
+            shared: shared.clone(),
+            js: self.js.clone(),
+            url: self.url.clone(),
+            stream: self.stream.clone(),
+            recipient: recipient.to_owned(),
+            consumer: pull::Config {
+                durable_name: Some(format!("to-{token}")),
+                filter_subject: format!("{}.to.{token}", self.stream),
+                ack_policy: AckPolicy::Explicit,
+                deliver_policy: DeliverPolicy::All,
+                ack_wait: self.ack_wait,
+                max_ack_pending: 1,
+                ..Default::default()
+            },
+            ack_wait: self.ack_wait,
+            connected: self.connected.clone(),
+        };
+        self.runtime.spawn(pump.run());
+        Box::new(NatsInbox {
+            shared,
+            local: self.local.clone(),
+            recipient: recipient.to_owned(),
+            generation,
+        })
+    }
+
+    fn is_subscribed(&self, recipient: &str) -> bool {
+        lock(&self.local).contains_key(recipient)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "NATS JetStream at {} (stream {}, {:?})",
+            self.url,
+            self.stream,
+            self.client.connection_state()
+        )
+    }
+
+    fn capacity(&self) -> usize {
+        1
+    }
+}
+
+/// What a subscription and its pump share.
+struct Shared {
+    slot: Mutex<Slot>,
+    /// The pump put a message in the slot (or the subscription closed).
+    arrived: Notify,
+    /// The subscription took the message from the slot.
+    taken: Notify,
+    closed: CancellationToken,
+}
+
+#[derive(Default)]
+struct Slot {
+    held: Option<BusMessage>,
+    problem: Option<BusError>,
+}
+
+impl Shared {
+    fn close(&self) {
+        self.closed.cancel();
+        self.arrived.notify_one();
+    }
+    fn set_problem(&self, e: Option<BusError>) {
+        lock(&self.slot).problem = e;
+    }
+    fn put(&self, m: BusMessage) {
+        lock(&self.slot).held = Some(m);
+        self.arrived.notify_one();
+    }
+    /// Takes the held message back (the subscription is gone); false when it was taken.
+    fn take_back(&self) -> bool {
+        lock(&self.slot).held.take().is_some()
+    }
+    fn holds(&self) -> bool {
+        lock(&self.slot).held.is_some()
+    }
+}
+
+struct NatsInbox {
+    shared: Arc<Shared>,
+    local: Subscribed,
+    recipient: String,
+    generation: u64,
+}
+
+#[async_trait::async_trait]
+impl Inbox for NatsInbox {
+    fn poll(&mut self) -> Poll {
+        if self.shared.closed.is_cancelled() {
+            return Poll::Closed;
+        }
+        let taken = lock(&self.shared.slot).held.take();
+        match taken {
+            Some(m) => {
+                self.shared.taken.notify_one();
+                Poll::Message(m)
+            }
+            None => Poll::Empty,
+        }
+    }
+
+    async fn changed(&mut self) {
+        self.shared.arrived.notified().await;
+    }
+
+    fn dropped(&self) -> u64 {
+        0
+    }
+
+    fn problem(&self) -> Option<BusError> {
+        lock(&self.shared.slot).problem.clone()
+    }
+}
+
+impl Drop for NatsInbox {
+    fn drop(&mut self) {
+        let mut local = lock(&self.local);
+        if local
+            .get(&self.recipient)
+            .is_some_and(|(g, _)| *g == self.generation)
+        {
+            local.remove(&self.recipient);
+        }
+        self.shared.close();
+    }
+}
+
+/// The task that moves one recipient's messages from the broker into its subscription.
+struct Pump {
+    shared: Arc<Shared>,
+    js: Context,
+    url: String,
+    stream: String,
+    recipient: String,
+    consumer: pull::Config,
+    ack_wait: Duration,
+    connected: watch::Receiver<u64>,
+}
+
+impl Pump {
+    fn trouble(&self, what: &str, e: impl std::fmt::Display) -> BusError {
+        BusError::BrokerUnavailable {
+            url: self.url.clone(),
+            reason: format!("{what}: {e}"),
+        }
+    }
+
+    async fn run(mut self) {
+        let mut pause = RETRY_MIN;
+        while !self.shared.closed.is_cancelled() {
+            match self.pump().await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(recipient = %self.recipient, error = %e, "bus subscription: broker trouble, retrying");
+                    self.shared.set_problem(Some(e));
+                }
+            }
+            tokio::select! {
+                () = self.shared.closed.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// Pumps until the subscription closes (`Ok`) or the broker fails (`Err`).
+    async fn pump(&mut self) -> Result<(), BusError> {
+        self.connected.mark_unchanged();
+        let stream = self
+            .js
+            .get_stream(&self.stream)
+            .await
+            .map_err(|e| self.trouble("stream", e))?;
+        let consumer: PullConsumer = stream
+            .get_or_create_consumer(
+                self.consumer.durable_name.as_deref().unwrap_or_default(),
+                self.consumer.clone(),
+            )
+            .await
+            .map_err(|e| self.trouble("consumer", e))?;
+        // async-nats keeps pull requests going on this stream (and asks again after a
+        // reconnect). One message per request: while this task holds a message it has no request
+        // open, so a message it gives back cannot be handed to a request of its own that nobody
+        // reads any more (the broker would keep it there until `ack_wait`): asking for more per
+        // request breaks that (tried: `bus_a_dropped_subscription_gives_back_the_message_it_held`
+        // then fails on nats-server 2.9).
+        let mut messages = consumer
+            .stream()
+            .max_messages_per_batch(1)
+            .expires(PULL_EXPIRES)
+            .heartbeat(PULL_HEARTBEAT)
+            .messages()
+            .await
+            .map_err(|e| self.trouble("pull", e))?;
+        self.shared.set_problem(None);
+        loop {
+            let next = tokio::select! {
+                () = self.shared.closed.cancelled() => return Ok(()),
+                _ = self.connected.changed() => {
+                    self.shared.set_problem(None);
+                    continue;
+                }
+                next = messages.next() => next,
+            };
+            match next {
+                None => return Err(self.trouble("pull", "the message stream ended")),
+                Some(Err(e)) if e.kind() == MessagesErrorKind::MissingHeartbeat => {
+                    // the broker is silent: say so, and keep the stream (it pulls again)
+                    self.shared.set_problem(Some(self.trouble("pull", e)));
+                }
+                Some(Err(e)) => return Err(self.trouble("pull", e)),
+                Some(Ok(m)) => {
+                    self.shared.set_problem(None);
+                    if let Some(back) = self.deliver(m).await? {
+                        // Unsubscribe this stream's pull request first (the broker would hand
+                        // the message straight back to it), then give the message back.
+                        drop(messages);
+                        let _ = back.ack_with(AckKind::Nak(None)).await;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands one message to the subscription and acknowledges it once taken. `Ok(Some(m))`: the
+    /// subscription closed first; the caller gives `m` back to the broker for the next one.
+    async fn deliver(&self, m: Message) -> Result<Option<Message>, BusError> {
+        let seq = match m.info() {
+            Ok(info) => info.stream_sequence,
+            Err(e) => return Err(self.trouble("message without JetStream info", e)),
+        };
+        let message = decode(seq, &m.payload).and_then(|b| {
+            if b.to == self.recipient {
+                Ok(b)
+            } else {
+                Err(BusError::BadPayload(format!("addressed to {:?}", b.to)))
+            }
+        });
+        let message = match message {
+            Ok(b) => b,
+            Err(e) => {
+                // a message no sender of this bus wrote: never retry it, never block the rest
+                tracing::warn!(recipient = %self.recipient, seq, error = %e, "bus: dropped a message that is not a bus message");
+                let _ = m.ack_with(AckKind::Term).await;
+                return Ok(None);
+            }
+        };
+        self.shared.put(message);
+        loop {
+            tokio::select! {
+                () = self.shared.taken.notified() => {
+                    if !self.shared.holds() {
+                        break;
+                    }
+                }
+                () = self.shared.closed.cancelled() => {
+                    if self.shared.take_back() {
+                        return Ok(Some(m));
+                    }
+                    break;
+                }
+                // not taken yet: tell the broker this process still holds it
+                () = tokio::time::sleep(self.ack_wait / 3) => {
+                    let _ = m.ack_with(AckKind::Progress).await;
+                }
+            }
+        }
+        // Taken: acknowledge, confirmed by the broker. If that fails the broker sends it again
+        // after `ack_wait`, and the subscription drops the repeat by its id.
+        let mut last = None;
+        for _ in 0..3 {
+            match m.double_ack().await {
+                Ok(()) => return Ok(None),
+                Err(e) => last = Some(e.to_string()),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(self.trouble("acknowledging", last.unwrap_or_default()))
+    }
+}

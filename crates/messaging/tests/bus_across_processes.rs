@@ -1,0 +1,615 @@
+//! The bus across processes on a real NATS JetStream broker (#28): one OS process sends, another
+//! receives — this test binary run again as its second process (the ignored test `peer`).
+//! Needs `TEST_NATS_URL` and `TEST_NATS_FAULT_*` (set by `cargo xtask test`, or
+//! `cargo xtask with-services cargo test -p messaging --features nats --test bus_across_processes`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use messaging::{BusError, MessageBus, NatsConfig, OutgoingMessage, QuickReplies, SendMessageTool};
+use serde_json::{Value, json};
+use tool_system::{Tool, ToolContext, ToolErrorKind};
+
+/// A broker URL from the environment, or a failure saying how to get one (never a silent pass).
+fn env(name: &str) -> String {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => panic!(
+            "{name} is not set, so the bus tests cannot reach a NATS broker: run `cargo xtask test` \
+             (it starts a private nats-server with JetStream on 127.0.0.1 and sets it), or `cargo \
+             xtask with-services cargo test -p messaging --features nats --test bus_across_processes`"
+        ),
+    }
+}
+
+/// A stream of its own for each test and run, so tests sharing a broker never see each other.
+fn stream_name(test: &str) -> String {
+    format!("T_{test}_{}", std::process::id())
+}
+
+fn qr(items: &[&str]) -> Option<QuickReplies> {
+    QuickReplies::new(items.iter().map(|s| (*s).to_owned()).collect()).unwrap()
+}
+
+/// Starts this test binary again as the peer process with `role` and `vars`.
+fn spawn_peer(role: &str, vars: &[(&str, String)]) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--ignored",
+        "--exact",
+        "peer",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("BUS_PEER_ROLE", role)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// A running peer process and its `@@`-prefixed JSON lines (libtest prints its own lines too).
+struct Peer {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl Peer {
+    fn start(role: &str, vars: &[(&str, String)]) -> Self {
+        let mut child = spawn_peer(role, vars);
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // libtest may print `test peer ... ` on the same line first
+                if let Some(at) = l.find("@@") {
+                    let _ = tx.send(serde_json::from_str(&l[at + 2..]).unwrap());
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits (at most `limit`: a hang guard, not a speed check) for a line with `text`.
+    fn wait_for(&mut self, text: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.seen.iter().any(|l| l["text"] == text) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "the peer printed no {text:?} within {limit:?}: {:?}",
+                        self.seen
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every line, once the peer exits (killed, and the test failed, past `limit`).
+    fn finish(mut self, limit: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "peer process failed: {status}");
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "peer process still running after {limit:?}; it printed {:?}",
+                    self.seen
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.seen.extend(self.lines.try_iter());
+        // the reader thread may still hold the last lines for a moment after the exit
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        self.seen
+    }
+}
+
+/// Runs a peer to its end.
+fn peer_lines(role: &str, vars: &[(&str, String)], limit: Duration) -> Vec<Value> {
+    Peer::start(role, vars).finish(limit)
+}
+
+fn out(v: Value) {
+    println!("@@{v}");
+}
+
+/// The second process of the tests above (run by them, with `BUS_PEER_ROLE`):
+/// * `send`: sends `BUS_PEER_PLAN` (a JSON list of `{msgId, text, quickReplies?, times}`) to
+///   `BUS_PEER_TO`, each `times` times with the same message id, and prints every `Delivery`;
+/// * `receive`: subscribes as `BUS_PEER_TO` and prints every message until one reads `END`
+///   (with `BUS_PEER_HOLD_AFTER=N`: after N messages it takes no more and waits to be killed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the second process of the bus tests: they run it themselves"]
+async fn peer() {
+    let Ok(role) = std::env::var("BUS_PEER_ROLE") else {
+        panic!(
+            "`peer` is the second process of the other tests in this file, which start it themselves"
+        );
+    };
+    let config = NatsConfig::new(env("BUS_PEER_URL"))
+        .stream(env("BUS_PEER_STREAM"))
+        .duplicate_window(Duration::from_millis(
+            env("BUS_PEER_WINDOW_MS").parse().unwrap(),
+        ))
+        .ack_wait(Duration::from_secs(2));
+    let bus = MessageBus::connect_nats_with(config).await.unwrap();
+    let to = env("BUS_PEER_TO");
+    match role.as_str() {
+        "send" => {
+            let plan: Vec<Value> = serde_json::from_str(&env("BUS_PEER_PLAN")).unwrap();
+            for step in plan {
+                let quick: Vec<&str> = step["quickReplies"]
+                    .as_array()
+                    .map(|a| a.iter().map(|v| v.as_str().unwrap()).collect())
+                    .unwrap_or_default();
+                let m = OutgoingMessage::new("agent", &to, step["text"].as_str().unwrap())
+                    .with_msg_id(step["msgId"].as_str().unwrap())
+                    .with_quick_replies(qr(&quick));
+                for _ in 0..step["times"].as_u64().unwrap_or(1) {
+                    let d = bus.send(m.clone()).await.unwrap();
+                    out(json!({"msgId": m.msg_id, "id": d.id, "duplicate": d.duplicate}));
+                    if let Some(ms) = step["pauseMs"].as_u64() {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
+                }
+            }
+        }
+        "receive" => {
+            let hold_after: Option<usize> = std::env::var("BUS_PEER_HOLD_AFTER")
+                .ok()
+                .map(|n| n.parse().unwrap());
+            let mut inbox = bus.subscribe(&to);
+            out(json!({"subscribed": to}));
+            for n in 1.. {
+                let m = inbox.recv().await.unwrap();
+                out(m.to_payload());
+                if m.text == "END" {
+                    break;
+                }
+                if hold_after == Some(n) {
+                    // take no more: the next message waits in this process until it is killed
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+        other => panic!("unknown peer role {other}"),
+    }
+}
+
+fn texts(messages: &[Value]) -> Vec<&str> {
+    messages
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect()
+}
+
+/// Process A sends a conversation and exits, each message sent twice with the same id; then
+/// process B subscribes (late, in another process) and gets all of it: in order, each message
+/// once, quick replies intact, numbered as A was told.
+#[test]
+fn bus_across_processes_in_order_at_least_once_repeats_dropped() {
+    let url = env("TEST_NATS_URL");
+    let stream = stream_name("order");
+    let to = "user:alice";
+    let mut plan: Vec<Value> = (0..30)
+        .map(|i| json!({"msgId": format!("m-{i}"), "text": format!("message {i}"), "times": 2}))
+        .collect();
+    plan[3] = json!({"msgId": "m-3", "text": "Deploy now?", "quickReplies": ["Yes", "No", "Later"], "times": 2});
+    plan.push(json!({"msgId": "end", "text": "END"}));
+    let vars = |plan: String| {
+        vec![
+            ("BUS_PEER_URL", url.clone()),
+            ("BUS_PEER_STREAM", stream.clone()),
+            ("BUS_PEER_WINDOW_MS", "120000".to_owned()),
+            ("BUS_PEER_TO", to.to_owned()),
+            ("BUS_PEER_PLAN", plan),
+        ]
+    };
+    let sent = peer_lines(
+        "send",
+        &vars(json!(plan).to_string()),
+        Duration::from_secs(120),
+    );
+    assert_eq!(sent.len(), 61);
+    // the repeat of each message: recognised by the broker, not stored again, same number
+    for pair in sent[..60].chunks(2) {
+        assert_eq!(pair[0]["msgId"], pair[1]["msgId"]);
+        assert_eq!(pair[0]["duplicate"], false, "{pair:?}");
+        assert_eq!(pair[1]["duplicate"], true, "{pair:?}");
+        assert_eq!(pair[0]["id"], pair[1]["id"]);
+    }
+    let got = peer_lines("receive", &vars(String::new()), Duration::from_secs(120));
+    assert_eq!(got[0], json!({"subscribed": to}));
+    let got = &got[1..];
+    let mut expected: Vec<String> = (0..30).map(|i| format!("message {i}")).collect();
+    expected[3] = "Deploy now?".into();
+    expected.push("END".into());
+    assert_eq!(texts(got), expected, "in order, each once");
+    assert_eq!(got[3]["quickReplies"], json!(["Yes", "No", "Later"]));
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(i, m)| i == 3 || m.get("quickReplies").is_none())
+    );
+    let ids: Vec<&Value> = got.iter().map(|m| &m["id"]).collect();
+    let sent_ids: Vec<&Value> = sent.iter().step_by(2).map(|d| &d["id"]).collect();
+    assert_eq!(ids, sent_ids, "numbered as the sender was told");
+    assert!(got.iter().all(|m| m["from"] == "agent" && m["to"] == to));
+}
+
+/// A repeat the broker no longer recognises (sent after its duplicate window) is stored twice;
+/// the receiving process still hands it out once, by its message id.
+#[test]
+fn bus_receiver_drops_a_repeat_the_broker_stored_twice() {
+    let url = env("TEST_NATS_URL");
+    let stream = stream_name("repeat");
+    let to = "agent-b";
+    // 100 ms window; the repeat waits 1.5 s, well past it and the broker's purge of it
+    let plan = json!([
+        {"msgId": "first", "text": "before"},
+        {"msgId": "again", "text": "Proceed?", "quickReplies": ["Go", "Stop"], "times": 2, "pauseMs": 1500},
+        {"msgId": "last", "text": "after"},
+        {"msgId": "end", "text": "END"},
+    ]);
+    let vars = |plan: String| {
+        vec![
+            ("BUS_PEER_URL", url.clone()),
+            ("BUS_PEER_STREAM", stream.clone()),
+            ("BUS_PEER_WINDOW_MS", "100".to_owned()),
+            ("BUS_PEER_TO", to.to_owned()),
+            ("BUS_PEER_PLAN", plan),
+        ]
+    };
+    let sent = peer_lines("send", &vars(plan.to_string()), Duration::from_secs(60));
+    assert_eq!(sent.len(), 5);
+    assert_eq!(sent[1]["msgId"], "again");
+    assert_eq!(sent[2]["msgId"], "again");
+    assert_eq!(
+        sent[2]["duplicate"], false,
+        "the broker stored the repeat again (its window had passed): {sent:?}"
+    );
+    assert_ne!(sent[1]["id"], sent[2]["id"]);
+    let got = peer_lines("receive", &vars(String::new()), Duration::from_secs(60));
+    let got = &got[1..];
+    assert_eq!(texts(got), ["before", "Proceed?", "after", "END"]);
+    assert_eq!(got[1]["quickReplies"], json!(["Go", "Stop"]));
+    assert_eq!(got[1]["msgId"], "again");
+}
+
+/// Whether process `pid` runs (a killed child of xtask stays a zombie until xtask reaps it).
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// A receiving process dies (SIGKILL) holding the next message it had not handed out yet; the
+/// next process to subscribe as the same recipient gets everything from there on, in order:
+/// nothing is lost, and at most the one message the dead process had handed out but whose
+/// acknowledgement it may not have sent comes again.
+#[test]
+fn bus_receiver_process_killed_holding_a_message_the_next_one_gets_the_rest() {
+    let url = env("TEST_NATS_URL");
+    let stream = stream_name("handover");
+    let to = "user:carol";
+    let mut plan: Vec<Value> = (0..10)
+        .map(|i| json!({"msgId": format!("m-{i}"), "text": format!("message {i}")}))
+        .collect();
+    plan.push(json!({"msgId": "end", "text": "END"}));
+    let vars = |plan: String| {
+        vec![
+            ("BUS_PEER_URL", url.clone()),
+            ("BUS_PEER_STREAM", stream.clone()),
+            ("BUS_PEER_WINDOW_MS", "120000".to_owned()),
+            ("BUS_PEER_TO", to.to_owned()),
+            ("BUS_PEER_PLAN", plan),
+        ]
+    };
+    let sent = peer_lines(
+        "send",
+        &vars(json!(plan).to_string()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(sent.len(), 11);
+    let mut first_vars = vars(String::new());
+    first_vars.push(("BUS_PEER_HOLD_AFTER", "4".to_owned()));
+    let mut first = Peer::start("receive", &first_vars);
+    first.wait_for("message 3", Duration::from_secs(60));
+    // give its pump a moment to take "message 4" from the broker into the process
+    std::thread::sleep(Duration::from_millis(500));
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let before: Vec<Value> = first
+        .seen
+        .drain(1..)
+        .chain(first.lines.try_iter())
+        .collect();
+    assert_eq!(
+        texts(&before),
+        ["message 0", "message 1", "message 2", "message 3"]
+    );
+    let after = peer_lines("receive", &vars(String::new()), Duration::from_secs(60));
+    let after = &after[1..];
+    let mut expected: Vec<String> = (4..10).map(|i| format!("message {i}")).collect();
+    expected.push("END".into());
+    let got = texts(after);
+    let got = if got.first() == Some(&"message 3") {
+        &got[1..] // handed out by the dead process, its acknowledgement lost with it
+    } else {
+        &got[..]
+    };
+    assert_eq!(got, expected, "nothing lost, in order");
+}
+
+/// Polls `f` until it gives something (at most 60 s: a hang guard).
+fn wait_until<T>(mut f: impl FnMut() -> Option<T>, what: &str) -> T {
+    let start = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = f() {
+            eprintln!("waited {:?} for {what}", start.elapsed());
+            return v;
+        }
+        assert!(Instant::now() < deadline, "waited 60 s for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `kill -KILL` the fault-test broker's process, by its pid file.
+fn kill_broker() {
+    let pid = std::fs::read_to_string(env("TEST_NATS_FAULT_PID")).unwrap();
+    let pid = pid.trim().to_owned();
+    let status = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(&pid) {
+        assert!(Instant::now() < deadline, "nats-server {pid} did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts the fault-test broker again with its config (same port, same store). It outlives
+/// this test; xtask stops it by its pid file.
+fn start_broker() {
+    let mut server = Command::new(env("TEST_NATS_SERVER"))
+        .arg("-c")
+        .arg(env("TEST_NATS_FAULT_CONF"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // reaped here if it ends while this test runs
+    std::thread::spawn(move || server.wait());
+}
+
+/// The broker dies (SIGKILL) mid-conversation and comes back: sends while it is down fail with
+/// typed errors saying what to do; the same messages sent again afterwards, and every message
+/// acknowledged before, reach the receiving process — which stayed up throughout — in order,
+/// once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bus_broker_killed_mid_conversation_typed_errors_then_nothing_lost() {
+    let url = env("TEST_NATS_FAULT_URL");
+    let stream = stream_name("fault");
+    let to = "user:bob";
+    let config = NatsConfig::new(&url)
+        .stream(&stream)
+        .ack_wait(Duration::from_secs(2))
+        .timeout(Duration::from_secs(2));
+    let bus = MessageBus::connect_nats_with(config).await.unwrap();
+    let mut receiver = Peer::start(
+        "receive",
+        &[
+            ("BUS_PEER_URL", url.clone()),
+            ("BUS_PEER_STREAM", stream.clone()),
+            ("BUS_PEER_WINDOW_MS", "120000".to_owned()),
+            ("BUS_PEER_TO", to.to_owned()),
+        ],
+    );
+    let msg = |i: &str| {
+        OutgoingMessage::new("agent", to, format!("message {i}"))
+            .with_msg_id(format!("m-{i}"))
+            .with_quick_replies(qr(&["ok", i]))
+    };
+    let mut expected = Vec::new();
+    for i in 0..10 {
+        bus.send(msg(&i.to_string())).await.unwrap();
+        expected.push(format!("message {i}"));
+    }
+    // mid-conversation: the other process has received what was sent so far
+    receiver.wait_for("message 9", Duration::from_secs(60));
+    let watcher = bus.subscribe("watcher"); // a subscription in this process, to see it report
+
+    kill_broker();
+    let problem = wait_until(
+        || watcher.problem(),
+        "the subscription to report the broker gone",
+    );
+    assert!(
+        matches!(problem, BusError::BrokerUnavailable { .. }),
+        "{problem:?}"
+    );
+    let down: Vec<OutgoingMessage> = (0..3).map(|i| msg(&format!("down-{i}"))).collect();
+    for m in &down {
+        let t = Instant::now();
+        let e = bus.send(m.clone()).await.unwrap_err();
+        eprintln!("while the broker is down, after {:?}: {e}", t.elapsed());
+        match &e {
+            BusError::BrokerUnavailable { url: u, .. } => {
+                assert_eq!(u, &url);
+                assert!(e.to_string().contains("send the same message again"), "{e}");
+            }
+            // written before the client saw the connection die: maybe stored, resent below
+            BusError::NotConfirmed { .. } => {
+                assert!(e.to_string().contains("delivered once"), "{e}");
+            }
+            other => panic!("not the broker-down error: {other:?}"),
+        }
+    }
+    // the model's send_message gets a plain "unavailable", the operator the broker's address
+    let tool = SendMessageTool::new(bus.clone(), "agent");
+    let e = tool
+        .call(
+            json!({"recipient": to, "text": "via the tool"}),
+            ToolContext::new("c1"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ToolErrorKind::Unavailable);
+    assert!(e.message.contains("was not sent"), "{}", e.message);
+    // a fresh connect while it is down is refused the same way
+    let e = MessageBus::connect_nats_with(
+        NatsConfig::new(&url)
+            .stream(&stream)
+            .timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, BusError::BrokerUnavailable { .. }), "{e:?}");
+
+    start_broker();
+    let restarted = Instant::now();
+    // as the errors said: send the same messages again, once the bus has reconnected
+    for m in &down {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match bus.send(m.clone()).await {
+                Ok(_) => break,
+                Err(BusError::BrokerUnavailable { .. } | BusError::NotConfirmed { .. })
+                    if Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("after the restart: {e:?}"),
+            }
+        }
+        expected.push(m.text.clone());
+    }
+    eprintln!(
+        "sending again succeeded {:?} after the restart",
+        restarted.elapsed()
+    );
+    for i in 10..20 {
+        bus.send(msg(&i.to_string())).await.unwrap();
+        expected.push(format!("message {i}"));
+    }
+    let r = tool
+        .call(
+            json!({"recipient": to, "text": "Pick one", "quickReplies": ["A", "B", "C"]}),
+            ToolContext::new("c2"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["success"], true);
+    expected.push("Pick one".into());
+    wait_until(
+        || watcher.problem().is_none().then_some(()),
+        "the subscription to recover",
+    );
+    bus.send(OutgoingMessage::new("agent", to, "END"))
+        .await
+        .unwrap();
+    expected.push("END".into());
+
+    let t = Instant::now();
+    let got = tokio::task::spawn_blocking(move || receiver.finish(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    eprintln!(
+        "the receiving process ended {:?} after END was sent",
+        t.elapsed()
+    );
+    let got = &got[1..];
+    assert_eq!(
+        texts(got),
+        expected,
+        "every acknowledged message, in order, once"
+    );
+    assert_eq!(got[12]["quickReplies"], json!(["ok", "down-2"]));
+    assert_eq!(got[23]["quickReplies"], json!(["A", "B", "C"]));
+    assert_eq!(got[23]["id"], r["messageId"]);
+}
+
+/// Whatever a message id may hold, it travels intact, and a bad one is refused before sending.
+#[tokio::test]
+async fn bus_message_ids_are_checked_and_kept() {
+    let url = env("TEST_NATS_URL");
+    let bus = MessageBus::connect_nats_with(NatsConfig::new(&url).stream(stream_name("ids")))
+        .await
+        .unwrap();
+    for bad in ["", "has space", "line\nbreak", &"x".repeat(129), "é"] {
+        let e = bus
+            .send(OutgoingMessage::new("a", "b", "t").with_msg_id(bad))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, BusError::BadMessageId(_)), "{bad:?}: {e:?}");
+    }
+    let mut inbox = bus.subscribe("b");
+    let m = OutgoingMessage::new("a", "b", "t").with_msg_id("call_1:session-9/ü".replace('ü', "u"));
+    let d = bus.send(m).await.unwrap();
+    let got = inbox.recv().await.unwrap();
+    assert_eq!((got.id, got.msg_id.as_str()), (d.id, "call_1:session-9/u"));
+}
+
+/// A subscription dropped (or replaced) while it holds a message it has not handed out gives it
+/// back at once: the next subscription gets it first, without waiting for the broker's
+/// redelivery timer (10 minutes here, far past the hang guard).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bus_a_dropped_subscription_gives_back_the_message_it_held() {
+    let url = env("TEST_NATS_URL");
+    let config = NatsConfig::new(&url)
+        .stream(stream_name("giveback"))
+        .ack_wait(Duration::from_secs(600));
+    let bus = MessageBus::connect_nats_with(config).await.unwrap();
+    for i in 0..3 {
+        bus.send(OutgoingMessage::new("a", "r", format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    let mut first = bus.subscribe("r");
+    assert_eq!(first.recv().await.unwrap().text, "m0");
+    // let its pump take m1 from the broker into this process
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(first);
+    let mut second = bus.subscribe("r");
+    let next = tokio::time::timeout(Duration::from_secs(60), second.recv())
+        .await
+        .expect("the held message came back")
+        .unwrap();
+    assert_eq!(next.text, "m1");
+    // replacing a subscription in the same process hands over the same way
+    let mut third = bus.subscribe("r");
+    assert!(second.recv().await.is_none(), "the replaced one ends");
+    assert!(bus.is_subscribed("r"));
+    let last = tokio::time::timeout(Duration::from_secs(60), third.recv())
+        .await
+        .expect("m2 after the replacement")
+        .unwrap();
+    assert_eq!(last.text, "m2");
+    drop(third);
+    assert!(!bus.is_subscribed("r"));
+}
