@@ -1,7 +1,8 @@
 //! Bounded benchmark (harness = false): tools/call round trips over stdio against our own rmcp
-//! server and against server-everything (node), the bridge against a bare JSON-RPC client on the
-//! same server (the ratio printed), the same calls over Streamable HTTP, and tokens injected per
-//! turn with level-1 descriptions against full schemas for the same tools.
+//! server and against server-everything (node), the bridge (called from `main` and from a spawned
+//! task) against a bare JSON-RPC client on the same server (the ratio printed, with each client's
+//! context switches and CPU time per call), the same calls over Streamable HTTP, and tokens
+//! injected per turn with level-1 descriptions against full schemas for the same tools.
 //! `cargo bench -p mcp-bridge`.
 //! Set `MCP_BENCH_CALLS` to change the number of calls (default 2000).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
