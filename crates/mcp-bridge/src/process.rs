@@ -13,7 +13,7 @@
 //!
 //! rmcp's own child-process transport inherits stderr, does not start the child in its own
 //! process group and ignores stdout lines that are not JSON, so the bridge spawns the
-//! [`tokio::process::Command`] itself and hands rmcp a transport of its own ([`StdioTransport`]):
+//! [`tokio::process::Command`] itself and hands rmcp a transport of its own (`StdioTransport`):
 //! the server's messages, each stdout line framed (with a size cap), checked and parsed exactly
 //! once as rmcp's service task reads them (no task or channel in between), and each message
 //! written as one line to the server's stdin by the service task itself, at once, when the pipe
