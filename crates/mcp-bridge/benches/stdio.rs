@@ -1,7 +1,8 @@
 //! Bounded benchmark (harness = false): tools/call round trips over stdio against our own rmcp
-//! server and against server-everything (node), the bridge against a bare JSON-RPC client on the
-//! same server (the ratio printed), the same calls over Streamable HTTP, and tokens injected per
-//! turn with level-1 descriptions against full schemas for the same tools.
+//! server and against server-everything (node), the bridge (called from `main` and from a spawned
+//! task) against a bare JSON-RPC client on the same server (the ratio printed, with each client's
+//! context switches and CPU time per call), the same calls over Streamable HTTP, and tokens
+//! injected per turn with level-1 descriptions against full schemas for the same tools.
 //! `cargo bench -p mcp-bridge`.
 //! Set `MCP_BENCH_CALLS` to change the number of calls (default 2000).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -138,8 +139,87 @@ impl Drop for Bare {
     }
 }
 
-/// The bridge (as a new user calls it: `McpBridge::call`) against the bare client on the same
-/// kind of server, alternating in blocks so that load on the machine hits both alike.
+/// This process's resource use so far, every thread included (the caller, Tokio's workers, the
+/// bare client's blocking thread): read around each block, it gives the context switches and
+/// the CPU time a client costs per call — numbers that load on the machine barely moves, unlike
+/// calls/s, so a hop removed shows even when wall-clock time is noisy.
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    voluntary: i64,
+    involuntary: i64,
+    cpu: Duration,
+}
+
+impl Usage {
+    fn now() -> Self {
+        use nix::sys::resource::{UsageWho, getrusage};
+        use nix::sys::time::TimeValLike;
+        let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+        let micros = u.user_time().num_microseconds() + u.system_time().num_microseconds();
+        Self {
+            voluntary: u.voluntary_context_switches(),
+            involuntary: u.involuntary_context_switches(),
+            cpu: Duration::from_micros(micros as u64),
+        }
+    }
+
+    /// Adds what was used since `before`.
+    fn add_since(&mut self, before: Usage) {
+        let now = Usage::now();
+        self.voluntary += now.voluntary - before.voluntary;
+        self.involuntary += now.involuntary - before.involuntary;
+        self.cpu += now.cpu - before.cpu;
+    }
+}
+
+/// One client's results over all blocks.
+#[derive(Default)]
+struct Tally {
+    lat: Vec<Duration>,
+    took: Duration,
+    used: Usage,
+}
+
+impl Tally {
+    fn calls_per_s(&self) -> f64 {
+        self.lat.len() as f64 / self.took.as_secs_f64()
+    }
+
+    fn row(&mut self, client: &str) {
+        self.lat.sort();
+        let n = self.lat.len() as f64;
+        println!(
+            "| {client} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.1} |",
+            self.calls_per_s(),
+            pct(&self.lat, 0.50).as_secs_f64() * 1e6,
+            pct(&self.lat, 0.99).as_secs_f64() * 1e6,
+            self.used.voluntary as f64 / n,
+            self.used.involuntary as f64 / n,
+            self.used.cpu.as_secs_f64() * 1e6 / n,
+        );
+    }
+}
+
+/// One block of `per` echo calls through the bridge, from whatever task runs it.
+async fn bridge_block(b: &McpBridge, tag: &str, per: usize, into: &mut Tally) {
+    let before = Usage::now();
+    let t0 = Instant::now();
+    for i in 0..per {
+        let s = Instant::now();
+        let v = b
+            .call("everything__echo", json!({"message": format!("{tag}-{i}")}))
+            .await
+            .unwrap();
+        into.lat.push(s.elapsed());
+        assert!(v.as_str().unwrap().ends_with(&format!("{tag}-{i}")));
+    }
+    into.took += t0.elapsed();
+    into.used.add_since(before);
+}
+
+/// The bridge (as a new user calls it: `McpBridge::call` from `main`, and from inside a spawned
+/// task, as an agent loop or a web handler runs) against the bare client on the same kind of
+/// server, alternating in blocks so that load on the machine hits all alike.
 async fn bridge_vs_bare(b: &McpBridge, n: usize) {
     const BLOCKS: usize = 8;
     let per = (n / BLOCKS).max(1);
@@ -150,63 +230,50 @@ async fn bridge_vs_bare(b: &McpBridge, n: usize) {
             .unwrap();
         bare.echo("warm");
     }
-    let (mut lb, mut lr) = (Vec::new(), Vec::new());
-    let (mut tb, mut tr) = (Duration::ZERO, Duration::ZERO);
+    let (mut main_t, mut task_t, mut bare_t) =
+        (Tally::default(), Tally::default(), Tally::default());
     for block in 0..BLOCKS {
-        let t0 = Instant::now();
-        for i in 0..per {
-            let s = Instant::now();
-            let v = b
-                .call(
-                    "everything__echo",
-                    json!({"message": format!("b{block}-{i}")}),
-                )
-                .await
-                .unwrap();
-            lb.push(s.elapsed());
-            assert!(v.as_str().unwrap().ends_with(&format!("b{block}-{i}")));
-        }
-        tb += t0.elapsed();
+        bridge_block(b, &format!("b{block}"), per, &mut main_t).await;
+        let spawned = b.clone();
+        task_t = tokio::spawn(async move {
+            bridge_block(&spawned, &format!("t{block}"), per, &mut task_t).await;
+            task_t
+        })
+        .await
+        .unwrap();
         // The bare client blocks: run its block on a blocking thread, timed inside.
-        let (back, lat, took) = tokio::task::spawn_blocking(move || {
-            let mut lat = Vec::with_capacity(per);
+        (bare, bare_t) = tokio::task::spawn_blocking(move || {
+            let before = Usage::now();
             let t0 = Instant::now();
             for i in 0..per {
                 let s = Instant::now();
                 let text = bare.echo(&format!("r{block}-{i}"));
-                lat.push(s.elapsed());
+                bare_t.lat.push(s.elapsed());
                 assert!(text.ends_with(&format!("r{block}-{i}")));
             }
-            (bare, lat, t0.elapsed())
+            bare_t.took += t0.elapsed();
+            bare_t.used.add_since(before);
+            (bare, bare_t)
         })
         .await
         .unwrap();
-        bare = back;
-        lr.extend(lat);
-        tr += took;
     }
-    lb.sort();
-    lr.sort();
     let total = per * BLOCKS;
-    let (rb, rr) = (
-        total as f64 / tb.as_secs_f64(),
-        total as f64 / tr.as_secs_f64(),
-    );
     println!(
         "\n## bridge vs a bare JSON-RPC client (server-everything over stdio, {total} sequential echo calls each, alternating in {BLOCKS} blocks)\n"
     );
-    println!("| client | calls/s | p50 µs | p99 µs |\n|---|---|---|---|");
     println!(
-        "| mcp-bridge (`McpBridge::call`) | {rb:.0} | {:.0} | {:.0} |",
-        pct(&lb, 0.50).as_secs_f64() * 1e6,
-        pct(&lb, 0.99).as_secs_f64() * 1e6
+        "Context switches and CPU: this whole process (getrusage), per call.\n\n| client | calls/s | p50 µs | p99 µs | voluntary cs | involuntary cs | CPU µs |\n|---|---|---|---|---|---|---|"
     );
+    main_t.row("mcp-bridge (`McpBridge::call` from `main`)");
+    task_t.row("mcp-bridge (`McpBridge::call` in a spawned task)");
+    bare_t.row("bare client (no SDK, blocking pipes)");
+    let bare_rate = bare_t.calls_per_s();
     println!(
-        "| bare client (no SDK, blocking pipes) | {rr:.0} | {:.0} | {:.0} |",
-        pct(&lr, 0.50).as_secs_f64() * 1e6,
-        pct(&lr, 0.99).as_secs_f64() * 1e6
+        "\nbridge / bare: {:.2}x (from main), {:.2}x (in a task)",
+        main_t.calls_per_s() / bare_rate,
+        task_t.calls_per_s() / bare_rate
     );
-    println!("\nbridge / bare: {:.2}x", rb / rr);
 }
 
 /// The same echo round trips to server-everything over Streamable HTTP on 127.0.0.1 (its

@@ -176,15 +176,14 @@ impl Connection {
         let process::Spawned {
             mut child,
             group,
-            messages,
-            writer,
+            transport,
             mut violation,
         } = spawned;
         let pid = group.pgid();
         let (handler, stale) = ClientSide::new(config, hooks);
         let (client, listed) = match handshake(
             handler,
-            (writer, messages),
+            transport,
             rmcp::ClientLifecycleMode::Initialize,
             config,
         )

@@ -90,8 +90,8 @@ impl McpBridge {
             return self.search_call(&args, session).await;
         }
         let mut tools = self.catalog().await;
-        let mut running = catalog::resolve(&tools, name)
-            .and_then(|t| self.connection_of(&t.service).map(|c| (t.clone(), c)));
+        let mut running =
+            catalog::resolve(&tools, name).and_then(|t| self.connection_of(&t.service));
         if running.is_none()
             && let Some(service) = self.service_of(name)
             && !self.is_running(&service)
@@ -100,14 +100,15 @@ impl McpBridge {
             // waited for or started now, within its startup timeout ([`crate::recovery`]).
             if self.ensure_running(&service).await {
                 tools = self.catalog().await;
-                running = catalog::resolve(&tools, name)
-                    .and_then(|t| self.connection_of(&t.service).map(|c| (t.clone(), c)));
+                running =
+                    catalog::resolve(&tools, name).and_then(|t| self.connection_of(&t.service));
             }
         }
-        let Some((tool, (connection, timeout))) = running else {
+        // The tool is borrowed from the catalog, not copied (its schema included) on every call.
+        let (Some(tool), Some((connection, timeout))) = (catalog::resolve(&tools, name), running)
+        else {
             return Err(self.unavailable(name));
         };
-        let tool = &tool;
         let args = match args {
             Value::Null => Map::new(),
             Value::Object(m) => m,

@@ -13,19 +13,25 @@
 //!
 //! rmcp's own child-process transport inherits stderr, does not start the child in its own
 //! process group and ignores stdout lines that are not JSON, so the bridge spawns the
-//! [`tokio::process::Command`] itself and hands rmcp a transport of its own: a stream of the
-//! server's messages, each stdout line framed (with a size cap), checked and parsed exactly
-//! once, and a sink that writes each message as one line to its stdin. (It used to check each
-//! line, copy it through a pipe and let rmcp parse it again: a third of the time of a call.)
-
-use std::process::{ExitStatus, Stdio};
-use std::time::Duration;
+//! [`tokio::process::Command`] itself and hands rmcp a transport of its own (`StdioTransport`):
+//! the server's messages, each stdout line framed (with a size cap), checked and parsed exactly
+//! once as rmcp's service task reads them (no task or channel in between), and each message
+//! written as one line to the server's stdin by the service task itself, at once, when the pipe
+//! takes it. (It used to check each line, copy it through a pipe and let rmcp parse it again: a
+//! third of the time of a call; and each message waited for a lock and a task of its own before
+//! its write.)
 
 use std::pin::Pin;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
-use futures::{Sink, Stream};
+use futures::{Stream, StreamExt};
+use rmcp::RoleClient;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use rmcp::transport::Transport;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::oneshot;
 
@@ -53,6 +59,9 @@ pub const INHERITED_ENV: &[&str] = &[
 /// protocol: the service goes to `error`.
 pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 
+/// How long closing the transport waits for unwritten messages before it closes stdin anyway.
+const CLOSE_FLUSH: Duration = Duration::from_millis(500);
+
 /// Longest stderr line kept for the log.
 const MAX_STDERR_LINE: usize = 4096;
 
@@ -60,10 +69,8 @@ const MAX_STDERR_LINE: usize = 4096;
 pub(crate) struct Spawned {
     pub child: Child,
     pub group: GroupGuard,
-    /// What rmcp reads: the server's messages from its stdout, each line checked and parsed once.
-    pub messages: Messages,
-    /// What rmcp writes: one line per message to the server's stdin.
-    pub writer: StdinSink,
+    /// What rmcp reads and writes: the server's stdout and stdin.
+    pub transport: StdioTransport,
     /// Fires once when stdout carried something that is not a JSON-RPC message.
     pub violation: oneshot::Receiver<String>,
 }
@@ -108,29 +115,165 @@ pub(crate) fn spawn(cfg: &ServiceConfig) -> std::io::Result<Spawned> {
     Ok(Spawned {
         child,
         group,
-        messages: messages(service, stdout, vtx),
-        writer: stdin_sink(stdin),
+        transport: StdioTransport::new(messages(service, stdout, vtx), stdin),
         violation,
     })
 }
 
-/// The server's messages, as rmcp's transport reads them.
-pub(crate) type Messages = Pin<Box<dyn Stream<Item = ServerJsonRpcMessage> + Send>>;
-/// Our messages to the server, as rmcp's transport writes them.
-pub(crate) type StdinSink = Pin<Box<dyn Sink<ClientJsonRpcMessage, Error = std::io::Error> + Send>>;
+/// The server's messages, read from its stdout.
+type Messages = Pin<Box<dyn Stream<Item = ServerJsonRpcMessage> + Send>>;
 
-/// Each message as one JSON line on the server's stdin.
-fn stdin_sink(stdin: ChildStdin) -> StdinSink {
-    Box::pin(futures::sink::unfold(
-        (stdin, Vec::with_capacity(1024)),
-        |(mut stdin, mut buf): (ChildStdin, Vec<u8>), msg: ClientJsonRpcMessage| async move {
-            buf.clear();
-            serde_json::to_writer(&mut buf, &msg).map_err(std::io::Error::other)?;
-            buf.push(b'\n');
-            stdin.write_all(&buf).await?;
-            Ok((stdin, buf))
-        },
-    ))
+/// rmcp's transport to a stdio server. rmcp's service task polls the stdout stream itself
+/// (`receive`) and writes each outgoing message itself (`send`): a message goes into the pipe
+/// before `send` returns whenever the pipe takes it (a message is small, the pipe holds 64 KiB),
+/// so the future rmcp then spawns to finish the send has nothing left to do. Only a message the
+/// pipe does not take at once waits in an ordered backlog, written by that future.
+pub(crate) struct StdioTransport {
+    messages: Messages,
+    stdin: Arc<Stdin>,
+}
+
+impl StdioTransport {
+    fn new(messages: Messages, stdin: ChildStdin) -> Self {
+        Self {
+            messages,
+            stdin: Arc::new(Stdin {
+                state: Mutex::new(StdinState {
+                    pipe: Some(stdin),
+                    backlog: Vec::with_capacity(1024),
+                    broken: None,
+                }),
+                flushing: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+}
+
+/// The server's stdin, shared by the transport and the sends still finishing.
+struct Stdin {
+    state: Mutex<StdinState>,
+    /// Held by the one future writing the backlog, so that only one waits on the pipe at a time
+    /// (the pipe wakes one waiter); the others queue here in order.
+    flushing: tokio::sync::Mutex<()>,
+}
+
+struct StdinState {
+    /// `None` once the transport closed it.
+    pipe: Option<ChildStdin>,
+    /// Bytes not yet written, in the order the messages were sent. Empty nearly always.
+    backlog: Vec<u8>,
+    /// The first write error: every later send fails with it.
+    broken: Option<std::io::ErrorKind>,
+}
+
+impl StdinState {
+    /// Appends `msg` as one JSON line to the backlog.
+    fn queue(&mut self, msg: &ClientJsonRpcMessage) -> std::io::Result<()> {
+        if let Some(kind) = self.broken {
+            return Err(kind.into());
+        }
+        if self.pipe.is_none() {
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        }
+        let start = self.backlog.len();
+        if let Err(e) = serde_json::to_writer(&mut self.backlog, msg) {
+            self.backlog.truncate(start);
+            return Err(std::io::Error::other(e));
+        }
+        self.backlog.push(b'\n');
+        Ok(())
+    }
+
+    /// Writes as much of the backlog as the pipe takes now; `Pending` (with `cx` woken when the
+    /// pipe can take more) while some is left.
+    fn write_backlog(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if let Some(kind) = self.broken {
+            return Poll::Ready(Err(kind.into()));
+        }
+        let Some(pipe) = self.pipe.as_mut() else {
+            return Poll::Ready(if self.backlog.is_empty() {
+                Ok(())
+            } else {
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            });
+        };
+        let mut written = 0;
+        let result = loop {
+            if written == self.backlog.len() {
+                break Poll::Ready(Ok(()));
+            }
+            match Pin::new(&mut *pipe).poll_write(cx, &self.backlog[written..]) {
+                Poll::Ready(Ok(0)) => break Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Poll::Ready(Err(e)) => break Poll::Ready(Err(e)),
+                Poll::Pending => break Poll::Pending,
+            }
+        };
+        self.backlog.drain(..written);
+        if let Poll::Ready(Err(e)) = &result {
+            self.broken = Some(e.kind());
+        }
+        result
+    }
+}
+
+impl Stdin {
+    /// Until the backlog is written (the bytes queued before this call included).
+    async fn flush(&self) -> std::io::Result<()> {
+        let _turn = self.flushing.lock().await;
+        std::future::poll_fn(|cx| lock(&self.state).write_backlog(cx)).await
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Transport<RoleClient> for StdioTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // Written here, by the caller, when the pipe takes it; else the backlog (which keeps the
+        // order of messages) is written by the returned future.
+        let now = {
+            let mut state = lock(&self.stdin.state);
+            let was_empty = state.backlog.is_empty();
+            match state.queue(&item) {
+                Err(e) => Some(Err(e)),
+                // Another send's bytes wait first: this one waits behind them.
+                Ok(()) if !was_empty => None,
+                Ok(()) => match state.write_backlog(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(done) => Some(done),
+                    Poll::Pending => None,
+                },
+            }
+        };
+        let stdin = self.stdin.clone();
+        async move {
+            match now {
+                Some(done) => done,
+                None => stdin.flush().await,
+            }
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<ServerJsonRpcMessage>> + Send {
+        self.messages.next()
+    }
+
+    /// Writes what is left (for at most [`CLOSE_FLUSH`]: a server that no longer reads does not
+    /// keep its stdin open), then closes the server's stdin: the polite way to end it.
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let flushed = tokio::time::timeout(CLOSE_FLUSH, self.stdin.flush())
+            .await
+            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+        lock(&self.stdin.state).pipe = None;
+        flushed
+    }
 }
 
 /// What the reader of stdout keeps between messages.
@@ -293,5 +436,65 @@ impl GroupGuard {
     /// then SIGKILL to everything it started (detached descendants included), then reaps it.
     pub async fn terminate(self, child: &mut Child, grace: Duration) -> Option<ExitStatus> {
         self.guard.terminate(child, grace).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+    use tokio::io::AsyncReadExt;
+
+    fn progress(n: usize, text: String) -> ClientJsonRpcMessage {
+        serde_json::from_value(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": "t", "progress": n, "message": text}}))
+        .unwrap()
+    }
+
+    /// Messages larger than the pipe holds wait in the backlog: every message arrives whole and
+    /// in the order sent, with the sends finishing concurrently as rmcp runs them (each on a task
+    /// of its own); closing the transport closes the server's stdin, and a later send fails.
+    #[tokio::test]
+    async fn stdin_keeps_whole_lines_in_order_past_the_pipe_size() {
+        let mut child = Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut transport = StdioTransport::new(
+            Box::pin(futures::stream::empty()),
+            child.stdin.take().unwrap(),
+        );
+        let sizes = [10, 1 << 20, 10, 300_000, 10];
+        let sends: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| tokio::spawn(transport.send(progress(i, "x".repeat(*n)))))
+            .collect();
+        let reader = tokio::spawn(async move {
+            let mut out = Vec::new();
+            stdout.read_to_end(&mut out).await.unwrap();
+            out
+        });
+        for send in sends {
+            send.await.unwrap().unwrap();
+        }
+        transport.close().await.unwrap();
+        // `cat` saw the end of its input: it exits and its output ends.
+        let out = reader.await.unwrap();
+        let lines: Vec<Value> = out
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), sizes.len());
+        for (i, (line, n)) in lines.iter().zip(sizes).enumerate() {
+            assert_eq!(line["params"]["progress"].as_f64(), Some(i as f64));
+            assert_eq!(line["params"]["message"].as_str().unwrap().len(), n);
+        }
+        assert!(child.wait().await.unwrap().success());
+        assert!(transport.send(progress(9, "late".into())).await.is_err());
     }
 }
