@@ -7,16 +7,13 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::SERVER;
+use common::{SERVER, agent_over_http};
 use llm_core::Message;
 use mcp_bridge::McpBridge;
 use opentelemetry::trace::SpanKind;
 use opentelemetry_sdk::trace::InMemorySpanExporter;
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
-use tool_system::Agent;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_request_span_and_its_traceparent_reach_the_server() {
@@ -34,15 +31,7 @@ async fn mcp_request_span_and_its_traceparent_reach_the_server() {
     let bridge = McpBridge::with_config_file(&path).unwrap();
     bridge.start("misb").await.unwrap();
     let server = ScriptedServer::start().await;
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(server.base_url()),
-    )
-    .unwrap();
-    let agent = Agent::builder(model)
-        .provider(Arc::new(bridge.clone()))
-        .turn_sections(Arc::new(bridge.clone()))
-        .build()
-        .unwrap();
+    let agent = agent_over_http(&server, &bridge);
     server.push(Reply::tool_call("c1", "misb__traceparent", "{}"));
     server.push(Reply::text("done"));
     let out = agent.run("s", "调用 traceparent 工具").await.unwrap();
@@ -79,18 +68,16 @@ async fn mcp_request_span_and_its_traceparent_reach_the_server() {
     assert_eq!(attr("gen_ai.tool.name").as_deref(), Some("traceparent"));
 
     // The start-up's tool list has its span too.
-    for method in ["tools/list"] {
-        let span = spans
+    let list = spans
+        .iter()
+        .find(|s| s.name == "tools/list")
+        .unwrap_or_else(|| panic!("no tools/list span: {names:?}"));
+    assert_eq!(list.span_kind, SpanKind::Client);
+    assert!(
+        list.attributes
             .iter()
-            .find(|s| s.name == method)
-            .unwrap_or_else(|| panic!("no {method} span: {names:?}"));
-        assert_eq!(span.span_kind, SpanKind::Client);
-        assert!(
-            span.attributes
-                .iter()
-                .any(|kv| kv.key.as_str() == "mcp.service.name" && kv.value.as_str() == "misb")
-        );
-    }
+            .any(|kv| kv.key.as_str() == "mcp.service.name" && kv.value.as_str() == "misb")
+    );
 
     // What the server received is the MCP span's own context: the server's spans become its
     // children in the same trace.
