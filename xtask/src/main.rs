@@ -283,10 +283,14 @@ fn test_all() -> Result<(), String> {
     )?;
     run(
         "cargo clippy -D warnings",
+        // With messaging's `nats` feature, so the broker backend is linted too (the other
+        // optional features — context-engine's `postgres` — are on through dev-dependencies).
         cargo().args([
             "clippy",
             "--workspace",
             "--all-targets",
+            "--features",
+            "messaging/nats",
             "--",
             "-D",
             "warnings",
