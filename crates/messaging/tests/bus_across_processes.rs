@@ -127,6 +127,24 @@ impl Peer {
 }
 
 /// Runs a peer to its end.
+/// What a peer process is told: the broker, the stream and its duplicate window (ms), the
+/// recipient, and its plan (what to send, or when to stop receiving).
+fn peer_vars(
+    url: &str,
+    stream: &str,
+    window_ms: u64,
+    to: &str,
+    plan: String,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("BUS_PEER_URL", url.to_owned()),
+        ("BUS_PEER_STREAM", stream.to_owned()),
+        ("BUS_PEER_WINDOW_MS", window_ms.to_string()),
+        ("BUS_PEER_TO", to.to_owned()),
+        ("BUS_PEER_PLAN", plan),
+    ]
+}
+
 fn peer_lines(role: &str, vars: &[(&str, String)], limit: Duration) -> Vec<Value> {
     Peer::start(role, vars).finish(limit)
 }
@@ -209,7 +227,7 @@ fn texts(messages: &[Value]) -> Vec<&str> {
 /// process B subscribes (late, in another process) and gets all of it: in order, each message
 /// once, quick replies intact, numbered as A was told.
 #[test]
-fn bus_across_processes_in_order_at_least_once_repeats_dropped() {
+fn q7_q8_bus_across_processes_in_order_at_least_once_repeats_dropped() {
     let url = env("TEST_NATS_URL");
     let stream = stream_name("order");
     let to = "user:alice";
@@ -218,15 +236,7 @@ fn bus_across_processes_in_order_at_least_once_repeats_dropped() {
         .collect();
     plan[3] = json!({"msgId": "m-3", "text": "Deploy now?", "quickReplies": ["Yes", "No", "Later"], "times": 2});
     plan.push(json!({"msgId": "end", "text": "END"}));
-    let vars = |plan: String| {
-        vec![
-            ("BUS_PEER_URL", url.clone()),
-            ("BUS_PEER_STREAM", stream.clone()),
-            ("BUS_PEER_WINDOW_MS", "120000".to_owned()),
-            ("BUS_PEER_TO", to.to_owned()),
-            ("BUS_PEER_PLAN", plan),
-        ]
-    };
+    let vars = |plan: String| peer_vars(&url, &stream, 120000, to, plan);
     let sent = peer_lines(
         "send",
         &vars(json!(plan).to_string()),
@@ -273,15 +283,7 @@ fn bus_receiver_drops_a_repeat_the_broker_stored_twice() {
         {"msgId": "last", "text": "after"},
         {"msgId": "end", "text": "END"},
     ]);
-    let vars = |plan: String| {
-        vec![
-            ("BUS_PEER_URL", url.clone()),
-            ("BUS_PEER_STREAM", stream.clone()),
-            ("BUS_PEER_WINDOW_MS", "100".to_owned()),
-            ("BUS_PEER_TO", to.to_owned()),
-            ("BUS_PEER_PLAN", plan),
-        ]
-    };
+    let vars = |plan: String| peer_vars(&url, &stream, 100, to, plan);
     let sent = peer_lines("send", &vars(plan.to_string()), Duration::from_secs(60));
     assert_eq!(sent.len(), 5);
     assert_eq!(sent[1]["msgId"], "again");
@@ -320,15 +322,7 @@ fn bus_receiver_process_killed_holding_a_message_the_next_one_gets_the_rest() {
         .map(|i| json!({"msgId": format!("m-{i}"), "text": format!("message {i}")}))
         .collect();
     plan.push(json!({"msgId": "end", "text": "END"}));
-    let vars = |plan: String| {
-        vec![
-            ("BUS_PEER_URL", url.clone()),
-            ("BUS_PEER_STREAM", stream.clone()),
-            ("BUS_PEER_WINDOW_MS", "120000".to_owned()),
-            ("BUS_PEER_TO", to.to_owned()),
-            ("BUS_PEER_PLAN", plan),
-        ]
-    };
+    let vars = |plan: String| peer_vars(&url, &stream, 120000, to, plan);
     let sent = peer_lines(
         "send",
         &vars(json!(plan).to_string()),

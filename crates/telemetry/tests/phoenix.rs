@@ -141,29 +141,16 @@ async fn spans_of(http: &reqwest::Client, base: &str, session: &str) -> Vec<Valu
     let url = format!("{base}/v1/projects/default/spans/otlpv1");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let body: Value = http
-            .get(&url)
-            .query(&[
-                ("limit", "1000".to_owned()),
-                ("attribute", format!("gen_ai.conversation.id:{session}")),
-            ])
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let session_filter = format!("gen_ai.conversation.id:{session}");
+        let body = get_json(
+            http,
+            &url,
+            &[("limit", "1000"), ("attribute", &session_filter)],
+        )
+        .await;
         if let Some(trace) = body["data"][0]["trace_id"].as_str() {
-            let body: Value = http
-                .get(&url)
-                .query(&[("limit", "1000"), ("trace_id", trace)])
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let spans = body["data"].as_array().cloned().unwrap_or_default();
+            let trace = get_json(http, &url, &[("limit", "1000"), ("trace_id", trace)]).await;
+            let spans = trace["data"].as_array().cloned().unwrap_or_default();
             if spans.len() >= 4 {
                 return spans;
             }
@@ -174,6 +161,17 @@ async fn spans_of(http: &reqwest::Client, base: &str, session: &str) -> Vec<Valu
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+async fn get_json(http: &reqwest::Client, url: &str, query: &[(&str, &str)]) -> Value {
+    http.get(url)
+        .query(query)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// An attribute's value as text (OTLP JSON: `{"key", "value": {"string_value" | "int_value"}}`).
