@@ -317,6 +317,10 @@ impl TokenCounter for EstimateCounter {
     }
 
     fn count_text(&self, text: &str) -> usize {
+        // ASCII has no CJK: one run of `len` characters (the check is vectorised).
+        if text.is_ascii() {
+            return text.len().div_ceil(3);
+        }
         let mut tokens = 0;
         let mut run = 0usize;
         for c in text.chars() {

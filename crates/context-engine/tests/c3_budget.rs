@@ -413,3 +413,34 @@ proptest! {
         }
     }
 }
+
+/// The estimate's definition, character by character: a CJK character is one token and ends
+/// the run before it; every other run of characters is one token per three. (CJK here is the
+/// unified ideographs, the only CJK the strategy below generates.)
+fn estimate_reference(text: &str) -> usize {
+    let (mut tokens, mut run) = (0usize, 0usize);
+    for c in text.chars() {
+        let cjk = matches!(c as u32, 0x4E00..=0x9FFF);
+        if cjk {
+            tokens += run.div_ceil(3) + 1;
+            run = 0;
+        } else {
+            run += 1;
+        }
+    }
+    tokens + run.div_ceil(3)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// C3: the estimate's shortcut for ASCII text (one run, no CJK) counts exactly what the
+    /// per-character definition counts, and mixed text is unchanged by it.
+    #[test]
+    fn c3_estimate_ascii_shortcut_matches_the_definition(
+        text in "[ -~]{0,64}|[a-z 你好世界é]{0,64}",
+    ) {
+        use context_engine::TokenCounter;
+        prop_assert_eq!(EstimateCounter.count_text(&text), estimate_reference(&text));
+    }
+}
