@@ -143,6 +143,21 @@ impl Dispatcher {
             lists.push(p.list().await);
         }
         let old = self.table();
+        // The usual case: the same tools as last time. The table stays as it is (no new map,
+        // no keys copied); it is rebuilt only when a list changed.
+        let unchanged = {
+            let mut seen = 0;
+            lists.iter().enumerate().all(|(provider, list)| {
+                list.iter().all(|spec| {
+                    seen += 1;
+                    old.get(&spec.name)
+                        .is_some_and(|r| r.provider == provider && r.spec == *spec)
+                })
+            }) && seen == old.len()
+        };
+        if unchanged {
+            return lists.into_iter().flatten().collect();
+        }
         let mut table: HashMap<String, Arc<Route>> = HashMap::new();
         let mut specs = Vec::new();
         for (provider, list) in lists.into_iter().enumerate() {
@@ -174,6 +189,9 @@ impl Dispatcher {
     /// [`ToolProvider::advertised`] list, first provider winning on a name clash. Calls route
     /// by [`Dispatcher::specs`], so a tool that is listed but not advertised still runs.
     pub async fn advertised(&self, turn: &TurnInfo) -> Vec<ToolSpec> {
+        if let [only] = self.providers.as_slice() {
+            return only.advertised(turn).await;
+        }
         let mut specs: Vec<ToolSpec> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for p in &self.providers {

@@ -379,6 +379,10 @@ async fn drive(
     r
 }
 
+/// The counter of runs without a budget: one for every run (it holds no state).
+static ESTIMATE: std::sync::LazyLock<Arc<dyn TokenCounter>> =
+    std::sync::LazyLock::new(|| Arc::new(context_engine::EstimateCounter));
+
 async fn drive_traced(
     model: &dyn ChatModel,
     store: &dyn SessionStore,
@@ -410,7 +414,7 @@ async fn drive_traced(
     let counter: Arc<dyn TokenCounter> = match (&options.counter, options.context_budget) {
         (Some(c), _) => Arc::clone(c),
         (None, Some(_)) => context_engine::counter_for_model(&info.model),
-        (None, None) => Arc::new(context_engine::EstimateCounter),
+        (None, None) => Arc::clone(&ESTIMATE),
     };
     let mut builder =
         ContextBuilder::new(options.system_prompt.clone()).with_counter(Arc::clone(&counter));
@@ -429,7 +433,8 @@ async fn drive_traced(
 
     let session = store.load_or_create(session_id).await?;
     let mut history = History::from_messages(counter, session.messages);
-    let mut new_messages = Vec::new();
+    // This run's messages are the history's tail: handed out by moving them, never cloned.
+    let stored_before = history.len();
     let mut machine =
         LoopMachine::new(options.max_iterations).with_corrections(options.corrections);
     let first = match start {
@@ -455,7 +460,6 @@ async fn drive_traced(
             .await?
         }
     };
-    new_messages.extend(first.iter().cloned());
     history.extend(first);
 
     loop {
@@ -522,7 +526,7 @@ async fn drive_traced(
                                     iterations: machine.model_calls(),
                                     hit_iteration_limit: false,
                                     protocol: protocol.name(),
-                                    new_messages,
+                                    new_messages: tail(history, stored_before),
                                     pending_approval: Some(view),
                                     usage,
                                     elapsed: started.elapsed(),
@@ -578,7 +582,6 @@ async fn drive_traced(
             }
         };
         store.append(session_id, &round).await?;
-        new_messages.extend(round.iter().cloned());
         history.extend(round);
         let done = match decision {
             Decision::RunTools | Decision::Reprompt => false,
@@ -597,13 +600,20 @@ async fn drive_traced(
                 iterations: machine.model_calls(),
                 hit_iteration_limit: decision == Decision::StopAtLimit,
                 protocol: protocol.name(),
-                new_messages,
+                new_messages: tail(history, stored_before),
                 pending_approval: None,
                 usage,
                 elapsed: started.elapsed(),
             });
         }
     }
+}
+
+/// The messages after the first `from` (this run's), moved out of the history.
+fn tail(history: History, from: usize) -> Vec<Message> {
+    let mut all = history.into_messages();
+    all.drain(..from.min(all.len()));
+    all
 }
 
 /// Runs the steps of a response in order: text is emitted, each batch of calls is dispatched
