@@ -189,7 +189,8 @@ impl CodeModeBuilder {
             return Err(CodeModeError::NoSandbox(why.clone()));
         }
         let md = dir.path().join("SKILL.md");
-        let text = std::fs::read_to_string(&md).map_err(|e| CodeModeError::Runner(e.to_string()))?;
+        let text =
+            std::fs::read_to_string(&md).map_err(|e| CodeModeError::Runner(e.to_string()))?;
         let skill = skills::parse_skill(&text, dir.path(), &md)
             .map_err(|e| CodeModeError::Runner(e.to_string()))?;
         if let Some(e) = sandbox
@@ -339,7 +340,9 @@ impl CodeModeProvider {
             ),
             ToolSpec::new(
                 DESCRIBE_FUNCTION,
-                format!("Returns the full description of one function available in {RUN_CODE} scripts: its typed signature, every parameter and what it returns."),
+                format!(
+                    "Returns the full description of one function available in {RUN_CODE} scripts: its typed signature, every parameter and what it returns."
+                ),
                 json!({
                     "type": "object",
                     "properties": {"name": {"type": "string", "description": "The function's name (or its tool's)"}},
@@ -356,7 +359,11 @@ impl CodeModeProvider {
                 let known: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
                 Err(ToolError::invalid_arguments(format!(
                     "There is no function {name}; the functions are: {}. Call {DESCRIBE_FUNCTION} again with one of them.",
-                    if known.is_empty() { "(none)".to_owned() } else { known.join(", ") }
+                    if known.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
                 )))
             }
         }

@@ -111,10 +111,7 @@ impl Script<'_> {
         }
         if !self.bound.contains(name) {
             record(&mut self.calls, Some("not_found"));
-            return FrameReply::Answer(refusal(
-                "not_found",
-                format!("Tool not found: {name}"),
-            ));
+            return FrameReply::Answer(refusal("not_found", format!("Tool not found: {name}")));
         }
         let tools = &self.provider.tools;
         if tools.needs_approval(name, &args) || self.provider.policy.requires(name, &args) {
@@ -224,7 +221,9 @@ impl FrameHandler for Script<'_> {
             self.done = Some(error);
             return FrameReply::Continue;
         }
-        FrameReply::Stop("it wrote a line on the runner's channel that the runner never sends".into())
+        FrameReply::Stop(
+            "it wrote a line on the runner's channel that the runner never sends".into(),
+        )
     }
 }
 

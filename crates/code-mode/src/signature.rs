@@ -12,16 +12,26 @@ const LEVEL1_CHARS: usize = 120;
 const MAX_DEPTH: usize = 3;
 
 const KEYWORDS: &[&str] = &[
-    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class",
-    "continue", "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if",
-    "import", "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try",
-    "while", "with", "yield", "match", "case", "type",
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield", "match", "case", "type",
 ];
 
 /// Names the runner defines in a script's namespace; a tool is never bound over them.
 const RESERVED: &[&str] = &[
-    "json", "print", "help", "ToolError", "ToolTimeout", "InvalidArguments", "ToolNotFound",
-    "ToolUnavailable", "ToolCrashed", "ResultTooLarge", "ApprovalRequired", "CallLimitExceeded",
+    "json",
+    "print",
+    "help",
+    "ToolError",
+    "ToolTimeout",
+    "InvalidArguments",
+    "ToolNotFound",
+    "ToolUnavailable",
+    "ToolCrashed",
+    "ResultTooLarge",
+    "ApprovalRequired",
+    "CallLimitExceeded",
 ];
 
 /// Whether `s` is a plain Python identifier (ASCII) that is not a keyword.
@@ -432,7 +442,10 @@ mod tests {
         );
         assert_eq!(py_type(&json!({"const": 3}), 1), "Literal[3]");
         assert_eq!(
-            py_type(&json!({"type": "object", "additionalProperties": {"type": "integer"}}), 1),
+            py_type(
+                &json!({"type": "object", "additionalProperties": {"type": "integer"}}),
+                1
+            ),
             "dict[str, int]"
         );
         // Deep nesting ends in Any, not in a stack overflow.

@@ -79,13 +79,18 @@ fn tools(ran: &Arc<AtomicUsize>) -> Dispatcher {
     .unwrap();
     let c = count(ran);
     r.register(
-        FnTool::new("slow", "Take a long time.", json!({"type": "object"}), move |_, _| {
-            c();
-            async {
-                tokio::time::sleep(Duration::from_secs(20)).await;
-                Ok(json!("late"))
-            }
-        })
+        FnTool::new(
+            "slow",
+            "Take a long time.",
+            json!({"type": "object"}),
+            move |_, _| {
+                c();
+                async {
+                    tokio::time::sleep(Duration::from_secs(20)).await;
+                    Ok(json!("late"))
+                }
+            },
+        )
         .with_timeout(Duration::from_millis(200)),
     )
     .unwrap();
@@ -206,20 +211,37 @@ async fn code_mode_tools_are_typed_functions_with_level1_lines_and_full_docs_on_
         d.contains("- get_weather(city: str) -> Any: Get the current weather for a city.\n"),
         "{d}"
     );
-    assert!(d.contains("- add(a: float, b: float) -> Any: Add two numbers."), "{d}");
-    assert!(!d.contains("made up"), "level 2 stays out of the description: {d}");
+    assert!(
+        d.contains("- add(a: float, b: float) -> Any: Add two numbers."),
+        "{d}"
+    );
+    assert!(
+        !d.contains("made up"),
+        "level 2 stays out of the description: {d}"
+    );
     let full = f
         .provider
-        .call(DESCRIBE_FUNCTION, json!({"name": "get_weather"}), ToolContext::new("d1"))
+        .call(
+            DESCRIBE_FUNCTION,
+            json!({"name": "get_weather"}),
+            ToolContext::new("d1"),
+        )
         .await
         .unwrap();
     let full = full.as_str().unwrap();
-    assert!(full.starts_with("def get_weather(city: str) -> Any:"), "{full}");
+    assert!(
+        full.starts_with("def get_weather(city: str) -> Any:"),
+        "{full}"
+    );
     assert!(full.contains("Degrees Celsius; made up."), "{full}");
     assert!(full.contains("city (str): City name"), "{full}");
     let missing = f
         .provider
-        .call(DESCRIBE_FUNCTION, json!({"name": "nope"}), ToolContext::new("d2"))
+        .call(
+            DESCRIBE_FUNCTION,
+            json!({"name": "nope"}),
+            ToolContext::new("d2"),
+        )
         .await
         .unwrap_err();
     assert_eq!(missing.kind, ToolErrorKind::InvalidArguments);
@@ -333,8 +355,14 @@ async fn code_mode_printed_output_is_capped_and_a_flood_is_stopped() {
     let out = f.run("print('y' * 1000)").await.unwrap();
     assert_eq!(out["printed"].as_str().unwrap().len(), 256);
     let note = out["note"].as_str().unwrap();
-    assert!(note.contains("printed 1001 bytes; the first 256 are shown"), "{note}");
-    let err = f.run("while True:\n    print('x' * 100)\n").await.unwrap_err();
+    assert!(
+        note.contains("printed 1001 bytes; the first 256 are shown"),
+        "{note}"
+    );
+    let err = f
+        .run("while True:\n    print('x' * 100)\n")
+        .await
+        .unwrap_err();
     assert_eq!(err.kind, ToolErrorKind::Failed);
     assert!(
         err.message
@@ -348,7 +376,8 @@ async fn code_mode_printed_output_is_capped_and_a_flood_is_stopped() {
         .await
         .unwrap_err();
     assert!(
-        err.message.contains("to its process's stderr (an output flood)"),
+        err.message
+            .contains("to its process's stderr (an output flood)"),
         "{err:?}"
     );
     f.assert_clean().await;
@@ -443,7 +472,10 @@ print("proc", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
         .unwrap_err();
     assert_eq!(err.kind, ToolErrorKind::Timeout, "{err:?}");
     f.assert_clean().await;
-    let out = f.run("print(get_weather(city='Lima')['temp'])").await.unwrap();
+    let out = f
+        .run("print(get_weather(city='Lima')['temp'])")
+        .await
+        .unwrap();
     assert_eq!(out["printed"], "12\n");
 }
 
@@ -487,7 +519,10 @@ async fn code_mode_an_agent_runs_a_script_and_the_conversation_goes_on() {
         .build()
         .unwrap();
 
-    let out = agent.run("s1", "Which is warmer, Paris or Oslo?").await.unwrap();
+    let out = agent
+        .run("s1", "Which is warmer, Paris or Oslo?")
+        .await
+        .unwrap();
     assert_eq!(out.answer, "Paris is warmer (15 vs 12).");
     let requests = server.requests();
     // The first request offered run_code with the functions in its description.
@@ -536,7 +571,9 @@ async fn code_mode_an_agent_runs_a_script_and_the_conversation_goes_on() {
         .collect();
     assert_eq!(results.len(), 2);
     assert!(
-        results[0].contains(r#""calls":[{"tool":"get-weather","ok":true},{"tool":"get-weather","ok":true}]"#),
+        results[0].contains(
+            r#""calls":[{"tool":"get-weather","ok":true},{"tool":"get-weather","ok":true}]"#
+        ),
         "{}",
         results[0]
     );

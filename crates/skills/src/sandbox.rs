@@ -1110,17 +1110,19 @@ impl Sandbox {
 
         let outcome = tokio::select! {
             r = async {
-                let talk = converse(stdin, stdout, input, handler, limit).await;
-                (talk, child.wait().await)
+                // Ended early (stopped, a bad frame, too much): killed below, not waited for.
+                match converse(stdin, stdout, input, handler, limit).await {
+                    Ok(()) => Ok(child.wait().await),
+                    Err(ended) => Err(ended),
+                }
             } => Ok(r),
             _ = tokio::time::sleep_until(deadline) => Err(SkillError::Timeout { name: name.clone(), secs: timeout.as_secs().max(1) }),
             Some(stream) = over_rx.recv() => Err(SkillError::OutputTooLarge { name: name.clone(), stream, limit: human_bytes(limit) }),
         };
         self.end(&mut child, guard, &key).await;
         let stderr = collect(err).await;
-        let (talk, status) = outcome?;
-        match talk {
-            Ok(()) => {}
+        let status = match outcome? {
+            Ok(status) => status,
             Err(Ended::Stopped(reason)) => return Err(SkillError::Stopped { name, reason }),
             Err(Ended::TooLarge) => {
                 return Err(SkillError::OutputTooLarge {
@@ -1132,7 +1134,7 @@ impl Sandbox {
             Err(Ended::NotJson { error, head }) => {
                 return Err(SkillError::NotJson { name, error, head });
             }
-        }
+        };
         if let Ok(stream) = over_rx.try_recv() {
             return Err(SkillError::OutputTooLarge {
                 name,
@@ -1213,12 +1215,7 @@ impl Sandbox {
     /// Whatever happened, nothing of the call keeps running: its process group is killed and
     /// reaped; the next call's container is started; the host side is cleaned up in the
     /// background.
-    async fn end(
-        &self,
-        child: &mut tokio::process::Child,
-        mut guard: CallGuard,
-        key: &CallKey,
-    ) {
+    async fn end(&self, child: &mut tokio::process::Child, mut guard: CallGuard, key: &CallKey) {
         // (Taken: once bwrap is reaped its pid may be reused, so the group is not signalled
         // again later.)
         if let Some(pgid) = guard.pgid.take() {
@@ -1265,7 +1262,9 @@ fn failure(status: std::process::ExitStatus, stderr: &[u8], container: bool) -> 
     let why = match signal {
         Some(libc::SIGXCPU) => "exceeded its CPU time limit".to_owned(),
         Some(libc::SIGXFSZ) => "exceeded its file size limit".to_owned(),
-        Some(libc::SIGKILL) => "was killed (it may have reached its CPU or memory limit)".to_owned(),
+        Some(libc::SIGKILL) => {
+            "was killed (it may have reached its CPU or memory limit)".to_owned()
+        }
         Some(s) => format!("was killed by signal {s}"),
         None => format!("exited with status {}", status.code().unwrap_or(-1)),
     };
