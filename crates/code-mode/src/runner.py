@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import time
-import traceback
 
 
 def _channels():
@@ -206,6 +205,8 @@ def _function(spec):
 
 def _where(error):
     """The script's part of a traceback: its own lines only, then the error."""
+    import traceback  # only when a script fails: a few milliseconds of start-up otherwise
+
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == "<script>"]
     lines = ["Traceback (most recent call last):\n"] if frames else []
     lines += traceback.format_list(frames)
