@@ -46,7 +46,7 @@ fn bench(c: &mut Criterion) {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         // A model turn separates scripts: the next container is made by then.
-                        tokio::time::sleep(Duration::from_millis(60)).await;
+                        tokio::time::sleep(Duration::from_millis(250)).await;
                         let t = Instant::now();
                         let out = p
                             .call(RUN_CODE, json!({"code": code}), ToolContext::new("b"))

@@ -40,7 +40,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm_core::{ToolSpec, TurnInfo};
+use llm_core::ToolSpec;
 use serde_json::{Value, json};
 use skills::{LoadOutcome, Sandbox, SandboxConfig, Skill};
 use tool_system::{ApprovalPolicy, Dispatcher, ToolContext, ToolError, ToolProvider};
@@ -312,7 +312,7 @@ impl CodeModeProvider {
     fn run_code_description(&self, functions: &[Function]) -> String {
         let l = &self.limits;
         let mut s = format!(
-            "Run a short Python 3 script in a sandbox (no network, no host files). In it, the tools below are functions: call several, combine their results in code, and print() only what you need. You get back only the printed text (at most {}) and the list of calls made. A failed call raises ToolError (.kind, .message; subclasses ToolTimeout, InvalidArguments, ToolNotFound, ToolUnavailable, ToolCrashed, ResultTooLarge, ApprovalRequired, CallLimitExceeded), which the script can catch. Limits per script: {} tool calls, {} s. Full description of one function: call {DESCRIBE_FUNCTION}.\nFunctions (keyword arguments; each returns the tool's JSON result):",
+            "Run a short Python 3 script (standard library only) in a sandbox (no network, no host files). In it, the tools below are functions: call several, combine their results in code, and print() only what you need. You get back only the printed text (at most {}) and the list of calls made. A failed call raises ToolError (.kind, .message; subclasses ToolTimeout, InvalidArguments, ToolNotFound, ToolUnavailable, ToolCrashed, ResultTooLarge, ApprovalRequired, CallLimitExceeded), which the script can catch. Limits per script: {} tool calls, {} s. Full description of one function: call {DESCRIBE_FUNCTION}.\nFunctions (keyword arguments; each returns the tool's JSON result):",
             run::human_bytes(l.shown_output_bytes),
             l.max_calls,
             l.time_limit.as_secs_f64()
@@ -379,10 +379,6 @@ impl ToolProvider for CodeModeProvider {
     async fn list(&self) -> Vec<ToolSpec> {
         let functions = self.functions().await;
         self.specs(&functions)
-    }
-
-    async fn advertised(&self, _turn: &TurnInfo) -> Vec<ToolSpec> {
-        self.list().await
     }
 
     async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
