@@ -579,3 +579,70 @@ async fn code_mode_an_agent_runs_a_script_and_the_conversation_goes_on() {
     );
     assert!(results[1].contains("Tool calls: []"), "{}", results[1]);
 }
+
+/// The `execute_tool` spans the dispatchers open, each with the tool of its parent span.
+#[derive(Clone, Default)]
+struct ToolSpans(Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>);
+
+#[derive(Clone)]
+struct ToolName(String);
+
+impl<S> tracing_subscriber::Layer<S> for ToolSpans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        struct Visit(Option<String>);
+        impl tracing::field::Visit for Visit {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "gen_ai.tool.name" {
+                    self.0 = Some(value.to_owned());
+                }
+            }
+            fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+        }
+        let mut v = Visit(None);
+        attrs.record(&mut v);
+        let (Some(tool), Some(span)) = (v.0, ctx.span(id)) else {
+            return;
+        };
+        let parent = span
+            .parent()
+            .and_then(|p| p.extensions().get::<ToolName>().map(|t| t.0.clone()));
+        span.extensions_mut().insert(ToolName(tool.clone()));
+        self.0.lock().unwrap().push((tool, parent));
+    }
+}
+
+/// Each call a script makes is traced as a tool call of its own, inside `run_code`'s span.
+#[tokio::test]
+async fn code_mode_each_nested_call_has_its_own_tool_span_inside_run_codes() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let spans = ToolSpans::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let f = fixture(short());
+    let outer = Dispatcher::new().with_provider(Arc::new(f.provider));
+    let out = outer
+        .dispatch(
+            RUN_CODE,
+            json!({"code": "print(add(a=1, b=2), get_weather(city='Oslo')['temp'])"}),
+            ToolContext::new("c1"),
+        )
+        .await;
+    assert!(out.is_ok(), "{}", out.content);
+    let seen = spans.0.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            (RUN_CODE.to_owned(), None),
+            ("add".to_owned(), Some(RUN_CODE.to_owned())),
+            ("get-weather".to_owned(), Some(RUN_CODE.to_owned())),
+        ]
+    );
+}
