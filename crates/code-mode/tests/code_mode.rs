@@ -580,9 +580,12 @@ async fn code_mode_an_agent_runs_a_script_and_the_conversation_goes_on() {
     assert!(results[1].contains("Tool calls: []"), "{}", results[1]);
 }
 
-/// The `execute_tool` spans the dispatchers open, each with the tool of its parent span.
+/// A tool span seen: its tool, and the tool of its parent span.
+type Seen = (String, Option<String>);
+
+/// The `execute_tool` spans the dispatchers open.
 #[derive(Clone, Default)]
-struct ToolSpans(Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>);
+struct ToolSpans(Arc<std::sync::Mutex<Vec<Seen>>>);
 
 #[derive(Clone)]
 struct ToolName(String);
