@@ -7,6 +7,7 @@ own stdout and stderr (print) are sent as {"print": text} frames; a tool call is
 {"ok": false, "kind": k, "message": m}; the end is {"done": {"error": text or null}}.
 """
 import io
+import _thread
 import json
 import os
 import sys
@@ -25,11 +26,15 @@ def _channels():
 
 
 _IN, _OUT = _channels()
+# One frame, or one call and its answer, at a time: a script's threads may call tools too.
+_LOCK = _thread.allocate_lock()
 
 
 def _send(frame):
-    _OUT.write(json.dumps(frame, ensure_ascii=False).encode("utf-8", "replace") + b"\n")
-    _OUT.flush()
+    line = json.dumps(frame, ensure_ascii=False).encode("utf-8", "replace") + b"\n"
+    with _LOCK:
+        _OUT.write(line)
+        _OUT.flush()
 
 
 class _Printed(io.TextIOBase):
@@ -151,9 +156,10 @@ def _call(tool, arguments):
         frame = json.dumps({"call": {"name": tool, "arguments": arguments}}, ensure_ascii=False)
     except (TypeError, ValueError) as e:
         raise InvalidArguments(tool, "the arguments are not JSON: %s" % e) from None
-    _OUT.write(frame.encode("utf-8", "replace") + b"\n")
-    _OUT.flush()
-    line = _IN.readline()
+    with _LOCK:
+        _OUT.write(frame.encode("utf-8", "replace") + b"\n")
+        _OUT.flush()
+        line = _IN.readline()
     if not line:
         os._exit(70)
     reply = json.loads(line)

@@ -198,6 +198,22 @@ async fn code_mode_a_script_calls_two_tools_and_the_model_gets_only_what_it_prin
     assert_eq!(f.ran.load(Ordering::SeqCst), 3);
     // The tools' own results never reach the model: only the printed line.
     assert!(!out.to_string().contains("\"temp\""), "{out}");
+    // Threads of a script may call tools at the same time: each gets its own answer.
+    let out = f
+        .run(
+            "import threading
+r = {}
+def w(k):
+    r[k] = [add(a=k, b=i) for i in range(3)]
+ts = [threading.Thread(target=w, args=(k,)) for k in (10, 20)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(r[10], r[20])
+",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(out["printed"], "[10.0, 11.0, 12.0] [20.0, 21.0, 22.0]\n");
 }
 
 #[tokio::test]
