@@ -363,6 +363,21 @@ async fn code_mode_an_endless_loop_is_stopped_with_a_clear_message() {
     // The next script runs as usual.
     let out = f.run("print('fine')").await.unwrap();
     assert_eq!(out["printed"], "fine\n");
+
+    // With more time than CPU, the CPU limit stops it first.
+    let f = fixture(
+        CodeLimits::default()
+            .with_time_limit(Duration::from_secs(20))
+            .with_cpu_seconds(1),
+    );
+    let err = f.run("while True:\n    pass\n").await.unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Crashed, "{err:?}");
+    assert!(
+        err.message.starts_with(
+            "The script's Python process was killed (it may have reached its CPU or memory limit)."
+        ),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
