@@ -35,4 +35,6 @@ pub use manifest::{
     load_skills, parse_skill,
 };
 pub use provider::SkillsProvider;
-pub use sandbox::{Protections, Sandbox, SandboxConfig, SkillError, SkillGrant};
+pub use sandbox::{
+    FrameHandler, FrameReply, Protections, Sandbox, SandboxConfig, SkillError, SkillGrant,
+};

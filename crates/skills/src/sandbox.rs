@@ -342,6 +342,15 @@ pub enum SkillError {
         /// What to install, and the option that accepts the weaker boundary.
         reason: String,
     },
+    /// An interactive call was ended by its handler ([`FrameReply::Stop`]); the program was
+    /// killed.
+    #[error("skill {name} was stopped: {reason}")]
+    Stopped {
+        /// Skill name.
+        name: String,
+        /// The handler's reason.
+        reason: String,
+    },
     /// The sandbox could not be set up (a host problem, not the skill's).
     #[error("skill {name} could not be started: {reason}")]
     Spawn {
@@ -1000,21 +1009,164 @@ impl Sandbox {
     /// Runs `skill` with `args` on stdin and returns the JSON it printed. The call's time limit
     /// counts from here, whether its container was made ahead of time or is made now.
     pub async fn run(&self, skill: &Skill, args: &Value) -> Result<Value, SkillError> {
+        let timeout = self.timeout_for(skill);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let name = skill.name.clone();
+        let (mut child, guard, key) = self.begin(skill).await?;
+        let container = self.shared.bwrap.is_some();
+
+        let input = serde_json::to_vec(args).unwrap_or_default();
+        if let Some(mut stdin) = child.stdin.take() {
+            // A skill that does not read its input is fine: ignore a broken pipe.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&input).await;
+            });
+        }
+        let limit = self.shared.config.output_limit;
+        let (over_tx, mut over_rx) = tokio::sync::mpsc::channel::<&'static str>(2);
+        let out = tokio::spawn(read_capped(
+            child.stdout.take(),
+            limit,
+            "stdout",
+            over_tx.clone(),
+        ));
+        let err = tokio::spawn(read_capped(child.stderr.take(), limit, "stderr", over_tx));
+
+        let outcome = tokio::select! {
+            status = child.wait() => Ok(status),
+            _ = tokio::time::sleep_until(deadline) => Err(SkillError::Timeout { name: name.clone(), secs: timeout.as_secs().max(1) }),
+            Some(stream) = over_rx.recv() => Err(SkillError::OutputTooLarge { name: name.clone(), stream, limit: human_bytes(limit) }),
+        };
+        self.end(&mut child, guard, &key).await;
+        let (stdout, stderr) = (collect(out).await, collect(err).await);
+        // A skill that hit the cap usually dies of the closed pipe (EPIPE) at the same moment, so
+        // its exit can win the race above: the cap, recorded by the reader, is the real cause.
+        let outcome = match (outcome, over_rx.try_recv()) {
+            (Ok(_), Ok(stream)) => Err(SkillError::OutputTooLarge {
+                name: name.clone(),
+                stream,
+                limit: human_bytes(limit),
+            }),
+            (outcome, _) => outcome,
+        };
+        let status = outcome?.map_err(|e| SkillError::Spawn {
+            name: name.clone(),
+            reason: format!("wait: {e}"),
+        })?;
+        if let Some(reason) = failure(status, &stderr, container) {
+            return Err(SkillError::Failed { name, reason });
+        }
+        serde_json::from_slice(&stdout).map_err(|e| SkillError::NotJson {
+            name,
+            error: e.to_string(),
+            head: tail(&stdout[..stdout.len().min(200)], 200),
+        })
+    }
+
+    /// Runs `skill` as a conversation: `input` goes to its stdin as one JSON line; then every
+    /// line it prints on stdout is a *frame* (one JSON value) given to `handler`, whose
+    /// [`FrameReply::Answer`] is written back to its stdin as one JSON line, until the program
+    /// exits. `Ok(())` when it exits with status 0.
+    ///
+    /// The sandbox is the same as for [`Sandbox::run`] — one container per call, the same
+    /// limits — and the call's time limit covers the whole conversation, the handler's work
+    /// included. All of stdout over the call (frames) counts against
+    /// [`SandboxConfig::output_limit`], as does stderr. A line that is not JSON ends the call
+    /// ([`SkillError::NotJson`]); [`FrameReply::Stop`] ends it ([`SkillError::Stopped`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(sandbox: &skills::Sandbox, skill: &skills::Skill) -> Result<(), skills::SkillError> {
+    /// use serde_json::{json, Value};
+    /// use skills::{FrameHandler, FrameReply};
+    /// /// Answers every `{"add": [a, b]}` frame with the sum.
+    /// struct Adder;
+    /// #[async_trait::async_trait]
+    /// impl FrameHandler for Adder {
+    ///     async fn frame(&mut self, frame: Value) -> FrameReply {
+    ///         let a = frame["add"][0].as_i64().unwrap_or(0);
+    ///         let b = frame["add"][1].as_i64().unwrap_or(0);
+    ///         FrameReply::Answer(json!(a + b))
+    ///     }
+    /// }
+    /// sandbox.run_interactive(skill, &json!({"start": 1}), &mut Adder).await
+    /// # }
+    /// ```
+    pub async fn run_interactive(
+        &self,
+        skill: &Skill,
+        input: &Value,
+        handler: &mut (dyn FrameHandler + '_),
+    ) -> Result<(), SkillError> {
+        let timeout = self.timeout_for(skill);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let name = skill.name.clone();
+        let (mut child, guard, key) = self.begin(skill).await?;
+        let container = self.shared.bwrap.is_some();
+        let limit = self.shared.config.output_limit;
+        let (over_tx, mut over_rx) = tokio::sync::mpsc::channel::<&'static str>(2);
+        let err = tokio::spawn(read_capped(child.stderr.take(), limit, "stderr", over_tx));
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+
+        let outcome = tokio::select! {
+            r = async {
+                // Ended early (stopped, a bad frame, too much): killed below, not waited for.
+                match converse(stdin, stdout, input, handler, limit).await {
+                    Ok(()) => Ok(child.wait().await),
+                    Err(ended) => Err(ended),
+                }
+            } => Ok(r),
+            _ = tokio::time::sleep_until(deadline) => Err(SkillError::Timeout { name: name.clone(), secs: timeout.as_secs().max(1) }),
+            Some(stream) = over_rx.recv() => Err(SkillError::OutputTooLarge { name: name.clone(), stream, limit: human_bytes(limit) }),
+        };
+        self.end(&mut child, guard, &key).await;
+        let stderr = collect(err).await;
+        let status = match outcome? {
+            Ok(status) => status,
+            Err(Ended::Stopped(reason)) => return Err(SkillError::Stopped { name, reason }),
+            Err(Ended::TooLarge) => {
+                return Err(SkillError::OutputTooLarge {
+                    name,
+                    stream: "stdout",
+                    limit: human_bytes(limit),
+                });
+            }
+            Err(Ended::NotJson { error, head }) => {
+                return Err(SkillError::NotJson { name, error, head });
+            }
+        };
+        if let Ok(stream) = over_rx.try_recv() {
+            return Err(SkillError::OutputTooLarge {
+                name,
+                stream,
+                limit: human_bytes(limit),
+            });
+        }
+        let status = status.map_err(|e| SkillError::Spawn {
+            name: name.clone(),
+            reason: format!("wait: {e}"),
+        })?;
+        match failure(status, &stderr, container) {
+            Some(reason) => Err(SkillError::Failed { name, reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes (or makes) the container of a call of `skill` and lets it run the skill.
+    async fn begin(
+        &self,
+        skill: &Skill,
+    ) -> Result<(tokio::process::Child, CallGuard, CallKey), SkillError> {
         if let Some(reason) = &self.protections.refused {
             return Err(SkillError::Refused {
                 name: skill.name.clone(),
                 reason: reason.clone(),
             });
         }
-        let timeout = self.timeout_for(skill);
-        let deadline = tokio::time::Instant::now() + timeout;
-        let name = skill.name.clone();
         let spawn_err = |reason: String| SkillError::Spawn {
-            name: name.clone(),
+            name: skill.name.clone(),
             reason,
         };
-        let c = &self.shared.config;
-        let container = self.shared.bwrap.is_some();
         let key = self.key(skill);
         // Whether this call came while its container was still being made: calls of the skill
         // in a loop. Then the next one's making starts now, beside this call, not after it.
@@ -1057,102 +1209,158 @@ impl Sandbox {
             },
         }
         .map_err(|e| spawn_err(format!("starting the container: {e}")))?;
-        let Started {
-            mut child,
-            mut guard,
-        } = started;
+        Ok((started.child, started.guard, key))
+    }
 
-        let input = serde_json::to_vec(args).unwrap_or_default();
-        if let Some(mut stdin) = child.stdin.take() {
-            // A skill that does not read its input is fine: ignore a broken pipe.
-            tokio::spawn(async move {
-                let _ = stdin.write_all(&input).await;
-            });
-        }
-        let limit = c.output_limit;
-        let (over_tx, mut over_rx) = tokio::sync::mpsc::channel::<&'static str>(2);
-        let out = tokio::spawn(read_capped(
-            child.stdout.take(),
-            limit,
-            "stdout",
-            over_tx.clone(),
-        ));
-        let err = tokio::spawn(read_capped(child.stderr.take(), limit, "stderr", over_tx));
-
-        let outcome = tokio::select! {
-            status = child.wait() => Ok(status),
-            _ = tokio::time::sleep_until(deadline) => Err(SkillError::Timeout { name: name.clone(), secs: timeout.as_secs().max(1) }),
-            Some(stream) = over_rx.recv() => Err(SkillError::OutputTooLarge { name: name.clone(), stream, limit: human_bytes(limit) }),
-        };
-        // Whatever happened, nothing of this call keeps running. (Taken: once bwrap is reaped
-        // its pid may be reused, so the group is not signalled again later.)
+    /// Whatever happened, nothing of the call keeps running: its process group is killed and
+    /// reaped; the next call's container is started; the host side is cleaned up in the
+    /// background.
+    async fn end(&self, child: &mut tokio::process::Child, mut guard: CallGuard, key: &CallKey) {
+        // (Taken: once bwrap is reaped its pid may be reused, so the group is not signalled
+        // again later.)
         if let Some(pgid) = guard.pgid.take() {
             sys::kill_group(pgid);
         }
         let _ = child.start_kill();
         let _ = child.wait().await;
-        // The next call's container is made now, not while this call ran (on two cores it would
-        // have slowed the call down).
-        // The next call's container, unless its making began already (a loop, above);
-        // registered before this call answers, so that a call right after it waits for this
-        // container instead of making one of its own.
-        self.make_next(&key);
+        // The next call's container, unless its making began already (a loop, in `begin`);
+        // made now, not while this call ran (on two cores it would have slowed the call down),
+        // and registered before this call answers, so that a call right after it waits for
+        // this container instead of making one of its own.
+        self.make_next(key);
         // bwrap is dead, and the skill with it (`--die-with-parent`); the skill is PID 1 of its
         // namespace, so the kernel kills everything else in it. Sweeping the uid, unmounting and
-        // removing the directory need not hold the answer up. The uid stays leased until the sweep is done, so no call can get it
-        // before.
+        // removing the directory need not hold the answer up. The uid stays leased until the
+        // sweep is done, so no call can get it before.
         tokio::spawn(guard.finish());
-        let collect = |h: tokio::task::JoinHandle<Vec<u8>>| async move {
-            tokio::time::timeout(Duration::from_secs(2), h)
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default()
-        };
-        let (stdout, stderr) = (collect(out).await, collect(err).await);
-        // A skill that hit the cap usually dies of the closed pipe (EPIPE) at the same moment, so
-        // its exit can win the race above: the cap, recorded by the reader, is the real cause.
-        let outcome = match (outcome, over_rx.try_recv()) {
-            (Ok(_), Ok(stream)) => Err(SkillError::OutputTooLarge {
-                name: name.clone(),
-                stream,
-                limit: human_bytes(limit),
-            }),
-            (outcome, _) => outcome,
-        };
-        let status = outcome?.map_err(|e| spawn_err(format!("wait: {e}")))?;
+    }
+}
 
-        if !status.success() {
-            use std::os::unix::process::ExitStatusExt;
-            // bwrap reports a skill killed by signal N as exit status 128 + N (as shells do).
-            let signal = status.signal().or_else(|| {
-                status
-                    .code()
-                    .filter(|c| container && (129..=128 + 64).contains(c))
-                    .map(|c| c - 128)
-            });
-            let why = match signal {
-                Some(libc::SIGXCPU) => "exceeded its CPU time limit".to_owned(),
-                Some(libc::SIGXFSZ) => "exceeded its file size limit".to_owned(),
-                Some(libc::SIGKILL) => {
-                    "was killed (it may have reached its CPU or memory limit)".to_owned()
-                }
-                Some(s) => format!("was killed by signal {s}"),
-                None => format!("exited with status {}", status.code().unwrap_or(-1)),
-            };
-            let err_tail = tail(&stderr, 400);
-            let reason = if err_tail.is_empty() {
-                why
-            } else {
-                format!("{why}: {err_tail}")
-            };
-            return Err(SkillError::Failed { name, reason });
+/// What a reader task collected, waiting at most 2 s for it.
+async fn collect(h: tokio::task::JoinHandle<Vec<u8>>) -> Vec<u8> {
+    tokio::time::timeout(Duration::from_secs(2), h)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
+}
+
+/// Why a finished call failed, from its exit status and the end of its stderr; `None` when it
+/// exited with status 0.
+fn failure(status: std::process::ExitStatus, stderr: &[u8], container: bool) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt;
+    if status.success() {
+        return None;
+    }
+    // bwrap reports a skill killed by signal N as exit status 128 + N (as shells do).
+    let signal = status.signal().or_else(|| {
+        status
+            .code()
+            .filter(|c| container && (129..=128 + 64).contains(c))
+            .map(|c| c - 128)
+    });
+    let why = match signal {
+        Some(libc::SIGXCPU) => "exceeded its CPU time limit".to_owned(),
+        Some(libc::SIGXFSZ) => "exceeded its file size limit".to_owned(),
+        Some(libc::SIGKILL) => {
+            "was killed (it may have reached its CPU or memory limit)".to_owned()
         }
-        serde_json::from_slice(&stdout).map_err(|e| SkillError::NotJson {
-            name,
+        Some(s) => format!("was killed by signal {s}"),
+        None => format!("exited with status {}", status.code().unwrap_or(-1)),
+    };
+    let err_tail = tail(stderr, 400);
+    Some(if err_tail.is_empty() {
+        why
+    } else {
+        format!("{why}: {err_tail}")
+    })
+}
+
+/// What a [`FrameHandler`] tells the sandbox after one frame of [`Sandbox::run_interactive`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum FrameReply {
+    /// Write this value to the program's stdin, as one line of JSON.
+    Answer(Value),
+    /// Write nothing; go on reading frames.
+    Continue,
+    /// End the call now: the program is killed and the call fails with
+    /// [`SkillError::Stopped`] and this reason.
+    Stop(String),
+}
+
+/// The agent's side of an interactive call ([`Sandbox::run_interactive`]): gets each frame the
+/// program printed, in order, one at a time.
+#[async_trait::async_trait]
+pub trait FrameHandler: Send {
+    /// One frame from the program. The call's time limit runs while this is awaited.
+    async fn frame(&mut self, frame: Value) -> FrameReply;
+}
+
+/// How a conversation ended early.
+enum Ended {
+    Stopped(String),
+    TooLarge,
+    NotJson { error: String, head: String },
+}
+
+/// The conversation of an interactive call: `input` as the first line of stdin, then each
+/// stdout line to `handler` and its answer back, until stdout ends. Stdout is bounded to
+/// `limit` bytes over the whole call.
+async fn converse(
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: Option<tokio::process::ChildStdout>,
+    input: &Value,
+    handler: &mut (dyn FrameHandler + '_),
+    limit: usize,
+) -> Result<(), Ended> {
+    use tokio::io::AsyncBufReadExt;
+    let Some(stdout) = stdout else {
+        return Ok(());
+    };
+    let mut stdin = stdin;
+    // A program that stops reading its stdin is its own problem (it waits for an answer it
+    // cannot get, until the time limit): a failed write only stops further writes.
+    async fn send(stdin: &mut Option<tokio::process::ChildStdin>, value: &Value) {
+        if let Some(pipe) = stdin.as_mut() {
+            let mut line = serde_json::to_vec(value).unwrap_or_default();
+            line.push(b'\n');
+            if pipe.write_all(&line).await.is_err() || pipe.flush().await.is_err() {
+                *stdin = None;
+            }
+        }
+    }
+    send(&mut stdin, input).await;
+    let mut reader = tokio::io::BufReader::new(stdout);
+    let mut used = 0usize;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let room = (limit.saturating_sub(used) as u64).saturating_add(1);
+        let n = match (&mut reader).take(room).read_until(b'\n', &mut line).await {
+            Ok(n) => n,
+            Err(_) => return Ok(()),
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        used += n;
+        if used > limit {
+            return Err(Ended::TooLarge);
+        }
+        let text = line.trim_ascii();
+        if text.is_empty() {
+            continue;
+        }
+        let frame: Value = serde_json::from_slice(text).map_err(|e| Ended::NotJson {
             error: e.to_string(),
-            head: tail(&stdout[..stdout.len().min(200)], 200),
-        })
+            head: tail(&text[..text.len().min(200)], 200),
+        })?;
+        match handler.frame(frame).await {
+            FrameReply::Answer(v) => send(&mut stdin, &v).await,
+            FrameReply::Continue => {}
+            FrameReply::Stop(reason) => return Err(Ended::Stopped(reason)),
+        }
     }
 }
 

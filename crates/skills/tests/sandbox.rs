@@ -313,3 +313,183 @@ async fn s2_dropping_a_call_midway_kills_it_and_cleans_up() {
     assert!(processes_with("sleep 986").is_empty());
     e.assert_clean_and_working().await;
 }
+
+// Interactive calls (`Sandbox::run_interactive`, code mode's two-way channel).
+
+const TALKER: &str = r#"import json, sys, time
+req = json.loads(sys.stdin.readline())
+mode = req["mode"]
+if mode == "sum":
+    total = 0
+    for x in req["numbers"]:
+        print(json.dumps({"double": x}), flush=True)
+        total += json.loads(sys.stdin.readline())
+    print(json.dumps({"total": total}), flush=True)
+elif mode == "garbage":
+    print("this is not json", flush=True)
+    time.sleep(30)
+elif mode == "flood":
+    while True:
+        print(json.dumps({"ping": "x" * 1000}), flush=True)
+elif mode == "exit":
+    sys.stderr.write("bad input\n")
+    sys.exit(3)
+"#;
+
+/// A skill speaking frames, in a root of its own readable by the sandbox's uid.
+fn talker() -> (tempfile::TempDir, skills::Skill) {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("talker");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("talk.py"), TALKER).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: talker\ndescription: Talks in frames.\nentry: python3 talk.py\n---\n",
+    )
+    .unwrap();
+    for (p, mode) in [
+        (root.path().to_path_buf(), 0o755),
+        (dir.clone(), 0o755),
+        (dir.join("talk.py"), 0o644),
+        (dir.join("SKILL.md"), 0o644),
+    ] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let (mut skills, errors) = load_skills(root.path());
+    assert!(errors.is_empty(), "{errors:?}");
+    (root, skills.remove(0))
+}
+
+/// Answers `{"double": x}` with 2x after `delay`; keeps every frame; stops at `stop_after`.
+struct Doubler {
+    frames: Vec<Value>,
+    delay: Duration,
+    stop_after: usize,
+}
+
+#[async_trait::async_trait]
+impl skills::FrameHandler for Doubler {
+    async fn frame(&mut self, frame: Value) -> skills::FrameReply {
+        self.frames.push(frame.clone());
+        if self.frames.len() >= self.stop_after {
+            return skills::FrameReply::Stop("enough frames".into());
+        }
+        tokio::time::sleep(self.delay).await;
+        match frame.get("double").and_then(Value::as_i64) {
+            Some(x) => skills::FrameReply::Answer(json!(2 * x)),
+            None => skills::FrameReply::Continue,
+        }
+    }
+}
+
+fn doubler() -> Doubler {
+    Doubler {
+        frames: Vec::new(),
+        delay: Duration::ZERO,
+        stop_after: usize::MAX,
+    }
+}
+
+#[tokio::test]
+async fn s2_an_interactive_call_answers_each_frame_and_ends_with_the_program() {
+    let e = env();
+    let (_root, skill) = talker();
+    let mut h = doubler();
+    e.provider
+        .sandbox()
+        .run_interactive(
+            &skill,
+            &json!({"mode": "sum", "numbers": [1, 2, 3]}),
+            &mut h,
+        )
+        .await
+        .unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(
+        h.frames,
+        [
+            json!({"double": 1}),
+            json!({"double": 2}),
+            json!({"double": 3}),
+            json!({"total": 12})
+        ]
+    );
+    e.assert_clean_and_working().await;
+}
+
+#[tokio::test]
+async fn s2_an_interactive_call_ends_on_stop_bad_frames_floods_exit_status_and_its_time_limit() {
+    let e = env_with(
+        SandboxConfig::default()
+            .with_timeout(Duration::from_secs(2))
+            .with_output_limit(64 << 10),
+    );
+    let (_root, skill) = talker();
+    let sandbox = e.provider.sandbox();
+    let sum = json!({"mode": "sum", "numbers": [1, 2, 3]});
+
+    let mut h = Doubler {
+        stop_after: 2,
+        ..doubler()
+    };
+    let err = sandbox
+        .run_interactive(&skill, &sum, &mut h)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "skill talker was stopped: enough frames",
+        "{err:?}"
+    );
+
+    let err = sandbox
+        .run_interactive(&skill, &json!({"mode": "garbage"}), &mut doubler())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SkillError::NotJson { head, .. } if head == "this is not json"),
+        "{err:?}"
+    );
+
+    let mut h = doubler();
+    let err = sandbox
+        .run_interactive(&skill, &json!({"mode": "flood"}), &mut h)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SkillError::OutputTooLarge {
+                stream: "stdout",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(h.frames.len() < 70, "{}", h.frames.len());
+
+    let err = sandbox
+        .run_interactive(&skill, &json!({"mode": "exit"}), &mut doubler())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("failed: exited with status 3: bad input"),
+        "{err}"
+    );
+
+    // The time limit covers the handler's work too.
+    let mut slow = Doubler {
+        delay: Duration::from_secs(60),
+        ..doubler()
+    };
+    let err = sandbox
+        .run_interactive(&skill, &sum, &mut slow)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SkillError::Timeout { secs: 2, .. }),
+        "{err:?}"
+    );
+    e.assert_clean_and_working().await;
+}

@@ -1,0 +1,407 @@
+//! # code-mode — the model writes one short script that calls tools as functions
+//!
+//! [`CodeModeProvider`] is a [`ToolProvider`] with two tools:
+//!
+//! * [`RUN_CODE`] (`{"code": "..."}`): runs a Python 3 script in the skills sandbox (one
+//!   bubblewrap container per script, no network, bounded CPU, memory, time and output). In the
+//!   script every tool of the [`Dispatcher`] it was built over is a Python function; each call
+//!   goes back to the agent over the sandbox's pipes and through that dispatcher — schema
+//!   validation, the tool's time limit, the result cap and the trace span apply per call, as
+//!   for a direct call — and a failure comes back as a Python exception the script can catch
+//!   (`ToolTimeout`, `InvalidArguments`, `ResultTooLarge`, … all subclasses of `ToolError`).
+//!   The model gets only what the script printed (capped, with a note) and the list of calls
+//!   it made.
+//! * [`DESCRIBE_FUNCTION`] (`{"name": "..."}`): one function's full description (level 2).
+//!   `run_code`'s own description lists each function as a typed signature generated from
+//!   the tool's JSON Schema with its level-1 line (the first sentence of its description).
+//!
+//! Because code mode is a tool, it works with every provider, every call protocol (native,
+//! JSON decision, tags) and the local model. Design and threat model: `docs/code-mode.md`.
+//!
+//! ```no_run
+//! # async fn demo(model: impl llm_core::ChatModel + 'static, registry: tool_system::ToolRegistry) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use code_mode::{CodeLimits, CodeModeProvider};
+//! use tool_system::{Agent, Dispatcher};
+//! // The tools scripts may call, behind their own dispatcher (limits, caps, validation).
+//! let tools = Arc::new(Dispatcher::from_registry(registry));
+//! // Blocking (it checks the sandbox once): at start-up, or in `spawn_blocking`.
+//! let code = CodeModeProvider::builder(tools).limits(CodeLimits::default()).build()?;
+//! let agent = Agent::builder(model).provider(Arc::new(code)).build()?;
+//! let out = agent.run("s1", "Compare the weather in Paris and Oslo").await?;
+//! println!("{}", out.answer);
+//! # Ok(()) }
+//! ```
+
+mod run;
+mod signature;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use llm_core::ToolSpec;
+use serde_json::{Value, json};
+use skills::{LoadOutcome, Sandbox, SandboxConfig, Skill};
+use tool_system::{ApprovalPolicy, Dispatcher, ToolContext, ToolError, ToolProvider};
+
+use crate::signature::Function;
+
+/// The tool that runs a script.
+pub const RUN_CODE: &str = "run_code";
+/// The tool that gives one function's full description.
+pub const DESCRIBE_FUNCTION: &str = "describe_function";
+
+/// The Python runner: defines the functions, runs the script, speaks the frames.
+const RUNNER: &str = include_str!("runner.py");
+
+/// The bounds of one script.
+///
+/// ```
+/// use code_mode::CodeLimits;
+/// use std::time::Duration;
+/// let l = CodeLimits::default().with_max_calls(5).with_time_limit(Duration::from_secs(10));
+/// assert_eq!((l.max_calls, l.shown_output_bytes), (5, 8 * 1024));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CodeLimits {
+    /// Tool calls one script may make (default 20). The call past it raises
+    /// `CallLimitExceeded` in the script; a call after that stops the script.
+    pub max_calls: usize,
+    /// Wall-clock limit of a script, its tool calls included (default 30 s).
+    pub time_limit: Duration,
+    /// CPU seconds of the script's process (default 10).
+    pub cpu_seconds: u64,
+    /// Address space of the script's process (default 512 MiB).
+    pub memory_bytes: u64,
+    /// Printed bytes given to the model (default 8 KiB); the rest is cut, with a note.
+    pub shown_output_bytes: usize,
+    /// Printed bytes at which the script is stopped as an output flood (default 1 MiB).
+    pub max_output_bytes: usize,
+}
+
+impl Default for CodeLimits {
+    fn default() -> Self {
+        Self {
+            max_calls: 20,
+            time_limit: Duration::from_secs(30),
+            cpu_seconds: 10,
+            memory_bytes: 512 << 20,
+            shown_output_bytes: 8 << 10,
+            max_output_bytes: 1 << 20,
+        }
+    }
+}
+
+impl CodeLimits {
+    /// Set the tool calls per script.
+    pub fn with_max_calls(mut self, n: usize) -> Self {
+        self.max_calls = n;
+        self
+    }
+    /// Set the wall-clock limit of a script.
+    pub fn with_time_limit(mut self, t: Duration) -> Self {
+        self.time_limit = t;
+        self
+    }
+    /// Set the CPU seconds of a script.
+    pub fn with_cpu_seconds(mut self, s: u64) -> Self {
+        self.cpu_seconds = s;
+        self
+    }
+    /// Set the printed bytes shown to the model, and the printed bytes that stop a script.
+    pub fn with_output(mut self, shown: usize, max: usize) -> Self {
+        self.shown_output_bytes = shown.max(64);
+        self.max_output_bytes = max.max(self.shown_output_bytes);
+        self
+    }
+}
+
+/// Why code mode could not be set up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CodeModeError {
+    /// The sandbox refuses to run anything here (no container, weaker boundary not accepted).
+    #[error("code mode cannot run scripts: {0}")]
+    NoSandbox(String),
+    /// The runner's files could not be written where the sandbox can read them.
+    #[error(
+        "code mode cannot set up its runner: {0}; check that the temp directory (SandboxConfig::temp_root, or TMPDIR) is writable and readable by other users"
+    )]
+    Runner(String),
+}
+
+/// Builds a [`CodeModeProvider`]; see [`CodeModeProvider::builder`].
+#[derive(Debug)]
+pub struct CodeModeBuilder {
+    tools: Arc<Dispatcher>,
+    sandbox: SandboxConfig,
+    limits: CodeLimits,
+    policy: ApprovalPolicy,
+    python: String,
+}
+
+impl CodeModeBuilder {
+    /// The bounds of one script.
+    pub fn limits(mut self, limits: CodeLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+    /// The sandbox's configuration (default: [`SandboxConfig::default`]). Its time, CPU and
+    /// memory limits are replaced by those of [`CodeLimits`]; its output limit is raised to fit
+    /// [`CodeLimits::max_output_bytes`].
+    pub fn sandbox_config(mut self, config: SandboxConfig) -> Self {
+        self.sandbox = config;
+        self
+    }
+    /// The agent's approval rules (`LoopOptions::approval`, what `AgentBuilder::require_approval` fills): a script's
+    /// call that they (or the tool) say needs approval is refused — a script cannot wait for a
+    /// person — with `ApprovalRequired`, telling the model to call the tool directly.
+    pub fn approval_policy(mut self, policy: ApprovalPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+    /// The Python interpreter inside the sandbox (default `python3`, looked up in
+    /// `/usr/local/bin:/usr/bin:/bin` of the container).
+    pub fn python(mut self, program: impl Into<String>) -> Self {
+        self.python = program.into();
+        self
+    }
+
+    /// Writes the runner, makes the sandbox and checks that it can run scripts. Blocking (the
+    /// sandbox checks bubblewrap once, tens of milliseconds).
+    pub fn build(self) -> Result<CodeModeProvider, CodeModeError> {
+        let mut config = self.sandbox;
+        let l = &self.limits;
+        config.timeout = l.time_limit;
+        config.max_timeout = config.max_timeout.max(l.time_limit);
+        config.cpu_seconds = l.cpu_seconds;
+        config.memory_bytes = l.memory_bytes;
+        // Frames: the printed text (escaped as JSON, so up to 6 bytes a byte), the calls'
+        // arguments and the runner's own lines.
+        config.output_limit = config
+            .output_limit
+            .max(l.max_output_bytes.saturating_mul(6).saturating_add(1 << 20));
+        let dir = write_runner(config.temp_root.as_deref(), &self.python)?;
+        let sandbox = Sandbox::new(config);
+        if let Some(why) = &sandbox.protections().refused {
+            return Err(CodeModeError::NoSandbox(why.clone()));
+        }
+        let md = dir.path().join("SKILL.md");
+        let text =
+            std::fs::read_to_string(&md).map_err(|e| CodeModeError::Runner(e.to_string()))?;
+        let skill = skills::parse_skill(&text, dir.path(), &md)
+            .map_err(|e| CodeModeError::Runner(e.to_string()))?;
+        if let Some(e) = sandbox
+            .check_requests(&skill)
+            .into_iter()
+            .find(|e| e.outcome == LoadOutcome::Rejected)
+        {
+            return Err(CodeModeError::Runner(e.to_string()));
+        }
+        tracing::info!(protections = %sandbox.protections(), "code mode ready");
+        Ok(CodeModeProvider {
+            tools: self.tools,
+            sandbox,
+            skill,
+            limits: self.limits,
+            policy: self.policy,
+            _dir: dir,
+        })
+    }
+}
+
+fn write_runner(
+    temp_root: Option<&std::path::Path>,
+    python: &str,
+) -> Result<tempfile::TempDir, CodeModeError> {
+    use std::os::unix::fs::PermissionsExt;
+    let err = |e: std::io::Error| CodeModeError::Runner(e.to_string());
+    let mut b = tempfile::Builder::new();
+    b.prefix("code-mode-runner-");
+    let dir = match temp_root {
+        Some(root) => b.tempdir_in(root),
+        None => b.tempdir(),
+    }
+    .map_err(err)?;
+    if python.is_empty() || python.chars().any(char::is_whitespace) {
+        return Err(CodeModeError::Runner(format!(
+            "the Python program {python:?} must be one word"
+        )));
+    }
+    let md = format!(
+        "---\nname: {RUN_CODE}\ndescription: Code mode's runner.\nentry: {python} -I -S runner.py\n---\nRuns one script of code mode.\n"
+    );
+    std::fs::write(dir.path().join("runner.py"), RUNNER).map_err(err)?;
+    std::fs::write(dir.path().join("SKILL.md"), md).map_err(err)?;
+    for (path, mode) in [
+        (dir.path().to_path_buf(), 0o755),
+        (dir.path().join("runner.py"), 0o644),
+        (dir.path().join("SKILL.md"), 0o644),
+    ] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).map_err(err)?;
+    }
+    Ok(dir)
+}
+
+/// The code tool over the tools of one [`Dispatcher`]; see the crate docs.
+pub struct CodeModeProvider {
+    tools: Arc<Dispatcher>,
+    sandbox: Sandbox,
+    skill: Skill,
+    limits: CodeLimits,
+    policy: ApprovalPolicy,
+    /// The runner's files, removed with the provider.
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for CodeModeProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeModeProvider")
+            .field("tools", &self.tools)
+            .field("limits", &self.limits)
+            .field("sandbox", &self.sandbox)
+            .finish()
+    }
+}
+
+impl CodeModeProvider {
+    /// A builder over `tools`: every tool it lists becomes a function in scripts, and every
+    /// call a script makes is dispatched by it. Give it the tools you want scripts to reach
+    /// (usually the same providers as the agent's, without this one).
+    pub fn builder(tools: Arc<Dispatcher>) -> CodeModeBuilder {
+        CodeModeBuilder {
+            tools,
+            sandbox: SandboxConfig::default(),
+            limits: CodeLimits::default(),
+            policy: ApprovalPolicy::new(),
+            python: "python3".to_owned(),
+        }
+    }
+
+    /// The limits of one script.
+    pub fn limits(&self) -> &CodeLimits {
+        &self.limits
+    }
+
+    /// The sandbox scripts run in: its [`Sandbox::protections`] say which boundaries hold.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+
+    /// The tools as functions, one per Python name (the first tool wins a clash; logged).
+    async fn functions(&self) -> Vec<Function> {
+        let mut names = HashSet::new();
+        let mut out = Vec::new();
+        for spec in self.tools.specs().await {
+            if spec.name == RUN_CODE || spec.name == DESCRIBE_FUNCTION {
+                continue;
+            }
+            let f = Function::new(&spec);
+            if names.insert(f.name.clone()) {
+                out.push(f);
+            } else {
+                tracing::warn!(tool = %spec.name, function = %f.name, "another tool has this Python name; not bound in code mode");
+            }
+        }
+        out
+    }
+
+    /// `run_code`'s description: what it does, its limits, and each function's level-1 line.
+    fn run_code_description(&self, functions: &[Function]) -> String {
+        let l = &self.limits;
+        let mut s = format!(
+            "Run a short Python 3 script (standard library only) in a sandbox (no network, no host files). In it, the tools below are functions: call several, combine their results in code, and print() only what you need. You get back only the printed text (at most {}) and the list of calls made. A failed call raises ToolError (.kind, .message; subclasses ToolTimeout, InvalidArguments, ToolNotFound, ToolUnavailable, ToolCrashed, ResultTooLarge, ApprovalRequired, CallLimitExceeded), which the script can catch. Limits per script: {} tool calls, {} s. Full description of one function: call {DESCRIBE_FUNCTION}.\nFunctions (keyword arguments; each returns the tool's JSON result):",
+            run::human_bytes(l.shown_output_bytes),
+            l.max_calls,
+            l.time_limit.as_secs_f64()
+        );
+        if functions.is_empty() {
+            s.push_str("\n(none: no tools are bound)");
+        }
+        for f in functions {
+            s.push('\n');
+            s.push_str(&f.brief());
+        }
+        s
+    }
+
+    fn specs(&self, functions: &[Function]) -> Vec<ToolSpec> {
+        vec![
+            ToolSpec::new(
+                RUN_CODE,
+                self.run_code_description(functions),
+                json!({
+                    "type": "object",
+                    "properties": {"code": {"type": "string", "description": "Python 3 source; print() what you want to see"}},
+                    "required": ["code"]
+                }),
+            ),
+            ToolSpec::new(
+                DESCRIBE_FUNCTION,
+                format!(
+                    "Returns the full description of one function available in {RUN_CODE} scripts: its typed signature, every parameter and what it returns."
+                ),
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"type": "string", "description": "The function's name (or its tool's)"}},
+                    "required": ["name"]
+                }),
+            ),
+        ]
+    }
+
+    fn describe(functions: &[Function], name: &str) -> Result<Value, ToolError> {
+        match functions.iter().find(|f| f.name == name || f.tool == name) {
+            Some(f) => Ok(Value::String(f.full())),
+            None => {
+                let known: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+                Err(ToolError::invalid_arguments(format!(
+                    "There is no function {name}; the functions are: {}. Call {DESCRIBE_FUNCTION} again with one of them.",
+                    if known.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                )))
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for CodeModeProvider {
+    fn provider_name(&self) -> &str {
+        "code-mode"
+    }
+
+    async fn list(&self) -> Vec<ToolSpec> {
+        let functions = self.functions().await;
+        self.specs(&functions)
+    }
+
+    async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        match name {
+            RUN_CODE => {
+                let code = args
+                    .get("code")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| self.invalid_arguments(name, "/code: a string is required"))?;
+                let functions = self.functions().await;
+                run::run(self, &functions, code, ctx).await
+            }
+            DESCRIBE_FUNCTION => {
+                let wanted = args.get("name").and_then(Value::as_str).unwrap_or_default();
+                Self::describe(&self.functions().await, wanted)
+            }
+            other => Err(ToolError::not_found(other)),
+        }
+    }
+
+    /// The sandbox stops a script at its own limit; the dispatcher's is a backstop a little
+    /// longer, so the model reads the sandbox's message.
+    fn timeout(&self, name: &str) -> Option<Duration> {
+        (name == RUN_CODE).then(|| self.limits.time_limit + Duration::from_secs(5))
+    }
+}

@@ -1,0 +1,682 @@
+//! Code mode (#29 items 1-3) with the real parts: the skills sandbox (bubblewrap), the real
+//! dispatcher with real tools, and the agent over real HTTP with the scripted model.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use code_mode::{CodeLimits, CodeModeProvider, DESCRIBE_FUNCTION, RUN_CODE};
+use llm_core::{Message, Tool, ToolSpec, TurnInfo};
+use serde_json::{Value, json};
+use skills::SandboxConfig;
+use tool_system::{
+    ApprovalPolicy, Dispatcher, FnTool, ToolContext, ToolError, ToolErrorKind, ToolProvider,
+    ToolRegistry,
+};
+
+/// Deletes nothing; needs a person's approval (as a real deleting tool would).
+struct DeleteFile;
+
+#[async_trait::async_trait]
+impl Tool for DeleteFile {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            "delete_file",
+            "Delete a file.",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        )
+    }
+    async fn call(&self, _args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+        Err(ToolError::failed("must never run from a script"))
+    }
+    fn needs_approval(&self, _args: &Value) -> bool {
+        true
+    }
+}
+
+struct Fixture {
+    provider: CodeModeProvider,
+    /// Calls that reached a tool's body, by any tool.
+    ran: Arc<AtomicUsize>,
+    temp: tempfile::TempDir,
+}
+
+/// The tools scripts get: weather and add (plain), slow (200 ms limit), big (over the 2 KiB
+/// cap of this dispatcher), delete_file (needs approval), transfer (the agent's policy gates it).
+fn tools(ran: &Arc<AtomicUsize>) -> Dispatcher {
+    let mut r = ToolRegistry::new();
+    let count = |ran: &Arc<AtomicUsize>| {
+        let ran = Arc::clone(ran);
+        move || {
+            ran.fetch_add(1, Ordering::SeqCst);
+        }
+    };
+    let c = count(ran);
+    r.register(FnTool::new(
+        "get-weather",
+        "Get the current weather for a city. Degrees Celsius; made up.",
+        json!({"type": "object", "properties": {"city": {"type": "string", "description": "City name"}}, "required": ["city"]}),
+        move |args, _| {
+            c();
+            async move {
+                let city = args["city"].as_str().unwrap_or_default().to_owned();
+                Ok(json!({"city": city, "temp": city.len() * 3}))
+            }
+        },
+    ))
+    .unwrap();
+    let c = count(ran);
+    r.register(FnTool::new(
+        "add",
+        "Add two numbers.",
+        json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+        move |args, _| {
+            c();
+            async move { Ok(json!(args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0))) }
+        },
+    ))
+    .unwrap();
+    let c = count(ran);
+    r.register(
+        FnTool::new(
+            "slow",
+            "Take a long time.",
+            json!({"type": "object"}),
+            move |_, _| {
+                c();
+                async {
+                    tokio::time::sleep(Duration::from_secs(20)).await;
+                    Ok(json!("late"))
+                }
+            },
+        )
+        .with_timeout(Duration::from_millis(200)),
+    )
+    .unwrap();
+    let c = count(ran);
+    r.register(FnTool::new(
+        "big",
+        "Return a lot of text.",
+        json!({"type": "object"}),
+        move |_, _| {
+            c();
+            async { Ok(json!({"rows": "row ".repeat(10_000)})) }
+        },
+    ))
+    .unwrap();
+    r.register(DeleteFile).unwrap();
+    let c = count(ran);
+    r.register(FnTool::new(
+        "transfer",
+        "Send money.",
+        json!({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}),
+        move |_, _| {
+            c();
+            async { Ok(json!("sent")) }
+        },
+    ))
+    .unwrap();
+    Dispatcher::from_registry(r).with_max_result_bytes(2048)
+}
+
+fn fixture(limits: CodeLimits) -> Fixture {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default();
+    config.temp_root = Some(temp.path().to_path_buf());
+    let provider = CodeModeProvider::builder(Arc::new(tools(&ran)))
+        .limits(limits)
+        .sandbox_config(config)
+        .approval_policy(ApprovalPolicy::new().when("transfer", |a| {
+            a["amount"].as_f64().unwrap_or(f64::INFINITY) > 100.0
+        }))
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let p = provider.sandbox().protections();
+    assert!(p.container.is_some(), "these tests need bubblewrap: {p}");
+    Fixture {
+        provider,
+        ran,
+        temp,
+    }
+}
+
+impl Fixture {
+    async fn run(&self, code: &str) -> Result<Value, ToolError> {
+        self.provider
+            .call(RUN_CODE, json!({"code": code}), ToolContext::new("c1"))
+            .await
+    }
+
+    /// Only the runner's directory is left in the temp root once the containers made ahead
+    /// are stopped (a dropped call is cleaned up on a blocking thread: within 10 s).
+    async fn assert_clean(&self) {
+        self.provider.sandbox().stop_ready();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let left: Vec<String> = std::fs::read_dir(self.temp.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with("code-mode-runner-"))
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "left behind: {left:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn short() -> CodeLimits {
+    CodeLimits::default().with_time_limit(Duration::from_secs(4))
+}
+
+#[tokio::test]
+async fn code_mode_a_script_calls_two_tools_and_the_model_gets_only_what_it_printed() {
+    let f = fixture(short());
+    let out = f
+        .run(
+            "a = get_weather(city='Paris')\nb = get_weather('Oslo')\ns = add(a=a['temp'], b=b['temp'])\nprint(f\"{a['city']} {a['temp']}, {b['city']} {b['temp']}, sum {s}\")\n",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(out["printed"], "Paris 15, Oslo 12, sum 27.0\n", "{out}");
+    assert_eq!(
+        out["calls"],
+        json!([
+            {"tool": "get-weather", "ok": true},
+            {"tool": "get-weather", "ok": true},
+            {"tool": "add", "ok": true}
+        ])
+    );
+    assert!(out.get("note").is_none(), "{out}");
+    assert_eq!(f.ran.load(Ordering::SeqCst), 3);
+    // The tools' own results never reach the model: only the printed line.
+    assert!(!out.to_string().contains("\"temp\""), "{out}");
+    // Threads of a script may call tools at the same time: each gets its own answer.
+    let out = f
+        .run(
+            "import threading
+r = {}
+def w(k):
+    r[k] = [add(a=k, b=i) for i in range(3)]
+ts = [threading.Thread(target=w, args=(k,)) for k in (10, 20)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(r[10], r[20])
+",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(out["printed"], "[10.0, 11.0, 12.0] [20.0, 21.0, 22.0]\n");
+}
+
+#[tokio::test]
+async fn code_mode_tools_are_typed_functions_with_level1_lines_and_full_docs_on_demand() {
+    let f = fixture(short());
+    let specs = f.provider.advertised(&TurnInfo::new("hi")).await;
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, [RUN_CODE, DESCRIBE_FUNCTION]);
+    let d = &specs[0].description;
+    assert!(
+        d.contains("- get_weather(city: str) -> Any: Get the current weather for a city.\n"),
+        "{d}"
+    );
+    assert!(
+        d.contains("- add(a: float, b: float) -> Any: Add two numbers."),
+        "{d}"
+    );
+    assert!(
+        !d.contains("made up"),
+        "level 2 stays out of the description: {d}"
+    );
+    let full = f
+        .provider
+        .call(
+            DESCRIBE_FUNCTION,
+            json!({"name": "get_weather"}),
+            ToolContext::new("d1"),
+        )
+        .await
+        .unwrap();
+    let full = full.as_str().unwrap();
+    assert!(
+        full.starts_with("def get_weather(city: str) -> Any:"),
+        "{full}"
+    );
+    assert!(full.contains("Degrees Celsius; made up."), "{full}");
+    assert!(full.contains("city (str): City name"), "{full}");
+    let missing = f
+        .provider
+        .call(
+            DESCRIBE_FUNCTION,
+            json!({"name": "nope"}),
+            ToolContext::new("d2"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(missing.kind, ToolErrorKind::InvalidArguments);
+    assert!(missing.message.contains("get_weather"), "{missing:?}");
+    // In a script, help() shows the same full description.
+    let out = f.run("print(get_weather.__doc__)").await.unwrap();
+    assert!(
+        out["printed"].as_str().unwrap().contains("City name"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn code_mode_nested_timeout_cap_schema_and_approval_reach_the_script_as_typed_errors() {
+    let f = fixture(short());
+    let out = f
+        .run(r#"
+try:
+    slow()
+except ToolTimeout as e:
+    print("timeout", e.kind, e.tool, "timed out after 200 ms" in e.message, isinstance(e, ToolError))
+try:
+    big()
+except ResultTooLarge as e:
+    print("cap", e.kind, len(e.partial) <= 2048, "truncated" in e.partial)
+try:
+    get_weather(city=5)
+except InvalidArguments as e:
+    print("schema", e.kind, "/city" in e.message)
+try:
+    delete_file(path="/etc/passwd")
+except ApprovalRequired as e:
+    print("approval", "directly" in e.message)
+try:
+    transfer(amount=500)
+except ApprovalRequired as e:
+    print("policy", e.kind)
+print("small transfer", transfer(amount=5))
+"#)
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(
+        out["printed"],
+        "timeout timeout slow True True\ncap result_too_large True True\nschema invalid_arguments True\napproval True\npolicy approval_required\nsmall transfer sent\n",
+        "{out}"
+    );
+    assert_eq!(
+        out["calls"],
+        json!([
+            {"tool": "slow", "error": "timeout"},
+            {"tool": "big", "error": "result_too_large"},
+            {"tool": "get-weather", "error": "invalid_arguments"},
+            {"tool": "delete_file", "error": "approval_required"},
+            {"tool": "transfer", "error": "approval_required"},
+            {"tool": "transfer", "ok": true}
+        ])
+    );
+    // slow and big ran; the invalid call, delete_file and the big transfer did not.
+    assert_eq!(f.ran.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn code_mode_call_limit_is_enforced() {
+    let f = fixture(short().with_max_calls(3));
+    let out = f
+        .run("n = 0\ntry:\n    for i in range(10):\n        add(a=i, b=1)\n        n += 1\nexcept CallLimitExceeded as e:\n    print(n, e.kind, 'limit of 3' in e.message)\n")
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(out["printed"], "3 call_limit True\n");
+    assert_eq!(out["calls"].as_array().unwrap().len(), 4, "{out}");
+    assert_eq!(f.ran.load(Ordering::SeqCst), 3);
+    // A script that ignores the error and goes on is stopped.
+    let err = f
+        .run("for i in range(10):\n    try:\n        add(a=i, b=1)\n    except ToolError:\n        pass\nprint('never')\n")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Failed);
+    assert!(
+        err.message
+            .contains("went on calling tools after reaching its limit of 3 calls"),
+        "{err:?}"
+    );
+    assert!(!err.message.contains("never"), "{err:?}");
+    assert_eq!(f.ran.load(Ordering::SeqCst), 6);
+}
+
+#[tokio::test]
+async fn code_mode_an_endless_loop_is_stopped_with_a_clear_message() {
+    let f = fixture(CodeLimits::default().with_time_limit(Duration::from_secs(2)));
+    let err = f
+        .run("print('starting', flush=True)\nget_weather(city='Rome')\nwhile True:\n    pass\n")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Timeout, "{err:?}");
+    assert!(
+        err.message
+            .starts_with("The script was stopped after 2 s, its time limit"),
+        "{err:?}"
+    );
+    assert!(err.message.contains("starting"), "{err:?}");
+    assert!(err.message.contains("\"tool\":\"get-weather\""), "{err:?}");
+    f.assert_clean().await;
+    // The next script runs as usual.
+    let out = f.run("print('fine')").await.unwrap();
+    assert_eq!(out["printed"], "fine\n");
+
+    // With more time than CPU, the CPU limit stops it first.
+    let f = fixture(
+        CodeLimits::default()
+            .with_time_limit(Duration::from_secs(20))
+            .with_cpu_seconds(1),
+    );
+    let err = f.run("while True:\n    pass\n").await.unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Crashed, "{err:?}");
+    assert!(
+        err.message.starts_with(
+            "The script's Python process was killed (it may have reached its CPU or memory limit)."
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn code_mode_printed_output_is_capped_and_a_flood_is_stopped() {
+    let f = fixture(short().with_output(256, 64 << 10));
+    let out = f.run("print('y' * 1000)").await.unwrap();
+    assert_eq!(out["printed"].as_str().unwrap().len(), 256);
+    let note = out["note"].as_str().unwrap();
+    assert!(
+        note.contains("printed 1001 bytes; the first 256 are shown"),
+        "{note}"
+    );
+    let err = f
+        .run("while True:\n    print('x' * 100)\n")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Failed);
+    assert!(
+        err.message
+            .contains("stopped: it printed more than 64 KiB (an output flood)"),
+        "{err:?}"
+    );
+    assert!(err.message.len() < 2048, "{}", err.message.len());
+    // Writing around print, straight to the process's descriptors, is bounded too.
+    let err = f
+        .run("import os\nwhile True:\n    os.write(1, b'z' * 65536)\n")
+        .await
+        .unwrap_err();
+    assert!(
+        err.message
+            .contains("to its process's stderr (an output flood)"),
+        "{err:?}"
+    );
+    f.assert_clean().await;
+}
+
+#[tokio::test]
+async fn code_mode_a_script_error_is_reported_with_its_line_and_what_it_printed() {
+    let f = fixture(short());
+    let err = f
+        .run("print('before')\nx = add(a=1, b=2)\n1 / 0\n")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Failed);
+    for needed in [
+        "The script raised an error",
+        "line 3",
+        "ZeroDivisionError",
+        "before",
+        "{\"tool\":\"add\",\"ok\":true}",
+    ] {
+        assert!(err.message.contains(needed), "{needed}: {}", err.message);
+    }
+    assert!(!err.message.contains("runner.py"), "{}", err.message);
+    let err = f.run("def f(:\n").await.unwrap_err();
+    assert!(err.message.contains("SyntaxError"), "{err:?}");
+}
+
+/// The attacks of the skills sandbox's hostile tests, written as one script.
+#[tokio::test]
+async fn s2_code_mode_a_hostile_script_is_contained() {
+    let f = fixture(short());
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("secret.txt");
+    std::fs::write(&secret, "TOP-SECRET").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        r#"
+import os, socket
+def attempt(what, f):
+    try:
+        print(what, "OPEN", repr(f())[:40])
+    except Exception as e:
+        print(what, "refused", type(e).__name__)
+attempt("shadow", lambda: open("/etc/shadow").read())
+attempt("passwd", lambda: open("/etc/passwd").read())
+attempt("host file", lambda: open({secret:?}).read())
+attempt("workspace", lambda: os.listdir("/work/wt-code"))
+attempt("root home", lambda: os.listdir("/root"))
+attempt("tcp", lambda: socket.create_connection(("127.0.0.1", {port}), timeout=1))
+attempt("dns", lambda: socket.getaddrinfo("example.com", 443))
+found = 0
+for pid in range(1, 70000):
+    try:
+        os.kill(pid, 0)
+        found += 1
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        found += 1
+print("pids", found)
+print("proc", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+"#
+    );
+    let out = f.run(&script).await.unwrap_or_else(|e| panic!("{e:?}"));
+    let printed = out["printed"].as_str().unwrap();
+    for refused in [
+        "shadow refused",
+        "passwd refused",
+        "host file refused",
+        "workspace refused",
+        "root home refused",
+        "tcp refused",
+        "dns refused",
+    ] {
+        assert!(printed.contains(refused), "{refused}: {printed}");
+    }
+    assert!(!printed.contains("TOP-SECRET"), "{printed}");
+    // The script is PID 1 of its own namespace and sees nothing else: not the agent.
+    assert!(printed.contains("pids 1\n"), "{printed}");
+    assert!(printed.contains("proc [1]\n"), "{printed}");
+    assert!(
+        listener.accept().is_err(),
+        "the host's listener must get no connection"
+    );
+
+    // A fork bomb: bounded by the process limit, stopped by the time limit with the rest.
+    let err = f
+        .run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::Timeout, "{err:?}");
+    f.assert_clean().await;
+    let out = f
+        .run("print(get_weather(city='Lima')['temp'])")
+        .await
+        .unwrap();
+    assert_eq!(out["printed"], "12\n");
+}
+
+/// A full agent run over real HTTP with the scripted model: the model calls `run_code`, gets
+/// the printed text, answers; the session stores the script (the call's arguments) and the
+/// call list (its result). A second turn's script loops forever: it is stopped with a clear
+/// message and the conversation goes on.
+#[tokio::test]
+async fn code_mode_an_agent_runs_a_script_and_the_conversation_goes_on() {
+    use model_gateway::{OpenAiConfig, OpenAiModel};
+    use testkit::{Reply, ScriptedServer};
+
+    let ran = Arc::new(AtomicUsize::new(0));
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default();
+    config.temp_root = Some(temp.path().to_path_buf());
+    let code = CodeModeProvider::builder(Arc::new(tools(&ran)))
+        .limits(CodeLimits::default().with_time_limit(Duration::from_secs(2)))
+        .sandbox_config(config)
+        .build()
+        .unwrap();
+    let server = ScriptedServer::start().await;
+    let script = "for c in ['Paris', 'Oslo']:\n    print(c, get_weather(city=c)['temp'])\n";
+    server.push(Reply::tool_call(
+        "call_1",
+        RUN_CODE,
+        &json!({"code": script}).to_string(),
+    ));
+    server.push(Reply::text("Paris is warmer (15 vs 12)."));
+    server.push(Reply::tool_call(
+        "call_2",
+        RUN_CODE,
+        &json!({"code": "while True:\n    pass\n"}).to_string(),
+    ));
+    server.push(Reply::text("My script took too long; I stopped."));
+    let model = OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
+    let store = Arc::new(context_engine::MemoryStore::new());
+    let agent = tool_system::Agent::builder(model)
+        .provider(Arc::new(code))
+        .store(store.clone())
+        .build()
+        .unwrap();
+
+    let out = agent
+        .run("s1", "Which is warmer, Paris or Oslo?")
+        .await
+        .unwrap();
+    assert_eq!(out.answer, "Paris is warmer (15 vs 12).");
+    let requests = server.requests();
+    // The first request offered run_code with the functions in its description.
+    let tools = requests[0].body["tools"].to_string();
+    assert!(tools.contains("get_weather(city: str) -> Any"), "{tools}");
+    let tool_msg = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    let result: Value = serde_json::from_str(tool_msg["content"].as_str().unwrap()).unwrap();
+    assert_eq!(result["printed"], "Paris 15\nOslo 12\n");
+
+    let out = agent.run("s1", "And now loop forever").await.unwrap();
+    assert_eq!(out.answer, "My script took too long; I stopped.");
+    let last = server.requests().last().unwrap().body["messages"].to_string();
+    assert!(
+        last.contains("The script was stopped after 2 s, its time limit"),
+        "{last}"
+    );
+
+    // What the session keeps: the scripts as the calls' arguments, the call lists as results.
+    use context_engine::SessionStore;
+    let session = store.load("s1").await.unwrap();
+    let scripts: Vec<String> = session
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => tool_calls.first().map(|c| {
+                assert_eq!(c.name, RUN_CODE);
+                c.arguments["code"].as_str().unwrap().to_owned()
+            }),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(scripts, [script, "while True:\n    pass\n"]);
+    let results: Vec<&str> = session
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert!(
+        results[0].contains(
+            r#""calls":[{"tool":"get-weather","ok":true},{"tool":"get-weather","ok":true}]"#
+        ),
+        "{}",
+        results[0]
+    );
+    assert!(results[1].contains("Tool calls: []"), "{}", results[1]);
+}
+
+/// A tool span seen: its tool, and the tool of its parent span.
+type Seen = (String, Option<String>);
+
+/// The `execute_tool` spans the dispatchers open.
+#[derive(Clone, Default)]
+struct ToolSpans(Arc<std::sync::Mutex<Vec<Seen>>>);
+
+#[derive(Clone)]
+struct ToolName(String);
+
+impl<S> tracing_subscriber::Layer<S> for ToolSpans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        struct Visit(Option<String>);
+        impl tracing::field::Visit for Visit {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "gen_ai.tool.name" {
+                    self.0 = Some(value.to_owned());
+                }
+            }
+            fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+        }
+        let mut v = Visit(None);
+        attrs.record(&mut v);
+        let (Some(tool), Some(span)) = (v.0, ctx.span(id)) else {
+            return;
+        };
+        let parent = span
+            .parent()
+            .and_then(|p| p.extensions().get::<ToolName>().map(|t| t.0.clone()));
+        span.extensions_mut().insert(ToolName(tool.clone()));
+        self.0.lock().unwrap().push((tool, parent));
+    }
+}
+
+/// Each call a script makes is traced as a tool call of its own, inside `run_code`'s span.
+#[tokio::test]
+async fn code_mode_each_nested_call_has_its_own_tool_span_inside_run_codes() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let spans = ToolSpans::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let f = fixture(short());
+    let outer = Dispatcher::new().with_provider(Arc::new(f.provider));
+    let out = outer
+        .dispatch(
+            RUN_CODE,
+            json!({"code": "print(add(a=1, b=2), get_weather(city='Oslo')['temp'])"}),
+            ToolContext::new("c1"),
+        )
+        .await;
+    assert!(out.is_ok(), "{}", out.content);
+    let seen = spans.0.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            (RUN_CODE.to_owned(), None),
+            ("add".to_owned(), Some(RUN_CODE.to_owned())),
+            ("get-weather".to_owned(), Some(RUN_CODE.to_owned())),
+        ]
+    );
+}
