@@ -37,7 +37,7 @@ const STAGES: &[Stage] = &[
     Stage {
         n: 3,
         name: "tool-system",
-        packages: &["tool-system"],
+        packages: &["tool-system", "code-mode"],
     },
     Stage {
         n: 4,
@@ -222,6 +222,8 @@ fn stage(n: u8) -> Result<(), String> {
     }
     if n >= 4 {
         ensure_test_deps()?;
+    } else if n == 3 && crate_exists("code-mode") {
+        ensure_bwrap()?; // code mode's scripts run in the skills sandbox
     }
     run_demo(n, &format!("Stage {n} demo ({})", stage.name))?;
     let mut test = cargo();
@@ -327,6 +329,7 @@ fn check_layers() -> Result<(), String> {
         "output-control",
         "tool-system",
         "skills",
+        "code-mode",
         "messaging",
         "mcp-bridge",
         "seam-check",

@@ -28,6 +28,13 @@ struct WeatherArgs {
     city: String,
 }
 
+/// The script the offline demo model writes in code mode: three calls, one line printed.
+const CODE_MODE_SCRIPT: &str = "\
+temps = {c: get_weather(city=c)[\"temp\"] for c in [\"Beijing\", \"Shanghai\", \"Guangzhou\"]}
+warmest = max(temps, key=temps.get)
+print(f\"warmest of {len(temps)}: {warmest} at {temps[warmest]} C\")
+";
+
 /// What the offline demo model answers, from the request it gets.
 fn offline_model(body: &Value) -> Reply {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
@@ -61,6 +68,32 @@ fn offline_model(body: &Value) -> Reply {
             v["city"].as_str().unwrap_or("?")
         )
     };
+    let offers_code = body["tools"].as_array().is_some_and(|tools| {
+        tools
+            .iter()
+            .any(|t| t["function"]["name"] == code_mode::RUN_CODE)
+    });
+    if offers_code {
+        // code mode: one script calls get_weather three times; only what it prints comes back
+        return match messages.iter().rev().find(|m| m["role"] == "tool") {
+            None => Reply::tool_call(
+                "call_code",
+                code_mode::RUN_CODE,
+                &json!({ "code": CODE_MODE_SCRIPT }).to_string(),
+            ),
+            Some(m) => {
+                let result: Value =
+                    serde_json::from_str(m["content"].as_str().unwrap_or("")).unwrap_or_default();
+                slow(Reply::text(format!(
+                    "From one script: {}",
+                    result["printed"]
+                        .as_str()
+                        .unwrap_or("(nothing printed)")
+                        .trim()
+                )))
+            }
+        };
+    }
     if body.get("tools").is_some() && !system.contains("<tool_action") {
         // native function calling
         return match tool_result {
@@ -142,7 +175,9 @@ fn weather_tool() -> FnTool {
         "get_weather",
         "Get current weather for a city",
         |a: WeatherArgs, _: ToolContext| async move {
-            Ok(json!({"city": a.city, "temp": 22, "sky": "sunny"}))
+            // A made-up temperature per city, so the demo's code-mode script has something to compare.
+            let temp = 18 + a.city.len() % 7;
+            Ok(json!({"city": a.city, "temp": temp, "sky": "sunny"}))
         },
     )
 }
@@ -231,5 +266,42 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             stored.messages.len()
         );
     }
+    code_mode_turn(model, store).await
+}
+
+/// Code mode (#29): the model writes one script that calls get_weather as a function in the
+/// skills sandbox; three tool calls, one model call, and only what the script printed comes
+/// back. Without bubblewrap code mode refuses to run, and the demo prints why.
+async fn code_mode_turn(
+    model: Arc<OpenAiModel>,
+    store: Arc<dyn SessionStore>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    println!("\n=== code mode: one script calls the tools as functions (run_code) ===");
+    let mut registry = tool_system::ToolRegistry::new();
+    registry.register(weather_tool())?;
+    let tools = Arc::new(tool_system::Dispatcher::from_registry(registry));
+    let built =
+        tokio::task::spawn_blocking(move || code_mode::CodeModeProvider::builder(tools).build())
+            .await?;
+    let code = match built {
+        Ok(code) => code,
+        Err(e) => {
+            println!("code mode is not available here: {e}");
+            return Ok(());
+        }
+    };
+    let agent = Agent::builder(model)
+        .provider(Arc::new(code))
+        .system_prompt("You are a helpful assistant. Use tools when they help.")
+        .store(Arc::clone(&store))
+        .build()?;
+    let question = "Which is warmest now: Beijing, Shanghai or Guangzhou?";
+    println!("user: {question}");
+    show(agent.run_stream("demo-code", question)).await?;
+    let stored = store.load("demo-code").await?;
+    println!(
+        "session demo-code: {} messages stored (the script is the call's arguments; its calls are in the result)",
+        stored.messages.len()
+    );
     Ok(())
 }
