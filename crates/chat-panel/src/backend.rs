@@ -98,24 +98,24 @@ impl AgentBackend {
     /// # async fn demo(model: impl llm_core::ChatModel + 'static) -> Result<(), chat_panel::PanelError> {
     /// use chat_panel::{AgentBackend, PanelConfig};
     /// let config = PanelConfig::default().with_history_path("/var/lib/my-app/panel.sqlite3");
-    /// let backend = AgentBackend::build(model, messaging::MessageBus::new(), &config, |b| b)?;
+    /// let backend = AgentBackend::build(model, messaging::MessageBus::new(), &config, |b| b).await?;
     /// # Ok(()) }
     /// ```
-    pub fn build(
+    pub async fn build(
         model: impl ChatModel + 'static,
         bus: MessageBus,
         config: &PanelConfig,
         configure: impl FnOnce(AgentBuilder) -> AgentBuilder,
     ) -> Result<Self, PanelError> {
-        let tool = SendMessageTool::new(bus, "agent").with_recipient_resolver(|id, ctx| {
-            match (id, &ctx.session_id) {
+        let tool = SendMessageTool::new(bus, crate::state::AGENT_SENDER).with_recipient_resolver(
+            |id, ctx| match (id, &ctx.session_id) {
                 (USER_RECIPIENT, Some(s)) => user_address(s),
                 _ => id.to_owned(),
-            }
-        });
+            },
+        );
         let builder = Agent::builder(model)
             .system_prompt(AGENT_SYSTEM_PROMPT)
-            .store(config.history.open()?)
+            .store(config.history.open().await?)
             .context_budget(config.context_budget)
             .tool(tool);
         Ok(Self::new(configure(builder).build()?))
@@ -123,14 +123,14 @@ impl AgentBackend {
 
     /// A backend that only talks: the model, `system` as its system prompt, no tools, the
     /// session store of `config.history` and the budget `config.context_budget`.
-    pub fn text_only(
+    pub async fn text_only(
         model: impl ChatModel + 'static,
         system: impl Into<String>,
         config: &PanelConfig,
     ) -> Result<Self, PanelError> {
         let agent = Agent::builder(model)
             .system_prompt(system)
-            .store(config.history.open()?)
+            .store(config.history.open().await?)
             .context_budget(config.context_budget)
             .build()?;
         Ok(Self::new(agent))
