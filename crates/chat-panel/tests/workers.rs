@@ -418,6 +418,7 @@ fn workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_d
         });
         rows_until(&mut on_a, &mut seen, |e| row_has(e, "user", "slow please")).await;
         a.kill();
+        let killed = std::time::Instant::now();
         // A's stream ends with A
         let ended = tokio::time::timeout(Duration::from_secs(10), async {
             while let Some(e) = on_a.recv().await {
@@ -445,6 +446,11 @@ fn workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_d
             row_has(e, "assistant", INTERRUPTED_START)
         })
         .await;
+        // (reported, not asserted: the lease is 1.5 s, renewed every 0.5 s)
+        eprintln!(
+            "workers: the interrupted answer was closed on B {} ms after A was killed",
+            killed.elapsed().as_millis()
+        );
         let (status, body) = post(&c, &b_url, sid, "after the crash").await;
         assert_eq!(status, 200, "{body}");
         rows_until(&mut on_b, &mut seen, |e| {
