@@ -85,7 +85,9 @@ impl std::fmt::Debug for AgentBackend {
 impl AgentBackend {
     /// Wraps an agent you built yourself (give it a `send_message` tool that resolves
     /// `"user"` with [`user_address`] so its messages reach the panel, a session store, and a
-    /// context budget so a long conversation keeps fitting).
+    /// context budget so a long conversation keeps fitting). Its store is used as given: with
+    /// several workers, [`build`](Self::build) also keeps a worker that lost a session's turn
+    /// lease from storing rounds in it.
     pub fn new(agent: Agent) -> Self {
         Self { agent }
     }
@@ -115,7 +117,7 @@ impl AgentBackend {
         );
         let builder = Agent::builder(model)
             .system_prompt(AGENT_SYSTEM_PROMPT)
-            .store(config.history.open().await?)
+            .store(fenced(config.history.open().await?))
             .context_budget(config.context_budget)
             .tool(tool);
         Ok(Self::new(configure(builder).build()?))
@@ -130,7 +132,7 @@ impl AgentBackend {
     ) -> Result<Self, PanelError> {
         let agent = Agent::builder(model)
             .system_prompt(system)
-            .store(config.history.open().await?)
+            .store(fenced(config.history.open().await?))
             .context_budget(config.context_budget)
             .build()?;
         Ok(Self::new(agent))
@@ -167,6 +169,12 @@ impl ChatBackend for AgentBackend {
             }
         })
     }
+}
+
+/// The store as the panel's agent writes to it: an answer's rounds only while this worker holds
+/// the session's turn lease (see `docs/workers.md`).
+fn fenced(store: Arc<dyn SessionStore>) -> Arc<dyn SessionStore> {
+    Arc::new(crate::lease::FencedStore::new(store))
 }
 
 /// The sentence the person sees when an answer failed; the detail goes to the log.

@@ -157,10 +157,164 @@ pub(crate) async fn running(store: &dyn SessionStore, id: &str) -> Result<bool, 
     Ok(false)
 }
 
+/// The session store as the agent of a panel worker writes to it: an answer's rounds are
+/// stored only while this worker still holds the session's lease, so a worker that lost it
+/// (too slow to renew; another worker closed its answer) cannot add to the conversation. It
+/// notes the lease values this process writes through it, and stores each round of a session it
+/// holds together with a compare-and-set that the lease is unchanged. Everything else passes
+/// through.
+pub(crate) struct FencedStore {
+    inner: std::sync::Arc<dyn SessionStore>,
+    held: std::sync::Mutex<
+        std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<Option<String>>>>,
+    >,
+}
+
+impl FencedStore {
+    pub(crate) fn new(inner: std::sync::Arc<dyn SessionStore>) -> Self {
+        Self {
+            inner,
+            held: std::sync::Mutex::default(),
+        }
+    }
+
+    fn slot(&self, id: &str) -> std::sync::Arc<tokio::sync::Mutex<Option<String>>> {
+        let mut map = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.entry(id.to_owned()).or_default().clone()
+    }
+
+    fn forget(&self, id: &str) {
+        let mut map = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let unused = map.get(id).is_some_and(|s| {
+            std::sync::Arc::strong_count(s) == 1 && s.try_lock().is_ok_and(|held| held.is_none())
+        });
+        if unused {
+            map.remove(id);
+        }
+    }
+}
+
+fn lease_lost(id: &str) -> StoreError {
+    StoreError::Database {
+        detail: format!(
+            "this worker no longer holds the lease on session `{id}`'s answer (it expired and \
+             another worker closed or took the answer), so the round was not stored; the person \
+             sees the answer as interrupted and may send again"
+        ),
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for FencedStore {
+    async fn create(&self, id: &str) -> Result<(), StoreError> {
+        self.inner.create(id).await
+    }
+
+    async fn load(&self, id: &str) -> Result<context_engine::Session, StoreError> {
+        self.inner.load(id).await
+    }
+
+    async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
+        let slot = self.slot(id);
+        let held = slot.lock().await;
+        let result = match held.as_deref() {
+            None => self.inner.append(id, round).await,
+            Some(v) => {
+                let change = StateChange::new(TURN_KEY, Some(v), Some(v));
+                self.inner
+                    .append_with_state(id, round, change)
+                    .await?
+                    .ok_or_else(|| lease_lost(id))
+            }
+        };
+        drop(held);
+        drop(slot);
+        self.forget(id);
+        result
+    }
+
+    async fn list(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.list().await
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), StoreError> {
+        self.inner.delete(id).await
+    }
+
+    async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
+        self.inner.get_state(id, key).await
+    }
+
+    async fn append_with_state(
+        &self,
+        id: &str,
+        round: &[Message],
+        change: StateChange<'_>,
+    ) -> Result<Option<u64>, StoreError> {
+        if change.key != TURN_KEY {
+            return self.inner.append_with_state(id, round, change).await;
+        }
+        let slot = self.slot(id);
+        let mut held = slot.lock().await;
+        let result = self.inner.append_with_state(id, round, change).await;
+        if let Ok(Some(_)) = result {
+            // this process's lease from now on (or none)
+            *held = change.new.map(str::to_owned);
+        }
+        drop(held);
+        drop(slot);
+        self.forget(id);
+        result
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use context_engine::MemoryStore;
+
+    #[tokio::test]
+    async fn workers_a_worker_that_lost_its_lease_cannot_store_a_round() {
+        let shared: std::sync::Arc<dyn SessionStore> = std::sync::Arc::new(MemoryStore::new());
+        let (a, b) = (
+            FencedStore::new(shared.clone()),
+            FencedStore::new(shared.clone()),
+        );
+        a.create("s1").await.unwrap();
+        let ttl = Duration::from_millis(100);
+        let Acquired::Held(_) = acquire(&a, "s1", "A", ttl).await.unwrap() else {
+            panic!("free lease not taken")
+        };
+        a.append("s1", &[Message::user("hi")]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // B closes A's expired answer and takes the session
+        let Acquired::Held(lb) = acquire(&b, "s1", "B", ttl).await.unwrap() else {
+            panic!("expired lease not taken")
+        };
+        // A, still running, tries to store its round: refused, nothing written
+        let late = a.append("s1", &[Message::assistant("late answer")]).await;
+        assert!(matches!(late, Err(StoreError::Database { .. })), "{late:?}");
+        b.append("s1", &[Message::user("again")]).await.unwrap();
+        release(&b, "s1", &lb).await;
+        // without a lease held, appends pass through (the panel's other writers)
+        b.append("s1", &[Message::assistant("ok")]).await.unwrap();
+        let msgs = shared.load("s1").await.unwrap().messages;
+        assert_eq!(
+            msgs,
+            [
+                Message::user("hi"),
+                Message::assistant(INTERRUPTED),
+                Message::user("again"),
+                Message::assistant("ok")
+            ]
+        );
+    }
 
     #[tokio::test]
     async fn workers_one_lease_holder_and_an_expired_one_is_closed_once() {
