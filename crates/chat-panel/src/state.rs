@@ -587,8 +587,21 @@ async fn inbox_task(
         if m.from == AGENT_SENDER {
             continue;
         }
-        if let Err(e) = store.append(&id, &foreign_message_round(&m)).await {
-            tracing::warn!(session = %id, from = %m.from, error = %e, "chat panel: could not store a message for the person");
+        // Stored once whichever worker (or how often) the broker hands it to: a state slot per
+        // message id, set in the same compare-and-set as the round.
+        let key = format!("chat-panel.bus.{}", m.msg_id);
+        let once = StateChange::new(&key, None, Some("stored"));
+        match store
+            .append_with_state(&id, &foreign_message_round(&m), once)
+            .await
+        {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
+            }
+            Err(e) => {
+                tracing::warn!(session = %id, from = %m.from, error = %e, "chat panel: could not store a message for the person");
+            }
         }
         changed.notify_waiters();
     }

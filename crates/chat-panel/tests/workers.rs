@@ -34,7 +34,11 @@ fn main() {
     if std::env::var_os(CHILD).is_some() {
         return worker_child();
     }
-    let tests: [(&str, fn()); 3] = [
+    let tests: [(&str, fn()); 4] = [
+        (
+            "workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every_worker",
+            workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every_worker,
+        ),
         (
             "workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_doubled",
             workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_doubled,
@@ -183,10 +187,19 @@ struct Worker {
 
 impl Worker {
     fn start(model: &ScriptedServer, database_url: &str) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        Self::start_with_broker(model, database_url, None)
+    }
+
+    /// A worker whose bus is the NATS server at `broker` (`NATS_URL`), else in-process.
+    fn start_with_broker(model: &ScriptedServer, database_url: &str, broker: Option<&str>) -> Self {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        match broker {
+            Some(url) => command.env("NATS_URL", url),
+            None => command.env_remove("NATS_URL"),
+        };
+        let mut child = command
             .env(CHILD, "1")
             .env("DATABASE_URL", database_url)
-            .env_remove("NATS_URL")
             .env("CHAT_PANEL_MODEL_URL", model.base_url())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -542,6 +555,110 @@ fn workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_d
         );
         assert!(by_row.values().all(|n| *n == 1), "no row twice: {by_row:?}");
         drop(b);
+    });
+}
+
+/// Two workers over PostgreSQL and NATS (`NATS_URL` from `TEST_NATS_URL`, set by `cargo xtask
+/// test`): a message another process sends to the person on the broker is stored by the worker
+/// that receives it, once, and every worker's events stream shows it with its quick replies.
+fn workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every_worker() {
+    let nats = match std::env::var("TEST_NATS_URL") {
+        Ok(u) if !u.trim().is_empty() => u,
+        _ => panic!(
+            "TEST_NATS_URL is not set, so the broker part of the workers test cannot run: run \
+             `cargo xtask test` (it starts nats-server on 127.0.0.1 and sets it), or set \
+             TEST_NATS_URL=nats://127.0.0.1:PORT for a nats-server started with -js"
+        ),
+    };
+    runtime().block_on(async {
+        let url = fresh_database("chat_panel_workers_nats").await;
+        let model = ScriptedServer::start().await;
+        model.respond_with(responder);
+        let a = Worker::start_with_broker(&model, &url, Some(&nats));
+        let b = Worker::start_with_broker(&model, &url, Some(&nats));
+        let c = reqwest::Client::new();
+        // a fresh id per run: the broker keeps its streams between runs
+        let sid = format!(
+            "nats-workers-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        );
+        let (status, body) = post(&c, &a.url(), &sid, "hello").await;
+        assert_eq!(status, 200, "{body}");
+        let mut on_a = sse_client(&a.url(), &sid, None);
+        let mut on_b = sse_client(&b.url(), &sid, None);
+        let (mut seen_a, mut seen_b) = (Vec::new(), Vec::new());
+        rows_until(&mut on_b, &mut seen_b, |e| {
+            row_has(e, "assistant", "I sent you a question")
+        })
+        .await;
+
+        let bus = messaging::MessageBus::connect_nats(&nats).await.unwrap();
+        let to = chat_panel::user_address(&sid);
+        let q = messaging::QuickReplies::new(vec!["Yes".into(), "No".into()]).unwrap();
+        let first = messaging::OutgoingMessage::new("ops-bot", to.clone(), "Deploy finished?")
+            .with_quick_replies(q);
+        bus.send(first.clone()).await.unwrap();
+        bus.send(first).await.unwrap(); // the same message again: dropped by its id
+        bus.send(messaging::OutgoingMessage::new(
+            "ops-bot",
+            to,
+            "second note",
+        ))
+        .await
+        .unwrap();
+        let from_bot = |e: &SseEvent, text: &str| {
+            e.data["events"].as_array().is_some_and(|a| {
+                a.iter().any(|x| {
+                    x["entry"]["kind"] == "message"
+                        && x["entry"]["from"] == "ops-bot"
+                        && x["entry"]["text"] == text
+                })
+            })
+        };
+        for (rx, seen) in [(&mut on_a, &mut seen_a), (&mut on_b, &mut seen_b)] {
+            // in either order: each worker pulls from the recipient's consumer, so the one that
+            // got the first message may store it after the other stored the second
+            for text in ["Deploy finished?", "second note"] {
+                if !seen.iter().any(|e| from_bot(e, text)) {
+                    rows_until(rx, seen, |e| from_bot(e, text)).await;
+                }
+            }
+            let asked = seen
+                .iter()
+                .filter(|e| from_bot(e, "Deploy finished?"))
+                .collect::<Vec<_>>();
+            assert_eq!(asked.len(), 1, "shown once on each worker: {seen:#?}");
+        }
+        let shown = seen_b
+            .iter()
+            .flat_map(|e| e.data["events"].as_array().cloned().unwrap_or_default())
+            .find(|x| x["entry"]["text"] == "Deploy finished?")
+            .unwrap();
+        assert_eq!(shown["entry"]["quickReplies"], json!(["Yes", "No"]));
+
+        let db = pg_connect(&url).await;
+        let rows = db
+            .query(
+                "SELECT message FROM ce_messages WHERE session_id = $1 ORDER BY seq",
+                &[&sid],
+            )
+            .await
+            .unwrap();
+        let texts: Vec<String> = rows.iter().map(|r| r.get::<_, String>(0)).collect();
+        let count = |needle: &str| texts.iter().filter(|t| t.contains(needle)).count();
+        // each message: its call (assistant) and its result (tool), once
+        assert_eq!(count("Deploy finished?"), 1, "{texts:#?}");
+        assert_eq!(count("second note"), 1, "{texts:#?}");
+        assert_eq!(count("deliveredFrom"), 2, "{texts:#?}");
+        assert_eq!(
+            texts.len(),
+            4 + 4,
+            "the first turn's 4 rows and 2 pairs: {texts:#?}"
+        );
+        drop((a, b));
     });
 }
 
