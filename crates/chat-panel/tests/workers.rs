@@ -11,6 +11,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod common;
+/// context-engine's PostgreSQL test helpers: a fresh database, and a TCP proxy that takes the
+/// database away and brings it back.
+#[path = "../../context-engine/tests/common/mod.rs"]
+mod pg;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -34,7 +38,11 @@ fn main() {
     if std::env::var_os(CHILD).is_some() {
         return worker_child();
     }
-    let tests: [(&str, fn()); 4] = [
+    let tests: [(&str, fn()); 5] = [
+        (
+            "workers_database_down_mid_conversation_is_503_then_the_conversation_goes_on_nothing_lost",
+            workers_database_down_mid_conversation_is_503_then_the_conversation_goes_on_nothing_lost,
+        ),
         (
             "workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every_worker",
             workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every_worker,
@@ -659,6 +667,93 @@ fn workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every
             "the first turn's 4 rows and 2 pairs: {texts:#?}"
         );
         drop((a, b));
+    });
+}
+
+/// The database goes away mid-conversation (a proxy in front of it refuses and cuts every
+/// connection) and comes back: while it is away the panel answers `503` with a JSON error (the
+/// store's typed `Unreachable` in the log) and stores nothing; once it is back the conversation
+/// goes on in the same worker, every earlier row there once.
+fn workers_database_down_mid_conversation_is_503_then_the_conversation_goes_on_nothing_lost() {
+    runtime().block_on(async {
+        let direct = pg::pg_database("chat_panel_db_fault").await;
+        let mut proxy = pg::Proxy::start(pg::pg_addr(&direct)).await;
+        let via_proxy = with_db(
+            &format!("postgres://postgres@{}/postgres", proxy.addr),
+            "ce_chat_panel_db_fault",
+        );
+        let model = ScriptedServer::start().await;
+        model.respond_with(responder);
+        let mut cfg = OpenAiConfig::new("scripted");
+        cfg.base_url = model.base_url();
+        let config = PanelConfig::default().with_database_url(&via_proxy);
+        let bus = config.bus().await.unwrap();
+        let backend =
+            AgentBackend::build(OpenAiModel::new(cfg).unwrap(), bus.clone(), &config, |b| b)
+                .await
+                .unwrap();
+        let panel = ChatPanel::new(backend, bus, config)
+            .serve("127.0.0.1:0")
+            .await
+            .unwrap();
+        let c = reqwest::Client::new();
+        let sid = "db-fault-session";
+        let (status, body) = post(&c, &panel.url(), sid, "hello").await;
+        assert_eq!(status, 200, "{body}");
+
+        proxy.down().await;
+        let (status, body) = post(&c, &panel.url(), sid, "while the database is away").await;
+        assert_eq!(status, 503, "{body}");
+        let err: Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            err["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("try again")),
+            "{body}"
+        );
+        let state = c
+            .get(format!("{}api/sessions/{sid}", panel.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(state.status(), 503);
+
+        proxy.up().await;
+        let (status, body) = post(&c, &panel.url(), sid, "back again").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("You said: back again"), "{body}");
+
+        let db = pg_connect(&direct).await;
+        let rows = db
+            .query(
+                "SELECT message FROM ce_messages WHERE session_id = $1 ORDER BY seq",
+                &[&sid],
+            )
+            .await
+            .unwrap();
+        let texts: Vec<String> = rows.iter().map(|r| r.get::<_, String>(0)).collect();
+        assert_eq!(
+            texts.len(),
+            6,
+            "the first turn's 4 rows and the last turn's 2: {texts:#?}"
+        );
+        assert!(texts[0].contains("\"hello\""), "{texts:#?}");
+        assert!(texts[4].contains("back again"), "{texts:#?}");
+        assert!(
+            !texts
+                .iter()
+                .any(|t| t.contains("while the database is away"))
+        );
+        let busy: Value = c
+            .get(format!("{}api/sessions/{sid}", panel.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(busy["busy"], false, "no lease left behind");
+        panel.shutdown().await;
     });
 }
 
