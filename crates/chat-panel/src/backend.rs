@@ -85,7 +85,9 @@ impl std::fmt::Debug for AgentBackend {
 impl AgentBackend {
     /// Wraps an agent you built yourself (give it a `send_message` tool that resolves
     /// `"user"` with [`user_address`] so its messages reach the panel, a session store, and a
-    /// context budget so a long conversation keeps fitting).
+    /// context budget so a long conversation keeps fitting). Its store is used as given: with
+    /// several workers, [`build`](Self::build) also keeps a worker that lost a session's turn
+    /// lease from storing rounds in it.
     pub fn new(agent: Agent) -> Self {
         Self { agent }
     }
@@ -98,24 +100,24 @@ impl AgentBackend {
     /// # async fn demo(model: impl llm_core::ChatModel + 'static) -> Result<(), chat_panel::PanelError> {
     /// use chat_panel::{AgentBackend, PanelConfig};
     /// let config = PanelConfig::default().with_history_path("/var/lib/my-app/panel.sqlite3");
-    /// let backend = AgentBackend::build(model, messaging::MessageBus::new(), &config, |b| b)?;
+    /// let backend = AgentBackend::build(model, messaging::MessageBus::new(), &config, |b| b).await?;
     /// # Ok(()) }
     /// ```
-    pub fn build(
+    pub async fn build(
         model: impl ChatModel + 'static,
         bus: MessageBus,
         config: &PanelConfig,
         configure: impl FnOnce(AgentBuilder) -> AgentBuilder,
     ) -> Result<Self, PanelError> {
-        let tool = SendMessageTool::new(bus, "agent").with_recipient_resolver(|id, ctx| {
-            match (id, &ctx.session_id) {
+        let tool = SendMessageTool::new(bus, crate::state::AGENT_SENDER).with_recipient_resolver(
+            |id, ctx| match (id, &ctx.session_id) {
                 (USER_RECIPIENT, Some(s)) => user_address(s),
                 _ => id.to_owned(),
-            }
-        });
+            },
+        );
         let builder = Agent::builder(model)
             .system_prompt(AGENT_SYSTEM_PROMPT)
-            .store(config.history.open()?)
+            .store(fenced(config.history.open().await?))
             .context_budget(config.context_budget)
             .tool(tool);
         Ok(Self::new(configure(builder).build()?))
@@ -123,14 +125,14 @@ impl AgentBackend {
 
     /// A backend that only talks: the model, `system` as its system prompt, no tools, the
     /// session store of `config.history` and the budget `config.context_budget`.
-    pub fn text_only(
+    pub async fn text_only(
         model: impl ChatModel + 'static,
         system: impl Into<String>,
         config: &PanelConfig,
     ) -> Result<Self, PanelError> {
         let agent = Agent::builder(model)
             .system_prompt(system)
-            .store(config.history.open()?)
+            .store(fenced(config.history.open().await?))
             .context_budget(config.context_budget)
             .build()?;
         Ok(Self::new(agent))
@@ -167,6 +169,12 @@ impl ChatBackend for AgentBackend {
             }
         })
     }
+}
+
+/// The store as the panel's agent writes to it: an answer's rounds only while this worker holds
+/// the session's turn lease (see `docs/workers.md`).
+fn fenced(store: Arc<dyn SessionStore>) -> Arc<dyn SessionStore> {
+    Arc::new(crate::lease::FencedStore::new(store))
 }
 
 /// The sentence the person sees when an answer failed; the detail goes to the log.

@@ -4,8 +4,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_engine::{MemoryStore, SessionStore, SqliteStore, StoreError};
+use context_engine::{MemoryStore, PostgresStore, SessionStore, SqliteStore, StoreError};
+use messaging::{BusError, MessageBus};
 use tool_system::RegistryError;
+
+/// The variable naming the PostgreSQL database that keeps the panel's conversations
+/// ([`PanelConfig::from_env`]).
+pub const DATABASE_URL: &str = "DATABASE_URL";
+/// The variable naming the NATS server that carries the panel's bus ([`PanelConfig::from_env`]).
+pub const NATS_URL: &str = "NATS_URL";
 
 /// What went wrong while setting up a panel, and what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +35,17 @@ pub enum PanelError {
     /// The agent's tools could not be registered.
     #[error("the chat panel's agent could not be built: {0}")]
     Agent(#[from] RegistryError),
+    /// The message broker named by `NATS_URL` could not be reached or set up.
+    #[error(
+        "the chat panel's message broker at {url} could not be used: {source}; start it, fix \
+         NATS_URL, or unset NATS_URL to run with the in-process bus (one worker only)"
+    )]
+    Broker {
+        /// The broker's URL.
+        url: String,
+        /// The bus's error.
+        source: BusError,
+    },
 }
 
 /// Where the panel keeps conversations (C4).
@@ -38,6 +56,9 @@ pub enum HistoryStore {
     Sqlite(PathBuf),
     /// In memory: gone when the process ends.
     Memory,
+    /// A PostgreSQL database (`postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` or a libpq
+    /// `key=value` string): several panel workers share its conversations.
+    Postgres(String),
 }
 
 impl HistoryStore {
@@ -59,10 +80,28 @@ impl HistoryStore {
         }
     }
 
-    /// Opens the store (creating the SQLite file and its directory when missing).
-    pub fn open(&self) -> Result<Arc<dyn SessionStore>, PanelError> {
+    /// `DATABASE_URL` when it is set and not empty (PostgreSQL), else the SQLite file at
+    /// [`default_path`](Self::default_path).
+    pub fn from_env() -> Self {
+        match std::env::var(DATABASE_URL) {
+            Ok(url) if !url.trim().is_empty() => Self::Postgres(url),
+            _ => Self::Sqlite(Self::default_path()),
+        }
+    }
+
+    /// Whether several processes can share this store (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Self::Postgres(_))
+    }
+
+    /// Opens the store: creates the SQLite file and its directory when missing; connects to
+    /// PostgreSQL and creates or migrates its schema (a database that cannot be reached is
+    /// [`PanelError::Store`] with [`StoreError::Unreachable`], at once rather than at the first
+    /// message).
+    pub async fn open(&self) -> Result<Arc<dyn SessionStore>, PanelError> {
         match self {
             Self::Memory => Ok(Arc::new(MemoryStore::new())),
+            Self::Postgres(url) => Ok(Arc::new(PostgresStore::connect(url).await?)),
             Self::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir).map_err(|source| PanelError::StoreDir {
@@ -104,6 +143,14 @@ pub struct PanelConfig {
     pub queue_timeout: Duration,
     /// Longest answer; then it is stopped with an error entry (default 120 s).
     pub turn_timeout: Duration,
+    /// How long a worker's claim on a running answer lasts unless renewed (it is renewed every
+    /// third of it while the answer runs). A worker that dies mid-answer is noticed this long
+    /// after its last renewal: the next worker touching the conversation stores that the answer
+    /// was interrupted (default 30 s).
+    pub turn_lease: Duration,
+    /// How often an events stream (`GET /api/sessions/{id}/events`) looks for rows stored by
+    /// other workers; this worker's own answers wake it at once (default 250 ms).
+    pub follow_poll: Duration,
     /// Conversations kept; when a new one starts beyond this, the least recently used idle one
     /// is deleted from the panel and from its store (default 10 000).
     pub max_sessions: usize,
@@ -117,6 +164,9 @@ pub struct PanelConfig {
     pub context_budget: usize,
     /// Where conversations are kept (default: SQLite at [`HistoryStore::default_path`]).
     pub history: HistoryStore,
+    /// The NATS server carrying the bus (`nats://HOST:PORT`); `None`: the in-process bus
+    /// (default). See [`PanelConfig::bus`].
+    pub broker: Option<String>,
     /// `Host` values accepted besides the bound address (`127.0.0.1:PORT`, `localhost:PORT`):
     /// add the public host name when the panel sits behind a reverse proxy (default none).
     pub allowed_hosts: Vec<String>,
@@ -146,11 +196,14 @@ impl Default for PanelConfig {
             max_concurrent_turns: 32,
             queue_timeout: Duration::from_secs(30),
             turn_timeout: Duration::from_secs(120),
+            turn_lease: Duration::from_secs(30),
+            follow_poll: Duration::from_millis(250),
             max_sessions: 10_000,
             max_entries: 500,
             max_history_messages: 64,
             context_budget: 8000,
             history: HistoryStore::Sqlite(HistoryStore::default_path()),
+            broker: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             max_connections: 512,
@@ -163,9 +216,66 @@ impl Default for PanelConfig {
 }
 
 impl PanelConfig {
+    /// The defaults, with the stores the environment names: `DATABASE_URL` (PostgreSQL keeps
+    /// the conversations) and `NATS_URL` (NATS JetStream carries the bus). With neither set,
+    /// everything runs embedded as in [`PanelConfig::default`]: SQLite and the in-process bus.
+    /// Several workers serving the same conversations need `DATABASE_URL` (see `docs/workers.md`).
+    ///
+    /// ```
+    /// let config = chat_panel::PanelConfig::from_env();
+    /// assert_eq!(config.history.is_shared(), std::env::var("DATABASE_URL").is_ok_and(|u| !u.trim().is_empty()));
+    /// ```
+    pub fn from_env() -> Self {
+        let broker = std::env::var(NATS_URL)
+            .ok()
+            .filter(|u| !u.trim().is_empty());
+        Self {
+            history: HistoryStore::from_env(),
+            broker,
+            ..Self::default()
+        }
+    }
+
+    /// The bus [`broker`](Self::broker) names: NATS JetStream when set (connected and checked
+    /// now), else a new in-process bus.
+    ///
+    /// # Errors
+    /// [`PanelError::Broker`] when the broker cannot be reached or set up.
+    pub async fn bus(&self) -> Result<MessageBus, PanelError> {
+        match &self.broker {
+            None => Ok(MessageBus::new()),
+            Some(url) => MessageBus::connect_nats(url)
+                .await
+                .map_err(|source| PanelError::Broker {
+                    url: url.clone(),
+                    source,
+                }),
+        }
+    }
+
+    /// Keeps conversations in the PostgreSQL database at `url` (shared by several workers).
+    pub fn with_database_url(mut self, url: impl Into<String>) -> Self {
+        self.history = HistoryStore::Postgres(url.into());
+        self
+    }
+    /// Carries the bus over the NATS server at `url` ([`bus`](Self::bus)).
+    pub fn with_broker_url(mut self, url: impl Into<String>) -> Self {
+        self.broker = Some(url.into());
+        self
+    }
     /// Sets the answer time limit.
     pub fn with_turn_timeout(mut self, d: Duration) -> Self {
         self.turn_timeout = d;
+        self
+    }
+    /// Sets how long a claim on a running answer lasts unless renewed (at least 300 ms).
+    pub fn with_turn_lease(mut self, d: Duration) -> Self {
+        self.turn_lease = d.max(Duration::from_millis(300));
+        self
+    }
+    /// Sets how often an events stream looks for other workers' rows (at least 10 ms).
+    pub fn with_follow_poll(mut self, d: Duration) -> Self {
+        self.follow_poll = d.max(Duration::from_millis(10));
         self
     }
     /// Sets how many answers run at once.

@@ -18,9 +18,11 @@
 //! # async fn demo(model: impl llm_core::ChatModel + 'static) -> Result<(), Box<dyn std::error::Error>> {
 //! use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
 //! use messaging::MessageBus;
-//! let bus = MessageBus::new();
-//! let config = PanelConfig::default(); // SQLite in ~/.local/share/llm-toolkit/
-//! let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)?;
+//! // SQLite in ~/.local/share/llm-toolkit/ and the in-process bus, unless DATABASE_URL
+//! // (PostgreSQL) or NATS_URL (NATS JetStream) say otherwise
+//! let config = PanelConfig::from_env();
+//! let bus = config.bus().await?;
+//! let backend = AgentBackend::build(model, bus.clone(), &config, |b| b).await?;
 //! let panel = ChatPanel::new(backend, bus, config);
 //! let server = panel.serve("127.0.0.1:0").await?;
 //! println!("open http://{}/", server.addr());
@@ -31,6 +33,7 @@
 mod backend;
 mod config;
 mod elicit;
+mod lease;
 mod net;
 mod server;
 mod state;
@@ -38,7 +41,7 @@ mod state;
 pub use backend::{
     AGENT_SYSTEM_PROMPT, AgentBackend, ChatBackend, EventStream, USER_RECIPIENT, user_address,
 };
-pub use config::{HistoryStore, PanelConfig, PanelError};
+pub use config::{DATABASE_URL, HistoryStore, NATS_URL, PanelConfig, PanelError};
 pub use elicit::PanelElicitor;
 pub use server::{ChatPanel, PanelServer};
 pub use state::{Entry, EntryKind, ToolActivity};

@@ -24,7 +24,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tool_system::LoopEvent;
 
 use crate::backend::user_sentence;
-use crate::state::{Entry, EntryKind, SessionRef, Sessions, ToolActivity, lock};
+use crate::lease::{self, Acquired};
+use crate::state::{
+    Entry, EntryKind, Sessions, ToolActivity, entries_from_history, live_id, load_rows,
+    rows_from_history,
+};
 use crate::{ChatBackend, PanelConfig};
 
 const PAGE: &str = include_str!("page.html");
@@ -36,14 +40,23 @@ struct App {
     permits: Arc<Semaphore>,
     /// MCP servers' questions for the person (elicitation).
     asks: Arc<crate::elicit::Asks>,
+    /// This worker's id in the turn leases.
+    worker: String,
 }
 
 /// The chat panel: a backend, a bus and the per-session conversation state.
 ///
 /// HTTP API (every error is JSON `{"error": "..."}`):
 /// * `GET /` — the page.
-/// * `GET /api/sessions/{id}` — `{"sessionId", "busy", "entries": [Entry...]}`; an unknown
-///   session has no entries (a `GET` never creates one).
+/// * `GET /api/sessions/{id}` — `{"sessionId", "busy", "entries": [Entry...], "pending",
+///   "lastEventId"}`; an unknown session has no entries (a `GET` never creates one).
+///   `lastEventId` is the number of the last stored row (see the events stream).
+/// * `GET /api/sessions/{id}/events` — an SSE stream of the conversation as it is stored, from
+///   any worker sharing the store: one `row` event per stored message that shows something,
+///   `{"row", "events": [{"event": "entry" | "update", "entry": Entry}]}`, with the SSE id
+///   `row`; it starts after the `Last-Event-ID` header's row, else after `?after=N`, else at the
+///   beginning — a stream that reconnects to another worker with `Last-Event-ID` misses and
+///   repeats nothing. A `turn` event `{"busy"}` (no id) says whether an answer runs.
 /// * `POST /api/sessions/{id}/messages` with `Content-Type: application/json` and the object
 ///   `{"text": "...", "inReplyTo": ENTRY_ID?}` — an SSE stream of `entry` (a new [`Entry`]),
 ///   `update` (a changed one), `delta` (`{"id", "text"}`: text appended to an assistant entry)
@@ -79,10 +92,16 @@ impl ChatPanel {
         Self {
             app: Arc::new(App {
                 backend: Arc::new(backend),
-                sessions: Sessions::new(bus, store, config.max_sessions, config.max_entries),
+                sessions: Sessions::new(
+                    bus,
+                    store,
+                    config.history.is_shared(),
+                    config.max_sessions,
+                ),
                 config,
                 permits,
                 asks: Arc::default(),
+                worker: lease::worker_id(),
             }),
         }
     }
@@ -102,6 +121,7 @@ impl ChatPanel {
             .route("/", get(page))
             .route("/healthz", get(|| async { "ok" }))
             .route("/api/sessions/{id}", get(get_session))
+            .route("/api/sessions/{id}/events", get(get_events))
             .route(
                 "/api/sessions/{id}/messages",
                 axum::routing::post(post_message),
@@ -320,26 +340,196 @@ async fn get_session(
         Ok(id) => id,
         Err(r) => return r,
     };
-    let session = match app.sessions.find(&id).await {
-        Ok(Some(s)) => s,
-        Ok(None) => {
-            return axum::Json(
-                json!({"sessionId": id, "busy": false, "entries": [], "pending": null}),
-            )
+    match app.sessions.find(&id).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return axum::Json(json!({"sessionId": id, "busy": false, "entries": [],
+                "pending": null, "lastEventId": 0}))
             .into_response();
         }
         Err(e) => return store_failed(&e),
+    }
+    let store = app.sessions.store();
+    // whether an answer runs on any worker (an expired lease is closed here)
+    let busy = match lease::running(store, &id).await {
+        Ok(b) => b,
+        Err(e) => return store_failed(&e),
     };
+    let (base, messages) = match load_rows(store, &id).await {
+        Ok(Some(r)) => r,
+        Ok(None) => (0, Vec::new()),
+        Err(e) => return store_failed(&e),
+    };
+    let mut entries = entries_from_history(&id, base, &messages);
+    let excess = entries.len().saturating_sub(app.config.max_entries.max(10));
+    entries.drain(..excess);
     // Calls waiting for the person's approval, from the store: a reload or a restart shows
     // the same ones (with fresh tokens).
     let pending = app.backend.pending_approval(&id).await;
-    let mut s = lock(&session);
-    if !s.busy {
-        // messages that arrived while no answer was running (a running one shows them live)
-        s.drain_inbox();
-    }
-    axum::Json(json!({"sessionId": id, "busy": s.busy, "entries": s.entries, "pending": pending}))
+    let last = base + messages.len() as u64;
+    axum::Json(
+        json!({"sessionId": id, "busy": busy, "entries": entries, "pending": pending,
+        "lastEventId": last}),
+    )
+    .into_response()
+}
+
+/// `GET /api/sessions/{id}/events`: see [`ChatPanel`]. `400` for a `Last-Event-ID` or `after`
+/// that is not a row number.
+async fn get_events(
+    State(app): State<Arc<App>>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    query: axum::extract::RawQuery,
+) -> Response {
+    let id = match session_id(path) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let from_query = query.0.as_deref().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("after="))
+            .map(str::to_owned)
+    });
+    let after = match header_str(&headers, header::HeaderName::from_static("last-event-id"))
+        .map(str::to_owned)
+        .or(from_query)
+    {
+        None => 0,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) => n,
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "Last-Event-ID (or after=) must be a row number from this stream",
+                );
+            }
+        },
+    };
+    let (tx, rx) = mpsc::channel::<Event>(64);
+    tokio::spawn(follow(app, id, after, tx));
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>);
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+/// Follows a conversation's stored rows after `after` until the client goes: woken by this
+/// worker's answers, and every `follow_poll` for the other workers'.
+async fn follow(app: Arc<App>, id: String, after: u64, tx: mpsc::Sender<Event>) {
+    let mut out = Out {
+        tx: tx.clone(),
+        gone: false,
+        stall: app.config.write_stall_timeout,
+    };
+    let mut rows = Rows::new(after, false);
+    let mut busy: Option<bool> = None;
+    while !out.gone && !tx.is_closed() {
+        match app.sessions.find(&id).await {
+            Ok(true) => {
+                match lease::running(app.sessions.store(), &id).await {
+                    Ok(b) if busy != Some(b) => {
+                        busy = Some(b);
+                        out.send(ev("turn", &json!({"busy": b}))).await;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(session = %id, error = %e, "chat panel: could not read whether an answer runs")
+                    }
+                }
+                rows.flush(&app, &id, &mut out).await;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "chat panel: the events stream could not read the conversation")
+            }
+        }
+        let poll = app.config.follow_poll;
+        match app.sessions.changed(&id) {
+            Some(n) => {
+                let _ = tokio::time::timeout(poll, n.notified()).await;
+            }
+            None => tokio::time::sleep(poll).await,
+        }
+    }
+}
+
+/// Sends a conversation's stored rows after the last one sent.
+struct Rows {
+    after: u64,
+    /// `entry`/`update` events one by one (the answer's own stream) or one `row` event per row
+    /// (the events stream).
+    split: bool,
+    /// The assistant entry whose text is streaming (shown until its stored row replaces it).
+    provisional: Option<u64>,
+    /// Running tools shown before their round is stored, by call id.
+    live_tools: HashMap<String, Entry>,
+}
+
+impl Rows {
+    fn new(after: u64, split: bool) -> Self {
+        Self {
+            after,
+            split,
+            provisional: None,
+            live_tools: HashMap::new(),
+        }
+    }
+
+    async fn flush(&mut self, app: &App, id: &str, out: &mut Out) {
+        let rows = match load_rows(app.sessions.store(), id).await {
+            Ok(Some((base, messages))) => rows_from_history(id, base, &messages),
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "chat panel: could not read the stored conversation");
+                return;
+            }
+        };
+        let after = self.after;
+        for r in rows.into_iter().filter(|r| r.row > after) {
+            let mut events = r.events;
+            for (name, e) in &mut events {
+                if *name != "entry" {
+                    continue;
+                }
+                match e.kind {
+                    EntryKind::Assistant => e.replaces = self.provisional.take(),
+                    EntryKind::Tool => {
+                        e.replaces = e
+                            .tool
+                            .as_ref()
+                            .and_then(|t| self.live_tools.remove(&t.call_id))
+                            .map(|l| l.id);
+                    }
+                    _ => {}
+                }
+            }
+            let id_of_row = r.row.to_string();
+            if self.split {
+                let n = events.len();
+                for (i, (name, e)) in events.iter().enumerate() {
+                    let event = ev(name, e);
+                    out.send(if i + 1 == n {
+                        event.map(|x| x.id(id_of_row.clone()))
+                    } else {
+                        event
+                    })
+                    .await;
+                }
+            } else {
+                let list: Vec<Value> = events
+                    .iter()
+                    .map(|(name, e)| json!({"event": name, "entry": e}))
+                    .collect();
+                out.send(
+                    ev("row", &json!({"row": r.row, "events": list}))
+                        .map(|x| x.id(id_of_row.clone())),
+                )
+                .await;
+            }
+            self.after = r.row;
+        }
+    }
 }
 
 /// Whether reading the body stopped at the size limit (`to_bytes` reports that as an error
@@ -420,20 +610,34 @@ async fn post_approvals(
         Ok(p) => p,
         Err(r) => return r,
     };
-    let session = match app.sessions.find(&id).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return error(StatusCode::NOT_FOUND, "no such conversation"),
+    match app.sessions.find(&id).await {
+        Ok(true) => {}
+        Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
         Err(e) => return store_failed(&e),
-    };
-    {
-        let mut s = lock(&session);
-        if s.busy {
-            return still_running();
-        }
-        s.busy = true;
     }
+    let (lease, before) = match take_turn(&app, &id).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
     let events = app.backend.resume(&id, decisions);
-    start_turn(app, session, id, events, Vec::new(), permit)
+    start_turn(app, id, lease, before, events, permit)
+}
+
+/// Takes the session's turn lease for this worker: `(lease, the last stored row before)`;
+/// `409` when an answer runs (on any worker), `503` when the store fails.
+#[allow(clippy::result_large_err)] // built once per request and returned straight away
+async fn take_turn(app: &App, id: &str) -> Result<(String, u64), Response> {
+    let store = app.sessions.store();
+    let before = match load_rows(store, id).await {
+        Ok(Some((base, messages))) => base + messages.len() as u64,
+        Ok(None) => 0,
+        Err(e) => return Err(store_failed(&e)),
+    };
+    match lease::acquire(store, id, &app.worker, app.config.turn_lease).await {
+        Ok(Acquired::Held(lease)) => Ok((lease, before)),
+        Ok(Acquired::Busy) => Err(still_running()),
+        Err(e) => Err(store_failed(&e)),
+    }
 }
 
 /// A JSON request body within the panel's size and time limits.
@@ -535,32 +739,18 @@ async fn post_message(
         Ok(p) => p,
         Err(r) => return r,
     };
-    let session = match app.sessions.find_or_create(&id).await {
-        Ok(s) => s,
-        Err(e) => return store_failed(&e),
-    };
-    let first = {
-        let mut s = lock(&session);
-        if s.busy {
-            return still_running();
-        }
-        s.busy = true;
-        let mut first: Vec<Event> = s
-            .drain_inbox()
-            .iter()
-            .filter_map(|e| ev("entry", e))
-            .collect();
-        first.extend(
-            s.answer_open(&text, req.in_reply_to)
-                .iter()
-                .filter_map(|e| ev("update", e)),
-        );
-        let user = s.next_entry(EntryKind::User, text.clone());
-        first.extend(ev("entry", &user));
-        first
+    if let Err(e) = app.sessions.find_or_create(&id).await {
+        return store_failed(&e);
+    }
+    // The quick reply a message answers is recorded from the stored text (the latest open set
+    // offering it), the same on every worker and after a reload.
+    let _ = req.in_reply_to;
+    let (lease, before) = match take_turn(&app, &id).await {
+        Ok(t) => t,
+        Err(r) => return r,
     };
     let events = app.backend.reply(&id, &text);
-    start_turn(app, session, id, events, first, permit)
+    start_turn(app, id, lease, before, events, permit)
 }
 
 /// A free answer slot within the queue timeout, or `503`.
@@ -587,18 +777,19 @@ fn still_running() -> Response {
     )
 }
 
-/// Runs `events` as the session's answer (the session is marked busy already) and streams it
-/// as SSE, after `first`.
+/// Runs `events` as the session's answer (this worker holds its `lease`) and streams it as SSE:
+/// the stored rows after `before` as they are stored, and what streams live.
 fn start_turn(
     app: Arc<App>,
-    session: SessionRef,
     id: String,
+    lease: String,
+    before: u64,
     events: crate::backend::EventStream,
-    first: Vec<Event>,
     permit: OwnedSemaphorePermit,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<Event>(256);
-    tokio::spawn(run_turn(app, session, id, events, tx, first, permit));
+    app.sessions.set_running(&id, true);
+    tokio::spawn(run_turn(app, id, lease, before, events, tx, permit));
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>);
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
@@ -715,41 +906,75 @@ async fn post_elicitation(
     }
 }
 
-/// Clears the session's busy flag however the turn ends.
-struct BusyGuard(SessionRef);
+/// Clears the lease however the turn ends (a panic, a dropped task): the next answer may start.
+struct TurnGuard {
+    app: Arc<App>,
+    id: String,
+    lease: Option<String>,
+}
 
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        lock(&self.0).busy = false;
+impl TurnGuard {
+    async fn end(mut self) {
+        if let Some(l) = self.lease.take() {
+            lease::release(self.app.sessions.store(), &self.id, &l).await;
+        }
+        self.app.sessions.set_running(&self.id, false);
+        self.app.sessions.touch(&self.id);
     }
 }
 
+impl Drop for TurnGuard {
+    fn drop(&mut self) {
+        self.app.sessions.set_running(&self.id, false);
+        if let Some(l) = self.lease.take() {
+            let app = self.app.clone();
+            let id = self.id.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { lease::release(app.sessions.store(), &id, &l).await });
+            }
+        }
+    }
+}
+
+fn live_entry(kind: EntryKind, text: impl Into<String>) -> Entry {
+    Entry::new(live_id(), kind, text)
+}
+
+#[allow(clippy::too_many_lines)] // one match over the loop's events
 async fn run_turn(
     app: Arc<App>,
-    session: SessionRef,
     session_id: String,
+    held: String,
+    before: u64,
     mut events: crate::backend::EventStream,
     tx: mpsc::Sender<Event>,
-    first: Vec<Event>,
     permit: OwnedSemaphorePermit,
 ) {
-    let busy = BusyGuard(session.clone());
+    let mut guard = TurnGuard {
+        app: app.clone(),
+        id: session_id.clone(),
+        lease: Some(held),
+    };
     let mut out = Out {
         tx,
         gone: false,
         stall: app.config.write_stall_timeout,
     };
-    for e in first {
-        out.send(Some(e)).await;
-    }
+    let mut rows = Rows::new(before, true);
     let deadline = tokio::time::Instant::now() + app.config.turn_timeout;
+    let ttl = app.config.turn_lease;
+    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 3, ttl / 3);
+    // the person's message is shown once stored, even while the model has not answered yet
+    let poll = app.config.follow_poll;
+    let mut look = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // MCP servers' questions during this turn come in here (elicitation).
     let (ask_tx, mut asks) = mpsc::unbounded_channel();
     app.asks.turn_started(&session_id, ask_tx);
     let _asks = AsksGuard(app.asks.clone(), session_id.clone());
-    let mut current: Option<u64> = None; // assistant entry receiving deltas
-    let mut calls: HashMap<String, u64> = HashMap::new();
     let mut ended = false;
+    let mut streaming = false; // the previous event was text
     loop {
         let next = tokio::select! {
             n = tokio::time::timeout_at(deadline, events.next()) => n,
@@ -757,12 +982,35 @@ async fn run_turn(
                 out.send(ev("elicitation", &ask)).await;
                 continue;
             }
+            _ = look.tick(), if !streaming => {
+                rows.flush(&app, &session_id, &mut out).await;
+                continue;
+            }
+            _ = renew.tick() => {
+                let Some(current) = guard.lease.clone() else { continue };
+                match lease::renew(app.sessions.store(), &session_id, &current, ttl).await {
+                    Ok(Some(v)) => guard.lease = Some(v),
+                    Ok(None) => {
+                        // It expired and another worker closed the answer: stop writing.
+                        tracing::warn!(session = %session_id, "chat panel: this worker's lease on the answer was lost; stopping it");
+                        guard.lease = None;
+                        let e = live_entry(EntryKind::Error, "This answer was stopped: the server running it was too slow to keep it and another one closed it.");
+                        out.send(ev("entry", &e)).await;
+                        ended = true;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(session = %session_id, error = %e, "chat panel: could not renew the answer's lease; retrying");
+                    }
+                }
+                continue;
+            }
         };
         let next = match next {
             Ok(n) => n,
             Err(_) => {
                 let secs = app.config.turn_timeout.as_secs();
-                let e = lock(&session).next_entry(
+                let e = live_entry(
                     EntryKind::Error,
                     format!("The answer took longer than {secs} s and was stopped."),
                 );
@@ -772,132 +1020,97 @@ async fn run_turn(
             }
         };
         let Some(event) = next else { break };
+        let text = matches!(event, LoopEvent::TextDelta(_));
+        if !(text && streaming) {
+            // what was stored since (the person's message, a finished round) goes first
+            rows.flush(&app, &session_id, &mut out).await;
+            app.sessions.touch(&session_id);
+        }
+        streaming = text;
         let mut emit: Vec<Option<Event>> = Vec::new();
-        {
-            let mut s = lock(&session);
-            match event {
-                LoopEvent::TextDelta(t) if t.is_empty() => {}
-                LoopEvent::TextDelta(t) => {
-                    let id = match current {
-                        Some(id) => id,
-                        None => {
-                            let e = s.next_entry(EntryKind::Assistant, "");
-                            emit.push(ev("entry", &e));
-                            current = Some(e.id);
-                            e.id
-                        }
-                    };
-                    if let Some(e) = s.get_mut(id) {
-                        e.text.push_str(&t);
+        match event {
+            LoopEvent::TextDelta(t) if t.is_empty() => {}
+            LoopEvent::TextDelta(t) => {
+                let id = match rows.provisional {
+                    Some(id) => id,
+                    None => {
+                        let e = live_entry(EntryKind::Assistant, "");
+                        emit.push(ev("entry", &e));
+                        rows.provisional = Some(e.id);
+                        e.id
                     }
-                    emit.push(ev("delta", &json!({"id": id, "text": t})));
-                }
-                LoopEvent::ToolCallStarted {
-                    id,
+                };
+                emit.push(ev("delta", &json!({"id": id, "text": t})));
+            }
+            LoopEvent::ToolCallStarted {
+                id,
+                name,
+                arguments,
+            } => {
+                let mut e = live_entry(EntryKind::Tool, name.clone());
+                e.tool = Some(ToolActivity {
+                    call_id: id.clone(),
                     name,
                     arguments,
-                } => {
-                    current = None;
-                    let mut e = Entry::new(0, EntryKind::Tool, name.clone());
-                    e.tool = Some(ToolActivity {
-                        call_id: id.clone(),
-                        name,
-                        arguments,
-                        result: None,
-                        is_error: false,
-                    });
-                    let e = s.push(e);
-                    calls.insert(id, e.id);
-                    emit.push(ev("entry", &e));
-                }
-                LoopEvent::ToolResult {
-                    id,
-                    name,
-                    content,
-                    is_error,
-                } => {
-                    current = None;
-                    let updated = match calls.get(&id).and_then(|eid| s.get_mut(*eid)) {
-                        Some(e) => {
-                            if let Some(t) = &mut e.tool {
-                                t.result = Some(content);
-                                t.is_error = is_error;
-                            }
-                            e.clone()
-                        }
-                        None => {
-                            let mut e = Entry::new(0, EntryKind::Tool, name.clone());
-                            e.tool = Some(ToolActivity {
-                                call_id: id,
-                                name,
-                                arguments: serde_json::Value::Null,
-                                result: Some(content),
-                                is_error,
-                            });
-                            s.push(e)
-                        }
-                    };
-                    emit.push(ev("update", &updated));
-                    for m in s.drain_inbox() {
-                        emit.push(ev("entry", &m));
-                    }
-                }
-                LoopEvent::Finished(output) => {
-                    ended = true;
-                    let answer = output.answer;
-                    let shown = current.and_then(|id| s.get_mut(id)).map(|e| e.text.clone());
-                    match (current, shown) {
-                        (Some(_), Some(t)) if t.trim() == answer.trim() => {}
-                        (Some(id), Some(_)) if !answer.trim().is_empty() => {
-                            if let Some(e) = s.get_mut(id) {
-                                e.text = answer;
-                                emit.push(ev("update", &e.clone()));
-                            }
-                        }
-                        _ if !answer.trim().is_empty() => {
-                            let e = s.next_entry(EntryKind::Assistant, answer);
-                            emit.push(ev("entry", &e));
-                        }
-                        _ => {}
-                    }
-                }
-                LoopEvent::ApprovalRequired(pending) => {
-                    // Shown from the event as it comes, and from the store on a reload
-                    // (`GET /api/sessions/{id}`'s `pending`).
-                    current = None;
-                    emit.push(ev("approval", &pending));
-                }
-                LoopEvent::IterationLimitReached { iterations: n } => {
-                    let e = s.next_entry(
-                        EntryKind::Notice,
-                        format!("The agent stopped after {n} model calls (its round limit)."),
-                    );
-                    emit.push(ev("entry", &e));
-                }
-                LoopEvent::Failed(err) => {
-                    ended = true;
-                    tracing::warn!(session = %session_id, error = %err, "chat panel: the answer failed");
-                    let e = s.next_entry(EntryKind::Error, user_sentence(&err));
-                    emit.push(ev("entry", &e));
-                }
-                _ => {}
+                    result: None,
+                    is_error: false,
+                });
+                emit.push(ev("entry", &e));
+                rows.live_tools.insert(id, e);
             }
+            LoopEvent::ToolResult {
+                id,
+                name,
+                content,
+                is_error,
+            } => {
+                let e = rows.live_tools.entry(id.clone()).or_insert_with(|| {
+                    let mut e = live_entry(EntryKind::Tool, name.clone());
+                    e.tool = Some(ToolActivity {
+                        call_id: id,
+                        name,
+                        arguments: Value::Null,
+                        result: None,
+                        is_error,
+                    });
+                    e
+                });
+                if let Some(t) = &mut e.tool {
+                    t.result = Some(content);
+                    t.is_error = is_error;
+                }
+                emit.push(ev("update", &*e));
+            }
+            LoopEvent::Finished(_) => ended = true,
+            LoopEvent::ApprovalRequired(pending) => {
+                // Shown from the event as it comes, and from the store on a reload
+                // (`GET /api/sessions/{id}`'s `pending`).
+                emit.push(ev("approval", &pending));
+            }
+            LoopEvent::IterationLimitReached { iterations: n } => {
+                let e = live_entry(
+                    EntryKind::Notice,
+                    format!("The agent stopped after {n} model calls (its round limit)."),
+                );
+                emit.push(ev("entry", &e));
+            }
+            LoopEvent::Failed(err) => {
+                ended = true;
+                tracing::warn!(session = %session_id, error = %err, "chat panel: the answer failed");
+                let e = live_entry(EntryKind::Error, user_sentence(&err));
+                emit.push(ev("entry", &e));
+            }
+            _ => {}
         }
         for e in emit {
             out.send(e).await;
         }
     }
     drop(events);
-    let mut tail: Vec<Option<Event>> = Vec::new();
-    {
-        let mut s = lock(&session);
-        for m in s.drain_inbox() {
-            tail.push(ev("entry", &m));
-        }
-        if !ended {
-            let e = s.next_entry(EntryKind::Error, "The answer ended unexpectedly.");
-            tail.push(ev("entry", &e));
-        }
+    rows.flush(&app, &session_id, &mut out).await;
+    if !ended {
+        let e = live_entry(EntryKind::Error, "The answer ended unexpectedly.");
+        out.send(ev("entry", &e)).await;
     }
     if let Err(e) = app
         .sessions
@@ -907,10 +1120,7 @@ async fn run_turn(
         tracing::warn!(session = %session_id, error = %e, "chat panel: could not trim a long conversation");
     }
     // the session takes a new message from here on, even if this page is slow to read the tail
-    drop(busy);
+    guard.end().await;
     drop(permit);
-    for e in tail {
-        out.send(e).await;
-    }
     out.send(ev("done", &json!({}))).await;
 }

@@ -1,16 +1,36 @@
-//! Server-side conversation state, per session: what the page shows and reloads.
+//! Conversation state: what the page shows, derived from the session store's rows, so every
+//! worker sharing the store shows the same conversation with the same ids.
+//!
+//! Stored message `i` of a conversation (counting from 1 over its whole life: the messages
+//! trimmed off its front count too, see [`BASE_KEY`]) is *row* `i`. The entries it makes or
+//! changes are one SSE "row" of events whose id is `i`; an entry made by row `i` has the id
+//! `i * 256 + k` (`k`: its place among the row's entries). Entries shown only while an answer
+//! streams on one worker (text still arriving, a running tool, an error) have ids from
+//! [`LIVE_IDS`] up and are replaced by the stored ones (`replaces`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use context_engine::{SessionStore, StoreError};
-use llm_core::Message;
+use context_engine::{SessionStore, StateChange, StoreError};
+use llm_core::{Message, ToolCall};
 use messaging::{BusMessage, MessageBus, Subscription};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 use crate::user_address;
+
+/// The state slot holding how many messages were trimmed off the conversation's front.
+pub(crate) const BASE_KEY: &str = "chat-panel.base";
+/// Entry ids per row.
+const ROW_SLOTS: u64 = 256;
+/// The first id of entries that are not (yet) stored.
+pub(crate) const LIVE_IDS: u64 = 1 << 52;
+/// The sender id of the panel's own agent on the bus: its messages are shown from the stored
+/// `send_message` call, not from the bus.
+pub(crate) const AGENT_SENDER: &str = "agent";
 
 /// What kind of entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -73,6 +93,9 @@ pub struct Entry {
     /// Tool call details, for tool entries.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool: Option<ToolActivity>,
+    /// The id of an entry shown while the answer streamed that this stored one replaces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<u64>,
 }
 
 impl Entry {
@@ -86,130 +109,80 @@ impl Entry {
             answered: false,
             chosen: None,
             tool: None,
+            replaces: None,
         }
     }
 }
 
-/// One session: its entries, its bus inbox and whether a turn runs.
-pub(crate) struct Session {
-    pub entries: Vec<Entry>,
-    next_id: u64,
-    inbox: Option<Subscription>,
-    pub busy: bool,
-    pub last_used: Instant,
-    max_entries: usize,
+/// The events of one stored row: `("entry" | "update", entry)`.
+pub(crate) struct Row {
+    /// Its number (the SSE event id).
+    pub row: u64,
+    pub events: Vec<(&'static str, Entry)>,
 }
 
-impl Session {
-    fn new(inbox: Subscription, max_entries: usize) -> Self {
+/// Folds stored messages into entries, row by row.
+struct Fold {
+    me: String,
+    entries: Vec<Entry>,
+    index: HashMap<u64, usize>,
+    calls: HashMap<String, (u64, Value)>,
+}
+
+impl Fold {
+    fn new(session_id: &str) -> Self {
         Self {
+            me: user_address(session_id),
             entries: Vec::new(),
-            next_id: 1,
-            inbox: Some(inbox),
-            busy: false,
-            last_used: Instant::now(),
-            max_entries,
+            index: HashMap::new(),
+            calls: HashMap::new(),
         }
     }
 
-    /// A session with no bus inbox (for rebuilding entries).
-    fn detached(max_entries: usize) -> Self {
-        Self {
-            entries: Vec::new(),
-            next_id: 1,
-            inbox: None,
-            busy: false,
-            last_used: Instant::now(),
-            max_entries,
-        }
-    }
-
-    /// Appends an entry; the oldest entries go once the session holds `max_entries`.
-    pub fn push(&mut self, mut e: Entry) -> Entry {
-        e.id = self.next_id;
-        self.next_id += 1;
+    fn push(&mut self, e: Entry, out: &mut Vec<(&'static str, Entry)>) {
+        self.index.insert(e.id, self.entries.len());
         self.entries.push(e.clone());
-        let excess = self.entries.len().saturating_sub(self.max_entries);
-        self.entries.drain(..excess);
-        e
+        out.push(("entry", e));
     }
 
-    pub fn next_entry(&mut self, kind: EntryKind, text: impl Into<String>) -> Entry {
-        self.push(Entry::new(0, kind, text))
+    fn get_mut(&mut self, id: u64) -> Option<&mut Entry> {
+        let i = *self.index.get(&id)?;
+        self.entries.get_mut(i)
     }
 
-    pub fn get_mut(&mut self, id: u64) -> Option<&mut Entry> {
-        self.entries.iter_mut().rev().find(|e| e.id == id)
-    }
-
-    /// Moves every waiting bus message into the conversation; returns the new entries.
-    pub fn drain_inbox(&mut self) -> Vec<Entry> {
+    fn row(&mut self, row: u64, m: &Message) -> Vec<(&'static str, Entry)> {
         let mut out = Vec::new();
-        while let Some(m) = self.inbox.as_mut().and_then(Subscription::try_recv) {
-            out.push(self.push(message_entry(m)));
-        }
-        out
-    }
-
-    /// A reply answers every quick-reply set still open; `in_reply_to` names the one a click
-    /// answered, which records the choice. Returns the changed entries.
-    pub fn answer_open(&mut self, text: &str, in_reply_to: Option<u64>) -> Vec<Entry> {
-        let mut changed = Vec::new();
-        for e in &mut self.entries {
-            if e.kind == EntryKind::Message && !e.quick_replies.is_empty() && !e.answered {
-                e.answered = true;
-                if Some(e.id) == in_reply_to && e.quick_replies.iter().any(|q| q == text) {
-                    e.chosen = Some(text.to_owned());
-                }
-                changed.push(e.clone());
-            }
-        }
-        changed
-    }
-}
-
-fn message_entry(m: BusMessage) -> Entry {
-    let mut e = Entry::new(0, EntryKind::Message, m.text);
-    e.from = Some(m.from);
-    e.quick_replies = m.quick_replies;
-    e
-}
-
-pub(crate) type SessionRef = Arc<Mutex<Session>>;
-
-pub(crate) fn lock(s: &SessionRef) -> MutexGuard<'_, Session> {
-    s.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Rebuilds what the page shows from a stored conversation (after a restart, or when the
-/// session had left the panel's memory): user and assistant texts, tool calls with their
-/// results, and the messages `send_message` delivered to the person with their quick replies.
-/// A set of quick replies counts as answered once a user message follows it; the choice is
-/// recorded when that message is one of its options.
-pub(crate) fn entries_from_history(session_id: &str, messages: &[Message]) -> Vec<Entry> {
-    let me = user_address(session_id);
-    let mut out = Session::detached(usize::MAX);
-    let mut calls: HashMap<String, (u64, Value)> = HashMap::new();
-    for m in messages {
+        let id = |k: u64| row * ROW_SLOTS + k;
         match m {
             Message::System { .. } => {}
             Message::User { content } => {
-                let open: Vec<(u64, bool)> = out
+                // A reply answers every quick-reply set still open; it is the choice of the
+                // latest one whose options include it.
+                let clicked = self
                     .entries
                     .iter()
-                    .filter(|e| e.kind == EntryKind::Message && !e.answered)
-                    .map(|e| (e.id, e.quick_replies.iter().any(|q| q == content)))
-                    .collect();
-                let clicked = open.iter().rev().find(|(_, hit)| *hit).map(|(id, _)| *id);
-                out.answer_open(content, clicked);
-                out.next_entry(EntryKind::User, content.clone());
+                    .rev()
+                    .find(|e| open_question(e) && e.quick_replies.iter().any(|q| q == content))
+                    .map(|e| e.id);
+                for e in self.entries.iter_mut().filter(|e| open_question(e)) {
+                    e.answered = true;
+                    if Some(e.id) == clicked {
+                        e.chosen = Some(content.clone());
+                    }
+                    out.push(("update", e.clone()));
+                }
+                self.push(
+                    Entry::new(id(0), EntryKind::User, content.clone()),
+                    &mut out,
+                );
             }
             Message::Assistant {
                 content,
                 tool_calls,
             } => {
-                for c in tool_calls {
-                    let mut e = Entry::new(0, EntryKind::Tool, c.name.clone());
+                let mut k = 0;
+                for c in tool_calls.iter().take((ROW_SLOTS - 1) as usize) {
+                    let mut e = Entry::new(id(k), EntryKind::Tool, c.name.clone());
                     e.tool = Some(ToolActivity {
                         call_id: c.id.clone(),
                         name: c.name.clone(),
@@ -217,11 +190,15 @@ pub(crate) fn entries_from_history(session_id: &str, messages: &[Message]) -> Ve
                         result: None,
                         is_error: false,
                     });
-                    let e = out.push(e);
-                    calls.insert(c.id.clone(), (e.id, c.arguments.clone()));
+                    self.calls.insert(c.id.clone(), (e.id, c.arguments.clone()));
+                    self.push(e, &mut out);
+                    k += 1;
                 }
                 if !content.trim().is_empty() {
-                    out.next_entry(EntryKind::Assistant, content.clone());
+                    self.push(
+                        Entry::new(id(k), EntryKind::Assistant, content.clone()),
+                        &mut out,
+                    );
                 }
             }
             Message::Tool {
@@ -231,24 +208,33 @@ pub(crate) fn entries_from_history(session_id: &str, messages: &[Message]) -> Ve
             } => {
                 let ok = serde_json::from_str::<Value>(content)
                     .map_or(true, |v| v.get("success") != Some(&Value::Bool(false)));
-                let Some((id, args)) = calls.get(tool_call_id).cloned() else {
-                    continue;
+                let Some((eid, args)) = self.calls.get(tool_call_id).cloned() else {
+                    return out;
                 };
-                if let Some(t) = out.get_mut(id).and_then(|e| e.tool.as_mut()) {
-                    t.result = Some(content.clone());
-                    t.is_error = !ok;
+                if let Some(e) = self.get_mut(eid) {
+                    if let Some(t) = e.tool.as_mut() {
+                        t.result = Some(content.clone());
+                        t.is_error = !ok;
+                    }
+                    let e = e.clone();
+                    out.push(("update", e));
                 }
                 let to_me = matches!(
                     args.get("recipient").and_then(Value::as_str),
-                    Some(r) if r == crate::USER_RECIPIENT || r == me
+                    Some(r) if r == crate::USER_RECIPIENT || r == self.me
                 );
                 if name == "send_message" && ok && to_me {
                     let mut e = Entry::new(
-                        0,
+                        id(0),
                         EntryKind::Message,
                         args.get("text").and_then(Value::as_str).unwrap_or_default(),
                     );
-                    e.from = Some("agent".to_owned());
+                    e.from = Some(
+                        args.get("from")
+                            .and_then(Value::as_str)
+                            .unwrap_or(AGENT_SENDER)
+                            .to_owned(),
+                    );
                     e.quick_replies = args
                         .get("quickReplies")
                         .and_then(Value::as_array)
@@ -258,88 +244,213 @@ pub(crate) fn entries_from_history(session_id: &str, messages: &[Message]) -> Ve
                                 .collect()
                         })
                         .unwrap_or_default();
-                    out.push(e);
+                    self.push(e, &mut out);
                 }
             }
         }
+        out
     }
-    out.entries
 }
 
-/// A conversation held in memory.
+fn open_question(e: &Entry) -> bool {
+    e.kind == EntryKind::Message && !e.quick_replies.is_empty() && !e.answered
+}
+
+/// The rows of a stored conversation whose first message is row `base + 1`, each with the
+/// entries it makes and changes (rows that show nothing are left out).
+pub(crate) fn rows_from_history(session_id: &str, base: u64, messages: &[Message]) -> Vec<Row> {
+    let mut fold = Fold::new(session_id);
+    let mut out = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let row = base + i as u64 + 1;
+        let events = fold.row(row, m);
+        if !events.is_empty() {
+            out.push(Row { row, events });
+        }
+    }
+    out
+}
+
+/// What the page shows for a stored conversation (after a reload, or on another worker): user
+/// and assistant texts, tool calls with their results, and the messages `send_message`
+/// delivered to the person with their quick replies. A set of quick replies counts as answered
+/// once a user message follows it; the choice is recorded when that message is one of its
+/// options.
+pub(crate) fn entries_from_history(
+    session_id: &str,
+    base: u64,
+    messages: &[Message],
+) -> Vec<Entry> {
+    let mut fold = Fold::new(session_id);
+    for (i, m) in messages.iter().enumerate() {
+        fold.row(base + i as u64 + 1, m);
+    }
+    fold.entries
+}
+
+/// A stored conversation as rows: `(base, messages)`, `None` when it does not exist.
+pub(crate) async fn load_rows(
+    store: &dyn SessionStore,
+    id: &str,
+) -> Result<Option<(u64, Vec<Message>)>, StoreError> {
+    let messages = match store.load(id).await {
+        Ok(s) => s.messages,
+        Err(StoreError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let base = match store.get_state(id, BASE_KEY).await {
+        Ok(v) => v.and_then(|v| v.parse().ok()).unwrap_or(0),
+        Err(StoreError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some((base, messages)))
+}
+
+/// The stored round that shows a bus message from another sender (not the panel's own agent)
+/// to the person: a `send_message` call naming its sender, and its result.
+fn foreign_message_round(m: &BusMessage) -> Vec<Message> {
+    let call_id = format!("bus-{}", m.msg_id);
+    let mut args = json!({"recipient": crate::USER_RECIPIENT, "text": m.text, "from": m.from});
+    if !m.quick_replies.is_empty() {
+        args["quickReplies"] = json!(m.quick_replies);
+    }
+    vec![
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![ToolCall {
+                id: call_id.clone(),
+                name: "send_message".into(),
+                arguments: args,
+            }],
+        },
+        Message::Tool {
+            tool_call_id: call_id,
+            name: "send_message".into(),
+            content: json!({"success": true, "deliveredFrom": m.from}).to_string(),
+        },
+    ]
+}
+
+/// A conversation this worker subscribed to: its bus inbox, and who waits for its new rows.
 struct Slot {
-    session: SessionRef,
+    inbox: tokio::task::JoinHandle<()>,
+    changed: Arc<Notify>,
+    last_used: Instant,
 }
 
-/// The conversations the panel holds in memory, at most `max_sessions`, over the backend's
-/// store, which holds the same conversations' messages. A session missing here (a restart, an
-/// eviction) is rebuilt from the store; one the panel evicts is deleted from the store too.
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.inbox.abort();
+    }
+}
+
+/// The conversations this worker has open, at most `max_sessions`. Nothing here is conversation
+/// state: the messages, the entries' ids and whether an answer runs are in the store (any worker
+/// rebuilds them); this holds the process's own resources — each open conversation's bus
+/// subscription (`user:ID`; a message from another sender is stored as a row) and a wake-up
+/// for the streams following it.
+///
+/// With a store of the process's own (SQLite, memory), the least recently used conversation is
+/// deleted from the store when a new one starts beyond `max_sessions`; with a shared store
+/// (PostgreSQL) other workers may be serving it, so it is only closed here.
 pub(crate) struct Sessions {
     map: Mutex<HashMap<String, Slot>>,
+    running: Mutex<HashSet<String>>,
     bus: MessageBus,
     store: Arc<dyn SessionStore>,
+    shared: bool,
     max_sessions: usize,
-    max_entries: usize,
+}
+
+static LIVE: AtomicU64 = AtomicU64::new(LIVE_IDS);
+
+/// A fresh id for an entry that is not stored (yet).
+pub(crate) fn live_id() -> u64 {
+    LIVE.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Sessions {
     pub fn new(
         bus: MessageBus,
         store: Arc<dyn SessionStore>,
+        shared: bool,
         max_sessions: usize,
-        max_entries: usize,
     ) -> Self {
         Self {
             map: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashSet::new()),
             bus,
             store,
+            shared,
             max_sessions: max_sessions.max(1),
-            max_entries: max_entries.max(10),
         }
     }
 
-    fn cached(&self, id: &str) -> Option<SessionRef> {
-        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        let s = map.get(id)?.session.clone();
-        lock(&s).last_used = Instant::now();
-        Some(s)
+    pub fn store(&self) -> &dyn SessionStore {
+        &*self.store
     }
 
-    /// The session if the panel or its store knows it; never creates one (a `GET` must not).
-    pub async fn find(&self, id: &str) -> Result<Option<SessionRef>, StoreError> {
-        if let Some(s) = self.cached(id) {
-            return Ok(Some(s));
+    /// The wake-up of the streams following `id` (created with the slot).
+    pub fn changed(&self, id: &str) -> Option<Arc<Notify>> {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = map.get_mut(id)?;
+        slot.last_used = Instant::now();
+        Some(slot.changed.clone())
+    }
+
+    /// Wakes the streams following `id` on this worker.
+    pub fn touch(&self, id: &str) {
+        if let Some(n) = self.changed(id) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Marks an answer of `id` running on this worker (never evicted meanwhile).
+    pub fn set_running(&self, id: &str, on: bool) {
+        let mut r = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if on {
+            r.insert(id.to_owned());
+        } else {
+            r.remove(id);
+        }
+    }
+
+    /// Whether the conversation exists; opens it here (subscribes its inbox) when it does. Never
+    /// creates one (a `GET` must not).
+    pub async fn find(&self, id: &str) -> Result<bool, StoreError> {
+        if self.changed(id).is_some() {
+            return Ok(true);
         }
         match self.store.load(id).await {
-            Ok(stored) => Ok(Some(self.insert(id, &stored.messages).await)),
-            Err(StoreError::NotFound { .. }) => Ok(None),
+            Ok(_) => {
+                self.open(id).await;
+                Ok(true)
+            }
+            Err(StoreError::NotFound { .. }) => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    /// The session, created (in the store, and subscribed to the bus as `user:ID`) when new.
-    pub async fn find_or_create(&self, id: &str) -> Result<SessionRef, StoreError> {
-        if let Some(s) = self.find(id).await? {
-            return Ok(s);
+    /// Opens the conversation, creating it in the store when new.
+    pub async fn find_or_create(&self, id: &str) -> Result<(), StoreError> {
+        if self.find(id).await? {
+            return Ok(());
         }
         self.make_room().await;
         match self.store.create(id).await {
             Ok(()) | Err(StoreError::AlreadyExists { .. }) => {}
             Err(e) => return Err(e),
         }
-        Ok(self.insert(id, &[]).await)
+        self.open(id).await;
+        Ok(())
     }
 
-    async fn insert(&self, id: &str, messages: &[Message]) -> SessionRef {
-        let mut session = Session::new(self.bus.subscribe(user_address(id)), self.max_entries);
-        for e in entries_from_history(id, messages) {
-            session.push(e);
-        }
-        let evicted = {
+    async fn open(&self, id: &str) {
+        let changed = Arc::new(Notify::new());
+        let victim = {
             let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(s) = map.get(id) {
-                // another request rebuilt it meanwhile
-                return s.session.clone();
+            if map.contains_key(id) {
+                return;
             }
             let victim = if map.len() >= self.max_sessions {
                 self.victim(&map)
@@ -349,26 +460,42 @@ impl Sessions {
             if let Some(v) = &victim {
                 map.remove(v);
             }
-            let s = Arc::new(Mutex::new(session));
-            map.insert(id.to_owned(), Slot { session: s.clone() });
-            (victim, s)
+            let inbox = tokio::spawn(inbox_task(
+                self.bus.subscribe(user_address(id)),
+                self.store.clone(),
+                id.to_owned(),
+                changed.clone(),
+            ));
+            map.insert(
+                id.to_owned(),
+                Slot {
+                    inbox,
+                    changed,
+                    last_used: Instant::now(),
+                },
+            );
+            victim
         };
-        let (victim, s) = evicted;
         if let Some(v) = victim {
             self.forget(&v).await;
         }
-        s
     }
 
     fn victim(&self, map: &HashMap<String, Slot>) -> Option<String> {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         map.iter()
-            .filter(|(_, s)| !lock(&s.session).busy)
-            .min_by_key(|(_, s)| lock(&s.session).last_used)
+            .filter(|(k, _)| !running.contains(*k))
+            .min_by_key(|(_, s)| s.last_used)
             .map(|(k, _)| k.clone())
     }
 
-    /// Deletes a conversation the panel evicted, so its history is freed.
+    /// A conversation closed here to make room: deleted from a store of this process's own
+    /// (its history is freed); left in a shared one.
     async fn forget(&self, id: &str) {
+        if self.shared {
+            tracing::debug!(session = %id, "session limit reached: closed the least recently used conversation here");
+            return;
+        }
         tracing::info!(session = %id, "session limit reached: deleting the least recently used conversation");
         match self.store.delete(id).await {
             Ok(()) | Err(StoreError::NotFound { .. }) => {}
@@ -377,10 +504,12 @@ impl Sessions {
             }
         }
     }
-
     /// Before a new conversation: keeps the store within `max_sessions` too (it may hold
     /// conversations from before a restart that are not in memory).
     async fn make_room(&self) {
+        if self.shared {
+            return;
+        }
         let Ok(ids) = self.store.list().await else {
             return;
         };
@@ -418,23 +547,63 @@ impl Sessions {
     /// After a turn: keeps the stored conversation within `max` messages by deleting its
     /// oldest turns (the kept part starts at a user message, so no tool result loses its
     /// call). The store has no "truncate", so this rewrites the session: delete, create,
-    /// append the kept tail.
+    /// append the kept tail — with the number of messages dropped so far (row numbers go on).
+    /// Not with a shared store: another worker could write between the delete and the create.
     pub async fn trim_history(&self, id: &str, max: usize) -> Result<(), StoreError> {
-        let stored = self.store.load(id).await?;
-        let n = stored.messages.len();
+        if self.shared {
+            return Ok(());
+        }
+        let Some((base, messages)) = load_rows(&*self.store, id).await? else {
+            return Ok(());
+        };
+        let n = messages.len();
         if n <= max.max(2) {
             return Ok(());
         }
         let from = n - max.max(2);
-        let Some(start) = (from..n).find(|i| matches!(stored.messages[*i], Message::User { .. }))
-        else {
+        let Some(start) = (from..n).find(|i| matches!(messages[*i], Message::User { .. })) else {
             return Ok(());
         };
-        let tail = &stored.messages[start..];
+        let tail = &messages[start..];
+        let new_base = (base + start as u64).to_string();
         self.store.delete(id).await?;
         self.store.create(id).await?;
-        self.store.append(id, tail).await?;
+        self.store
+            .append_with_state(id, tail, StateChange::new(BASE_KEY, None, Some(&new_base)))
+            .await?;
         Ok(())
+    }
+}
+
+/// Stores what arrives in a conversation's bus inbox from senders other than the panel's own
+/// agent (whose messages are stored as its `send_message` calls), and wakes the streams.
+async fn inbox_task(
+    mut inbox: Subscription,
+    store: Arc<dyn SessionStore>,
+    id: String,
+    changed: Arc<Notify>,
+) {
+    while let Some(m) = inbox.recv().await {
+        if m.from == AGENT_SENDER {
+            continue;
+        }
+        // Stored once whichever worker (or how often) the broker hands it to: a state slot per
+        // message id, set in the same compare-and-set as the round.
+        let key = format!("chat-panel.bus.{}", m.msg_id);
+        let once = StateChange::new(&key, None, Some("stored"));
+        match store
+            .append_with_state(&id, &foreign_message_round(&m), once)
+            .await
+        {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
+            }
+            Err(e) => {
+                tracing::warn!(session = %id, from = %m.from, error = %e, "chat panel: could not store a message for the person");
+            }
+        }
+        changed.notify_waiters();
     }
 }
 
@@ -443,94 +612,126 @@ mod tests {
     use super::*;
     use messaging::{OutgoingMessage, QuickReplies};
 
-    async fn session_with_question(bus: &MessageBus, sid: &str) -> Session {
-        let s = Session::new(bus.subscribe(user_address(sid)), 100);
+    fn ask(call: &str, text: &str, replies: &[&str]) -> [Message; 2] {
+        [
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: call.into(),
+                    name: "send_message".into(),
+                    arguments: json!({"recipient": "user", "text": text, "quickReplies": replies}),
+                }],
+            },
+            Message::Tool {
+                tool_call_id: call.into(),
+                name: "send_message".into(),
+                content: r#"{"success":true}"#.into(),
+            },
+        ]
+    }
+
+    async fn wait_rows(store: &dyn SessionStore, id: &str, n: usize) -> Vec<Message> {
+        for _ in 0..200 {
+            let m = store.load(id).await.unwrap().messages;
+            if m.len() >= n {
+                return m;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        panic!("{id} never reached {n} stored messages");
+    }
+
+    #[tokio::test]
+    async fn q10_a_bus_message_from_another_sender_is_stored_and_shown_with_its_quick_replies() {
+        let bus = MessageBus::new();
+        let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
+        let sessions = Sessions::new(bus.clone(), store.clone(), false, 10);
+        sessions.find_or_create("sid-0001").await.unwrap();
         let q = QuickReplies::new(vec!["A".into(), "B".into()]).unwrap();
-        bus.send(OutgoingMessage::new("agent", user_address(sid), "pick").with_quick_replies(q))
-            .await
-            .unwrap();
-        s
-    }
-
-    #[tokio::test]
-    async fn q10_bus_message_becomes_an_entry_with_its_quick_replies_in_order() {
-        let bus = MessageBus::new();
-        let mut s = session_with_question(&bus, "sid-0001").await;
-        let new = s.drain_inbox();
-        assert_eq!(new.len(), 1);
-        assert_eq!(
-            (new[0].kind, new[0].quick_replies.clone()),
-            (EntryKind::Message, vec!["A".to_owned(), "B".to_owned()])
-        );
-        assert_eq!(new[0].from.as_deref(), Some("agent"));
-        assert!(!new[0].answered);
-        assert!(s.drain_inbox().is_empty());
-    }
-
-    #[tokio::test]
-    async fn q13_click_answers_the_message_and_records_the_choice() {
-        let bus = MessageBus::new();
-        let mut s = session_with_question(&bus, "sid-0002").await;
-        let id = s.drain_inbox()[0].id;
-        let changed = s.answer_open("B", Some(id));
-        assert_eq!(changed.len(), 1);
-        assert!(changed[0].answered);
-        assert_eq!(changed[0].chosen.as_deref(), Some("B"));
-        assert!(
-            s.answer_open("A", Some(id)).is_empty(),
-            "answered once only"
-        );
-    }
-
-    #[tokio::test]
-    async fn q15_typed_reply_answers_open_sets_without_a_choice() {
-        let bus = MessageBus::new();
-        let mut s = session_with_question(&bus, "sid-0003").await;
-        s.drain_inbox();
-        let changed = s.answer_open("something else", None);
-        assert_eq!(changed.len(), 1);
-        assert!(changed[0].answered && changed[0].chosen.is_none());
-        // text equal to an option but not a click of that message: no choice recorded
-        let q = QuickReplies::new(vec!["A".into()]).unwrap();
         bus.send(
-            OutgoingMessage::new("agent", user_address("sid-0003"), "again").with_quick_replies(q),
+            OutgoingMessage::new("ops-bot", user_address("sid-0001"), "pick").with_quick_replies(q),
         )
         .await
         .unwrap();
-        s.drain_inbox();
-        assert!(s.answer_open("A", None)[0].chosen.is_none());
+        // the panel's own agent's messages are shown from its stored call, not stored again
+        bus.send(OutgoingMessage::new(
+            AGENT_SENDER,
+            user_address("sid-0001"),
+            "own",
+        ))
+        .await
+        .unwrap();
+        let msgs = wait_rows(&*store, "sid-0001", 2).await;
+        let entries = entries_from_history("sid-0001", 0, &msgs);
+        let shown: Vec<_> = entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::Message)
+            .collect();
+        assert_eq!(shown.len(), 1);
+        assert_eq!(shown[0].quick_replies, ["A", "B"]);
+        assert_eq!(shown[0].from.as_deref(), Some("ops-bot"));
+        assert!(!shown[0].answered);
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        assert_eq!(store.load("sid-0001").await.unwrap().messages.len(), 2);
     }
 
     #[test]
-    fn entries_are_capped_oldest_first() {
-        let bus = MessageBus::new();
-        let mut s = Session::new(bus.subscribe("x"), 10);
-        for i in 0..25 {
-            s.next_entry(EntryKind::User, i.to_string());
-        }
-        assert_eq!(s.entries.len(), 10);
-        assert_eq!(s.entries[0].text, "15");
-        assert_eq!(s.entries[9].id, 25);
+    fn q13_q15_a_reply_answers_open_sets_and_records_a_choice_only_when_it_is_an_option() {
+        let mut msgs: Vec<Message> = ask("c1", "pick", &["A", "B"]).into();
+        msgs.push(Message::user("B"));
+        msgs.extend(ask("c2", "again", &["A"]));
+        msgs.push(Message::user("something else"));
+        let e = entries_from_history("s", 0, &msgs);
+        let asked: Vec<&Entry> = e.iter().filter(|e| e.kind == EntryKind::Message).collect();
+        assert!(asked[0].answered && asked[0].chosen.as_deref() == Some("B"));
+        assert!(asked[1].answered && asked[1].chosen.is_none());
+        // the update of the answered set is in the user's row
+        let rows = rows_from_history("s", 0, &msgs);
+        let user_row = rows.iter().find(|r| r.row == 3).unwrap();
+        assert_eq!(user_row.events[0].0, "update");
+        assert_eq!(user_row.events[1].1.kind, EntryKind::User);
+    }
+
+    #[test]
+    fn workers_entry_ids_and_rows_come_from_stored_positions() {
+        let mut msgs = vec![Message::user("hi")];
+        msgs.extend(ask("c1", "pick", &["A"]));
+        msgs.push(Message::assistant("done"));
+        let rows = rows_from_history("s", 10, &msgs);
+        let numbers: Vec<u64> = rows.iter().map(|r| r.row).collect();
+        assert_eq!(numbers, [11, 12, 13, 14]);
+        assert_eq!(rows[0].events[0].1.id, 11 * ROW_SLOTS);
+        assert_eq!(rows[1].events[0].1.kind, EntryKind::Tool);
+        // the tool result row updates the call's entry and shows the message
+        assert_eq!(rows[2].events[0].0, "update");
+        assert_eq!(rows[2].events[0].1.id, 12 * ROW_SLOTS);
+        assert_eq!(rows[2].events[1].1.id, 13 * ROW_SLOTS);
+        // the same rows on another worker give the same entries
+        assert_eq!(
+            entries_from_history("s", 10, &msgs),
+            entries_from_history("s", 10, &msgs.clone())
+        );
+        assert!(live_id() >= LIVE_IDS);
     }
 
     #[tokio::test]
     async fn sessions_are_capped_evicted_history_is_freed_and_get_never_creates() {
         let bus = MessageBus::new();
         let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
-        let sessions = Sessions::new(bus.clone(), store.clone(), 2, 100);
-        assert!(sessions.find("aaaaaaaa").await.unwrap().is_none());
+        let sessions = Sessions::new(bus.clone(), store.clone(), false, 2);
+        assert!(!sessions.find("aaaaaaaa").await.unwrap());
         assert!(
             store.list().await.unwrap().is_empty(),
             "a lookup created nothing"
         );
-        let _a = sessions.find_or_create("aaaaaaaa").await.unwrap();
+        sessions.find_or_create("aaaaaaaa").await.unwrap();
         assert!(bus.is_subscribed("user:aaaaaaaa"));
         store
             .append("aaaaaaaa", &[Message::user("hello")])
             .await
             .unwrap();
-        let _b = sessions.find_or_create("bbbbbbbb").await.unwrap();
-        let _c = sessions.find_or_create("cccccccc").await.unwrap();
+        sessions.find_or_create("bbbbbbbb").await.unwrap();
+        sessions.find_or_create("cccccccc").await.unwrap();
         {
             let map = sessions.map.lock().unwrap();
             assert_eq!(map.len(), 2);
@@ -547,40 +748,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn workers_a_shared_store_is_never_trimmed_or_evicted_from() {
+        let bus = MessageBus::new();
+        let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
+        let sessions = Sessions::new(bus, store.clone(), true, 1);
+        sessions.find_or_create("aaaaaaaa").await.unwrap();
+        sessions.find_or_create("bbbbbbbb").await.unwrap();
+        assert_eq!(store.list().await.unwrap(), ["aaaaaaaa", "bbbbbbbb"]);
+        for i in 0..10 {
+            store
+                .append(
+                    "bbbbbbbb",
+                    &[Message::user(format!("q{i}")), Message::assistant("a")],
+                )
+                .await
+                .unwrap();
+        }
+        sessions.trim_history("bbbbbbbb", 4).await.unwrap();
+        assert_eq!(store.load("bbbbbbbb").await.unwrap().messages.len(), 20);
+    }
+
+    #[tokio::test]
     async fn c4_a_conversation_is_rebuilt_from_the_store() {
         let bus = MessageBus::new();
         let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
         store.create("restored1").await.unwrap();
-        let call = llm_core::ToolCall {
-            id: "c1".into(),
-            name: "send_message".into(),
-            arguments: serde_json::json!({"recipient": "user", "text": "pick", "quickReplies": ["A", "B"]}),
-        };
-        store
-            .append(
-                "restored1",
-                &[
-                    Message::user("hello"),
-                    Message::Assistant {
-                        content: String::new(),
-                        tool_calls: vec![call],
-                    },
-                    Message::Tool {
-                        tool_call_id: "c1".into(),
-                        name: "send_message".into(),
-                        content: r#"{"success":true}"#.into(),
-                    },
-                    Message::assistant("I asked you above."),
-                    Message::user("B"),
-                    Message::assistant("You chose B."),
-                ],
-            )
-            .await
-            .unwrap();
-        let sessions = Sessions::new(bus, store, 10, 100);
-        let s = sessions.find("restored1").await.unwrap().unwrap();
-        let s = lock(&s);
-        let kinds: Vec<EntryKind> = s.entries.iter().map(|e| e.kind).collect();
+        let mut round = vec![Message::user("hello")];
+        round.extend(ask("c1", "pick", &["A", "B"]));
+        round.extend([
+            Message::assistant("I asked you above."),
+            Message::user("B"),
+            Message::assistant("You chose B."),
+        ]);
+        store.append("restored1", &round).await.unwrap();
+        let sessions = Sessions::new(bus, store.clone(), false, 10);
+        assert!(sessions.find("restored1").await.unwrap());
+        let (base, msgs) = load_rows(&*store, "restored1").await.unwrap().unwrap();
+        let entries = entries_from_history("restored1", base, &msgs);
+        let kinds: Vec<EntryKind> = entries.iter().map(|e| e.kind).collect();
         assert_eq!(
             kinds,
             [
@@ -592,21 +797,21 @@ mod tests {
                 EntryKind::Assistant
             ]
         );
-        let m = &s.entries[2];
+        let m = &entries[2];
         assert_eq!(m.quick_replies, ["A", "B"]);
         assert!(m.answered);
         assert_eq!(m.chosen.as_deref(), Some("B"));
         assert_eq!(
-            s.entries[1].tool.as_ref().unwrap().result.as_deref(),
+            entries[1].tool.as_ref().unwrap().result.as_deref(),
             Some(r#"{"success":true}"#)
         );
     }
 
     #[tokio::test]
-    async fn finding3_stored_history_is_trimmed_to_whole_turns() {
+    async fn finding3_stored_history_is_trimmed_to_whole_turns_and_row_numbers_go_on() {
         let bus = MessageBus::new();
         let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
-        let sessions = Sessions::new(bus, store.clone(), 10, 100);
+        let sessions = Sessions::new(bus, store.clone(), false, 10);
         sessions.find_or_create("long-one").await.unwrap();
         for i in 0..50 {
             store
@@ -621,9 +826,11 @@ mod tests {
                 .unwrap();
         }
         sessions.trim_history("long-one", 9).await.unwrap();
-        let left = store.load("long-one").await.unwrap().messages;
+        let (base, left) = load_rows(&*store, "long-one").await.unwrap().unwrap();
         assert_eq!(left.len(), 8, "whole turns, starting at a user message");
         assert_eq!(left[0], Message::user("q46"));
         assert_eq!(left[7], Message::assistant("a49"));
+        assert_eq!(base, 92, "the 93rd message keeps its row number");
+        assert_eq!(rows_from_history("long-one", base, &left)[0].row, 93);
     }
 }

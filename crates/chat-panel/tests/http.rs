@@ -420,6 +420,7 @@ async fn approval_pending_survives_a_panel_restart() {
         &config,
         common::with_gated_delete,
     )
+    .await
     .unwrap();
     let panel = chat_panel::ChatPanel::new(backend, fx.bus.clone(), config)
         .serve("127.0.0.1:0")

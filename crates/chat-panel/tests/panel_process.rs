@@ -111,7 +111,9 @@ fn panel_child(db: &str) {
         let model = OpenAiModel::new(cfg).unwrap();
         let bus = MessageBus::new();
         let config = PanelConfig::default().with_history_path(db);
-        let backend = AgentBackend::build(model, bus.clone(), &config, |b| b).unwrap();
+        let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)
+            .await
+            .unwrap();
         let server = ChatPanel::new(backend, bus, config)
             .serve("127.0.0.1:0")
             .await

@@ -45,4 +45,4 @@ pub use quick_replies::{
     MAX_QUICK_REPLIES, QuickReplies, QuickRepliesError, quick_replies_schema,
     validate_quick_replies,
 };
-pub use tool::{MAX_TEXT_CHARS, SEND_MESSAGE, SendMessageTool};
+pub use tool::{MAX_TEXT_CHARS, SEND_MESSAGE, SendMessageTool, call_msg_id};

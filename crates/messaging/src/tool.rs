@@ -135,6 +135,27 @@ fn required_string(obj: &Map<String, Value>, key: &str, max: usize) -> Result<St
     }
 }
 
+/// The bus message id of `send_message` call `call_id` in session `session`: `SESSION:CALL_ID`
+/// when that is a valid id (at most [`MAX_MSG_ID_LEN`](crate::MAX_MSG_ID_LEN) bytes of printable
+/// ASCII without spaces), else `sm-` and a 128-bit FNV-1a hash of both in hex. Deterministic
+/// across processes and builds.
+pub fn call_msg_id(session: &str, call_id: &str) -> String {
+    let plain = format!("{session}:{call_id}");
+    if plain.len() <= crate::MAX_MSG_ID_LEN && plain.bytes().all(|b| b.is_ascii_graphic()) {
+        return plain;
+    }
+    let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for b in session
+        .bytes()
+        .chain(std::iter::once(0))
+        .chain(call_id.bytes())
+    {
+        h ^= u128::from(b);
+        h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    format!("sm-{h:032x}")
+}
+
 #[async_trait::async_trait]
 impl Tool for SendMessageTool {
     fn spec(&self) -> ToolSpec {
@@ -154,7 +175,12 @@ impl Tool for SendMessageTool {
             None => recipient.clone(),
         };
         let replies = quick.as_ref().map(|q| q.as_slice().to_vec());
-        let msg = OutgoingMessage::new(self.sender.clone(), to, text).with_quick_replies(quick);
+        let mut msg = OutgoingMessage::new(self.sender.clone(), to, text).with_quick_replies(quick);
+        if let Some(session) = &ctx.session_id {
+            // The same call of the same session (a turn resumed or re-run after a worker
+            // died) sends the same id: the bus delivers it once.
+            msg = msg.with_msg_id(call_msg_id(session, &ctx.call_id));
+        }
         match self.bus.send(msg).await {
             Ok(d) => {
                 let mut out = json!({"success": true, "messageId": d.id, "recipient": recipient});
@@ -188,6 +214,35 @@ impl Tool for SendMessageTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn workers_send_message_id_is_derived_from_session_and_call_so_a_rerun_sends_once() {
+        let bus = MessageBus::new();
+        let mut inbox = bus.subscribe("user:s1");
+        let tool = SendMessageTool::new(bus.clone(), "agent").with_recipient_resolver(|id, ctx| {
+            match (id, &ctx.session_id) {
+                ("user", Some(s)) => format!("user:{s}"),
+                _ => id.to_owned(),
+            }
+        });
+        let args = json!({"recipient": "user", "text": "hi"});
+        for _ in 0..2 {
+            tool.call(args.clone(), ToolContext::new("call-7").with_session("s1"))
+                .await
+                .unwrap();
+        }
+        let first = inbox.try_recv().unwrap();
+        assert_eq!(first.msg_id, "s1:call-7");
+        assert!(
+            inbox.try_recv().is_none(),
+            "the same call sent twice is delivered once"
+        );
+        let long = "x".repeat(200);
+        let id = call_msg_id(&long, "c 1");
+        assert!(id.starts_with("sm-") && id.len() == 35, "{id}");
+        assert_eq!(id, call_msg_id(&long, "c 1"));
+        assert_ne!(id, call_msg_id(&long, "c 2"));
+    }
     use tool_system::ToolErrorKind;
 
     fn setup() -> (SendMessageTool, crate::Subscription) {

@@ -6,6 +6,8 @@
 //! STAGE_DEMO_SECONDS=30 cargo run -p examples --bin stage-5   # serve for 30 s, then exit 0
 //! PANEL_ADDR=127.0.0.1:8080 cargo run -p examples --bin stage-5   # fixed port (loopback only)
 //! PANEL_DB=/tmp/panel.sqlite3 cargo run -p examples --bin stage-5  # where conversations are kept
+//! DATABASE_URL=postgres://USER@127.0.0.1/DB NATS_URL=nats://127.0.0.1:4222 \
+//!   PANEL_ADDR=127.0.0.1:8081 cargo run -p examples --bin stage-5  # one of several workers (docs/workers.md)
 //! ```
 //!
 //! With `OPENAI_API_KEY` / `OPENAI_BASE_URL` (and `OPENAI_MODEL`) set, the agent is that model.
@@ -19,7 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
-use messaging::MessageBus;
 use model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
@@ -166,7 +167,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|s| s.trim().parse().ok());
     let scripted = std::env::args().any(|a| a == "--scripted");
-    let bus = MessageBus::new();
+    // DATABASE_URL (PostgreSQL) and NATS_URL (NATS JetStream) switch the stores; with neither
+    // set, everything is embedded: SQLite and the in-process bus.
+    let env_config = PanelConfig::from_env();
+    let bus = env_config.bus().await?;
     let mut _offline = None;
     let model: Arc<dyn ChatModel> = match OpenAiConfig::from_env()? {
         Some(cfg) if !scripted => {
@@ -219,12 +223,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         None => chat_panel::HistoryStore::default_path(),
     };
-    println!(
-        "Conversations are kept in {} (set PANEL_DB to choose)",
-        db.display()
-    );
-    let config = PanelConfig::default().with_history_path(&db);
-    let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)?;
+    let config = if let chat_panel::HistoryStore::Postgres(_) = &env_config.history {
+        println!("Conversations are kept in PostgreSQL (DATABASE_URL)");
+        env_config
+    } else {
+        println!(
+            "Conversations are kept in {} (set PANEL_DB to choose, or DATABASE_URL for PostgreSQL)",
+            db.display()
+        );
+        env_config.with_history_path(&db)
+    };
+    let backend = AgentBackend::build(model, bus.clone(), &config, |b| b).await?;
     let panel = ChatPanel::new(backend, bus, config);
     let addr = std::env::var("PANEL_ADDR").unwrap_or_else(|_| "127.0.0.1:0".into());
     let server = panel.serve(&addr).await?;

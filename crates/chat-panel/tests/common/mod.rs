@@ -136,7 +136,9 @@ pub async fn start_with_agent(
     let bus = MessageBus::new();
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config.with_history_path(dir.path().join("panel.sqlite3"));
-    let backend = AgentBackend::build(llm, bus.clone(), &config, configure).expect("agent");
+    let backend = AgentBackend::build(llm, bus.clone(), &config, configure)
+        .await
+        .expect("agent");
     let chat = ChatPanel::new(backend, bus.clone(), config);
     let panel_elicitor = chat.elicitor();
     let panel = chat.serve("127.0.0.1:0").await.expect("serve");

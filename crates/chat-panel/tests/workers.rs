@@ -1,0 +1,804 @@
+//! Issue 28 item 3: stateless panel workers. Two real `chat-panel` worker processes (this test
+//! binary started again in worker mode) on different ports over one PostgreSQL database
+//! (`TEST_DATABASE_URL`, set by `cargo xtask test`), the scripted model, and a real SSE client
+//! reading `GET /api/sessions/{id}/events` over HTTP: a conversation starts on worker A,
+//! continues on worker B, A is SIGKILLed mid-answer, the SSE stream reconnects to B with
+//! `Last-Event-ID`; every message row in PostgreSQL is counted (none lost, none doubled) and
+//! every row reached the SSE client exactly once.
+//!
+//! `harness = false`: `main` runs the tests one after another (a name given on the command line
+//! selects those containing it); with `WORKERS_CHILD` set, it is a worker.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+/// context-engine's PostgreSQL test helpers: a fresh database, and a TCP proxy that takes the
+/// database away and brings it back.
+#[path = "../../context-engine/tests/common/mod.rs"]
+mod pg;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use chat_panel::{AgentBackend, ChatPanel, HistoryStore, PanelConfig, PanelError};
+use context_engine::StoreError;
+use futures::StreamExt;
+use model_gateway::{OpenAiConfig, OpenAiModel};
+use serde_json::{Value, json};
+use testkit::{Reply, ScriptedServer};
+
+const CHILD: &str = "WORKERS_CHILD";
+const PG_ENV: &str = "TEST_DATABASE_URL";
+/// What the worker stores when the worker running an answer died (kept in step with the panel).
+const INTERRUPTED_START: &str = "The answer to your last message was interrupted";
+
+fn main() {
+    if std::env::var_os(CHILD).is_some() {
+        return worker_child();
+    }
+    let tests: [(&str, fn()); 5] = [
+        (
+            "workers_database_down_mid_conversation_is_503_then_the_conversation_goes_on_nothing_lost",
+            workers_database_down_mid_conversation_is_503_then_the_conversation_goes_on_nothing_lost,
+        ),
+        (
+            "workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every_worker",
+            workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every_worker,
+        ),
+        (
+            "workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_doubled",
+            workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_doubled,
+        ),
+        (
+            "workers_config_unreachable_database_is_a_typed_error",
+            workers_config_unreachable_database_is_a_typed_error,
+        ),
+        (
+            "workers_config_unreachable_broker_is_a_typed_error",
+            workers_config_unreachable_broker_is_a_typed_error,
+        ),
+    ];
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in tests {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
+    let mut failed = Vec::new();
+    let mut ran = 0;
+    for (name, test) in tests {
+        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+            continue;
+        }
+        ran += 1;
+        eprintln!("test {name} ...");
+        match std::panic::catch_unwind(test) {
+            Ok(()) => eprintln!("test {name} ... ok"),
+            Err(_) => {
+                eprintln!("test {name} ... FAILED");
+                failed.push(name);
+            }
+        }
+    }
+    eprintln!(
+        "test result: {}. {} passed; {} failed",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        ran - failed.len(),
+        failed.len()
+    );
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A worker: the configuration from the environment (`DATABASE_URL`, no `NATS_URL`), a short
+/// turn lease so a dead worker is noticed quickly; prints `listening ADDR`, serves until its
+/// stdin closes or it is killed.
+fn worker_child() {
+    runtime().block_on(async {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("chat_panel=warn")
+            .with_writer(std::io::stderr)
+            .try_init();
+        let mut cfg = OpenAiConfig::new("scripted");
+        cfg.base_url = std::env::var("CHAT_PANEL_MODEL_URL").unwrap();
+        let model = OpenAiModel::new(cfg).unwrap();
+        let config = PanelConfig::from_env()
+            .with_turn_lease(Duration::from_millis(1500))
+            .with_follow_poll(Duration::from_millis(50));
+        assert!(config.history.is_shared(), "DATABASE_URL was not read");
+        let bus = config.bus().await.unwrap();
+        let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)
+            .await
+            .unwrap();
+        let server = ChatPanel::new(backend, bus, config)
+            .serve("127.0.0.1:0")
+            .await
+            .unwrap();
+        println!("listening {}", server.addr());
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut sink = String::new();
+            while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+        })
+        .await;
+        server.shutdown().await;
+    });
+}
+
+/// The PostgreSQL server's URL, or a failure saying how to get one (never a silent pass).
+fn pg_base_url() -> String {
+    match std::env::var(PG_ENV) {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => panic!(
+            "{PG_ENV} is not set, so the two-worker test cannot run: run `cargo xtask test` (it \
+             starts a private PostgreSQL on 127.0.0.1 and sets it), or `cargo xtask with-services \
+             cargo test -p chat-panel --test workers`, or set {PG_ENV}=postgres://USER@HOST:PORT/postgres \
+             for a server where USER may create databases"
+        ),
+    }
+}
+
+/// `url` with its database replaced by `db`.
+fn with_db(url: &str, db: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = head.find("://").map_or(0, |i| i + 3);
+    let base = match head[scheme_end..].find('/') {
+        Some(i) => &head[..scheme_end + i],
+        None => head,
+    };
+    format!("{base}/{db}{query}")
+}
+
+async fn pg_connect(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+    tokio::spawn(conn);
+    client
+}
+
+/// A fresh database `name` on the test server; its URL.
+async fn fresh_database(name: &str) -> String {
+    let base = pg_base_url();
+    let admin = pg_connect(&base).await;
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    with_db(&base, name)
+}
+
+/// A running worker process.
+struct Worker {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Worker {
+    fn start(model: &ScriptedServer, database_url: &str) -> Self {
+        Self::start_with_broker(model, database_url, None)
+    }
+
+    /// A worker whose bus is the NATS server at `broker` (`NATS_URL`), else in-process.
+    fn start_with_broker(model: &ScriptedServer, database_url: &str, broker: Option<&str>) -> Self {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        match broker {
+            Some(url) => command.env("NATS_URL", url),
+            None => command.env_remove("NATS_URL"),
+        };
+        let mut child = command
+            .env(CHILD, "1")
+            .env("DATABASE_URL", database_url)
+            .env("CHAT_PANEL_MODEL_URL", model.base_url())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening ")
+            .unwrap_or_else(|| panic!("the worker did not start: {line:?}"))
+            .parse()
+            .unwrap();
+        Self { child, addr }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    /// SIGKILL: no shutdown, no lease released.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One SSE event as the client read it.
+#[derive(Debug, Clone)]
+struct SseEvent {
+    event: String,
+    id: Option<String>,
+    data: Value,
+}
+
+/// A real SSE client on `GET {base}api/sessions/{sid}/events`, sending `Last-Event-ID` when
+/// given; its events arrive on the channel until the connection ends.
+fn sse_client(
+    base: &str,
+    sid: &str,
+    last_event_id: Option<&str>,
+) -> tokio::sync::mpsc::UnboundedReceiver<SseEvent> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut req = reqwest::Client::new()
+        .get(format!("{base}api/sessions/{sid}/events"))
+        .header("accept", "text/event-stream");
+    if let Some(id) = last_event_id {
+        req = req.header("last-event-id", id);
+    }
+    tokio::spawn(async move {
+        let Ok(res) = req.send().await else { return };
+        assert_eq!(res.status(), 200);
+        let mut body = res.bytes_stream();
+        let mut buf = String::new();
+        while let Some(Ok(chunk)) = body.next().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
+            while let Some(i) = buf.find("\n\n") {
+                let frame = buf[..i].to_owned();
+                buf.drain(..i + 2);
+                let (mut event, mut id, mut data) = ("message".to_owned(), None, String::new());
+                for line in frame.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        event = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("id:") {
+                        id = Some(v.trim().to_owned());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                    }
+                }
+                if data.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                let data = serde_json::from_str(&data).unwrap_or(Value::String(data));
+                if tx.send(SseEvent { event, id, data }).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Reads `rx` until a `row` event satisfies `done`; all `row` events read, by row.
+async fn rows_until(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<SseEvent>,
+    seen: &mut Vec<SseEvent>,
+    done: impl Fn(&SseEvent) -> bool,
+) {
+    let wait = async {
+        while let Some(e) = rx.recv().await {
+            let stop = e.event == "row" && done(&e);
+            if e.event == "row" {
+                seen.push(e);
+            }
+            if stop {
+                return;
+            }
+        }
+        panic!("the SSE stream ended before the expected row; got {seen:#?}");
+    };
+    tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .unwrap_or_else(|_| panic!("the expected row never came; got {seen:#?}"));
+}
+
+fn row_has(e: &SseEvent, kind: &str, text: &str) -> bool {
+    e.data["events"].as_array().is_some_and(|a| {
+        a.iter().any(|x| {
+            x["event"] == "entry"
+                && x["entry"]["kind"] == kind
+                && x["entry"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains(text))
+        })
+    })
+}
+
+async fn post(c: &reqwest::Client, base: &str, sid: &str, text: &str) -> (u16, String) {
+    let r = c
+        .post(format!("{base}api/sessions/{sid}/messages"))
+        .json(&json!({"text": text}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap())
+}
+
+/// The model: on the first message it asks with quick replies (send_message); after a tool
+/// result it says so; a message with "slow" is answered only after a minute (the worker is
+/// killed before); otherwise it echoes.
+fn responder(body: &Value) -> Reply {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or(Value::Null);
+    let content = last["content"].as_str().unwrap_or_default().to_owned();
+    let users = messages.iter().filter(|m| m["role"] == "user").count();
+    if last["role"] == "tool" {
+        return Reply::text("I sent you a question above.");
+    }
+    if content.contains("slow") {
+        return Reply::text("too late").latency(Duration::from_secs(60));
+    }
+    if users == 1 {
+        let args = json!({"recipient": "user", "text": "How should I continue?",
+            "quickReplies": common::OPTIONS});
+        return Reply::tool_call(
+            &format!("call_{}", messages.len()),
+            "send_message",
+            &args.to_string(),
+        );
+    }
+    Reply::text(format!("You said: {content}"))
+}
+
+fn workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_doubled() {
+    runtime().block_on(async {
+        let url = fresh_database("chat_panel_workers").await;
+        let model = ScriptedServer::start().await;
+        model.respond_with(responder);
+        let a = Worker::start(&model, &url);
+        let b = Worker::start(&model, &url);
+        assert_ne!(a.addr, b.addr);
+        let c = reqwest::Client::new();
+        let sid = "two-workers-session";
+        let (a_url, b_url) = (a.url(), b.url());
+
+        // 1. the conversation starts on A; the person's browser follows it on A
+        let (status, body) = post(&c, &a_url, sid, "hello").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("event: done"), "{body}");
+        let mut on_a = sse_client(&a_url, sid, None);
+        let mut seen = Vec::new();
+        rows_until(&mut on_a, &mut seen, |e| {
+            row_has(e, "assistant", "I sent you a question")
+        })
+        .await;
+
+        // 2. it goes on on B: the quick reply offered on A is answered there
+        let (status, body) = post(&c, &b_url, sid, common::OPTIONS[1]).await;
+        assert_eq!(status, 200, "{body}");
+        let said = format!("You said: {}", common::OPTIONS[1]);
+        assert!(body.contains(&said), "{body}");
+        rows_until(&mut on_a, &mut seen, |e| row_has(e, "assistant", &said)).await;
+        let state_b: Value = c
+            .get(format!("{b_url}api/sessions/{sid}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let question = state_b["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "message")
+            .cloned()
+            .unwrap_or_else(|| panic!("no question on B: {state_b}"));
+        assert_eq!(question["answered"], true);
+        assert_eq!(question["chosen"], common::OPTIONS[1]);
+
+        // 3. a slow answer starts on A; once the person's message is stored, A is killed
+        let c2 = c.clone();
+        let a_post = a_url.clone();
+        // (its response is cut when A dies: whatever arrived is kept)
+        let slow = tokio::spawn(async move {
+            let r = c2
+                .post(format!("{a_post}api/sessions/{sid}/messages"))
+                .json(&json!({"text": "slow please"}))
+                .send()
+                .await
+                .unwrap();
+            let mut body = r.bytes_stream();
+            let mut got = String::new();
+            while let Some(Ok(chunk)) = body.next().await {
+                got.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            got
+        });
+        rows_until(&mut on_a, &mut seen, |e| row_has(e, "user", "slow please")).await;
+        a.kill();
+        let killed = std::time::Instant::now();
+        // A's stream ends with A
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(e) = on_a.recv().await {
+                if e.event == "row" {
+                    seen.push(e);
+                }
+            }
+        })
+        .await;
+        assert!(
+            ended.is_ok(),
+            "the stream from the killed worker did not end"
+        );
+        let posted = slow.await.unwrap();
+        assert!(
+            !posted.contains("event: done"),
+            "A's answer cannot have finished: {posted:?}"
+        );
+        let last_id = seen.last().and_then(|e| e.id.clone()).unwrap();
+
+        // 4. the browser reconnects to B with Last-Event-ID: the interrupted answer is closed
+        //    with a stored message (A's lease expires), then the conversation goes on on B
+        let mut on_b = sse_client(&b_url, sid, Some(&last_id));
+        rows_until(&mut on_b, &mut seen, |e| {
+            row_has(e, "assistant", INTERRUPTED_START)
+        })
+        .await;
+        // (reported, not asserted: the lease is 1.5 s, renewed every 0.5 s)
+        eprintln!(
+            "workers: the interrupted answer was closed on B {} ms after A was killed",
+            killed.elapsed().as_millis()
+        );
+        let (status, body) = post(&c, &b_url, sid, "after the crash").await;
+        assert_eq!(status, 200, "{body}");
+        rows_until(&mut on_b, &mut seen, |e| {
+            row_has(e, "assistant", "You said: after the crash")
+        })
+        .await;
+
+        // 5. every message row in PostgreSQL, once each, in order
+        let db = pg_connect(&url).await;
+        let rows = db
+            .query(
+                "SELECT seq, message FROM ce_messages WHERE session_id = $1 ORDER BY seq",
+                &[&sid],
+            )
+            .await
+            .unwrap();
+        let stored: Vec<Value> = rows
+            .iter()
+            .map(|r| serde_json::from_str(r.get::<_, &str>(1)).unwrap())
+            .collect();
+        let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        assert_eq!(
+            seqs,
+            (0..stored.len() as i64).collect::<Vec<_>>(),
+            "no gaps"
+        );
+        let summary: Vec<String> = stored
+            .iter()
+            .map(|m| {
+                let role = m["role"].as_str().unwrap_or("?");
+                let text = m["content"].as_str().unwrap_or_default();
+                let calls = m["tool_calls"].as_array().map_or(0, Vec::len);
+                format!(
+                    "{role}:{calls}:{}",
+                    text.chars().take(48).collect::<String>()
+                )
+            })
+            .collect();
+        let expected = [
+            "user:0:hello".to_owned(),
+            "assistant:1:".to_owned(),
+            format!(
+                "tool:0:{}",
+                stored[2]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(48)
+                    .collect::<String>()
+            ),
+            "assistant:0:I sent you a question above.".to_owned(),
+            format!("user:0:{}", common::OPTIONS[1]),
+            format!("assistant:0:{said}"),
+            "user:0:slow please".to_owned(),
+            format!(
+                "assistant:0:{}",
+                "The answer to your last message was interrupted: the server handling it stopped"
+                    .chars()
+                    .take(48)
+                    .collect::<String>()
+            ),
+            "user:0:after the crash".to_owned(),
+            "assistant:0:You said: after the crash".to_owned(),
+        ];
+        assert_eq!(
+            summary, expected,
+            "every message stored once, in order: {stored:#?}"
+        );
+        assert!(
+            stored[2]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("\"success\":true")),
+            "{}",
+            stored[2]
+        );
+
+        // 6. the SSE client got every row exactly once, across both workers
+        let mut by_row: BTreeMap<u64, usize> = BTreeMap::new();
+        for e in &seen {
+            let id: u64 = e.id.as_deref().unwrap().parse().unwrap();
+            assert_eq!(e.data["row"], id, "the event id is its row");
+            *by_row.entry(id).or_default() += 1;
+        }
+        let expected_rows: Vec<u64> = (1..=stored.len() as u64).collect();
+        assert_eq!(
+            by_row.keys().copied().collect::<Vec<_>>(),
+            expected_rows,
+            "every stored row reached the client: {seen:#?}"
+        );
+        assert!(by_row.values().all(|n| *n == 1), "no row twice: {by_row:?}");
+        drop(b);
+    });
+}
+
+/// Two workers over PostgreSQL and NATS (`NATS_URL` from `TEST_NATS_URL`, set by `cargo xtask
+/// test`): a message another process sends to the person on the broker is stored by the worker
+/// that receives it, once, and every worker's events stream shows it with its quick replies.
+fn workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every_worker() {
+    let nats = match std::env::var("TEST_NATS_URL") {
+        Ok(u) if !u.trim().is_empty() => u,
+        _ => panic!(
+            "TEST_NATS_URL is not set, so the broker part of the workers test cannot run: run \
+             `cargo xtask test` (it starts nats-server on 127.0.0.1 and sets it), or set \
+             TEST_NATS_URL=nats://127.0.0.1:PORT for a nats-server started with -js"
+        ),
+    };
+    runtime().block_on(async {
+        let url = fresh_database("chat_panel_workers_nats").await;
+        let model = ScriptedServer::start().await;
+        model.respond_with(responder);
+        let a = Worker::start_with_broker(&model, &url, Some(&nats));
+        let b = Worker::start_with_broker(&model, &url, Some(&nats));
+        let c = reqwest::Client::new();
+        // a fresh id per run: the broker keeps its streams between runs
+        let sid = format!(
+            "nats-workers-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        );
+        let (status, body) = post(&c, &a.url(), &sid, "hello").await;
+        assert_eq!(status, 200, "{body}");
+        let mut on_a = sse_client(&a.url(), &sid, None);
+        let mut on_b = sse_client(&b.url(), &sid, None);
+        let (mut seen_a, mut seen_b) = (Vec::new(), Vec::new());
+        rows_until(&mut on_b, &mut seen_b, |e| {
+            row_has(e, "assistant", "I sent you a question")
+        })
+        .await;
+
+        let bus = messaging::MessageBus::connect_nats(&nats).await.unwrap();
+        let to = chat_panel::user_address(&sid);
+        let q = messaging::QuickReplies::new(vec!["Yes".into(), "No".into()]).unwrap();
+        let first = messaging::OutgoingMessage::new("ops-bot", to.clone(), "Deploy finished?")
+            .with_quick_replies(q);
+        bus.send(first.clone()).await.unwrap();
+        bus.send(first).await.unwrap(); // the same message again: dropped by its id
+        bus.send(messaging::OutgoingMessage::new(
+            "ops-bot",
+            to,
+            "second note",
+        ))
+        .await
+        .unwrap();
+        let from_bot = |e: &SseEvent, text: &str| {
+            e.data["events"].as_array().is_some_and(|a| {
+                a.iter().any(|x| {
+                    x["entry"]["kind"] == "message"
+                        && x["entry"]["from"] == "ops-bot"
+                        && x["entry"]["text"] == text
+                })
+            })
+        };
+        for (rx, seen) in [(&mut on_a, &mut seen_a), (&mut on_b, &mut seen_b)] {
+            // in either order: each worker pulls from the recipient's consumer, so the one that
+            // got the first message may store it after the other stored the second
+            for text in ["Deploy finished?", "second note"] {
+                if !seen.iter().any(|e| from_bot(e, text)) {
+                    rows_until(rx, seen, |e| from_bot(e, text)).await;
+                }
+            }
+            let asked = seen
+                .iter()
+                .filter(|e| from_bot(e, "Deploy finished?"))
+                .collect::<Vec<_>>();
+            assert_eq!(asked.len(), 1, "shown once on each worker: {seen:#?}");
+        }
+        let shown = seen_b
+            .iter()
+            .flat_map(|e| e.data["events"].as_array().cloned().unwrap_or_default())
+            .find(|x| x["entry"]["text"] == "Deploy finished?")
+            .unwrap();
+        assert_eq!(shown["entry"]["quickReplies"], json!(["Yes", "No"]));
+
+        let db = pg_connect(&url).await;
+        let rows = db
+            .query(
+                "SELECT message FROM ce_messages WHERE session_id = $1 ORDER BY seq",
+                &[&sid],
+            )
+            .await
+            .unwrap();
+        let texts: Vec<String> = rows.iter().map(|r| r.get::<_, String>(0)).collect();
+        let count = |needle: &str| texts.iter().filter(|t| t.contains(needle)).count();
+        // each message: its call (assistant) and its result (tool), once
+        assert_eq!(count("Deploy finished?"), 1, "{texts:#?}");
+        assert_eq!(count("second note"), 1, "{texts:#?}");
+        assert_eq!(count("deliveredFrom"), 2, "{texts:#?}");
+        assert_eq!(
+            texts.len(),
+            4 + 4,
+            "the first turn's 4 rows and 2 pairs: {texts:#?}"
+        );
+        drop((a, b));
+    });
+}
+
+/// The database goes away mid-conversation (a proxy in front of it refuses and cuts every
+/// connection) and comes back: while it is away the panel answers `503` with a JSON error (the
+/// store's typed `Unreachable` in the log) and stores nothing; once it is back the conversation
+/// goes on in the same worker, every earlier row there once.
+fn workers_database_down_mid_conversation_is_503_then_the_conversation_goes_on_nothing_lost() {
+    runtime().block_on(async {
+        let direct = pg::pg_database("chat_panel_db_fault").await;
+        let mut proxy = pg::Proxy::start(pg::pg_addr(&direct)).await;
+        let via_proxy = with_db(
+            &format!("postgres://postgres@{}/postgres", proxy.addr),
+            "ce_chat_panel_db_fault",
+        );
+        let model = ScriptedServer::start().await;
+        model.respond_with(responder);
+        let mut cfg = OpenAiConfig::new("scripted");
+        cfg.base_url = model.base_url();
+        let config = PanelConfig::default().with_database_url(&via_proxy);
+        let bus = config.bus().await.unwrap();
+        let backend =
+            AgentBackend::build(OpenAiModel::new(cfg).unwrap(), bus.clone(), &config, |b| b)
+                .await
+                .unwrap();
+        let panel = ChatPanel::new(backend, bus, config)
+            .serve("127.0.0.1:0")
+            .await
+            .unwrap();
+        let c = reqwest::Client::new();
+        let sid = "db-fault-session";
+        let (status, body) = post(&c, &panel.url(), sid, "hello").await;
+        assert_eq!(status, 200, "{body}");
+
+        proxy.down().await;
+        let (status, body) = post(&c, &panel.url(), sid, "while the database is away").await;
+        assert_eq!(status, 503, "{body}");
+        let err: Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            err["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("try again")),
+            "{body}"
+        );
+        let state = c
+            .get(format!("{}api/sessions/{sid}", panel.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(state.status(), 503);
+
+        proxy.up().await;
+        let (status, body) = post(&c, &panel.url(), sid, "back again").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("You said: back again"), "{body}");
+
+        let db = pg_connect(&direct).await;
+        let rows = db
+            .query(
+                "SELECT message FROM ce_messages WHERE session_id = $1 ORDER BY seq",
+                &[&sid],
+            )
+            .await
+            .unwrap();
+        let texts: Vec<String> = rows.iter().map(|r| r.get::<_, String>(0)).collect();
+        assert_eq!(
+            texts.len(),
+            6,
+            "the first turn's 4 rows and the last turn's 2: {texts:#?}"
+        );
+        assert!(texts[0].contains("\"hello\""), "{texts:#?}");
+        assert!(texts[4].contains("back again"), "{texts:#?}");
+        assert!(
+            !texts
+                .iter()
+                .any(|t| t.contains("while the database is away"))
+        );
+        let busy: Value = c
+            .get(format!("{}api/sessions/{sid}", panel.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(busy["busy"], false, "no lease left behind");
+        panel.shutdown().await;
+    });
+}
+
+/// Item 4: a `DATABASE_URL` nobody answers at is a typed error at start, saying what to do.
+fn workers_config_unreachable_database_is_a_typed_error() {
+    runtime().block_on(async {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port(); // closed again: nothing listens there
+        let history = HistoryStore::Postgres(format!(
+            "postgres://postgres@127.0.0.1:{port}/postgres?connect_timeout=2"
+        ));
+        assert!(history.is_shared());
+        let err = history.open().await.map(|_| ()).unwrap_err();
+        assert!(
+            matches!(err, PanelError::Store(StoreError::Unreachable { .. })),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("DATABASE_URL"), "{err}");
+        let bad = HistoryStore::Postgres("postgres://[oops".into());
+        assert!(matches!(
+            bad.open().await.map(|_| ()).unwrap_err(),
+            PanelError::Store(StoreError::InvalidUrl { .. })
+        ));
+    });
+}
+
+/// Item 4: a `NATS_URL` nobody answers at is a typed error at start, saying what to do.
+fn workers_config_unreachable_broker_is_a_typed_error() {
+    runtime().block_on(async {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = PanelConfig::default().with_broker_url(format!("nats://127.0.0.1:{port}"));
+        let err = config.bus().await.map(|_| ()).unwrap_err();
+        assert!(matches!(err, PanelError::Broker { .. }), "{err:?}");
+        assert!(err.to_string().contains("NATS_URL"), "{err}");
+        // neither set: embedded, as before
+        let embedded = PanelConfig::default();
+        assert!(!embedded.history.is_shared());
+        assert!(embedded.broker.is_none());
+        assert!(embedded.bus().await.is_ok());
+    });
+}
