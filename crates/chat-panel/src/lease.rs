@@ -59,6 +59,26 @@ async fn unfinished(store: &dyn SessionStore, id: &str) -> Result<bool, StoreErr
     ) || matches!(s.messages.last(), Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty()))
 }
 
+/// Stores `text` as the answer when the conversation ends waiting for one (its last message is
+/// the person's or a tool result): a failed answer is then in the store like any other, for a
+/// reload and for every worker. Nothing is stored after unanswered tool calls (a call held for
+/// approval), so no call loses its result. Returns whether it stored.
+pub(crate) async fn close_failed(
+    store: &dyn SessionStore,
+    id: &str,
+    text: &str,
+) -> Result<bool, StoreError> {
+    let s = store.load(id).await?;
+    if !matches!(
+        s.messages.last(),
+        Some(Message::User { .. } | Message::Tool { .. })
+    ) {
+        return Ok(false);
+    }
+    store.append(id, &[Message::assistant(text)]).await?;
+    Ok(true)
+}
+
 /// The round a worker stores when it finds `stale` (an expired lease): the interrupted message
 /// if the answer did not finish, else nothing.
 async fn recovery_round(store: &dyn SessionStore, id: &str) -> Result<Vec<Message>, StoreError> {

@@ -974,6 +974,9 @@ async fn run_turn(
     app.asks.turn_started(&session_id, ask_tx);
     let _asks = AsksGuard(app.asks.clone(), session_id.clone());
     let mut ended = false;
+    // The error entry shown live when the answer failed: kept in the store too (below), so a
+    // reload or another worker shows it instead of the person's message with no reply.
+    let mut failed: Option<Entry> = None;
     let mut streaming = false; // the previous event was text
     loop {
         let next = tokio::select! {
@@ -1015,6 +1018,7 @@ async fn run_turn(
                     format!("The answer took longer than {secs} s and was stopped."),
                 );
                 out.send(ev("entry", &e)).await;
+                failed = Some(e);
                 ended = true;
                 break;
             }
@@ -1099,6 +1103,7 @@ async fn run_turn(
                 tracing::warn!(session = %session_id, error = %err, "chat panel: the answer failed");
                 let e = live_entry(EntryKind::Error, user_sentence(&err));
                 emit.push(ev("entry", &e));
+                failed = Some(e);
             }
             _ => {}
         }
@@ -1107,11 +1112,24 @@ async fn run_turn(
         }
     }
     drop(events);
-    rows.flush(&app, &session_id, &mut out).await;
     if !ended {
         let e = live_entry(EntryKind::Error, "The answer ended unexpectedly.");
         out.send(ev("entry", &e)).await;
+        failed = Some(e);
     }
+    if let Some(e) = failed
+        && guard.lease.is_some()
+    {
+        match lease::close_failed(app.sessions.store(), &session_id, &e.text).await {
+            // the stored row takes the live entry's place on this page
+            Ok(true) => rows.provisional = Some(e.id),
+            Ok(false) => {}
+            Err(err) => {
+                tracing::warn!(session = %session_id, error = %err, "chat panel: could not store that the answer failed");
+            }
+        }
+    }
+    rows.flush(&app, &session_id, &mut out).await;
     if let Err(e) = app
         .sessions
         .trim_history(&session_id, app.config.max_history_messages)

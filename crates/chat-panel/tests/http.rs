@@ -469,3 +469,55 @@ async fn approval_pending_survives_a_panel_restart() {
     assert!(answers.contains(&json!("Deleted the file.")), "{s}");
     panel.shutdown().await;
 }
+
+/// A failed answer is kept like any other (#28 item 3: never silence): the person sees the
+/// error live, a reload shows it after their message (from the store, so any worker shows it),
+/// and the conversation goes on.
+#[tokio::test]
+async fn q13_a_failed_answer_is_stored_and_shown_after_a_reload() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let failed_once = AtomicBool::new(false);
+    let fx = start_with(PanelConfig::default(), move |body| {
+        if failed_once.swap(true, Ordering::SeqCst) {
+            common::demo_responder(body)
+        } else {
+            Reply::status(400, "the provider refused the request")
+        }
+    })
+    .await;
+    let c = reqwest::Client::new();
+    let (status, body) = post(&c, &fx.url(), SID, json!({"text": "hello"})).await;
+    assert_eq!(status, 200, "{body}");
+    let events = sse_events(&body);
+    let live = events
+        .iter()
+        .find(|(e, d)| e == "entry" && d["kind"] == "error")
+        .unwrap_or_else(|| panic!("no live error entry: {body}"));
+    let text = live.1["text"].as_str().unwrap().to_owned();
+    let stored = events
+        .iter()
+        .find(|(e, d)| e == "entry" && d["kind"] == "assistant")
+        .unwrap_or_else(|| panic!("the failure was not stored: {body}"));
+    assert_eq!(stored.1["text"], text.as_str());
+    assert_eq!(stored.1["replaces"], live.1["id"], "{body}");
+
+    let s = state(&c, &fx.url(), SID).await;
+    let entries = s["entries"].as_array().unwrap();
+    let kinds: Vec<&str> = entries
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["user", "assistant"], "{s}");
+    assert_eq!(entries[1]["text"], text.as_str());
+
+    let (status, body) = post(&c, &fx.url(), SID, json!({"text": "hello again"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        !sse_events(&body)
+            .iter()
+            .any(|(e, d)| e == "entry" && d["kind"] == "error"),
+        "{body}"
+    );
+    let s = state(&c, &fx.url(), SID).await;
+    assert!(entries_of(&s, "assistant").len() >= 2, "{s}");
+}
