@@ -464,6 +464,13 @@ struct Rows {
     provisional: Option<u64>,
     /// Running tools shown before their round is stored, by call id.
     live_tools: HashMap<String, Entry>,
+    /// Calls already shown from the store. The loop's events can trail the store (a round is
+    /// stored before the panel reads its last events): such a call's late live events are not
+    /// shown again.
+    stored_calls: std::collections::HashSet<String>,
+    /// An answer's text was shown from the store before any of it streamed live: its late
+    /// deltas are not shown (they would make a second copy). Cleared by the next live call.
+    text_ahead: bool,
 }
 
 impl Rows {
@@ -473,6 +480,8 @@ impl Rows {
             split,
             provisional: None,
             live_tools: HashMap::new(),
+            stored_calls: std::collections::HashSet::new(),
+            text_ahead: false,
         }
     }
 
@@ -489,11 +498,17 @@ impl Rows {
         for r in rows.into_iter().filter(|r| r.row > after) {
             let mut events = r.events;
             for (name, e) in &mut events {
+                if let Some(t) = &e.tool {
+                    self.stored_calls.insert(t.call_id.clone());
+                }
                 if *name != "entry" {
                     continue;
                 }
                 match e.kind {
-                    EntryKind::Assistant => e.replaces = self.provisional.take(),
+                    EntryKind::Assistant => {
+                        e.replaces = self.provisional.take();
+                        self.text_ahead = e.replaces.is_none();
+                    }
                     EntryKind::Tool => {
                         e.replaces = e
                             .tool
@@ -1033,7 +1048,7 @@ async fn run_turn(
         streaming = text;
         let mut emit: Vec<Option<Event>> = Vec::new();
         match event {
-            LoopEvent::TextDelta(t) if t.is_empty() => {}
+            LoopEvent::TextDelta(t) if t.is_empty() || rows.text_ahead => {}
             LoopEvent::TextDelta(t) => {
                 let id = match rows.provisional {
                     Some(id) => id,
@@ -1046,11 +1061,14 @@ async fn run_turn(
                 };
                 emit.push(ev("delta", &json!({"id": id, "text": t})));
             }
+            LoopEvent::ToolCallStarted { id, .. } | LoopEvent::ToolResult { id, .. }
+                if rows.stored_calls.contains(&id) => {}
             LoopEvent::ToolCallStarted {
                 id,
                 name,
                 arguments,
             } => {
+                rows.text_ahead = false;
                 let mut e = live_entry(EntryKind::Tool, name.clone());
                 e.tool = Some(ToolActivity {
                     call_id: id.clone(),
