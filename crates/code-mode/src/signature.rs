@@ -58,32 +58,7 @@ pub(crate) fn python_name(tool: &str) -> String {
     name
 }
 
-/// The first sentence of `text`, at most `max_chars` characters (cut with `…`).
-pub(crate) fn first_sentence(text: &str, max_chars: usize) -> String {
-    let text = text.trim();
-    let mut end = text.len();
-    let mut chars = text.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        let next_is_break = chars.peek().is_none_or(|(_, n)| n.is_whitespace());
-        let stop = match c {
-            '\n' => Some(i),
-            '。' | '！' | '？' => Some(i + c.len_utf8()),
-            '.' | '!' | '?' if next_is_break => Some(i + 1),
-            _ => None,
-        };
-        if let Some(e) = stop {
-            end = e;
-            break;
-        }
-    }
-    let sentence = text[..end].trim();
-    if sentence.chars().count() <= max_chars {
-        return sentence.to_owned();
-    }
-    let mut cut: String = sentence.chars().take(max_chars.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
-}
+pub(crate) use llm_core::first_sentence;
 
 /// One parameter of a function.
 #[derive(Debug, Clone)]

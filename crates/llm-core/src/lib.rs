@@ -47,7 +47,9 @@ pub use cap::{DEFAULT_MAX_RESULT_BYTES, cap_result};
 pub use error::ModelError;
 pub use model::{ChatModel, ChatStream, ModelInfo, collect_stream, response_stream};
 pub use schema::{MAX_TOOL_NAME, is_valid_tool_name, normalize_schema};
-pub use tool::{Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider, TurnInfo};
+pub use tool::{
+    Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider, TurnInfo, first_sentence,
+};
 pub use types::{
     ChatEvent, ChatRequest, ChatResponse, FinishReason, InvalidToolCall, Message, ResponseFormat,
     Role, ToolCall, ToolChoice, ToolSpec, Usage,

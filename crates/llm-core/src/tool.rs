@@ -244,3 +244,37 @@ pub trait ToolProvider: Send + Sync {
         ))
     }
 }
+
+/// The first sentence of `text`, at most `max_chars` characters (cut on a character boundary,
+/// with `…`): 004's level-1 line of a tool (the MCP bridge's tiers, code mode's function docs).
+///
+/// ```
+/// use llm_core::first_sentence;
+/// assert_eq!(first_sentence("Adds two numbers. Returns the sum.", 100), "Adds two numbers.");
+/// assert_eq!(first_sentence("查询天气。返回温度", 100), "查询天气。");
+/// ```
+pub fn first_sentence(text: &str, max_chars: usize) -> String {
+    let text = text.trim();
+    let mut end = text.len();
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next_is_break = chars.peek().is_none_or(|(_, n)| n.is_whitespace());
+        let stop = match c {
+            '\n' => Some(i),
+            '。' | '！' | '？' => Some(i + c.len_utf8()),
+            '.' | '!' | '?' if next_is_break => Some(i + 1),
+            _ => None,
+        };
+        if let Some(e) = stop {
+            end = e;
+            break;
+        }
+    }
+    let sentence = text[..end].trim();
+    if sentence.chars().count() <= max_chars {
+        return sentence.to_string();
+    }
+    let mut cut: String = sentence.chars().take(max_chars.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
