@@ -1061,8 +1061,11 @@ async fn run_turn(
                 };
                 emit.push(ev("delta", &json!({"id": id, "text": t})));
             }
-            LoopEvent::ToolCallStarted { id, .. } | LoopEvent::ToolResult { id, .. }
-                if rows.stored_calls.contains(&id) => {}
+            // the round's text is behind it: the next round's text streams again
+            LoopEvent::ToolCallStarted { id, .. } if rows.stored_calls.contains(&id) => {
+                rows.text_ahead = false;
+            }
+            LoopEvent::ToolResult { id, .. } if rows.stored_calls.contains(&id) => {}
             LoopEvent::ToolCallStarted {
                 id,
                 name,

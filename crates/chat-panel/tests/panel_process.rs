@@ -9,10 +9,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -139,27 +138,14 @@ impl Panel {
     /// Starts the panel under `ulimit -n {fd_limit}`.
     fn start(model: &ScriptedServer, db: &Path, fd_limit: u32) -> Self {
         let exe = std::env::current_exe().unwrap();
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(format!("ulimit -n {fd_limit} && exec \"$0\""))
-            .arg(&exe)
-            .env(CHILD, db)
-            .env("CHAT_PANEL_MODEL_URL", model.base_url())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("the panel process did not start: {line:?}"))
-            .parse()
-            .unwrap();
+        let (child, addr) = common::spawn_panel(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("ulimit -n {fd_limit} && exec \"$0\""))
+                .arg(&exe)
+                .env(CHILD, db)
+                .env("CHAT_PANEL_MODEL_URL", model.base_url()),
+        );
         Self { child, addr }
     }
 
@@ -384,11 +370,14 @@ fn finding3_400_turns_of_4000_chars_keep_answering_with_bounded_rss() {
             let (status, body) = post(&c, &panel.url(), sid, json!({"text": text})).await;
             assert_eq!(status, 200, "turn {turn}: {body}");
             let events = common::sse_events(&body);
-            let answer: String = events
+            // the stored answer (its text may also have streamed live before it, or not: the
+            // loop can store it before the panel reads its deltas)
+            let answer = events
                 .iter()
-                .filter(|(e, _)| e == "delta")
-                .filter_map(|(_, d)| d["text"].as_str())
-                .collect();
+                .rev()
+                .find(|(e, d)| e == "entry" && d["kind"] == "assistant")
+                .and_then(|(_, d)| d["text"].as_str())
+                .unwrap_or("");
             assert!(
                 answer.starts_with("Noted (") && events.last().is_some_and(|(e, _)| e == "done"),
                 "turn {turn} got no answer: {body}"

@@ -17,9 +17,8 @@ mod common;
 mod pg;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use chat_panel::{AgentBackend, ChatPanel, HistoryStore, PanelConfig, PanelError};
@@ -205,25 +204,12 @@ impl Worker {
             Some(url) => command.env("NATS_URL", url),
             None => command.env_remove("NATS_URL"),
         };
-        let mut child = command
-            .env(CHILD, "1")
-            .env("DATABASE_URL", database_url)
-            .env("CHAT_PANEL_MODEL_URL", model.base_url())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("the worker did not start: {line:?}"))
-            .parse()
-            .unwrap();
+        let (child, addr) = common::spawn_panel(
+            command
+                .env(CHILD, "1")
+                .env("DATABASE_URL", database_url)
+                .env("CHAT_PANEL_MODEL_URL", model.base_url()),
+        );
         Self { child, addr }
     }
 

@@ -178,3 +178,30 @@ pub fn sse_events(body: &str) -> Vec<(String, Value)> {
         })
         .collect()
 }
+
+/// Starts a panel child process (`command`, which must make the child print
+/// `listening ADDR` as its first line) with piped stdin and stdout; returns it and its address.
+#[allow(dead_code)] // used by the tests that run the panel as a process
+pub fn spawn_panel(
+    command: &mut std::process::Command,
+) -> (std::process::Child, std::net::SocketAddr) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .unwrap_or_else(|| panic!("the panel process did not start: {line:?}"))
+        .parse()
+        .unwrap();
+    (child, addr)
+}
