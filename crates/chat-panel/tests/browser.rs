@@ -35,6 +35,16 @@ struct Browser {
     _profile: tempfile::TempDir,
 }
 
+/// A test that fails (panics) never reaches `close`: chromedriver and every Chromium process it
+/// started end here all the same (killing chromedriver alone left Chromium running).
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(pid) = self.driver.id() {
+            process_guard::kill_group(pid);
+        }
+    }
+}
+
 impl Browser {
     async fn start() -> Self {
         let chrome = binary("CHROME_BIN", "/usr/bin/chromium");
@@ -48,6 +58,8 @@ impl Browser {
             .arg("--allowed-ips=127.0.0.1")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // its own process group, Chromium's processes with it: all ended on drop
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("could not start {}: {e}", driver_bin.display()));
