@@ -64,31 +64,7 @@ fn main() {
         }
         return;
     }
-    let mut failed = Vec::new();
-    let mut ran = 0;
-    for (name, test) in tests {
-        if filter.is_some_and(|f| !name.contains(f)) {
-            continue;
-        }
-        ran += 1;
-        eprintln!("test {name} ...");
-        match std::panic::catch_unwind(test) {
-            Ok(()) => eprintln!("test {name} ... ok"),
-            Err(_) => {
-                eprintln!("test {name} ... FAILED");
-                failed.push(name);
-            }
-        }
-    }
-    eprintln!(
-        "test result: {}. {} passed; {} failed",
-        if failed.is_empty() { "ok" } else { "FAILED" },
-        ran - failed.len(),
-        failed.len()
-    );
-    if !failed.is_empty() {
-        std::process::exit(1);
-    }
+    common::run_tests(&tests, filter);
 }
 
 /// The panel process: the agent over the scripted model at `CHAT_PANEL_MODEL_URL`, its

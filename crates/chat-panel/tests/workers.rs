@@ -67,31 +67,7 @@ fn main() {
         return;
     }
     let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
-    let mut failed = Vec::new();
-    let mut ran = 0;
-    for (name, test) in tests {
-        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
-            continue;
-        }
-        ran += 1;
-        eprintln!("test {name} ...");
-        match std::panic::catch_unwind(test) {
-            Ok(()) => eprintln!("test {name} ... ok"),
-            Err(_) => {
-                eprintln!("test {name} ... FAILED");
-                failed.push(name);
-            }
-        }
-    }
-    eprintln!(
-        "test result: {}. {} passed; {} failed",
-        if failed.is_empty() { "ok" } else { "FAILED" },
-        ran - failed.len(),
-        failed.len()
-    );
-    if !failed.is_empty() {
-        std::process::exit(1);
-    }
+    common::run_tests(&tests, filter.as_deref());
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -149,20 +125,6 @@ fn pg_base_url() -> String {
     }
 }
 
-/// `url` with its database replaced by `db`.
-fn with_db(url: &str, db: &str) -> String {
-    let (head, query) = match url.split_once('?') {
-        Some((h, q)) => (h, format!("?{q}")),
-        None => (url, String::new()),
-    };
-    let scheme_end = head.find("://").map_or(0, |i| i + 3);
-    let base = match head[scheme_end..].find('/') {
-        Some(i) => &head[..scheme_end + i],
-        None => head,
-    };
-    format!("{base}/{db}{query}")
-}
-
 async fn pg_connect(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
@@ -183,7 +145,7 @@ async fn fresh_database(name: &str) -> String {
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .unwrap();
-    with_db(&base, name)
+    pg::with_db(&base, name)
 }
 
 /// A running worker process.
@@ -664,7 +626,7 @@ fn workers_database_down_mid_conversation_is_503_then_the_conversation_goes_on_n
     runtime().block_on(async {
         let direct = pg::pg_database("chat_panel_db_fault").await;
         let mut proxy = pg::Proxy::start(pg::pg_addr(&direct)).await;
-        let via_proxy = with_db(
+        let via_proxy = pg::with_db(
             &format!("postgres://postgres@{}/postgres", proxy.addr),
             "ce_chat_panel_db_fault",
         );

@@ -205,3 +205,35 @@ pub fn spawn_panel(
         .unwrap();
     (child, addr)
 }
+
+/// The test loop of the binaries that run without libtest (they re-run themselves as a child
+/// process): runs each test whose name contains `filter`, prints libtest's lines, exits 1 when one
+/// failed.
+#[allow(dead_code)] // used by the tests that run the panel as a process
+pub fn run_tests(tests: &[(&str, fn())], filter: Option<&str>) {
+    let mut failed = Vec::new();
+    let mut ran = 0;
+    for &(name, test) in tests {
+        if filter.is_some_and(|f| !name.contains(f)) {
+            continue;
+        }
+        ran += 1;
+        eprintln!("test {name} ...");
+        match std::panic::catch_unwind(test) {
+            Ok(()) => eprintln!("test {name} ... ok"),
+            Err(_) => {
+                eprintln!("test {name} ... FAILED");
+                failed.push(name);
+            }
+        }
+    }
+    eprintln!(
+        "test result: {}. {} passed; {} failed",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        ran - failed.len(),
+        failed.len()
+    );
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}
