@@ -44,7 +44,10 @@ mod tokens;
 
 pub use builder::{BuiltContext, ContextBuilder, ContextError, DropReason, Dropped};
 pub use history::{History, Session};
-pub use store::{Durability, MemoryStore, SessionStore, SqliteStore, StateChange, StoreError};
+pub use store::{
+    ChangeFeed, ChangeSender, Durability, MemoryStore, SessionStore, SqliteStore, StateChange,
+    StoreChange, StoreError,
+};
 #[cfg(feature = "postgres")]
 pub use store::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use tokens::{

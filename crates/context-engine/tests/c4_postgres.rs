@@ -8,7 +8,9 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use context_engine::{POSTGRES_SCHEMA_VERSION, PostgresStore, SessionStore, StoreError};
+use context_engine::{
+    POSTGRES_SCHEMA_VERSION, PostgresStore, SessionStore, StoreChange, StoreError,
+};
 use llm_core::{Message, ToolCall};
 use serde_json::json;
 
@@ -66,9 +68,9 @@ async fn c4_postgres_newer_schema_is_refused() {
             e,
             StoreError::NewerDatabaseSchema {
                 found: 99,
-                supported: 1,
+                supported,
                 ..
-            }
+            } if supported == i64::from(POSTGRES_SCHEMA_VERSION)
         ),
         "{e:?}"
     );
@@ -85,6 +87,42 @@ async fn c4_postgres_newer_schema_is_refused() {
         .unwrap()
         .get(0);
     assert_eq!(n, 1);
+}
+
+/// A database written by the first schema (no change-feed trigger) is migrated when a newer
+/// build connects: its sessions kept, the version bumped, and the feed reports changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c4_postgres_version_1_database_is_upgraded() {
+    let url = common::pg_database("v1").await;
+    {
+        let store = PostgresStore::connect(&url).await.unwrap();
+        store.create("kept").await.unwrap();
+        store.append("kept", &round(0)).await.unwrap();
+    }
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    // Back to version 1 as it was shipped: the three tables, no trigger.
+    client
+        .batch_execute(
+            "DROP TRIGGER ce_sessions_changed ON ce_sessions; DROP FUNCTION ce_notify_change();
+             UPDATE ce_schema_version SET version = 1",
+        )
+        .await
+        .unwrap();
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let v: i32 = client
+        .query_one("SELECT version FROM ce_schema_version", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(v, POSTGRES_SCHEMA_VERSION);
+    assert_eq!(store.load("kept").await.unwrap().messages, round(0));
+    let mut feed = store.watch().await.unwrap();
+    assert_eq!(next(&mut feed).await, StoreChange::Missed);
+    store.append("kept", &round(1)).await.unwrap();
+    assert_eq!(next(&mut feed).await, StoreChange::Session("kept".into()));
 }
 
 /// Nothing listens there: a typed error naming the server (never the password) and what to do.
@@ -238,6 +276,46 @@ async fn c4_postgres_database_goes_away_and_comes_back() {
     let msgs = store.load("conv").await.unwrap().messages;
     let expected: Vec<Message> = (0..acked).flat_map(round).collect();
     assert_eq!(msgs, expected);
+}
+
+/// The change feed across an outage: its `LISTEN` connection goes through a proxy that is cut
+/// and comes back. Changes committed meanwhile (by another store on the direct path) cannot be
+/// delivered, so the feed says `Missed` once it listens again — nothing is lost silently — and
+/// then reports changes as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c4_postgres_change_feed_says_missed_after_an_outage_then_goes_on() {
+    let url = common::pg_database("feed_fault").await;
+    let mut proxy = common::Proxy::start(common::pg_addr(&url)).await;
+    let via_proxy = url.replacen(
+        &common::pg_addr(&url).to_string(),
+        &proxy.addr.to_string(),
+        1,
+    );
+    let watched = PostgresStore::connect_with_pool_size(&via_proxy, 1)
+        .await
+        .unwrap();
+    let writer = PostgresStore::connect(&url).await.unwrap();
+    let mut feed = watched.watch().await.unwrap();
+    // Listening: the first thing a new feed says (it listens after it was opened).
+    assert_eq!(next(&mut feed).await, StoreChange::Missed);
+    writer.create("conv").await.unwrap();
+    assert_eq!(next(&mut feed).await, StoreChange::Session("conv".into()));
+
+    proxy.down().await;
+    writer.append("conv", &round(0)).await.unwrap(); // committed while the feed is cut off
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    proxy.up().await;
+    assert_eq!(next(&mut feed).await, StoreChange::Missed);
+    writer.append("conv", &round(1)).await.unwrap();
+    assert_eq!(next(&mut feed).await, StoreChange::Session("conv".into()));
+}
+
+/// The feed's next change, within 15 s.
+async fn next(feed: &mut context_engine::ChangeFeed) -> StoreChange {
+    tokio::time::timeout(std::time::Duration::from_secs(15), feed.next())
+        .await
+        .expect("the feed reported nothing within 15 s")
+        .expect("the feed ended")
 }
 
 /// `pg_ctl ARGS` on the fault-test cluster (as the user xtask names, when it names one).

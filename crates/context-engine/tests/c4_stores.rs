@@ -12,8 +12,8 @@ mod common;
 use std::sync::Arc;
 
 use context_engine::{
-    ContextBuilder, Durability, EstimateCounter, History, MemoryStore, PostgresStore, SessionStore,
-    SqliteStore, StateChange, StoreError,
+    ChangeFeed, ContextBuilder, Durability, EstimateCounter, History, MemoryStore, PostgresStore,
+    SessionStore, SqliteStore, StateChange, StoreChange, StoreError,
 };
 use llm_core::{Message, ToolCall};
 use serde_json::json;
@@ -21,12 +21,17 @@ use serde_json::json;
 /// A store under test, with whatever must live as long as it (a temporary directory).
 struct Fixture {
     store: Arc<dyn SessionStore>,
+    /// The same store as another process sees it (PostgreSQL: a second store on the same
+    /// database; the in-process stores: the same handle).
+    twin: Arc<dyn SessionStore>,
     _keep: Option<tempfile::TempDir>,
 }
 
 async fn memory(_name: &str) -> Fixture {
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
     Fixture {
-        store: Arc::new(MemoryStore::new()),
+        twin: store.clone(),
+        store,
         _keep: None,
     }
 }
@@ -34,9 +39,11 @@ async fn memory(_name: &str) -> Fixture {
 async fn sqlite(_name: &str) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     // NORMAL: the suite checks the contract, not fsync (c4_crash.rs kills writers on FULL).
-    let store = SqliteStore::open_with(dir.path().join("s.db"), Durability::Normal).unwrap();
+    let store: Arc<dyn SessionStore> =
+        Arc::new(SqliteStore::open_with(dir.path().join("s.db"), Durability::Normal).unwrap());
     Fixture {
-        store: Arc::new(store),
+        twin: store.clone(),
+        store,
         _keep: Some(dir),
     }
 }
@@ -45,6 +52,7 @@ async fn postgres(name: &str) -> Fixture {
     let url = common::pg_database(&format!("suite_{name}")).await;
     Fixture {
         store: Arc::new(PostgresStore::connect(&url).await.unwrap()),
+        twin: Arc::new(PostgresStore::connect(&url).await.unwrap()),
         _keep: None,
     }
 }
@@ -89,6 +97,12 @@ macro_rules! store_suite {
                 tool_call_pairs(f.store.clone()).await;
             }
 
+            #[tokio::test]
+            async fn c4_change_feed_reports_each_committed_change_once() {
+                let f = fixture("feed").await;
+                change_feed(f.store.clone(), f.twin.clone()).await;
+            }
+
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn c4_state_slots_compare_and_set() {
                 let f = fixture("state").await;
@@ -101,6 +115,86 @@ macro_rules! store_suite {
 store_suite!(memory);
 store_suite!(sqlite);
 store_suite!(postgres);
+
+/// The next change other than [`StoreChange::Missed`] (a feed may report that at any time, e.g.
+/// once it starts listening), within 10 s.
+async fn next_session_change(feed: &mut ChangeFeed) -> String {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, feed.next()).await {
+            Ok(Some(StoreChange::Session(id))) => return id.to_string(),
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the feed ended"),
+            Err(_) => panic!("no change reported within 10 s"),
+        }
+    }
+}
+
+/// A feed opened on one handle reports what the other handle commits, in order, once each: a
+/// create, an append, a compare-and-set that won, a delete — and nothing for a compare-and-set
+/// that lost (nothing was written).
+async fn change_feed(store: Arc<dyn SessionStore>, writer: Arc<dyn SessionStore>) {
+    let mut feed = store.watch().await.unwrap();
+    // The feed may take a moment to listen (PostgreSQL): a change committed before is reported
+    // as Missed, so write "probe" until the feed sees a write.
+    writer.create("probe").await.unwrap();
+    let mut k = 0;
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_millis(200), feed.next()).await {
+            Ok(Some(StoreChange::Session(id))) if &*id == "probe" => break,
+            Ok(Some(_)) | Err(_) => {
+                writer
+                    .append("probe", &[Message::user(format!("p{k}"))])
+                    .await
+                    .unwrap();
+                k += 1;
+                assert!(k < 100, "the feed never reported a change");
+            }
+            Ok(None) => panic!("the feed ended"),
+        }
+    }
+    // Drain what the probe left (its further appends may still be reported).
+    while let Ok(Some(_)) =
+        tokio::time::timeout(std::time::Duration::from_millis(300), feed.next()).await
+    {}
+
+    writer.create("a").await.unwrap();
+    writer.append("a", &[Message::user("hi")]).await.unwrap();
+    let lost = StateChange::new("k", Some("not this"), Some("v"));
+    assert_eq!(
+        writer
+            .append_with_state("a", &[Message::user("x")], lost)
+            .await
+            .unwrap(),
+        None
+    );
+    writer.create("b").await.unwrap();
+    let won = StateChange::new("k", None, Some("v"));
+    assert!(
+        writer
+            .append_with_state("a", &[], won)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    writer.delete("a").await.unwrap();
+    let seen = [
+        next_session_change(&mut feed).await,
+        next_session_change(&mut feed).await,
+        next_session_change(&mut feed).await,
+        next_session_change(&mut feed).await,
+        next_session_change(&mut feed).await,
+    ];
+    assert_eq!(seen, ["a", "a", "b", "a", "a"].map(String::from));
+    while let Ok(c) = tokio::time::timeout(std::time::Duration::from_millis(300), feed.next()).await
+    {
+        assert_eq!(
+            c,
+            Some(StoreChange::Missed),
+            "a change reported that did not happen"
+        );
+    }
+}
 
 async fn contract(store: Arc<dyn SessionStore>) {
     assert_eq!(store.list().await.unwrap(), Vec::<String>::new());

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use llm_core::Message;
 
-use super::{SessionStore, StateChange, StoreError, check_id};
+use super::{ChangeFeed, ChangeSender, SessionStore, StateChange, StoreError, check_id};
 use crate::history::Session;
 
 /// Sessions in memory: fast, shared between tasks, gone when the process ends. For tests,
@@ -26,6 +26,7 @@ use crate::history::Session;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     sessions: Mutex<HashMap<String, Stored>>,
+    changes: ChangeSender,
 }
 
 /// One session: its messages and its state slots.
@@ -61,6 +62,8 @@ impl SessionStore for MemoryStore {
             return Err(StoreError::AlreadyExists { id: id.to_owned() });
         }
         map.insert(id.to_owned(), Stored::default());
+        drop(map);
+        self.changes.session(id);
         Ok(())
     }
 
@@ -78,7 +81,10 @@ impl SessionStore for MemoryStore {
         let mut map = self.lock();
         let stored = map.get_mut(id).ok_or_else(|| not_found(id))?;
         stored.messages.extend(round);
-        Ok(stored.messages.len() as u64)
+        let len = stored.messages.len() as u64;
+        drop(map);
+        self.changes.session(id);
+        Ok(len)
     }
 
     async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
@@ -104,7 +110,10 @@ impl SessionStore for MemoryStore {
             None => stored.state.remove(change.key),
         };
         stored.messages.extend(round);
-        Ok(Some(stored.messages.len() as u64))
+        let len = stored.messages.len() as u64;
+        drop(map);
+        self.changes.session(id);
+        Ok(Some(len))
     }
 
     /// One lookup under one lock (the trait's default takes three and builds a NotFound error).
@@ -115,6 +124,8 @@ impl SessionStore for MemoryStore {
             None => {
                 check_id(id)?;
                 map.insert(id.to_owned(), Stored::default());
+                drop(map);
+                self.changes.session(id);
                 Vec::new()
             }
         };
@@ -131,9 +142,12 @@ impl SessionStore for MemoryStore {
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        self.lock()
-            .remove(id)
-            .map(|_| ())
-            .ok_or_else(|| not_found(id))
+        self.lock().remove(id).ok_or_else(|| not_found(id))?;
+        self.changes.session(id);
+        Ok(())
+    }
+
+    async fn watch(&self) -> Result<ChangeFeed, StoreError> {
+        Ok(self.changes.subscribe())
     }
 }

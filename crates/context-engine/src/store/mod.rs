@@ -1,11 +1,13 @@
 //! Session stores (C4): the [`SessionStore`] trait, [`MemoryStore`], [`SqliteStore`] and (cargo
 //! feature `postgres`) `PostgresStore`.
 
+mod changes;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;
 
+pub use changes::{ChangeFeed, ChangeSender, StoreChange};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
@@ -158,8 +160,8 @@ pub enum StoreError {
     },
     /// The store does not implement an optional part of the trait.
     #[error(
-        "this session store does not keep {what}; use MemoryStore, SqliteStore or another store \
-         that implements `SessionStore::get_state` and `append_with_state`"
+        "this session store does not offer {what}; use MemoryStore, SqliteStore, PostgresStore or \
+         a store of your own that implements it"
     )]
     Unsupported {
         /// What it does not keep.
@@ -270,7 +272,7 @@ pub trait SessionStore: Send + Sync {
     async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
         let _ = (id, key);
         Err(StoreError::Unsupported {
-            what: "state slots",
+            what: "state slots (`SessionStore::get_state` and `append_with_state`)",
         })
     }
 
@@ -288,7 +290,20 @@ pub trait SessionStore: Send + Sync {
     ) -> Result<Option<u64>, StoreError> {
         let _ = (id, round, change);
         Err(StoreError::Unsupported {
-            what: "state slots",
+            what: "state slots (`SessionStore::get_state` and `append_with_state`)",
+        })
+    }
+
+    /// A feed of the changes committed to this store from now on — by this process and, for a
+    /// shared store (PostgreSQL: `LISTEN`/`NOTIFY`), by every other process — so a follower
+    /// waits for a change instead of reading the session again and again.
+    ///
+    /// Optional: the default answers [`StoreError::Unsupported`] (then read again on a timer).
+    /// [`MemoryStore`] and [`SqliteStore`] report this process's changes; `PostgresStore`
+    /// every process's.
+    async fn watch(&self) -> Result<ChangeFeed, StoreError> {
+        Err(StoreError::Unsupported {
+            what: "a change feed (`SessionStore::watch`)",
         })
     }
 

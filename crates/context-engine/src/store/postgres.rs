@@ -1,6 +1,7 @@
 //! Sessions in PostgreSQL: a pool of `tokio-postgres` connections (deadpool), one transaction
 //! per round, schema migrations under an advisory lock.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -8,21 +9,22 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
 };
 use llm_core::Message;
-use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
+use tokio_postgres::{AsyncMessage, NoTls};
 
-use super::{SessionStore, StateChange, StoreError, check_id};
+use super::{ChangeFeed, ChangeSender, SessionStore, StateChange, StoreError, check_id};
 use crate::history::Session;
 
 /// The newest schema version this build reads and writes (table `ce_schema_version`).
-pub const POSTGRES_SCHEMA_VERSION: i32 = 1;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 2;
 
 /// `pg_advisory_xact_lock` key that serialises migrations across processes: ASCII "LTCE".
 const MIGRATION_LOCK: i64 = 0x4C54_4345;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`; each runs in the migrating
 /// transaction, under the advisory lock.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE ce_sessions (
     id         text        NOT NULL PRIMARY KEY,
     next_seq   bigint      NOT NULL DEFAULT 0,
@@ -41,7 +43,23 @@ CREATE TABLE ce_state (
     value      text NOT NULL,
     PRIMARY KEY (session_id, key)
 );
-"];
+",
+    "
+CREATE FUNCTION ce_notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('ce_changes', CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER ce_sessions_changed AFTER INSERT OR UPDATE OR DELETE ON ce_sessions
+    FOR EACH ROW EXECUTE FUNCTION ce_notify_change();
+",
+];
+
+/// The `NOTIFY` channel of the change feed: every change of a session touches its
+/// `ce_sessions` row (an append bumps `next_seq`, under the row lock), whose trigger notifies
+/// the session's id when the transaction commits (a rolled-back one notifies nothing).
+const CHANGES_CHANNEL: &str = "ce_changes";
 
 /// Connections kept by the pool unless the URL's options say otherwise.
 const DEFAULT_POOL_SIZE: usize = 16;
@@ -73,6 +91,10 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 ///   [`StoreError::Unreachable`]; the pool reconnects by itself once it is back. If the
 ///   connection breaks *during* `COMMIT`, the round may or may not have been committed (as with
 ///   any client/server database): reload the session before retrying.
+/// * **Change feed.** [`watch`](SessionStore::watch) reports every process's committed changes
+///   through one `LISTEN` connection per store (opened at the first `watch`), fed by a trigger
+///   on `ce_sessions` (`NOTIFY ce_changes, 'ID'` at commit). When that connection breaks it is
+///   opened again (backoff up to 5 s) and every feed gets [`StoreChange::Missed`](super::StoreChange::Missed).
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
@@ -89,6 +111,73 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct PostgresStore {
     pool: Pool,
     target: String,
+    feed: Arc<Feed>,
+}
+
+/// The change feed's sender and its `LISTEN` task (started by the first `watch`, stopped when
+/// the last clone of the store is dropped).
+struct Feed {
+    config: tokio_postgres::Config,
+    changes: ChangeSender,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        if let Some(t) = self
+            .task
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            t.abort();
+        }
+    }
+}
+
+/// Keeps a `LISTEN` connection open and hands its notifications to `changes`; after every
+/// (re)connection, once listening, reports [`StoreChange::Missed`](super::StoreChange::Missed)
+/// (whatever was committed while not listening is read again by the followers).
+async fn listen(config: tokio_postgres::Config, changes: ChangeSender, target: String) {
+    const FIRST: Duration = Duration::from_millis(100);
+    let mut backoff = FIRST;
+    loop {
+        let why = match config.connect(NoTls).await {
+            Err(e) => e.to_string(),
+            Ok((client, mut conn)) => {
+                let notes = changes.clone();
+                let mut drive = std::pin::pin!(async move {
+                    loop {
+                        match std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+                            Some(Ok(AsyncMessage::Notification(n))) => notes.session(n.payload()),
+                            Some(Ok(_)) => {}
+                            Some(Err(e)) => return e.to_string(),
+                            None => return "the server closed the connection".to_owned(),
+                        }
+                    }
+                });
+                let sql = format!("LISTEN {CHANGES_CHANNEL}");
+                let listening = tokio::select! {
+                    r = client.batch_execute(&sql) => r.map_err(|e| e.to_string()),
+                    why = &mut drive => Err(why),
+                };
+                match listening {
+                    Err(why) => why,
+                    Ok(()) => {
+                        changes.missed();
+                        backoff = FIRST;
+                        let why = drive.await;
+                        drop(client);
+                        why
+                    }
+                }
+            }
+        };
+        tracing::warn!(target = %target, error = %why, retry_in_ms = backoff.as_millis() as u64,
+            "session store: the change feed's connection is down; followers re-read when it is back");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -141,6 +230,11 @@ impl PostgresStore {
             config.tcp_user_timeout(Duration::from_secs(30));
         }
         let target = describe(&config);
+        let feed = Arc::new(Feed {
+            config: config.clone(),
+            changes: ChangeSender::new(),
+            task: Mutex::new(None),
+        });
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -158,7 +252,7 @@ impl PostgresStore {
             .map_err(|e| StoreError::InvalidUrl {
                 detail: e.to_string(),
             })?;
-        let store = Self { pool, target };
+        let store = Self { pool, target, feed };
         store.migrate().await?;
         Ok(store)
     }
@@ -509,6 +603,26 @@ impl SessionStore for PostgresStore {
         .map_err(|e| self.err(e))?;
         txn.commit().await.map_err(|e| self.err(e))?;
         Ok(Some(len))
+    }
+
+    async fn watch(&self) -> Result<ChangeFeed, StoreError> {
+        let feed = self.feed.changes.subscribe();
+        let mut task = self
+            .feed
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if task
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            *task = Some(tokio::spawn(listen(
+                self.feed.config.clone(),
+                self.feed.changes.clone(),
+                self.target.clone(),
+            )));
+        }
+        Ok(feed)
     }
 
     /// One insert-if-missing and one load (the trait's default may take three round trips).

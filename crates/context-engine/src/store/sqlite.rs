@@ -9,7 +9,7 @@ use llm_core::Message;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::{SessionStore, StateChange, StoreError, check_id};
+use super::{ChangeFeed, ChangeSender, SessionStore, StateChange, StoreError, check_id};
 use crate::history::Session;
 
 /// `PRAGMA application_id` of our files: ASCII "LTCE" (llm-toolkit context-engine).
@@ -97,6 +97,8 @@ pub enum Durability {
 pub struct SqliteStore {
     tx: mpsc::Sender<Op>,
     path: PathBuf,
+    /// This process's changes (a database file is one process's; see `watch`).
+    changes: ChangeSender,
 }
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
@@ -158,7 +160,11 @@ impl SqliteStore {
                 path: path.clone(),
                 detail: format!("cannot start the worker thread: {e}"),
             })?;
-        Ok(Self { tx, path })
+        Ok(Self {
+            tx,
+            path,
+            changes: ChangeSender::new(),
+        })
     }
 
     /// The database file.
@@ -534,7 +540,9 @@ fn delete(conn: &mut Connection, id: &str) -> Result<(), StoreError> {
 impl SessionStore for SqliteStore {
     async fn create(&self, id: &str) -> Result<(), StoreError> {
         check_id(id)?;
-        self.call(|r| Op::Create(id.to_owned(), r)).await
+        self.call(|r| Op::Create(id.to_owned(), r)).await?;
+        self.changes.session(id);
+        Ok(())
     }
 
     async fn load(&self, id: &str) -> Result<Session, StoreError> {
@@ -543,7 +551,9 @@ impl SessionStore for SqliteStore {
 
     async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
         let msgs = super::encode(round)?;
-        self.call(|r| Op::Append(id.to_owned(), msgs, r)).await
+        let len = self.call(|r| Op::Append(id.to_owned(), msgs, r)).await?;
+        self.changes.session(id);
+        Ok(len)
     }
 
     async fn list(&self) -> Result<Vec<String>, StoreError> {
@@ -567,11 +577,24 @@ impl SessionStore for SqliteStore {
             expected: change.expected.map(str::to_owned),
             new: change.new.map(str::to_owned),
         };
-        self.call(|r| Op::AppendWithState(id.to_owned(), msgs, change, r))
-            .await
+        let done = self
+            .call(|r| Op::AppendWithState(id.to_owned(), msgs, change, r))
+            .await?;
+        if done.is_some() {
+            self.changes.session(id);
+        }
+        Ok(done)
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        self.call(|r| Op::Delete(id.to_owned(), r)).await
+        self.call(|r| Op::Delete(id.to_owned(), r)).await?;
+        self.changes.session(id);
+        Ok(())
+    }
+
+    /// This process's changes: another process writing the same file is not seen (one
+    /// process per database file; several processes share conversations through PostgreSQL).
+    async fn watch(&self) -> Result<ChangeFeed, StoreError> {
+        Ok(self.changes.subscribe())
     }
 }
