@@ -271,6 +271,10 @@ impl SessionStore for FencedStore {
         self.inner.get_state(id, key).await
     }
 
+    async fn watch(&self) -> Result<context_engine::ChangeFeed, StoreError> {
+        self.inner.watch().await
+    }
+
     async fn append_with_state(
         &self,
         id: &str,

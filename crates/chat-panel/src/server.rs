@@ -16,6 +16,7 @@ use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use context_engine::StoreChange;
 use futures::StreamExt;
 use messaging::MessageBus;
 use serde::Deserialize;
@@ -42,6 +43,56 @@ struct App {
     asks: Arc<crate::elicit::Asks>,
     /// This worker's id in the turn leases.
     worker: String,
+    /// The store's change feed, forwarded to the streams that follow a conversation (started
+    /// by the first stream; `false` when the store has none and streams read on a timer).
+    feed: tokio::sync::OnceCell<bool>,
+    watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let watcher = self.watcher.get_mut();
+        if let Some(t) = watcher
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            t.abort();
+        }
+    }
+}
+
+impl App {
+    /// Whether a change feed wakes the streams; starts forwarding it the first time.
+    async fn feed(self: &Arc<Self>) -> bool {
+        *self
+            .feed
+            .get_or_init(|| async {
+                let mut feed = match self.sessions.store().watch().await {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::info!(error = %e, poll_ms = self.config.follow_poll.as_millis() as u64,
+                            "chat panel: the session store has no change feed; event streams read it on a timer");
+                        return false;
+                    }
+                };
+                let app = Arc::downgrade(self);
+                let task = tokio::spawn(async move {
+                    while let Some(change) = feed.next().await {
+                        let Some(app) = app.upgrade() else { return };
+                        match change {
+                            StoreChange::Session(id) => app.sessions.touch(&id),
+                            _ => app.sessions.touch_all(),
+                        }
+                    }
+                });
+                *self
+                    .watcher
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
+                true
+            })
+            .await
+    }
 }
 
 /// The chat panel: a backend, a bus and the per-session conversation state.
@@ -102,6 +153,8 @@ impl ChatPanel {
                 permits,
                 asks: Arc::default(),
                 worker: lease::worker_id(),
+                feed: tokio::sync::OnceCell::new(),
+                watcher: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -414,9 +467,12 @@ async fn get_events(
         .into_response()
 }
 
-/// Follows a conversation's stored rows after `after` until the client goes: woken by this
-/// worker's answers, and every `follow_poll` for the other workers'.
+/// Follows a conversation's stored rows after `after` until the client goes: woken by the
+/// store's change feed (every worker's changes), else every `follow_poll`. While an answer runs
+/// it also reads every `follow_poll`, to notice a lease that expired (a dead worker's answer is
+/// then closed as interrupted). An idle stream with a feed costs no reads at all.
 async fn follow(app: Arc<App>, id: String, after: u64, tx: mpsc::Sender<Event>) {
+    let live = app.feed().await;
     let mut out = Out {
         tx: tx.clone(),
         gone: false,
@@ -425,6 +481,12 @@ async fn follow(app: Arc<App>, id: String, after: u64, tx: mpsc::Sender<Event>) 
     let mut rows = Rows::new(after, false);
     let mut busy: Option<bool> = None;
     while !out.gone && !tx.is_closed() {
+        // Listening before reading: a change committed during the reads below still wakes us.
+        let wake = app.sessions.changed(&id);
+        let mut woken = std::pin::pin!(wake.as_deref().map(tokio::sync::Notify::notified));
+        if let Some(n) = woken.as_mut().as_pin_mut() {
+            n.enable();
+        }
         match app.sessions.find(&id).await {
             Ok(true) => {
                 match lease::running(app.sessions.store(), &id).await {
@@ -444,12 +506,20 @@ async fn follow(app: Arc<App>, id: String, after: u64, tx: mpsc::Sender<Event>) 
                 tracing::warn!(session = %id, error = %e, "chat panel: the events stream could not read the conversation")
             }
         }
+        if wake.is_none() && app.sessions.changed(&id).is_some() {
+            continue; // just opened here: listen, then read again
+        }
+        let timer = !live || wake.is_none() || busy != Some(false);
         let poll = app.config.follow_poll;
-        match app.sessions.changed(&id) {
-            Some(n) => {
-                let _ = tokio::time::timeout(poll, n.notified()).await;
-            }
-            None => tokio::time::sleep(poll).await,
+        tokio::select! {
+            _ = tx.closed() => return,
+            () = async {
+                match woken.as_mut().as_pin_mut() {
+                    Some(n) => n.await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+            () = tokio::time::sleep(poll), if timer => {}
         }
     }
 }

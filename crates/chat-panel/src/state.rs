@@ -405,6 +405,15 @@ impl Sessions {
         }
     }
 
+    /// Wakes the streams of every conversation open on this worker (a change feed that may
+    /// have missed changes).
+    pub fn touch_all(&self) {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        for slot in map.values() {
+            slot.changed.notify_waiters();
+        }
+    }
+
     /// Marks an answer of `id` running on this worker (never evicted meanwhile).
     pub fn set_running(&self, id: &str, on: bool) {
         let mut r = self.running.lock().unwrap_or_else(PoisonError::into_inner);

@@ -37,7 +37,11 @@ fn main() {
     if std::env::var_os(CHILD).is_some() {
         return worker_child();
     }
-    let tests: [(&str, fn()); 5] = [
+    let tests: [(&str, fn()); 6] = [
+        (
+            "workers_an_idle_stream_is_woken_by_the_store_feed_not_a_timer",
+            workers_an_idle_stream_is_woken_by_the_store_feed_not_a_timer,
+        ),
         (
             "workers_database_down_mid_conversation_is_503_then_the_conversation_goes_on_nothing_lost",
             workers_database_down_mid_conversation_is_503_then_the_conversation_goes_on_nothing_lost,
@@ -90,9 +94,13 @@ fn worker_child() {
         let mut cfg = OpenAiConfig::new("scripted");
         cfg.base_url = std::env::var("CHAT_PANEL_MODEL_URL").unwrap();
         let model = OpenAiModel::new(cfg).unwrap();
+        let poll_ms = std::env::var("WORKERS_TEST_FOLLOW_POLL_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50);
         let config = PanelConfig::from_env()
             .with_turn_lease(Duration::from_millis(1500))
-            .with_follow_poll(Duration::from_millis(50));
+            .with_follow_poll(Duration::from_millis(poll_ms));
         assert!(config.history.is_shared(), "DATABASE_URL was not read");
         let bus = config.bus().await.unwrap();
         let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)
@@ -177,6 +185,21 @@ impl Worker {
 
     fn url(&self) -> String {
         format!("http://{}/", self.addr)
+    }
+
+    /// A worker that reads the store on a timer only every 10 minutes: whatever its streams
+    /// show in time came through the store's change feed.
+    fn start_without_timer(model: &ScriptedServer, database_url: &str) -> Self {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        let (child, addr) = common::spawn_panel(
+            command
+                .env(CHILD, "1")
+                .env_remove("NATS_URL")
+                .env("WORKERS_TEST_FOLLOW_POLL_MS", "600000")
+                .env("DATABASE_URL", database_url)
+                .env("CHAT_PANEL_MODEL_URL", model.base_url()),
+        );
+        Self { child, addr }
     }
 
     /// SIGKILL: no shutdown, no lease released.
@@ -318,6 +341,53 @@ fn responder(body: &Value) -> Reply {
         );
     }
     Reply::text(format!("You said: {content}"))
+}
+
+/// Streams on B follow a conversation that goes on on A, with B's timer at 10 minutes: every
+/// row A stores reaches B's stream through PostgreSQL's change feed (LISTEN/NOTIFY), in order,
+/// once — so an idle stream needs no reads of its own, and 10,000 of them cost the database
+/// nothing until something changes.
+fn workers_an_idle_stream_is_woken_by_the_store_feed_not_a_timer() {
+    runtime().block_on(async {
+        let url = fresh_database("chat_panel_feed").await;
+        let model = ScriptedServer::start().await;
+        model.respond_with(responder);
+        let a = Worker::start_without_timer(&model, &url);
+        let b = Worker::start_without_timer(&model, &url);
+        let c = reqwest::Client::new();
+        let sid = "feed-woken-session";
+        let (status, body) = post(&c, &a.url(), sid, "hello").await;
+        assert_eq!(status, 200, "{body}");
+        let mut on_b = sse_client(&b.url(), sid, None);
+        let mut seen = Vec::new();
+        rows_until(&mut on_b, &mut seen, |e| {
+            row_has(e, "assistant", "I sent you a question")
+        })
+        .await;
+        // B's stream is idle now; the conversation goes on on A, twice
+        for text in ["first", "second"] {
+            let (status, body) = post(&c, &a.url(), sid, text).await;
+            assert_eq!(status, 200, "{body}");
+            let said = format!("You said: {text}");
+            let woken = tokio::time::timeout(
+                Duration::from_secs(20),
+                rows_until(&mut on_b, &mut seen, |e| row_has(e, "assistant", &said)),
+            )
+            .await;
+            assert!(
+                woken.is_ok(),
+                "B's stream was not woken for {text:?}: {seen:#?}"
+            );
+        }
+        let ids: Vec<u64> = seen
+            .iter()
+            .map(|e| e.id.as_deref().unwrap().parse().unwrap())
+            .collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "rows out of order or doubled: {ids:?}"
+        );
+    });
 }
 
 fn workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_doubled() {
