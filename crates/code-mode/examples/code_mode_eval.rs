@@ -1,0 +1,52 @@
+//! The code-mode evaluation (#29 item 5), rerunnable:
+//! `cargo run -p code-mode --example code_mode_eval` (a binary: it prints, asserts nothing;
+//! an example rather than a bench because it measures calls and tokens, not time, so the
+//! test profile's build is enough).
+//!
+//! 23 multi-step tasks over the project's own tools (in-process get_weather, country_info,
+//! exchange_rate) and real MCP servers from npm (filesystem, memory, server-everything's
+//! get-sum), each run by a real `Agent` over real HTTP in native tool calling and in code mode.
+//! The model is the scripted server playing a competent model's moves in each mode, or — when
+//! `OPENAI_BASE_URL` / `OPENAI_API_KEY` (and optionally `OPENAI_MODEL`) are set — that real
+//! model. Prints the side-by-side table (model calls, prompt tokens in o200k_base over the
+//! exact request bodies, results), totals and ratios. Arguments: task ids to run only those;
+//! `--answers` prints each final answer.
+//!
+//! Needs bubblewrap, node and the npm servers (crates/code-mode/install-eval-deps.sh).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+#[path = "../tests/eval/mod.rs"]
+mod eval;
+
+use eval::{Mode, Player};
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let show_answers = args.iter().any(|a| a == "--answers");
+    let only: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let tasks: Vec<_> = eval::tasks::all()
+        .into_iter()
+        .filter(|t| only.is_empty() || only.iter().any(|o| *o == t.id))
+        .collect();
+    let player = Player::from_env().await.unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "{} tasks, model: {}; tokens: o200k_base over each request's messages + tools JSON",
+        tasks.len(),
+        player.describe()
+    );
+    let native = eval::run_mode(&player, &tasks, Mode::Native)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let code = eval::run_mode(&player, &tasks, Mode::Code)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for r in native.iter().chain(&code) {
+        if let Err(why) = &r.outcome {
+            println!("FAIL {} ({}): {why}\n  answer: {:?}", r.task, r.mode.name(), r.answer);
+        } else if show_answers {
+            println!("ok {} ({}): {:?}", r.task, r.mode.name(), r.answer);
+        }
+    }
+    println!("\n{}", eval::report(&native, &code));
+}
