@@ -10,7 +10,7 @@
 //! `OPENAI_BASE_URL` / `OPENAI_API_KEY` (and optionally `OPENAI_MODEL`) are set — that real
 //! model. Prints the side-by-side table (model calls, prompt tokens in o200k_base over the
 //! exact request bodies, results), totals and ratios. Arguments: task ids to run only those;
-//! `--answers` prints each final answer.
+//! `--answers` prints each final answer; `--show-tools` prints what each mode shows the model.
 //!
 //! Needs bubblewrap, node and the npm servers (crates/code-mode/install-eval-deps.sh).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -29,6 +29,29 @@ async fn main() {
         .into_iter()
         .filter(|t| only.is_empty() || only.iter().any(|o| *o == t.id))
         .collect();
+    if args.iter().any(|a| a == "--show-tools") {
+        let env = eval::Env::start(eval::Needs {
+            fs: true,
+            memory: true,
+            everything: true,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        for mode in [Mode::Native, Mode::Code] {
+            println!("== {} ==", mode.name());
+            for t in env.shown_tools(mode).await.unwrap() {
+                let json = serde_json::json!({"name": t.name, "description": t.description, "parameters": t.parameters});
+                println!(
+                    "{} ({} tokens)\n{}\n",
+                    t.name,
+                    eval::tokens(&json.to_string()),
+                    t.description
+                );
+            }
+        }
+        env.stop().await;
+        return;
+    }
     let player = Player::from_env().await.unwrap_or_else(|e| panic!("{e}"));
     println!(
         "{} tasks, model: {}; tokens: o200k_base over each request's messages + tools JSON",
@@ -41,12 +64,20 @@ async fn main() {
     let code = eval::run_mode(&player, &tasks, Mode::Code)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    for r in native.iter().chain(&code) {
+    let described = eval::run_mode(&player, &tasks, Mode::CodeDescribeFirst)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for r in native.iter().chain(&code).chain(&described) {
         if let Err(why) = &r.outcome {
-            println!("FAIL {} ({}): {why}\n  answer: {:?}", r.task, r.mode.name(), r.answer);
+            println!(
+                "FAIL {} ({}): {why}\n  answer: {:?}",
+                r.task,
+                r.mode.name(),
+                r.answer
+            );
         } else if show_answers {
             println!("ok {} ({}): {:?}", r.task, r.mode.name(), r.answer);
         }
     }
-    println!("\n{}", eval::report(&native, &code));
+    println!("\n{}", eval::report(&native, &code, &described));
 }

@@ -15,13 +15,24 @@ async fn code_mode_eval_tasks_pass_in_both_modes_and_code_mode_needs_fewer_model
     let tasks = eval::tasks::without_npm_extras();
     assert!(tasks.len() >= 4, "{}", tasks.len());
     // The tasks with at least two dependent steps, where code mode is meant to save calls.
-    let multi: Vec<&str> = tasks.iter().filter(|t| t.steps >= 2).map(|t| t.id).collect();
+    let multi: Vec<&str> = tasks
+        .iter()
+        .filter(|t| t.steps >= 2)
+        .map(|t| t.id)
+        .collect();
     assert!(multi.len() >= 3, "{multi:?}");
     let player = Player::scripted().await;
     let native = eval::run_mode(&player, &tasks, Mode::Native).await.unwrap();
     let code = eval::run_mode(&player, &tasks, Mode::Code).await.unwrap();
     for r in native.iter().chain(&code) {
-        assert!(r.outcome.is_ok(), "{} ({}): {:?}; answer {:?}", r.task, r.mode.name(), r.outcome, r.answer);
+        assert!(
+            r.outcome.is_ok(),
+            "{} ({}): {:?}; answer {:?}",
+            r.task,
+            r.mode.name(),
+            r.outcome,
+            r.answer
+        );
         assert!(r.prompt_tokens > 0 && r.model_calls >= 2, "{r:?}");
     }
     for (n, c) in native.iter().zip(&code) {
@@ -34,8 +45,11 @@ async fn code_mode_eval_tasks_pass_in_both_modes_and_code_mode_needs_fewer_model
             assert!(c.model_calls < n.model_calls, "{n:?} vs {c:?}");
         }
     }
-    let table = eval::report(&native, &code);
-    assert!(table.contains(&format!("**{}/{}**", tasks.len(), tasks.len())), "{table}");
+    let table = eval::report(&native, &code, &[]);
+    assert!(
+        table.contains(&format!("**{}/{}**", tasks.len(), tasks.len())),
+        "{table}"
+    );
 }
 
 /// The path a real model takes (a `Player::Real`, as `Player::from_env` builds it; the proxy
@@ -55,8 +69,15 @@ async fn code_mode_eval_the_real_model_path_goes_through_the_proxy_with_the_key(
             .with_api_key("sk-eval-test"),
     );
     assert!(player.is_real(), "{}", player.describe());
-    assert!(player.describe().starts_with("eval-model at http://127.0.0.1:"));
-    let tasks: Vec<_> = eval::tasks::without_npm_extras().into_iter().take(2).collect();
+    assert!(
+        player
+            .describe()
+            .starts_with("eval-model at http://127.0.0.1:")
+    );
+    let tasks: Vec<_> = eval::tasks::without_npm_extras()
+        .into_iter()
+        .take(2)
+        .collect();
     let code = eval::run_mode(&player, &tasks, Mode::Code).await.unwrap();
     for r in &code {
         assert_eq!(r.model_calls, 1, "{r:?}");
@@ -72,7 +93,10 @@ async fn code_mode_eval_the_real_model_path_goes_through_the_proxy_with_the_key(
     }
     // What the proxy counted is what the model's server received.
     let received: usize = sent.iter().map(|s| eval::request_tokens(&s.body)).sum();
-    assert_eq!(received, code.iter().map(|r| r.prompt_tokens).sum::<usize>());
-    let table = eval::report(&code, &code);
+    assert_eq!(
+        received,
+        code.iter().map(|r| r.prompt_tokens).sum::<usize>()
+    );
+    let table = eval::report(&code, &code, &[]);
     assert!(table.contains("**0/2**"), "{table}");
 }

@@ -7,22 +7,32 @@ use std::time::{Duration, SystemTime};
 /// `(name, first line, filler lines, modified: seconds after a fixed epoch)`.
 pub const REPORTS: [(&str, &str, usize, u64); 6] = [
     ("q1-summary.txt", "Q1 summary: revenue up 4%", 12, 100),
-    ("q2-summary.txt", "Q2 summary: new warehouse opened", 40, 400),
-    ("q3-summary.txt", "Q3 summary: two suppliers replaced", 7, 600),
+    (
+        "q2-summary.txt",
+        "Q2 summary: new warehouse opened",
+        40,
+        400,
+    ),
+    (
+        "q3-summary.txt",
+        "Q3 summary: two suppliers replaced",
+        7,
+        600,
+    ),
     ("q4-summary.txt", "Q4 summary: record December", 55, 300),
     ("hiring.txt", "Hiring plan: six engineers", 23, 200),
     ("audit.txt", "Audit notes: no findings", 31, 500),
 ];
 
 /// `(file, ERROR lines, other lines)`.
-pub const LOGS: [(&str, usize, usize); 3] = [
-    ("api.log", 3, 20),
-    ("worker.log", 5, 14),
-    ("db.log", 0, 9),
-];
+pub const LOGS: [(&str, usize, usize); 3] =
+    [("api.log", 3, 20), ("worker.log", 5, 14), ("db.log", 0, 9)];
 
-/// `(file, rows of (item, qty, price))`.
-pub const SALES: [(&str, &[(&str, u32, f64)]); 3] = [
+/// One sales row: item, quantity, unit price.
+pub type Row = (&'static str, u32, f64);
+
+/// `(file, rows)`.
+pub const SALES: [(&str, &[Row]); 3] = [
     (
         "sales-jan.csv",
         &[("lamp", 12, 19.5), ("chair", 4, 85.0), ("desk", 2, 240.0)],
@@ -127,9 +137,13 @@ pub fn revenue(rows: &[(&str, u32, f64)]) -> f64 {
 
 /// Writes the fixture into a new temporary directory.
 pub fn create() -> std::io::Result<tempfile::TempDir> {
-    let dir = tempfile::Builder::new().prefix("code-mode-eval-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("code-mode-eval-")
+        .tempdir()?;
     let root = dir.path();
-    for sub in ["reports", "logs", "data", "notes", "config", "inputs", "out"] {
+    for sub in [
+        "reports", "logs", "data", "notes", "config", "inputs", "out",
+    ] {
         std::fs::create_dir(root.join(sub))?;
     }
     let epoch = SystemTime::UNIX_EPOCH + Duration::from_secs(1_790_000_000);
@@ -148,7 +162,10 @@ pub fn create() -> std::io::Result<tempfile::TempDir> {
         std::fs::write(root.join("data").join(name), sales_text(rows))?;
     }
     for (name, first, body) in NOTES {
-        std::fs::write(root.join("notes").join(name), format!("{first}\n\n{body}\n"))?;
+        std::fs::write(
+            root.join("notes").join(name),
+            format!("{first}\n\n{body}\n"),
+        )?;
     }
     for (name, text) in CONFIG_CHAIN {
         std::fs::write(root.join("config").join(name), text)?;
@@ -159,7 +176,10 @@ pub fn create() -> std::io::Result<tempfile::TempDir> {
     )?;
     std::fs::write(
         root.join("inputs/countries.txt"),
-        COUNTRIES.iter().map(|c| format!("{c}\n")).collect::<String>(),
+        COUNTRIES
+            .iter()
+            .map(|c| format!("{c}\n"))
+            .collect::<String>(),
     )?;
     let mut team = String::from("name,company\n");
     for (n, c) in TEAM {

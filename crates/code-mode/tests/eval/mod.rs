@@ -49,6 +49,9 @@ pub enum Mode {
     Native,
     /// Only `run_code` and `describe_function`; the model writes one script.
     Code,
+    /// Code mode with a more careful model: it first asks `describe_function` for every
+    /// function its script will call (one round, in parallel), then writes the script.
+    CodeDescribeFirst,
 }
 
 impl Mode {
@@ -56,6 +59,7 @@ impl Mode {
         match self {
             Mode::Native => "native",
             Mode::Code => "code mode",
+            Mode::CodeDescribeFirst => "code mode, describing first",
         }
     }
 }
@@ -106,7 +110,10 @@ pub fn turns_of(body: &Value) -> Vec<Turn> {
             let mut t = Turn::default();
             ids.clear();
             for c in m["tool_calls"].as_array().unwrap_or(&empty) {
-                let name = c["function"]["name"].as_str().unwrap_or_default().to_owned();
+                let name = c["function"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
                 let args = c["function"]["arguments"]
                     .as_str()
                     .and_then(|a| serde_json::from_str(a).ok())
@@ -121,8 +128,8 @@ pub fn turns_of(body: &Value) -> Vec<Turn> {
         {
             let id = m["tool_call_id"].as_str().unwrap_or_default();
             let content = m["content"].as_str().unwrap_or_default();
-            let value = serde_json::from_str(content)
-                .unwrap_or_else(|_| Value::String(content.to_owned()));
+            let value =
+                serde_json::from_str(content).unwrap_or_else(|_| Value::String(content.to_owned()));
             if let Some(i) = ids.iter().position(|x| x == id) {
                 t.results[i] = value;
             }
@@ -135,7 +142,17 @@ pub fn turns_of(body: &Value) -> Vec<Turn> {
 pub fn scripted_move(task: &Task, mode: Mode, turns: &[Turn]) -> Move {
     match mode {
         Mode::Native => (task.native)(turns),
-        Mode::Code => match turns.last() {
+        Mode::CodeDescribeFirst if turns.is_empty() => Move::Calls(
+            functions_called(&task.script)
+                .into_iter()
+                .map(|f| call(code_mode::DESCRIBE_FUNCTION, json!({"name": f})))
+                .collect(),
+        ),
+        Mode::Code | Mode::CodeDescribeFirst => match turns
+            .iter()
+            .rev()
+            .find(|t| t.calls.iter().any(|c| c.0 == RUN_CODE))
+        {
             None => Move::Calls(vec![call(RUN_CODE, json!({"code": task.script}))]),
             Some(t) => {
                 let r = t.results.first().cloned().unwrap_or(Value::Null);
@@ -146,6 +163,25 @@ pub fn scripted_move(task: &Task, mode: Mode, turns: &[Turn]) -> Move {
             }
         },
     }
+}
+
+/// The tool functions a script calls, in order of first use: the project's own tools and the
+/// MCP tools (`service__tool`).
+pub fn functions_called(script: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let bytes = script.as_bytes();
+    for (i, _) in script.match_indices('(') {
+        let start = bytes[..i]
+            .iter()
+            .rposition(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
+            .map_or(0, |p| p + 1);
+        let name = &script[start..i];
+        let is_tool = name.contains("__") || tasks::OWN_TOOLS.contains(&name);
+        if is_tool && !out.iter().any(|o| o == name) {
+            out.push(name.to_owned());
+        }
+    }
+    out
 }
 
 fn reply_of(round: usize, m: Move) -> Reply {
@@ -315,21 +351,35 @@ impl Env {
             Mode::Native => b
                 .provider(self.own.clone())
                 .provider(self.plain.clone() as Arc<dyn ToolProvider>),
-            Mode::Code => {
-                let tools = Dispatcher::new()
-                    .with_provider(self.own.clone())
-                    .with_provider(self.plain.clone() as Arc<dyn ToolProvider>);
-                let mut config = skills::SandboxConfig::default();
-                config.temp_root = Some(self.sandbox_temp.path().to_path_buf());
-                let code = CodeModeProvider::builder(Arc::new(tools))
-                    .limits(CodeLimits::default().with_time_limit(Duration::from_secs(60)))
-                    .sandbox_config(config)
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                b.provider(Arc::new(code))
-            }
+            Mode::Code | Mode::CodeDescribeFirst => b.provider(Arc::new(self.code_provider()?)),
         };
         b.build().map_err(|e| e.to_string())
+    }
+
+    /// Code mode over the same tools as native mode.
+    pub fn code_provider(&self) -> Result<CodeModeProvider, String> {
+        let tools = Dispatcher::new()
+            .with_provider(self.own.clone())
+            .with_provider(self.plain.clone() as Arc<dyn ToolProvider>);
+        let mut config = skills::SandboxConfig::default();
+        config.temp_root = Some(self.sandbox_temp.path().to_path_buf());
+        CodeModeProvider::builder(Arc::new(tools))
+            .limits(CodeLimits::default().with_time_limit(Duration::from_secs(60)))
+            .sandbox_config(config)
+            .build()
+            .map_err(|e| e.to_string())
+    }
+
+    /// The `tools` of a request in `mode`: what the model is shown.
+    pub async fn shown_tools(&self, mode: Mode) -> Result<Vec<ToolSpec>, String> {
+        Ok(match mode {
+            Mode::Native => {
+                let mut v = ToolProvider::list(self.own.as_ref()).await;
+                v.extend(self.plain.list().await);
+                v
+            }
+            Mode::Code | Mode::CodeDescribeFirst => self.code_provider()?.list().await,
+        })
     }
 
     pub async fn stop(self) {
@@ -337,10 +387,13 @@ impl Env {
     }
 }
 
+/// The task the scripted model is playing, and in which mode.
+pub type Current = Arc<Mutex<Option<(Arc<Task>, Mode)>>>;
+
 /// Which model plays.
 pub enum Player {
     /// The scripted server plays each task's moves.
-    Scripted(ScriptedServer, Arc<Mutex<Option<(Arc<Task>, Mode)>>>),
+    Scripted(ScriptedServer, Current),
     /// A real model (from the `OPENAI_*` environment variables).
     Real(OpenAiConfig),
 }
@@ -357,7 +410,7 @@ impl Player {
     pub async fn scripted() -> Player {
         let server = ScriptedServer::start().await;
         server.set_recording(false);
-        let current: Arc<Mutex<Option<(Arc<Task>, Mode)>>> = Arc::default();
+        let current: Current = Arc::default();
         let c = current.clone();
         server.respond_with(move |body| {
             let Some((task, mode)) = c.lock().unwrap().clone() else {
@@ -480,19 +533,28 @@ pub async fn run_mode(
     Ok(out)
 }
 
-/// The side-by-side table (markdown), totals and ratios.
-pub fn report(native: &[RunResult], code: &[RunResult]) -> String {
+/// The side-by-side table (markdown), totals and ratios; `described` adds the columns of
+/// [`Mode::CodeDescribeFirst`].
+pub fn report(native: &[RunResult], code: &[RunResult], described: &[RunResult]) -> String {
+    let d = !described.is_empty();
     let mut s = String::from(
-        "| task | steps | native calls | code calls | native prompt tokens | code prompt tokens | native largest | code largest | native | code |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| task | steps | calls: native | code | prompt tokens: native | code | largest request: native | code | result: native | code |",
     );
+    if d {
+        s.push_str(" describing first: calls | tokens | result |");
+    }
+    s.push_str("\n|---|---|---|---|---|---|---|---|---|---|");
+    if d {
+        s.push_str("---|---|---|");
+    }
+    s.push('\n');
     let ok = |r: &RunResult| if r.outcome.is_ok() { "pass" } else { "FAIL" };
-    let (mut nc, mut cc, mut nt, mut ct, mut np, mut cp) = (0, 0, 0, 0, 0, 0);
-    for (n, c) in native.iter().zip(code) {
-        let steps = n.steps;
+    let sum = |rs: &[RunResult], f: fn(&RunResult) -> usize| rs.iter().map(f).sum::<usize>();
+    for (i, (n, c)) in native.iter().zip(code).enumerate() {
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             n.task,
-            steps,
+            n.steps,
             n.model_calls,
             c.model_calls,
             n.prompt_tokens,
@@ -502,28 +564,75 @@ pub fn report(native: &[RunResult], code: &[RunResult]) -> String {
             ok(n),
             ok(c)
         ));
-        nc += n.model_calls;
-        cc += c.model_calls;
-        nt += n.prompt_tokens;
-        ct += c.prompt_tokens;
-        np += usize::from(n.outcome.is_ok());
-        cp += usize::from(c.outcome.is_ok());
+        if let Some(x) = described.get(i) {
+            s.push_str(&format!(
+                " {} | {} | {} |",
+                x.model_calls,
+                x.prompt_tokens,
+                ok(x)
+            ));
+        }
+        s.push('\n');
     }
+    let calls = |rs: &[RunResult]| sum(rs, |r| r.model_calls);
+    let toks = |rs: &[RunResult]| sum(rs, |r| r.prompt_tokens);
+    let passed = |rs: &[RunResult]| sum(rs, |r| usize::from(r.outcome.is_ok()));
+    s.push_str(&format!(
+        "| **total ({} tasks)** | | **{}** | **{}** | **{}** | **{}** | | | **{}/{}** | **{}/{}** |",
+        native.len(),
+        calls(native),
+        calls(code),
+        toks(native),
+        toks(code),
+        passed(native),
+        native.len(),
+        passed(code),
+        code.len()
+    ));
+    if d {
+        s.push_str(&format!(
+            " **{}** | **{}** | **{}/{}** |",
+            calls(described),
+            toks(described),
+            passed(described),
+            described.len()
+        ));
+    }
+    s.push('\n');
     let ratio = |a: usize, b: usize| a as f64 / b.max(1) as f64;
+    s.push_str(&format!(
+        "\nNative / code mode: model calls {:.2}× (goal ≥ 3×), prompt tokens {:.2}× (goal ≥ 5×); results: native {}/{}, code mode {}/{}.\n",
+        ratio(calls(native), calls(code)),
+        ratio(toks(native), toks(code)),
+        passed(native),
+        native.len(),
+        passed(code),
+        code.len()
+    ));
+    if d {
+        s.push_str(&format!(
+            "Native / code mode describing first: model calls {:.2}×, prompt tokens {:.2}×; results {}/{}.\n",
+            ratio(calls(native), calls(described)),
+            ratio(toks(native), toks(described)),
+            passed(described),
+            described.len()
+        ));
+    }
+    let deep = |rs: &[RunResult]| -> Vec<RunResult> {
+        rs.iter().filter(|r| r.steps >= 3).cloned().collect()
+    };
+    let (dn, dc) = (deep(native), deep(code));
+    s.push_str(&format!(
+        "Tasks of 3 or more dependent steps ({}): model calls {} vs {} ({:.2}×), prompt tokens {} vs {} ({:.2}×).\n",
+        dn.len(),
+        calls(&dn),
+        calls(&dc),
+        ratio(calls(&dn), calls(&dc)),
+        toks(&dn),
+        toks(&dc),
+        ratio(toks(&dn), toks(&dc))
+    ));
     let tools = |rs: &[RunResult]| rs.iter().map(|r| r.tools_tokens).max().unwrap_or(0);
-    s.push_str(&format!(
-        "| **total ({} tasks)** | | **{nc}** | **{cc}** | **{nt}** | **{ct}** | | | **{np}/{}** | **{cp}/{}** |\n",
-        native.len(),
-        native.len(),
-        code.len()
-    ));
-    s.push_str(&format!(
-        "\nModel calls: native / code mode = {:.2}× (goal ≥ 3×). Prompt tokens: native / code mode = {:.2}× (goal ≥ 5×). Results: native {np}/{} passed, code mode {cp}/{} passed.\n",
-        ratio(nc, cc),
-        ratio(nt, ct),
-        native.len(),
-        code.len()
-    ));
     s.push_str(&format!(
         "The `tools` field alone, per request: native {} tokens, code mode {} tokens.\n",
         tools(native),

@@ -35,10 +35,7 @@ const OWN: Needs = Needs {
     memory: false,
     everything: false,
 };
-const FS: Needs = Needs {
-    fs: true,
-    ..OWN
-};
+const FS: Needs = Needs { fs: true, ..OWN };
 const MEM: Needs = Needs {
     memory: true,
     ..OWN
@@ -123,6 +120,9 @@ fn per_eur(code: &str) -> Option<f64> {
         .find(|c| c.0.eq_ignore_ascii_case(code.trim()))
         .map(|c| c.1)
 }
+
+/// The names of [`own_tools`].
+pub const OWN_TOOLS: [&str; 3] = ["get_weather", "country_info", "exchange_rate"];
 
 /// get_weather, country_info, exchange_rate.
 pub fn own_tools() -> ToolRegistry {
@@ -218,7 +218,10 @@ fn base(path: &str) -> &str {
 }
 
 fn has_all(answer: &str, wanted: &[String]) -> Result<(), String> {
-    let missing: Vec<&String> = wanted.iter().filter(|w| !answer.contains(w.as_str())).collect();
+    let missing: Vec<&String> = wanted
+        .iter()
+        .filter(|w| !answer.contains(w.as_str()))
+        .collect();
     if missing.is_empty() {
         Ok(())
     } else {
@@ -227,7 +230,10 @@ fn has_all(answer: &str, wanted: &[String]) -> Result<(), String> {
 }
 
 fn has_none(answer: &str, unwanted: &[String]) -> Result<(), String> {
-    let found: Vec<&String> = unwanted.iter().filter(|w| answer.contains(w.as_str())).collect();
+    let found: Vec<&String> = unwanted
+        .iter()
+        .filter(|w| answer.contains(w.as_str()))
+        .collect();
     if found.is_empty() {
         Ok(())
     } else {
@@ -584,9 +590,9 @@ print(", ".join(n for n in names if "launch" in fs__read_text_file(path="notes/"
                     .zip(results(turns, 0))
                     .flat_map(|((_, a), r)| {
                         let dir = a["path"].as_str().unwrap_or_default().to_owned();
-                        files_in(&text(r))
-                            .into_iter()
-                            .map(move |f| call("fs__get_file_info", json!({"path": format!("{dir}/{f}")})))
+                        files_in(&text(r)).into_iter().map(move |f| {
+                            call("fs__get_file_info", json!({"path": format!("{dir}/{f}")}))
+                        })
                     })
                     .collect(),
             ),
@@ -1081,7 +1087,10 @@ print(f"Together: {add(add(p[0], p[1]), p[2]):.1f} million people.")
         .map(|c| weather_of(c).unwrap().0)
         .collect();
     let sum: i64 = temps.iter().sum();
-    let want = vec![format!("sum {sum}"), format!("average {:.2}", sum as f64 / 4.0)];
+    let want = vec![
+        format!("sum {sum}"),
+        format!("average {:.2}", sum as f64 / 4.0),
+    ];
     v.push(t(
         "temperature_average_with_get_sum",
         3,
@@ -1137,7 +1146,10 @@ print(f"sum {s:g}, average {s / 4:.2f}")
             _ => {
                 let w = weathers(results(turns, 0));
                 let best = w[1..].iter().min_by_key(|x| (x.1 - w[0].1).abs()).unwrap();
-                answer(format!("closer: {} ({} °C vs Oslo {} °C)", best.0, best.1, w[0].1))
+                answer(format!(
+                    "closer: {} ({} °C vs Oslo {} °C)",
+                    best.0, best.1, w[0].1
+                ))
             }
         }),
         r#"
@@ -1154,7 +1166,10 @@ print(f"closer: {b['city']} ({b['temperature_c']} °C vs Oslo {o} °C)")
 
 fn mixed() -> Vec<Arc<Task>> {
     let mut v = Vec::new();
-    let hot = fx::CITIES.iter().max_by_key(|c| weather_of(c).unwrap().0).unwrap();
+    let hot = fx::CITIES
+        .iter()
+        .max_by_key(|c| weather_of(c).unwrap().0)
+        .unwrap();
     let want = vec![format!("warmest: {hot}")];
     v.push(t(
         "cities_file_warmest",
@@ -1323,7 +1338,11 @@ print("\n".join(f"{c}: {n}" for c, n in sorted(per.items())))
         .into_iter()
         .filter(|c| weather_of(c).unwrap().1 == "sunny")
         .collect();
-    let not = strings(["Rome", "Oslo", "Lima", "Canberra"].into_iter().filter(|c| !sunny.contains(c)));
+    let not = strings(
+        ["Rome", "Oslo", "Lima", "Canberra"]
+            .into_iter()
+            .filter(|c| !sunny.contains(c)),
+    );
     let want = strings(sunny);
     v.push(t(
         "weather_into_graph_then_search",
