@@ -42,11 +42,20 @@ async fn main() {
             for t in env.shown_tools(mode).await.unwrap() {
                 let json = serde_json::json!({"name": t.name, "description": t.description, "parameters": t.parameters});
                 println!(
-                    "{} ({} tokens)\n{}\n",
+                    "{} ({} tokens as JSON)\n{}\n",
                     t.name,
                     eval::tokens(&json.to_string()),
                     t.description
                 );
+                if let Some((head, list)) = t.description.split_once("\nFunctions") {
+                    let lines = list.lines().filter(|l| l.starts_with("- ")).count();
+                    println!(
+                        "  run_code's description: preamble {} tokens, function list {} tokens ({lines} functions), of which \" -> Any\" {} tokens\n",
+                        eval::tokens(head),
+                        eval::tokens(list),
+                        eval::tokens(list) - eval::tokens(&list.replace(" -> Any", "")),
+                    );
+                }
             }
         }
         env.stop().await;
