@@ -73,9 +73,14 @@ async fn main() {
     let code = eval::run_mode(&player, &tasks, Mode::Code)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let described = eval::run_mode(&player, &tasks, Mode::CodeDescribeFirst)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    // A real model chooses for itself whether to describe first: one code-mode run is enough.
+    let described = if player.is_real() {
+        Vec::new()
+    } else {
+        eval::run_mode(&player, &tasks, Mode::CodeDescribeFirst)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
     for r in native.iter().chain(&code).chain(&described) {
         if let Err(why) = &r.outcome {
             println!(
