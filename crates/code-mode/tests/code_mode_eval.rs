@@ -24,7 +24,10 @@ async fn code_mode_eval_tasks_pass_in_both_modes_and_code_mode_needs_fewer_model
     let player = Player::scripted().await;
     let native = eval::run_mode(&player, &tasks, Mode::Native).await.unwrap();
     let code = eval::run_mode(&player, &tasks, Mode::Code).await.unwrap();
-    for r in native.iter().chain(&code) {
+    let described = eval::run_mode(&player, &tasks, Mode::CodeDescribeFirst)
+        .await
+        .unwrap();
+    for r in native.iter().chain(&code).chain(&described) {
         assert!(
             r.outcome.is_ok(),
             "{} ({}): {:?}; answer {:?}",
@@ -43,9 +46,25 @@ async fn code_mode_eval_tasks_pass_in_both_modes_and_code_mode_needs_fewer_model
         assert_eq!(n.model_calls, n.steps + 1, "{n:?}");
         if multi.contains(&n.task) {
             assert!(c.model_calls < n.model_calls, "{n:?} vs {c:?}");
+            // Fewer prompt tokens too, though with these 4 tools a code-mode request's `tools`
+            // is bigger than native's (run_code's preamble and describe_function).
+            assert!(c.prompt_tokens < n.prompt_tokens, "{n:?} vs {c:?}");
         }
     }
-    let table = eval::report(&native, &code, &[]);
+    let sum = tasks
+        .iter()
+        .find(|t| t.id == "population_sum_with_get_sum")
+        .unwrap();
+    assert_eq!(
+        eval::functions_called(&sum.script),
+        ["everything__get_sum", "country_info"]
+    );
+    // Describing first: one round of describe_function for the script's functions, then the
+    // script, then the answer.
+    for d in &described {
+        assert_eq!(d.model_calls, 3, "{d:?}");
+    }
+    let table = eval::report(&native, &code, &described);
     assert!(
         table.contains(&format!("**{}/{}**", tasks.len(), tasks.len())),
         "{table}"

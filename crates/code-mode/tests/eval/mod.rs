@@ -601,13 +601,15 @@ pub fn report(native: &[RunResult], code: &[RunResult], described: &[RunResult])
     s.push('\n');
     let ratio = |a: usize, b: usize| a as f64 / b.max(1) as f64;
     s.push_str(&format!(
-        "\nNative / code mode: model calls {:.2}× (goal ≥ 3×), prompt tokens {:.2}× (goal ≥ 5×); results: native {}/{}, code mode {}/{}.\n",
+        "\nNative / code mode: model calls {:.2}× (goal ≥ 3×), prompt tokens {:.2}× (goal ≥ 5×); results (success rate): native {}/{} ({:.0} %), code mode {}/{} ({:.0} %).\n",
         ratio(calls(native), calls(code)),
         ratio(toks(native), toks(code)),
         passed(native),
         native.len(),
+        100.0 * ratio(passed(native), native.len()),
         passed(code),
-        code.len()
+        code.len(),
+        100.0 * ratio(passed(code), code.len())
     ));
     if d {
         s.push_str(&format!(
