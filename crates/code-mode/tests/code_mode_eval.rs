@@ -119,3 +119,31 @@ async fn code_mode_eval_the_real_model_path_goes_through_the_proxy_with_the_key(
     let table = eval::report(&code, &code, &[]);
     assert!(table.contains("**0/2**"), "{table}");
 }
+
+/// No task's check passes an answer that gives no facts, and a real model's formatting
+/// (emphasis, thousands separators, case) does not fail a right one.
+#[test]
+fn code_mode_eval_checks_reject_evasive_answers_and_ignore_formatting() {
+    let fixture = eval::fixture::create().unwrap();
+    let tasks = eval::tasks::all();
+    assert!(tasks.len() >= 20, "{}", tasks.len());
+    for t in &tasks {
+        for evasive in ["", "Done.", "I could not find out."] {
+            assert!(
+                (t.check)(evasive, fixture.path()).is_err(),
+                "{} passes {evasive:?}",
+                t.id
+            );
+        }
+    }
+    assert_eq!(
+        eval::tasks::normalise("**Total**: 2,503 `Bytes`"),
+        "total: 2503 bytes"
+    );
+    let weather = tasks
+        .iter()
+        .find(|t| t.id == "weather_warmest_and_coldest")
+        .unwrap();
+    assert!((weather.check)("…so: **Warmest: Cairo**, coldest: OSLO", fixture.path()).is_ok());
+    assert!((weather.check)("warmest: Rome, coldest: Oslo", fixture.path()).is_err());
+}

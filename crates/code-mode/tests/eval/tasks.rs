@@ -217,10 +217,33 @@ fn base(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
+/// An answer as the checks read it: lower case, without markdown emphasis or code marks, and
+/// without thousands separators (`2,503` reads as `2503`), so a real model's formatting does not
+/// decide the result. Applied to both sides of a comparison.
+pub fn normalise(text: &str) -> String {
+    let chars: Vec<char> = text
+        .chars()
+        .filter(|c| !matches!(c, '*' | '`' | '_'))
+        .collect();
+    let digit = |j: Option<usize>| {
+        j.and_then(|j| chars.get(j))
+            .is_some_and(char::is_ascii_digit)
+    };
+    let mut out = String::with_capacity(text.len());
+    for (i, c) in chars.iter().enumerate() {
+        if *c == ',' && digit(i.checked_sub(1)) && digit(Some(i + 1)) {
+            continue;
+        }
+        out.extend(c.to_lowercase());
+    }
+    out
+}
+
 fn has_all(answer: &str, wanted: &[String]) -> Result<(), String> {
+    let answer = normalise(answer);
     let missing: Vec<&String> = wanted
         .iter()
-        .filter(|w| !answer.contains(w.as_str()))
+        .filter(|w| !answer.contains(&normalise(w)))
         .collect();
     if missing.is_empty() {
         Ok(())
@@ -230,9 +253,10 @@ fn has_all(answer: &str, wanted: &[String]) -> Result<(), String> {
 }
 
 fn has_none(answer: &str, unwanted: &[String]) -> Result<(), String> {
+    let answer = normalise(answer);
     let found: Vec<&String> = unwanted
         .iter()
-        .filter(|w| answer.contains(w.as_str()))
+        .filter(|w| answer.contains(&normalise(w)))
         .collect();
     if found.is_empty() {
         Ok(())
@@ -406,7 +430,7 @@ for f in files:
         "fs_error_lines_in_logs",
         2,
         FS,
-        "How many lines containing ERROR are in the .log files under logs/? Give the count per file and the total.",
+        "How many lines containing ERROR are in the .log files under logs/? Answer with one line per file, '<file name>: <count>', then 'total <count>'.",
         check(move |a, _| has_all(a, &want)),
         policy(|turns| match turns.len() {
             0 => Move::Calls(vec![call(
@@ -489,7 +513,7 @@ print("The owner is", conf.get("owner", "not named"), "(from", path + ")")
         "fs_best_sales_month",
         2,
         FS,
-        "The CSV files in data/ (columns item,qty,price) each hold one month of sales. Which month had the highest revenue (sum of qty*price), and how much was it?",
+        "The CSV files in data/ (columns item,qty,price) each hold one month of sales. Which month had the highest revenue (sum of qty*price), and how much was it? Answer as 'best: <file name> with revenue <amount, two decimals>'.",
         check(move |a, _| has_all(a, &want).and(has_none(a, &not))),
         policy(|turns| match turns.len() {
             0 => Move::Calls(vec![call("fs__list_directory", json!({"path": "data"}))]),
@@ -569,7 +593,7 @@ print(", ".join(n for n in names if "launch" in fs__read_text_file(path="notes/"
         "fs_total_bytes_two_dirs",
         2,
         FS,
-        "What is the total size in bytes of the files in reports/ and logs/ together?",
+        "What is the total size in bytes of the files in reports/ and logs/ together? Answer as '<n> bytes'.",
         check(|a, root| {
             let total: u64 = fx::sizes(root, "reports")
                 .iter()
@@ -618,7 +642,7 @@ print(f"Together they take {total} bytes.")
         "fs_newest_report",
         2,
         FS,
-        "Which file in reports/ was modified most recently?",
+        "Which file in reports/ was modified most recently? Name only that file.",
         check(move |a, _| has_all(a, &strings([newest])).and(has_none(a, &not))),
         policy(|turns| match turns.len() {
             0 => Move::Calls(vec![call("fs__list_directory", json!({"path": "reports"}))]),
@@ -656,7 +680,7 @@ print(f"The most recently modified is {newest}.")
         "fs_write_notes_index",
         4,
         FS,
-        "Write out/index.md with one line per note in notes/, as '<file name>: <first line>'. Then read it back and tell me how many lines it has.",
+        "Write out/index.md with one line per note in notes/, as '<file name>: <first line>'. Then read it back and tell me how many lines it has, as '<n> lines'.",
         check(|a, root| {
             let written = std::fs::read_to_string(root.join("out/index.md"))
                 .map_err(|e| format!("out/index.md: {e}"))?;
@@ -705,7 +729,7 @@ print(f"out/index.md is written; it has {len([l for l in back.splitlines() if l.
         "fs_largest_file_anywhere",
         2,
         FS,
-        "Find the largest file anywhere under the root (every folder) and tell me its path and its size in bytes.",
+        "Find the largest file anywhere under the root (every folder) and tell me its path and its size, as '<path> with <n> bytes'.",
         check(|a, root| {
             let mut best = (0, String::new());
             for d in ["reports", "logs", "data", "notes", "config", "inputs"] {
@@ -934,7 +958,7 @@ fn own() -> Vec<Arc<Task>> {
         "weather_warmest_and_coldest",
         1,
         OWN,
-        "What's the weather in Paris, Oslo, Rome, Cairo and Lima? Which is the warmest and which the coldest?",
+        "What's the weather in Paris, Oslo, Rome, Cairo and Lima? Which is the warmest and which the coldest? End with 'warmest: <city>, coldest: <city>'.",
         check(|a, _| has_all(a, &strings(["warmest: Cairo", "coldest: Oslo"]))),
         policy(|turns| match turns.len() {
             0 => Move::Calls(
@@ -963,7 +987,7 @@ print("; ".join(f"{x['city']} {x['temperature_c']} °C {x['conditions']}" for x 
         "capitals_warmest",
         2,
         OWN,
-        "For France, Japan and Kenya, find the capital, then the current weather there. Which capital is the warmest?",
+        "For France, Japan and Kenya, find the capital, then the current weather there. Which capital is the warmest? Answer as 'warmest capital: <city>'.",
         check(|a, _| has_all(a, &strings(["warmest capital: Nairobi"]))),
         policy(|turns| match turns.len() {
             0 => Move::Calls(
@@ -1002,7 +1026,7 @@ print(f"warmest capital: {hot['city']} ({hot['temperature_c']} °C)")
         "ticket_price_in_local_currencies",
         2,
         OWN,
-        "A ticket costs 120 EUR. What is that in the local currency of Japan, Brazil and Canada? Round to cents.",
+        "A ticket costs 120 EUR. What is that in the local currency of Japan, Brazil and Canada? One line per country, '<country>: <amount, two decimals> <currency code>'.",
         check(move |a, _| has_all(a, &want)),
         policy(|turns| match turns.len() {
             0 => Move::Calls(
@@ -1049,7 +1073,7 @@ for c in ["Japan", "Brazil", "Canada"]:
         "population_sum_with_get_sum",
         3,
         SUM,
-        "Using the get-sum tool for the arithmetic, what is the combined population (in millions) of Canada, Australia and Norway?",
+        "Using the get-sum tool for the arithmetic, what is the combined population (in millions) of Canada, Australia and Norway? Answer as '<n, one decimal> million'.",
         check(move |a, _| has_all(a, &want)),
         policy(|turns| {
             let pops = |turns: &[Turn]| -> Vec<f64> {
@@ -1095,7 +1119,7 @@ print(f"Together: {add(add(p[0], p[1]), p[2]):.1f} million people.")
         "temperature_average_with_get_sum",
         3,
         SUM,
-        "Get the temperatures in Tokyo, Nairobi, Ottawa and Canberra, add them up with the get-sum tool, and give the sum and the average (two decimals).",
+        "Get the temperatures in Tokyo, Nairobi, Ottawa and Canberra, add them up with the get-sum tool, and give the sum and the average, as 'sum <n>, average <n, two decimals>'.",
         check(move |a, _| has_all(a, &want)),
         policy(|turns| match turns.len() {
             0 => Move::Calls(
@@ -1134,7 +1158,7 @@ print(f"sum {s:g}, average {s / 4:.2f}")
         "closer_temperature_to_oslo",
         1,
         OWN,
-        "I'm in Oslo. Which of Rome or Ottawa is closer in temperature to Oslo right now?",
+        "I'm in Oslo. Which of Rome or Ottawa is closer in temperature to Oslo right now? Answer as 'closer: <city>'.",
         check(|a, _| has_all(a, &strings(["closer: Ottawa"]))),
         policy(|turns| match turns.len() {
             0 => Move::Calls(
@@ -1175,7 +1199,7 @@ fn mixed() -> Vec<Arc<Task>> {
         "cities_file_warmest",
         2,
         FS,
-        "inputs/cities.txt lists cities, one per line. Get the weather for each and tell me which is the warmest.",
+        "inputs/cities.txt lists cities, one per line. Get the weather for each and tell me which is the warmest, as 'warmest: <city>'.",
         check(move |a, _| has_all(a, &want)),
         policy(|turns| match turns.len() {
             0 => Move::Calls(vec![call("fs__read_text_file", json!({"path": "inputs/cities.txt"}))]),
@@ -1218,7 +1242,7 @@ print(f"warmest: {hot['city']} ({hot['temperature_c']} °C)")
         "countries_file_to_capitals_report",
         4,
         FS,
-        "For each country in inputs/countries.txt, find its capital and the weather there, and write out/capitals.md with one line per country: '<country>: <capital>, <temperature> °C, <conditions>'. Then tell me the warmest capital.",
+        "For each country in inputs/countries.txt, find its capital and the weather there, and write out/capitals.md with one line per country: '<country>: <capital>, <temperature> °C, <conditions>'. Then tell me the warmest capital, as 'warmest capital: <city>'.",
         check(move |a, root| {
             let written = std::fs::read_to_string(root.join("out/capitals.md"))
                 .map_err(|e| format!("out/capitals.md: {e}"))?;
@@ -1284,7 +1308,7 @@ print(f"Wrote out/capitals.md. warmest capital: {hot['city']} ({hot['temperature
             memory: true,
             everything: false,
         },
-        "inputs/team.csv has rows name,company. Put each person (type person) and each company (type company) into the knowledge graph with works_at relations, then read the graph back and tell me how many people work at each company of the file.",
+        "inputs/team.csv has rows name,company. Put each person (type person) and each company (type company) into the knowledge graph with works_at relations, then read the graph back and tell me how many people work at each company of the file, one line per company: '<company>: <count>'.",
         check(move |a, _| has_all(a, &want)),
         policy(|turns| {
             let rows = |turns: &[Turn]| -> Vec<(String, String)> {
@@ -1348,7 +1372,7 @@ print("\n".join(f"{c}: {n}" for c, n in sorted(per.items())))
         "weather_into_graph_then_search",
         3,
         MEM,
-        "Get the weather of Rome, Oslo, Lima and Canberra and record each city in the knowledge graph (type city, its conditions as an observation). Then search the graph for 'sunny' and tell me which of these cities match.",
+        "Get the weather of Rome, Oslo, Lima and Canberra and record each city in the knowledge graph (type city, its conditions as an observation). Then search the graph for 'sunny' and tell me which of these cities match (names only).",
         check(move |a, _| has_all(a, &want).and(has_none(a, &not))),
         policy(|turns| match turns.len() {
             0 => Move::Calls(
