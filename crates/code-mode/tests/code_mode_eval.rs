@@ -72,12 +72,16 @@ async fn code_mode_eval_tasks_pass_in_both_modes_and_code_mode_needs_fewer_model
 }
 
 /// The path a real model takes (a `Player::Real`, as `Player::from_env` builds it; the proxy
-/// forwarding the key) works end to end; here the "real" model is a scripted server that
-/// answers every request with text, so each run is one call with no tool use and the checks
-/// fail — as they would for a model that does not use the tools.
+/// forwarding the key and the server's headers) works end to end; here the "real" model is a
+/// scripted server that refuses the first request once (429) and answers every other with text,
+/// so each run ends after one answer with no tool use and the checks fail — as they would for a
+/// model that does not use the tools; the refused request counts as a model call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn code_mode_eval_the_real_model_path_goes_through_the_proxy_with_the_key() {
     let upstream = testkit::ScriptedServer::start().await;
+    // The first request is refused once with a Retry-After (the proxy passes the header on, the
+    // gateway waits and retries), then every request gets text.
+    upstream.push(testkit::Reply::status(429, "slow down").retry_after("0"));
     upstream.respond_with(|_| testkit::Reply::text("I would rather not use tools."));
     // What `Player::from_env` builds from OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL
     // (`OpenAiConfig::from_env`, tested in model-gateway; setting the variables here would
@@ -98,13 +102,15 @@ async fn code_mode_eval_the_real_model_path_goes_through_the_proxy_with_the_key(
         .take(2)
         .collect();
     let code = eval::run_mode(&player, &tasks, Mode::Code).await.unwrap();
+    assert_eq!(code[0].model_calls, 2, "{:?}", code[0]);
+    assert_eq!(code[1].model_calls, 1, "{:?}", code[1]);
     for r in &code {
-        assert_eq!(r.model_calls, 1, "{r:?}");
         assert_eq!(r.answer, "I would rather not use tools.");
         assert!(r.outcome.is_err(), "{r:?}");
     }
     let sent = upstream.requests();
-    assert_eq!(sent.len(), 2);
+    // The refused request, its retry, and the second task's request.
+    assert_eq!(sent.len(), 3);
     for s in &sent {
         assert_eq!(s.headers["authorization"], "Bearer sk-eval-test");
         assert_eq!(s.body["model"], "eval-model");
@@ -118,6 +124,21 @@ async fn code_mode_eval_the_real_model_path_goes_through_the_proxy_with_the_key(
     );
     let table = eval::report(&code, &code, &[]);
     assert!(table.contains("**0/2**"), "{table}");
+
+    // The proxy passes the model server's status and headers back (Retry-After included).
+    upstream.push(testkit::Reply::status(429, "slow down").retry_after("7"));
+    let proxy = eval::proxy::Proxy::start(upstream.base_url()).await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/chat/completions", proxy.base_url()))
+        .header("content-type", "application/json")
+        .body(r#"{"model": "m", "messages": []}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert_eq!(r.headers()["retry-after"], "7");
+    assert!(r.text().await.unwrap().contains("slow down"));
+    assert_eq!(proxy.requests().len(), 1);
 }
 
 /// No task's check passes an answer that gives no facts, and a real model's formatting

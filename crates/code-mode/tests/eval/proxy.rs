@@ -91,25 +91,32 @@ async fn forward(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Re
             req = req.header(name, value);
         }
     }
-    let (status, content_type, bytes) = match req.send().await {
+    let (status, headers, bytes) = match req.send().await {
         Ok(r) => {
             let status = r.status().as_u16();
-            let ct = r
+            // Every header but the framing ones (Retry-After matters to the gateway's retries).
+            let headers: Vec<(String, Vec<u8>)> = r
                 .headers()
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("application/json")
-                .to_owned();
+                .iter()
+                .filter(|(n, _)| {
+                    !matches!(
+                        n.as_str(),
+                        "content-length" | "transfer-encoding" | "connection" | "content-encoding"
+                    )
+                })
+                .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                .collect();
             match r.bytes().await {
-                Ok(b) => (status, ct, b),
-                Err(e) => (502, "text/plain".into(), Bytes::from(e.to_string())),
+                Ok(b) => (status, headers, b),
+                Err(e) => (502, Vec::new(), Bytes::from(e.to_string())),
             }
         }
-        Err(e) => (502, "text/plain".into(), Bytes::from(e.to_string())),
+        Err(e) => (502, Vec::new(), Bytes::from(e.to_string())),
     };
-    Response::builder()
-        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY))
-        .header("content-type", content_type)
-        .body(Body::from(bytes))
-        .unwrap()
+    let mut response =
+        Response::builder().status(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY));
+    for (name, value) in headers {
+        response = response.header(name, value);
+    }
+    response.body(Body::from(bytes)).unwrap()
 }
