@@ -224,11 +224,11 @@ async fn code_mode_tools_are_typed_functions_with_level1_lines_and_full_docs_on_
     assert_eq!(names, [RUN_CODE, DESCRIBE_FUNCTION]);
     let d = &specs[0].description;
     assert!(
-        d.contains("- get_weather(city: str) -> Any: Get the current weather for a city.\n"),
+        d.contains("- get_weather(city: str): Get the current weather for a city.\n"),
         "{d}"
     );
     assert!(
-        d.contains("- add(a: float, b: float) -> Any: Add two numbers."),
+        d.contains("- add(a: float, b: float): Add two numbers."),
         "{d}"
     );
     assert!(
@@ -558,7 +558,7 @@ async fn code_mode_an_agent_runs_a_script_and_the_conversation_goes_on() {
     let requests = server.requests();
     // The first request offered run_code with the functions in its description.
     let tools = requests[0].body["tools"].to_string();
-    assert!(tools.contains("get_weather(city: str) -> Any"), "{tools}");
+    assert!(tools.contains("get_weather(city: str): Get"), "{tools}");
     let tool_msg = requests[1].body["messages"]
         .as_array()
         .unwrap()
