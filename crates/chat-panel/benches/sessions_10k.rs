@@ -259,7 +259,10 @@ async fn run(setup: &'static str, mut workers: Vec<Worker>, n: usize, m: usize) 
         .values()
         .filter(|v| v.windows(2).any(|p| p[0] >= p[1]))
         .count();
-    assert_eq!(doubled, 0, "{doubled} streams got a row twice or out of order");
+    assert_eq!(
+        doubled, 0,
+        "{doubled} streams got a row twice or out of order"
+    );
     for wk in &mut workers {
         wk.stop();
     }
@@ -596,10 +599,7 @@ fn worker_child() {
             println!("listening {}", server.addr());
             let _ = tokio::task::spawn_blocking(|| {
                 let mut line = String::new();
-                while std::io::stdin()
-                    .read_line(&mut line)
-                    .is_ok_and(|n| n > 0)
-                {
+                while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
                     if line.trim() == "usage" {
                         let u = nix::sys::resource::getrusage(
                             nix::sys::resource::UsageWho::RUSAGE_SELF,
@@ -614,11 +614,7 @@ fn worker_child() {
                             .find_map(|l| l.strip_prefix("VmRSS:"))
                             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
                             .unwrap_or(0u64);
-                        println!(
-                            "usage {} {} {rss}",
-                            us(u.user_time()),
-                            us(u.system_time())
-                        );
+                        println!("usage {} {} {rss}", us(u.user_time()), us(u.system_time()));
                     }
                     line.clear();
                 }

@@ -360,6 +360,9 @@ pub(crate) struct Sessions {
     store: Arc<dyn SessionStore>,
     shared: bool,
     max_sessions: usize,
+    /// How many conversations a store of this process's own holds (known after the first
+    /// listing, then counted), so a new conversation lists the store only near the limit.
+    stored: Mutex<Option<usize>>,
 }
 
 static LIVE: AtomicU64 = AtomicU64::new(LIVE_IDS);
@@ -383,6 +386,7 @@ impl Sessions {
             store,
             shared,
             max_sessions: max_sessions.max(1),
+            stored: Mutex::new(None),
         }
     }
 
@@ -447,7 +451,8 @@ impl Sessions {
         }
         self.make_room().await;
         match self.store.create(id).await {
-            Ok(()) | Err(StoreError::AlreadyExists { .. }) => {}
+            Ok(()) => self.count_stored(1),
+            Err(StoreError::AlreadyExists { .. }) => {}
             Err(e) => return Err(e),
         }
         self.open(id).await;
@@ -507,7 +512,8 @@ impl Sessions {
         }
         tracing::info!(session = %id, "session limit reached: deleting the least recently used conversation");
         match self.store.delete(id).await {
-            Ok(()) | Err(StoreError::NotFound { .. }) => {}
+            Ok(()) => self.count_stored(-1),
+            Err(StoreError::NotFound { .. }) => {}
             Err(e) => {
                 tracing::warn!(session = %id, error = %e, "could not delete an evicted conversation")
             }
@@ -519,9 +525,14 @@ impl Sessions {
         if self.shared {
             return;
         }
+        let known = *self.stored.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.is_some_and(|n| n + 1 < self.max_sessions) {
+            return; // far from the limit: no need to list 10,000 ids for every new conversation
+        }
         let Ok(ids) = self.store.list().await else {
             return;
         };
+        *self.stored.lock().unwrap_or_else(PoisonError::into_inner) = Some(ids.len());
         if ids.len() < self.max_sessions {
             return;
         }
@@ -550,6 +561,17 @@ impl Sessions {
             let Some(v) = victim else { return };
             self.forget(&v).await;
             gone += 1;
+        }
+    }
+
+    fn count_stored(&self, change: isize) {
+        if let Some(n) = self
+            .stored
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            *n = n.saturating_add_signed(change);
         }
     }
 

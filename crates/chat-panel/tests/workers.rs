@@ -37,7 +37,11 @@ fn main() {
     if std::env::var_os(CHILD).is_some() {
         return worker_child();
     }
-    let tests: [(&str, fn()); 6] = [
+    let tests: [(&str, fn()); 7] = [
+        (
+            "workers_broker_down_mid_conversation_typed_errors_then_nothing_lost",
+            workers_broker_down_mid_conversation_typed_errors_then_nothing_lost,
+        ),
         (
             "workers_an_idle_stream_is_woken_by_the_store_feed_not_a_timer",
             workers_an_idle_stream_is_woken_by_the_store_feed_not_a_timer,
@@ -327,6 +331,15 @@ fn responder(body: &Value) -> Reply {
     let users = messages.iter().filter(|m| m["role"] == "user").count();
     if last["role"] == "tool" {
         return Reply::text("I sent you a question above.");
+    }
+    if content.starts_with("ask") {
+        let args = json!({"recipient": "user", "text": format!("Question for {content}"),
+            "quickReplies": ["Yes", "No"]});
+        return Reply::tool_call(
+            &format!("call_{}", messages.len()),
+            "send_message",
+            &args.to_string(),
+        );
     }
     if content.contains("slow") {
         return Reply::text("too late").latency(Duration::from_secs(60));
@@ -685,6 +698,232 @@ fn workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every
             "the first turn's 4 rows and 2 pairs: {texts:#?}"
         );
         drop((a, b));
+    });
+}
+
+/// A variable `cargo xtask test` sets for the fault-test broker, or a failure saying so.
+fn fault_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run `cargo xtask test` (it starts a fault-test nats-server on 127.0.0.1 and sets TEST_NATS_FAULT_*)")
+    })
+}
+
+/// `kill -KILL` the fault-test broker by its pid file, and waits until it is gone.
+fn kill_broker() {
+    let pid = std::fs::read_to_string(fault_env("TEST_NATS_FAULT_PID")).unwrap();
+    let pid = pid.trim().to_owned();
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // gone, or a zombie its parent (xtask) has not reaped yet
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    while alive() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nats-server {pid} did not die"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts the fault-test broker again (same port, same store); xtask stops it by its pid file.
+fn start_broker() {
+    let mut server = Command::new(fault_env("TEST_NATS_SERVER"))
+        .arg("-c")
+        .arg(fault_env("TEST_NATS_FAULT_CONF"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::spawn(move || server.wait());
+}
+
+/// The stored messages of `sid`, as text, in order.
+async fn stored_texts(url: &str, sid: &str) -> Vec<String> {
+    let db = pg_connect(url).await;
+    db.query(
+        "SELECT message FROM ce_messages WHERE session_id = $1 ORDER BY seq",
+        &[&sid],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<_, String>(0))
+    .collect()
+}
+
+/// The broker goes away mid-conversation (SIGKILL) and comes back, with a worker on
+/// PostgreSQL + NATS: while it is down the model's `send_message` gets a typed "unavailable"
+/// result it can act on and the turn completes, and another process's send fails with a typed
+/// error; once it is back the worker's bus reconnects by itself, the agent's messages go out
+/// again, another process's message is stored once — and every row is there once, in order.
+fn workers_broker_down_mid_conversation_typed_errors_then_nothing_lost() {
+    let broker = fault_env("TEST_NATS_FAULT_URL");
+    runtime().block_on(async {
+        let url = fresh_database("chat_panel_broker_fault").await;
+        let model = ScriptedServer::start().await;
+        model.respond_with(responder);
+        let a = Worker::start_with_broker(&model, &url, Some(&broker));
+        let c = reqwest::Client::new();
+        let sid = format!(
+            "broker-fault-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        );
+        let bus = messaging::MessageBus::connect_nats(&broker).await.unwrap();
+        let to = chat_panel::user_address(&sid);
+
+        // 1. up: the agent's message and another process's message both arrive
+        let (status, body) = post(&c, &a.url(), &sid, "ask one").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("Question for ask one"), "{body}");
+        bus.send(messaging::OutgoingMessage::new(
+            "ops-bot",
+            to.clone(),
+            "note before",
+        ))
+        .await
+        .unwrap();
+
+        // 2. down: typed errors, the conversation goes on
+        kill_broker();
+        let (status, body) = post(&c, &a.url(), &sid, "ask two").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("event: done"), "the turn completes: {body}");
+        let e = bus
+            .send(messaging::OutgoingMessage::new(
+                "ops-bot",
+                to.clone(),
+                "note lost?",
+            ))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                messaging::BusError::BrokerUnavailable { .. }
+                    | messaging::BusError::NotConfirmed { .. }
+            ),
+            "{e:?}"
+        );
+        // the model got a typed "unavailable" result for that call, not a success
+        let msgs: Vec<Value> = stored_texts(&url, &sid)
+            .await
+            .iter()
+            .map(|t| serde_json::from_str(t).unwrap())
+            .collect();
+        let asked = msgs
+            .iter()
+            .position(|m| m["role"] == "user" && m["content"] == "ask two")
+            .unwrap();
+        let result = msgs[asked..]
+            .iter()
+            .find(|m| m["role"] == "tool")
+            .unwrap_or_else(|| panic!("no result for the call while down: {msgs:#?}"));
+        let said = result["content"].as_str().unwrap_or_default();
+        assert!(
+            said.contains("unavailable") || said.contains("did not confirm"),
+            "{said}"
+        );
+        assert!(!said.contains("\"success\":true"), "{said}");
+
+        // 3. back: the worker reconnects by itself; sends work again
+        start_broker();
+        let port = broker.rsplit(':').next().unwrap().to_owned();
+        let up = std::time::Instant::now();
+        while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+            assert!(
+                up.elapsed() < Duration::from_secs(20),
+                "the broker did not start again"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("broker back after {:?}", up.elapsed());
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut k = 0;
+        loop {
+            k += 1;
+            let (status, body) = post(&c, &a.url(), &sid, &format!("ask again {k}")).await;
+            assert_eq!(status, 200, "{body}");
+            let texts = stored_texts(&url, &sid).await;
+            let last_result = texts
+                .iter()
+                .filter_map(|t| serde_json::from_str::<Value>(t).ok())
+                .rfind(|m| m["role"] == "tool");
+            if last_result.is_some_and(|m| {
+                m["content"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("\"success\":true"))
+            }) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the worker's bus never came back: {texts:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        loop {
+            match bus
+                .send(messaging::OutgoingMessage::new(
+                    "ops-bot",
+                    to.clone(),
+                    "note after",
+                ))
+                .await
+            {
+                Ok(_) => break,
+                Err(e) => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the test's bus never came back: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let texts = loop {
+            let texts = stored_texts(&url, &sid).await;
+            if texts.iter().any(|t| t.contains("note after")) {
+                break texts;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "\"note after\" was never stored: {texts:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let count = |needle: &str| texts.iter().filter(|t| t.contains(needle)).count();
+        // each note: its call and its result, once; the one sent while down was refused
+        assert_eq!(count("note before"), 1, "{texts:#?}");
+        assert_eq!(count("note after"), 1, "{texts:#?}");
+        assert_eq!(count("note lost?"), 0, "{texts:#?}");
+        // every person's message once, in the order sent
+        let users: Vec<String> = texts
+            .iter()
+            .filter_map(|t| serde_json::from_str::<Value>(t).ok())
+            .filter(|m| m["role"] == "user")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        let mut expected = vec!["ask one".to_owned(), "ask two".to_owned()];
+        expected.extend((1..=k).map(|i| format!("ask again {i}")));
+        assert_eq!(users, expected);
+        drop(a);
     });
 }
 
