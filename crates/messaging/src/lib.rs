@@ -36,8 +36,8 @@ mod quick_replies;
 mod tool;
 
 pub use bus::{
-    BusError, BusMessage, DEDUP_WINDOW, DEFAULT_MAILBOX_CAPACITY, Delivery, MAX_MSG_ID_LEN,
-    MessageBus, OutgoingMessage, Subscription,
+    BusError, BusMessage, DEDUP_WINDOW, DEFAULT_MAILBOX_CAPACITY, Delivery, MAX_FAMILY_LEN,
+    MAX_MSG_ID_LEN, MessageBus, OutgoingMessage, Subscription,
 };
 #[cfg(feature = "nats")]
 pub use nats::NatsConfig;
