@@ -4,7 +4,12 @@
 //! * burst: `BURST` messages sent back to back (each `send` awaits the broker's acknowledgement),
 //!   then received: messages per second each way;
 //! * paced: `PACED` messages, one every `PACE`, each stamped with its send time: latency from the
-//!   start of `send` to the moment `recv` hands it out in the other process, p50 / p99.
+//!   start of `send` to the moment `recv` hands it out in the other process, p50 / p99;
+//! * group: `BURST` messages to `GROUP_RECIPIENTS` recipients `user:N`, received in the other
+//!   process by one group subscription (`subscribe_group("user")`): messages per second;
+//! * idle: a process that subscribes `GROUP_RECIPIENTS` recipients one by one, against one
+//!   that holds a single group subscription for them all, neither receiving anything: its CPU
+//!   time per second and resident memory over `IDLE`.
 //!
 //! `cargo xtask with-services cargo bench -p messaging --features nats --bench bus_nats`
 //! (needs `TEST_NATS_URL`).
@@ -19,7 +24,81 @@ use messaging::{MessageBus, NatsConfig, OutgoingMessage, QuickReplies};
 const BURST: usize = 2000;
 const PACED: usize = 300;
 const PACE: Duration = Duration::from_millis(10);
-const LIMIT: Duration = Duration::from_secs(120);
+const LIMIT: Duration = Duration::from_secs(180);
+const GROUP_RECIPIENTS: usize = 500;
+const IDLE: Duration = Duration::from_secs(10);
+
+/// This process's CPU time (user + system, all threads) in ms, and resident memory in KiB.
+fn cpu_ms_and_rss_kib() -> (f64, u64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    // fields 14 and 15 of stat (utime, stime), counted after the command's closing ')'
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    (ticks as f64 * 10.0, rss) // USER_HZ is 100
+}
+
+/// The idle process: `own` subscribes `n` recipients `user:I` one by one, `group` holds one
+/// group subscription for the family; after a warm-up it prints `idle CPU_MS_PER_S RSS_KIB
+/// RSS_GROWTH_KIB` (growth: since before subscribing).
+async fn idle(url: &str, stream: &str, mode: &str, n: usize) {
+    let bus = MessageBus::connect_nats_with(bus_config(url, stream))
+        .await
+        .unwrap();
+    let (_, rss_before) = cpu_ms_and_rss_kib();
+    let subs: Vec<messaging::Subscription> = if mode == "group" {
+        vec![bus.subscribe_group("user").unwrap()]
+    } else {
+        (0..n).map(|i| bus.subscribe(format!("user:{i}"))).collect()
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await; // consumers created, pulls open
+    assert!(subs.iter().all(|s| s.problem().is_none()));
+    let (cpu0, _) = cpu_ms_and_rss_kib();
+    tokio::time::sleep(IDLE).await;
+    let (cpu1, rss) = cpu_ms_and_rss_kib();
+    println!(
+        "idle {:.1} {rss} {}",
+        (cpu1 - cpu0) / IDLE.as_secs_f64(),
+        rss.saturating_sub(rss_before)
+    );
+    drop(subs);
+}
+
+/// The receiving process of the group figure: takes `n` messages with one group subscription.
+async fn receive_group(url: &str, stream: &str, n: usize) {
+    let bus = MessageBus::connect_nats_with(bus_config(url, stream))
+        .await
+        .unwrap();
+    let mut inbox = bus.subscribe_group("user").unwrap();
+    let mut first = None;
+    for _ in 0..n {
+        inbox.recv().await.unwrap();
+        first.get_or_insert_with(Instant::now);
+    }
+    println!("done {}", first.map_or(0.0, |f| f.elapsed().as_secs_f64()));
+}
+
+fn done_seconds(out: &std::process::Output) -> f64 {
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("done "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
 
 fn now_nanos() -> u128 {
     SystemTime::now()
@@ -62,6 +141,15 @@ async fn main() {
     if let Some(i) = args.iter().position(|a| a == "--receive") {
         let (url, stream, to, n) = (&args[i + 1], &args[i + 2], &args[i + 3], &args[i + 4]);
         receive(url, stream, to, n.parse().unwrap()).await;
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--receive-group") {
+        receive_group(&args[i + 1], &args[i + 2], args[i + 3].parse().unwrap()).await;
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--idle") {
+        let (url, stream, mode, n) = (&args[i + 1], &args[i + 2], &args[i + 3], &args[i + 4]);
+        idle(url, stream, mode, n.parse().unwrap()).await;
         return;
     }
     if args.iter().any(|a| a == "--list") {
@@ -130,6 +218,49 @@ async fn main() {
     assert_eq!(lat.len(), PACED);
     lat.sort_by(f64::total_cmp);
 
+    // group: many recipients of one family, one group subscription in the other process
+    let t = Instant::now();
+    for i in 0..BURST {
+        let m = OutgoingMessage::new("agent", format!("user:{}", i % GROUP_RECIPIENTS), "hi");
+        bus.send(m).await.unwrap();
+    }
+    let group_send_s = t.elapsed().as_secs_f64();
+    let out = Command::new(&exe)
+        .args(["--receive-group", &url, &stream, &BURST.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    let group_recv_s = done_seconds(&out);
+
+    // idle: per-recipient subscriptions against one group subscription (own streams each)
+    let mut idle_lines = Vec::new();
+    for mode in ["own", "group"] {
+        let s = format!("{stream}_IDLE_{mode}");
+        let out = Command::new(&exe)
+            .args(["--idle", &url, &s, mode, &GROUP_RECIPIENTS.to_string()])
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let v: Vec<f64> = text
+            .lines()
+            .find_map(|l| l.strip_prefix("idle "))
+            .unwrap()
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        idle_lines.push(format!(
+            "  idle, {GROUP_RECIPIENTS} recipients, {}: {:.1} ms CPU/s, RSS {:.0} KiB (+{:.0} KiB for the subscriptions, {:.1} KiB each)",
+            if mode == "own" { "one subscription each" } else { "one group subscription" },
+            v[0],
+            v[1],
+            v[2],
+            v[2] / GROUP_RECIPIENTS as f64
+        ));
+    }
+    assert!(started.elapsed() < LIMIT, "bench ran past {LIMIT:?}");
+
     println!("bus on NATS JetStream, two processes, 127.0.0.1:");
     println!(
         "  burst {BURST}: send {:.0} msg/s (each acknowledged by the broker), receive {:.0} msg/s",
@@ -142,4 +273,12 @@ async fn main() {
         pct(&lat, 0.99),
         lat[lat.len() - 1]
     );
+    println!(
+        "  group burst {BURST} to {GROUP_RECIPIENTS} recipients: send {:.0} msg/s, one group subscription receives {:.0} msg/s",
+        BURST as f64 / group_send_s,
+        BURST as f64 / group_recv_s
+    );
+    for l in idle_lines {
+        println!("{l}");
+    }
 }

@@ -39,6 +39,9 @@ pub const DEDUP_WINDOW: usize = 64;
 /// Longest [`OutgoingMessage::msg_id`], in bytes.
 pub const MAX_MSG_ID_LEN: usize = 128;
 
+/// Longest recipient family ([`MessageBus::subscribe_group`]), in bytes.
+pub const MAX_FAMILY_LEN: usize = 64;
+
 /// A message to send: sender, recipient, text and optional quick replies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -177,6 +180,24 @@ pub enum BusError {
         "message id {0:?} is not allowed: use 1 to 128 bytes of printable ASCII without spaces"
     )]
     BadMessageId(String),
+    /// A recipient family breaks the rules of [`MessageBus::subscribe_group`].
+    #[error(
+        "recipient family {0:?} is not allowed: use 1 to 64 bytes of A-Z a-z 0-9 _ - (not \"_\" \
+         alone, which stands for recipients without a family), the part of the recipient ids \
+         before their first ':' (\"user\" for \"user:42\")"
+    )]
+    BadFamily(String),
+    /// The broker refused a subscription because another one already receives the same
+    /// recipients: a recipient `FAMILY:…` is received either by its own subscriptions or by the
+    /// family's group subscriptions, not both. The subscription retries by itself and starts
+    /// once the other consumer is gone; `reason` names it and says how to remove it.
+    #[error("the message broker at {url} refused this subscription: {reason}")]
+    SubscriptionConflict {
+        /// The broker's address.
+        url: String,
+        /// What overlaps and what to do.
+        reason: String,
+    },
     /// The broker cannot be reached: the message was **not** stored.
     #[error(
         "the message broker at {url} cannot be reached ({reason}); the message was not sent: \
@@ -221,6 +242,29 @@ pub(crate) fn check_msg_id(id: &str) -> Result<(), BusError> {
     }
 }
 
+fn valid_family(f: &str) -> bool {
+    (1..=MAX_FAMILY_LEN).contains(&f.len())
+        && f != "_"
+        && f.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+pub(crate) fn check_family(f: &str) -> Result<(), BusError> {
+    if valid_family(f) {
+        Ok(())
+    } else {
+        Err(BusError::BadFamily(f.chars().take(80).collect()))
+    }
+}
+
+/// The family of a recipient id: the part before its first ':', when that is a valid family.
+pub(crate) fn family_of(recipient: &str) -> Option<&str> {
+    recipient
+        .split_once(':')
+        .map(|(f, _)| f)
+        .filter(|f| valid_family(f))
+}
+
 /// One step of reading an inbox.
 pub(crate) enum Poll {
     Message(BusMessage),
@@ -238,7 +282,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Starts receiving for `recipient`; an earlier subscription of this process under the same
     /// id ends.
     fn subscribe(&self, recipient: &str) -> Box<dyn Inbox>;
-    /// Whether this process has a subscription under `recipient`.
+    /// Starts receiving for every recipient of `family` (valid), shared with the family's other
+    /// group subscriptions: each message goes to one of them.
+    fn subscribe_group(&self, family: &str) -> Box<dyn Inbox>;
+    /// Whether this process has a subscription under `recipient` (its own, or its family's group).
     fn is_subscribed(&self, recipient: &str) -> bool;
     /// For `Debug`.
     fn describe(&self) -> String;
@@ -357,7 +404,50 @@ impl MessageBus {
         }
     }
 
-    /// Whether someone in this process is subscribed under `recipient`.
+    /// Subscribes to a whole **family** of recipients, `FAMILY:…` (the part of a recipient id
+    /// before its first ':'), as a work queue: the family's group subscriptions — in this
+    /// process and, with a broker, in every process — share its messages, each message handed
+    /// to **one** of them, in the order the bus accepted them, at least once, repeats dropped by
+    /// `msg_id` ([`BusMessage::to`] tells the recipient). One subscription per worker replaces
+    /// one per recipient.
+    ///
+    /// In process, a recipient's own subscription ([`MessageBus::subscribe`]) takes its
+    /// messages before the group does; the family's group subscriptions share one mailbox of
+    /// [`MessageBus::capacity`] (full: the oldest is dropped, as for a recipient). With a
+    /// broker, a family is received either by per-recipient subscriptions or by group ones, not
+    /// both: the later one reports [`BusError::SubscriptionConflict`] in
+    /// [`Subscription::problem`] (see `docs/bus.md`).
+    ///
+    /// Fails with [`BusError::BadFamily`] unless `family` is 1 to [`MAX_FAMILY_LEN`] bytes of
+    /// `A-Z a-z 0-9 _ -` (and not `_` alone).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use messaging::{BusError, MessageBus, OutgoingMessage};
+    /// let bus = MessageBus::new();
+    /// let mut users = bus.subscribe_group("user").unwrap();
+    /// let mut carol = bus.subscribe("user:carol"); // her own subscription comes first
+    /// for to in ["user:alice", "user:bob", "user:carol", "user:alice"] {
+    ///     bus.send(OutgoingMessage::new("agent", to, "hi")).await.unwrap();
+    /// }
+    /// assert!(bus.is_subscribed("user:dave")); // the group takes any user:…
+    /// let got: Vec<String> = std::iter::from_fn(|| users.try_recv().map(|m| m.to)).collect();
+    /// assert_eq!(got, ["user:alice", "user:bob", "user:alice"]); // in send order
+    /// assert_eq!(carol.try_recv().unwrap().to, "user:carol");
+    /// assert!(matches!(bus.subscribe_group("user:*"), Err(BusError::BadFamily(_))));
+    /// # }
+    /// ```
+    pub fn subscribe_group(&self, family: &str) -> Result<Subscription, BusError> {
+        check_family(family)?;
+        Ok(Subscription {
+            inbox: self.backend.subscribe_group(family),
+            recipient: format!("{family}:*"),
+            seen: Seen::default(),
+        })
+    }
+
+    /// Whether someone in this process is subscribed under `recipient`: its own subscription,
+    /// or a group subscription of its family.
     pub fn is_subscribed(&self, recipient: &str) -> bool {
         self.backend.is_subscribed(recipient)
     }
@@ -387,7 +477,7 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
-    /// The recipient id.
+    /// The recipient id (a group subscription: `FAMILY:*`).
     pub fn recipient(&self) -> &str {
         &self.recipient
     }
@@ -444,10 +534,38 @@ struct Mailbox {
     notify: Arc<Notify>,
 }
 
+/// The mailbox a family's group subscriptions in this process share.
+struct GroupBox {
+    queue: VecDeque<BusMessage>,
+    dropped: u64,
+    /// Group subscriptions of the family alive in this process.
+    members: usize,
+    notify: Arc<Notify>,
+}
+
 struct State {
     next_id: u64,
     next_generation: u64,
     boxes: HashMap<String, Mailbox>,
+    groups: HashMap<String, GroupBox>,
+}
+
+/// Appends `m` to a bounded queue, dropping (and counting) the oldest when full; true if so.
+fn push_bounded(
+    queue: &mut VecDeque<BusMessage>,
+    dropped: &mut u64,
+    capacity: usize,
+    m: BusMessage,
+) -> bool {
+    let mut dropped_oldest = false;
+    if queue.len() >= capacity {
+        queue.pop_front();
+        *dropped += 1;
+        dropped_oldest = true;
+        tracing::warn!(recipient = %m.to, dropped = *dropped, "mailbox full: dropped its oldest message");
+    }
+    queue.push_back(m);
+    dropped_oldest
 }
 
 struct Inner {
@@ -474,6 +592,7 @@ impl Local {
                     next_id: 1,
                     next_generation: 1,
                     boxes: HashMap::new(),
+                    groups: HashMap::new(),
                 }),
                 capacity: capacity.max(1),
             }),
@@ -484,21 +603,25 @@ impl Local {
 #[async_trait::async_trait]
 impl Backend for Local {
     async fn send(&self, message: OutgoingMessage) -> Result<Delivery, BusError> {
-        let mut s = self.inner.lock();
+        let mut guard = self.inner.lock();
+        let s = &mut *guard;
         let id = s.next_id;
         let capacity = self.inner.capacity;
-        let Some(b) = s.boxes.get_mut(&message.to) else {
+        // the recipient's own subscription first, else its family's group in this process
+        let (queue, dropped, notify) = if let Some(b) = s.boxes.get_mut(&message.to) {
+            (&mut b.queue, &mut b.dropped, &b.notify)
+        } else if let Some(g) = family_of(&message.to).and_then(|f| s.groups.get_mut(f)) {
+            (&mut g.queue, &mut g.dropped, &g.notify)
+        } else {
             return Err(BusError::NotSubscribed(message.to));
         };
-        let mut dropped_oldest = false;
-        if b.queue.len() >= capacity {
-            b.queue.pop_front();
-            b.dropped += 1;
-            dropped_oldest = true;
-            tracing::warn!(recipient = %message.to, dropped = b.dropped, "mailbox full: dropped its oldest message");
-        }
-        b.queue.push_back(BusMessage::from_outgoing(id, message));
-        b.notify.notify_one();
+        let dropped_oldest = push_bounded(
+            queue,
+            dropped,
+            capacity,
+            BusMessage::from_outgoing(id, message),
+        );
+        notify.notify_one();
         s.next_id += 1;
         Ok(Delivery {
             id,
@@ -538,8 +661,29 @@ impl Backend for Local {
         })
     }
 
+    fn subscribe_group(&self, family: &str) -> Box<dyn Inbox> {
+        let mut s = self.inner.lock();
+        let g = s
+            .groups
+            .entry(family.to_owned())
+            .or_insert_with(|| GroupBox {
+                queue: VecDeque::new(),
+                dropped: 0,
+                members: 0,
+                notify: Arc::new(Notify::new()),
+            });
+        g.members += 1;
+        Box::new(LocalGroupInbox {
+            bus: self.inner.clone(),
+            family: family.to_owned(),
+            notify: g.notify.clone(),
+        })
+    }
+
     fn is_subscribed(&self, recipient: &str) -> bool {
-        self.inner.lock().boxes.contains_key(recipient)
+        let s = self.inner.lock();
+        s.boxes.contains_key(recipient)
+            || family_of(recipient).is_some_and(|f| s.groups.contains_key(f))
     }
 
     fn describe(&self) -> String {
@@ -601,6 +745,58 @@ impl Drop for LocalInbox {
             .is_some_and(|b| b.generation == self.generation)
         {
             s.boxes.remove(&self.recipient);
+        }
+    }
+}
+
+/// One of the group subscriptions of a family in this process; they share one queue.
+struct LocalGroupInbox {
+    bus: Arc<Inner>,
+    family: String,
+    notify: Arc<Notify>,
+}
+
+#[async_trait::async_trait]
+impl Inbox for LocalGroupInbox {
+    fn poll(&mut self) -> Poll {
+        let mut s = self.bus.lock();
+        match s.groups.get_mut(&self.family) {
+            Some(g) => match g.queue.pop_front() {
+                Some(m) => Poll::Message(m),
+                None => Poll::Empty,
+            },
+            None => Poll::Closed,
+        }
+    }
+
+    async fn changed(&mut self) {
+        self.notify.notified().await;
+    }
+
+    fn dropped(&self) -> u64 {
+        self.bus
+            .lock()
+            .groups
+            .get(&self.family)
+            .map_or(0, |g| g.dropped)
+    }
+
+    fn problem(&self) -> Option<BusError> {
+        None
+    }
+}
+
+impl Drop for LocalGroupInbox {
+    fn drop(&mut self) {
+        let mut s = self.bus.lock();
+        if let Some(g) = s.groups.get_mut(&self.family) {
+            g.members -= 1;
+            if g.members == 0 {
+                s.groups.remove(&self.family);
+            } else {
+                // a wake-up meant for this one goes to another member
+                g.notify.notify_one();
+            }
         }
     }
 }
@@ -823,5 +1019,147 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(inbox.try_recv().unwrap().msg_id, ok);
+    }
+    #[tokio::test]
+    async fn q7_q8_group_receives_every_recipient_of_its_family_in_send_order() {
+        let bus = MessageBus::with_capacity(1000);
+        let mut users = bus.subscribe_group("user").unwrap();
+        assert_eq!(users.recipient(), "user:*");
+        let mut agents = bus.subscribe_group("agent").unwrap();
+        let mut sent = Vec::new();
+        for i in 0..300u32 {
+            let to = format!("user:{}", i % 50);
+            let d = bus
+                .send(OutgoingMessage::new("bot", &to, i.to_string()))
+                .await
+                .unwrap();
+            sent.push((d.id, to, i.to_string()));
+            bus.send(OutgoingMessage::new("bot", format!("agent:{i}"), "x"))
+                .await
+                .unwrap();
+        }
+        let got: Vec<(u64, String, String)> =
+            std::iter::from_fn(|| users.try_recv().map(|m| (m.id, m.to, m.text))).collect();
+        assert_eq!(
+            got, sent,
+            "every message of the family, in send order, to says who"
+        );
+        assert_eq!(std::iter::from_fn(|| agents.try_recv()).count(), 300);
+        // not in a family, or another family: not subscribed
+        for to in ["user", "users:1", "agent", ":user", "nobody:1"] {
+            let e = bus
+                .send(OutgoingMessage::new("bot", to, "x"))
+                .await
+                .unwrap_err();
+            assert_eq!(e, BusError::NotSubscribed(to.into()));
+        }
+    }
+
+    #[tokio::test]
+    async fn q7_group_a_recipients_own_subscription_comes_first_and_is_subscribed() {
+        let bus = MessageBus::new();
+        assert!(!bus.is_subscribed("user:a"));
+        let mut group = bus.subscribe_group("user").unwrap();
+        assert!(bus.is_subscribed("user:a"));
+        assert!(bus.is_subscribed("user:"));
+        assert!(!bus.is_subscribed("user"));
+        assert!(!bus.is_subscribed("agent:a"));
+        let mut own = bus.subscribe("user:a");
+        for to in ["user:a", "user:b", "user:a"] {
+            bus.send(OutgoingMessage::new("s", to, to)).await.unwrap();
+        }
+        assert_eq!(own.try_recv().unwrap().to, "user:a");
+        assert_eq!(own.try_recv().unwrap().to, "user:a");
+        assert!(own.try_recv().is_none());
+        assert_eq!(group.try_recv().unwrap().to, "user:b");
+        assert!(group.try_recv().is_none());
+        // the own subscription gone: the group takes that recipient again
+        drop(own);
+        assert!(bus.is_subscribed("user:a"));
+        bus.send(OutgoingMessage::new("s", "user:a", "back"))
+            .await
+            .unwrap();
+        assert_eq!(group.recv().await.unwrap().text, "back");
+        // the group gone too: nobody
+        drop(group);
+        assert!(!bus.is_subscribed("user:a"));
+        assert!(
+            bus.send(OutgoingMessage::new("s", "user:a", "x"))
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn q7_group_subscriptions_share_one_mailbox_each_message_once() {
+        let bus = MessageBus::with_capacity(3);
+        let mut a = bus.subscribe_group("user").unwrap();
+        let mut b = bus.subscribe_group("user").unwrap();
+        // a waiting member is woken by a send, and a message goes to one member only
+        let waiter = tokio::spawn(async move {
+            let m = b.recv().await.unwrap();
+            (b, m.text)
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        bus.send(OutgoingMessage::new("s", "user:1", "one"))
+            .await
+            .unwrap();
+        let (mut b, text) = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(text, "one");
+        assert!(a.try_recv().is_none());
+        // capacity and dropped-oldest as for a recipient's mailbox, counted for the family
+        for i in 0..5 {
+            let d = bus
+                .send(OutgoingMessage::new(
+                    "s",
+                    format!("user:{i}"),
+                    i.to_string(),
+                ))
+                .await
+                .unwrap();
+            assert_eq!(d.dropped_oldest, i >= 3);
+        }
+        assert_eq!((a.dropped(), b.dropped()), (2, 2));
+        assert_eq!(a.try_recv().unwrap().text, "2");
+        assert_eq!(b.try_recv().unwrap().text, "3");
+        assert_eq!(a.try_recv().unwrap().text, "4");
+        assert!(b.try_recv().is_none());
+        // one member gone, the other goes on; repeats dropped by id
+        drop(a);
+        let m = OutgoingMessage::new("s", "user:9", "again");
+        bus.send(m.clone()).await.unwrap();
+        bus.send(m).await.unwrap();
+        assert_eq!(b.try_recv().unwrap().text, "again");
+        assert!(b.try_recv().is_none());
+    }
+
+    #[test]
+    fn q7_group_family_is_checked() {
+        let bus = MessageBus::new();
+        for bad in [
+            "",
+            "_",
+            "user:*",
+            "a.b",
+            "a b",
+            "é",
+            "*",
+            ">",
+            &"f".repeat(65),
+        ] {
+            let e = bus.subscribe_group(bad).unwrap_err();
+            assert!(matches!(e, BusError::BadFamily(_)), "{bad:?}");
+            assert!(e.to_string().contains("A-Z a-z 0-9 _ -"), "{e}");
+        }
+        for ok in ["user", "a", "A_b-9", "__", &"f".repeat(64)] {
+            assert!(bus.subscribe_group(ok).is_ok(), "{ok:?}");
+        }
+        assert_eq!(family_of("user:1:2"), Some("user"));
+        assert_eq!(family_of("user"), None);
+        assert_eq!(family_of("_:1"), None);
+        assert_eq!(family_of("a.b:1"), None);
     }
 }

@@ -10,7 +10,8 @@
 //!   blocks a sender or the other recipients (overflow drops the oldest message and counts it).
 //!   With the cargo feature `nats`, `MessageBus::connect_nats` puts the same bus on a NATS
 //!   JetStream broker, across processes: in order, at least once, repeats dropped by message id
-//!   (`docs/bus.md`).
+//!   (`docs/bus.md`). [`MessageBus::subscribe_group`] receives a whole family of recipients
+//!   (`user:*`) with one subscription shared by every worker as a work queue.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -36,8 +37,8 @@ mod quick_replies;
 mod tool;
 
 pub use bus::{
-    BusError, BusMessage, DEDUP_WINDOW, DEFAULT_MAILBOX_CAPACITY, Delivery, MAX_MSG_ID_LEN,
-    MessageBus, OutgoingMessage, Subscription,
+    BusError, BusMessage, DEDUP_WINDOW, DEFAULT_MAILBOX_CAPACITY, Delivery, MAX_FAMILY_LEN,
+    MAX_MSG_ID_LEN, MessageBus, OutgoingMessage, Subscription,
 };
 #[cfg(feature = "nats")]
 pub use nats::NatsConfig;

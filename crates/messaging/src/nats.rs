@@ -2,10 +2,12 @@
 //!
 //! One JetStream stream holds every message until its recipient takes it (work-queue
 //! retention: a message leaves the stream when its recipient acknowledges it). A message for
-//! recipient `R` goes to subject `STREAM.to.H(R)` (`H`: 128 bits of SHA-256, so any recipient
-//! id makes a valid subject), with the message id in `Nats-Msg-Id` (the broker stores a repeat
-//! within its duplicate window once). Each recipient has one durable pull consumer filtered to
-//! its subject, with at most **one** unacknowledged message: so a recipient gets its messages in
+//! recipient `R` goes to subject `STREAM.to.F.H(R)` (`F`: `R`'s family, the part before its
+//! first ':' when valid, else `_`; `H`: 128 bits of SHA-256, so any recipient id makes a valid
+//! subject), with the message id in `Nats-Msg-Id` (the broker stores a repeat within its
+//! duplicate window once). Each recipient has one durable pull consumer filtered to its subject
+//! — or a family has one, `group-F`, filtered to `STREAM.to.F.*`, shared by every group
+//! subscription of `F` — with at most **one** unacknowledged message: so messages come in
 //! stream order even across redeliveries, restarts and processes. A message is acknowledged when
 //! [`Subscription::recv`](crate::Subscription::recv) / `try_recv` hands it out; one handed out
 //! whose acknowledgement did not reach the broker comes again and is dropped by its id.
@@ -17,10 +19,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_nats::connection::State;
+use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::consumer::pull::MessagesErrorKind;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
 use async_nats::jetstream::context::{Context, ContextBuilder, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::stream::ConsumerErrorKind;
 use async_nats::jetstream::stream::{self, DiscardPolicy, RetentionPolicy, StorageType};
 use async_nats::jetstream::{AckKind, Message};
 use futures::StreamExt;
@@ -29,7 +33,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::{Backend, Inbox, Poll};
+use crate::bus::{Backend, Inbox, Poll, family_of};
 use crate::{BusError, BusMessage, Delivery, MessageBus, OutgoingMessage};
 
 /// Where and how the bus meets NATS. `NatsConfig::new(url)` has defaults fit for a chat
@@ -101,6 +105,8 @@ const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
 /// Pauses between attempts to reach the broker again from a subscription.
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// Pause between attempts of a subscription the broker refused for an overlapping consumer.
+const RETRY_CONFLICT: Duration = Duration::from_secs(5);
 
 impl MessageBus {
     /// A bus across processes on the NATS JetStream broker at `url`, with [`NatsConfig`]'s
@@ -134,6 +140,8 @@ impl MessageBus {
 
 /// This process's subscriptions: recipient → (generation, shared state).
 type Subscribed = Arc<Mutex<HashMap<String, (u64, Arc<Shared>)>>>;
+/// This process's group subscriptions: family → how many.
+type Groups = Arc<Mutex<HashMap<String, usize>>>;
 
 struct Nats {
     url: String,
@@ -144,6 +152,7 @@ struct Nats {
     runtime: tokio::runtime::Handle,
     connected: watch::Receiver<u64>,
     local: Subscribed,
+    groups: Groups,
     next_generation: AtomicU64,
 }
 
@@ -151,6 +160,11 @@ fn valid_stream_name(s: &str) -> bool {
     (1..=64).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The subject token of a recipient's family: the family, or `_` for a recipient without one.
+fn family_token(recipient: &str) -> &str {
+    family_of(recipient).unwrap_or("_")
 }
 
 /// The subject token of a recipient: 128 bits of SHA-256 in hex.
@@ -230,7 +244,7 @@ impl Nats {
             .build(client.clone());
         let wanted = stream::Config {
             name: config.stream.clone(),
-            subjects: vec![format!("{}.to.*", config.stream)],
+            subjects: vec![format!("{}.to.>", config.stream)],
             retention: RetentionPolicy::WorkQueue,
             storage: StorageType::File,
             discard: DiscardPolicy::New,
@@ -250,7 +264,30 @@ impl Nats {
                 unavailable(reason)
             }
         })?;
-        let info = s.info().await.map_err(|e| unavailable(e.to_string()))?;
+        let mut info = s
+            .info()
+            .await
+            .map_err(|e| unavailable(e.to_string()))?
+            .clone();
+        if info.config.subjects == [format!("{}.to.*", config.stream)]
+            && info.config.retention == RetentionPolicy::WorkQueue
+        {
+            // made by the previous version (one subject token per recipient): widen it in place
+            // to take `STREAM.to.FAMILY.TOKEN` too (a superset)
+            let mut widened = info.config.clone();
+            widened.subjects.clone_from(&wanted.subjects);
+            info = js
+                .update_stream(&widened)
+                .await
+                .map_err(|e| BusError::Broker {
+                    url: url.clone(),
+                    reason: format!(
+                        "updating stream {} from subjects {:?} to {:?}: {e}",
+                        config.stream, info.config.subjects, wanted.subjects
+                    ),
+                })?;
+            tracing::info!(stream = %config.stream, subjects = ?wanted.subjects, "bus: stream of the previous version widened in place");
+        }
         if info.config.subjects != wanted.subjects
             || info.config.retention != RetentionPolicy::WorkQueue
         {
@@ -272,12 +309,51 @@ impl Nats {
             runtime,
             connected,
             local: Arc::new(Mutex::new(HashMap::new())),
+            groups: Arc::new(Mutex::new(HashMap::new())),
             next_generation: AtomicU64::new(1),
         })
     }
 
     fn subject(&self, recipient: &str) -> String {
-        format!("{}.to.{}", self.stream, recipient_token(recipient))
+        format!(
+            "{}.to.{}.{}",
+            self.stream,
+            family_token(recipient),
+            recipient_token(recipient)
+        )
+    }
+
+    fn new_shared() -> Arc<Shared> {
+        Arc::new(Shared {
+            slot: Mutex::new(Slot::default()),
+            arrived: Notify::new(),
+            taken: Notify::new(),
+            closed: CancellationToken::new(),
+        })
+    }
+
+    /// Starts the task that moves messages for `target` from consumer `durable` (filtered to
+    /// `filter`) into `shared`.
+    fn start_pump(&self, shared: Arc<Shared>, target: Target, durable: String, filter: String) {
+        let pump = Pump {
+            shared,
+            js: self.js.clone(),
+            url: self.url.clone(),
+            stream: self.stream.clone(),
+            target,
+            consumer: pull::Config {
+                durable_name: Some(durable),
+                filter_subject: filter,
+                ack_policy: AckPolicy::Explicit,
+                deliver_policy: DeliverPolicy::All,
+                ack_wait: self.ack_wait,
+                max_ack_pending: 1,
+                ..Default::default()
+            },
+            ack_wait: self.ack_wait,
+            connected: self.connected.clone(),
+        };
+        self.runtime.spawn(pump.run());
     }
 }
 
@@ -344,47 +420,51 @@ impl Backend for Nats {
 
     fn subscribe(&self, recipient: &str) -> Box<dyn Inbox> {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-        let shared = Arc::new(Shared {
-            slot: Mutex::new(Slot::default()),
-            arrived: Notify::new(),
-            taken: Notify::new(),
-            closed: CancellationToken::new(),
-        });
+        let shared = Self::new_shared();
         if let Some((_, old)) =
             lock(&self.local).insert(recipient.to_owned(), (generation, shared.clone()))
         {
             old.close();
         }
+        let family = family_token(recipient);
         let token = recipient_token(recipient);
-        let pump = Pump {
-            shared: shared.clone(),
-            js: self.js.clone(),
-            url: self.url.clone(),
-            stream: self.stream.clone(),
-            recipient: recipient.to_owned(),
-            consumer: pull::Config {
-                durable_name: Some(format!("to-{token}")),
-                filter_subject: format!("{}.to.{token}", self.stream),
-                ack_policy: AckPolicy::Explicit,
-                deliver_policy: DeliverPolicy::All,
-                ack_wait: self.ack_wait,
-                max_ack_pending: 1,
-                ..Default::default()
-            },
-            ack_wait: self.ack_wait,
-            connected: self.connected.clone(),
-        };
-        self.runtime.spawn(pump.run());
+        self.start_pump(
+            shared.clone(),
+            Target::Recipient(recipient.to_owned()),
+            format!("to-{family}-{token}"),
+            self.subject(recipient),
+        );
         Box::new(NatsInbox {
             shared,
-            local: self.local.clone(),
-            recipient: recipient.to_owned(),
-            generation,
+            registration: Registration::Recipient {
+                local: self.local.clone(),
+                recipient: recipient.to_owned(),
+                generation,
+            },
+        })
+    }
+
+    fn subscribe_group(&self, family: &str) -> Box<dyn Inbox> {
+        let shared = Self::new_shared();
+        *lock(&self.groups).entry(family.to_owned()).or_default() += 1;
+        self.start_pump(
+            shared.clone(),
+            Target::Family(family.to_owned()),
+            group_consumer(family),
+            format!("{}.to.{family}.*", self.stream),
+        );
+        Box::new(NatsInbox {
+            shared,
+            registration: Registration::Group {
+                groups: self.groups.clone(),
+                family: family.to_owned(),
+            },
         })
     }
 
     fn is_subscribed(&self, recipient: &str) -> bool {
         lock(&self.local).contains_key(recipient)
+            || family_of(recipient).is_some_and(|f| lock(&self.groups).contains_key(f))
     }
 
     fn describe(&self) -> String {
@@ -438,11 +518,52 @@ impl Shared {
     }
 }
 
+/// The durable consumer a family's group subscriptions share.
+fn group_consumer(family: &str) -> String {
+    format!("group-{family}")
+}
+
+/// Whom a subscription receives for.
+#[derive(Debug, Clone)]
+enum Target {
+    Recipient(String),
+    Family(String),
+}
+
+impl Target {
+    fn accepts(&self, to: &str) -> bool {
+        match self {
+            Target::Recipient(r) => r == to,
+            Target::Family(f) => family_of(to) == Some(f.as_str()),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Recipient(r) => write!(f, "{r}"),
+            Target::Family(fam) => write!(f, "{fam}:* (group)"),
+        }
+    }
+}
+
+/// How a subscription is known to this process, to forget it when it ends.
+enum Registration {
+    Recipient {
+        local: Subscribed,
+        recipient: String,
+        generation: u64,
+    },
+    Group {
+        groups: Groups,
+        family: String,
+    },
+}
+
 struct NatsInbox {
     shared: Arc<Shared>,
-    local: Subscribed,
-    recipient: String,
-    generation: u64,
+    registration: Registration,
 }
 
 #[async_trait::async_trait]
@@ -476,24 +597,39 @@ impl Inbox for NatsInbox {
 
 impl Drop for NatsInbox {
     fn drop(&mut self) {
-        let mut local = lock(&self.local);
-        if local
-            .get(&self.recipient)
-            .is_some_and(|(g, _)| *g == self.generation)
-        {
-            local.remove(&self.recipient);
+        match &self.registration {
+            Registration::Recipient {
+                local,
+                recipient,
+                generation,
+            } => {
+                let mut local = lock(local);
+                if local.get(recipient).is_some_and(|(g, _)| g == generation) {
+                    local.remove(recipient);
+                }
+            }
+            Registration::Group { groups, family } => {
+                let mut groups = lock(groups);
+                if let Some(n) = groups.get_mut(family) {
+                    *n -= 1;
+                    if *n == 0 {
+                        groups.remove(family);
+                    }
+                }
+            }
         }
         self.shared.close();
     }
 }
 
-/// The task that moves one recipient's messages from the broker into its subscription.
+/// The task that moves one recipient's (or family's) messages from the broker into its
+/// subscription.
 struct Pump {
     shared: Arc<Shared>,
     js: Context,
     url: String,
     stream: String,
-    recipient: String,
+    target: Target,
     consumer: pull::Config,
     ack_wait: Duration,
     connected: watch::Receiver<u64>,
@@ -509,19 +645,87 @@ impl Pump {
 
     async fn run(mut self) {
         let mut pause = RETRY_MIN;
+        let mut said_conflict = false;
         while !self.shared.closed.is_cancelled() {
-            match self.pump().await {
+            let wait = match self.pump().await {
                 Ok(()) => return,
-                Err(e) => {
-                    tracing::warn!(recipient = %self.recipient, error = %e, "bus subscription: broker trouble, retrying");
+                Err(e @ BusError::SubscriptionConflict { .. }) => {
+                    // said once (it is retried every few seconds until the other one is gone)
+                    if !said_conflict {
+                        tracing::error!(subscription = %self.target, error = %e, "bus subscription refused: it overlaps another consumer; retrying every 5 s");
+                        said_conflict = true;
+                    }
                     self.shared.set_problem(Some(e));
+                    RETRY_CONFLICT
                 }
-            }
+                Err(e) => {
+                    tracing::warn!(subscription = %self.target, error = %e, "bus subscription: broker trouble, retrying");
+                    self.shared.set_problem(Some(e));
+                    pause = (pause * 2).min(RETRY_MAX);
+                    pause / 2
+                }
+            };
             tokio::select! {
                 () = self.shared.closed.cancelled() => return,
-                () = tokio::time::sleep(pause) => {}
+                () = tokio::time::sleep(wait) => {}
             }
-            pause = (pause * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// The consumer filter subject's family token (`_`: recipients without a family).
+    fn family(&self) -> &str {
+        match &self.target {
+            Target::Recipient(r) => family_token(r),
+            Target::Family(f) => f,
+        }
+    }
+
+    /// The broker refused our consumer because another one on the work-queue stream takes some
+    /// of the same subjects: find them and say what to do.
+    async fn conflict(&self, stream: &stream::Stream, e: impl std::fmt::Display) -> BusError {
+        let family = self.family().to_owned();
+        let prefix = format!("{}.to.{family}.", self.stream);
+        let mine = self.consumer.durable_name.clone().unwrap_or_default();
+        let mut others = Vec::new();
+        let mut consumers = stream.consumers();
+        while let Some(Ok(info)) = consumers.next().await {
+            let f = &info.config.filter_subject;
+            let overlaps = f.is_empty()
+                || f.starts_with(&prefix)
+                || f.ends_with('>')
+                || *f == format!("{}.to.*.*", self.stream);
+            if overlaps && info.name != mine {
+                others.push(info.name.clone());
+            }
+        }
+        let shown = if others.len() > 5 {
+            format!("{}, … ({} in all)", others[..5].join(", "), others.len())
+        } else {
+            others.join(", ")
+        };
+        let reason = match &self.target {
+            Target::Recipient(r) => format!(
+                "recipient {r:?} is taken by the group subscriptions of family {family:?} \
+                 (consumer {shown}; broker: {e}): a family is received either by its recipients' \
+                 own subscriptions or by group subscriptions, not both. Take this recipient's \
+                 messages from a group subscription (BusMessage::to says the recipient), or drop \
+                 every group subscription of {family:?} and delete its consumer (`nats consumer \
+                 rm {} {}`); this subscription retries every 5 s",
+                self.stream,
+                group_consumer(&family),
+            ),
+            Target::Family(_) => format!(
+                "family {family:?} has per-recipient consumers on the broker ({shown}; broker: \
+                 {e}): a family is received either by its recipients' own subscriptions or by \
+                 group subscriptions, not both. Drop those subscriptions and delete their \
+                 consumers (`nats consumer rm {} NAME`; messages waiting for them stay in the \
+                 stream and come to the group); this subscription retries every 5 s",
+                self.stream
+            ),
+        };
+        BusError::SubscriptionConflict {
+            url: self.url.clone(),
+            reason,
         }
     }
 
@@ -533,13 +737,28 @@ impl Pump {
             .get_stream(&self.stream)
             .await
             .map_err(|e| self.trouble("stream", e))?;
-        let consumer: PullConsumer = stream
+        let consumer: PullConsumer = match stream
             .get_or_create_consumer(
                 self.consumer.durable_name.as_deref().unwrap_or_default(),
                 self.consumer.clone(),
             )
             .await
-            .map_err(|e| self.trouble("consumer", e))?;
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let overlap = matches!(e.kind(), ConsumerErrorKind::JetStream(j) if [
+                    ErrorCode::CONSUMER_WQ_CONSUMER_NOT_UNIQUE,
+                    ErrorCode::CONSUMER_WQ_MULTIPLE_UNFILTERED,
+                    ErrorCode::CONSUMER_OVERLAPPING_SUBJECT_FILTERS,
+                ]
+                .contains(&j.error_code()));
+                return Err(if overlap {
+                    self.conflict(&stream, e).await
+                } else {
+                    self.trouble("consumer", e)
+                });
+            }
+        };
         // async-nats keeps pull requests going on this stream (and asks again after a
         // reconnect). One message per request: while this task holds a message it has no request
         // open, so a message it gives back cannot be handed to a request of its own that nobody
@@ -593,7 +812,7 @@ impl Pump {
             Err(e) => return Err(self.trouble("message without JetStream info", e)),
         };
         let message = decode(seq, &m.payload).and_then(|b| {
-            if b.to == self.recipient {
+            if self.target.accepts(&b.to) {
                 Ok(b)
             } else {
                 Err(BusError::BadPayload(format!("addressed to {:?}", b.to)))
@@ -603,7 +822,7 @@ impl Pump {
             Ok(b) => b,
             Err(e) => {
                 // a message no sender of this bus wrote: never retry it, never block the rest
-                tracing::warn!(recipient = %self.recipient, seq, error = %e, "bus: dropped a message that is not a bus message");
+                tracing::warn!(subscription = %self.target, seq, error = %e, "bus: dropped a message that is not a bus message");
                 let _ = m.ack_with(AckKind::Term).await;
                 return Ok(None);
             }

@@ -149,6 +149,16 @@ fn peer_lines(role: &str, vars: &[(&str, String)], limit: Duration) -> Vec<Value
     Peer::start(role, vars).finish(limit)
 }
 
+fn now_nanos() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    )
+    .unwrap()
+}
+
 fn out(v: Value) {
     println!("@@{v}");
 }
@@ -157,7 +167,9 @@ fn out(v: Value) {
 /// * `send`: sends `BUS_PEER_PLAN` (a JSON list of `{msgId, text, quickReplies?, times}`) to
 ///   `BUS_PEER_TO`, each `times` times with the same message id, and prints every `Delivery`;
 /// * `receive`: subscribes as `BUS_PEER_TO` and prints every message until one reads `END`
-///   (with `BUS_PEER_HOLD_AFTER=N`: after N messages it takes no more and waits to be killed).
+///   (with `BUS_PEER_HOLD_AFTER=N`: after N messages it takes no more and waits to be killed);
+/// * `group`: the same with a group subscription of family `BUS_PEER_TO`, each message
+///   printed with `at`, the wall-clock time (ns) it was handed out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the second process of the bus tests: they run it themselves"]
 async fn peer() {
@@ -194,15 +206,24 @@ async fn peer() {
                 }
             }
         }
-        "receive" => {
+        "receive" | "group" => {
             let hold_after: Option<usize> = std::env::var("BUS_PEER_HOLD_AFTER")
                 .ok()
                 .map(|n| n.parse().unwrap());
-            let mut inbox = bus.subscribe(&to);
+            let group = role == "group";
+            let mut inbox = if group {
+                bus.subscribe_group(&to).unwrap()
+            } else {
+                bus.subscribe(&to)
+            };
             out(json!({"subscribed": to}));
             for n in 1.. {
                 let m = inbox.recv().await.unwrap();
-                out(m.to_payload());
+                let mut p = m.to_payload();
+                if group {
+                    p["at"] = json!(now_nanos());
+                }
+                out(p);
                 if m.text == "END" {
                     break;
                 }
@@ -373,6 +394,9 @@ fn wait_until<T>(mut f: impl FnMut() -> Option<T>, what: &str) -> T {
     }
 }
 
+/// The tests that kill the fault-test broker take turns.
+static FAULT_BROKER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// `kill -KILL` the fault-test broker's process, by its pid file.
 fn kill_broker() {
     let pid = std::fs::read_to_string(env("TEST_NATS_FAULT_PID")).unwrap();
@@ -407,6 +431,7 @@ fn start_broker() {
 /// once each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bus_broker_killed_mid_conversation_typed_errors_then_nothing_lost() {
+    let _only_one = FAULT_BROKER.lock().await;
     let url = env("TEST_NATS_FAULT_URL");
     let stream = stream_name("fault");
     let to = "user:bob";
@@ -606,4 +631,382 @@ async fn bus_a_dropped_subscription_gives_back_the_message_it_held() {
     assert_eq!(last.text, "m2");
     drop(third);
     assert!(!bus.is_subscribed("r"));
+}
+
+// ---- group subscriptions: one subscription per worker for a whole family `user:*` ----
+
+fn group_vars(url: &str, stream: &str, family: &str) -> Vec<(&'static str, String)> {
+    peer_vars(url, stream, 120000, family, String::new())
+}
+
+/// The messages a group peer printed (without its `subscribed` line).
+fn messages_of(lines: Vec<Value>) -> Vec<Value> {
+    assert!(lines[0].get("subscribed").is_some(), "{lines:?}");
+    lines.into_iter().skip(1).collect()
+}
+
+/// Waits (at most 60 s: a hang guard) until `sub` reports a problem.
+async fn problem_of(sub: &messaging::Subscription) -> BusError {
+    for _ in 0..3000 {
+        if let Some(p) = sub.problem() {
+            return p;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{sub:?} reported no problem within 60 s");
+}
+
+/// Two processes each hold a `user` group subscription; this one sends 200 messages to 50
+/// recipients (every 10th twice with the same id) and some to another family. Across the two
+/// processes every `user:` message is handed out exactly once, each process's share in the order
+/// sent, and nothing of the other family. (That the two shares interleave in order too — the
+/// family's one consumer lets the next message out only once the previous one was taken — is
+/// shown by `bus_group_subscriber_killed_holding_a_message_the_other_gets_it`: comparing the
+/// processes' clocks after `recv` returns races with the other process by a few microseconds;
+/// tried, it failed once in two runs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q7_q8_bus_group_two_processes_share_a_family_each_message_once_in_order() {
+    let url = env("TEST_NATS_URL");
+    let stream = stream_name("group");
+    let bus = MessageBus::connect_nats_with(NatsConfig::new(&url).stream(&stream))
+        .await
+        .unwrap();
+    let mut peers = [
+        Peer::start("group", &group_vars(&url, &stream, "user")),
+        Peer::start("group", &group_vars(&url, &stream, "user")),
+    ];
+    for p in &mut peers {
+        while p.seen.is_empty() {
+            p.seen
+                .push(p.lines.recv_timeout(Duration::from_secs(60)).unwrap());
+        }
+    }
+    // let both pumps open their pull requests, so that both take a share
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut sent = Vec::new();
+    for i in 0..200 {
+        let m = OutgoingMessage::new("agent", format!("user:{}", i % 50), format!("message {i}"))
+            .with_msg_id(format!("m-{i}"));
+        let d = bus.send(m.clone()).await.unwrap();
+        if i % 10 == 0 {
+            assert!(bus.send(m.clone()).await.unwrap().duplicate);
+        }
+        sent.push((d.id, m.msg_id, m.to));
+        if i % 20 == 0 {
+            bus.send(OutgoingMessage::new(
+                "agent",
+                format!("agent:{i}"),
+                "not for users",
+            ))
+            .await
+            .unwrap();
+        }
+    }
+    // one END each: a peer stops at its first, and the other END then goes to the other peer
+    for n in 0..2 {
+        bus.send(OutgoingMessage::new("agent", format!("user:end{n}"), "END"))
+            .await
+            .unwrap();
+    }
+    let [a, b] = peers;
+    let (a, b) = tokio::task::spawn_blocking(move || {
+        (
+            messages_of(a.finish(Duration::from_secs(120))),
+            messages_of(b.finish(Duration::from_secs(120))),
+        )
+    })
+    .await
+    .unwrap();
+    eprintln!("shares: {} and {} messages", a.len() - 1, b.len() - 1);
+    for share in [&a, &b] {
+        assert_eq!(share.last().unwrap()["text"], "END", "{share:?}");
+        assert!(share.len() > 1, "each process took a share: {share:?}");
+        let ids: Vec<u64> = share.iter().map(|m| m["id"].as_u64().unwrap()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "in order: {ids:?}");
+    }
+    let mut all: Vec<&Value> = a.iter().chain(&b).filter(|m| m["text"] != "END").collect();
+    all.sort_by_key(|m| m["id"].as_u64().unwrap());
+    let got: Vec<(u64, String, String)> = all
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_u64().unwrap(),
+                m["msgId"].as_str().unwrap().to_owned(),
+                m["to"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(got, sent, "each once across both processes");
+}
+
+/// A group subscriber is SIGKILLed holding the next message of the family (not handed out);
+/// the other process's group subscription, up and waiting meanwhile, gets nothing until then
+/// (one message out at a time), then that message (after `ack_wait`, 2 s here) and the rest.
+#[test]
+fn bus_group_subscriber_killed_holding_a_message_the_other_gets_it() {
+    let url = env("TEST_NATS_URL");
+    let stream = stream_name("group_kill");
+    let mut plan: Vec<Value> = (0..10)
+        .map(|i| json!({"msgId": format!("m-{i}"), "text": format!("message {i}")}))
+        .collect();
+    plan.push(json!({"msgId": "end", "text": "END"}));
+    // the send role sends to one recipient; the group takes any `user:`
+    let sent = peer_lines(
+        "send",
+        &peer_vars(&url, &stream, 120000, "user:dora", json!(plan).to_string()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(sent.len(), 11);
+    let mut first_vars = group_vars(&url, &stream, "user");
+    first_vars.push(("BUS_PEER_HOLD_AFTER", "4".to_owned()));
+    let mut first = Peer::start("group", &first_vars);
+    first.wait_for("message 3", Duration::from_secs(60));
+    // its pump takes "message 4" into the process, where it stays
+    std::thread::sleep(Duration::from_millis(500));
+    let mut other = Peer::start("group", &group_vars(&url, &stream, "user"));
+    while other.seen.is_empty() {
+        other
+            .seen
+            .push(other.lines.recv_timeout(Duration::from_secs(60)).unwrap());
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let killed_at = now_nanos();
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let before: Vec<Value> = first
+        .seen
+        .drain(1..)
+        .chain(first.lines.try_iter())
+        .collect();
+    assert_eq!(
+        texts(&before),
+        ["message 0", "message 1", "message 2", "message 3"]
+    );
+    let after = messages_of(other.finish(Duration::from_secs(60)));
+    assert!(
+        after.iter().all(|m| m["at"].as_u64().unwrap() > killed_at),
+        "the other got nothing while the first held a message: {after:?}"
+    );
+    let got = texts(&after);
+    let got = if got.first() == Some(&"message 3") {
+        &got[1..] // handed out by the dead process, its acknowledgement lost with it
+    } else {
+        &got[..]
+    };
+    let mut expected: Vec<String> = (4..10).map(|i| format!("message {i}")).collect();
+    expected.push("END".into());
+    assert_eq!(got, expected, "nothing lost, in order");
+}
+
+/// The broker dies (SIGKILL) while a group subscription in another process takes a family's
+/// messages, and comes back: typed errors while it is down (sends, and the group subscriptions'
+/// `problem`), then every acknowledged message reaches the group, in order, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bus_group_broker_killed_mid_stream_typed_errors_then_nothing_lost() {
+    let _only_one = FAULT_BROKER.lock().await;
+    let url = env("TEST_NATS_FAULT_URL");
+    let stream = stream_name("group_fault");
+    let config = NatsConfig::new(&url)
+        .stream(&stream)
+        .ack_wait(Duration::from_secs(2))
+        .timeout(Duration::from_secs(2));
+    let bus = MessageBus::connect_nats_with(config).await.unwrap();
+    let mut receiver = Peer::start("group", &group_vars(&url, &stream, "user"));
+    let msg = |i: &str, n: usize| {
+        OutgoingMessage::new("agent", format!("user:{}", n % 4), format!("message {i}"))
+            .with_msg_id(format!("m-{i}"))
+    };
+    let mut expected = Vec::new();
+    for i in 0..10 {
+        bus.send(msg(&i.to_string(), i)).await.unwrap();
+        expected.push(format!("message {i}"));
+    }
+    receiver.wait_for("message 9", Duration::from_secs(60));
+    // a group subscription of another family in this process, to see it report
+    let watcher = bus.subscribe_group("watch").unwrap();
+
+    kill_broker();
+    let problem = problem_of(&watcher).await;
+    assert!(
+        matches!(problem, BusError::BrokerUnavailable { .. }),
+        "{problem:?}"
+    );
+    let down: Vec<OutgoingMessage> = (0..3).map(|i| msg(&format!("down-{i}"), i)).collect();
+    for m in &down {
+        match bus.send(m.clone()).await.unwrap_err() {
+            BusError::BrokerUnavailable { .. } | BusError::NotConfirmed { .. } => {}
+            other => panic!("not the broker-down error: {other:?}"),
+        }
+    }
+    start_broker();
+    for m in &down {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match bus.send(m.clone()).await {
+                Ok(_) => break,
+                Err(BusError::BrokerUnavailable { .. } | BusError::NotConfirmed { .. })
+                    if Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("after the restart: {e:?}"),
+            }
+        }
+        expected.push(m.text.clone());
+    }
+    for i in 10..20 {
+        bus.send(msg(&i.to_string(), i)).await.unwrap();
+        expected.push(format!("message {i}"));
+    }
+    for _ in 0..3000 {
+        if watcher.problem().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(watcher.problem(), None, "the group subscription recovered");
+    bus.send(OutgoingMessage::new("agent", "user:end", "END"))
+        .await
+        .unwrap();
+    expected.push("END".into());
+    let got = tokio::task::spawn_blocking(move || receiver.finish(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    let got = messages_of(got);
+    assert_eq!(
+        texts(&got),
+        expected,
+        "every acknowledged message, in order, once"
+    );
+}
+
+/// On the work-queue stream a family is received either by its recipients' own subscriptions
+/// or by group subscriptions: the later of the two gets a typed error naming the other consumer
+/// (never a hang or a silent loss), and starts by itself once the other consumer is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bus_group_and_a_recipients_own_subscription_of_one_family_conflict() {
+    let url = env("TEST_NATS_URL");
+    // a group first, then a recipient of its family: the recipient's subscription is refused
+    let stream = stream_name("overlap1");
+    let bus = MessageBus::connect_nats_with(NatsConfig::new(&url).stream(&stream))
+        .await
+        .unwrap();
+    let mut group = bus.subscribe_group("user").unwrap();
+    bus.send(OutgoingMessage::new("a", "user:x", "first"))
+        .await
+        .unwrap();
+    assert_eq!(group.recv().await.unwrap().text, "first");
+    let mut own = bus.subscribe("user:x");
+    let e = problem_of(&own).await;
+    let BusError::SubscriptionConflict { url: u, reason } = &e else {
+        panic!("{e:?}");
+    };
+    assert_eq!(u, &url);
+    assert!(reason.contains("group-user"), "names the consumer: {e}");
+    assert!(reason.contains("either"), "says the rule: {e}");
+    // nothing silently lost: the group takes the recipient's messages
+    bus.send(OutgoingMessage::new("a", "user:x", "second"))
+        .await
+        .unwrap();
+    assert_eq!(group.recv().await.unwrap().text, "second");
+    assert!(own.try_recv().is_none());
+    assert!(group.problem().is_none());
+    drop(own);
+
+    // a recipient first, then its family's group: the group is refused, names the consumer
+    let stream = stream_name("overlap2");
+    let bus = MessageBus::connect_nats_with(NatsConfig::new(&url).stream(&stream))
+        .await
+        .unwrap();
+    let mut own = bus.subscribe("user:y");
+    bus.send(OutgoingMessage::new("a", "user:y", "mine"))
+        .await
+        .unwrap();
+    assert_eq!(own.recv().await.unwrap().text, "mine");
+    let mut group = bus.subscribe_group("user").unwrap();
+    let e = problem_of(&group).await;
+    let BusError::SubscriptionConflict { reason, .. } = &e else {
+        panic!("{e:?}");
+    };
+    let consumer = reason
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        .find(|w| w.starts_with("to-user-"))
+        .unwrap_or_else(|| panic!("names the recipient's consumer: {e}"))
+        .to_owned();
+    assert!(
+        e.to_string().contains("nats consumer rm"),
+        "says what to do: {e}"
+    );
+    // meanwhile a message for the family waits in the stream
+    bus.send(OutgoingMessage::new("a", "user:z", "waits"))
+        .await
+        .unwrap();
+    // do as the error says: drop the recipient's subscription, delete its consumer
+    drop(own);
+    let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+    js.get_stream(&stream)
+        .await
+        .unwrap()
+        .delete_consumer(&consumer)
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(60), group.recv())
+        .await
+        .expect("the group starts once the other consumer is gone")
+        .unwrap();
+    assert_eq!((m.text.as_str(), m.to.as_str()), ("waits", "user:z"));
+    assert!(group.problem().is_none());
+}
+
+/// A stream made by the previous version (subjects `STREAM.to.*`) is widened in place to
+/// `STREAM.to.>` on connect, keeping its messages; the bus then works on it.
+#[tokio::test]
+async fn bus_group_a_stream_of_the_previous_version_is_widened_in_place() {
+    use async_nats::jetstream::stream::{Config, RetentionPolicy};
+    let url = env("TEST_NATS_URL");
+    let stream = stream_name("widen");
+    let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+    js.create_stream(Config {
+        name: stream.clone(),
+        subjects: vec![format!("{stream}.to.*")],
+        retention: RetentionPolicy::WorkQueue,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.publish(format!("{stream}.to.0123abcd"), "old".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let bus = MessageBus::connect_nats_with(NatsConfig::new(&url).stream(&stream))
+        .await
+        .unwrap();
+    let mut s = js.get_stream(&stream).await.unwrap();
+    let info = s.info().await.unwrap();
+    assert_eq!(info.config.subjects, [format!("{stream}.to.>")]);
+    assert_eq!(info.state.messages, 1, "the old message is kept (unread)");
+    let mut group = bus.subscribe_group("user").unwrap();
+    let mut own = bus.subscribe("agent-b");
+    bus.send(OutgoingMessage::new("a", "user:1", "new"))
+        .await
+        .unwrap();
+    bus.send(OutgoingMessage::new("a", "agent-b", "plain"))
+        .await
+        .unwrap();
+    assert_eq!(group.recv().await.unwrap().text, "new");
+    assert_eq!(own.recv().await.unwrap().text, "plain");
+    // a stream with other subjects is still refused
+    js.create_stream(Config {
+        name: format!("{stream}_x"),
+        subjects: vec![format!("{stream}_x.other")],
+        retention: RetentionPolicy::WorkQueue,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let e = MessageBus::connect_nats_with(NatsConfig::new(&url).stream(format!("{stream}_x")))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, BusError::Broker { .. }), "{e:?}");
 }
