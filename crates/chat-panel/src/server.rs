@@ -205,6 +205,8 @@ impl ChatPanel {
     /// with the connection limits of the [`PanelConfig`]: header-read, idle and write-stall
     /// timeouts and at most `max_connections` open connections.
     pub async fn serve(&self, addr: &str) -> std::io::Result<PanelServer> {
+        // the persons' bus messages are taken from the start, not from the first conversation
+        self.app.sessions.start_inbox();
         let addr: SocketAddr = addr.parse().map_err(|e| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
         })?;
@@ -374,11 +376,7 @@ fn session_id(path: Result<Path<String>, PathRejection>) -> Result<String, Respo
 
 fn check_session_id(path: Result<Path<String>, PathRejection>) -> Result<String, String> {
     let Path(id) = path.map_err(|e| format!("bad session id: {e}"))?;
-    let ok = (8..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if ok {
+    if crate::state::is_session_id(&id) {
         Ok(id)
     } else {
         Err("bad session id: use 8 to 64 characters of A-Z, a-z, 0-9, '-' and '_'".into())

@@ -331,24 +331,22 @@ fn foreign_message_round(m: &BusMessage) -> Vec<Message> {
     ]
 }
 
-/// A conversation this worker subscribed to: its bus inbox, and who waits for its new rows.
+/// A conversation open in this worker: who waits for its new rows.
 struct Slot {
-    inbox: tokio::task::JoinHandle<()>,
     changed: Arc<Notify>,
     last_used: Instant,
 }
 
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.inbox.abort();
-    }
-}
+/// The bus family of the persons' addresses (`user:ID`): one group subscription per worker
+/// takes every message to any person, whichever worker holds their connection.
+const PERSONS: &str = "user";
 
 /// The conversations this worker has open, at most `max_sessions`. Nothing here is conversation
 /// state: the messages, the entries' ids and whether an answer runs are in the store (any worker
-/// rebuilds them); this holds the process's own resources — each open conversation's bus
-/// subscription (`user:ID`; a message from another sender is stored as a row) and a wake-up
-/// for the streams following it.
+/// rebuilds them); this holds the process's own resources — a wake-up for the streams following
+/// each open conversation, and ONE bus subscription for the whole worker (the group `user:*`,
+/// shared by every worker: a message from another sender to any person is stored as a row by
+/// whichever worker takes it, and the store's change feed wakes the streams on every worker).
 ///
 /// With a store of the process's own (SQLite, memory), the least recently used conversation is
 /// deleted from the store when a new one starts beyond `max_sessions`; with a shared store
@@ -360,6 +358,8 @@ pub(crate) struct Sessions {
     store: Arc<dyn SessionStore>,
     shared: bool,
     max_sessions: usize,
+    /// The group subscription's task (started with the first conversation opened here).
+    inbox: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// How many conversations a store of this process's own holds (known after the first
     /// listing, then counted), so a new conversation lists the store only near the limit.
     stored: Mutex<Option<usize>>,
@@ -387,6 +387,23 @@ impl Sessions {
             shared,
             max_sessions: max_sessions.max(1),
             stored: Mutex::new(None),
+            inbox: Mutex::new(None),
+        }
+    }
+
+    /// Starts taking the persons' bus messages (once; needs a Tokio runtime). A family name the
+    /// bus refuses cannot happen (`user` is valid); a broker that cannot be reached is retried
+    /// by the subscription itself.
+    pub fn start_inbox(&self) {
+        let mut inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
+        if inbox.is_some() {
+            return;
+        }
+        match self.bus.subscribe_group(PERSONS) {
+            Ok(sub) => *inbox = Some(tokio::spawn(inbox_task(sub, self.store.clone()))),
+            Err(e) => {
+                tracing::error!(error = %e, "chat panel: could not subscribe to the persons' messages")
+            }
         }
     }
 
@@ -460,6 +477,7 @@ impl Sessions {
     }
 
     async fn open(&self, id: &str) {
+        self.start_inbox();
         let changed = Arc::new(Notify::new());
         let victim = {
             let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
@@ -474,16 +492,9 @@ impl Sessions {
             if let Some(v) = &victim {
                 map.remove(v);
             }
-            let inbox = tokio::spawn(inbox_task(
-                self.bus.subscribe(user_address(id)),
-                self.store.clone(),
-                id.to_owned(),
-                changed.clone(),
-            ));
             map.insert(
                 id.to_owned(),
                 Slot {
-                    inbox,
                     changed,
                     last_used: Instant::now(),
                 },
@@ -606,36 +617,63 @@ impl Sessions {
     }
 }
 
-/// Stores what arrives in a conversation's bus inbox from senders other than the panel's own
-/// agent (whose messages are stored as its `send_message` calls), and wakes the streams.
-async fn inbox_task(
-    mut inbox: Subscription,
-    store: Arc<dyn SessionStore>,
-    id: String,
-    changed: Arc<Notify>,
-) {
+/// Stores what arrives for the persons (`user:ID`) from senders other than the panel's own
+/// agent (whose messages are stored as its `send_message` calls) into the conversation `ID`,
+/// creating it when it is new; the store's change feed wakes the streams of every worker.
+/// A store that cannot be reached is retried (backoff to 5 s) until the message is stored: the
+/// group's next message waits meanwhile, so the order holds and nothing taken is dropped.
+async fn inbox_task(mut inbox: Subscription, store: Arc<dyn SessionStore>) {
     while let Some(m) = inbox.recv().await {
         if m.from == AGENT_SENDER {
+            continue;
+        }
+        let id = m.to.strip_prefix("user:").unwrap_or_default();
+        if !is_session_id(id) {
+            tracing::warn!(to = %m.to, msg_id = %m.msg_id, from = %m.from,
+                "chat panel: a message for a person whose address is not a conversation id was dropped (8 to 64 of A-Z a-z 0-9 - _)");
             continue;
         }
         // Stored once whichever worker (or how often) the broker hands it to: a state slot per
         // message id, set in the same compare-and-set as the round.
         let key = format!("chat-panel.bus.{}", m.msg_id);
-        let once = StateChange::new(&key, None, Some("stored"));
-        match store
-            .append_with_state(&id, &foreign_message_round(&m), once)
-            .await
-        {
-            Ok(Some(_)) => {}
-            Ok(None) => {
-                tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
+        let round = foreign_message_round(&m);
+        let mut wait = std::time::Duration::from_millis(100);
+        loop {
+            let once = StateChange::new(&key, None, Some("stored"));
+            match store.append_with_state(id, &round, once).await {
+                Ok(Some(_)) => break,
+                Ok(None) => {
+                    tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
+                    break;
+                }
+                Err(StoreError::NotFound { .. }) => match store.create(id).await {
+                    Ok(()) | Err(StoreError::AlreadyExists { .. }) => continue,
+                    Err(e) => {
+                        tracing::warn!(session = %id, error = %e, "chat panel: could not start a conversation for a message; retrying");
+                    }
+                },
+                Err(e @ (StoreError::Unreachable { .. } | StoreError::Database { .. })) => {
+                    tracing::warn!(session = %id, from = %m.from, error = %e, retry_in_ms = wait.as_millis() as u64,
+                        "chat panel: could not store a message for the person; retrying");
+                }
+                Err(e) => {
+                    tracing::error!(session = %id, from = %m.from, msg_id = %m.msg_id, error = %e,
+                        "chat panel: a message for the person could not be stored and was dropped");
+                    break;
+                }
             }
-            Err(e) => {
-                tracing::warn!(session = %id, from = %m.from, error = %e, "chat panel: could not store a message for the person");
-            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(std::time::Duration::from_secs(5));
         }
-        changed.notify_waiters();
     }
+}
+
+/// A conversation id the panel accepts: 8 to 64 of `A-Z a-z 0-9 - _`.
+pub(crate) fn is_session_id(id: &str) -> bool {
+    (8..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 #[cfg(test)]
