@@ -516,11 +516,19 @@ async fn follow(app: Arc<App>, id: String, after: u64, tx: mpsc::Sender<Event>) 
                     Some(n) => n.await,
                     None => std::future::pending().await,
                 }
-            } => {}
+            } => {
+                // An answer's changes come in bursts (its lease and the person's message, its
+                // round and the lease's release): one read after a short pause sees the burst.
+                tokio::time::sleep(COALESCE).await;
+            }
             () = tokio::time::sleep(poll), if timer => {}
         }
     }
 }
+
+/// How long a woken events stream waits before it reads, so that changes committed together
+/// are read once (measured: a turn wakes a following stream 4 times).
+const COALESCE: Duration = Duration::from_millis(15);
 
 /// Sends a conversation's stored rows after the last one sent.
 struct Rows {
