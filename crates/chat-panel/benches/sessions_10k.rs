@@ -22,6 +22,8 @@
 //! `SESSIONS=2000` for a smaller run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+#[path = "../tests/common/mod.rs"]
+mod common;
 #[path = "../../context-engine/tests/common/mod.rs"]
 mod pg;
 
@@ -32,9 +34,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
+use chat_panel::PanelConfig;
 use futures::StreamExt;
-use model_gateway::{OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
 
@@ -55,7 +56,7 @@ fn main() {
         .unwrap_or(10_000);
     let m = (n / 5).max(1);
     raise_fd_limit();
-    let pg = pg::pg_base_url();
+    pg::pg_base_url(); // fails loudly when not set
     let nats = std::env::var("TEST_NATS_URL").unwrap_or_else(|_| {
         panic!("TEST_NATS_URL is not set: run `cargo xtask with-services cargo bench -p chat-panel --bench sessions_10k`")
     });
@@ -76,7 +77,7 @@ fn main() {
                 .to_owned();
             Reply::text(format!("You said: {last}")).latency(MODEL_LATENCY)
         });
-        let url = fresh_database(&pg, "chat_panel_sessions_bench").await;
+        let url = pg::pg_database("chat_panel_sessions_bench").await;
         println!(
             "sessions_10k: {n} sessions, {CONCURRENCY} turns in flight, model answers after {} ms",
             MODEL_LATENCY.as_millis()
@@ -92,7 +93,7 @@ fn main() {
         )
         .await;
         let lost_pg = count_postgres(&url, n, m).await;
-        let url2 = fresh_database(&pg, "chat_panel_sessions_bench_pg").await;
+        let url2 = pg::pg_database("chat_panel_sessions_bench_pg").await;
         let pg_only = run(
             "2 workers, PostgreSQL, no broker",
             vec![
@@ -451,22 +452,6 @@ fn compare(counts: &HashMap<String, i64>, n: usize, m: usize) -> String {
     format!("{lost} / {doubled}")
 }
 
-async fn fresh_database(base: &str, name: &str) -> String {
-    let (admin, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    pg::with_db(base, name)
-}
-
 /// A worker's own figures: `getrusage(RUSAGE_SELF)` and `VmRSS`.
 #[derive(Debug, Clone, Copy)]
 struct Usage {
@@ -573,13 +558,6 @@ fn worker_child() {
         .build()
         .unwrap()
         .block_on(async {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter("chat_panel=warn,context_engine=warn,messaging=warn")
-                .with_writer(std::io::stderr)
-                .try_init();
-            let mut cfg = OpenAiConfig::new("scripted");
-            cfg.base_url = std::env::var("CHAT_PANEL_MODEL_URL").unwrap();
-            let model = OpenAiModel::new(cfg).unwrap();
             let mut config = PanelConfig::from_env()
                 .with_max_sessions(40_000)
                 .with_max_connections(15_000)
@@ -588,14 +566,7 @@ fn worker_child() {
             if let Ok(path) = std::env::var(CHILD_SQLITE) {
                 config = config.with_history_path(path);
             }
-            let bus = config.bus().await.unwrap();
-            let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)
-                .await
-                .unwrap();
-            let server = ChatPanel::new(backend, bus, config)
-                .serve("127.0.0.1:0")
-                .await
-                .unwrap();
+            let server = common::serve_child_panel(config).await;
             println!("listening {}", server.addr());
             let _ = tokio::task::spawn_blocking(|| {
                 let mut line = String::new();

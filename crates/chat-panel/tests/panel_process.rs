@@ -16,9 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
-use messaging::MessageBus;
-use model_gateway::{OpenAiConfig, OpenAiModel};
+use chat_panel::PanelConfig;
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
 
@@ -77,22 +75,7 @@ fn panel_child(db: &str) {
         .build()
         .unwrap();
     rt.block_on(async {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("chat_panel=warn")
-            .with_writer(std::io::stderr)
-            .try_init();
-        let mut cfg = OpenAiConfig::new("scripted");
-        cfg.base_url = std::env::var("CHAT_PANEL_MODEL_URL").unwrap();
-        let model = OpenAiModel::new(cfg).unwrap();
-        let bus = MessageBus::new();
-        let config = PanelConfig::default().with_history_path(db);
-        let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)
-            .await
-            .unwrap();
-        let server = ChatPanel::new(backend, bus, config)
-            .serve("127.0.0.1:0")
-            .await
-            .unwrap();
+        let server = common::serve_child_panel(PanelConfig::default().with_history_path(db)).await;
         println!("listening {}", server.addr());
         // until the parent closes our stdin (or kills us)
         let _ = tokio::task::spawn_blocking(|| {

@@ -91,13 +91,6 @@ fn runtime() -> tokio::runtime::Runtime {
 /// stdin closes or it is killed.
 fn worker_child() {
     runtime().block_on(async {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("chat_panel=warn")
-            .with_writer(std::io::stderr)
-            .try_init();
-        let mut cfg = OpenAiConfig::new("scripted");
-        cfg.base_url = std::env::var("CHAT_PANEL_MODEL_URL").unwrap();
-        let model = OpenAiModel::new(cfg).unwrap();
         let poll_ms = std::env::var("WORKERS_TEST_FOLLOW_POLL_MS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -106,14 +99,7 @@ fn worker_child() {
             .with_turn_lease(Duration::from_millis(1500))
             .with_follow_poll(Duration::from_millis(poll_ms));
         assert!(config.history.is_shared(), "DATABASE_URL was not read");
-        let bus = config.bus().await.unwrap();
-        let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)
-            .await
-            .unwrap();
-        let server = ChatPanel::new(backend, bus, config)
-            .serve("127.0.0.1:0")
-            .await
-            .unwrap();
+        let server = common::serve_child_panel(config).await;
         println!("listening {}", server.addr());
         let _ = tokio::task::spawn_blocking(|| {
             let mut sink = String::new();

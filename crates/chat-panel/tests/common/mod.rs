@@ -179,6 +179,27 @@ pub fn sse_events(body: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// The panel of a child process: the scripted model at `CHAT_PANEL_MODEL_URL`, the bus the
+/// config names, served on 127.0.0.1:0 (warnings to stderr). The caller prints its address.
+#[allow(dead_code)] // used by the tests that run the panel as a process
+pub async fn serve_child_panel(config: PanelConfig) -> PanelServer {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("chat_panel=warn")
+        .with_writer(std::io::stderr)
+        .try_init();
+    let mut cfg = OpenAiConfig::new("scripted");
+    cfg.base_url = std::env::var("CHAT_PANEL_MODEL_URL").unwrap();
+    let model = OpenAiModel::new(cfg).unwrap();
+    let bus = config.bus().await.unwrap();
+    let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)
+        .await
+        .unwrap();
+    ChatPanel::new(backend, bus, config)
+        .serve("127.0.0.1:0")
+        .await
+        .unwrap()
+}
+
 /// Starts a panel child process (`command`, which must make the child print
 /// `listening ADDR` as its first line) with piped stdin and stdout; returns it and its address.
 #[allow(dead_code)] // used by the tests that run the panel as a process
