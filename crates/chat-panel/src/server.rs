@@ -27,8 +27,7 @@ use tool_system::LoopEvent;
 use crate::backend::user_sentence;
 use crate::lease::{self, Acquired};
 use crate::state::{
-    Entry, EntryKind, Sessions, ToolActivity, entries_from_history, live_id, load_rows,
-    rows_from_history,
+    Entry, EntryKind, Sessions, ToolActivity, entries_from_history, live_id, rows_from_history,
 };
 use crate::{ChatBackend, PanelConfig};
 
@@ -406,7 +405,7 @@ async fn get_session(
         Ok(b) => b,
         Err(e) => return store_failed(&e),
     };
-    let (base, messages) = match load_rows(store, &id).await {
+    let (base, messages) = match app.sessions.rows(&id).await {
         Ok(Some(r)) => r,
         Ok(None) => (0, Vec::new()),
         Err(e) => return store_failed(&e),
@@ -562,7 +561,7 @@ impl Rows {
     }
 
     async fn flush(&mut self, app: &App, id: &str, out: &mut Out) {
-        let rows = match load_rows(app.sessions.store(), id).await {
+        let rows = match app.sessions.rows(id).await {
             Ok(Some((base, messages))) => rows_from_history(id, base, &messages),
             Ok(None) => return,
             Err(e) => {
@@ -719,7 +718,7 @@ async fn post_approvals(
 #[allow(clippy::result_large_err)] // built once per request and returned straight away
 async fn take_turn(app: &App, id: &str) -> Result<(String, u64), Response> {
     let store = app.sessions.store();
-    let before = match load_rows(store, id).await {
+    let before = match app.sessions.rows(id).await {
         Ok(Some((base, messages))) => base + messages.len() as u64,
         Ok(None) => 0,
         Err(e) => return Err(store_failed(&e)),

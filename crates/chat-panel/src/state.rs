@@ -411,6 +411,20 @@ impl Sessions {
         &*self.store
     }
 
+    /// The conversation's stored messages and the row number before the first (see
+    /// [`load_rows`]). A shared store is never trimmed (`trim_history`), so its rows start at 1
+    /// and the base slot is not read: one query fewer for every read of an events stream.
+    pub async fn rows(&self, id: &str) -> Result<Option<(u64, Vec<Message>)>, StoreError> {
+        if !self.shared {
+            return load_rows(&*self.store, id).await;
+        }
+        match self.store.load(id).await {
+            Ok(s) => Ok(Some((0, s.messages))),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The wake-up of the streams following `id` (created with the slot).
     pub fn changed(&self, id: &str) -> Option<Arc<Notify>> {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
