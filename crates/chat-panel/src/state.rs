@@ -641,7 +641,10 @@ async fn inbox_task(mut inbox: Subscription, store: Arc<dyn SessionStore>) {
         if m.from == AGENT_SENDER {
             continue;
         }
-        let id = m.to.strip_prefix("user:").unwrap_or_default();
+        let id =
+            m.to.strip_prefix(PERSONS)
+                .and_then(|r| r.strip_prefix(':'))
+                .unwrap_or_default();
         if !is_session_id(id) {
             tracing::warn!(to = %m.to, msg_id = %m.msg_id, from = %m.from,
                 "chat panel: a message for a person whose address is not a conversation id was dropped (8 to 64 of A-Z a-z 0-9 - _)");

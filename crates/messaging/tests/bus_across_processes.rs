@@ -397,6 +397,23 @@ fn wait_until<T>(mut f: impl FnMut() -> Option<T>, what: &str) -> T {
 /// The tests that kill the fault-test broker take turns.
 static FAULT_BROKER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Sends `m` again until the bus has reconnected to the restarted broker (at most 60 s): only
+/// the broker-down errors are retried.
+async fn send_once_back(bus: &MessageBus, m: &OutgoingMessage) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match bus.send(m.clone()).await {
+            Ok(_) => return,
+            Err(BusError::BrokerUnavailable { .. } | BusError::NotConfirmed { .. })
+                if Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("after the restart: {e:?}"),
+        }
+    }
+}
+
 /// `kill -KILL` the fault-test broker's process, by its pid file.
 fn kill_broker() {
     let pid = std::fs::read_to_string(env("TEST_NATS_FAULT_PID")).unwrap();
@@ -514,18 +531,7 @@ async fn bus_broker_killed_mid_conversation_typed_errors_then_nothing_lost() {
     let restarted = Instant::now();
     // as the errors said: send the same messages again, once the bus has reconnected
     for m in &down {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            match bus.send(m.clone()).await {
-                Ok(_) => break,
-                Err(BusError::BrokerUnavailable { .. } | BusError::NotConfirmed { .. })
-                    if Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => panic!("after the restart: {e:?}"),
-            }
-        }
+        send_once_back(&bus, m).await;
         expected.push(m.text.clone());
     }
     eprintln!(
@@ -840,18 +846,7 @@ async fn bus_group_broker_killed_mid_stream_typed_errors_then_nothing_lost() {
     }
     start_broker();
     for m in &down {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            match bus.send(m.clone()).await {
-                Ok(_) => break,
-                Err(BusError::BrokerUnavailable { .. } | BusError::NotConfirmed { .. })
-                    if Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => panic!("after the restart: {e:?}"),
-            }
-        }
+        send_once_back(&bus, m).await;
         expected.push(m.text.clone());
     }
     for i in 10..20 {
