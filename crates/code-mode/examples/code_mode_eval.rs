@@ -73,15 +73,19 @@ async fn main() {
     let code = eval::run_mode(&player, &tasks, Mode::Code)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    // A real model chooses for itself whether to describe first: one code-mode run is enough.
-    let described = if player.is_real() {
-        Vec::new()
-    } else {
-        eval::run_mode(&player, &tasks, Mode::CodeDescribeFirst)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-    };
-    for r in native.iter().chain(&code).chain(&described) {
+    // A real model chooses for itself whether to describe first and whether to end with
+    // final_answer: one code-mode run is enough.
+    let mut extra = Vec::new();
+    if !player.is_real() {
+        for mode in [Mode::CodePrinted, Mode::CodeDescribeFirst] {
+            extra.push(
+                eval::run_mode(&player, &tasks, mode)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}")),
+            );
+        }
+    }
+    for r in native.iter().chain(&code).chain(extra.iter().flatten()) {
         if let Err(why) = &r.outcome {
             println!(
                 "FAIL {} ({}): {why}\n  answer: {:?}",
@@ -93,5 +97,5 @@ async fn main() {
             println!("ok {} ({}): {:?}", r.task, r.mode.name(), r.answer);
         }
     }
-    println!("\n{}", eval::report(&native, &code, &described));
+    println!("\n{}", eval::report(&native, &code, &extra));
 }

@@ -51,6 +51,8 @@ use crate::signature::Function;
 pub const RUN_CODE: &str = "run_code";
 /// The tool that gives one function's full description.
 pub const DESCRIBE_FUNCTION: &str = "describe_function";
+/// The function that ends a script with the turn's reply ([`CodeModeBuilder::final_answer`]).
+pub const FINAL_ANSWER: &str = "final_answer";
 
 /// The Python runner: defines the functions, runs the script, speaks the frames.
 const RUNNER: &str = include_str!("runner.py");
@@ -140,9 +142,17 @@ pub struct CodeModeBuilder {
     limits: CodeLimits,
     policy: ApprovalPolicy,
     python: String,
+    final_answer: bool,
 }
 
 impl CodeModeBuilder {
+    /// Whether scripts get `final_answer(text)` (default `true`): it ends the script, and
+    /// `text` is the turn's reply as it is ([`ToolProvider::final_answer`]) — the whole task in
+    /// one model call. Off: the model always reads what the script printed and answers itself.
+    pub fn final_answer(mut self, on: bool) -> Self {
+        self.final_answer = on;
+        self
+    }
     /// The bounds of one script.
     pub fn limits(mut self, limits: CodeLimits) -> Self {
         self.limits = limits;
@@ -207,6 +217,7 @@ impl CodeModeBuilder {
             skill,
             limits: self.limits,
             policy: self.policy,
+            final_answer: self.final_answer,
             _dir: dir,
         })
     }
@@ -252,6 +263,8 @@ pub struct CodeModeProvider {
     skill: Skill,
     limits: CodeLimits,
     policy: ApprovalPolicy,
+    /// Scripts get `final_answer()` ([`CodeModeBuilder::final_answer`]).
+    final_answer: bool,
     /// The runner's files, removed with the provider.
     _dir: tempfile::TempDir,
 }
@@ -277,6 +290,7 @@ impl CodeModeProvider {
             limits: CodeLimits::default(),
             policy: ApprovalPolicy::new(),
             python: "python3".to_owned(),
+            final_answer: true,
         }
     }
 
@@ -308,15 +322,26 @@ impl CodeModeProvider {
         out
     }
 
+    /// Whether scripts get `final_answer()`: on, and no bound tool has that name.
+    fn offers_final_answer(&self, functions: &[Function]) -> bool {
+        self.final_answer && !functions.iter().any(|f| f.name == FINAL_ANSWER)
+    }
+
     /// `run_code`'s description: what it does, its limits, and each function's level-1 line.
     fn run_code_description(&self, functions: &[Function]) -> String {
         let l = &self.limits;
         let mut s = format!(
-            "Run a short Python 3 script (standard library only) in a sandbox (no network, no host files). In it, the tools below are functions: call several, combine their results in code, and print() only what you need. You get back only the printed text (at most {}) and the list of calls made. A failed call raises ToolError (.kind, .message; subclasses ToolTimeout, InvalidArguments, ToolNotFound, ToolUnavailable, ToolCrashed, ResultTooLarge, ApprovalRequired, CallLimitExceeded), which the script can catch. Limits per script: {} tool calls, {} s. Full description of one function: call {DESCRIBE_FUNCTION}.\nFunctions (keyword arguments; each returns the tool's JSON result):",
+            "Run a short Python 3 script (standard library only) in a sandbox (no network, no host files). In it, the tools below are functions: call several, combine their results in code, and print() only what you need. You get back only the printed text (at most {}) and the list of calls made. A failed call raises ToolError (.kind, .message; subclasses ToolTimeout, InvalidArguments, ToolNotFound, ToolUnavailable, ToolCrashed, ResultTooLarge, ApprovalRequired, CallLimitExceeded), which the script can catch. Limits per script: {} tool calls, {} s. Full description of one function: call {DESCRIBE_FUNCTION}.",
             run::human_bytes(l.shown_output_bytes),
             l.max_calls,
             l.time_limit.as_secs_f64()
         );
+        if self.offers_final_answer(functions) {
+            s.push_str(&format!(
+                " When the script has the user's answer, end it with {FINAL_ANSWER}(text): text is your reply to the user as it is, with no further step."
+            ));
+        }
+        s.push_str("\nFunctions (keyword arguments; each returns the tool's JSON result):");
         if functions.is_empty() {
             s.push_str("\n(none: no tools are bound)");
         }
@@ -397,6 +422,18 @@ impl ToolProvider for CodeModeProvider {
             }
             other => Err(ToolError::not_found(other)),
         }
+    }
+
+    /// A script that called `final_answer(text)` ended the turn: `text` is the reply.
+    fn final_answer(&self, name: &str, result: &Value) -> Option<String> {
+        (name == RUN_CODE)
+            .then(|| {
+                result
+                    .get("answer")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .flatten()
     }
 
     /// The sandbox stops a script at its own limit; the dispatcher's is a backstop a little

@@ -42,6 +42,8 @@ struct Script<'a> {
     over_limit: bool,
     /// The runner's end: `Some(None)` finished, `Some(Some(traceback))` raised.
     done: Option<Option<String>>,
+    /// What the script gave `final_answer()`.
+    answer: Option<String>,
 }
 
 fn kind_name(kind: ToolErrorKind) -> &'static str {
@@ -219,6 +221,10 @@ impl FrameHandler for Script<'_> {
                 cap_result(e.to_owned(), 4096).0
             });
             self.done = Some(error);
+            self.answer = done
+                .get("answer")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
             return FrameReply::Continue;
         }
         FrameReply::Stop(
@@ -236,6 +242,7 @@ pub(crate) async fn run(
 ) -> Result<Value, ToolError> {
     let input = json!({
         "code": code,
+        "final_answer": provider.offers_final_answer(functions),
         "functions": functions.iter().map(Function::runner_spec).collect::<Vec<_>>(),
     });
     let mut script = Script {
@@ -247,6 +254,7 @@ pub(crate) async fn run(
         printed_bytes: 0,
         over_limit: false,
         done: None,
+        answer: None,
     };
     let result = provider
         .sandbox
@@ -256,8 +264,22 @@ pub(crate) async fn run(
     match (result, done) {
         (Ok(()), Some(None)) => {
             let mut out = json!({"printed": script.printed, "calls": script.calls_json()});
-            if let Some(note) = script.cut_note() {
-                out["note"] = Value::String(note);
+            let mut notes: Vec<String> = script.cut_note().into_iter().collect();
+            let shown = provider.limits.shown_output_bytes;
+            match script.answer.take() {
+                Some(answer) if answer.len() <= shown => out["answer"] = Value::String(answer),
+                Some(answer) => {
+                    notes.push(format!(
+                        "final_answer() got {} bytes, more than the {} a reply may have: it is not the reply; its start is in answer_cut. Answer the user yourself, shorter.",
+                        answer.len(),
+                        human_bytes(shown)
+                    ));
+                    out["answer_cut"] = Value::String(cap_result(answer, shown).0);
+                }
+                None => {}
+            }
+            if !notes.is_empty() {
+                out["note"] = Value::String(notes.join(" "));
             }
             Ok(out)
         }

@@ -4,7 +4,8 @@ It runs inside the skills sandbox (one container per script). Frames are one JSO
 line: to the agent on the original stdout, from the agent on the original stdin. The script's
 own stdout and stderr (print) are sent as {"print": text} frames; a tool call is
 {"call": {"name": tool, "arguments": {...}}}, answered by {"ok": true, "value": v} or
-{"ok": false, "kind": k, "message": m}; the end is {"done": {"error": text or null}}.
+{"ok": false, "kind": k, "message": m}; the end is {"done": {"error": text or null, "answer": text or null}} (answer: what the
+script gave final_answer()).
 """
 import io
 import _thread
@@ -172,6 +173,24 @@ def _call(tool, arguments):
     raise _ERRORS.get(kind, ToolError)(tool, message, kind)
 
 
+class _FinalAnswer(BaseException):
+    """Raised by final_answer() to end the script; not an Exception, so `except Exception`
+    in the script does not stop it."""
+
+
+_ANSWER = []
+
+
+def final_answer(answer):
+    """Ends the script: `answer` (text, or any JSON value) is the reply to the user as it is,
+    with no further step. Only the first call counts."""
+    if not _ANSWER:
+        if not isinstance(answer, str):
+            answer = json.dumps(answer, ensure_ascii=False, default=str)
+        _ANSWER.append(answer)
+    raise _FinalAnswer()
+
+
 def _function(spec):
     name = spec["name"]
     tool = spec["tool"]
@@ -232,19 +251,23 @@ def main():
     }
     for cls in _ERRORS.values():
         names[cls.__name__] = cls
+    if request.get("final_answer"):
+        names["final_answer"] = final_answer
     for spec in request.get("functions", []):
         names[spec["name"]] = _function(spec)
     error = None
     try:
         code = compile(request.get("code", ""), "<script>", "exec")
         exec(code, names)
+    except _FinalAnswer:
+        pass
     except SystemExit as e:
         if e.code not in (None, 0):
             error = "SystemExit: %s" % (e.code,)
     except BaseException as e:  # the script's own errors, reported to the model
         error = _where(e)
     printed.flush()
-    _send({"done": {"error": error}})
+    _send({"done": {"error": error, "answer": _ANSWER[0] if _ANSWER else None}})
     _OUT.close()
     os._exit(0)
 

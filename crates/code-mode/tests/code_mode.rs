@@ -680,3 +680,129 @@ async fn code_mode_each_nested_call_has_its_own_tool_span_inside_run_codes() {
         ]
     );
 }
+
+#[tokio::test]
+async fn code_mode_final_answer_ends_the_script_with_the_reply() {
+    let f = fixture(short().with_output(256, 4096));
+    // It ends the script even inside `except Exception`, and only the first call counts.
+    let out = f
+        .run("try:\n    final_answer('Paris: ' + str(get_weather(city='Paris')['temp']))\nexcept Exception:\n    print('swallowed')\nprint('after')\n")
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(out["answer"], "Paris: 15", "{out}");
+    assert_eq!(out["printed"], "", "nothing ran after final_answer: {out}");
+    assert_eq!(
+        f.provider.final_answer(RUN_CODE, &out).as_deref(),
+        Some("Paris: 15")
+    );
+    assert_eq!(f.provider.final_answer("describe_function", &out), None);
+    // A value that is not text is given as JSON text.
+    let out = f.run("final_answer({'sum': add(a=1, b=2)})").await.unwrap();
+    assert_eq!(out["answer"], r#"{"sum": 3.0}"#);
+    // A script without final_answer gives no reply: the model reads what it printed.
+    let out = f.run("print('just looking')").await.unwrap();
+    assert!(out.get("answer").is_none());
+    assert_eq!(f.provider.final_answer(RUN_CODE, &out), None);
+    // A reply longer than the model may be shown is not the reply; the note says why.
+    let out = f.run("final_answer('x' * 1000)").await.unwrap();
+    assert!(out.get("answer").is_none(), "{out}");
+    assert!(out["answer_cut"].as_str().unwrap().len() <= 256);
+    assert!(
+        out["note"]
+            .as_str()
+            .unwrap()
+            .contains("final_answer() got 1000 bytes"),
+        "{out}"
+    );
+    // A script that raises after swallowing it is a failed script, not a reply.
+    let e = f
+        .run("try:\n    final_answer('early')\nexcept BaseException:\n    pass\nraise ValueError('late')\n")
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("ValueError: late"), "{}", e.message);
+    // The description tells the model about it.
+    let spec = f.provider.list().await.remove(0);
+    assert!(spec.description.contains("final_answer(text)"));
+    f.assert_clean().await;
+}
+
+#[tokio::test]
+async fn code_mode_final_answer_can_be_turned_off() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default();
+    config.temp_root = Some(temp.path().to_path_buf());
+    let provider = CodeModeProvider::builder(Arc::new(tools(&ran)))
+        .limits(short())
+        .sandbox_config(config)
+        .final_answer(false)
+        .build()
+        .unwrap();
+    let spec = provider.list().await.remove(0);
+    assert!(!spec.description.contains("final_answer"));
+    let e = provider
+        .call(
+            RUN_CODE,
+            json!({"code": "final_answer('x')"}),
+            ToolContext::new("c1"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("NameError: name 'final_answer' is not defined"),
+        "{}",
+        e.message
+    );
+}
+
+#[tokio::test]
+async fn code_mode_a_script_that_calls_final_answer_ends_the_turn_in_one_model_call() {
+    use model_gateway::{OpenAiConfig, OpenAiModel};
+    use testkit::{Reply, ScriptedServer};
+
+    let ran = Arc::new(AtomicUsize::new(0));
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default();
+    config.temp_root = Some(temp.path().to_path_buf());
+    let code = CodeModeProvider::builder(Arc::new(tools(&ran)))
+        .limits(short())
+        .sandbox_config(config)
+        .build()
+        .unwrap();
+    let server = ScriptedServer::start().await;
+    let script = "t = {c: get_weather(city=c)['temp'] for c in ['Paris', 'Oslo']}\nw = max(t, key=t.get)\nfinal_answer(f'{w} is warmer ({t[\"Paris\"]} vs {t[\"Oslo\"]}).')\n";
+    server.push(Reply::tool_call(
+        "call_1",
+        RUN_CODE,
+        &json!({"code": script}).to_string(),
+    ));
+    server.push(Reply::text("Glad to help."));
+    let model = OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
+    let store = Arc::new(context_engine::MemoryStore::new());
+    let agent = tool_system::Agent::builder(model)
+        .provider(Arc::new(code))
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let out = agent
+        .run("s1", "Which is warmer, Paris or Oslo?")
+        .await
+        .unwrap();
+    assert_eq!(out.answer, "Paris is warmer (15 vs 12).");
+    assert_eq!(out.iterations, 1);
+    assert_eq!(server.requests().len(), 1, "one model call for the turn");
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+    // The session keeps the script, its result, and the reply; the next turn sends them.
+    use context_engine::SessionStore;
+    let session = store.load("s1").await.unwrap().messages;
+    assert_eq!(session.len(), 4, "{session:?}");
+    assert_eq!(
+        session[3],
+        Message::assistant("Paris is warmer (15 vs 12).")
+    );
+    agent.run("s1", "Thanks").await.unwrap();
+    let sent = server.requests()[1].body["messages"].clone();
+    let n = sent.as_array().unwrap().len();
+    assert_eq!(sent[n - 2]["content"], "Paris is warmer (15 vs 12).");
+}

@@ -200,6 +200,14 @@ pub trait Tool: Send + Sync {
     fn needs_approval(&self, _args: &Value) -> bool {
         false
     }
+    /// Whether this successful `result` is the turn's answer. `Some(text)` ends the turn: the
+    /// loop records `text` as the assistant's reply and returns it, without calling the model
+    /// again (the OpenAI Agents SDK's `StopAtTools`, smolagents' `final_answer`). Default `None`:
+    /// the model reads the result and answers itself. A round with a call held for approval is
+    /// not ended this way; the model answers after the decision.
+    fn final_answer(&self, _result: &Value) -> Option<String> {
+        None
+    }
 }
 
 /// A source of tools the dispatcher routes calls to: the built-in registry, the skills
@@ -233,6 +241,12 @@ pub trait ToolProvider: Send + Sync {
     /// ([`Tool::needs_approval`]); default `false`. An MCP service gates tools by its config here.
     fn needs_approval(&self, _name: &str, _args: &Value) -> bool {
         false
+    }
+    /// Whether the successful `result` of a call to tool `name` is the turn's answer
+    /// ([`Tool::final_answer`]); default `None`. Code mode answers here for a script that
+    /// called `final_answer(...)`.
+    fn final_answer(&self, _name: &str, _result: &Value) -> Option<String> {
+        None
     }
     /// The error the model gets when the arguments of a call to `name` do not fit its
     /// schema; `problems` is what the validator found (`"/city: 3 is not of type string"`).

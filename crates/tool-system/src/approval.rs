@@ -27,7 +27,7 @@ use sha2::Sha256;
 
 use crate::machine::{CallFacts, CallPlan, LoopMachine};
 use crate::protocol::{CallProtocol, PendingCall, Reading, Step, tool_message_round};
-use crate::runner::{LoopError, LoopEvent, Sink, emit, run_calls};
+use crate::runner::{LoopError, LoopEvent, Ran, Sink, emit, run_calls};
 use crate::{Dispatcher, LoopOptions};
 
 /// The environment variable [`ApprovalKey::from_env`] reads: at least 32 bytes of secret
@@ -1129,8 +1129,17 @@ pub(crate) async fn finish(
         for (((c, p), plan), outcome) in calls.iter().zip(pending).zip(&plans).zip(outcomes) {
             let content = match (&c.state, plan, outcome) {
                 (CallState::Done { content, .. }, _, _) => content.clone(),
-                (_, Some(plan), Some((content, is_error))) => {
-                    machine.call_done(facts(c, dispatcher, false), plan, &content, !is_error);
+                (
+                    _,
+                    Some(plan),
+                    Some(Ran {
+                        content,
+                        is_error,
+                        answer,
+                    }),
+                ) => {
+                    let f = facts(c, dispatcher, false);
+                    machine.call_done(f, plan, &content, !is_error, answer.as_deref());
                     emit(sink, || LoopEvent::ToolResult {
                         id: c.id.clone(),
                         name: c.name.clone(),

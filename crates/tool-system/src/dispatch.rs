@@ -26,6 +26,9 @@ pub struct ToolOutcome {
     pub error: Option<ToolErrorKind>,
     /// Whether `content` was cut to the size cap.
     pub truncated: bool,
+    /// The turn's answer, when the tool said this result is it
+    /// ([`ToolProvider::final_answer`]); capped like `content`.
+    pub answer: Option<String>,
 }
 
 impl ToolOutcome {
@@ -249,6 +252,11 @@ impl Dispatcher {
         let _in_span = span.enter();
         let outcome = match result {
             Ok(value) => {
+                let answer = self.table().get(name).and_then(|r| {
+                    self.providers[r.provider]
+                        .final_answer(name, &value)
+                        .map(|a| cap(a, self.max_result_bytes).0)
+                });
                 let text = match value {
                     Value::String(s) => s,
                     other => other.to_string(),
@@ -265,6 +273,7 @@ impl Dispatcher {
                     content,
                     error: None,
                     truncated,
+                    answer,
                 }
             }
             Err(e) => {
@@ -276,6 +285,7 @@ impl Dispatcher {
                     content,
                     error: Some(e.kind),
                     truncated,
+                    answer: None,
                 }
             }
         };

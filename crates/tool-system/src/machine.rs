@@ -98,6 +98,8 @@ pub struct LoopMachine {
     idempotent_results: HashMap<(String, String), String>,
     /// A call was answered from an earlier result in the last round.
     reused: bool,
+    /// The turn's answer a tool gave in the last round ([`llm_core::Tool::final_answer`]).
+    tool_answer: Option<String>,
 }
 
 impl LoopMachine {
@@ -112,6 +114,7 @@ impl LoopMachine {
             corrected: false,
             idempotent_results: HashMap::new(),
             reused: false,
+            tool_answer: None,
         }
     }
 
@@ -151,6 +154,14 @@ impl LoopMachine {
     /// cannot bring anything new.
     pub fn wants_answer(&self) -> bool {
         self.reused
+    }
+
+    /// After a round ran: the answer a tool of that round gave with its result (the first
+    /// one, in call order), which ends the turn — the runner records it as the assistant's
+    /// reply and returns it without calling the model again. `None`: call the model.
+    /// A call that was reused, rejected or declined gives no answer.
+    pub fn take_tool_answer(&mut self) -> Option<String> {
+        self.tool_answer.take()
     }
 
     /// A response arrived: decides what follows it.
@@ -238,8 +249,20 @@ impl LoopMachine {
     }
 
     /// Records how a planned call ended: a successful idempotent call's result is kept for
-    /// repeats; a reused one makes the next request ask for an answer.
-    pub fn call_done(&mut self, call: CallFacts<'_>, plan: &CallPlan, content: &str, ok: bool) {
+    /// repeats; a reused one makes the next request ask for an answer; `answer` is the turn's
+    /// answer the tool gave with a successful result ([`llm_core::Tool::final_answer`]) — the
+    /// first one of a round is kept for [`LoopMachine::take_tool_answer`].
+    pub fn call_done(
+        &mut self,
+        call: CallFacts<'_>,
+        plan: &CallPlan,
+        content: &str,
+        ok: bool,
+        answer: Option<&str>,
+    ) {
+        if let (CallPlan::Run, true, Some(a), None) = (plan, ok, answer, &self.tool_answer) {
+            self.tool_answer = Some(a.to_owned());
+        }
         match plan {
             CallPlan::Reuse(_) => self.reused = true,
             CallPlan::Run if ok && call.idempotent => {
@@ -360,7 +383,7 @@ mod tests {
         let args = json!({"city": "Beijing"});
         m.after_response(CALLS);
         assert_eq!(m.plan_call(call(&args, false)), CallPlan::Run);
-        m.call_done(call(&args, false), &CallPlan::Run, "sunny", true);
+        m.call_done(call(&args, false), &CallPlan::Run, "sunny", true, None);
         m.after_response(CALLS);
         assert_eq!(m.plan_call(call(&args, false)), CallPlan::Run);
         assert!(!m.wants_answer());
@@ -371,12 +394,12 @@ mod tests {
         let mut m = LoopMachine::new(5);
         let args = json!({"city": "Beijing"});
         m.after_response(CALLS);
-        m.call_done(call(&args, true), &CallPlan::Run, "sunny", true);
+        m.call_done(call(&args, true), &CallPlan::Run, "sunny", true, None);
         assert!(!m.wants_answer());
         m.after_response(CALLS);
         let plan = m.plan_call(call(&args, true));
         assert_eq!(plan, CallPlan::Reuse("sunny".into()));
-        m.call_done(call(&args, true), &plan, "sunny", true);
+        m.call_done(call(&args, true), &plan, "sunny", true, None);
         assert!(m.wants_answer());
         // other arguments run
         assert_eq!(
@@ -389,11 +412,57 @@ mod tests {
     }
 
     #[test]
+    fn t5_a_tool_answer_ends_the_turn_once_first_one_wins() {
+        let args = json!({"city": "Paris"});
+        let mut m = LoopMachine::new(5);
+        assert_eq!(m.after_response(CALLS), Decision::RunTools);
+        m.call_done(
+            call(&args, false),
+            &CallPlan::Run,
+            "r1",
+            true,
+            Some("first"),
+        );
+        m.call_done(
+            call(&args, false),
+            &CallPlan::Run,
+            "r2",
+            true,
+            Some("second"),
+        );
+        assert_eq!(m.take_tool_answer().as_deref(), Some("first"));
+        assert_eq!(m.take_tool_answer(), None, "taken once");
+    }
+
+    #[test]
+    fn t5_no_tool_answer_from_a_failed_reused_or_declined_call() {
+        let args = json!({"city": "Paris"});
+        let mut m = LoopMachine::new(5);
+        m.call_done(call(&args, false), &CallPlan::Run, "err", false, Some("a"));
+        m.call_done(
+            call(&args, true),
+            &CallPlan::Reuse("r".into()),
+            "r",
+            true,
+            Some("b"),
+        );
+        m.call_done(
+            call(&args, false),
+            &CallPlan::Decline("no".into()),
+            "no",
+            true,
+            Some("c"),
+        );
+        m.call_done(call(&args, false), &CallPlan::Run, "plain", true, None);
+        assert_eq!(m.take_tool_answer(), None);
+    }
+
+    #[test]
     fn t5_a_failed_idempotent_call_is_not_reused() {
         let mut m = LoopMachine::new(5);
         let args = json!({"city": "Atlantis"});
         m.after_response(CALLS);
-        m.call_done(call(&args, true), &CallPlan::Run, "not found", false);
+        m.call_done(call(&args, true), &CallPlan::Run, "not found", false, None);
         assert_eq!(m.plan_call(call(&args, true)), CallPlan::Run);
     }
 
@@ -401,7 +470,7 @@ mod tests {
     fn approval_plan_table() {
         let args = json!({"city": "Beijing"});
         let mut ran = LoopMachine::new(5);
-        ran.call_done(call(&args, true), &CallPlan::Run, "sunny", true);
+        ran.call_done(call(&args, true), &CallPlan::Run, "sunny", true, None);
         let why = "Invalid JSON arguments for tool `get_weather`";
         let invalid = Some(why);
         // (invalid, idempotent, needs_approval, after_held) -> plan, after an idempotent call ran

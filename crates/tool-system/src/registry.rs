@@ -188,6 +188,11 @@ impl ToolProvider for ToolRegistry {
             .get(name)
             .is_some_and(|&i| self.entries[i].tool.needs_approval(args))
     }
+    fn final_answer(&self, name: &str, result: &Value) -> Option<String> {
+        self.index
+            .get(name)
+            .and_then(|&i| self.entries[i].tool.final_answer(result))
+    }
 }
 
 #[cfg(test)]

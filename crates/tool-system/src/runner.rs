@@ -463,6 +463,27 @@ async fn drive_traced(
     history.extend(first);
 
     loop {
+        // A tool of the last round gave the turn's answer: it is the reply, no model call.
+        if let Some(answer) = machine.take_tool_answer() {
+            tracing::info!(
+                session = session_id,
+                "a tool's result is the turn's answer; the model is not called again"
+            );
+            let reply = [Message::assistant(answer.clone())];
+            store.append(session_id, &reply).await?;
+            history.extend(reply);
+            emit(sink, || LoopEvent::TextDelta(answer.clone())).await?;
+            return Ok(LoopOutput {
+                answer,
+                iterations: machine.model_calls(),
+                hit_iteration_limit: false,
+                protocol: protocol.name(),
+                new_messages: tail(history, stored_before),
+                pending_approval: None,
+                usage,
+                elapsed: started.elapsed(),
+            });
+        }
         if machine.model_calls() > 0 {
             // A provider may show more tools after a round (MCP level 2: a tool whose
             // details the model asked for).
@@ -666,7 +687,12 @@ async fn run_steps(
         )
         .await;
         for (((c, f), plan), outcome) in calls.iter().zip(&facts).zip(&plans).zip(outcomes) {
-            let Some((content, is_error)) = outcome else {
+            let Some(Ran {
+                content,
+                is_error,
+                answer,
+            }) = outcome
+            else {
                 let state = if *plan == CallPlan::Hold {
                     CallState::Held { maybe_ran: false }
                 } else {
@@ -675,7 +701,7 @@ async fn run_steps(
                 results.push((c.clone(), state));
                 continue;
             };
-            machine.call_done(*f, plan, &content, !is_error);
+            machine.call_done(*f, plan, &content, !is_error, answer.as_deref());
             emit(sink, || LoopEvent::ToolResult {
                 id: c.id.clone(),
                 name: c.name.clone(),
@@ -697,7 +723,7 @@ pub(crate) async fn run_calls<'a>(
     session_id: &str,
     concurrent: bool,
     calls: impl ExactSizeIterator<Item = (&'a PendingCall, Option<&'a CallPlan>)>,
-) -> Vec<Option<(String, bool)>> {
+) -> Vec<Option<Ran>> {
     let one = |(c, plan): (&'a PendingCall, Option<&'a CallPlan>)| async move {
         match plan {
             Some(plan) => run_call(dispatcher, session_id, c, plan).await,
@@ -715,35 +741,54 @@ pub(crate) async fn run_calls<'a>(
     }
 }
 
-/// One call as planned: its result text and whether it is an error; `None` for a call that
-/// waits (held for approval, or after a held one).
+/// How one call that was planned ended.
+pub(crate) struct Ran {
+    /// The result text the model gets.
+    pub content: String,
+    pub is_error: bool,
+    /// The turn's answer the tool gave ([`llm_core::Tool::final_answer`]).
+    pub answer: Option<String>,
+}
+
+impl Ran {
+    fn error(e: ToolError) -> Self {
+        let (content, _) = cap_result(e.to_model_json().to_string(), DEFAULT_MAX_RESULT_BYTES);
+        Self {
+            content,
+            is_error: true,
+            answer: None,
+        }
+    }
+}
+
+/// One call as planned: how it ended; `None` for a call that waits (held for approval, or
+/// after a held one).
 pub(crate) async fn run_call(
     dispatcher: &Dispatcher,
     session_id: &str,
     c: &PendingCall,
     plan: &CallPlan,
-) -> Option<(String, bool)> {
+) -> Option<Ran> {
     Some(match plan {
         CallPlan::Reuse(previous) => {
             tracing::info!(tool = %c.name, "repeated idempotent call: earlier result reused, answer requested");
-            (previous.clone(), false)
+            Ran {
+                content: previous.clone(),
+                is_error: false,
+                answer: None,
+            }
         }
-        CallPlan::Reject(msg) => {
-            let e = ToolError::invalid_arguments(msg.clone());
-            let (content, _) = cap_result(e.to_model_json().to_string(), DEFAULT_MAX_RESULT_BYTES);
-            (content, true)
-        }
-        CallPlan::Decline(msg) => {
-            let e = ToolError::failed(msg.clone());
-            let (content, _) = cap_result(e.to_model_json().to_string(), DEFAULT_MAX_RESULT_BYTES);
-            (content, true)
-        }
+        CallPlan::Reject(msg) => Ran::error(ToolError::invalid_arguments(msg.clone())),
+        CallPlan::Decline(msg) => Ran::error(ToolError::failed(msg.clone())),
         CallPlan::Hold | CallPlan::Wait => return None,
         _ => {
             let ctx = ToolContext::new(c.id.clone()).with_session(session_id);
             let out = dispatcher.dispatch(&c.name, c.arguments.clone(), ctx).await;
-            let is_err = !out.is_ok();
-            (out.content, is_err)
+            Ran {
+                is_error: !out.is_ok(),
+                content: out.content,
+                answer: out.answer,
+            }
         }
     })
 }

@@ -53,6 +53,7 @@ pub struct FnTool {
     spec: ToolSpec,
     timeout: Option<Duration>,
     idempotent: bool,
+    ends_turn: bool,
     handler: Handler,
 }
 
@@ -62,6 +63,7 @@ impl std::fmt::Debug for FnTool {
             .field("spec", &self.spec)
             .field("timeout", &self.timeout)
             .field("idempotent", &self.idempotent)
+            .field("ends_turn", &self.ends_turn)
             .finish_non_exhaustive()
     }
 }
@@ -92,6 +94,7 @@ impl FnTool {
             spec: ToolSpec::new(name, description, normalize_schema(parameters)),
             timeout: None,
             idempotent: false,
+            ends_turn: false,
             handler,
         }
     }
@@ -134,6 +137,7 @@ impl FnTool {
             spec: ToolSpec::new(name, description, schema_for::<A>()),
             timeout: None,
             idempotent: false,
+            ends_turn: false,
             handler,
         }
     }
@@ -148,6 +152,25 @@ impl FnTool {
     /// in one run is answered from the earlier result instead of running again.
     pub fn idempotent(mut self) -> Self {
         self.idempotent = true;
+        self
+    }
+
+    /// Makes a successful result the turn's answer ([`Tool::final_answer`]): the loop stops
+    /// after the round that called this tool and returns its result as the reply, without
+    /// another model call (the OpenAI Agents SDK's `StopAtTools`). A string result is the
+    /// text as is; any other JSON is given as JSON text.
+    ///
+    /// ```
+    /// use tool_system::{FnTool, Tool};
+    /// use serde_json::json;
+    /// let done = FnTool::new("submit", "Submit the final report",
+    ///     json!({"type": "object", "properties": {"report": {"type": "string"}}, "required": ["report"]}),
+    ///     |args, _ctx| async move { Ok(args["report"].clone()) })
+    ///     .ends_turn();
+    /// assert_eq!(done.final_answer(&json!("All checks pass.")).as_deref(), Some("All checks pass."));
+    /// ```
+    pub fn ends_turn(mut self) -> Self {
+        self.ends_turn = true;
         self
     }
 }
@@ -165,6 +188,12 @@ impl Tool for FnTool {
     }
     fn idempotent(&self) -> bool {
         self.idempotent
+    }
+    fn final_answer(&self, result: &Value) -> Option<String> {
+        self.ends_turn.then(|| match result {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
     }
 }
 

@@ -792,3 +792,87 @@ async fn g5_three_streamed_calls_the_middle_one_broken_the_others_run() {
     );
     checked_session(&*store, "s").await;
 }
+
+/// A tool that ends the turn: its string argument comes back as its result, which is the answer.
+fn submit(calls: Arc<AtomicUsize>) -> FnTool {
+    FnTool::new(
+        "submit",
+        "Submit the final report to the user",
+        json!({"type": "object", "properties": {"report": {"type": "string"}}, "required": ["report"]}),
+        move |args, _ctx| {
+            let calls = calls.clone();
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                match args["report"].as_str() {
+                    Some("") => Err(ToolError::failed("the report is empty")),
+                    _ => Ok(args["report"].clone()),
+                }
+            }
+        },
+    )
+    .ends_turn()
+}
+
+#[tokio::test]
+async fn t5_a_tool_that_ends_the_turn_gives_the_answer_without_another_model_call() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("c1", "get_weather", r#"{"city":"Oslo"}"#),
+        ("c2", "submit", r#"{"report":"Oslo: 22 degrees."}"#),
+    ]));
+    server.push(Reply::text("You are welcome."));
+    let (calls, submitted) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
+    let store = store();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(calls))
+        .tool(submit(submitted.clone()))
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let mut events = agent.run_stream("s", "Report Oslo's weather");
+    let (mut text, mut out) = (String::new(), None);
+    while let Some(ev) = events.next().await {
+        match ev {
+            LoopEvent::TextDelta(t) => text.push_str(&t),
+            LoopEvent::Finished(o) => out = Some(o),
+            LoopEvent::Failed(e) => panic!("the run failed: {e}"),
+            _ => {}
+        }
+    }
+    let out = out.unwrap();
+    assert_eq!(out.answer, "Oslo: 22 degrees.");
+    assert_eq!(text, "Oslo: 22 degrees.", "the answer is streamed as text");
+    assert_eq!(out.iterations, 1, "one model call");
+    assert_eq!(server.requests().len(), 1);
+    assert_eq!(submitted.load(Ordering::SeqCst), 1);
+    // The session is a valid history: calls, both results, then the answer as the reply.
+    let session = checked_session(&*store, "s").await;
+    assert_eq!(session.len(), 5, "{session:?}");
+    assert_eq!(session[4], Message::assistant("Oslo: 22 degrees."));
+    // The next turn sends it as the assistant's reply after the tool results.
+    agent.run("s", "thanks").await.unwrap();
+    let msgs = sent_messages(&server, 1);
+    let n = msgs.len();
+    assert_eq!(msgs[n - 3]["role"], "tool");
+    assert_eq!(msgs[n - 2]["role"], "assistant");
+    assert_eq!(msgs[n - 2]["content"], "Oslo: 22 degrees.");
+    assert_eq!(msgs[n - 1]["content"], "thanks");
+}
+
+#[tokio::test]
+async fn t5_a_failed_call_of_a_tool_that_ends_the_turn_goes_back_to_the_model() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_call("c1", "submit", r#"{"report":""}"#));
+    server.push(Reply::text("I have nothing to report."));
+    let submitted = Arc::new(AtomicUsize::new(0));
+    let agent = Agent::builder(model(&server))
+        .tool(submit(submitted.clone()))
+        .build()
+        .unwrap();
+    let out = agent.run("s", "report").await.unwrap();
+    assert_eq!(out.answer, "I have nothing to report.");
+    assert_eq!(out.iterations, 2);
+    assert_eq!(submitted.load(Ordering::SeqCst), 1);
+    let sent = sent_tool_messages(&server, 1);
+    assert!(sent[0]["content"].as_str().unwrap().contains("empty"));
+}

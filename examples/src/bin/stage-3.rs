@@ -32,7 +32,7 @@ struct WeatherArgs {
 const CODE_MODE_SCRIPT: &str = "\
 temps = {c: get_weather(city=c)[\"temp\"] for c in [\"Beijing\", \"Shanghai\", \"Guangzhou\"]}
 warmest = max(temps, key=temps.get)
-print(f\"warmest of {len(temps)}: {warmest} at {temps[warmest]} C\")
+final_answer(f\"Warmest of {len(temps)}: {warmest} at {temps[warmest]} C (one script, three calls).\")
 ";
 
 /// What the offline demo model answers, from the request it gets.
@@ -74,7 +74,9 @@ fn offline_model(body: &Value) -> Reply {
             .any(|t| t["function"]["name"] == code_mode::RUN_CODE)
     });
     if offers_code {
-        // code mode: one script calls get_weather three times; only what it prints comes back
+        // code mode: one script calls get_weather three times and ends the turn with its
+        // final_answer (the model is called once); had it only printed, the model would answer
+        // from what it printed
         return match messages.iter().rev().find(|m| m["role"] == "tool") {
             None => Reply::tool_call(
                 "call_code",
@@ -270,8 +272,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Code mode (#29): the model writes one script that calls get_weather as a function in the
-/// skills sandbox; three tool calls, one model call, and only what the script printed comes
-/// back. Without bubblewrap code mode refuses to run, and the demo prints why.
+/// skills sandbox; three tool calls, one model call: the script's `final_answer` is the reply. Without bubblewrap code mode refuses to run, and the demo prints why.
 async fn code_mode_turn(
     model: Arc<OpenAiModel>,
     store: Arc<dyn SessionStore>,
@@ -300,7 +301,7 @@ async fn code_mode_turn(
     show(agent.run_stream("demo-code", question)).await?;
     let stored = store.load("demo-code").await?;
     println!(
-        "session demo-code: {} messages stored (the script is the call's arguments; its calls are in the result)",
+        "session demo-code: {} messages stored (the script is the call's arguments; its calls are in the result; its final_answer is the reply)",
         stored.messages.len()
     );
     Ok(())

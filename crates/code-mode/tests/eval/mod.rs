@@ -47,8 +47,12 @@ pub enum Mode {
     /// Every tool's full schema in the request's `tools`; the model calls them one by one
     /// (several per round when they do not depend on each other).
     Native,
-    /// Only `run_code` and `describe_function`; the model writes one script.
+    /// Only `run_code` and `describe_function`; the model writes one script that ends with
+    /// `final_answer(...)`: the script's reply ends the turn.
     Code,
+    /// Code mode without `final_answer` ([`code_mode::CodeModeBuilder::final_answer`] off): the
+    /// script prints, and the model answers from what it printed in a second call.
+    CodePrinted,
     /// Code mode with a more careful model: it first asks `describe_function` for every
     /// function its script will call (one round, in parallel), then writes the script.
     CodeDescribeFirst,
@@ -59,6 +63,7 @@ impl Mode {
         match self {
             Mode::Native => "native",
             Mode::Code => "code mode",
+            Mode::CodePrinted => "code mode, answering after the script",
             Mode::CodeDescribeFirst => "code mode, describing first",
         }
     }
@@ -148,12 +153,20 @@ pub fn scripted_move(task: &Task, mode: Mode, turns: &[Turn]) -> Move {
                 .map(|f| call(code_mode::DESCRIBE_FUNCTION, json!({"name": f})))
                 .collect(),
         ),
-        Mode::Code | Mode::CodeDescribeFirst => match turns
+        Mode::Code | Mode::CodeDescribeFirst | Mode::CodePrinted => match turns
             .iter()
             .rev()
             .find(|t| t.calls.iter().any(|c| c.0 == RUN_CODE))
         {
-            None => Move::Calls(vec![call(RUN_CODE, json!({"code": task.script}))]),
+            None if mode == Mode::CodePrinted => {
+                Move::Calls(vec![call(RUN_CODE, json!({"code": task.script}))])
+            }
+            None => Move::Calls(vec![call(
+                RUN_CODE,
+                json!({"code": with_final_answer(&task.script)}),
+            )]),
+            // The script's reply ended the turn; the model is asked again only when it did not
+            // (it failed, or printed instead).
             Some(t) => {
                 let r = t.results.first().cloned().unwrap_or(Value::Null);
                 match r.get("printed").and_then(Value::as_str) {
@@ -163,6 +176,15 @@ pub fn scripted_move(task: &Task, mode: Mode, turns: &[Turn]) -> Move {
             }
         },
     }
+}
+
+/// A task's script as a model that has `final_answer` writes it: the lines it would print are
+/// collected, and the script ends by giving them to `final_answer` as the reply.
+pub fn with_final_answer(script: &str) -> String {
+    format!(
+        "lines = []\ndef say(*parts):\n    lines.append(\" \".join(str(p) for p in parts))\n{}final_answer(\"\\n\".join(lines))\n",
+        script.replace("print(", "say(")
+    )
 }
 
 /// The tool functions a script calls, in order of first use: the project's own tools and the
@@ -351,13 +373,14 @@ impl Env {
             Mode::Native => b
                 .provider(self.own.clone())
                 .provider(self.plain.clone() as Arc<dyn ToolProvider>),
-            Mode::Code | Mode::CodeDescribeFirst => b.provider(Arc::new(self.code_provider()?)),
+            Mode::Code | Mode::CodeDescribeFirst => b.provider(Arc::new(self.code_provider(true)?)),
+            Mode::CodePrinted => b.provider(Arc::new(self.code_provider(false)?)),
         };
         b.build().map_err(|e| e.to_string())
     }
 
-    /// Code mode over the same tools as native mode.
-    pub fn code_provider(&self) -> Result<CodeModeProvider, String> {
+    /// Code mode over the same tools as native mode; `final_answer` offered or not.
+    pub fn code_provider(&self, final_answer: bool) -> Result<CodeModeProvider, String> {
         let tools = Dispatcher::new()
             .with_provider(self.own.clone())
             .with_provider(self.plain.clone() as Arc<dyn ToolProvider>);
@@ -366,6 +389,7 @@ impl Env {
         CodeModeProvider::builder(Arc::new(tools))
             .limits(CodeLimits::default().with_time_limit(Duration::from_secs(60)))
             .sandbox_config(config)
+            .final_answer(final_answer)
             .build()
             .map_err(|e| e.to_string())
     }
@@ -378,7 +402,8 @@ impl Env {
                 v.extend(self.plain.list().await);
                 v
             }
-            Mode::Code | Mode::CodeDescribeFirst => self.code_provider()?.list().await,
+            Mode::Code | Mode::CodeDescribeFirst => self.code_provider(true)?.list().await,
+            Mode::CodePrinted => self.code_provider(false)?.list().await,
         })
     }
 
@@ -533,18 +558,18 @@ pub async fn run_mode(
     Ok(out)
 }
 
-/// The side-by-side table (markdown), totals and ratios; `described` adds the columns of
-/// [`Mode::CodeDescribeFirst`].
-pub fn report(native: &[RunResult], code: &[RunResult], described: &[RunResult]) -> String {
-    let d = !described.is_empty();
+/// The side-by-side table (markdown), totals and ratios; each of `extra` (runs of other modes,
+/// e.g. [`Mode::CodePrinted`], [`Mode::CodeDescribeFirst`]) adds three columns.
+pub fn report(native: &[RunResult], code: &[RunResult], extra: &[Vec<RunResult>]) -> String {
+    let extra: Vec<&Vec<RunResult>> = extra.iter().filter(|e| !e.is_empty()).collect();
     let mut s = String::from(
         "| task | steps | calls: native | code | prompt tokens: native | code | largest request: native | code | result: native | code |",
     );
-    if d {
-        s.push_str(" describing first: calls | tokens | result |");
+    for e in &extra {
+        s.push_str(&format!(" {}: calls | tokens | result |", e[0].mode.name()));
     }
     s.push_str("\n|---|---|---|---|---|---|---|---|---|---|");
-    if d {
+    for _ in &extra {
         s.push_str("---|---|---|");
     }
     s.push('\n');
@@ -564,7 +589,7 @@ pub fn report(native: &[RunResult], code: &[RunResult], described: &[RunResult])
             ok(n),
             ok(c)
         ));
-        if let Some(x) = described.get(i) {
+        for x in extra.iter().filter_map(|e| e.get(i)) {
             s.push_str(&format!(
                 " {} | {} | {} |",
                 x.model_calls,
@@ -589,13 +614,13 @@ pub fn report(native: &[RunResult], code: &[RunResult], described: &[RunResult])
         passed(code),
         code.len()
     ));
-    if d {
+    for e in &extra {
         s.push_str(&format!(
             " **{}** | **{}** | **{}/{}** |",
-            calls(described),
-            toks(described),
-            passed(described),
-            described.len()
+            calls(e),
+            toks(e),
+            passed(e),
+            e.len()
         ));
     }
     s.push('\n');
@@ -611,13 +636,14 @@ pub fn report(native: &[RunResult], code: &[RunResult], described: &[RunResult])
         code.len(),
         100.0 * ratio(passed(code), code.len())
     ));
-    if d {
+    for e in &extra {
         s.push_str(&format!(
-            "Native / code mode describing first: model calls {:.2}×, prompt tokens {:.2}×; results {}/{}.\n",
-            ratio(calls(native), calls(described)),
-            ratio(toks(native), toks(described)),
-            passed(described),
-            described.len()
+            "Native / {}: model calls {:.2}×, prompt tokens {:.2}×; results {}/{}.\n",
+            e[0].mode.name(),
+            ratio(calls(native), calls(e)),
+            ratio(toks(native), toks(e)),
+            passed(e),
+            e.len()
         ));
     }
     let deep = |rs: &[RunResult]| -> Vec<RunResult> {
