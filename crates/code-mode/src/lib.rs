@@ -40,9 +40,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm_core::ToolSpec;
+use context_engine::{EstimateCounter, TokenCounter};
+use llm_core::{ToolSpec, TurnInfo};
 use serde_json::{Value, json};
 use skills::{LoadOutcome, Sandbox, SandboxConfig, Skill};
+use tool_search::{SearchIndex, ToolDoc};
 use tool_system::{ApprovalPolicy, Dispatcher, ToolContext, ToolError, ToolProvider};
 
 use crate::signature::Function;
@@ -53,6 +55,14 @@ pub const RUN_CODE: &str = "run_code";
 pub const DESCRIBE_FUNCTION: &str = "describe_function";
 /// The function that ends a script with the turn's reply ([`CodeModeBuilder::final_answer`]).
 pub const FINAL_ANSWER: &str = "final_answer";
+/// The tool that finds functions by what they do, offered when there are too many functions to
+/// list ([`CodeModeBuilder::search_budget_tokens`]).
+pub const SEARCH_FUNCTIONS: &str = "search_functions";
+/// How many functions `run_code`'s description lists for a turn when they are searched, and
+/// how many [`SEARCH_FUNCTIONS`] returns by default.
+const SEARCHED: usize = 8;
+/// The most functions one [`SEARCH_FUNCTIONS`] call returns.
+const MAX_SEARCHED: usize = 20;
 
 /// The Python runner: defines the functions, runs the script, speaks the frames.
 const RUNNER: &str = include_str!("runner.py");
@@ -143,9 +153,20 @@ pub struct CodeModeBuilder {
     policy: ApprovalPolicy,
     python: String,
     final_answer: bool,
+    search_budget_tokens: usize,
 }
 
 impl CodeModeBuilder {
+    /// The size past which `run_code`'s description stops listing every function (default
+    /// 2,000 tokens, about 60 functions; the MCP bridge's tool-search budget). Past it, a turn's
+    /// `run_code` lists the functions that best match the person's request (BM25, the
+    /// `tool-search` crate, English and Chinese), says how many there are, and the model gets
+    /// [`SEARCH_FUNCTIONS`] to find others; every function can still be called in scripts.
+    /// `0`: always search; `usize::MAX`: always list all.
+    pub fn search_budget_tokens(mut self, tokens: usize) -> Self {
+        self.search_budget_tokens = tokens;
+        self
+    }
     /// Whether scripts get `final_answer(text)` (default `true`): it ends the script, and
     /// `text` is the turn's reply as it is ([`ToolProvider::final_answer`]) — the whole task in
     /// one model call. Off: the model always reads what the script printed and answers itself.
@@ -218,6 +239,8 @@ impl CodeModeBuilder {
             limits: self.limits,
             policy: self.policy,
             final_answer: self.final_answer,
+            search_budget_tokens: self.search_budget_tokens,
+            index: std::sync::Mutex::new(None),
             _dir: dir,
         })
     }
@@ -265,6 +288,10 @@ pub struct CodeModeProvider {
     policy: ApprovalPolicy,
     /// Scripts get `final_answer()` ([`CodeModeBuilder::final_answer`]).
     final_answer: bool,
+    /// [`CodeModeBuilder::search_budget_tokens`].
+    search_budget_tokens: usize,
+    /// The search index over the functions, with the names it was built from.
+    index: std::sync::Mutex<Option<(Vec<String>, Arc<SearchIndex>)>>,
     /// The runner's files, removed with the provider.
     _dir: tempfile::TempDir,
 }
@@ -291,6 +318,7 @@ impl CodeModeProvider {
             policy: ApprovalPolicy::new(),
             python: "python3".to_owned(),
             final_answer: true,
+            search_budget_tokens: 2_000,
         }
     }
 
@@ -309,7 +337,7 @@ impl CodeModeProvider {
         let mut names = HashSet::new();
         let mut out = Vec::new();
         for spec in self.tools.specs().await {
-            if spec.name == RUN_CODE || spec.name == DESCRIBE_FUNCTION {
+            if [RUN_CODE, DESCRIBE_FUNCTION, SEARCH_FUNCTIONS].contains(&spec.name.as_str()) {
                 continue;
             }
             let f = Function::new(&spec);
@@ -327,8 +355,50 @@ impl CodeModeProvider {
         self.final_answer && !functions.iter().any(|f| f.name == FINAL_ANSWER)
     }
 
-    /// `run_code`'s description: what it does, its limits, and each function's level-1 line.
-    fn run_code_description(&self, functions: &[Function]) -> String {
+    /// Whether listing every function would pass the search budget.
+    fn over_budget(&self, functions: &[Function]) -> bool {
+        if self.search_budget_tokens == usize::MAX {
+            return false;
+        }
+        let listing: String = functions.iter().map(|f| f.brief() + "\n").collect();
+        EstimateCounter.count_text(&listing) > self.search_budget_tokens
+    }
+
+    /// The search index over `functions` (built once per list of functions).
+    fn index(&self, functions: &[Function]) -> Arc<SearchIndex> {
+        let names: Vec<String> = functions.iter().map(|f| f.name.clone()).collect();
+        let mut cached = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((built_from, index)) = cached.as_ref()
+            && *built_from == names
+        {
+            return Arc::clone(index);
+        }
+        let docs = functions
+            .iter()
+            .map(|f| ToolDoc::new(f.name.clone(), f.description()))
+            .collect();
+        let index = Arc::new(SearchIndex::new(docs));
+        *cached = Some((names, Arc::clone(&index)));
+        index
+    }
+
+    /// The functions that best match `query`, best first.
+    fn search<'f>(
+        &self,
+        functions: &'f [Function],
+        query: &str,
+        limit: usize,
+    ) -> Vec<&'f Function> {
+        self.index(functions)
+            .search(query, limit)
+            .into_iter()
+            .filter_map(|h| functions.get(h.index))
+            .collect()
+    }
+
+    /// `run_code`'s description: what it does, its limits, and the level-1 line of each
+    /// function of `listed` (`None`: all of them).
+    fn run_code_description(&self, functions: &[Function], listed: Option<&[&Function]>) -> String {
         let l = &self.limits;
         let mut s = format!(
             "Run a short Python 3 script (standard library only) in a sandbox (no network, no host files). In it, the tools below are functions: call several, combine their results in code, and print() only what you need. You get back only the printed text (at most {}) and the list of calls made. A failed call raises ToolError (.kind, .message; subclasses ToolTimeout, InvalidArguments, ToolNotFound, ToolUnavailable, ToolCrashed, ResultTooLarge, ApprovalRequired, CallLimitExceeded), which the script can catch. Limits per script: {} tool calls, {} s. Full description of one function: call {DESCRIBE_FUNCTION}.",
@@ -341,22 +411,35 @@ impl CodeModeProvider {
                 " When the script has the user's answer, end it with {FINAL_ANSWER}(text): text is your reply to the user as it is, with no further step."
             ));
         }
+        let listed: Vec<&Function> = match listed {
+            Some(l) => l.to_vec(),
+            None => functions.iter().collect(),
+        };
+        if listed.len() < functions.len() {
+            s.push_str(&format!(
+                " There are {} functions; listed are the {} that best match the request. To find others by what they do, call {SEARCH_FUNCTIONS} (a tool, not a function); every function can be called in scripts.",
+                functions.len(),
+                listed.len()
+            ));
+        }
         s.push_str("\nFunctions (keyword arguments; each returns the tool's JSON result):");
         if functions.is_empty() {
             s.push_str("\n(none: no tools are bound)");
         }
-        for f in functions {
+        for f in listed {
             s.push('\n');
             s.push_str(&f.brief());
         }
         s
     }
 
-    fn specs(&self, functions: &[Function]) -> Vec<ToolSpec> {
-        vec![
+    /// The tools: `run_code` (listing `listed`, or every function), `describe_function`, and
+    /// [`SEARCH_FUNCTIONS`] when the functions are over the search budget.
+    fn specs(&self, functions: &[Function], listed: Option<&[&Function]>) -> Vec<ToolSpec> {
+        let mut specs = vec![
             ToolSpec::new(
                 RUN_CODE,
-                self.run_code_description(functions),
+                self.run_code_description(functions, listed),
                 json!({
                     "type": "object",
                     "properties": {"code": {"type": "string", "description": "Python 3 source; print() what you want to see"}},
@@ -374,7 +457,57 @@ impl CodeModeProvider {
                     "required": ["name"]
                 }),
             ),
-        ]
+        ];
+        if self.over_budget(functions) {
+            specs.push(ToolSpec::new(
+                SEARCH_FUNCTIONS,
+                format!(
+                    "Finds functions for {RUN_CODE} scripts by what they do. Give a few words (English works best; Chinese works too); returns the best matching functions' signatures and one-line docs."
+                ),
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string", "description": "Words for what you need, e.g. \"read a file\""},
+                        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCHED, "description": format!("How many functions to return (default {SEARCHED})")}
+                    },
+                    "required": ["query"]
+                }),
+            ));
+        }
+        specs
+    }
+
+    /// [`SEARCH_FUNCTIONS`]'s answer: the matching functions' lines.
+    fn search_answer(&self, functions: &[Function], args: &Value) -> Result<Value, ToolError> {
+        let query = args
+            .get("query")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|q| !q.is_empty())
+            .ok_or_else(|| {
+                self.invalid_arguments(SEARCH_FUNCTIONS, "/query: a non-empty string is required")
+            })?;
+        let limit = match args.get("limit") {
+            None | Some(Value::Null) => SEARCHED,
+            Some(v) => v
+                .as_u64()
+                .filter(|n| (1..=MAX_SEARCHED as u64).contains(n))
+                .map(|n| n as usize)
+                .ok_or_else(|| {
+                    self.invalid_arguments(
+                        SEARCH_FUNCTIONS,
+                        &format!("/limit: a whole number from 1 to {MAX_SEARCHED} is required"),
+                    )
+                })?,
+        };
+        let found = self.search(functions, query, limit);
+        if found.is_empty() {
+            return Ok(Value::String(format!(
+                "No function matches \"{query}\". Try other words, or tell the user no tool does this."
+            )));
+        }
+        let lines: Vec<String> = found.iter().map(|f| f.brief()).collect();
+        Ok(Value::String(lines.join("\n")))
     }
 
     fn describe(functions: &[Function], name: &str) -> Result<Value, ToolError> {
@@ -403,7 +536,18 @@ impl ToolProvider for CodeModeProvider {
 
     async fn list(&self) -> Vec<ToolSpec> {
         let functions = self.functions().await;
-        self.specs(&functions)
+        self.specs(&functions, None)
+    }
+
+    /// Every function's line while they fit the search budget; past it, the functions that
+    /// best match the turn's request, and [`SEARCH_FUNCTIONS`].
+    async fn advertised(&self, turn: &TurnInfo) -> Vec<ToolSpec> {
+        let functions = self.functions().await;
+        if !self.over_budget(&functions) {
+            return self.specs(&functions, None);
+        }
+        let listed = self.search(&functions, &turn.user_text, SEARCHED);
+        self.specs(&functions, Some(&listed))
     }
 
     async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
@@ -416,6 +560,7 @@ impl ToolProvider for CodeModeProvider {
                 let functions = self.functions().await;
                 run::run(self, &functions, code, ctx).await
             }
+            SEARCH_FUNCTIONS => self.search_answer(&self.functions().await, &args),
             DESCRIBE_FUNCTION => {
                 let wanted = args.get("name").and_then(Value::as_str).unwrap_or_default();
                 Self::describe(&self.functions().await, wanted)

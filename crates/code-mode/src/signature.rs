@@ -117,6 +117,11 @@ impl Function {
         }
     }
 
+    /// The tool's whole description.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
     /// The level-1 line: the first sentence of the description.
     pub fn level1(&self) -> String {
         first_sentence(&self.description, LEVEL1_CHARS)

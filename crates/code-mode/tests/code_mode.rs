@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use code_mode::{CodeLimits, CodeModeProvider, DESCRIBE_FUNCTION, RUN_CODE};
+use code_mode::{CodeLimits, CodeModeProvider, DESCRIBE_FUNCTION, RUN_CODE, SEARCH_FUNCTIONS};
 use llm_core::{Message, Tool, ToolSpec, TurnInfo};
 use serde_json::{Value, json};
 use skills::SandboxConfig;
@@ -805,4 +805,147 @@ async fn code_mode_a_script_that_calls_final_answer_ends_the_turn_in_one_model_c
     let sent = server.requests()[1].body["messages"].clone();
     let n = sent.as_array().unwrap().len();
     assert_eq!(sent[n - 2]["content"], "Paris is warmer (15 vs 12).");
+}
+
+/// The 360 real tool definitions of 28 MCP servers (tool-search's fixture) as echoing tools,
+/// named `server__tool` as the bridge names them.
+fn many_tools(ran: &Arc<AtomicUsize>) -> Dispatcher {
+    let fixture: Value =
+        serde_json::from_str(include_str!("../../tool-search/fixtures/tools.json")).unwrap();
+    let mut r = ToolRegistry::new();
+    for server in fixture["servers"].as_array().unwrap() {
+        for tool in server["tools"].as_array().unwrap() {
+            let name = format!(
+                "{}__{}",
+                server["name"].as_str().unwrap(),
+                tool["name"].as_str().unwrap()
+            );
+            let ran = Arc::clone(ran);
+            let echo = name.clone();
+            r.register(FnTool::new(
+                name,
+                tool["description"].as_str().unwrap_or_default(),
+                tool["inputSchema"].clone(),
+                move |args, _| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    let echo = echo.clone();
+                    async move { Ok(json!({"tool": echo, "args": args})) }
+                },
+            ))
+            .unwrap();
+        }
+    }
+    Dispatcher::from_registry(r)
+}
+
+#[tokio::test]
+async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_search_finds_the_rest()
+ {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default();
+    config.temp_root = Some(temp.path().to_path_buf());
+    let provider = CodeModeProvider::builder(Arc::new(many_tools(&ran)))
+        .limits(short())
+        .sandbox_config(config)
+        .build()
+        .unwrap();
+    let listed_all = provider.list().await;
+    let all = &listed_all[0].description;
+    assert!(
+        all.contains("- time__get_current_time("),
+        "list() keeps every function"
+    );
+    assert_eq!(
+        listed_all[2].name, SEARCH_FUNCTIONS,
+        "over the budget the search tool routes"
+    );
+
+    let turn = TurnInfo::new("What time is it in Tokyo right now?");
+    let shown = provider.advertised(&turn).await;
+    let names: Vec<&str> = shown.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, [RUN_CODE, DESCRIBE_FUNCTION, SEARCH_FUNCTIONS]);
+    let run_code = &shown[0].description;
+    let lines = run_code.lines().filter(|l| l.starts_with("- ")).count();
+    assert_eq!(lines, 8, "{run_code}");
+    assert!(run_code.contains("- time__get_current_time("), "{run_code}");
+    assert!(
+        run_code.contains("There are 360 functions; listed are the 8"),
+        "{run_code}"
+    );
+    assert!(
+        run_code.len() * 10 < all.len(),
+        "{} bytes vs {} for the whole list",
+        run_code.len(),
+        all.len()
+    );
+    // Chinese finds it too.
+    let zh = provider.advertised(&TurnInfo::new("截图这个网页")).await;
+    assert!(
+        zh[0].description.contains("screenshot"),
+        "{}",
+        zh[0].description
+    );
+
+    // The search tool finds a function the turn's list did not show; a script calls it.
+    let found = provider
+        .call(
+            SEARCH_FUNCTIONS,
+            json!({"query": "list the pods of a kubernetes cluster", "limit": 3}),
+            ToolContext::new("c1"),
+        )
+        .await
+        .unwrap();
+    let found = found.as_str().unwrap();
+    assert_eq!(found.lines().count(), 3, "{found}");
+    assert!(found.contains("kubernetes__"), "{found}");
+    assert!(
+        !run_code.contains("kubernetes__"),
+        "not listed for the time question"
+    );
+    let out = provider
+        .call(
+            RUN_CODE,
+            json!({"code": "print(kubernetes__kubectl_get(resourceType='pods')['tool'])"}),
+            ToolContext::new("c2"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(out["printed"], "kubernetes__kubectl_get\n");
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+
+    // Bad arguments are the model's to fix; no match says so.
+    for bad in [
+        json!({}),
+        json!({"query": " "}),
+        json!({"query": "x", "limit": 0}),
+    ] {
+        let e = provider
+            .call(SEARCH_FUNCTIONS, bad.clone(), ToolContext::new("c3"))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, llm_core::ToolErrorKind::InvalidArguments, "{bad}");
+    }
+    let none = provider
+        .call(
+            SEARCH_FUNCTIONS,
+            json!({"query": "zzqx"}),
+            ToolContext::new("c4"),
+        )
+        .await
+        .unwrap();
+    assert!(
+        none.as_str().unwrap().starts_with("No function matches"),
+        "{none}"
+    );
+}
+
+#[tokio::test]
+async fn code_mode_under_the_search_budget_every_function_is_listed() {
+    let f = fixture(short());
+    let shown = f.provider.advertised(&TurnInfo::new("anything")).await;
+    let names: Vec<&str> = shown.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, [RUN_CODE, DESCRIBE_FUNCTION]);
+    assert!(!shown[0].description.contains("There are"));
+    assert_eq!(shown, f.provider.list().await);
 }
