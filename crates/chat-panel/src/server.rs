@@ -456,10 +456,7 @@ async fn get_events(
             }
         },
     };
-    let (tx, rx) = mpsc::channel::<Event>(64);
-    tokio::spawn(follow(app, id, after, tx));
-    let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>);
-    Sse::new(stream)
+    Sse::new(follow(app, id, after).map(Ok::<_, Infallible>))
         .keep_alive(KeepAlive::default())
         .into_response()
 }
@@ -468,51 +465,95 @@ async fn get_events(
 /// store's change feed (every worker's changes), else every `follow_poll`. While an answer runs
 /// it also reads every `follow_poll`, to notice a lease that expired (a dead worker's answer is
 /// then closed as interrupted). An idle stream with a feed costs no reads at all.
-async fn follow(app: Arc<App>, id: String, after: u64, tx: mpsc::Sender<Event>) {
-    let live = app.feed().await;
-    let mut out = Out {
-        tx: tx.clone(),
-        gone: false,
-        stall: app.config.write_stall_timeout,
+///
+/// It is the response body itself — no task, no channel: an idle stream is this state and the
+/// connection. A page that stops reading stops being polled, and the connection's write-stall
+/// timeout (`net.rs`) closes it; a page that goes drops it.
+fn follow(app: Arc<App>, id: String, after: u64) -> impl futures::Stream<Item = Event> + Send {
+    let state = Follow {
+        app,
+        id,
+        rows: Rows::new(after, false),
+        busy: None,
+        out: Out::queue(),
+        live: None,
+        woken: None,
+        again: true,
     };
-    let mut rows = Rows::new(after, false);
-    let mut busy: Option<bool> = None;
-    while !out.gone && !tx.is_closed() {
-        // Listening before reading: a change committed during the reads below still wakes us.
-        let wake = app.sessions.changed(&id);
-        let mut woken = std::pin::pin!(wake.as_deref().map(tokio::sync::Notify::notified));
-        if let Some(n) = woken.as_mut().as_pin_mut() {
-            n.enable();
+    futures::stream::unfold(state, |mut f| async move {
+        loop {
+            if let Some(e) = f.out.pop() {
+                return Some((e, f));
+            }
+            if !f.again {
+                f.wait().await;
+            }
+            f.again = f.read().await;
         }
-        match app.sessions.find(&id).await {
+    })
+}
+
+/// An events stream between reads.
+struct Follow {
+    app: Arc<App>,
+    id: String,
+    rows: Rows,
+    /// Whether an answer runs, as last sent.
+    busy: Option<bool>,
+    /// Events read and not yet sent.
+    out: Out,
+    /// Whether the store has a change feed (asked on the first read).
+    live: Option<bool>,
+    /// Registered before the last read: a change committed during the read still wakes us.
+    woken: Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+    /// Read again without waiting.
+    again: bool,
+}
+
+impl Follow {
+    /// Reads what is new; true when it should read again at once (the conversation was just
+    /// opened on this worker: listen, then read again).
+    async fn read(&mut self) -> bool {
+        let app = &self.app;
+        if self.live.is_none() {
+            self.live = Some(app.feed().await);
+        }
+        let wake = app.sessions.changed(&self.id);
+        self.woken = wake.map(|n| {
+            let mut n = Box::pin(n.notified_owned());
+            n.as_mut().enable();
+            n
+        });
+        match app.sessions.find(&self.id).await {
             Ok(true) => {
-                match lease::running(app.sessions.store(), &id).await {
-                    Ok(b) if busy != Some(b) => {
-                        busy = Some(b);
-                        out.send(ev("turn", &json!({"busy": b}))).await;
+                match lease::running(app.sessions.store(), &self.id).await {
+                    Ok(b) if self.busy != Some(b) => {
+                        self.busy = Some(b);
+                        self.out.send(ev("turn", &json!({"busy": b}))).await;
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        tracing::warn!(session = %id, error = %e, "chat panel: could not read whether an answer runs")
+                        tracing::warn!(session = %self.id, error = %e, "chat panel: could not read whether an answer runs")
                     }
                 }
-                rows.flush(&app, &id, &mut out).await;
+                self.rows.flush(app, &self.id, &mut self.out).await;
             }
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(session = %id, error = %e, "chat panel: the events stream could not read the conversation")
+                tracing::warn!(session = %self.id, error = %e, "chat panel: the events stream could not read the conversation")
             }
         }
-        if wake.is_none() && app.sessions.changed(&id).is_some() {
-            continue; // just opened here: listen, then read again
-        }
-        let timer = !live || wake.is_none() || busy != Some(false);
-        let poll = app.config.follow_poll;
+        self.woken.is_none() && app.sessions.changed(&self.id).is_some()
+    }
+
+    /// Waits for a change, or for the timer when the stream needs one.
+    async fn wait(&mut self) {
+        let timer = self.live != Some(true) || self.woken.is_none() || self.busy != Some(false);
+        let poll = self.app.config.follow_poll;
         tokio::select! {
-            _ = tx.closed() => return,
             () = async {
-                match woken.as_mut().as_pin_mut() {
-                    Some(n) => n.await,
+                match self.woken.as_mut() {
+                    Some(n) => n.as_mut().await,
                     None => std::future::pending().await,
                 }
             } => {
@@ -899,17 +940,54 @@ fn ev(name: &str, data: &impl serde::Serialize) -> Option<Event> {
 /// Sends to the page while it listens; after a disconnect the answer still completes into the
 /// session state (a reload shows it).
 struct Out {
-    tx: mpsc::Sender<Event>,
+    to: To,
     gone: bool,
     stall: Duration,
 }
 
+/// Where [`Out`] sends.
+enum To {
+    /// An answer's own stream: the answer runs in its own task and goes on into the session
+    /// after the page stops listening.
+    Channel(mpsc::Sender<Event>),
+    /// An events stream, which is the response body: events wait here until it is polled.
+    Queue(std::collections::VecDeque<Event>),
+}
+
 impl Out {
+    fn channel(tx: mpsc::Sender<Event>, stall: Duration) -> Self {
+        Self {
+            to: To::Channel(tx),
+            gone: false,
+            stall,
+        }
+    }
+
+    fn queue() -> Self {
+        Self {
+            to: To::Queue(std::collections::VecDeque::new()),
+            gone: false,
+            stall: Duration::ZERO,
+        }
+    }
+
+    /// The next queued event.
+    fn pop(&mut self) -> Option<Event> {
+        match &mut self.to {
+            To::Queue(q) => q.pop_front(),
+            To::Channel(_) => None,
+        }
+    }
+
     async fn send(&mut self, e: Option<Event>) {
         let (false, Some(e)) = (self.gone, e) else {
             return;
         };
-        match self.tx.send_timeout(e, self.stall).await {
+        let tx = match &mut self.to {
+            To::Queue(q) => return q.push_back(e),
+            To::Channel(tx) => tx,
+        };
+        match tx.send_timeout(e, self.stall).await {
             Ok(()) => {}
             Err(mpsc::error::SendTimeoutError::Closed(_)) => {
                 tracing::debug!("the page stopped listening; the answer goes on into the session");
@@ -1045,11 +1123,7 @@ async fn run_turn(
         id: session_id.clone(),
         lease: Some(held),
     };
-    let mut out = Out {
-        tx,
-        gone: false,
-        stall: app.config.write_stall_timeout,
-    };
+    let mut out = Out::channel(tx, app.config.write_stall_timeout);
     let mut rows = Rows::new(before, true);
     let deadline = tokio::time::Instant::now() + app.config.turn_timeout;
     let ttl = app.config.turn_lease;
