@@ -610,39 +610,22 @@ print(json.dumps({
 }))
 "#;
 
-/// #29 item 4 must-show: with the fallback accepted (no bubblewrap) and the agent NOT root, a
-/// hostile skill's `kill(pid, 0)` scan finds only the pids of its own call — not the agent, not
-/// the host — and `Protections` reports the PID namespace. The tests run as root, so this test
-/// runs itself again in a child process as uid/gid 65534 (nobody), where the sandbox is built
-/// and called; the child checks and reports, and this side checks the child's report.
-#[test]
-fn s2_fallback_without_root_hides_host_pids() {
-    if std::env::var_os(AS_UNPRIVILEGED).is_some() {
-        fallback_without_root_inner();
-        return;
-    }
-    // SAFETY: geteuid has no side effects.
-    if unsafe { libc::geteuid() } != 0 {
-        // Already unprivileged: the check runs here directly.
-        fallback_without_root_inner();
-        return;
-    }
+/// Runs the test `name` of this binary again in a child process, as uid/gid 65534 (nobody) when
+/// this process is root (as the tests are), with `AS_UNPRIVILEGED` set; returns the JSON it
+/// printed after `FALLBACK REPORT `, once it passed.
+fn run_unprivileged(name: &str) -> serde_json::Value {
     use std::os::unix::process::CommandExt;
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "s2_fallback_without_root_hides_host_pids",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(AS_UNPRIVILEGED, "1")
         .env("HOME", "/tmp")
         .env_remove("TMPDIR")
-        .current_dir("/")
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+        .current_dir("/");
+    // SAFETY: geteuid has no side effects.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.uid(65534).gid(65534);
+    }
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -654,11 +637,164 @@ fn s2_fallback_without_root_hides_host_pids() {
         .lines()
         .find_map(|l| l.split_once("FALLBACK REPORT ").map(|(_, r)| r))
         .unwrap_or_else(|| panic!("no report from the unprivileged run:\n{stdout}\n{stderr}"));
-    let r: serde_json::Value = serde_json::from_str(report).unwrap();
-    assert_eq!(r["agent_uid"], 65534, "{r}");
+    serde_json::from_str(report).unwrap()
+}
+
+/// #29 item 4 must-show: with the fallback accepted (no bubblewrap) and the agent NOT root, a
+/// hostile skill's `kill(pid, 0)` scan finds only the pids of its own call — not the agent, not
+/// the host — and `Protections` reports the PID namespace. The tests run as root, so this test
+/// runs itself again in a child process as uid/gid 65534 (nobody), where the sandbox is built
+/// and called; the child checks and reports, and this side checks the child's report.
+#[test]
+fn s2_fallback_without_root_hides_host_pids() {
+    if std::env::var_os(AS_UNPRIVILEGED).is_some() {
+        fallback_without_root_inner();
+        return;
+    }
+    let r = run_unprivileged("s2_fallback_without_root_hides_host_pids");
+    assert_ne!(r["agent_uid"], 0, "{r}");
     assert_eq!(r["skill"]["found"], json!([1]), "{r}");
     assert_eq!(r["skill"]["agent"], "no such process", "{r}");
     assert_eq!(r["protections"]["pid_namespace"], true, "{r}");
+}
+
+/// Where the kernel refuses user namespaces to the agent's user, the fallback without root has
+/// no PID namespace: `Protections` says so and why (the step the kernel refused), and — the
+/// operator having accepted the weaker boundary — calls still run (the scan then does find the
+/// host's pids, which is what the report warns of). The refusal is real: the unprivileged child
+/// installs a seccomp filter on itself that answers `unshare` with EPERM, as a kernel with user
+/// namespaces disabled does, before it builds the sandbox.
+#[test]
+fn s2_fallback_without_root_where_user_namespaces_are_refused_says_so() {
+    if std::env::var_os(AS_UNPRIVILEGED).is_some() {
+        refuse_unshare();
+        fallback_refused_inner();
+        return;
+    }
+    let r = run_unprivileged("s2_fallback_without_root_where_user_namespaces_are_refused_says_so");
+    assert_eq!(r["protections"]["pid_namespace"], false, "{r}");
+    assert!(r["skill"]["found_count"].as_u64().unwrap() > 1, "{r}");
+}
+
+/// The kernel's largest pid.
+fn pid_max() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Installs, on every thread of this process, a seccomp filter that answers `unshare` with EPERM.
+fn refuse_unshare() {
+    const RET_ERRNO_EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    let filter = [
+        // ld [nr]; jeq unshare ? next : skip one; ret EPERM; ret ALLOW
+        libc::sock_filter {
+            code: 0x20,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: 0x15,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_unshare as u32,
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: RET_ERRNO_EPERM,
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: prctl and seccomp with valid arguments; `prog` points at `filter`, alive for the
+    // call (the kernel copies the program).
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        let r = libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_TSYNC,
+            &prog as *const libc::sock_fprog,
+        );
+        assert_eq!(r, 0, "seccomp: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// The unprivileged side of `s2_fallback_without_root_where_user_namespaces_are_refused_says_so`.
+fn fallback_refused_inner() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("skills/pid-scanner");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: pid_scanner\ndescription: Looks for other processes with kill(pid, 0).\nentry: python3 run.py\n---\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("run.py"), PID_SCANNER).unwrap();
+    let mut config = SandboxConfig::default()
+        .with_container(false)
+        .allow_without_container(true)
+        .with_timeout(Duration::from_secs(20));
+    config.temp_root = Some(root.path().to_path_buf());
+    let (skills, errors) = load_skills(&root.path().join("skills"));
+    assert!(errors.is_empty(), "{errors:?}");
+    let sandbox = Sandbox::new(config);
+    let p = sandbox.protections().clone();
+    assert_eq!(
+        p.refused, None,
+        "the operator accepted the weaker boundary: {p}"
+    );
+    assert!(!p.pid_namespace, "{p}");
+    assert!(!p.ipc_namespace, "{p}");
+    let why = p
+        .namespaces_error
+        .as_deref()
+        .unwrap_or_else(|| panic!("{p:?}"));
+    for needed in [
+        "refuses user namespaces",
+        "unshare",
+        "Operation not permitted",
+    ] {
+        assert!(why.contains(needed), "{needed} missing from: {why}");
+    }
+    assert!(
+        p.to_string()
+            .contains("PID namespace: OFF (the kernel refuses user namespaces"),
+        "{p}"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = rt
+        .block_on(sandbox.run(
+            &skills[0],
+            &json!({
+                "pid_max": pid_max(),
+                "agent": std::process::id(),
+                "agent_parent": std::os::unix::process::parent_id(),
+            }),
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r["agent"], "found", "{r}");
+    let report = json!({
+        "skill": r,
+        "protections": {"pid_namespace": p.pid_namespace, "display": p.to_string()},
+    });
+    println!("FALLBACK REPORT {report}");
 }
 
 /// The unprivileged side of `s2_fallback_without_root_hides_host_pids`.
@@ -709,11 +845,7 @@ fn fallback_without_root_inner() {
     );
     assert!(p.ipc_namespace, "{p}");
     assert!(p.no_network, "{p}");
-    let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid_max = pid_max();
     let agent = std::process::id();
     let agent_parent = std::os::unix::process::parent_id();
     let rt = tokio::runtime::Builder::new_multi_thread()
