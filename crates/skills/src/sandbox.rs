@@ -242,8 +242,8 @@ pub struct Protections {
     /// Skills run as a dedicated uid (the agent is root): process limits apply and leftovers of
     /// a call are found and killed by uid.
     pub dedicated_uid: bool,
-    /// Network cut off: a new, empty network namespace (container or root) or Landlock TCP rules
-    /// (ABI ≥ 4).
+    /// Network cut off: a new, empty network namespace (container, root, or a user namespace of
+    /// the call's own without root) or Landlock TCP rules (ABI ≥ 4).
     pub no_network: bool,
     /// Total bytes and files a call may write (`disk_bytes`, `disk_inodes`), when enforced for
     /// all its writable directories together (root: one size- and inode-limited tmpfs).
