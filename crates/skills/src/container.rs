@@ -202,6 +202,7 @@ impl Bwrap {
                 unshare_net: false,
                 unshare_ipc: false,
                 unshare_pid: false,
+                user_namespace: None,
                 ids,
                 landlock: None,
                 seccomp: None,

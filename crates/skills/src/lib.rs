@@ -9,8 +9,9 @@
 //! CPU / memory / file-size / process / open-file limits, only the environment the operator
 //! granted, no inherited descriptors, capped output and — when the agent runs as root — a
 //! dedicated uid per call. Without bubblewrap every call is refused, with a message naming the
-//! package to install, unless the operator accepts the weaker boundary (Landlock, seccomp, no
-//! mount or PID namespace) with [`SandboxConfig::allow_without_container`];
+//! package to install, unless the operator accepts the weaker boundary (Landlock, seccomp, PID,
+//! IPC and network namespaces where the kernel allows user namespaces, no mount namespace) with
+//! [`SandboxConfig::allow_without_container`];
 //! [`Protections`] says which boundaries are in force on the machine. See `docs/skills.md` for the format
 //! and the threat model: the operator ([`SandboxConfig`]) is trusted, the skill's author and the
 //! model are not.

@@ -106,8 +106,9 @@ pub struct SandboxConfig {
     /// [`allow_without_container`](Self::allow_without_container) is set; turning this off
     /// chooses the weaker boundary deliberately.
     pub container: bool,
-    /// Run calls under the weaker boundary (Landlock, seccomp, rlimits; no mount or PID
-    /// namespace) when a container cannot be made here, instead of refusing them (default: off).
+    /// Run calls under the weaker boundary (Landlock, seccomp, rlimits; PID, IPC and network
+    /// namespaces as root or where the kernel allows user namespaces; no mount namespace) when a
+    /// container cannot be made here, instead of refusing them (default: off).
     pub allow_without_container: bool,
     /// The `bwrap` to use (default: `/usr/bin/bwrap`, `/usr/local/bin/bwrap` or `/bin/bwrap`).
     pub bwrap_path: Option<PathBuf>,
@@ -230,13 +231,19 @@ pub struct Protections {
     /// A new IPC namespace: System V objects and POSIX message queues die with the call.
     pub ipc_namespace: bool,
     /// A new PID namespace: the skill sees and signals only its own processes, and all of them
-    /// die with it.
+    /// die with it. Without a container: as root, or in a user namespace of the call's own
+    /// where the kernel allows one (else see [`Protections::namespaces_error`]).
     pub pid_namespace: bool,
+    /// Without a container and without root: why the call's PID, IPC and network namespaces
+    /// cannot be made (the kernel refuses user namespaces to this user, e.g.
+    /// `sysctl user.max_user_namespaces=0` or an AppArmor rule); the host's pids are then
+    /// discoverable by a skill. `None` when they are made, or not needed (container, root).
+    pub namespaces_error: Option<String>,
     /// Skills run as a dedicated uid (the agent is root): process limits apply and leftovers of
     /// a call are found and killed by uid.
     pub dedicated_uid: bool,
-    /// Network cut off: a new, empty network namespace (container or root) or Landlock TCP rules
-    /// (ABI ≥ 4).
+    /// Network cut off: a new, empty network namespace (container, root, or a user namespace of
+    /// the call's own without root) or Landlock TCP rules (ABI ≥ 4).
     pub no_network: bool,
     /// Total bytes and files a call may write (`disk_bytes`, `disk_inodes`), when enforced for
     /// all its writable directories together (root: one size- and inode-limited tmpfs).
@@ -272,10 +279,13 @@ impl std::fmt::Display for Protections {
         }
         write!(
             f,
-            "; private filesystem: {}; IPC namespace: {}; PID namespace: {}; dedicated uid (process limit, leftover sweep): {}; no network: {}; disk total: {}; host unix sockets unreachable: {}; user namespaces refused: {}; landlock filesystem: {}; always: timeout+group kill, rlimits, granted env only, inherited fds closed, keyrings refused, fresh dir, capped output",
+            "; private filesystem: {}; IPC namespace: {}; PID namespace: {}{}; dedicated uid (process limit, leftover sweep): {}; no network: {}; disk total: {}; host unix sockets unreachable: {}; user namespaces refused: {}; landlock filesystem: {}; always: timeout+group kill, rlimits, granted env only, inherited fds closed, keyrings refused, fresh dir, capped output",
             yes(self.mount_namespace),
             yes(self.ipc_namespace),
             yes(self.pid_namespace),
+            self.namespaces_error
+                .as_deref()
+                .map_or_else(String::new, |e| format!(" ({e})")),
             yes(self.dedicated_uid),
             yes(self.no_network),
             self.disk_total.map_or_else(
@@ -393,6 +403,9 @@ struct Shared {
     container_filter: Vec<u8>,
     /// The seccomp program installed directly when there is no container, compiled once.
     fallback_filter: Vec<libc::sock_filter>,
+    /// Without a container and without root, where the kernel allows it: the maps of the user
+    /// namespace each call makes its PID, IPC and network namespaces in.
+    user_maps: Option<sys::IdMaps>,
     /// Containers made ahead of time, oldest first, at most one per skill.
     ready: Mutex<Vec<Ready>>,
     /// Containers being made ahead right now, each with the call waiting to take it, if any.
@@ -805,20 +818,33 @@ impl Sandbox {
                 format!(
                     "the skills sandbox cannot make a container here ({}). Install bubblewrap \
                  (`apt-get install bubblewrap` on Debian/Ubuntu, `dnf install bubblewrap` on \
-                 Fedora), or accept the weaker boundary (Landlock and seccomp, no mount or PID \
+                 Fedora), or accept the weaker boundary (Landlock and seccomp, no mount \
                  namespace) with SandboxConfig::allow_without_container(true)",
                     container_error.as_deref().unwrap_or("no bubblewrap")
                 )
             });
+        // Without a container, root makes the call's namespaces directly; any other user in a
+        // user namespace of the call's own, checked here once (the kernel may refuse them).
+        let (user_maps, namespaces_error) = if container || root || refused.is_some() {
+            (None, None)
+        } else {
+            let maps = sys::IdMaps::own();
+            match sys::probe_user_namespace(&maps, !config.allow_network) {
+                Ok(()) => (Some(maps), None),
+                Err(e) => (None, Some(e)),
+            }
+        };
+        let own_namespaces = !container && (root || user_maps.is_some());
         let protections = Protections {
             container: bwrap.as_ref().map(|b| b.version.clone()),
             container_error,
             mount_namespace: container,
-            ipc_namespace: container || root,
-            pid_namespace: container || root,
+            ipc_namespace: container || own_namespaces,
+            pid_namespace: container || own_namespaces,
+            namespaces_error,
             dedicated_uid: root,
             no_network: !config.allow_network
-                && (container || root || landlock.is_some_and(|v| v >= 4)),
+                && (container || own_namespaces || landlock.is_some_and(|v| v >= 4)),
             disk_total: root.then_some((config.disk_bytes, config.disk_inodes)),
             host_sockets_unreachable: container || !config.allow_network,
             user_namespaces_refused: !config.allow_user_namespaces,
@@ -835,6 +861,8 @@ impl Sandbox {
             tracing::info!(%protections, ready_ahead, "skills sandbox ready");
         } else if protections.refused.is_some() {
             tracing::error!(%protections, "skills sandbox refuses calls: no container");
+        } else if protections.namespaces_error.is_some() {
+            tracing::warn!(%protections, "skills sandbox ready without a container and without a PID namespace (user namespaces refused): fewer protections, a skill can discover the host's pids");
         } else {
             tracing::warn!(%protections, "skills sandbox ready without a container: fewer protections");
         }
@@ -845,6 +873,7 @@ impl Sandbox {
                 deny_unix_sockets: !config.allow_network,
             }),
             landlock: protections.landlock_abi.is_some(),
+            user_maps,
             config,
             bwrap,
             root,
@@ -1627,14 +1656,23 @@ async fn start(
     if ids.is_some() {
         limits.push((LimitKind::Processes, c.max_processes));
     }
+    // Without a container the call makes its own PID, IPC and network namespaces: directly as
+    // root, else inside a user namespace of its own (when the kernel allows it, see `new`).
+    let user_namespace = if container || ids.is_some() {
+        None
+    } else {
+        shared.user_maps.clone()
+    };
+    let own_namespaces = !container && (ids.is_some() || user_namespace.is_some());
     sys::install(
         &mut cmd,
         ChildSetup {
             keep_fds,
             limits,
-            unshare_net: !container && !c.allow_network && ids.is_some(),
-            unshare_ipc: !container && ids.is_some(),
-            unshare_pid: !container && ids.is_some(),
+            unshare_net: own_namespaces && !c.allow_network,
+            unshare_ipc: own_namespaces,
+            unshare_pid: own_namespaces,
+            user_namespace,
             ids,
             landlock,
             seccomp: fallback_seccomp,

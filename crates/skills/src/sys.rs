@@ -21,12 +21,149 @@ pub(crate) struct ChildSetup {
     pub limits: Vec<(LimitKind, u64)>,
     pub unshare_net: bool,
     pub unshare_ipc: bool,
-    /// Run the program as PID 1 of a new PID namespace (root, without a container): it can
-    /// see and signal only its own processes, and they all die with it.
+    /// Run the program as PID 1 of a new PID namespace (without a container): it can see and
+    /// signal only its own processes, and they all die with it.
     pub unshare_pid: bool,
+    /// Make the namespaces above inside a new user namespace that maps only the agent's own
+    /// uid and gid (without root, without a container): what lets an unprivileged agent make
+    /// them. Before Landlock and seccomp, which refuse user namespaces to the skill.
+    pub user_namespace: Option<IdMaps>,
     pub ids: Option<(u32, u32)>,
     pub landlock: Option<RulesetCreated>,
     pub seccomp: Option<Vec<libc::sock_filter>>,
+}
+
+/// The uid and gid maps of a user namespace that maps the agent's own ids to themselves (and
+/// nothing else: no root inside), written by the child into `/proc/self/…` after `unshare`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IdMaps {
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+impl IdMaps {
+    /// The maps of this process's own effective uid and gid.
+    pub fn own() -> Self {
+        // SAFETY: geteuid/getegid cannot fail and have no side effects.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        Self {
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+        }
+    }
+
+    /// In the child, right after `unshare(CLONE_NEWUSER | …)`: writes the maps (`setgroups`
+    /// denied first, as the kernel requires of an unprivileged gid map). Only async-signal-safe
+    /// calls on buffers made before the fork.
+    fn write(&self) -> io::Result<()> {
+        write_proc_file(c"/proc/self/setgroups", b"deny")?;
+        write_proc_file(c"/proc/self/uid_map", &self.uid_map)?;
+        write_proc_file(c"/proc/self/gid_map", &self.gid_map)
+    }
+}
+
+/// Writes `data` to `path` in one `write` (how `/proc/self/*_map` must be written).
+fn write_proc_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: open, write and close are async-signal-safe; `path` is NUL-terminated and `data`
+    // a valid buffer of its length.
+    unsafe {
+        let fd = check(libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC))?;
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        let err = io::Error::last_os_error();
+        libc::close(fd);
+        if n != data.len() as isize {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// The namespace flags of the weaker boundary's calls without root.
+fn user_namespace_flags(unshare_net: bool) -> libc::c_int {
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWIPC;
+    if unshare_net {
+        flags |= libc::CLONE_NEWNET;
+    }
+    flags
+}
+
+/// Checks, once at start-up, that this process may make what a call without root makes: a user
+/// namespace mapping its own ids, with PID, IPC (and, when `unshare_net`, network) namespaces in
+/// it, and a process inside the PID namespace. A forked child tries it and reports the step and
+/// errno that failed; `Err` says which (e.g. user namespaces disabled by `sysctl`, or refused by
+/// an AppArmor rule).
+pub(crate) fn probe_user_namespace(maps: &IdMaps, unshare_net: bool) -> Result<(), String> {
+    let (mut reader, writer) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let wfd = writer.as_raw_fd();
+    let flags = user_namespace_flags(unshare_net) | libc::CLONE_NEWPID;
+    // SAFETY: the child makes only async-signal-safe system calls on memory made before the
+    // fork (no allocation, no locks: safe in a threaded process) and leaves with _exit; the
+    // parent waits for it by pid.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            let report = |step: u8, err: io::Error| -> ! {
+                let errno = err.raw_os_error().unwrap_or(0);
+                let mut msg = [0u8; 5];
+                msg[0] = step;
+                msg[1..].copy_from_slice(&errno.to_ne_bytes());
+                libc::write(wfd, msg.as_ptr().cast(), msg.len());
+                libc::_exit(1)
+            };
+            if let Err(e) = check(libc::unshare(flags)) {
+                report(1, e);
+            }
+            if let Err(e) = maps.write() {
+                report(2, e);
+            }
+            let inner = libc::fork();
+            if inner < 0 {
+                report(3, io::Error::last_os_error());
+            }
+            if inner == 0 {
+                libc::_exit(if libc::getpid() == 1 { 0 } else { 1 });
+            }
+            let mut status = 0;
+            while libc::waitpid(inner, &mut status, 0) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
+            if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+                report(4, io::Error::from_raw_os_error(0));
+            }
+            libc::_exit(0)
+        }
+    }
+    drop(writer);
+    let mut status = 0;
+    // SAFETY: waitpid on the child just forked, into a local status word.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
+    let mut msg = Vec::new();
+    let _ = reader.read_to_end(&mut msg);
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        return Ok(());
+    }
+    let errno = msg
+        .get(1..5)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(i32::from_ne_bytes);
+    let err = errno.map_or_else(String::new, |e| {
+        format!(": {}", io::Error::from_raw_os_error(e))
+    });
+    Err(match msg.first() {
+        Some(1) => format!("the kernel refuses user namespaces to this user (unshare{err})"),
+        Some(2) => format!("a user namespace cannot map this user's ids (uid_map{err})"),
+        Some(3) => format!("no process can be made in a new PID namespace (fork{err})"),
+        Some(4) => "the first process of a new PID namespace is not PID 1".to_owned(),
+        _ => format!("the user namespace check failed ({status:#x})"),
+    })
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -113,6 +250,7 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> i
         unshare_net,
         unshare_ipc,
         unshare_pid,
+        user_namespace,
         ids,
         landlock,
         seccomp,
@@ -143,6 +281,10 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> i
             check(unsafe { libc::setrlimit(kind.resource(), &lim) })?;
         }
         let mut flags = 0;
+        if user_namespace.is_some() {
+            // (Made first by the kernel: the others below belong to it.)
+            flags |= libc::CLONE_NEWUSER;
+        }
         if unshare_net {
             flags |= libc::CLONE_NEWNET;
         }
@@ -152,6 +294,9 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> i
         if flags != 0 {
             // SAFETY: unshare is a plain system call; it only affects this (child) process.
             check(unsafe { libc::unshare(flags) })?;
+        }
+        if let Some(maps) = &user_namespace {
+            maps.write()?;
         }
         if unshare_pid {
             enter_new_pid_namespace()?;

@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{both_modes, env_with, fixtures, require_root, within};
+use common::{both_modes, env_with, fixtures, processes_with, require_root, within};
 use serde_json::json;
 use skills::{
     LoadOutcome, MAX_MODEL_DESCRIPTION_CHARS, Sandbox, SandboxConfig, SkillGrant, SkillsProvider,
@@ -539,8 +539,10 @@ async fn s2_without_bubblewrap_the_weaker_boundary_runs_when_accepted() {
     assert_eq!(p.container, None);
     assert_eq!(p.refused, None);
     assert!(!p.mount_namespace);
-    // A PID namespace needs no container as root (unshare); without root there is none.
-    assert_eq!(p.pid_namespace, p.dedicated_uid, "{p}");
+    // A PID namespace needs no container: as root by unshare, without root in a user
+    // namespace of the call's own (`s2_fallback_without_root_hides_host_pids`).
+    assert!(p.pid_namespace, "{p}");
+    assert_eq!(p.namespaces_error, None, "{p}");
     assert!(
         p.container_error
             .as_deref()
@@ -565,4 +567,356 @@ fn s2_the_startup_check_reads_a_working_bubblewrap() {
         p.container.is_some() != p.container_error.is_some(),
         "{p:?}"
     );
+}
+
+/// Set in the child process of `s2_fallback_without_root_hides_host_pids`, which runs the
+/// sandbox as an unprivileged user.
+const AS_UNPRIVILEGED: &str = "SKILLS_TEST_AS_UNPRIVILEGED";
+
+/// The skill of `s2_fallback_without_root_hides_host_pids`: `kill(pid, 0)` over every pid up to
+/// the kernel's `pid_max` (a pid that answers, or refuses with EPERM, exists), then the agent's
+/// pid named outright, then `/proc`.
+const PID_SCANNER: &str = r#"import json, os, sys
+args = json.load(sys.stdin)
+found = []
+for pid in range(1, args["pid_max"] + 1):
+    try:
+        os.kill(pid, 0)
+        found.append(pid)
+    except PermissionError:
+        found.append(pid)
+    except ProcessLookupError:
+        pass
+def signal(pid):
+    try:
+        os.kill(pid, 0)
+        return "found"
+    except ProcessLookupError:
+        return "no such process"
+    except PermissionError:
+        return "found (EPERM)"
+try:
+    proc = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+except OSError as e:
+    proc = "refused: " + type(e).__name__
+print(json.dumps({
+    "found": found[:50],
+    "found_count": len(found),
+    "agent": signal(args["agent"]),
+    "agent_parent": signal(args["agent_parent"]),
+    "proc": proc,
+    "pid": os.getpid(),
+    "uid": os.getuid(),
+}))
+"#;
+
+/// Runs the test `name` of this binary again in a child process, as uid/gid 65534 (nobody) when
+/// this process is root (as the tests are), with `AS_UNPRIVILEGED` set; returns the JSON it
+/// printed after `FALLBACK REPORT `, once it passed.
+fn run_unprivileged(name: &str) -> serde_json::Value {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(AS_UNPRIVILEGED, "1")
+        .env("HOME", "/tmp")
+        .env_remove("TMPDIR")
+        .current_dir("/");
+    // SAFETY: geteuid has no side effects.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.uid(65534).gid(65534);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the unprivileged run failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let report = stdout
+        .lines()
+        .find_map(|l| l.split_once("FALLBACK REPORT ").map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no report from the unprivileged run:\n{stdout}\n{stderr}"));
+    serde_json::from_str(report).unwrap()
+}
+
+/// #29 item 4 must-show: with the fallback accepted (no bubblewrap) and the agent NOT root, a
+/// hostile skill's `kill(pid, 0)` scan finds only the pids of its own call — not the agent, not
+/// the host — and `Protections` reports the PID namespace. The tests run as root, so this test
+/// runs itself again in a child process as uid/gid 65534 (nobody), where the sandbox is built
+/// and called; the child checks and reports, and this side checks the child's report.
+#[test]
+fn s2_fallback_without_root_hides_host_pids() {
+    if std::env::var_os(AS_UNPRIVILEGED).is_some() {
+        fallback_without_root_inner();
+        return;
+    }
+    let r = run_unprivileged("s2_fallback_without_root_hides_host_pids");
+    assert_ne!(r["agent_uid"], 0, "{r}");
+    assert_eq!(r["skill"]["found"], json!([1]), "{r}");
+    assert_eq!(r["skill"]["agent"], "no such process", "{r}");
+    assert_eq!(r["protections"]["pid_namespace"], true, "{r}");
+}
+
+/// Where the kernel refuses user namespaces to the agent's user, the fallback without root has
+/// no PID namespace: `Protections` says so and why (the step the kernel refused), and — the
+/// operator having accepted the weaker boundary — calls still run (the scan then does find the
+/// host's pids, which is what the report warns of). The refusal is real: the unprivileged child
+/// installs a seccomp filter on itself that answers `unshare` with EPERM, as a kernel with user
+/// namespaces disabled does, before it builds the sandbox.
+#[test]
+fn s2_fallback_without_root_where_user_namespaces_are_refused_says_so() {
+    if std::env::var_os(AS_UNPRIVILEGED).is_some() {
+        refuse_unshare();
+        fallback_refused_inner();
+        return;
+    }
+    let r = run_unprivileged("s2_fallback_without_root_where_user_namespaces_are_refused_says_so");
+    assert_eq!(r["protections"]["pid_namespace"], false, "{r}");
+    assert!(r["skill"]["found_count"].as_u64().unwrap() > 1, "{r}");
+}
+
+/// The kernel's largest pid.
+fn pid_max() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Installs, on every thread of this process, a seccomp filter that answers `unshare` with EPERM.
+fn refuse_unshare() {
+    const RET_ERRNO_EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    let filter = [
+        // ld [nr]; jeq unshare ? next : skip one; ret EPERM; ret ALLOW
+        libc::sock_filter {
+            code: 0x20,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: 0x15,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_unshare as u32,
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: RET_ERRNO_EPERM,
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: prctl and seccomp with valid arguments; `prog` points at `filter`, alive for the
+    // call (the kernel copies the program).
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        let r = libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_TSYNC,
+            &prog as *const libc::sock_fprog,
+        );
+        assert_eq!(r, 0, "seccomp: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// The unprivileged side of `s2_fallback_without_root_where_user_namespaces_are_refused_says_so`.
+fn fallback_refused_inner() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("skills/pid-scanner");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: pid_scanner\ndescription: Looks for other processes with kill(pid, 0).\nentry: python3 run.py\n---\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("run.py"), PID_SCANNER).unwrap();
+    let mut config = SandboxConfig::default()
+        .with_container(false)
+        .allow_without_container(true)
+        .with_timeout(Duration::from_secs(20));
+    config.temp_root = Some(root.path().to_path_buf());
+    let (skills, errors) = load_skills(&root.path().join("skills"));
+    assert!(errors.is_empty(), "{errors:?}");
+    let sandbox = Sandbox::new(config);
+    let p = sandbox.protections().clone();
+    assert_eq!(
+        p.refused, None,
+        "the operator accepted the weaker boundary: {p}"
+    );
+    assert!(!p.pid_namespace, "{p}");
+    assert!(!p.ipc_namespace, "{p}");
+    let why = p
+        .namespaces_error
+        .as_deref()
+        .unwrap_or_else(|| panic!("{p:?}"));
+    for needed in [
+        "refuses user namespaces",
+        "unshare",
+        "Operation not permitted",
+    ] {
+        assert!(why.contains(needed), "{needed} missing from: {why}");
+    }
+    assert!(
+        p.to_string()
+            .contains("PID namespace: OFF (the kernel refuses user namespaces"),
+        "{p}"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = rt
+        .block_on(sandbox.run(
+            &skills[0],
+            &json!({
+                "pid_max": pid_max(),
+                "agent": std::process::id(),
+                "agent_parent": std::os::unix::process::parent_id(),
+            }),
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r["agent"], "found", "{r}");
+    let report = json!({
+        "skill": r,
+        "protections": {"pid_namespace": p.pid_namespace, "display": p.to_string()},
+    });
+    println!("FALLBACK REPORT {report}");
+}
+
+/// The unprivileged side of `s2_fallback_without_root_hides_host_pids`.
+fn fallback_without_root_inner() {
+    // SAFETY: getuid/getgid have no side effects.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    assert_ne!(uid, 0, "this half must run without root");
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("skills/pid-scanner");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: pid_scanner\ndescription: Looks for other processes with kill(pid, 0).\nentry: python3 run.py\n---\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("run.py"), PID_SCANNER).unwrap();
+    let stubborn = root.path().join("skills/stubborn");
+    std::fs::create_dir_all(&stubborn).unwrap();
+    std::fs::write(
+        stubborn.join("SKILL.md"),
+        "---\nname: stubborn\ndescription: Ignores SIGTERM, leaves children behind, sleeps past its limit.\nentry: python3 run.py\ntimeout_secs: 1\n---\n",
+    )
+    .unwrap();
+    std::fs::write(
+        stubborn.join("run.py"),
+        "import signal, subprocess, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nsubprocess.Popen(['sleep', '9871'], start_new_session=True)\nsubprocess.Popen(['sleep', '9861'])\nprint('started', flush=True)\ntime.sleep(60)\n",
+    )
+    .unwrap();
+    let calls = root.path().join("calls");
+    std::fs::create_dir(&calls).unwrap();
+    let mut config = SandboxConfig::default()
+        .with_container(false)
+        .allow_without_container(true)
+        .with_timeout(Duration::from_secs(20));
+    config.temp_root = Some(calls.clone());
+    let (skills, errors) = load_skills(&root.path().join("skills"));
+    assert!(errors.is_empty(), "{errors:?}");
+    let find = |name: &str| skills.iter().find(|s| s.name == name).unwrap().clone();
+    let (skill, stubborn) = (find("pid_scanner"), find("stubborn"));
+    let sandbox = Sandbox::new(config);
+    let p = sandbox.protections().clone();
+    assert_eq!(p.container, None, "{p}");
+    assert_eq!(p.refused, None, "{p}");
+    assert!(!p.dedicated_uid, "{p}");
+    assert!(
+        p.pid_namespace,
+        "the fallback without root has no PID namespace: {p}"
+    );
+    assert!(p.ipc_namespace, "{p}");
+    assert!(p.no_network, "{p}");
+    let pid_max = pid_max();
+    let agent = std::process::id();
+    let agent_parent = std::os::unix::process::parent_id();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = rt
+        .block_on(sandbox.run(
+            &skill,
+            &json!({"pid_max": pid_max, "agent": agent, "agent_parent": agent_parent}),
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The skill is PID 1 of its own namespace and finds itself only: no pid of the agent, of
+    // its parent (the test run as root) or of anything else on the host.
+    assert_eq!(r["found"], json!([1]), "{r}");
+    assert_eq!(r["found_count"], 1, "{r}");
+    assert_eq!(r["pid"], 1, "{r}");
+    assert_eq!(r["agent"], "no such process", "{r}");
+    assert_eq!(r["agent_parent"], "no such process", "{r}");
+    // /proc is the host's (no mount namespace): Landlock keeps it unreadable.
+    assert!(
+        r["proc"] == json!([1]) || r["proc"].as_str().is_some_and(|s| s.starts_with("refused")),
+        "{r}"
+    );
+    assert_eq!(r["uid"], uid, "the skill runs as the agent's own uid: {r}");
+    // Everything of the call is gone (its directory too), and the next call works.
+    let again = rt
+        .block_on(sandbox.run(
+            &skill,
+            &json!({"pid_max": 2, "agent": agent, "agent_parent": agent_parent}),
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(again["found"], json!([1]), "{again}");
+    // The time limit still stops a call and everything it started, also what left its
+    // process group (it dies with PID 1 of the call's namespace).
+    let err = rt.block_on(sandbox.run(&stubborn, &json!({}))).unwrap_err();
+    assert!(matches!(err, skills::SkillError::Timeout { .. }), "{err:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !(processes_with("sleep 9871").is_empty() && processes_with("sleep 9861").is_empty()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call's children survived its time limit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // (A call's directory is removed on a blocking thread after its answer.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<_> = std::fs::read_dir(&calls).unwrap().collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "call directories left behind: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(sandbox);
+    drop(rt);
+    let report = json!({
+        "agent_uid": uid,
+        "agent_gid": gid,
+        "skill": r,
+        "protections": {
+            "pid_namespace": p.pid_namespace,
+            "ipc_namespace": p.ipc_namespace,
+            "no_network": p.no_network,
+            "display": p.to_string(),
+        },
+    });
+    println!("FALLBACK REPORT {report}");
 }
