@@ -38,7 +38,7 @@ mod tool;
 
 pub use bus::{
     BusError, BusMessage, DEDUP_WINDOW, DEFAULT_MAILBOX_CAPACITY, Delivery, MAX_FAMILY_LEN,
-    MAX_MSG_ID_LEN, MessageBus, OutgoingMessage, Subscription,
+    MAX_MSG_ID_LEN, MessageBus, OutgoingMessage, Received, Subscription,
 };
 #[cfg(feature = "nats")]
 pub use nats::NatsConfig;
