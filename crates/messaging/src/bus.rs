@@ -1350,6 +1350,14 @@ mod tests {
         assert!(b.try_recv().is_none());
     }
 
+    /// The next message, unconfirmed (in process it is there already: 5 s is a hang guard).
+    async fn next(sub: &mut Subscription) -> Received {
+        tokio::time::timeout(Duration::from_secs(5), sub.recv_unconfirmed())
+            .await
+            .expect("a message is waiting")
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn q7_in_process_a_message_dropped_unconfirmed_is_handed_out_again_first() {
         let bus = MessageBus::new();
@@ -1357,10 +1365,10 @@ mod tests {
         for t in ["a", "b"] {
             bus.send(OutgoingMessage::new("s", "r", t)).await.unwrap();
         }
-        let a = inbox.recv_unconfirmed().await.unwrap();
+        let a = next(&mut inbox).await;
         assert_eq!(a.message().text, "a");
         drop(a); // not confirmed: back to the front, not taken for a repeat of its id
-        let a = inbox.recv_unconfirmed().await.unwrap();
+        let a = next(&mut inbox).await;
         assert_eq!(a.message().text, "a");
         a.confirm().await.unwrap();
         assert_eq!(inbox.try_recv().unwrap().text, "b");
@@ -1390,11 +1398,11 @@ mod tests {
         bus.send(OutgoingMessage::new("s", "user:1", "one"))
             .await
             .unwrap();
-        let held = a.recv_unconfirmed().await.unwrap();
+        let held = next(&mut a).await;
         assert!(b.try_recv().is_none(), "handed to one member");
         drop(a); // the member ends, its work unfinished
         drop(held);
-        let got = b.recv_unconfirmed().await.unwrap();
+        let got = next(&mut b).await;
         assert_eq!(
             (got.message().to.as_str(), got.message().text.as_str()),
             ("user:1", "one")
@@ -1405,7 +1413,7 @@ mod tests {
         bus.send(OutgoingMessage::new("s", "user:2", "two"))
             .await
             .unwrap();
-        let held = own.recv_unconfirmed().await.unwrap();
+        let held = next(&mut own).await;
         drop(own);
         drop(held);
         assert_eq!(b.try_recv().unwrap().text, "two");
@@ -1414,7 +1422,7 @@ mod tests {
         bus.send(OutgoingMessage::new("s", "solo", "x"))
             .await
             .unwrap();
-        let held = last.recv_unconfirmed().await.unwrap();
+        let held = next(&mut last).await;
         drop(last);
         drop(held);
         assert!(!bus.is_subscribed("solo"));
