@@ -12,6 +12,8 @@
 //!   JetStream broker, across processes: in order, at least once, repeats dropped by message id
 //!   (`docs/bus.md`). [`MessageBus::subscribe_group`] receives a whole family of recipients
 //!   (`user:*`) with one subscription shared by every worker as a work queue.
+//!   [`Subscription::recv_unconfirmed`] hands out a [`Received`] to confirm once the message is
+//!   dealt with (at least once across a crash: unconfirmed, it is handed out again).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
