@@ -636,52 +636,68 @@ impl Sessions {
 /// creating it when it is new; the store's change feed wakes the streams of every worker.
 /// A store that cannot be reached is retried (backoff to 5 s) until the message is stored: the
 /// group's next message waits meanwhile, so the order holds and nothing taken is dropped.
+/// A message is confirmed to the bus only once it is stored (or deliberately dropped, with a
+/// log line): a worker that dies before that leaves it to the broker, which hands it to another
+/// worker (after `ack_wait`), and the state slot per message id stores it once however often it
+/// comes.
 async fn inbox_task(mut inbox: Subscription, store: Arc<dyn SessionStore>) {
-    while let Some(m) = inbox.recv().await {
-        if m.from == AGENT_SENDER {
-            continue;
+    while let Some(received) = inbox.recv_unconfirmed().await {
+        let m = received.message();
+        if m.from != AGENT_SENDER {
+            store_person_message(&*store, m).await;
         }
-        let id =
-            m.to.strip_prefix(PERSONS)
-                .and_then(|r| r.strip_prefix(':'))
-                .unwrap_or_default();
-        if !is_session_id(id) {
-            tracing::warn!(to = %m.to, msg_id = %m.msg_id, from = %m.from,
-                "chat panel: a message for a person whose address is not a conversation id was dropped (8 to 64 of A-Z a-z 0-9 - _)");
-            continue;
+        let msg_id = m.msg_id.clone();
+        if let Err(e) = received.confirm().await {
+            // stored: a repeat the broker may hand out is recognised by its id
+            tracing::warn!(%msg_id, error = %e, "chat panel: a stored bus message was not confirmed to the broker; a repeat will be dropped");
         }
-        // Stored once whichever worker (or how often) the broker hands it to: a state slot per
-        // message id, set in the same compare-and-set as the round.
-        let key = format!("chat-panel.bus.{}", m.msg_id);
-        let round = foreign_message_round(&m);
-        let mut wait = std::time::Duration::from_millis(100);
-        loop {
-            let once = StateChange::new(&key, None, Some("stored"));
-            match store.append_with_state(id, &round, once).await {
-                Ok(Some(_)) => break,
-                Ok(None) => {
-                    tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
-                    break;
-                }
-                Err(StoreError::NotFound { .. }) => match store.create(id).await {
-                    Ok(()) | Err(StoreError::AlreadyExists { .. }) => continue,
-                    Err(e) => {
-                        tracing::warn!(session = %id, error = %e, "chat panel: could not start a conversation for a message; retrying");
-                    }
-                },
-                Err(e @ (StoreError::Unreachable { .. } | StoreError::Database { .. })) => {
-                    tracing::warn!(session = %id, from = %m.from, error = %e, retry_in_ms = wait.as_millis() as u64,
-                        "chat panel: could not store a message for the person; retrying");
-                }
-                Err(e) => {
-                    tracing::error!(session = %id, from = %m.from, msg_id = %m.msg_id, error = %e,
-                        "chat panel: a message for the person could not be stored and was dropped");
-                    break;
-                }
+    }
+}
+
+/// Stores `m` in conversation ID (created if new) once, retrying while the database is away.
+/// Returns once it is stored, was stored before, or cannot be (logged: not a conversation id, or
+/// refused by the store for good).
+async fn store_person_message(store: &dyn SessionStore, m: &BusMessage) {
+    let id =
+        m.to.strip_prefix(PERSONS)
+            .and_then(|r| r.strip_prefix(':'))
+            .unwrap_or_default();
+    if !is_session_id(id) {
+        tracing::warn!(to = %m.to, msg_id = %m.msg_id, from = %m.from,
+            "chat panel: a message for a person whose address is not a conversation id was dropped (8 to 64 of A-Z a-z 0-9 - _)");
+        return;
+    }
+    // Stored once whichever worker (or how often) the broker hands it to: a state slot per
+    // message id, set in the same compare-and-set as the round.
+    let key = format!("chat-panel.bus.{}", m.msg_id);
+    let round = foreign_message_round(m);
+    let mut wait = std::time::Duration::from_millis(100);
+    loop {
+        let once = StateChange::new(&key, None, Some("stored"));
+        match store.append_with_state(id, &round, once).await {
+            Ok(Some(_)) => return,
+            Ok(None) => {
+                tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
+                return;
             }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(std::time::Duration::from_secs(5));
+            Err(StoreError::NotFound { .. }) => match store.create(id).await {
+                Ok(()) | Err(StoreError::AlreadyExists { .. }) => continue,
+                Err(e) => {
+                    tracing::warn!(session = %id, error = %e, "chat panel: could not start a conversation for a message; retrying");
+                }
+            },
+            Err(e @ (StoreError::Unreachable { .. } | StoreError::Database { .. })) => {
+                tracing::warn!(session = %id, from = %m.from, error = %e, retry_in_ms = wait.as_millis() as u64,
+                    "chat panel: could not store a message for the person; retrying");
+            }
+            Err(e) => {
+                tracing::error!(session = %id, from = %m.from, msg_id = %m.msg_id, error = %e,
+                    "chat panel: a message for the person could not be stored and was dropped");
+                return;
+            }
         }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(std::time::Duration::from_secs(5));
     }
 }
 

@@ -37,7 +37,11 @@ fn main() {
     if std::env::var_os(CHILD).is_some() {
         return worker_child();
     }
-    let tests: [(&str, fn()); 7] = [
+    let tests: [(&str, fn()); 8] = [
+        (
+            "workers_nats_a_worker_killed_between_taking_and_storing_a_message_another_stores_it_once",
+            workers_nats_a_worker_killed_between_taking_and_storing_a_message_another_stores_it_once,
+        ),
         (
             "workers_broker_down_mid_conversation_typed_errors_then_nothing_lost",
             workers_broker_down_mid_conversation_typed_errors_then_nothing_lost,
@@ -684,6 +688,115 @@ fn workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every
             "the first turn's 4 rows and 2 pairs: {texts:#?}"
         );
         drop((a, b));
+    });
+}
+
+/// The shared broker's URL (`TEST_NATS_URL`), or a failure saying how to get one.
+fn nats_url() -> String {
+    match std::env::var("TEST_NATS_URL") {
+        Ok(u) if !u.trim().is_empty() => u,
+        _ => panic!(
+            "TEST_NATS_URL is not set, so the broker part of the workers test cannot run: run \
+             `cargo xtask test` (it starts nats-server on 127.0.0.1 and sets it), or set \
+             TEST_NATS_URL=nats://127.0.0.1:PORT for a nats-server started with -js"
+        ),
+    }
+}
+
+/// Polls `f` (every 50 ms, at most 60 s: a hang guard, not a speed check) until it is true.
+async fn wait_for(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !f().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited 60 s for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// At least once through the panel (#28: "no message may be lost when one dies"): worker A takes
+/// a person's message from the bus but cannot store it (its database is away, so it retries,
+/// holding the message unconfirmed) and is SIGKILLed. Worker B, started after, gets the message
+/// from the broker (after `ack_wait`) and stores it — once; a message sent after it is stored
+/// once too, and nothing comes twice. With the bus acknowledging on hand-out (before this change)
+/// the message died with A and B never stored it.
+fn workers_nats_a_worker_killed_between_taking_and_storing_a_message_another_stores_it_once() {
+    let nats = nats_url();
+    runtime().block_on(async {
+        let direct = pg::pg_database("chat_panel_workers_ack").await;
+        let mut proxy = pg::Proxy::start(pg::pg_addr(&direct)).await;
+        let via_proxy = pg::with_db(
+            &format!("postgres://postgres@{}/postgres", proxy.addr),
+            "ce_chat_panel_workers_ack",
+        );
+        let model = ScriptedServer::start().await;
+        model.respond_with(responder);
+        let a = Worker::start_with_broker(&model, &via_proxy, Some(&nats));
+        // a fresh id per run: the broker keeps its streams between runs
+        let sid = format!(
+            "ack-workers-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        );
+        let to = chat_panel::user_address(&sid);
+        let bus = messaging::MessageBus::connect_nats(&nats).await.unwrap();
+        let send = |text: &str| {
+            let m = messaging::OutgoingMessage::new("ops-bot", to.clone(), text);
+            let bus = bus.clone();
+            async move { bus.send(m).await.unwrap() }
+        };
+        // a message's text is in its stored call (the result says `deliveredFrom`)
+        let count =
+            |texts: &[String], needle: &str| texts.iter().filter(|t| t.contains(needle)).count();
+        // A takes and stores while its database is there
+        send("warm-up").await;
+        wait_for("A stores the first message", async || {
+            count(&stored_texts(&direct, &sid).await, "warm-up") == 1
+        })
+        .await;
+
+        // the group's consumer: wait until A's is the only pull request waiting (a request of a
+        // worker of an earlier test may linger at the broker for up to 10 s), so A takes the next
+        let js = async_nats::jetstream::new(async_nats::connect(&nats).await.unwrap());
+        let stream = js.get_stream("LLMTK_BUS").await.unwrap();
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer =
+            stream.get_consumer("group-user").await.unwrap();
+        wait_for("only A waits for the group's messages", async || {
+            consumer.info().await.unwrap().num_waiting == 1
+        })
+        .await;
+        proxy.down().await;
+        let d = send("taken then killed").await;
+        wait_for("A takes the message", async || {
+            let info = consumer.info().await.unwrap();
+            info.delivered.stream_sequence >= d.id && info.num_ack_pending == 1
+        })
+        .await;
+        // A retries storing, holding the message (it cannot reach its database)
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        a.kill();
+        let b = Worker::start_with_broker(&model, &direct, Some(&nats));
+        wait_for("B stores the message A took", async || {
+            count(&stored_texts(&direct, &sid).await, "taken then killed") == 1
+        })
+        .await;
+        send("sent after").await;
+        wait_for("B stores the next message", async || {
+            count(&stored_texts(&direct, &sid).await, "sent after") == 1
+        })
+        .await;
+        let texts = stored_texts(&direct, &sid).await;
+        for needle in ["warm-up", "taken then killed", "sent after"] {
+            assert_eq!(count(&texts, needle), 1, "{needle} stored once: {texts:#?}");
+        }
+        // each message: its call (assistant) and its result (tool)
+        assert_eq!(texts.len(), 6, "{texts:#?}");
+        let info = consumer.info().await.unwrap();
+        assert_eq!(info.num_ack_pending, 0, "every message confirmed");
+        drop(b);
     });
 }
 

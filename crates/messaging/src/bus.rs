@@ -221,6 +221,21 @@ pub enum BusError {
         /// What failed.
         reason: String,
     },
+    /// A message was dealt with but the broker did not record its confirmation
+    /// ([`Received::confirm`]): it may hand the message out again once its `ack_wait` runs out.
+    #[error(
+        "the message broker at {url} did not record the confirmation of message {msg_id:?} \
+         ({reason}); it may hand the message out again after its ack wait: nothing to do if the \
+         work is idempotent by msg_id (a repeat can be recognised by it)"
+    )]
+    ConfirmationLost {
+        /// The broker's address.
+        url: String,
+        /// The message's [`BusMessage::msg_id`].
+        msg_id: String,
+        /// What failed.
+        reason: String,
+    },
     /// The broker refused the message or the bus's setup (e.g. storage full, a stream of the
     /// same name with other subjects); the message was not stored.
     #[error("the message broker at {url} refused: {reason}")]
@@ -267,9 +282,23 @@ pub(crate) fn family_of(recipient: &str) -> Option<&str> {
 
 /// One step of reading an inbox.
 pub(crate) enum Poll {
-    Message(BusMessage),
+    /// A message, and how to settle it with whoever handed it out.
+    Message(BusMessage, Box<dyn Settle>),
     Empty,
     Closed,
+}
+
+/// How a backend learns what became of a message it handed out: confirmed (its work is done,
+/// forget it) or given back (hand it out again). Dropping it unsettled gives the message back
+/// where the backend can (a broker: once `ack_wait` runs out, or at once when it notices).
+#[async_trait::async_trait]
+pub(crate) trait Settle: Send + Sync {
+    /// Confirms and waits until the backend has recorded it.
+    async fn confirm(self: Box<Self>) -> Result<(), BusError>;
+    /// Confirms without waiting for the outcome (a repeat dropped by id, or `recv`).
+    fn confirm_later(self: Box<Self>);
+    /// Gives `message` back, to be handed out again.
+    fn give_back(self: Box<Self>, message: BusMessage);
 }
 
 /// What carries messages: the in-process mailboxes or a broker. Every backend promises: a
@@ -313,6 +342,12 @@ struct Seen {
     set: HashSet<u64>,
 }
 
+fn seen_key(msg_id: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    msg_id.hash(&mut h);
+    h.finish()
+}
+
 impl Seen {
     /// True the first time `msg_id` is seen within the window; messages without an id (from
     /// an older sender) always pass.
@@ -320,9 +355,7 @@ impl Seen {
         if msg_id.is_empty() {
             return true;
         }
-        let mut h = std::hash::DefaultHasher::new();
-        msg_id.hash(&mut h);
-        let key = h.finish();
+        let key = seen_key(msg_id);
         if !self.set.insert(key) {
             return false;
         }
@@ -334,6 +367,20 @@ impl Seen {
         }
         true
     }
+
+    /// Forgets `msg_id` (a message given back unconfirmed: when it comes again it is new).
+    fn forget(&mut self, msg_id: &str) {
+        let key = seen_key(msg_id);
+        if self.set.remove(&key)
+            && let Some(at) = self.order.iter().rposition(|k| *k == key)
+        {
+            self.order.remove(at);
+        }
+    }
+}
+
+fn lock_seen(seen: &Mutex<Seen>) -> MutexGuard<'_, Seen> {
+    seen.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The bus. Cheap to clone; clones share the mailboxes (or the broker connection).
@@ -400,7 +447,7 @@ impl MessageBus {
         Subscription {
             inbox: self.backend.subscribe(&recipient),
             recipient,
-            seen: Seen::default(),
+            seen: Arc::default(),
         }
     }
 
@@ -442,7 +489,7 @@ impl MessageBus {
         Ok(Subscription {
             inbox: self.backend.subscribe_group(family),
             recipient: format!("{family}:*"),
-            seen: Seen::default(),
+            seen: Arc::default(),
         })
     }
 
@@ -462,10 +509,22 @@ impl MessageBus {
 }
 
 /// A recipient's end: receives its messages in order. Dropping it unsubscribes.
+///
+/// Two ways to take a message:
+/// * [`Subscription::recv`] / [`Subscription::try_recv`] confirm it as they hand it out (at
+///   most once from there on: a process that dies before it has dealt with the message loses
+///   it). For notifications shown and forgotten.
+/// * [`Subscription::recv_unconfirmed`] hands out a [`Received`]: do the work (store the
+///   message, …), then [`Received::confirm`]. Until then the message is the holder's: the bus
+///   hands out nothing else of this subscription's consumer, and with a broker it keeps telling
+///   the broker the message is in hand, however long the work takes. Dropped unconfirmed (an
+///   error, a cancelled task) it is given back and handed out again; if the process dies, the
+///   broker hands it to the next subscriber after `ack_wait`. So the message is dealt with at
+///   least once: make the work idempotent by [`BusMessage::msg_id`].
 pub struct Subscription {
     inbox: Box<dyn Inbox>,
     recipient: String,
-    seen: Seen,
+    seen: Arc<Mutex<Seen>>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -485,30 +544,71 @@ impl Subscription {
     fn next_new(&mut self) -> Poll {
         loop {
             match self.inbox.poll() {
-                Poll::Message(m) if !self.seen.first_time(&m.msg_id) => {
+                Poll::Message(m, settle) if !lock_seen(&self.seen).first_time(&m.msg_id) => {
                     tracing::debug!(recipient = %self.recipient, msg_id = %m.msg_id, "dropped a repeated message id");
+                    settle.confirm_later();
                 }
                 other => return other,
             }
         }
     }
 
-    /// The next message, waiting for one; `None` once this subscription was replaced. With a
-    /// broker it goes on waiting while the broker is away ([`Subscription::problem`] says so).
-    pub async fn recv(&mut self) -> Option<BusMessage> {
+    async fn next_message(&mut self) -> Option<(BusMessage, Box<dyn Settle>)> {
         loop {
             match self.next_new() {
-                Poll::Message(m) => return Some(m),
+                Poll::Message(m, settle) => return Some((m, settle)),
                 Poll::Closed => return None,
                 Poll::Empty => self.inbox.changed().await,
             }
         }
     }
 
-    /// The next message if one is waiting (with a broker: already arrived in this process).
+    /// The next message, waiting for one, confirmed as it is handed out; `None` once this
+    /// subscription was replaced. With a broker it goes on waiting while the broker is away
+    /// ([`Subscription::problem`] says so). To confirm only once the message is dealt with, use
+    /// [`Subscription::recv_unconfirmed`].
+    pub async fn recv(&mut self) -> Option<BusMessage> {
+        let (m, settle) = self.next_message().await?;
+        settle.confirm_later();
+        Some(m)
+    }
+
+    /// The next message, waiting for one, **not yet confirmed**: call [`Received::confirm`]
+    /// once it is dealt with; dropped unconfirmed, it is handed out again. `None` once this
+    /// subscription was replaced.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), messaging::BusError> {
+    /// use messaging::{MessageBus, OutgoingMessage};
+    /// let bus = MessageBus::new();
+    /// let mut inbox = bus.subscribe_group("user")?;
+    /// bus.send(OutgoingMessage::new("agent", "user:alice", "hi")).await?;
+    /// let got = inbox.recv_unconfirmed().await.unwrap();
+    /// drop(got); // the work failed before it was done: the message is given back
+    /// let again = inbox.recv_unconfirmed().await.unwrap();
+    /// assert_eq!((again.message().to.as_str(), again.message().text.as_str()), ("user:alice", "hi"));
+    /// // … store it, then:
+    /// again.confirm().await?;
+    /// assert!(inbox.try_recv().is_none());
+    /// # Ok(()) }
+    /// ```
+    pub async fn recv_unconfirmed(&mut self) -> Option<Received> {
+        let (message, settle) = self.next_message().await?;
+        Some(Received {
+            message,
+            settle: Some(settle),
+            seen: self.seen.clone(),
+        })
+    }
+
+    /// The next message if one is waiting (with a broker: already arrived in this process),
+    /// confirmed as it is handed out.
     pub fn try_recv(&mut self) -> Option<BusMessage> {
         match self.next_new() {
-            Poll::Message(m) => Some(m),
+            Poll::Message(m, settle) => {
+                settle.confirm_later();
+                Some(m)
+            }
             _ => None,
         }
     }
@@ -522,6 +622,55 @@ impl Subscription {
     /// all is well.
     pub fn problem(&self) -> Option<BusError> {
         self.inbox.problem()
+    }
+}
+
+/// A message handed out by [`Subscription::recv_unconfirmed`] and not confirmed yet: read it
+/// with [`Received::message`], deal with it, then [`Received::confirm`]. Dropped unconfirmed it
+/// is given back and handed out again (to this subscription or, for a group, to any member). Hold
+/// it only while dealing with the message: the subscription's consumer hands out nothing else
+/// meanwhile.
+pub struct Received {
+    message: BusMessage,
+    /// `None` once confirmed.
+    settle: Option<Box<dyn Settle>>,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl std::fmt::Debug for Received {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Received")
+            .field("message", &self.message)
+            .finish()
+    }
+}
+
+impl Received {
+    /// The message.
+    pub fn message(&self) -> &BusMessage {
+        &self.message
+    }
+
+    /// Confirms the message: it is dealt with and is not handed out again. Returns once the bus
+    /// has recorded it (with a broker: the broker acknowledged the acknowledgement). On
+    /// [`BusError::ConfirmationLost`] the broker may hand the message out again after its
+    /// `ack_wait`; work made idempotent by [`BusMessage::msg_id`] then does nothing twice.
+    pub async fn confirm(mut self) -> Result<(), BusError> {
+        match self.settle.take() {
+            Some(settle) => settle.confirm().await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Received {
+    fn drop(&mut self) {
+        if let Some(settle) = self.settle.take() {
+            let m = &self.message;
+            tracing::debug!(to = %m.to, msg_id = %m.msg_id, "bus: a message dropped unconfirmed is given back");
+            lock_seen(&self.seen).forget(&m.msg_id);
+            settle.give_back(m.clone());
+        }
     }
 }
 
@@ -655,7 +804,7 @@ impl Backend for Local {
         }
         Box::new(LocalInbox {
             bus: self.inner.clone(),
-            recipient: recipient.to_owned(),
+            recipient: recipient.into(),
             generation,
             notify,
         })
@@ -675,7 +824,7 @@ impl Backend for Local {
         g.members += 1;
         Box::new(LocalGroupInbox {
             bus: self.inner.clone(),
-            family: family.to_owned(),
+            family: family.into(),
             notify: g.notify.clone(),
         })
     }
@@ -701,7 +850,7 @@ impl Backend for Local {
 
 struct LocalInbox {
     bus: Arc<Inner>,
-    recipient: String,
+    recipient: Arc<str>,
     generation: u64,
     notify: Arc<Notify>,
 }
@@ -710,9 +859,15 @@ struct LocalInbox {
 impl Inbox for LocalInbox {
     fn poll(&mut self) -> Poll {
         let mut s = self.bus.lock();
-        match s.boxes.get_mut(&self.recipient) {
+        match s.boxes.get_mut(&*self.recipient) {
             Some(b) if b.generation == self.generation => match b.queue.pop_front() {
-                Some(m) => Poll::Message(m),
+                Some(m) => Poll::Message(
+                    m,
+                    Box::new(LocalSettle {
+                        bus: self.bus.clone(),
+                        from: HandedFrom::Recipient(self.recipient.clone()),
+                    }),
+                ),
                 None => Poll::Empty,
             },
             _ => Poll::Closed,
@@ -727,7 +882,7 @@ impl Inbox for LocalInbox {
     fn dropped(&self) -> u64 {
         let s = self.bus.lock();
         s.boxes
-            .get(&self.recipient)
+            .get(&*self.recipient)
             .filter(|b| b.generation == self.generation)
             .map_or(0, |b| b.dropped)
     }
@@ -741,10 +896,10 @@ impl Drop for LocalInbox {
     fn drop(&mut self) {
         let mut s = self.bus.lock();
         if s.boxes
-            .get(&self.recipient)
+            .get(&*self.recipient)
             .is_some_and(|b| b.generation == self.generation)
         {
-            s.boxes.remove(&self.recipient);
+            s.boxes.remove(&*self.recipient);
         }
     }
 }
@@ -752,7 +907,7 @@ impl Drop for LocalInbox {
 /// One of the group subscriptions of a family in this process; they share one queue.
 struct LocalGroupInbox {
     bus: Arc<Inner>,
-    family: String,
+    family: Arc<str>,
     notify: Arc<Notify>,
 }
 
@@ -760,9 +915,15 @@ struct LocalGroupInbox {
 impl Inbox for LocalGroupInbox {
     fn poll(&mut self) -> Poll {
         let mut s = self.bus.lock();
-        match s.groups.get_mut(&self.family) {
+        match s.groups.get_mut(&*self.family) {
             Some(g) => match g.queue.pop_front() {
-                Some(m) => Poll::Message(m),
+                Some(m) => Poll::Message(
+                    m,
+                    Box::new(LocalSettle {
+                        bus: self.bus.clone(),
+                        from: HandedFrom::Group(self.family.clone()),
+                    }),
+                ),
                 None => Poll::Empty,
             },
             None => Poll::Closed,
@@ -777,7 +938,7 @@ impl Inbox for LocalGroupInbox {
         self.bus
             .lock()
             .groups
-            .get(&self.family)
+            .get(&*self.family)
             .map_or(0, |g| g.dropped)
     }
 
@@ -789,13 +950,66 @@ impl Inbox for LocalGroupInbox {
 impl Drop for LocalGroupInbox {
     fn drop(&mut self) {
         let mut s = self.bus.lock();
-        if let Some(g) = s.groups.get_mut(&self.family) {
+        if let Some(g) = s.groups.get_mut(&*self.family) {
             g.members -= 1;
             if g.members == 0 {
-                s.groups.remove(&self.family);
+                s.groups.remove(&*self.family);
             } else {
                 // a wake-up meant for this one goes to another member
                 g.notify.notify_one();
+            }
+        }
+    }
+}
+
+/// Where an in-process message was handed out from.
+enum HandedFrom {
+    Recipient(Arc<str>),
+    Group(Arc<str>),
+}
+
+/// Settles a message handed out in process: confirming has nothing to record; a message given
+/// back goes to the front of the queue it came from (if the recipient's own subscription is
+/// gone, to its family's group, as `send` would route it), so it is handed out next. With no
+/// subscription left for it, it is dropped like every message of a gone recipient.
+struct LocalSettle {
+    bus: Arc<Inner>,
+    from: HandedFrom,
+}
+
+#[async_trait::async_trait]
+impl Settle for LocalSettle {
+    async fn confirm(self: Box<Self>) -> Result<(), BusError> {
+        Ok(())
+    }
+
+    fn confirm_later(self: Box<Self>) {}
+
+    fn give_back(self: Box<Self>, message: BusMessage) {
+        let mut guard = self.bus.lock();
+        let s = &mut *guard;
+        let own = match &self.from {
+            HandedFrom::Recipient(r) => s.boxes.get_mut(&**r).map(|b| (&mut b.queue, &b.notify)),
+            HandedFrom::Group(_) => None,
+        };
+        let family = match &self.from {
+            HandedFrom::Recipient(r) => family_of(r),
+            HandedFrom::Group(f) => Some(&**f),
+        };
+        let target = match own {
+            Some(t) => Some(t),
+            None => family
+                .and_then(|f| s.groups.get_mut(f))
+                .map(|g| (&mut g.queue, &g.notify)),
+        };
+        match target {
+            Some((queue, notify)) => {
+                queue.push_front(message);
+                notify.notify_one();
+            }
+            None => {
+                tracing::warn!(to = %message.to, msg_id = %message.msg_id,
+                    "bus: a message given back unconfirmed was dropped: nobody in this process is subscribed for it any more");
             }
         }
     }
@@ -1134,6 +1348,84 @@ mod tests {
         bus.send(m).await.unwrap();
         assert_eq!(b.try_recv().unwrap().text, "again");
         assert!(b.try_recv().is_none());
+    }
+
+    /// The next message, unconfirmed (in process it is there already: 5 s is a hang guard).
+    async fn next(sub: &mut Subscription) -> Received {
+        tokio::time::timeout(Duration::from_secs(5), sub.recv_unconfirmed())
+            .await
+            .expect("a message is waiting")
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn q7_in_process_a_message_dropped_unconfirmed_is_handed_out_again_first() {
+        let bus = MessageBus::new();
+        let mut inbox = bus.subscribe("r");
+        for t in ["a", "b"] {
+            bus.send(OutgoingMessage::new("s", "r", t)).await.unwrap();
+        }
+        let a = next(&mut inbox).await;
+        assert_eq!(a.message().text, "a");
+        drop(a); // not confirmed: back to the front, not taken for a repeat of its id
+        let a = next(&mut inbox).await;
+        assert_eq!(a.message().text, "a");
+        a.confirm().await.unwrap();
+        assert_eq!(inbox.try_recv().unwrap().text, "b");
+        assert!(
+            inbox.try_recv().is_none(),
+            "a confirmed message never comes again"
+        );
+        // a repeat of a confirmed id is still dropped
+        let m = OutgoingMessage::new("s", "r", "once");
+        bus.send(m.clone()).await.unwrap();
+        bus.send(m).await.unwrap();
+        inbox
+            .recv_unconfirmed()
+            .await
+            .unwrap()
+            .confirm()
+            .await
+            .unwrap();
+        assert!(inbox.try_recv().is_none());
+    }
+
+    #[tokio::test]
+    async fn q7_in_process_group_an_unconfirmed_message_of_a_dropped_member_goes_to_another() {
+        let bus = MessageBus::new();
+        let mut a = bus.subscribe_group("user").unwrap();
+        let mut b = bus.subscribe_group("user").unwrap();
+        bus.send(OutgoingMessage::new("s", "user:1", "one"))
+            .await
+            .unwrap();
+        let held = next(&mut a).await;
+        assert!(b.try_recv().is_none(), "handed to one member");
+        drop(a); // the member ends, its work unfinished
+        drop(held);
+        let got = next(&mut b).await;
+        assert_eq!(
+            (got.message().to.as_str(), got.message().text.as_str()),
+            ("user:1", "one")
+        );
+        got.confirm().await.unwrap();
+        // a recipient's own subscription gone: what it gives back goes to its family's group
+        let mut own = bus.subscribe("user:2");
+        bus.send(OutgoingMessage::new("s", "user:2", "two"))
+            .await
+            .unwrap();
+        let held = next(&mut own).await;
+        drop(own);
+        drop(held);
+        assert_eq!(b.try_recv().unwrap().text, "two");
+        // nobody left for it: dropped (as any message of a gone recipient), no panic
+        let mut last = bus.subscribe("solo");
+        bus.send(OutgoingMessage::new("s", "solo", "x"))
+            .await
+            .unwrap();
+        let held = next(&mut last).await;
+        drop(last);
+        drop(held);
+        assert!(!bus.is_subscribed("solo"));
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //!   JetStream broker, across processes: in order, at least once, repeats dropped by message id
 //!   (`docs/bus.md`). [`MessageBus::subscribe_group`] receives a whole family of recipients
 //!   (`user:*`) with one subscription shared by every worker as a work queue.
+//!   [`Subscription::recv_unconfirmed`] hands out a [`Received`] to confirm once the message is
+//!   dealt with (at least once across a crash: unconfirmed, it is handed out again).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -38,7 +40,7 @@ mod tool;
 
 pub use bus::{
     BusError, BusMessage, DEDUP_WINDOW, DEFAULT_MAILBOX_CAPACITY, Delivery, MAX_FAMILY_LEN,
-    MAX_MSG_ID_LEN, MessageBus, OutgoingMessage, Subscription,
+    MAX_MSG_ID_LEN, MessageBus, OutgoingMessage, Received, Subscription,
 };
 #[cfg(feature = "nats")]
 pub use nats::NatsConfig;

@@ -9,8 +9,12 @@
 //! — or a family has one, `group-F`, filtered to `STREAM.to.F.*`, shared by every group
 //! subscription of `F` — with at most **one** unacknowledged message: so messages come in
 //! stream order even across redeliveries, restarts and processes. A message is acknowledged when
-//! [`Subscription::recv`](crate::Subscription::recv) / `try_recv` hands it out; one handed out
-//! whose acknowledgement did not reach the broker comes again and is dropped by its id.
+//! it is confirmed: as [`Subscription::recv`](crate::Subscription::recv) / `try_recv` hand it
+//! out, or by [`Received::confirm`](crate::Received::confirm) after
+//! [`Subscription::recv_unconfirmed`](crate::Subscription::recv_unconfirmed) — until then the
+//! pump tells the broker every `ack_wait / 3` that it is in hand (`+WPI`), and a [`Received`](crate::Received)
+//! dropped unconfirmed is given back at once (`-NAK`). One confirmed whose acknowledgement did not
+//! reach the broker comes again and is dropped by its id.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -30,10 +34,10 @@ use async_nats::jetstream::{AckKind, Message};
 use futures::StreamExt;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::{Backend, Inbox, Poll, family_of};
+use crate::bus::{Backend, Inbox, Poll, Settle, family_of};
 use crate::{BusError, BusMessage, Delivery, MessageBus, OutgoingMessage};
 
 /// Where and how the bus meets NATS. `NatsConfig::new(url)` has defaults fit for a chat
@@ -327,7 +331,6 @@ impl Nats {
         Arc::new(Shared {
             slot: Mutex::new(Slot::default()),
             arrived: Notify::new(),
-            taken: Notify::new(),
             closed: CancellationToken::new(),
         })
     }
@@ -436,6 +439,7 @@ impl Backend for Nats {
         );
         Box::new(NatsInbox {
             shared,
+            url: self.url.clone(),
             registration: Registration::Recipient {
                 local: self.local.clone(),
                 recipient: recipient.to_owned(),
@@ -455,6 +459,7 @@ impl Backend for Nats {
         );
         Box::new(NatsInbox {
             shared,
+            url: self.url.clone(),
             registration: Registration::Group {
                 groups: self.groups.clone(),
                 family: family.to_owned(),
@@ -486,15 +491,55 @@ struct Shared {
     slot: Mutex<Slot>,
     /// The pump put a message in the slot (or the subscription closed).
     arrived: Notify,
-    /// The subscription took the message from the slot.
-    taken: Notify,
     closed: CancellationToken,
 }
 
 #[derive(Default)]
 struct Slot {
-    held: Option<BusMessage>,
+    /// A message not handed out yet, with the way to tell the pump what became of it.
+    held: Option<(BusMessage, oneshot::Sender<Verdict>)>,
     problem: Option<BusError>,
+}
+
+/// What became of a message handed out (a dropped sender: given back).
+enum Verdict {
+    /// Dealt with: acknowledge it, and say how that went if someone waits.
+    Confirm(Option<oneshot::Sender<Result<(), BusError>>>),
+    GiveBack,
+}
+
+/// Settles one message handed out by a NATS subscription through its pump.
+struct NatsSettle {
+    verdict: oneshot::Sender<Verdict>,
+    url: String,
+    msg_id: String,
+}
+
+#[async_trait::async_trait]
+impl Settle for NatsSettle {
+    async fn confirm(self: Box<Self>) -> Result<(), BusError> {
+        let lost = |reason: &str| BusError::ConfirmationLost {
+            url: self.url.clone(),
+            msg_id: self.msg_id.clone(),
+            reason: reason.to_owned(),
+        };
+        let (tx, rx) = oneshot::channel();
+        if self.verdict.send(Verdict::Confirm(Some(tx))).is_err() {
+            return Err(lost(
+                "the subscription lost the broker before the confirmation",
+            ));
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(lost("the subscription ended before the broker answered")))
+    }
+
+    fn confirm_later(self: Box<Self>) {
+        let _ = self.verdict.send(Verdict::Confirm(None));
+    }
+
+    fn give_back(self: Box<Self>, _message: BusMessage) {
+        let _ = self.verdict.send(Verdict::GiveBack);
+    }
 }
 
 impl Shared {
@@ -505,16 +550,13 @@ impl Shared {
     fn set_problem(&self, e: Option<BusError>) {
         lock(&self.slot).problem = e;
     }
-    fn put(&self, m: BusMessage) {
-        lock(&self.slot).held = Some(m);
+    fn put(&self, m: BusMessage, verdict: oneshot::Sender<Verdict>) {
+        lock(&self.slot).held = Some((m, verdict));
         self.arrived.notify_one();
     }
     /// Takes the held message back (the subscription is gone); false when it was taken.
     fn take_back(&self) -> bool {
         lock(&self.slot).held.take().is_some()
-    }
-    fn holds(&self) -> bool {
-        lock(&self.slot).held.is_some()
     }
 }
 
@@ -564,6 +606,7 @@ enum Registration {
 struct NatsInbox {
     shared: Arc<Shared>,
     registration: Registration,
+    url: String,
 }
 
 #[async_trait::async_trait]
@@ -574,9 +617,13 @@ impl Inbox for NatsInbox {
         }
         let taken = lock(&self.shared.slot).held.take();
         match taken {
-            Some(m) => {
-                self.shared.taken.notify_one();
-                Poll::Message(m)
+            Some((m, verdict)) => {
+                let settle = NatsSettle {
+                    verdict,
+                    url: self.url.clone(),
+                    msg_id: m.msg_id.clone(),
+                };
+                Poll::Message(m, Box::new(settle))
             }
             None => Poll::Empty,
         }
@@ -804,8 +851,10 @@ impl Pump {
         }
     }
 
-    /// Hands one message to the subscription and acknowledges it once taken. `Ok(Some(m))`: the
-    /// subscription closed first; the caller gives `m` back to the broker for the next one.
+    /// Hands one message to the subscription and acknowledges it once confirmed (keeping it in
+    /// hand with the broker until then), or gives it back. `Ok(Some(m))`: the subscription
+    /// closed first (or it was given back after); the caller gives `m` back to the broker for
+    /// the next one.
     async fn deliver(&self, m: Message) -> Result<Option<Message>, BusError> {
         let seq = match m.info() {
             Ok(info) => info.stream_sequence,
@@ -827,36 +876,60 @@ impl Pump {
                 return Ok(None);
             }
         };
-        self.shared.put(message);
-        loop {
+        let msg_id = message.msg_id.clone();
+        let (tx, mut verdict) = oneshot::channel();
+        self.shared.put(message, tx);
+        let mut handed_out = false;
+        let verdict = loop {
             tokio::select! {
-                () = self.shared.taken.notified() => {
-                    if !self.shared.holds() {
-                        break;
-                    }
-                }
-                () = self.shared.closed.cancelled() => {
+                v = &mut verdict => break v.unwrap_or(Verdict::GiveBack),
+                () = self.shared.closed.cancelled(), if !handed_out => {
                     if self.shared.take_back() {
                         return Ok(Some(m));
                     }
-                    break;
+                    // handed out: its holder still confirms it or gives it back
+                    handed_out = true;
                 }
-                // not taken yet: tell the broker this process still holds it
+                // not confirmed yet: tell the broker this process still holds it
                 () = tokio::time::sleep(self.ack_wait / 3) => {
                     let _ = m.ack_with(AckKind::Progress).await;
                 }
             }
-        }
-        // Taken: acknowledge, confirmed by the broker. If that fails the broker sends it again
-        // after `ack_wait`, and the subscription drops the repeat by its id.
+        };
+        let reply = match verdict {
+            Verdict::GiveBack if self.shared.closed.is_cancelled() => return Ok(Some(m)),
+            Verdict::GiveBack => {
+                // handed out again at once (to this subscription or another of the group); if
+                // the Nak is lost, the broker does so after `ack_wait`
+                tracing::debug!(subscription = %self.target, seq, %msg_id, "bus: a message given back unconfirmed goes out again");
+                let _ = m.ack_with(AckKind::Nak(None)).await;
+                return Ok(None);
+            }
+            Verdict::Confirm(reply) => reply,
+        };
+        // Confirmed: acknowledge, confirmed by the broker. If that fails the broker sends it
+        // again after `ack_wait`, and the subscription drops the repeat by its id.
         let mut last = None;
         for _ in 0..3 {
             match m.double_ack().await {
-                Ok(()) => return Ok(None),
+                Ok(()) => {
+                    if let Some(r) = reply {
+                        let _ = r.send(Ok(()));
+                    }
+                    return Ok(None);
+                }
                 Err(e) => last = Some(e.to_string()),
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(self.trouble("acknowledging", last.unwrap_or_default()))
+        let last = last.unwrap_or_default();
+        if let Some(r) = reply {
+            let _ = r.send(Err(BusError::ConfirmationLost {
+                url: self.url.clone(),
+                msg_id,
+                reason: last.clone(),
+            }));
+        }
+        Err(self.trouble("acknowledging", last))
     }
 }

@@ -169,7 +169,9 @@ fn out(v: Value) {
 /// * `receive`: subscribes as `BUS_PEER_TO` and prints every message until one reads `END`
 ///   (with `BUS_PEER_HOLD_AFTER=N`: after N messages it takes no more and waits to be killed);
 /// * `group`: the same with a group subscription of family `BUS_PEER_TO`, each message
-///   printed with `at`, the wall-clock time (ns) it was handed out.
+///   printed with `at`, the wall-clock time (ns) it was handed out;
+/// * with `BUS_PEER_UNCONFIRMED_AT=N` either takes each message with `recv_unconfirmed`, prints
+///   it, then confirms it — but holds message N unconfirmed until it is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the second process of the bus tests: they run it themselves"]
 async fn peer() {
@@ -216,14 +218,32 @@ async fn peer() {
             } else {
                 bus.subscribe(&to)
             };
+            let unconfirmed_at: Option<usize> = std::env::var("BUS_PEER_UNCONFIRMED_AT")
+                .ok()
+                .map(|n| n.parse().unwrap());
             out(json!({"subscribed": to}));
             for n in 1.. {
-                let m = inbox.recv().await.unwrap();
+                let (m, received) = if unconfirmed_at.is_some() {
+                    let r = inbox.recv_unconfirmed().await.unwrap();
+                    (r.message().clone(), Some(r))
+                } else {
+                    (inbox.recv().await.unwrap(), None)
+                };
                 let mut p = m.to_payload();
                 if group {
                     p["at"] = json!(now_nanos());
                 }
                 out(p);
+                match received {
+                    Some(r) if unconfirmed_at == Some(n) => {
+                        // holds message n unconfirmed (as a worker that has not stored it yet)
+                        // until it is killed
+                        let _held = r;
+                        std::future::pending::<()>().await;
+                    }
+                    Some(r) => r.confirm().await.unwrap(),
+                    None => {}
+                }
                 if m.text == "END" {
                     break;
                 }
@@ -802,6 +822,125 @@ fn bus_group_subscriber_killed_holding_a_message_the_other_gets_it() {
     let mut expected: Vec<String> = (4..10).map(|i| format!("message {i}")).collect();
     expected.push("END".into());
     assert_eq!(got, expected, "nothing lost, in order");
+}
+
+/// At least once across a crash (#28): a group subscriber takes a message with
+/// `recv_unconfirmed` and is SIGKILLed before it confirms (a worker killed between taking a
+/// message and storing it). While it lives it holds the message past `ack_wait` (2 s here) and
+/// the broker keeps it (the pump's progress notes), so the other process's group subscription,
+/// up meanwhile, gets nothing; once it is dead the other gets exactly that message, once, then
+/// the rest in order. Each message before it was confirmed after it was printed, so none of those
+/// comes again.
+#[test]
+fn q7_q8_bus_group_subscriber_killed_before_confirming_the_other_gets_that_message_once() {
+    let url = env("TEST_NATS_URL");
+    let stream = stream_name("group_unconfirmed");
+    let mut plan: Vec<Value> = (0..10)
+        .map(|i| json!({"msgId": format!("m-{i}"), "text": format!("message {i}")}))
+        .collect();
+    plan.push(json!({"msgId": "end", "text": "END"}));
+    let sent = peer_lines(
+        "send",
+        &peer_vars(&url, &stream, 120000, "user:erin", json!(plan).to_string()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(sent.len(), 11);
+    let confirming = |at: &str| {
+        let mut v = group_vars(&url, &stream, "user");
+        v.push(("BUS_PEER_UNCONFIRMED_AT", at.to_owned()));
+        v
+    };
+    // confirms messages 0–3, takes message 4 and holds it unconfirmed
+    let mut first = Peer::start("group", &confirming("5"));
+    first.wait_for("message 4", Duration::from_secs(60));
+    let mut other = Peer::start("group", &confirming("0"));
+    while other.seen.is_empty() {
+        other
+            .seen
+            .push(other.lines.recv_timeout(Duration::from_secs(60)).unwrap());
+    }
+    // longer than ack_wait: without the holder's progress notes the broker would hand message 4
+    // to the other process now
+    std::thread::sleep(Duration::from_secs(5));
+    let killed_at = now_nanos();
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let before: Vec<Value> = first
+        .seen
+        .drain(1..)
+        .chain(first.lines.try_iter())
+        .collect();
+    assert_eq!(
+        texts(&before),
+        [
+            "message 0",
+            "message 1",
+            "message 2",
+            "message 3",
+            "message 4"
+        ]
+    );
+    let after = messages_of(other.finish(Duration::from_secs(60)));
+    assert!(
+        after.iter().all(|m| m["at"].as_u64().unwrap() > killed_at),
+        "the other got nothing while the first held message 4 unconfirmed: {after:?}"
+    );
+    let mut expected: Vec<String> = (4..10).map(|i| format!("message {i}")).collect();
+    expected.push("END".into());
+    assert_eq!(
+        texts(&after),
+        expected,
+        "the unconfirmed message once, then the rest in order"
+    );
+}
+
+/// A message taken with `recv_unconfirmed` and dropped unconfirmed (the work failed, or its task
+/// was cancelled) goes back to the broker at once and comes again — not after `ack_wait` (10
+/// minutes here, far past the hang guard); confirmed, it does not come again, and the next one
+/// follows. `recv` confirms as it hands out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q7_bus_a_message_dropped_unconfirmed_comes_again_at_once_a_confirmed_one_never() {
+    let url = env("TEST_NATS_URL");
+    let config = NatsConfig::new(&url)
+        .stream(stream_name("unconfirmed"))
+        .ack_wait(Duration::from_secs(600));
+    let bus = MessageBus::connect_nats_with(config).await.unwrap();
+    for i in 0..3 {
+        bus.send(OutgoingMessage::new("a", "user:fay", format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    let mut group = bus.subscribe_group("user").unwrap();
+    let hang_guard = Duration::from_secs(60);
+    let first = group.recv_unconfirmed().await.unwrap();
+    assert_eq!(first.message().text, "m0");
+    drop(first);
+    let again = tokio::time::timeout(hang_guard, group.recv_unconfirmed())
+        .await
+        .expect("the message dropped unconfirmed came back")
+        .unwrap();
+    assert_eq!(again.message().text, "m0");
+    again.confirm().await.unwrap();
+    let next = tokio::time::timeout(hang_guard, group.recv_unconfirmed())
+        .await
+        .expect("the next message after the confirmation")
+        .unwrap();
+    assert_eq!(next.message().text, "m1");
+    next.confirm().await.unwrap();
+    let last = tokio::time::timeout(hang_guard, group.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(last.text, "m2");
+    // nothing more: a marker sent now is the next thing handed out
+    bus.send(OutgoingMessage::new("a", "user:fay", "marker"))
+        .await
+        .unwrap();
+    let marker = tokio::time::timeout(hang_guard, group.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(marker.text, "marker");
 }
 
 /// The broker dies (SIGKILL) while a group subscription in another process takes a family's
