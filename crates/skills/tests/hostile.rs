@@ -614,8 +614,20 @@ print(json.dumps({
 /// this process is root (as the tests are), with `AS_UNPRIVILEGED` set; returns the JSON it
 /// printed after `FALLBACK REPORT `, once it passed.
 fn run_unprivileged(name: &str) -> serde_json::Value {
+    use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    // The test binary may sit where uid 65534 cannot reach (a target dir under /root, as in
+    // CI): run a copy from a directory anyone may enter.
+    let copy = tempfile::Builder::new()
+        .prefix("hostile-unprivileged-")
+        .tempdir()
+        .unwrap();
+    let exe = copy.path().join("hostile");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    for (path, mode) in [(copy.path(), 0o755), (exe.as_path(), 0o755)] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let mut cmd = std::process::Command::new(&exe);
     cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(AS_UNPRIVILEGED, "1")
         .env("HOME", "/tmp")
@@ -733,8 +745,8 @@ fn refuse_unshare() {
     }
 }
 
-/// The unprivileged side of `s2_fallback_without_root_where_user_namespaces_are_refused_says_so`.
-fn fallback_refused_inner() {
+/// A fresh directory with `skills/pid-scanner`, the skill that runs [`PID_SCANNER`].
+fn pid_scanner_root() -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("skills/pid-scanner");
     std::fs::create_dir_all(&dir).unwrap();
@@ -744,6 +756,12 @@ fn fallback_refused_inner() {
     )
     .unwrap();
     std::fs::write(dir.join("run.py"), PID_SCANNER).unwrap();
+    root
+}
+
+/// The unprivileged side of `s2_fallback_without_root_where_user_namespaces_are_refused_says_so`.
+fn fallback_refused_inner() {
+    let root = pid_scanner_root();
     let mut config = SandboxConfig::default()
         .with_container(false)
         .allow_without_container(true)
@@ -802,15 +820,7 @@ fn fallback_without_root_inner() {
     // SAFETY: getuid/getgid have no side effects.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     assert_ne!(uid, 0, "this half must run without root");
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("skills/pid-scanner");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("SKILL.md"),
-        "---\nname: pid_scanner\ndescription: Looks for other processes with kill(pid, 0).\nentry: python3 run.py\n---\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("run.py"), PID_SCANNER).unwrap();
+    let root = pid_scanner_root();
     let stubborn = root.path().join("skills/stubborn");
     std::fs::create_dir_all(&stubborn).unwrap();
     std::fs::write(
