@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use code_mode::{CodeLimits, CodeModeProvider, DESCRIBE_FUNCTION, RUN_CODE, SEARCH_FUNCTIONS};
+use code_mode::{
+    CodeLimits, CodeModeBuilder, CodeModeProvider, DESCRIBE_FUNCTION, RUN_CODE, SEARCH_FUNCTIONS,
+};
 use llm_core::{Message, Tool, ToolSpec, TurnInfo};
 use serde_json::{Value, json};
 use skills::SandboxConfig;
@@ -120,19 +122,44 @@ fn tools(ran: &Arc<AtomicUsize>) -> Dispatcher {
     Dispatcher::from_registry(r).with_max_result_bytes(2048)
 }
 
-fn fixture(limits: CodeLimits) -> Fixture {
-    let ran = Arc::new(AtomicUsize::new(0));
+/// Code mode over `tools` as `with` configures it; its sandbox's temporary files go in a
+/// directory of its own, removed when the returned guard is dropped.
+fn code_over(
+    tools: Dispatcher,
+    with: impl FnOnce(CodeModeBuilder) -> CodeModeBuilder,
+) -> (CodeModeProvider, tempfile::TempDir) {
     let temp = tempfile::tempdir().unwrap();
     let mut config = SandboxConfig::default();
     config.temp_root = Some(temp.path().to_path_buf());
-    let provider = CodeModeProvider::builder(Arc::new(tools(&ran)))
-        .limits(limits)
-        .sandbox_config(config)
-        .approval_policy(ApprovalPolicy::new().when("transfer", |a| {
-            a["amount"].as_f64().unwrap_or(f64::INFINITY) > 100.0
-        }))
+    let builder = CodeModeProvider::builder(Arc::new(tools)).sandbox_config(config);
+    let provider = with(builder).build().unwrap_or_else(|e| panic!("{e}"));
+    (provider, temp)
+}
+
+/// An agent with code mode only, over the scripted model, keeping its sessions in memory.
+fn code_agent(
+    code: CodeModeProvider,
+    server: &testkit::ScriptedServer,
+) -> (tool_system::Agent, Arc<context_engine::MemoryStore>) {
+    use model_gateway::{OpenAiConfig, OpenAiModel};
+    let model = OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
+    let store = Arc::new(context_engine::MemoryStore::new());
+    let agent = tool_system::Agent::builder(model)
+        .provider(Arc::new(code))
+        .store(store.clone())
         .build()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
+    (agent, store)
+}
+
+fn fixture(limits: CodeLimits) -> Fixture {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let (provider, temp) = code_over(tools(&ran), |b| {
+        b.limits(limits)
+            .approval_policy(ApprovalPolicy::new().when("transfer", |a| {
+                a["amount"].as_f64().unwrap_or(f64::INFINITY) > 100.0
+            }))
+    });
     let p = provider.sandbox().protections();
     assert!(p.container.is_some(), "these tests need bubblewrap: {p}");
     Fixture {
@@ -516,18 +543,12 @@ print("proc", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
 /// message and the conversation goes on.
 #[tokio::test]
 async fn code_mode_an_agent_runs_a_script_and_the_conversation_goes_on() {
-    use model_gateway::{OpenAiConfig, OpenAiModel};
     use testkit::{Reply, ScriptedServer};
 
     let ran = Arc::new(AtomicUsize::new(0));
-    let temp = tempfile::tempdir().unwrap();
-    let mut config = SandboxConfig::default();
-    config.temp_root = Some(temp.path().to_path_buf());
-    let code = CodeModeProvider::builder(Arc::new(tools(&ran)))
-        .limits(CodeLimits::default().with_time_limit(Duration::from_secs(2)))
-        .sandbox_config(config)
-        .build()
-        .unwrap();
+    let (code, _temp) = code_over(tools(&ran), |b| {
+        b.limits(CodeLimits::default().with_time_limit(Duration::from_secs(2)))
+    });
     let server = ScriptedServer::start().await;
     let script = "for c in ['Paris', 'Oslo']:\n    print(c, get_weather(city=c)['temp'])\n";
     server.push(Reply::tool_call(
@@ -542,13 +563,7 @@ async fn code_mode_an_agent_runs_a_script_and_the_conversation_goes_on() {
         &json!({"code": "while True:\n    pass\n"}).to_string(),
     ));
     server.push(Reply::text("My script took too long; I stopped."));
-    let model = OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
-    let store = Arc::new(context_engine::MemoryStore::new());
-    let agent = tool_system::Agent::builder(model)
-        .provider(Arc::new(code))
-        .store(store.clone())
-        .build()
-        .unwrap();
+    let (agent, store) = code_agent(code, &server);
 
     let out = agent
         .run("s1", "Which is warmer, Paris or Oslo?")
@@ -729,15 +744,7 @@ async fn code_mode_final_answer_ends_the_script_with_the_reply() {
 #[tokio::test]
 async fn code_mode_final_answer_can_be_turned_off() {
     let ran = Arc::new(AtomicUsize::new(0));
-    let temp = tempfile::tempdir().unwrap();
-    let mut config = SandboxConfig::default();
-    config.temp_root = Some(temp.path().to_path_buf());
-    let provider = CodeModeProvider::builder(Arc::new(tools(&ran)))
-        .limits(short())
-        .sandbox_config(config)
-        .final_answer(false)
-        .build()
-        .unwrap();
+    let (provider, _temp) = code_over(tools(&ran), |b| b.limits(short()).final_answer(false));
     let spec = provider.list().await.remove(0);
     assert!(!spec.description.contains("final_answer"));
     let e = provider
@@ -758,18 +765,10 @@ async fn code_mode_final_answer_can_be_turned_off() {
 
 #[tokio::test]
 async fn code_mode_a_script_that_calls_final_answer_ends_the_turn_in_one_model_call() {
-    use model_gateway::{OpenAiConfig, OpenAiModel};
     use testkit::{Reply, ScriptedServer};
 
     let ran = Arc::new(AtomicUsize::new(0));
-    let temp = tempfile::tempdir().unwrap();
-    let mut config = SandboxConfig::default();
-    config.temp_root = Some(temp.path().to_path_buf());
-    let code = CodeModeProvider::builder(Arc::new(tools(&ran)))
-        .limits(short())
-        .sandbox_config(config)
-        .build()
-        .unwrap();
+    let (code, _temp) = code_over(tools(&ran), |b| b.limits(short()));
     let server = ScriptedServer::start().await;
     let script = "t = {c: get_weather(city=c)['temp'] for c in ['Paris', 'Oslo']}\nw = max(t, key=t.get)\nfinal_answer(f'{w} is warmer ({t[\"Paris\"]} vs {t[\"Oslo\"]}).')\n";
     server.push(Reply::tool_call(
@@ -778,13 +777,7 @@ async fn code_mode_a_script_that_calls_final_answer_ends_the_turn_in_one_model_c
         &json!({"code": script}).to_string(),
     ));
     server.push(Reply::text("Glad to help."));
-    let model = OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
-    let store = Arc::new(context_engine::MemoryStore::new());
-    let agent = tool_system::Agent::builder(model)
-        .provider(Arc::new(code))
-        .store(store.clone())
-        .build()
-        .unwrap();
+    let (agent, store) = code_agent(code, &server);
     let out = agent
         .run("s1", "Which is warmer, Paris or Oslo?")
         .await
@@ -842,14 +835,7 @@ fn many_tools(ran: &Arc<AtomicUsize>) -> Dispatcher {
 async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_search_finds_the_rest()
  {
     let ran = Arc::new(AtomicUsize::new(0));
-    let temp = tempfile::tempdir().unwrap();
-    let mut config = SandboxConfig::default();
-    config.temp_root = Some(temp.path().to_path_buf());
-    let provider = CodeModeProvider::builder(Arc::new(many_tools(&ran)))
-        .limits(short())
-        .sandbox_config(config)
-        .build()
-        .unwrap();
+    let (provider, _temp) = code_over(many_tools(&ran), |b| b.limits(short()));
     let listed_all = provider.list().await;
     let all = &listed_all[0].description;
     assert!(

@@ -790,20 +790,7 @@ fn bus_group_subscriber_killed_holding_a_message_the_other_gets_it() {
     // its pump takes "message 4" into the process, where it stays
     std::thread::sleep(Duration::from_millis(500));
     let mut other = Peer::start("group", &group_vars(&url, &stream, "user"));
-    while other.seen.is_empty() {
-        other
-            .seen
-            .push(other.lines.recv_timeout(Duration::from_secs(60)).unwrap());
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    let killed_at = now_nanos();
-    first.child.kill().unwrap();
-    first.child.wait().unwrap();
-    let before: Vec<Value> = first
-        .seen
-        .drain(1..)
-        .chain(first.lines.try_iter())
-        .collect();
+    let (before, killed_at) = kill_holder(&mut first, &mut other, Duration::from_millis(500));
     assert_eq!(
         texts(&before),
         ["message 0", "message 1", "message 2", "message 3"]
@@ -822,6 +809,26 @@ fn bus_group_subscriber_killed_holding_a_message_the_other_gets_it() {
     let mut expected: Vec<String> = (4..10).map(|i| format!("message {i}")).collect();
     expected.push("END".into());
     assert_eq!(got, expected, "nothing lost, in order");
+}
+
+/// Once `other` is listening, lets `first` hold its message for `hold`, then SIGKILLs it:
+/// the messages `first` got (after its start line) and when it was killed.
+fn kill_holder(first: &mut Peer, other: &mut Peer, hold: Duration) -> (Vec<Value>, u64) {
+    while other.seen.is_empty() {
+        other
+            .seen
+            .push(other.lines.recv_timeout(Duration::from_secs(60)).unwrap());
+    }
+    std::thread::sleep(hold);
+    let killed_at = now_nanos();
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let before = first
+        .seen
+        .drain(1..)
+        .chain(first.lines.try_iter())
+        .collect();
+    (before, killed_at)
 }
 
 /// At least once across a crash (#28): a group subscriber takes a message with
@@ -854,22 +861,9 @@ fn q7_q8_bus_group_subscriber_killed_before_confirming_the_other_gets_that_messa
     let mut first = Peer::start("group", &confirming("5"));
     first.wait_for("message 4", Duration::from_secs(60));
     let mut other = Peer::start("group", &confirming("0"));
-    while other.seen.is_empty() {
-        other
-            .seen
-            .push(other.lines.recv_timeout(Duration::from_secs(60)).unwrap());
-    }
     // longer than ack_wait: without the holder's progress notes the broker would hand message 4
     // to the other process now
-    std::thread::sleep(Duration::from_secs(5));
-    let killed_at = now_nanos();
-    first.child.kill().unwrap();
-    first.child.wait().unwrap();
-    let before: Vec<Value> = first
-        .seen
-        .drain(1..)
-        .chain(first.lines.try_iter())
-        .collect();
+    let (before, killed_at) = kill_holder(&mut first, &mut other, Duration::from_secs(5));
     assert_eq!(
         texts(&before),
         [
