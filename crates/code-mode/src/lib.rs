@@ -434,8 +434,13 @@ impl CodeModeProvider {
     }
 
     /// The tools: `run_code` (listing `listed`, or every function), `describe_function`, and
-    /// [`SEARCH_FUNCTIONS`] when the functions are over the search budget.
-    fn specs(&self, functions: &[Function], listed: Option<&[&Function]>) -> Vec<ToolSpec> {
+    /// [`SEARCH_FUNCTIONS`] when `search` (the functions are over the search budget).
+    fn specs(
+        &self,
+        functions: &[Function],
+        listed: Option<&[&Function]>,
+        search: bool,
+    ) -> Vec<ToolSpec> {
         let mut specs = vec![
             ToolSpec::new(
                 RUN_CODE,
@@ -458,7 +463,7 @@ impl CodeModeProvider {
                 }),
             ),
         ];
-        if self.over_budget(functions) {
+        if search {
             specs.push(ToolSpec::new(
                 SEARCH_FUNCTIONS,
                 format!(
@@ -536,7 +541,8 @@ impl ToolProvider for CodeModeProvider {
 
     async fn list(&self) -> Vec<ToolSpec> {
         let functions = self.functions().await;
-        self.specs(&functions, None)
+        let search = self.over_budget(&functions);
+        self.specs(&functions, None, search)
     }
 
     /// Every function's line while they fit the search budget; past it, the functions that
@@ -544,10 +550,10 @@ impl ToolProvider for CodeModeProvider {
     async fn advertised(&self, turn: &TurnInfo) -> Vec<ToolSpec> {
         let functions = self.functions().await;
         if !self.over_budget(&functions) {
-            return self.specs(&functions, None);
+            return self.specs(&functions, None, false);
         }
         let listed = self.search(&functions, &turn.user_text, SEARCHED);
-        self.specs(&functions, Some(&listed))
+        self.specs(&functions, Some(&listed), true)
     }
 
     async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {

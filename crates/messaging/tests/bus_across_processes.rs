@@ -772,17 +772,8 @@ async fn q7_q8_bus_group_two_processes_share_a_family_each_message_once_in_order
 fn bus_group_subscriber_killed_holding_a_message_the_other_gets_it() {
     let url = env("TEST_NATS_URL");
     let stream = stream_name("group_kill");
-    let mut plan: Vec<Value> = (0..10)
-        .map(|i| json!({"msgId": format!("m-{i}"), "text": format!("message {i}")}))
-        .collect();
-    plan.push(json!({"msgId": "end", "text": "END"}));
     // the send role sends to one recipient; the group takes any `user:`
-    let sent = peer_lines(
-        "send",
-        &peer_vars(&url, &stream, 120000, "user:dora", json!(plan).to_string()),
-        Duration::from_secs(60),
-    );
-    assert_eq!(sent.len(), 11);
+    send_ten_then_end(&url, &stream, "user:dora");
     let mut first_vars = group_vars(&url, &stream, "user");
     first_vars.push(("BUS_PEER_HOLD_AFTER", "4".to_owned()));
     let mut first = Peer::start("group", &first_vars);
@@ -809,6 +800,20 @@ fn bus_group_subscriber_killed_holding_a_message_the_other_gets_it() {
     let mut expected: Vec<String> = (4..10).map(|i| format!("message {i}")).collect();
     expected.push("END".into());
     assert_eq!(got, expected, "nothing lost, in order");
+}
+
+/// Sends "message 0" … "message 9" and "END" to `to` from a process of their own.
+fn send_ten_then_end(url: &str, stream: &str, to: &str) {
+    let mut plan: Vec<Value> = (0..10)
+        .map(|i| json!({"msgId": format!("m-{i}"), "text": format!("message {i}")}))
+        .collect();
+    plan.push(json!({"msgId": "end", "text": "END"}));
+    let sent = peer_lines(
+        "send",
+        &peer_vars(url, stream, 120000, to, json!(plan).to_string()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(sent.len(), 11);
 }
 
 /// Once `other` is listening, lets `first` hold its message for `hold`, then SIGKILLs it:
@@ -842,16 +847,7 @@ fn kill_holder(first: &mut Peer, other: &mut Peer, hold: Duration) -> (Vec<Value
 fn q7_q8_bus_group_subscriber_killed_before_confirming_the_other_gets_that_message_once() {
     let url = env("TEST_NATS_URL");
     let stream = stream_name("group_unconfirmed");
-    let mut plan: Vec<Value> = (0..10)
-        .map(|i| json!({"msgId": format!("m-{i}"), "text": format!("message {i}")}))
-        .collect();
-    plan.push(json!({"msgId": "end", "text": "END"}));
-    let sent = peer_lines(
-        "send",
-        &peer_vars(&url, &stream, 120000, "user:erin", json!(plan).to_string()),
-        Duration::from_secs(60),
-    );
-    assert_eq!(sent.len(), 11);
+    send_ten_then_end(&url, &stream, "user:erin");
     let confirming = |at: &str| {
         let mut v = group_vars(&url, &stream, "user");
         v.push(("BUS_PEER_UNCONFIRMED_AT", at.to_owned()));
