@@ -245,11 +245,10 @@ impl Dispatcher {
     /// panic, cap the result. Never fails: every failure is a result for the model.
     pub async fn dispatch(&self, name: &str, args: Value, ctx: ToolContext) -> ToolOutcome {
         let span = crate::trace::tool_span(name, &ctx.call_id, &args);
-        let result = self
-            .try_dispatch(name, args, ctx)
-            .instrument(span.clone())
-            .await;
-        let _in_span = span.enter();
+        // The span is entered where something in it runs or logs: the tool's own task (an MCP
+        // request made there is its child) and the warnings below. Not around the routing and
+        // the wait: entering an enabled span costs a registry lookup each way, every poll.
+        let result = self.try_dispatch(name, args, ctx, &span).await;
         let outcome = match result {
             Ok(value) => {
                 let answer = self.table().get(name).and_then(|r| {
@@ -263,6 +262,7 @@ impl Dispatcher {
                 };
                 let (content, truncated) = cap(text, self.max_result_bytes);
                 if truncated {
+                    let _in_span = span.enter();
                     tracing::warn!(
                         tool = name,
                         cap = self.max_result_bytes,
@@ -277,6 +277,7 @@ impl Dispatcher {
                 }
             }
             Err(e) => {
+                let _in_span = span.enter();
                 tracing::warn!(tool = name, kind = ?e.kind, message = %e.message,
                     detail = e.detail.as_deref().unwrap_or(""), "tool call failed");
                 let (content, truncated) =
@@ -298,9 +299,13 @@ impl Dispatcher {
         name: &str,
         args: Value,
         ctx: ToolContext,
+        span: &tracing::Span,
     ) -> Result<Value, ToolError> {
         let Some(route) = self.route(name).await else {
-            return self.call_unlisted(name, args, ctx).await;
+            return self
+                .call_unlisted(name, args, ctx)
+                .instrument(span.clone())
+                .await;
         };
         let provider = Arc::clone(&self.providers[route.provider]);
         if let Some(v) = &route.validator {
@@ -312,8 +317,7 @@ impl Dispatcher {
         // Aborted when this future is dropped (the loop was cancelled) or the time is up.
         // The task carries the tool call's span: an MCP request made in it is its child.
         let mut task = AbortOnDrop(tokio::spawn(
-            async move { provider.call(&tool_name, args, ctx).await }
-                .instrument(tracing::Span::current()),
+            async move { provider.call(&tool_name, args, ctx).await }.instrument(span.clone()),
         ));
         match tokio::time::timeout(timeout, &mut task.0).await {
             Ok(Ok(result)) => result,

@@ -372,10 +372,11 @@ async fn drive(
     sink: Sink<'_>,
 ) -> Result<LoopOutput, LoopError> {
     let span = crate::trace::run_span(|| model.info(), session_id);
-    let r = drive_traced(model, store, dispatcher, session_id, start, options, sink)
-        .instrument(span.clone())
-        .await;
-    crate::trace::run_done(&span, &r);
+    let mut traced = std::pin::pin!(
+        drive_traced(model, store, dispatcher, session_id, start, options, sink).instrument(span)
+    );
+    let r = traced.as_mut().await;
+    crate::trace::run_done(traced.span(), &r);
     r
 }
 
@@ -505,14 +506,19 @@ async fn drive_traced(
         }
         let reader = protocol.reader(&tools, history.len());
         let chat = crate::trace::chat_span(&info, &request);
-        let mut call_usage = None;
-        let read = async {
-            let stream = model.stream(request).await?;
-            read_response(stream, reader, sink, &mut call_usage).await
-        }
-        .instrument(chat.clone())
-        .await;
-        crate::trace::chat_done(&chat, &read, call_usage);
+        let mut traced = std::pin::pin!(
+            async {
+                let mut call_usage = None;
+                let read = match model.stream(request).await {
+                    Ok(stream) => read_response(stream, reader, sink, &mut call_usage).await,
+                    Err(e) => Err(e.into()),
+                };
+                (read, call_usage)
+            }
+            .instrument(chat)
+        );
+        let (read, call_usage) = traced.as_mut().await;
+        crate::trace::chat_done(traced.span(), &read, call_usage);
         let reading = read?;
         add_usage(&mut usage, call_usage);
         let decision = machine.after_response(ResponseFacts {

@@ -58,8 +58,8 @@ pub(crate) fn chat_span(info: &ModelInfo, request: &ChatRequest) -> Span {
         "otel.name" = %format_args!("chat {}", info.model),
         "otel.kind" = "client",
         "gen_ai.operation.name" = "chat",
-        "gen_ai.provider.name" = Empty,
-        "gen_ai.request.model" = Empty,
+        "gen_ai.provider.name" = info.provider.as_deref(),
+        "gen_ai.request.model" = info.model.as_str(),
         "gen_ai.usage.input_tokens" = Empty,
         "gen_ai.usage.output_tokens" = Empty,
         "gen_ai.response.finish_reasons" = Empty,
@@ -69,7 +69,6 @@ pub(crate) fn chat_span(info: &ModelInfo, request: &ChatRequest) -> Span {
         "otel.status_code" = Empty,
     );
     if !span.is_disabled() {
-        record_model(&span, info);
         if llm_core::telemetry::capture_message_content() {
             let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
             span.record(
