@@ -62,6 +62,8 @@ pub(crate) struct Connection {
     /// The server's pid (= its process group) for a stdio server; `None` for a remote one.
     pub(crate) pid: Option<i32>,
     pub(crate) peer: Peer<RoleClient>,
+    /// `tools/call` beside rmcp's service task, for a stdio server on the session revision.
+    direct: Option<Arc<process::Direct>>,
     tools: Mutex<Listed>,
     stale: Arc<AtomicBool>,
     /// Tells the monitor to end the server; `Some(reason)` means it failed.
@@ -123,6 +125,7 @@ impl Connection {
             generation,
             None,
             client.peer().clone(),
+            None,
             listed,
             stale,
         );
@@ -177,6 +180,7 @@ impl Connection {
             mut child,
             group,
             transport,
+            direct,
             mut violation,
         } = spawned;
         let pid = group.pgid();
@@ -203,11 +207,18 @@ impl Connection {
                 return Err(reason);
             }
         };
+        // The stateless revision ties the server's requests to the client's pending ones, which
+        // only rmcp knows of: calls go through rmcp there (see `process::Direct`).
+        let session_revision = client
+            .peer()
+            .peer_info()
+            .is_some_and(|info| info.protocol_version < rmcp::model::ProtocolVersion::V_2026_07_28);
         let (connection, shutdown_rx, finished_tx) = Self::up(
             config,
             generation,
             Some(pid),
             client.peer().clone(),
+            session_revision.then_some(direct),
             listed,
             stale,
         );
@@ -246,6 +257,7 @@ impl Connection {
         generation: u64,
         pid: Option<i32>,
         peer: Peer<RoleClient>,
+        direct: Option<Arc<process::Direct>>,
         listed: Listed,
         stale: Arc<AtomicBool>,
     ) -> (
@@ -260,12 +272,26 @@ impl Connection {
             generation,
             pid,
             peer,
+            direct,
             tools: Mutex::new(listed),
             stale,
             shutdown: Mutex::new(Some(shutdown_tx)),
             finished,
         });
         (connection, shutdown_rx, finished_tx)
+    }
+
+    /// One `tools/call` round (no `input_required` follow-up): written by the caller itself
+    /// where it can ([`process::Direct`]), else through rmcp. Dropped before the answer, the
+    /// server is told the call was cancelled either way.
+    pub(crate) async fn call_tool_once(
+        &self,
+        params: rmcp::model::CallToolRequestParams,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ServiceError> {
+        match &self.direct {
+            Some(direct) => direct.call_tool(params).await,
+            None => self.peer.call_tool_once(params).await,
+        }
     }
 
     /// Tells the monitor to end the server; `Some(reason)` records a failure.

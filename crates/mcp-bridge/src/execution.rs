@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use crate::bridge::McpBridge;
 use crate::catalog::{self, McpTool};
-use crate::connection::STOP_GRACE;
+use crate::connection::{Connection, STOP_GRACE};
 use crate::inject::DESCRIBE_TOOL;
 use crate::registry::ServiceStatus;
 use crate::search::SEARCH_TOOL;
@@ -39,12 +39,12 @@ impl McpBridge {
     /// not offered by this client, so a server asking for them gets the call refused.
     async fn call_answering_input(
         &self,
-        peer: &rmcp::Peer<rmcp::RoleClient>,
+        connection: &Connection,
         service: &str,
         mut params: CallToolRequestParams,
     ) -> Result<CallToolResult, ServiceError> {
         for _ in 0..MAX_INPUT_ROUNDS {
-            match peer.call_tool_once(params.clone()).await? {
+            match connection.call_tool_once(params.clone()).await? {
                 CallToolResponse::Complete(result) => return Ok(result),
                 CallToolResponse::InputRequired(asked) => {
                     let mut responses = InputResponses::new();
@@ -132,7 +132,7 @@ impl McpBridge {
         let _in_flight = self.inner.elicitation.enter(&tool.service, session);
         // Dropping the call on timeout makes rmcp send notifications/cancelled for it.
         let call = self
-            .call_answering_input(&connection.peer, &tool.service, params)
+            .call_answering_input(&connection, &tool.service, params)
             .instrument(span.clone());
         let result = match tokio::time::timeout(timeout, call).await {
             Ok(Ok(result)) => {

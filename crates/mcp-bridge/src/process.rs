@@ -19,17 +19,25 @@
 //! written as one line to the server's stdin by the service task itself, at once, when the pipe
 //! takes it. (It used to check each line, copy it through a pipe and let rmcp parse it again: a
 //! third of the time of a call; and each message waited for a lock and a task of its own before
-//! its write.)
+//! its write.) A `tools/call` does not go through rmcp's service task at all on the session
+//! revision ([`Direct`]): the caller writes it and the reader hands the answer back.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use rmcp::RoleClient;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::ServiceError;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult,
+    CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification,
+    ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
+};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -71,6 +79,8 @@ pub(crate) struct Spawned {
     pub group: GroupGuard,
     /// What rmcp reads and writes: the server's stdout and stdin.
     pub transport: StdioTransport,
+    /// `tools/call` written by the caller itself, beside rmcp (see [`Direct`]).
+    pub direct: Arc<Direct>,
     /// Fires once when stdout carried something that is not a JSON-RPC message.
     pub violation: oneshot::Receiver<String>,
 }
@@ -112,10 +122,20 @@ pub(crate) fn spawn(cfg: &ServiceConfig) -> std::io::Result<Spawned> {
     let service = cfg.name.clone();
     tokio::spawn(log_stderr(service.clone(), stderr));
     let (vtx, violation) = oneshot::channel();
+    let stdin = Stdin::new(stdin);
+    let direct = Arc::new(Direct {
+        stdin: stdin.clone(),
+        waiting: Mutex::new(Some(HashMap::new())),
+        next: AtomicU64::new(0),
+    });
     Ok(Spawned {
         child,
         group,
-        transport: StdioTransport::new(messages(service, stdout, vtx), stdin),
+        transport: StdioTransport {
+            messages: messages(service, stdout, vtx, direct.clone()),
+            stdin,
+        },
+        direct,
         violation,
     })
 }
@@ -131,22 +151,6 @@ type Messages = Pin<Box<dyn Stream<Item = ServerJsonRpcMessage> + Send>>;
 pub(crate) struct StdioTransport {
     messages: Messages,
     stdin: Arc<Stdin>,
-}
-
-impl StdioTransport {
-    fn new(messages: Messages, stdin: ChildStdin) -> Self {
-        Self {
-            messages,
-            stdin: Arc::new(Stdin {
-                state: Mutex::new(StdinState {
-                    pipe: Some(stdin),
-                    backlog: Vec::with_capacity(1024),
-                    broken: None,
-                }),
-                flushing: tokio::sync::Mutex::new(()),
-            }),
-        }
-    }
 }
 
 /// The server's stdin, shared by the transport and the sends still finishing.
@@ -219,10 +223,188 @@ impl StdinState {
 }
 
 impl Stdin {
+    fn new(pipe: ChildStdin) -> Arc<Self> {
+        Arc::new(Stdin {
+            state: Mutex::new(StdinState {
+                pipe: Some(pipe),
+                backlog: Vec::with_capacity(1024),
+                broken: None,
+            }),
+            flushing: tokio::sync::Mutex::new(()),
+        })
+    }
+
     /// Until the backlog is written (the bytes queued before this call included).
     async fn flush(&self) -> std::io::Result<()> {
         let _turn = self.flushing.lock().await;
         std::future::poll_fn(|cx| lock(&self.state).write_backlog(cx)).await
+    }
+
+    /// Sends `item` as one line: written here, by the caller, when the pipe takes it; else the
+    /// backlog (which keeps the order of messages) is written by the returned future.
+    fn send(
+        self: &Arc<Self>,
+        item: &ClientJsonRpcMessage,
+    ) -> impl Future<Output = std::io::Result<()>> + Send + 'static + use<> {
+        let now = {
+            let mut state = lock(&self.state);
+            let was_empty = state.backlog.is_empty();
+            match state.queue(item) {
+                Err(e) => Some(Err(e)),
+                // Another send's bytes wait first: this one waits behind them.
+                Ok(()) if !was_empty => None,
+                Ok(()) => match state.write_backlog(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(done) => Some(done),
+                    Poll::Pending => None,
+                },
+            }
+        };
+        let stdin = self.clone();
+        async move {
+            match now {
+                Some(done) => done,
+                None => stdin.flush().await,
+            }
+        }
+    }
+}
+
+/// The prefix of the ids of [`Direct`]'s requests: strings, where rmcp's own ids are numbers,
+/// so the two never meet.
+const DIRECT_ID: &str = "mcp-bridge-";
+
+/// `tools/call` without rmcp's service task in between. rmcp hands each request to its
+/// service task through a channel (from a caller on another thread: a wake-up of that task's
+/// thread per call) and spawns a task per message; here the caller writes its request line
+/// itself and the stdout reader, which rmcp's task polls anyway, hands the answer straight to
+/// it. Everything else — the handshake, lists, the server's own requests (elicitation) and
+/// notifications — still goes through rmcp, on the same pipes. Used on the session revision
+/// (`initialize`), where a call carries nothing but its params; on the stateless revision rmcp
+/// adds the client's metadata to every request and ties the server's requests to the client's
+/// pending ones, so calls go through rmcp there.
+pub(crate) struct Direct {
+    stdin: Arc<Stdin>,
+    /// The callers waiting for an answer, by request number; `None` once stdout ended.
+    waiting: Mutex<Option<HashMap<u64, oneshot::Sender<ServerJsonRpcMessage>>>>,
+    next: AtomicU64,
+}
+
+impl Direct {
+    /// `tools/call` with `params`: the answer, or the reason there is none. Dropped before the
+    /// answer (a timeout, a cancelled turn), it tells the server with `notifications/cancelled`,
+    /// as rmcp does.
+    pub(crate) async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+    ) -> Result<CallToolResponse, ServiceError> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        match lock(&self.waiting).as_mut() {
+            Some(waiting) => waiting.insert(n, tx),
+            None => return Err(ServiceError::TransportClosed),
+        };
+        let mut pending = Pending {
+            direct: self,
+            n,
+            answered: false,
+        };
+        let request = ClientJsonRpcMessage::request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            direct_id(n),
+        );
+        self.stdin
+            .send(&request)
+            .await
+            .map_err(|_| ServiceError::TransportClosed)?;
+        let answer = rx.await.map_err(|_| ServiceError::TransportClosed)?;
+        pending.answered = true;
+        match answer {
+            JsonRpcMessage::Response(r) => match r.result {
+                ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+                ServerResult::InputRequiredResult(asked) => {
+                    Ok(CallToolResponse::InputRequired(asked))
+                }
+                ServerResult::CreateTaskResult(task) => Ok(CallToolResponse::Task(task)),
+                // An empty result is a call that returned nothing (rmcp reads it so too).
+                ServerResult::EmptyResult(_) => {
+                    Ok(CallToolResponse::Complete(CallToolResult::default()))
+                }
+                _ => Err(ServiceError::UnexpectedResponse),
+            },
+            JsonRpcMessage::Error(e) => Err(ServiceError::McpError(e.error)),
+            _ => Err(ServiceError::UnexpectedResponse),
+        }
+    }
+
+    /// Hands `msg` to the caller waiting for it when it answers a direct request (`None`);
+    /// anything else is rmcp's (`Some`).
+    fn route(&self, msg: ServerJsonRpcMessage) -> Option<ServerJsonRpcMessage> {
+        let id = match &msg {
+            JsonRpcMessage::Response(r) => Some(&r.id),
+            JsonRpcMessage::Error(e) => e.id.as_ref(),
+            _ => None,
+        };
+        let Some(n) = id.and_then(direct_number) else {
+            return Some(msg);
+        };
+        let waiter = lock(&self.waiting).as_mut().and_then(|w| w.remove(&n));
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(msg);
+            }
+            None => tracing::debug!("dropped the answer to a cancelled call ({DIRECT_ID}{n})"),
+        }
+        None
+    }
+
+    /// stdout ended: every waiting caller gets [`ServiceError::TransportClosed`], and no new
+    /// call is written.
+    fn close(&self) {
+        lock(&self.waiting).take();
+    }
+}
+
+fn direct_id(n: u64) -> RequestId {
+    RequestId::String(format!("{DIRECT_ID}{n}").into())
+}
+
+fn direct_number(id: &RequestId) -> Option<u64> {
+    match id {
+        RequestId::String(s) => s.strip_prefix(DIRECT_ID)?.parse().ok(),
+        RequestId::Number(_) => None,
+    }
+}
+
+/// A direct call not answered yet; dropped so, it is withdrawn and the server told.
+struct Pending<'a> {
+    direct: &'a Direct,
+    n: u64,
+    answered: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let was_waiting = lock(&self.direct.waiting)
+            .as_mut()
+            .and_then(|w| w.remove(&self.n))
+            .is_some();
+        if !was_waiting {
+            return;
+        }
+        let cancel = ClientJsonRpcMessage::notification(ClientNotification::CancelledNotification(
+            CancelledNotification::new(CancelledNotificationParam::new(
+                Some(direct_id(self.n)),
+                Some("the client stopped waiting (timed out or cancelled)".into()),
+            )),
+        ));
+        let send = self.direct.stdin.send(&cancel);
+        // Written at once nearly always; else finished in the background when a runtime runs.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(send);
+        }
     }
 }
 
@@ -237,28 +419,7 @@ impl Transport<RoleClient> for StdioTransport {
         &mut self,
         item: ClientJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        // Written here, by the caller, when the pipe takes it; else the backlog (which keeps the
-        // order of messages) is written by the returned future.
-        let now = {
-            let mut state = lock(&self.stdin.state);
-            let was_empty = state.backlog.is_empty();
-            match state.queue(&item) {
-                Err(e) => Some(Err(e)),
-                // Another send's bytes wait first: this one waits behind them.
-                Ok(()) if !was_empty => None,
-                Ok(()) => match state.write_backlog(&mut Context::from_waker(Waker::noop())) {
-                    Poll::Ready(done) => Some(done),
-                    Poll::Pending => None,
-                },
-            }
-        };
-        let stdin = self.stdin.clone();
-        async move {
-            match now {
-                Some(done) => done,
-                None => stdin.flush().await,
-            }
-        }
+        self.stdin.send(&item)
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<ServerJsonRpcMessage>> + Send {
@@ -282,18 +443,34 @@ struct Reader {
     stdout: BufReader<ChildStdout>,
     line: Vec<u8>,
     violation: Option<oneshot::Sender<String>>,
+    /// Takes the answers to its own requests out of the stream.
+    direct: Arc<Direct>,
+}
+
+impl Drop for Reader {
+    /// However the stream ends (end of stdout, a violation, rmcp dropping the transport), no
+    /// direct caller is left waiting.
+    fn drop(&mut self) {
+        self.direct.close();
+    }
 }
 
 /// The server's stdout as messages: each line read with a size cap and parsed once. The MCP stdio
 /// transport allows nothing else on stdout: on the first line that is too long or not JSON, the
 /// violation is reported and the stream ends (rmcp then sees the transport close). A JSON line
 /// that is not a JSON-RPC message is logged and skipped.
-fn messages(service: String, stdout: ChildStdout, violation: oneshot::Sender<String>) -> Messages {
+fn messages(
+    service: String,
+    stdout: ChildStdout,
+    violation: oneshot::Sender<String>,
+    direct: Arc<Direct>,
+) -> Messages {
     let reader = Reader {
         service,
         stdout: BufReader::with_capacity(64 * 1024, stdout),
         line: Vec::new(),
         violation: Some(violation),
+        direct,
     };
     Box::pin(futures::stream::unfold(reader, |mut r| async move {
         let msg = r.next_message().await?;
@@ -327,7 +504,10 @@ impl Reader {
                         continue;
                     }
                     match serde_json::from_slice::<ServerJsonRpcMessage>(body) {
-                        Ok(msg) => return Some(msg),
+                        Ok(msg) => match self.direct.route(msg) {
+                            Some(msg) => return Some(msg),
+                            None => continue,
+                        },
                         // JSON, but not a message we know: skipped, as rmcp's own codec does.
                         Err(e) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => {
                             tracing::warn!(service = %self.service, "skipped a JSON line that is not a JSON-RPC message: {e}");
@@ -463,10 +643,10 @@ mod tests {
             .spawn()
             .unwrap();
         let mut stdout = child.stdout.take().unwrap();
-        let mut transport = StdioTransport::new(
-            Box::pin(futures::stream::empty()),
-            child.stdin.take().unwrap(),
-        );
+        let mut transport = StdioTransport {
+            messages: Box::pin(futures::stream::empty()),
+            stdin: Stdin::new(child.stdin.take().unwrap()),
+        };
         let sizes = [10, 1 << 20, 10, 300_000, 10];
         let sends: Vec<_> = sizes
             .iter()

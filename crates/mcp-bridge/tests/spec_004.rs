@@ -555,6 +555,45 @@ async fn m4_timeout_ends_the_call_and_the_server_stays_up() {
     stop_and_check(&b, "misb").await;
 }
 
+/// Issue 26 (speed at the floor): a stdio call is written by the caller itself, beside rmcp's
+/// service task — the server receives the bridge's own request id — and a call dropped at its
+/// timeout still reaches the server as `notifications/cancelled` for that id (the server's
+/// handler sees its cancellation token fire).
+#[tokio::test]
+async fn m4_stdio_calls_go_straight_to_the_pipe_and_a_timed_out_one_is_cancelled_at_the_server() {
+    let cfg = own("misb", &[]).with_call_timeout(Duration::from_millis(400));
+    let b = started(vec![cfg]).await;
+    let id = b.call("misb__request_id", json!({})).await.unwrap();
+    assert!(
+        id.as_str().is_some_and(|s| s.starts_with("mcp-bridge-")),
+        "the server saw request id {id}"
+    );
+    assert_eq!(
+        b.call("misb__cancelled", json!({})).await.unwrap(),
+        json!("0")
+    );
+    let e = b
+        .call("misb__sleep", json!({"ms": 5000}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ToolErrorKind::Timeout);
+    let mut cancelled = json!("0");
+    for _ in 0..100 {
+        cancelled = b.call("misb__cancelled", json!({})).await.unwrap();
+        if cancelled == json!("1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        cancelled,
+        json!("1"),
+        "the server never saw the cancellation"
+    );
+    assert_eq!(b.status("misb").unwrap(), ServiceStatus::Running);
+    stop_and_check(&b, "misb").await;
+}
+
 #[tokio::test]
 async fn m4_hung_server_is_killed_and_marked_error() {
     let cfg = own("misb", &[]).with_call_timeout(Duration::from_millis(500));

@@ -18,7 +18,9 @@
 //! N bytes), `add_tool` (adds a tool and sends `notifications/tools/list_changed`, unless
 //! `"silent": true`), `env` (one
 //! environment variable of the server, to check what it was given), `traceparent` (the W3C
-//! `traceparent` the call carried in its `_meta`, to check that the server's trace joins).
+//! `traceparent` the call carried in its `_meta`, to check that the server's trace joins),
+//! `request_id` (the JSON-RPC id of the call as the server received it), `cancelled` (how many
+//! `sleep` calls the client cancelled with `notifications/cancelled`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;
@@ -41,6 +43,8 @@ struct Server {
     replay: Option<Arc<Vec<Tool>>>,
     /// The `ttlMs` of tool lists (`--tools-ttl-ms`).
     ttl_ms: Option<u64>,
+    /// `sleep` calls ended by the client's `notifications/cancelled`.
+    cancelled: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The tools server `name` listed, from a file of recorded `tools/list` results.
@@ -125,6 +129,16 @@ fn tools(added: &[String]) -> Vec<Tool> {
             "Returns the W3C traceparent the call carried in its _meta.",
             schema(json!({"type": "object", "properties": {}})),
         ),
+        Tool::new(
+            "request_id",
+            "Returns the JSON-RPC id of this call as the server received it.",
+            schema(json!({"type": "object", "properties": {}})),
+        ),
+        Tool::new(
+            "cancelled",
+            "Returns how many sleep calls the client cancelled.",
+            schema(json!({"type": "object", "properties": {}})),
+        ),
     ];
     for name in added {
         t.push(Tool::new(
@@ -203,7 +217,13 @@ impl ServerHandler for Server {
             }
             "sleep" => {
                 let ms = num("ms").unwrap_or(0.0).max(0.0) as u64;
-                tokio::time::sleep(Duration::from_millis(ms)).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                    _ = context.ct.cancelled() => {
+                        self.cancelled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        return Err(ErrorData::internal_error("cancelled", None));
+                    }
+                }
                 Ok(text(format!("slept {ms} ms")))
             }
             "freeze" => {
@@ -243,6 +263,12 @@ impl ServerHandler for Server {
                     std::env::var(&name).unwrap_or_else(|_| "<unset>".into()),
                 ))
             }
+            "request_id" => Ok(text(context.id.to_string())),
+            "cancelled" => Ok(text(
+                self.cancelled
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                    .to_string(),
+            )),
             // rmcp moves the request's `_meta` into the context.
             "traceparent" => Ok(text(
                 context
