@@ -50,7 +50,9 @@ pub(crate) enum Scratch<'a> {
 pub(crate) struct Layout<'a> {
     pub skill: Option<&'a Path>,
     pub scratch: Scratch<'a>,
-    pub allow_network: bool,
+    /// A network namespace of the container's own (bwrap's `--unshare-net`); off when the
+    /// network is allowed, or when the container is started in the sandbox's shared, empty one.
+    pub unshare_net: bool,
     pub allow_user_namespaces: bool,
     pub read_only: &'a [PathBuf],
     /// The seccomp program is read from this descriptor number.
@@ -106,7 +108,7 @@ impl Bwrap {
             // orphans stay zombies until then (counted in its process limit).
             &"--as-pid-1",
         ]);
-        if !l.allow_network {
+        if l.unshare_net {
             push(&[&"--unshare-net"]);
         }
         if !l.allow_user_namespaces {
@@ -168,7 +170,9 @@ impl Bwrap {
         &self,
         ids: Option<(u32, u32)>,
         policy: seccomp::Policy,
-        allow_network: bool,
+        unshare_net: bool,
+        join_net: Option<i32>,
+        landlock: Option<landlock::RulesetCreated>,
     ) -> Result<(), String> {
         let filter = seccomp::to_bytes(&seccomp::program(policy));
         let (reader, mut writer) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
@@ -179,7 +183,7 @@ impl Bwrap {
         let layout = Layout {
             skill: None,
             scratch: Scratch::PerMount { bytes: 1 << 20 },
-            allow_network,
+            unshare_net,
             allow_user_namespaces: policy.allow_user_namespaces,
             read_only: &[],
             seccomp_fd: 3,
@@ -197,6 +201,7 @@ impl Bwrap {
         sys::install(
             &mut cmd,
             ChildSetup {
+                join_net,
                 keep_fds: vec![reader.as_raw_fd()],
                 limits: vec![],
                 unshare_net: false,
@@ -204,7 +209,7 @@ impl Bwrap {
                 unshare_pid: false,
                 user_namespace: None,
                 ids,
-                landlock: None,
+                landlock,
                 seccomp: None,
             },
         )
