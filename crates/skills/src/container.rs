@@ -27,6 +27,9 @@ const ETC_FILES: [&str; 3] = ["/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl
 /// The time zone: a symbolic link on most systems, made as a link in the container (no mount).
 const LOCALTIME: &str = "/etc/localtime";
 
+/// The locale of a call.
+pub(crate) const CONTAINER_LANG: &str = "C.UTF-8";
+
 /// A working bubblewrap.
 #[derive(Debug, Clone)]
 pub(crate) struct Bwrap {
@@ -158,6 +161,9 @@ impl Bwrap {
         if let Some(fd) = l.block_fd {
             push(&[&"--block-fd", &fd.to_string()]);
         }
+        // The skill's locale, set by bwrap after its own start: bwrap's `setlocale(LC_ALL, "")`
+        // then finds no LANG and loads no locale files (part of each container's making).
+        push(&[&"--setenv", &"LANG", &CONTAINER_LANG]);
         let fd = l.seccomp_fd.to_string();
         push(&[&"--chdir", &"/work", &"--seccomp", &fd, &"--"]);
         a

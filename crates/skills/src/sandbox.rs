@@ -1713,7 +1713,6 @@ async fn start(
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("HOME", &work)
         .env("TMPDIR", &tmp)
-        .env("LANG", "C.UTF-8")
         .env("SKILL_DIR", &skill_dir)
         .envs(key.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
@@ -1739,6 +1738,10 @@ async fn start(
         shared.user_maps.clone()
     };
     let own_namespaces = !container && (ids.is_some() || user_namespace.is_some());
+    if !container {
+        // (In a container bwrap sets it: `--setenv`, see `Bwrap::args`.)
+        cmd.env("LANG", crate::container::CONTAINER_LANG);
+    }
     sys::install(
         &mut cmd,
         ChildSetup {
