@@ -852,17 +852,21 @@ impl Sandbox {
                 if root && ids.is_none() {
                     return Err("no free sandbox uid to check bubblewrap with".to_owned());
                 }
-                let scope = match &shared_net {
-                    Some(_) => Some(scope_ruleset()?),
-                    None => None,
-                };
-                b.probe(
-                    ids,
-                    policy,
-                    !config.allow_network && shared_net.is_none(),
-                    shared_net.as_ref().map(|fd| fd.as_raw_fd()),
-                    scope,
-                )?;
+                // With the shared network namespace (and the call's Landlock domain) first; where
+                // that cannot make a container, each call makes its own network namespace.
+                let shared = shared_net.as_ref().and_then(|fd| {
+                    let tried = scope_ruleset().and_then(|scope| {
+                        b.probe(ids, policy, false, Some(fd.as_raw_fd()), Some(scope))
+                    });
+                    if let Err(e) = &tried {
+                        tracing::warn!(error = %e, "containers cannot share the empty network namespace here: each call makes its own");
+                    }
+                    tried.ok()
+                });
+                if shared.is_none() {
+                    shared_net = None;
+                    b.probe(ids, policy, !config.allow_network, None, None)?;
+                }
                 if let Some((uid, gid)) = ids {
                     sys::kill_uid(uid, gid);
                 }
