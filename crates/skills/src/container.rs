@@ -27,6 +27,9 @@ const ETC_FILES: [&str; 3] = ["/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl
 /// The time zone: a symbolic link on most systems, made as a link in the container (no mount).
 const LOCALTIME: &str = "/etc/localtime";
 
+/// The locale of a call.
+pub(crate) const CONTAINER_LANG: &str = "C.UTF-8";
+
 /// A working bubblewrap.
 #[derive(Debug, Clone)]
 pub(crate) struct Bwrap {
@@ -50,7 +53,9 @@ pub(crate) enum Scratch<'a> {
 pub(crate) struct Layout<'a> {
     pub skill: Option<&'a Path>,
     pub scratch: Scratch<'a>,
-    pub allow_network: bool,
+    /// A network namespace of the container's own (bwrap's `--unshare-net`); off when the
+    /// network is allowed, or when the container is started in the sandbox's shared, empty one.
+    pub unshare_net: bool,
     pub allow_user_namespaces: bool,
     pub read_only: &'a [PathBuf],
     /// The seccomp program is read from this descriptor number.
@@ -106,7 +111,7 @@ impl Bwrap {
             // orphans stay zombies until then (counted in its process limit).
             &"--as-pid-1",
         ]);
-        if !l.allow_network {
+        if l.unshare_net {
             push(&[&"--unshare-net"]);
         }
         if !l.allow_user_namespaces {
@@ -156,6 +161,9 @@ impl Bwrap {
         if let Some(fd) = l.block_fd {
             push(&[&"--block-fd", &fd.to_string()]);
         }
+        // The skill's locale, set by bwrap after its own start: bwrap's `setlocale(LC_ALL, "")`
+        // then finds no LANG and loads no locale files (part of each container's making).
+        push(&[&"--setenv", &"LANG", &CONTAINER_LANG]);
         let fd = l.seccomp_fd.to_string();
         push(&[&"--chdir", &"/work", &"--seccomp", &fd, &"--"]);
         a
@@ -168,7 +176,9 @@ impl Bwrap {
         &self,
         ids: Option<(u32, u32)>,
         policy: seccomp::Policy,
-        allow_network: bool,
+        unshare_net: bool,
+        join_net: Option<i32>,
+        landlock: Option<landlock::RulesetCreated>,
     ) -> Result<(), String> {
         let filter = seccomp::to_bytes(&seccomp::program(policy));
         let (reader, mut writer) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
@@ -179,7 +189,7 @@ impl Bwrap {
         let layout = Layout {
             skill: None,
             scratch: Scratch::PerMount { bytes: 1 << 20 },
-            allow_network,
+            unshare_net,
             allow_user_namespaces: policy.allow_user_namespaces,
             read_only: &[],
             seccomp_fd: 3,
@@ -197,6 +207,7 @@ impl Bwrap {
         sys::install(
             &mut cmd,
             ChildSetup {
+                join_net,
                 keep_fds: vec![reader.as_raw_fd()],
                 limits: vec![],
                 unshare_net: false,
@@ -204,7 +215,7 @@ impl Bwrap {
                 unshare_pid: false,
                 user_namespace: None,
                 ids,
-                landlock: None,
+                landlock,
                 seccomp: None,
             },
         )

@@ -5,6 +5,11 @@
 //! - the kernel keyrings (`add_key`, `keyctl`, `request_key`): keys outlive a call;
 //! - optionally `socket(AF_UNIX, …)`, for sandboxes without a mount namespace, where a path to a
 //!   host socket can be reached (`socketpair` stays allowed);
+//! - optionally `socket()` of every family but `AF_UNIX` (EAFNOSUPPORT), and `io_uring_setup`
+//!   (ENOSYS: an io_uring can make sockets without the `socket` system call), for containers that
+//!   share one empty network namespace: no IP, netlink, packet or other socket can be made, so
+//!   the namespace holds nothing calls could meet in but abstract unix sockets, which Landlock
+//!   scopes to the call;
 //! - every system call of another architecture (i386 `int 0x80`, x32), whose numbers differ.
 
 use libc::sock_filter;
@@ -29,6 +34,7 @@ const OFF_ARG0_LOW: u32 = 16; // args[0], low 32 bits (little-endian)
 const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 const RET_EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
 const RET_ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+const RET_EAFNOSUPPORT: u32 = libc::SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32;
 
 fn stmt(code: u16, k: u32) -> sock_filter {
     sock_filter {
@@ -52,6 +58,8 @@ fn nr(n: libc::c_long) -> u32 {
 pub(crate) struct Policy {
     pub allow_user_namespaces: bool,
     pub deny_unix_sockets: bool,
+    /// Refuse `socket()` of every family but `AF_UNIX`, and io_uring.
+    pub only_unix_sockets: bool,
 }
 
 /// The filter program.
@@ -62,6 +70,7 @@ pub(crate) fn program(policy: Policy) -> Vec<sock_filter> {
         Ret(u32),
         FlagsHaveNewUser,
         Arg0IsUnix,
+        Arg0IsNotUnix,
     }
     let mut rules: Vec<(u32, Then)> = vec![
         (nr(libc::SYS_add_key), Then::Ret(RET_EPERM)),
@@ -75,6 +84,11 @@ pub(crate) fn program(policy: Policy) -> Vec<sock_filter> {
     }
     if policy.deny_unix_sockets {
         rules.push((nr(libc::SYS_socket), Then::Arg0IsUnix));
+    } else if policy.only_unix_sockets {
+        rules.push((nr(libc::SYS_socket), Then::Arg0IsNotUnix));
+    }
+    if policy.only_unix_sockets {
+        rules.push((nr(libc::SYS_io_uring_setup), Then::Ret(RET_ENOSYS)));
     }
 
     let mut p = vec![
@@ -104,6 +118,12 @@ pub(crate) fn program(policy: Policy) -> Vec<sock_filter> {
                 stmt(BPF_LD_W_ABS, OFF_ARG0_LOW),
                 jump(BPF_JEQ_K, libc::AF_UNIX as u32, 0, 1),
                 stmt(BPF_RET_K, RET_EPERM),
+                stmt(BPF_RET_K, RET_ALLOW),
+            ],
+            Then::Arg0IsNotUnix => vec![
+                stmt(BPF_LD_W_ABS, OFF_ARG0_LOW),
+                jump(BPF_JEQ_K, libc::AF_UNIX as u32, 1, 0),
+                stmt(BPF_RET_K, RET_EAFNOSUPPORT),
                 stmt(BPF_RET_K, RET_ALLOW),
             ],
         };

@@ -17,6 +17,9 @@ pub(crate) const MAX_KEPT_FDS: usize = 4;
 /// 3, 4, …, every other one above 2 closed at exec), resource limits, new namespaces, dropping
 /// to the sandbox uid/gid, Landlock (which sets no_new_privs), then seccomp.
 pub(crate) struct ChildSetup {
+    /// Join this network namespace first (a descriptor of it, held by the sandbox), before
+    /// anything else: as root, and before the descriptors are moved.
+    pub join_net: Option<RawFd>,
     pub keep_fds: Vec<RawFd>,
     pub limits: Vec<(LimitKind, u64)>,
     pub unshare_net: bool,
@@ -76,6 +79,21 @@ fn write_proc_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A new, empty network namespace (only a loopback device, down: no address at all), made once
+/// and held by the returned descriptor; calls join it with [`ChildSetup::join_net`]. Made on a
+/// thread of its own (a network namespace belongs to a thread), which then ends. Root only.
+pub(crate) fn empty_network_namespace() -> io::Result<std::os::fd::OwnedFd> {
+    std::thread::spawn(|| {
+        // SAFETY: unshare(CLONE_NEWNET) changes only this thread's network namespace; the thread
+        // does nothing else but open its namespace file, and ends.
+        check(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
+        let f = std::fs::File::open("/proc/thread-self/ns/net")?;
+        Ok(std::os::fd::OwnedFd::from(f))
+    })
+    .join()
+    .map_err(|_| io::Error::other("the thread making the network namespace panicked"))?
 }
 
 /// The namespace flags of the weaker boundary's calls without root.
@@ -245,6 +263,7 @@ fn arrange_fds(keep: &[RawFd; MAX_KEPT_FDS], n: usize) -> io::Result<()> {
 /// Installs `setup` to run in the child before exec.
 pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> io::Result<()> {
     let ChildSetup {
+        join_net,
         keep_fds,
         limits,
         unshare_net,
@@ -265,6 +284,11 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> i
     let n_keep = keep_fds.len();
     let mut landlock = landlock;
     let hook = move || -> io::Result<()> {
+        if let Some(fd) = join_net {
+            // SAFETY: setns is a plain system call on a descriptor the sandbox holds open; it
+            // only changes this (child) process's network namespace.
+            check(unsafe { libc::setns(fd, libc::CLONE_NEWNET) })?;
+        }
         arrange_fds(&keep, n_keep)?;
         for (kind, value) in &limits {
             // For CPU time the hard limit is one second above the soft one, so the skill gets
@@ -485,6 +509,20 @@ pub(crate) fn unmount(at: &Path) -> io::Result<()> {
 /// that is already gone is not an error.
 pub(crate) fn kill_group(pgid: u32) {
     process_guard::kill_group(pgid);
+}
+
+/// Whether `at` is a directory on a tmpfs.
+pub(crate) fn is_tmpfs(at: &Path) -> bool {
+    const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
+    let Ok(path) = c_path(at) else {
+        return false;
+    };
+    // SAFETY: statfs writes into `st`, a zeroed struct of the right type; `path` is a valid
+    // NUL-terminated string.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(path.as_ptr(), &mut st) == 0 && st.f_type as libc::c_long == TMPFS_MAGIC
+    }
 }
 
 /// The Landlock ABI version the kernel supports, or `None`.

@@ -484,6 +484,78 @@ async fn s2_the_container_hides_host_pids_and_etc_and_refuses_user_namespaces() 
     }
 }
 
+/// #29 item 4: calls share one empty network namespace (made once, not per call), yet two
+/// concurrent calls of two skills cannot meet: not over an abstract unix socket (each call is a
+/// Landlock domain of its own, scoped), not over 127.0.0.1 (no IP socket can be made), not over
+/// netlink; nor can a call reach the agent's abstract socket or its 127.0.0.1 port. The listener
+/// reaching its own socket is the control: the socket works, the boundary refuses the other call.
+#[tokio::test]
+async fn s2_concurrent_calls_of_two_skills_cannot_meet_over_abstract_sockets_or_loopback() {
+    use std::os::linux::net::SocketAddrExt;
+    let e = common::env();
+    assert!(e.container(), "needs bubblewrap");
+    require_root(&e, "the shared network namespace");
+    let p = e.provider.sandbox().protections().clone();
+    // Root, bubblewrap and Linux 6.18 (Landlock ABI ≥ 6) here: the shared namespace is in force.
+    assert!(p.shared_network_namespace, "{p}");
+    assert!(
+        p.abstract_unix_sockets_scoped && p.only_unix_sockets && p.no_network,
+        "{p}"
+    );
+    let name = format!("skills-rendezvous-{}", std::process::id());
+    let host_name = format!("{name}-agent");
+    let host_abstract = std::os::unix::net::UnixListener::bind_addr(
+        &std::os::unix::net::SocketAddr::from_abstract_name(host_name.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    host_abstract.set_nonblocking(true).unwrap();
+    let host_tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    host_tcp.set_nonblocking(true).unwrap();
+    let host_port = host_tcp.local_addr().unwrap().port();
+    let port = 47_000 + (std::process::id() % 1000) as u16;
+    let listen = e.call(
+        "rendezvous-a",
+        json!({"role": "listen", "name": name, "port": port, "wait": 6}),
+    );
+    let knock = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        e.call(
+            "rendezvous-b",
+            json!({"role": "knock", "name": name, "port": port, "host_name": host_name,
+                   "host_port": host_port, "wait": 3}),
+        )
+        .await
+    };
+    let (l, k) = tokio::join!(listen, knock);
+    let (l, k) = (l.unwrap(), k.unwrap());
+    assert_eq!(l["bound"], true, "{l}");
+    assert_eq!(l["self_connect"], true, "the control failed: {l}");
+    assert_eq!(l["accepted_other"], false, "{l} / {k}");
+    // Both calls are in the same network namespace: only the boundaries above keep them apart.
+    assert_eq!(l["netns"], k["netns"], "{l} / {k}");
+    assert_eq!(l["tcp_listening"], false, "{l}");
+    for what in [
+        "abstract",
+        "tcp",
+        "udp",
+        "host_abstract",
+        "host_tcp",
+        "netlink",
+    ] {
+        assert_eq!(k[what]["connected"], false, "{what}: {k}");
+    }
+    assert_eq!(
+        k["abstract"]["error"], "Operation not permitted",
+        "refused by the Landlock scope, not absent: {k}"
+    );
+    assert!(
+        host_abstract.accept().is_err(),
+        "the agent's abstract socket was reached"
+    );
+    assert!(host_tcp.accept().is_err(), "the agent's port was reached");
+    e.assert_clean_and_working().await;
+}
+
 /// #29 item 4: with the weaker boundary accepted (no container) and the agent as root, a skill
 /// still cannot find the host's processes: it runs as PID 1 of a PID namespace of its own.
 #[tokio::test]
