@@ -438,7 +438,9 @@ mod tests {
             let list: &'static [(&'static str, &'static str)] =
                 Box::leak(vec![(NATS_ACK_WAIT_MS, bad)].into_boxed_slice());
             let c = PanelConfig::from_vars(vars(list));
-            let e = c.bus().await.err().expect("refused");
+            let Err(e) = c.bus().await else {
+                panic!("{bad} accepted")
+            };
             assert!(
                 matches!(&e, PanelError::Setting { name, value, .. } if *name == NATS_ACK_WAIT_MS && value == bad),
                 "{e}"
