@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use context_engine::{MemoryStore, PostgresStore, SessionStore, SqliteStore, StoreError};
-use messaging::{BusError, MessageBus};
+use messaging::{BusError, MessageBus, NatsConfig};
 use tool_system::RegistryError;
 
 /// The variable naming the PostgreSQL database that keeps the panel's conversations
@@ -13,6 +13,9 @@ use tool_system::RegistryError;
 pub const DATABASE_URL: &str = "DATABASE_URL";
 /// The variable naming the NATS server that carries the panel's bus ([`PanelConfig::from_env`]).
 pub const NATS_URL: &str = "NATS_URL";
+/// The variable setting [`PanelConfig::broker_ack_wait`] in milliseconds
+/// ([`PanelConfig::from_env`]).
+pub const NATS_ACK_WAIT_MS: &str = "NATS_ACK_WAIT_MS";
 
 /// What went wrong while setting up a panel, and what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +48,16 @@ pub enum PanelError {
         url: String,
         /// The bus's error.
         source: BusError,
+    },
+    /// A setting from the environment cannot be used.
+    #[error("{name}={value:?} cannot be used: {expected}; fix or unset {name}")]
+    Setting {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What it must be.
+        expected: &'static str,
     },
 }
 
@@ -167,6 +180,15 @@ pub struct PanelConfig {
     /// The NATS server carrying the bus (`nats://HOST:PORT`); `None`: the in-process bus
     /// (default). See [`PanelConfig::bus`].
     pub broker: Option<String>,
+    /// How long the broker waits for a worker to confirm a person's message it took before it
+    /// hands the message to another worker — the delay, after a worker dies holding one,
+    /// before the message is stored by another (default 10 s; NATS only). A worker confirms
+    /// once the message is stored and tells the broker every third of this that it still
+    /// holds it, so a short value costs a few broker messages while a store is slow, not
+    /// duplicates.
+    pub broker_ack_wait: Duration,
+    /// A setting of the environment that could not be used (reported by [`bus`](Self::bus)).
+    env_problem: Option<(&'static str, String, &'static str)>,
     /// `Host` values accepted besides the bound address (`127.0.0.1:PORT`, `localhost:PORT`):
     /// add the public host name when the panel sits behind a reverse proxy (default none).
     pub allowed_hosts: Vec<String>,
@@ -204,6 +226,8 @@ impl Default for PanelConfig {
             context_budget: 8000,
             history: HistoryStore::Sqlite(HistoryStore::default_path()),
             broker: None,
+            broker_ack_wait: Duration::from_secs(10),
+            env_problem: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             max_connections: 512,
@@ -220,36 +244,70 @@ impl PanelConfig {
     /// the conversations) and `NATS_URL` (NATS JetStream carries the bus). With neither set,
     /// everything runs embedded as in [`PanelConfig::default`]: SQLite and the in-process bus.
     /// Several workers serving the same conversations need `DATABASE_URL` (see `docs/workers.md`).
+    /// `NATS_ACK_WAIT_MS` sets [`broker_ack_wait`](Self::broker_ack_wait); a value that is not
+    /// a whole number of milliseconds from 100 up is [`PanelError::Setting`] from
+    /// [`bus`](Self::bus), at start.
     ///
     /// ```
     /// let config = chat_panel::PanelConfig::from_env();
     /// assert_eq!(config.history.is_shared(), std::env::var("DATABASE_URL").is_ok_and(|u| !u.trim().is_empty()));
     /// ```
     pub fn from_env() -> Self {
-        let broker = std::env::var(NATS_URL)
-            .ok()
-            .filter(|u| !u.trim().is_empty());
-        Self {
-            history: HistoryStore::from_env(),
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env) over any source of variables (tests).
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
+        let broker = var(NATS_URL).filter(|u| !u.trim().is_empty());
+        let history = match var(DATABASE_URL) {
+            Some(url) if !url.trim().is_empty() => HistoryStore::Postgres(url),
+            _ => HistoryStore::Sqlite(HistoryStore::default_path()),
+        };
+        let mut config = Self {
+            history,
             broker,
             ..Self::default()
+        };
+        if let Some(v) = var(NATS_ACK_WAIT_MS).filter(|v| !v.trim().is_empty()) {
+            match v.trim().parse::<u64>() {
+                Ok(ms) if ms >= 100 => config.broker_ack_wait = Duration::from_millis(ms),
+                _ => {
+                    config.env_problem = Some((
+                        NATS_ACK_WAIT_MS,
+                        v,
+                        "it must be a whole number of milliseconds, at least 100",
+                    ));
+                }
+            }
         }
+        config
     }
 
     /// The bus [`broker`](Self::broker) names: NATS JetStream when set (connected and checked
     /// now), else a new in-process bus.
     ///
     /// # Errors
-    /// [`PanelError::Broker`] when the broker cannot be reached or set up.
+    /// [`PanelError::Broker`] when the broker cannot be reached or set up;
+    /// [`PanelError::Setting`] when `NATS_ACK_WAIT_MS` ([`from_env`](Self::from_env)) could not
+    /// be used.
     pub async fn bus(&self) -> Result<MessageBus, PanelError> {
+        if let Some((name, value, expected)) = &self.env_problem {
+            return Err(PanelError::Setting {
+                name,
+                value: value.clone(),
+                expected,
+            });
+        }
         match &self.broker {
             None => Ok(MessageBus::new()),
-            Some(url) => MessageBus::connect_nats(url)
-                .await
-                .map_err(|source| PanelError::Broker {
-                    url: url.clone(),
-                    source,
-                }),
+            Some(url) => MessageBus::connect_nats_with(
+                NatsConfig::new(url.clone()).ack_wait(self.broker_ack_wait),
+            )
+            .await
+            .map_err(|source| PanelError::Broker {
+                url: url.clone(),
+                source,
+            }),
         }
     }
 
@@ -261,6 +319,11 @@ impl PanelConfig {
     /// Carries the bus over the NATS server at `url` ([`bus`](Self::bus)).
     pub fn with_broker_url(mut self, url: impl Into<String>) -> Self {
         self.broker = Some(url.into());
+        self
+    }
+    /// Sets [`broker_ack_wait`](Self::broker_ack_wait) (at least 100 ms).
+    pub fn with_broker_ack_wait(mut self, d: Duration) -> Self {
+        self.broker_ack_wait = d.max(Duration::from_millis(100));
         self
     }
     /// Sets the answer time limit.
@@ -347,5 +410,48 @@ impl PanelConfig {
     pub fn with_max_sessions(mut self, n: usize) -> Self {
         self.max_sessions = n;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(list: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        |name| {
+            list.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[tokio::test]
+    async fn workers_the_brokers_ack_wait_is_set_from_the_environment_or_refused_at_start() {
+        assert_eq!(
+            PanelConfig::from_vars(vars(&[])).broker_ack_wait,
+            Duration::from_secs(10)
+        );
+        let c = PanelConfig::from_vars(vars(&[(NATS_ACK_WAIT_MS, "2500")]));
+        assert_eq!(c.broker_ack_wait, Duration::from_millis(2500));
+        assert!(c.bus().await.is_ok(), "no broker: the in-process bus");
+        for bad in ["2s", "-1", "50"] {
+            let list: &'static [(&'static str, &'static str)] =
+                Box::leak(vec![(NATS_ACK_WAIT_MS, bad)].into_boxed_slice());
+            let c = PanelConfig::from_vars(vars(list));
+            let Err(e) = c.bus().await else {
+                panic!("{bad} accepted")
+            };
+            assert!(
+                matches!(&e, PanelError::Setting { name, value, .. } if *name == NATS_ACK_WAIT_MS && value == bad),
+                "{e}"
+            );
+            assert!(e.to_string().contains("at least 100"), "{e}");
+        }
+        assert_eq!(
+            PanelConfig::default()
+                .with_broker_ack_wait(Duration::from_millis(1))
+                .broker_ack_wait,
+            Duration::from_millis(100)
+        );
     }
 }

@@ -40,7 +40,7 @@ fn expires(value: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn expired(value: &str) -> bool {
+pub(crate) fn expired(value: &str) -> bool {
     expires(value) <= now_ms()
 }
 
@@ -101,14 +101,29 @@ static TOKENS: AtomicU64 = AtomicU64::new(1);
 
 /// Takes the session's lease for `worker` when nobody holds it (or the holder's expired: the
 /// interrupted answer is closed with [`INTERRUPTED`] first, in the same compare-and-set).
+#[cfg(test)]
 pub(crate) async fn acquire(
     store: &dyn SessionStore,
     id: &str,
     worker: &str,
     ttl: Duration,
 ) -> Result<Acquired, StoreError> {
-    for _ in 0..4 {
-        let current = store.get_state(id, TURN_KEY).await?;
+    let current = store.get_state(id, TURN_KEY).await?;
+    acquire_from(store, id, worker, ttl, current).await
+}
+
+/// [`acquire`], when the caller has just read the slot (`current`): one read fewer.
+pub(crate) async fn acquire_from(
+    store: &dyn SessionStore,
+    id: &str,
+    worker: &str,
+    ttl: Duration,
+    mut current: Option<String>,
+) -> Result<Acquired, StoreError> {
+    for attempt in 0..4 {
+        if attempt > 0 {
+            current = store.get_state(id, TURN_KEY).await?;
+        }
         let round = match &current {
             Some(v) if !expired(v) => return Ok(Acquired::Busy),
             Some(_) => recovery_round(store, id).await?,
@@ -162,8 +177,20 @@ pub(crate) async fn release(store: &dyn SessionStore, id: &str, held: &str) {
 
 /// Whether an answer runs in the session (on any worker). An expired lease is closed here
 /// ([`INTERRUPTED`] stored when the answer had not finished) and counts as not running.
+#[cfg(test)]
 pub(crate) async fn running(store: &dyn SessionStore, id: &str) -> Result<bool, StoreError> {
-    let Some(current) = store.get_state(id, TURN_KEY).await? else {
+    let current = store.get_state(id, TURN_KEY).await?;
+    running_from(store, id, current).await
+}
+
+/// [`running`], when the caller has just read the slot (`current`, e.g. with the rows in
+/// [`SessionStore::load_with_state`]): no read unless the lease expired.
+pub(crate) async fn running_from(
+    store: &dyn SessionStore,
+    id: &str,
+    current: Option<String>,
+) -> Result<bool, StoreError> {
+    let Some(current) = current else {
         return Ok(false);
     };
     if !expired(&current) {
@@ -269,6 +296,14 @@ impl SessionStore for FencedStore {
 
     async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
         self.inner.get_state(id, key).await
+    }
+
+    async fn load_with_state(
+        &self,
+        id: &str,
+        key: &str,
+    ) -> Result<(context_engine::Session, Option<String>), StoreError> {
+        self.inner.load_with_state(id, key).await
     }
 
     async fn watch(&self) -> Result<context_engine::ChangeFeed, StoreError> {

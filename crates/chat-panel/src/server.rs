@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use context_engine::StoreChange;
 use futures::StreamExt;
+use llm_core::Message;
 use messaging::MessageBus;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -400,16 +401,25 @@ async fn get_session(
         Err(e) => return store_failed(&e),
     }
     let store = app.sessions.store();
-    // whether an answer runs on any worker (an expired lease is closed here)
-    let busy = match lease::running(store, &id).await {
+    let (mut base, mut messages, turn) = match app.sessions.rows_and_turn(&id).await {
+        Ok(Some(r)) => r,
+        Ok(None) => (0, Vec::new(), None),
+        Err(e) => return store_failed(&e),
+    };
+    // whether an answer runs on any worker (an expired lease is closed here, and what that
+    // stored is read again)
+    let stale = turn.as_deref().is_some_and(lease::expired);
+    let busy = match lease::running_from(store, &id, turn).await {
         Ok(b) => b,
         Err(e) => return store_failed(&e),
     };
-    let (base, messages) = match app.sessions.rows(&id).await {
-        Ok(Some(r)) => r,
-        Ok(None) => (0, Vec::new()),
-        Err(e) => return store_failed(&e),
-    };
+    if stale {
+        (base, messages) = match app.sessions.rows(&id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => (0, Vec::new()),
+            Err(e) => return store_failed(&e),
+        };
+    }
     let mut entries = entries_from_history(&id, base, &messages);
     let excess = entries.len().saturating_sub(app.config.max_entries.max(10));
     entries.drain(..excess);
@@ -526,7 +536,17 @@ impl Follow {
         });
         match app.sessions.find(&self.id).await {
             Ok(true) => {
-                match lease::running(app.sessions.store(), &self.id).await {
+                // the rows and the lease in one read
+                let (base, messages, turn) = match app.sessions.rows_and_turn(&self.id).await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => return false,
+                    Err(e) => {
+                        tracing::warn!(session = %self.id, error = %e, "chat panel: the events stream could not read the conversation");
+                        return false;
+                    }
+                };
+                let stale = turn.as_deref().is_some_and(lease::expired);
+                match lease::running_from(app.sessions.store(), &self.id, turn).await {
                     Ok(b) if self.busy != Some(b) => {
                         self.busy = Some(b);
                         self.out.send(ev("turn", &json!({"busy": b}))).await;
@@ -536,7 +556,14 @@ impl Follow {
                         tracing::warn!(session = %self.id, error = %e, "chat panel: could not read whether an answer runs")
                     }
                 }
-                self.rows.flush(app, &self.id, &mut self.out).await;
+                if stale {
+                    // closing the expired answer may have stored a row: read it too
+                    self.rows.flush(app, &self.id, &mut self.out).await;
+                } else {
+                    self.rows
+                        .send(&self.id, base, &messages, &mut self.out)
+                        .await;
+                }
             }
             Ok(false) => {}
             Err(e) => {
@@ -602,14 +629,18 @@ impl Rows {
     }
 
     async fn flush(&mut self, app: &App, id: &str, out: &mut Out) {
-        let rows = match app.sessions.rows(id).await {
-            Ok(Some((base, messages))) => rows_from_history(id, base, &messages),
-            Ok(None) => return,
+        match app.sessions.rows(id).await {
+            Ok(Some((base, messages))) => self.send(id, base, &messages, out).await,
+            Ok(None) => {}
             Err(e) => {
                 tracing::warn!(session = %id, error = %e, "chat panel: could not read the stored conversation");
-                return;
             }
-        };
+        }
+    }
+
+    /// Sends the rows of `messages` (the first is row `base + 1`) after the last one sent.
+    async fn send(&mut self, id: &str, base: u64, messages: &[Message], out: &mut Out) {
+        let rows = rows_from_history(id, base, messages);
         let after = self.after;
         for r in rows.into_iter().filter(|r| r.row > after) {
             let mut events = r.events;
@@ -759,12 +790,12 @@ async fn post_approvals(
 #[allow(clippy::result_large_err)] // built once per request and returned straight away
 async fn take_turn(app: &App, id: &str) -> Result<(String, u64), Response> {
     let store = app.sessions.store();
-    let before = match app.sessions.rows(id).await {
-        Ok(Some((base, messages))) => base + messages.len() as u64,
-        Ok(None) => 0,
+    let (before, turn) = match app.sessions.rows_and_turn(id).await {
+        Ok(Some((base, messages, turn))) => (base + messages.len() as u64, turn),
+        Ok(None) => (0, None),
         Err(e) => return Err(store_failed(&e)),
     };
-    match lease::acquire(store, id, &app.worker, app.config.turn_lease).await {
+    match lease::acquire_from(store, id, &app.worker, app.config.turn_lease, turn).await {
         Ok(Acquired::Held(lease)) => Ok((lease, before)),
         Ok(Acquired::Busy) => Err(still_running()),
         Err(e) => Err(store_failed(&e)),

@@ -425,6 +425,30 @@ impl Sessions {
         }
     }
 
+    /// [`rows`](Self::rows) and the turn lease's slot ([`crate::lease`]) read together: one
+    /// query with a shared store ([`SessionStore::load_with_state`]); two with a store of this
+    /// process's own (its trimmed conversations start at the base slot).
+    pub async fn rows_and_turn(
+        &self,
+        id: &str,
+    ) -> Result<Option<(u64, Vec<Message>, Option<String>)>, StoreError> {
+        let (session, turn) = match self.store.load_with_state(id, crate::lease::TURN_KEY).await {
+            Ok(r) => r,
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let base = if self.shared {
+            0
+        } else {
+            match self.store.get_state(id, BASE_KEY).await {
+                Ok(v) => v.and_then(|v| v.parse().ok()).unwrap_or(0),
+                Err(StoreError::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        };
+        Ok(Some((base, session.messages, turn)))
+    }
+
     /// The wake-up of the streams following `id` (created with the slot).
     pub fn changed(&self, id: &str) -> Option<Arc<Notify>> {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);

@@ -37,7 +37,11 @@ fn main() {
     if std::env::var_os(CHILD).is_some() {
         return worker_child();
     }
-    let tests: [(&str, fn()); 8] = [
+    let tests: [(&str, fn()); 9] = [
+        (
+            "workers_nats_the_panels_ack_wait_reaches_the_group_consumer",
+            workers_nats_the_panels_ack_wait_reaches_the_group_consumer,
+        ),
         (
             "workers_nats_a_worker_killed_between_taking_and_storing_a_message_another_stores_it_once",
             workers_nats_a_worker_killed_between_taking_and_storing_a_message_another_stores_it_once,
@@ -797,6 +801,49 @@ fn workers_nats_a_worker_killed_between_taking_and_storing_a_message_another_sto
         let info = consumer.info().await.unwrap();
         assert_eq!(info.num_ack_pending, 0, "every message confirmed");
         drop(b);
+    });
+}
+
+/// `PanelConfig::broker_ack_wait` (`NATS_ACK_WAIT_MS`) is what the broker waits for a worker
+/// that took a person's message: the group consumer of the `user` family gets it when a panel's
+/// bus subscribes — also when the consumer was left by an earlier worker with another value.
+fn workers_nats_the_panels_ack_wait_reaches_the_group_consumer() {
+    let nats = nats_url();
+    runtime().block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(&nats).await.unwrap());
+        let ack_wait_now = async || -> Option<Duration> {
+            let stream = js.get_stream("LLMTK_BUS").await.ok()?;
+            let mut c: async_nats::jetstream::consumer::PullConsumer =
+                stream.get_consumer("group-user").await.ok()?;
+            Some(c.info().await.ok()?.config.ack_wait)
+        };
+        for ms in [2500, 3500] {
+            let config = PanelConfig::default()
+                .with_memory_history()
+                .with_broker_url(&nats)
+                .with_broker_ack_wait(Duration::from_millis(ms));
+            let bus = config.bus().await.unwrap();
+            let inbox = bus.subscribe_group("user").unwrap();
+            wait_for(
+                &format!("the group consumer's ack_wait at {ms} ms"),
+                async || ack_wait_now().await == Some(Duration::from_millis(ms)),
+            )
+            .await;
+            drop(inbox);
+        }
+        // back to the default for the tests after this one
+        let bus = PanelConfig::default()
+            .with_memory_history()
+            .with_broker_url(&nats)
+            .bus()
+            .await
+            .unwrap();
+        let inbox = bus.subscribe_group("user").unwrap();
+        wait_for("the default ack_wait again", async || {
+            ack_wait_now().await == Some(Duration::from_secs(10))
+        })
+        .await;
+        drop(inbox);
     });
 }
 

@@ -108,6 +108,12 @@ macro_rules! store_suite {
                 let f = fixture("state").await;
                 state_contract(f.store.clone()).await;
             }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn c4_load_with_state_reads_messages_and_slot_in_one_snapshot() {
+                let f = fixture("load_with_state").await;
+                load_with_state_contract(f.store.clone(), f.twin.clone()).await;
+            }
         }
     };
 }
@@ -527,6 +533,65 @@ async fn state_contract(store: Arc<dyn SessionStore>) {
     assert_eq!(store.get_state("s", "race").await.unwrap(), None);
 }
 
+/// `load_with_state`: the messages and one slot, as `load` and `get_state` give them, from one
+/// snapshot — a reader racing a writer that appends and sets the slot to the new count
+/// together never sees one without the other.
+async fn load_with_state_contract(store: Arc<dyn SessionStore>, twin: Arc<dyn SessionStore>) {
+    assert!(matches!(
+        store.load_with_state("nope", "k").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    store.create("s").await.unwrap();
+    let (s, v) = store.load_with_state("s", "k").await.unwrap();
+    assert_eq!((s.id.as_str(), s.messages.len(), v), ("s", 0, None));
+    // a slot on a session without messages
+    let set = StateChange::new("k", None, Some("v0"));
+    store.append_with_state("s", &[], set).await.unwrap();
+    let (s, v) = store.load_with_state("s", "k").await.unwrap();
+    assert_eq!((s.messages.len(), v.as_deref()), (0, Some("v0")));
+    // messages, and only the slot asked for
+    let other = StateChange::new("other", None, Some("x"));
+    store
+        .append_with_state("s", &tool_round(0, 0), other)
+        .await
+        .unwrap();
+    let (s, v) = store.load_with_state("s", "k").await.unwrap();
+    assert_eq!(s.messages, store.load("s").await.unwrap().messages);
+    assert_eq!(s.messages, tool_round(0, 0));
+    assert_eq!(v.as_deref(), Some("v0"));
+    let (_, v) = store.load_with_state("s", "missing").await.unwrap();
+    assert_eq!(v, None);
+    // one snapshot: the slot always holds the message count it was written with
+    twin.create("race").await.unwrap();
+    let writer = tokio::spawn(async move {
+        for i in 0..60u32 {
+            let (before, after) = (i.to_string(), (i + 1).to_string());
+            let expected = (i > 0).then_some(before.as_str());
+            let change = StateChange::new("count", expected, Some(&after));
+            let n = twin
+                .append_with_state("race", &[Message::user(after.clone())], change)
+                .await
+                .unwrap();
+            assert_eq!(n, Some(u64::from(i) + 1));
+        }
+    });
+    let mut reads = 0;
+    while !writer.is_finished() || reads == 0 {
+        let (s, v) = store.load_with_state("race", "count").await.unwrap();
+        let count: usize = v.map_or(0, |v| v.parse().unwrap());
+        assert_eq!(
+            s.messages.len(),
+            count,
+            "messages and slot from two moments"
+        );
+        reads += 1;
+        tokio::task::yield_now().await;
+    }
+    writer.await.unwrap();
+    let (s, v) = store.load_with_state("race", "count").await.unwrap();
+    assert_eq!((s.messages.len(), v.as_deref()), (60, Some("60")));
+}
+
 #[tokio::test]
 async fn c4_sqlite_state_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -614,6 +679,15 @@ async fn c4_store_without_state_slots_says_so() {
         .unwrap_err();
     assert!(matches!(e, StoreError::Unsupported { .. }));
     assert!(e.to_string().contains("get_state"));
+    // load_with_state's default reads through load and get_state: the same answer
+    let plain = Plain(MemoryStore::new());
+    plain.create("s").await.unwrap();
+    let e = plain.load_with_state("s", "k").await.unwrap_err();
+    assert!(matches!(e, StoreError::Unsupported { .. }));
+    assert!(matches!(
+        plain.load_with_state("nope", "k").await,
+        Err(StoreError::NotFound { .. })
+    ));
 }
 
 /// One round of writer `w`: a question, an assistant turn with two tool calls, both results.

@@ -784,7 +784,7 @@ impl Pump {
             .get_stream(&self.stream)
             .await
             .map_err(|e| self.trouble("stream", e))?;
-        let consumer: PullConsumer = match stream
+        let mut consumer: PullConsumer = match stream
             .get_or_create_consumer(
                 self.consumer.durable_name.as_deref().unwrap_or_default(),
                 self.consumer.clone(),
@@ -806,6 +806,23 @@ impl Pump {
                 });
             }
         };
+        // A consumer left by an earlier process keeps its `ack_wait` unless told: this
+        // process's setting applies (the broker updates a durable consumer in place when it is
+        // created again with only that changed).
+        let found = consumer.cached_info().config.ack_wait;
+        if found != self.ack_wait {
+            match stream.create_consumer(self.consumer.clone()).await {
+                Ok(c) => {
+                    tracing::info!(subscription = %self.target, from_ms = found.as_millis() as u64,
+                        to_ms = self.ack_wait.as_millis() as u64, "bus subscription: the consumer's ack_wait updated");
+                    consumer = c;
+                }
+                Err(e) => {
+                    tracing::warn!(subscription = %self.target, error = %e, kept_ms = found.as_millis() as u64,
+                        "bus subscription: could not update the consumer's ack_wait; it keeps the old one");
+                }
+            }
+        }
         // async-nats keeps pull requests going on this stream (and asks again after a
         // reconnect). One message per request: while this task holds a message it has no request
         // open, so a message it gives back cannot be handed to a request of its own that nobody

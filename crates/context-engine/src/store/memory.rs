@@ -93,6 +93,21 @@ impl SessionStore for MemoryStore {
         Ok(stored.state.get(key).cloned())
     }
 
+    /// Messages and slot under one lock.
+    async fn load_with_state(
+        &self,
+        id: &str,
+        key: &str,
+    ) -> Result<(Session, Option<String>), StoreError> {
+        let map = self.lock();
+        let stored = map.get(id).ok_or_else(|| not_found(id))?;
+        let session = Session {
+            id: id.to_owned(),
+            messages: stored.messages.clone(),
+        };
+        Ok((session, stored.state.get(key).cloned()))
+    }
+
     async fn append_with_state(
         &self,
         id: &str,

@@ -294,6 +294,37 @@ pub trait SessionStore: Send + Sync {
         })
     }
 
+    /// The session's messages and the value of its state slot `key`, read together: what a
+    /// follower of a conversation needs after each change (its rows, and whether an answer
+    /// runs). [`StoreError::NotFound`] if the session does not exist.
+    ///
+    /// The default calls [`load`](Self::load) then [`get_state`](Self::get_state) (so a store
+    /// without state slots answers [`StoreError::Unsupported`]), and a change committed between
+    /// the two may show in the slot and not in the messages. [`MemoryStore`] and
+    /// [`SqliteStore`] read both in one snapshot; `PostgresStore` in one statement (one round
+    /// trip instead of two).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
+    /// use context_engine::{MemoryStore, SessionStore, StateChange};
+    /// use llm_core::Message;
+    /// let store = MemoryStore::new();
+    /// store.create("s1").await?;
+    /// store.append_with_state("s1", &[Message::user("hi")], StateChange::new("turn", None, Some("w1"))).await?;
+    /// let (session, turn) = store.load_with_state("s1", "turn").await?;
+    /// assert_eq!((session.messages.len(), turn.as_deref()), (1, Some("w1")));
+    /// # Ok(()) }
+    /// ```
+    async fn load_with_state(
+        &self,
+        id: &str,
+        key: &str,
+    ) -> Result<(Session, Option<String>), StoreError> {
+        let session = self.load(id).await?;
+        let value = self.get_state(id, key).await?;
+        Ok((session, value))
+    }
+
     /// A feed of the changes committed to this store from now on — by this process and, for a
     /// shared store (PostgreSQL: `LISTEN`/`NOTIFY`), by every other process — so a follower
     /// waits for a change instead of reading the session again and again.

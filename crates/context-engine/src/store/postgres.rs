@@ -392,6 +392,31 @@ impl PostgresStore {
         }
         Ok(u64::try_from(end).unwrap_or(0))
     }
+
+    /// The messages of a `LEFT JOIN ce_messages` result whose columns `at` and `at + 1` are
+    /// `seq` and `message` (a session without messages has one row of NULLs).
+    fn messages(
+        &self,
+        id: &str,
+        rows: &[tokio_postgres::Row],
+        at: usize,
+    ) -> Result<Vec<Message>, StoreError> {
+        let mut messages = Vec::with_capacity(rows.len());
+        for row in rows {
+            let seq: Option<i64> = row.try_get(at).map_err(|e| self.err(e))?;
+            let text: Option<String> = row.try_get(at + 1).map_err(|e| self.err(e))?;
+            let (Some(seq), Some(text)) = (seq, text) else {
+                continue; // the LEFT JOIN's row for a session without messages
+            };
+            let m = serde_json::from_str(&text).map_err(|e| StoreError::Decode {
+                id: id.to_owned(),
+                seq,
+                detail: e.to_string(),
+            })?;
+            messages.push(m);
+        }
+        Ok(messages)
+    }
 }
 
 /// `host:port/database` of a connection config (no user, no password).
@@ -440,11 +465,12 @@ impl SessionStore for PostgresStore {
             });
         }
         let client = self.client().await?;
+        let insert = client
+            .prepare_cached("INSERT INTO ce_sessions (id) VALUES ($1) ON CONFLICT (id) DO NOTHING")
+            .await
+            .map_err(|e| self.err(e))?;
         let n = client
-            .execute(
-                "INSERT INTO ce_sessions (id) VALUES ($1) ON CONFLICT (id) DO NOTHING",
-                &[&id],
-            )
+            .execute(&insert, &[&id])
             .await
             .map_err(|e| self.err(e))?;
         if n == 0 {
@@ -471,24 +497,50 @@ impl SessionStore for PostgresStore {
         if rows.is_empty() {
             return Err(not_found(id));
         }
-        let mut messages = Vec::with_capacity(rows.len());
-        for row in rows {
-            let seq: Option<i64> = row.try_get(0).map_err(|e| self.err(e))?;
-            let text: Option<String> = row.try_get(1).map_err(|e| self.err(e))?;
-            let (Some(seq), Some(text)) = (seq, text) else {
-                continue; // the LEFT JOIN's row for a session without messages
-            };
-            let m = serde_json::from_str(&text).map_err(|e| StoreError::Decode {
-                id: id.to_owned(),
-                seq,
-                detail: e.to_string(),
-            })?;
-            messages.push(m);
-        }
+        let messages = self.messages(id, &rows, 0)?;
         Ok(Session {
             id: id.to_owned(),
             messages,
         })
+    }
+
+    /// One statement: the session row, the slot and the messages in one snapshot and one
+    /// round trip (the slot's value repeats on every message's row).
+    async fn load_with_state(
+        &self,
+        id: &str,
+        key: &str,
+    ) -> Result<(Session, Option<String>), StoreError> {
+        if has_nul(id) {
+            return Err(not_found(id));
+        }
+        check_text("key", key)?;
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT m.seq, m.message, st.value FROM ce_sessions s
+                 LEFT JOIN ce_state st ON st.session_id = s.id AND st.key = $2
+                 LEFT JOIN ce_messages m ON m.session_id = s.id
+                 WHERE s.id = $1 ORDER BY m.seq",
+            )
+            .await
+            .map_err(|e| self.err(e))?;
+        let rows = client
+            .query(&stmt, &[&id, &key])
+            .await
+            .map_err(|e| self.err(e))?;
+        let Some(first) = rows.first() else {
+            return Err(not_found(id));
+        };
+        let value: Option<String> = first.try_get(2).map_err(|e| self.err(e))?;
+        let messages = self.messages(id, &rows, 0)?;
+        Ok((
+            Session {
+                id: id.to_owned(),
+                messages,
+            },
+            value,
+        ))
     }
 
     async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
@@ -537,13 +589,17 @@ impl SessionStore for PostgresStore {
         }
         check_text("key", key)?;
         let client = self.client().await?;
-        let row = client
-            .query_opt(
+        // Prepared once per connection (as every hot statement here): one round trip a call.
+        let stmt = client
+            .prepare_cached(
                 "SELECT st.value FROM ce_sessions s
                  LEFT JOIN ce_state st ON st.session_id = s.id AND st.key = $2
                  WHERE s.id = $1",
-                &[&id, &key],
             )
+            .await
+            .map_err(|e| self.err(e))?;
+        let row = client
+            .query_opt(&stmt, &[&id, &key])
             .await
             .map_err(|e| self.err(e))?
             .ok_or_else(|| not_found(id))?;
@@ -569,11 +625,12 @@ impl SessionStore for PostgresStore {
         // Appending first locks the session row: racing compare-and-sets on this session
         // queue here and each sees the slot as the previous one left it.
         let len = self.append_in(&txn, id, &msgs).await?;
+        let select = txn
+            .prepare_cached("SELECT value FROM ce_state WHERE session_id = $1 AND key = $2")
+            .await
+            .map_err(|e| self.err(e))?;
         let current: Option<String> = txn
-            .query_opt(
-                "SELECT value FROM ce_state WHERE session_id = $1 AND key = $2",
-                &[&id, &change.key],
-            )
+            .query_opt(&select, &[&id, &change.key])
             .await
             .map_err(|e| self.err(e))?
             .map(|r| r.try_get(0))
@@ -585,19 +642,21 @@ impl SessionStore for PostgresStore {
         }
         match change.new {
             Some(v) => {
-                txn.execute(
-                    "INSERT INTO ce_state (session_id, key, value) VALUES ($1, $2, $3)
-                     ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
-                    &[&id, &change.key, &v],
-                )
-                .await
+                let upsert = txn
+                    .prepare_cached(
+                        "INSERT INTO ce_state (session_id, key, value) VALUES ($1, $2, $3)
+                         ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
+                    )
+                    .await
+                    .map_err(|e| self.err(e))?;
+                txn.execute(&upsert, &[&id, &change.key, &v]).await
             }
             None => {
-                txn.execute(
-                    "DELETE FROM ce_state WHERE session_id = $1 AND key = $2",
-                    &[&id, &change.key],
-                )
-                .await
+                let clear = txn
+                    .prepare_cached("DELETE FROM ce_state WHERE session_id = $1 AND key = $2")
+                    .await
+                    .map_err(|e| self.err(e))?;
+                txn.execute(&clear, &[&id, &change.key]).await
             }
         }
         .map_err(|e| self.err(e))?;
@@ -636,11 +695,14 @@ impl SessionStore for PostgresStore {
         }
         {
             let client = self.client().await?;
-            client
-                .execute(
+            let insert = client
+                .prepare_cached(
                     "INSERT INTO ce_sessions (id) VALUES ($1) ON CONFLICT (id) DO NOTHING",
-                    &[&id],
                 )
+                .await
+                .map_err(|e| self.err(e))?;
+            client
+                .execute(&insert, &[&id])
                 .await
                 .map_err(|e| self.err(e))?;
         }

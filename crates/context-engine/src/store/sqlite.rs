@@ -110,6 +110,7 @@ enum Op {
     List(Reply<Vec<String>>),
     Delete(String, Reply<()>),
     GetState(String, String, Reply<Option<String>>),
+    LoadWithState(String, String, Reply<(Session, Option<String>)>),
     AppendWithState(String, Vec<String>, OwnedChange, Reply<Option<u64>>),
 }
 
@@ -343,6 +344,9 @@ fn run_single(conn: &mut Connection, op: Op) {
         Op::GetState(id, key, reply) => {
             let _ = reply.send(get_state(conn, &id, &key));
         }
+        Op::LoadWithState(id, key, reply) => {
+            let _ = reply.send(load_with_state(conn, &id, &key));
+        }
         Op::AppendWithState(id, msgs, change, reply) => {
             let _ = reply.send(append_with_state(conn, &id, &msgs, &change));
         }
@@ -483,7 +487,30 @@ fn create(conn: &Connection, id: &str) -> Result<(), StoreError> {
 fn load(conn: &mut Connection, id: &str) -> Result<Session, StoreError> {
     // One read transaction: a consistent snapshot of the session row and its messages.
     let txn = conn.transaction().map_err(db_err)?;
-    check_exists(&txn, id)?;
+    let session = load_in(&txn, id)?;
+    txn.finish().map_err(db_err)?;
+    Ok(session)
+}
+
+/// The session's messages and one state slot, in one read transaction.
+fn load_with_state(
+    conn: &mut Connection,
+    id: &str,
+    key: &str,
+) -> Result<(Session, Option<String>), StoreError> {
+    let txn = conn.transaction().map_err(db_err)?;
+    let session = load_in(&txn, id)?;
+    let value = txn
+        .prepare_cached("SELECT value FROM ce_state WHERE session_id = ?1 AND key = ?2")
+        .and_then(|mut s| s.query_row([id, key], |r| r.get(0)).optional())
+        .map_err(db_err)?;
+    txn.finish().map_err(db_err)?;
+    Ok((session, value))
+}
+
+/// The session's messages, inside the caller's transaction.
+fn load_in(txn: &Connection, id: &str) -> Result<Session, StoreError> {
+    check_exists(txn, id)?;
     let mut messages = Vec::new();
     {
         let mut stmt = txn
@@ -503,7 +530,6 @@ fn load(conn: &mut Connection, id: &str) -> Result<Session, StoreError> {
             messages.push(m);
         }
     }
-    txn.finish().map_err(db_err)?;
     Ok(Session {
         id: id.to_owned(),
         messages,
@@ -562,6 +588,16 @@ impl SessionStore for SqliteStore {
 
     async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
         self.call(|r| Op::GetState(id.to_owned(), key.to_owned(), r))
+            .await
+    }
+
+    /// One read transaction on the store's thread.
+    async fn load_with_state(
+        &self,
+        id: &str,
+        key: &str,
+    ) -> Result<(Session, Option<String>), StoreError> {
+        self.call(|r| Op::LoadWithState(id.to_owned(), key.to_owned(), r))
             .await
     }
 
