@@ -68,14 +68,12 @@ pub(crate) fn chat_span(info: &ModelInfo, request: &ChatRequest) -> Span {
         "error.type" = Empty,
         "otel.status_code" = Empty,
     );
-    if !span.is_disabled() {
-        if llm_core::telemetry::capture_message_content() {
-            let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
-            span.record(
-                "gen_ai.input.messages",
-                Value::Array(messages).to_string().as_str(),
-            );
-        }
+    if !span.is_disabled() && llm_core::telemetry::capture_message_content() {
+        let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+        span.record(
+            "gen_ai.input.messages",
+            Value::Array(messages).to_string().as_str(),
+        );
     }
     span
 }
