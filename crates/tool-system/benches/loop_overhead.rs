@@ -9,31 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use llm_core::{
-    ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError, ModelInfo, async_trait,
-    response_stream,
-};
 use serde_json::json;
 use tool_system::{Agent, ProtocolKind};
 
-/// Calls `noop` until it sees a tool result, then answers: two rounds per run.
-struct Instant;
-
-#[async_trait]
-impl ChatModel for Instant {
-    fn info(&self) -> ModelInfo {
-        ModelInfo::new("instant", true)
-    }
-    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
-        Ok(common::noop_round(&req))
-    }
-    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, ModelError> {
-        Ok(response_stream(self.chat(req).await?))
-    }
-}
-
 fn agent(protocol: ProtocolKind) -> Agent {
-    common::noop_agent(Instant, |b| b.protocol(protocol))
+    common::noop_agent(common::Instant, |b| b.protocol(protocol))
 }
 
 fn bench(c: &mut Criterion) {
@@ -55,7 +35,7 @@ fn bench(c: &mut Criterion) {
     });
     // The same run with `noop` held for approval: run → pending (state written), resume with
     // the decision (token checked, state claimed, round appended) → answer.
-    let gated = common::noop_agent(Instant, |b| {
+    let gated = common::noop_agent(common::Instant, |b| {
         b.protocol(ProtocolKind::Native)
             .require_approval("noop")
             .approval_key(tool_system::ApprovalKey::new([7u8; 32]).unwrap())

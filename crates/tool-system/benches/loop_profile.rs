@@ -11,26 +11,7 @@
 
 mod common;
 
-use llm_core::{
-    ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError, ModelInfo, async_trait,
-    response_stream,
-};
 use tool_system::ProtocolKind;
-
-struct Instant;
-
-#[async_trait]
-impl ChatModel for Instant {
-    fn info(&self) -> ModelInfo {
-        ModelInfo::new("instant", true)
-    }
-    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
-        Ok(common::noop_round(&req))
-    }
-    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, ModelError> {
-        Ok(response_stream(self.chat(req).await?))
-    }
-}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -42,7 +23,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let agent = common::noop_agent(Instant, |b| b.protocol(ProtocolKind::Native));
+    let agent = common::noop_agent(common::Instant, |b| b.protocol(ProtocolKind::Native));
     let go = || {
         for i in 0..runs {
             rt.block_on(agent.run(&format!("s{i}"), "go")).unwrap();

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use context_engine::MemoryStore;
-use llm_core::{ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ToolCall};
+use llm_core::{
+    ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, Message, ModelError, ModelInfo,
+    ToolCall, async_trait, response_stream,
+};
 use serde_json::json;
 use tool_system::{Agent, AgentBuilder, FnTool};
 
@@ -28,6 +31,22 @@ pub fn noop_round(req: &ChatRequest) -> ChatResponse {
             FinishReason::ToolCalls,
             None,
         ),
+    }
+}
+
+/// An instant in-process model playing [`noop_round`]: everything measured is the loop.
+pub struct Instant;
+
+#[async_trait]
+impl ChatModel for Instant {
+    fn info(&self) -> ModelInfo {
+        ModelInfo::new("instant", true)
+    }
+    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
+        Ok(noop_round(&req))
+    }
+    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, ModelError> {
+        Ok(response_stream(self.chat(req).await?))
     }
 }
 
