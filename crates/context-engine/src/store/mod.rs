@@ -192,6 +192,15 @@ impl<'a> StateChange<'a> {
     }
 }
 
+/// Message `seq` of session `id` from the JSON text a store kept ([`encode`]'s inverse).
+pub(crate) fn decode(id: &str, seq: i64, text: &str) -> Result<Message, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Decode {
+        id: id.to_owned(),
+        seq,
+        detail: e.to_string(),
+    })
+}
+
 /// A round's messages as the JSON text each store keeps (serde_json escapes a NUL inside strings
 /// as `\u0000`, so the text never holds one: PostgreSQL's `text` could not).
 pub(crate) fn encode(round: &[Message]) -> Result<Vec<String>, StoreError> {

@@ -408,12 +408,7 @@ impl PostgresStore {
             let (Some(seq), Some(text)) = (seq, text) else {
                 continue; // the LEFT JOIN's row for a session without messages
             };
-            let m = serde_json::from_str(&text).map_err(|e| StoreError::Decode {
-                id: id.to_owned(),
-                seq,
-                detail: e.to_string(),
-            })?;
-            messages.push(m);
+            messages.push(super::decode(id, seq, &text)?);
         }
         Ok(messages)
     }

@@ -522,12 +522,7 @@ fn load_in(txn: &Connection, id: &str) -> Result<Session, StoreError> {
         while let Some(row) = rows.next().map_err(db_err)? {
             let seq: i64 = row.get(0).map_err(db_err)?;
             let text: String = row.get(1).map_err(db_err)?;
-            let m = serde_json::from_str(&text).map_err(|e| StoreError::Decode {
-                id: id.to_owned(),
-                seq,
-                detail: e.to_string(),
-            })?;
-            messages.push(m);
+            messages.push(super::decode(id, seq, &text)?);
         }
     }
     Ok(Session {
