@@ -5,174 +5,17 @@
 //! Missing browser = failing test, never a skip.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+#[path = "common/browser.rs"]
+mod chrome;
 mod common;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
+use chrome::{BROWSER_LOCK, Browser};
 use common::{Fixture, HOSTILE, OPTIONS, start};
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::Locator;
 use serde_json::{Value, json};
-
-/// One browser at a time: the machine has 2 cores.
-static BROWSER_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn binary(env: &str, default: &str) -> PathBuf {
-    let p = std::env::var_os(env).map_or_else(|| PathBuf::from(default), PathBuf::from);
-    assert!(
-        p.is_file(),
-        "{} not found (set {env} to override): the browser tests need Debian's chromium and chromium-driver; \
-         run `cargo xtask test`, which installs them",
-        p.display()
-    );
-    p
-}
-
-struct Browser {
-    client: Client,
-    driver: tokio::process::Child,
-    _profile: tempfile::TempDir,
-}
-
-/// A test that fails (panics) never reaches `close`: chromedriver and every Chromium process it
-/// started end here all the same (killing chromedriver alone left Chromium running).
-impl Drop for Browser {
-    fn drop(&mut self) {
-        if let Some(pid) = self.driver.id() {
-            process_guard::kill_group(pid);
-        }
-    }
-}
-
-impl Browser {
-    async fn start() -> Self {
-        let chrome = binary("CHROME_BIN", "/usr/bin/chromium");
-        let driver_bin = binary("CHROMEDRIVER", "/usr/bin/chromedriver");
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let driver = tokio::process::Command::new(&driver_bin)
-            .arg(format!("--port={port}"))
-            .arg("--allowed-ips=127.0.0.1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            // its own process group, Chromium's processes with it: all ended on drop
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("could not start {}: {e}", driver_bin.display()));
-        let profile = tempfile::tempdir().unwrap();
-        let caps = json!({
-            "goog:chromeOptions": {
-                "binary": chrome,
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--no-first-run", "--window-size=900,720",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ]
-            }
-        });
-        let caps = match caps {
-            Value::Object(m) => m,
-            _ => unreachable!(),
-        };
-        let url = format!("http://127.0.0.1:{port}");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let client = loop {
-            let mut b =
-                ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
-            b.capabilities(caps.clone());
-            match b.connect(&url).await {
-                Ok(c) => break c,
-                Err(e) => {
-                    assert!(
-                        tokio::time::Instant::now() < deadline,
-                        "chromedriver at {url} did not start a session: {e}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        };
-        Self {
-            client,
-            driver,
-            _profile: profile,
-        }
-    }
-
-    async fn close(mut self) {
-        let _ = self.client.clone().close().await;
-        let _ = self.driver.kill().await;
-    }
-
-    async fn js(&self, script: &str) -> Value {
-        self.client.execute(script, vec![]).await.unwrap()
-    }
-
-    /// Polls a JS expression until it is true.
-    async fn wait_until(&self, what: &str, expr: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            if self.js(&format!("return !!({expr});")).await == json!(true) {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what} ({expr})"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn open(&self, fx: &Fixture) {
-        self.client.goto(&fx.url()).await.unwrap();
-        self.wait_until("page load", "document.body.dataset.ready === '1'")
-            .await;
-    }
-
-    async fn type_and_send(&self, text: &str) {
-        let input = self.client.find(Locator::Id("input")).await.unwrap();
-        input.send_keys(text).await.unwrap();
-        self.client
-            .find(Locator::Id("send"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-    }
-
-    async fn click(&self, css: &str) {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-    }
-
-    async fn idle(&self) {
-        self.wait_until("the answer to finish", "document.body.dataset.idle === '1'")
-            .await;
-    }
-
-    /// Texts and disabled flags of the quick-reply buttons of the n-th message entry.
-    async fn buttons(&self, nth: usize) -> Vec<(String, bool)> {
-        let v = self
-            .js(&format!(
-                "const m = document.querySelectorAll('.entry-message')[{nth}];
-                 if (!m) return null;
-                 return Array.from(m.querySelectorAll('.quick-replies > button.quick-reply'))
-                   .map(b => [b.textContent, b.disabled]);"
-            ))
-            .await;
-        serde_json::from_value::<Vec<(String, bool)>>(v).unwrap_or_default()
-    }
-}
 
 fn labels(b: &[(String, bool)]) -> Vec<&str> {
     b.iter().map(|(t, _)| t.as_str()).collect()

@@ -10,6 +10,8 @@
 //! selects those containing it); with `WORKERS_CHILD` set, it is a worker.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+#[path = "common/browser.rs"]
+mod chrome;
 mod common;
 /// context-engine's PostgreSQL test helpers: a fresh database, and a TCP proxy that takes the
 /// database away and brings it back.
@@ -37,7 +39,11 @@ fn main() {
     if std::env::var_os(CHILD).is_some() {
         return worker_child();
     }
-    let tests: [(&str, fn()); 9] = [
+    let tests: [(&str, fn()); 10] = [
+        (
+            "workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_last_event_id",
+            workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_last_event_id,
+        ),
         (
             "workers_nats_the_panels_ack_wait_reaches_the_group_consumer",
             workers_nats_the_panels_ack_wait_reaches_the_group_consumer,
@@ -587,6 +593,234 @@ fn workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_d
             "every stored row reached the client: {seen:#?}"
         );
         assert!(by_row.values().all(|n| *n == 1), "no row twice: {by_row:?}");
+        drop(b);
+    });
+}
+
+/// A load balancer in front of the workers: a TCP proxy on 127.0.0.1 that sends each new
+/// connection to the worker it currently points at, and keeps what the browser sent on the
+/// connections to the events stream (to see its `Last-Event-ID`).
+struct Balancer {
+    addr: SocketAddr,
+    target: std::sync::Arc<std::sync::Mutex<SocketAddr>>,
+    events_requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Balancer {
+    async fn start(target: SocketAddr) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let target = std::sync::Arc::new(std::sync::Mutex::new(target));
+        let events_requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (t, log) = (target.clone(), events_requests.clone());
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = *t.lock().unwrap();
+                let log = log.clone();
+                conns.spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return; // the worker is gone: the browser sees the connection close
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let up = async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        while let Ok(n @ 1..) = cr.read(&mut buf).await {
+                            let head = String::from_utf8_lossy(&buf[..n]);
+                            if head.starts_with("GET /api/sessions/") && head.contains("/events") {
+                                log.lock().unwrap().push(head.into_owned());
+                            }
+                            if sw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = sw.shutdown().await;
+                    };
+                    let down = async move {
+                        let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                        let _ = cw.shutdown().await;
+                    };
+                    tokio::join!(up, down);
+                });
+            }
+        });
+        Self {
+            addr,
+            target,
+            events_requests,
+            task,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    /// New connections go to `to` from now on.
+    fn point_at(&self, to: SocketAddr) {
+        *self.target.lock().unwrap() = to;
+    }
+
+    fn events_requests(&self) -> Vec<String> {
+        self.events_requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The chat page itself (real Chromium) behind a load balancer in front of two workers: it shows
+/// rows another worker stores as they are stored (its events stream, woken by the store's
+/// feed); when its worker is SIGKILLed mid-answer and the balancer sends the reconnect to the
+/// other worker, the browser's own `EventSource` reconnects with `Last-Event-ID`, the
+/// interrupted answer's message appears, and the conversation goes on — the page then shows
+/// every stored entry exactly once, in the stored order.
+fn workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_last_event_id() {
+    runtime().block_on(async {
+        let url = fresh_database("chat_panel_page").await;
+        let model = ScriptedServer::start().await;
+        model.respond_with(responder);
+        let a = Worker::start(&model, &url);
+        let b = Worker::start(&model, &url);
+        let (a_addr, b_url) = (a.addr, b.url());
+        let lb = Balancer::start(a_addr).await;
+        let browser = chrome::Browser::start().await;
+        let c = reqwest::Client::new();
+
+        // 1. the person writes on the page (served by A); the agent asks with quick replies
+        browser.open_url(&lb.url()).await;
+        let sid = browser
+            .js("return localStorage.getItem('chatPanelSession');")
+            .await
+            .as_str()
+            .unwrap()
+            .to_owned();
+        browser.type_and_send("hello").await;
+        browser
+            .wait_until(
+                "the agent's question",
+                "document.querySelectorAll('.entry-message .quick-reply').length === 3",
+            )
+            .await;
+        browser.idle().await;
+
+        // 2. the same conversation goes on on B, not through the page: the page shows B's rows
+        //    as B stores them (the old page showed them only after a reload)
+        let (status, body) = post(&c, &b_url, &sid, "ask from elsewhere").await;
+        assert_eq!(status, 200, "{body}");
+        browser
+            .wait_until(
+                "B's question on the page",
+                "Array.from(document.querySelectorAll('.entry-message .text'))
+                   .some(e => e.textContent === 'Question for ask from elsewhere')",
+            )
+            .await;
+
+        // 3. a slow answer starts on A from the page; once the person's message shows (stored),
+        //    the balancer turns to B and A is killed
+        browser.type_and_send("slow please").await;
+        browser
+            .wait_until(
+                "the person's slow message",
+                "Array.from(document.querySelectorAll('.entry-user .text'))
+                   .some(e => e.textContent === 'slow please')",
+            )
+            .await;
+        let before_kill = lb.events_requests().len();
+        lb.point_at(b.addr);
+        a.kill();
+
+        // 4. the page's EventSource reconnects (through the balancer: to B) with Last-Event-ID;
+        //    B closes the dead worker's answer with a stored message, which the page shows
+        browser
+            .wait_until(
+                "the interrupted answer's message",
+                &format!(
+                    "Array.from(document.querySelectorAll('.entry-assistant .text'))
+                       .some(e => e.textContent.startsWith({INTERRUPTED_START:?}))"
+                ),
+            )
+            .await;
+        let reconnects = lb.events_requests()[before_kill..].to_vec();
+        let last_event_ids: Vec<u64> = reconnects
+            .iter()
+            .filter_map(|head| {
+                head.lines().find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("last-event-id")
+                        .then(|| v.trim().parse().ok())
+                        .flatten()
+                })
+            })
+            .collect();
+        assert!(
+            !last_event_ids.is_empty(),
+            "the browser reconnected without Last-Event-ID: {reconnects:#?}"
+        );
+
+        // 5. the conversation goes on on B, from the page
+        browser.type_and_send("after the crash").await;
+        browser
+            .wait_until(
+                "B's answer",
+                "Array.from(document.querySelectorAll('.entry-assistant .text'))
+                   .some(e => e.textContent === 'You said: after the crash')",
+            )
+            .await;
+        browser.idle().await;
+
+        // 6. the page shows every stored entry once, in the stored order (entries of its own —
+        //    negative ids — are the page's notes, like the lost connection's)
+        let stored: Value = c
+            .get(format!("{b_url}api/sessions/{sid}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let stored: Vec<(String, String)> = stored["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["id"].to_string(),
+                    format!("{}: {}", e["kind"].as_str().unwrap(), e["text"].as_str().unwrap_or_default()),
+                )
+            })
+            .collect();
+        let shown: Vec<(String, String)> = serde_json::from_value(
+            browser
+                .js("return Array.from(document.querySelectorAll('#log > .entry'))
+                       .filter(e => e.dataset.id && !e.dataset.id.startsWith('-'))
+                       .map(e => [e.dataset.id, e.className.split(' ')[1].slice(6) + ': ' +
+                         ((e.querySelector('.text') || e.querySelector('.who') || {}).textContent || '')]);")
+                .await,
+        )
+        .unwrap();
+        let stored_ids: Vec<&str> = stored.iter().map(|(id, _)| id.as_str()).collect();
+        let shown_ids: Vec<&str> = shown.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(
+            shown_ids, stored_ids,
+            "the page shows each stored entry once, in order:\nshown {shown:#?}\nstored {stored:#?}"
+        );
+        let rows = pg_connect(&url)
+            .await
+            .query(
+                "SELECT count(*) FROM ce_messages WHERE session_id = $1 AND message LIKE '%interrupted%'",
+                &[&sid],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows[0].get::<_, i64>(0), 1, "one interrupted message stored");
+        browser.close().await;
         drop(b);
     });
 }
