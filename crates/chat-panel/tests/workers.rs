@@ -701,6 +701,12 @@ fn workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_l
             .as_str()
             .unwrap()
             .to_owned();
+        // (a conversation that has not started is not followed: no stream read on a timer)
+        assert!(
+            lb.events_requests().is_empty(),
+            "{:?}",
+            lb.events_requests()
+        );
         browser.type_and_send("hello").await;
         browser
             .wait_until(
