@@ -377,20 +377,10 @@ async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
     )
     .await;
     // The token the page holds, for the second-tab check below.
-    let sid = b
-        .js("return localStorage.getItem('chatPanelSession');")
-        .await;
-    let sid = sid.as_str().unwrap().to_owned();
+    let sid = b.session_id().await;
     let client = reqwest::Client::new();
     let base = fx.url().trim_end_matches('/').to_owned();
-    let state: Value = client
-        .get(format!("{base}/api/sessions/{sid}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let state = common::session_state(&base, &sid).await;
     let call = state["pending"]["calls"][0].clone();
     assert_eq!(call["name"], "delete_file", "{state}");
 
@@ -405,11 +395,8 @@ async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
             .is_none_or(|a| a.iter().all(|d| d == &json!(true))),
         "{disabled}"
     );
-    b.wait_until(
-        "the answer after approval",
-        "Array.from(document.querySelectorAll('.entry-assistant .text')).some(e => e.textContent === 'Deleted the file.')",
-    )
-    .await;
+    b.wait_for_text(".entry-assistant .text", "Deleted the file.", false)
+        .await;
     b.idle().await;
     assert_eq!(
         b.js("return document.querySelectorAll('.entry-approval').length;")
@@ -455,11 +442,8 @@ async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
     .await;
     b.idle().await;
     b.click(".entry-approval button.reject").await;
-    b.wait_until(
-        "the answer after rejection",
-        "Array.from(document.querySelectorAll('.entry-assistant .text')).some(e => e.textContent === 'OK, I kept the file.')",
-    )
-    .await;
+    b.wait_for_text(".entry-assistant .text", "OK, I kept the file.", false)
+        .await;
     let sent = fx.model.requests().last().unwrap().body.to_string();
     assert!(sent.contains("The user declined this call"), "{sent}");
     b.close().await;
@@ -537,24 +521,19 @@ async fn elicitation_form_in_the_panel_answers_server_everything() {
         .unwrap();
     name.send_keys("Ada Lovelace").await.unwrap();
     b.click(".entry-elicitation button.accept").await;
-    b.wait_until(
-        "the answer after the question",
-        "Array.from(document.querySelectorAll('.entry-assistant .text')).some(e => e.textContent === 'Thanks for answering.')",
-    )
-    .await;
+    b.wait_for_text(".entry-assistant .text", "Thanks for answering.", false)
+        .await;
     let tool = b
         .js("const t = document.querySelector('.entry-tool'); return t ? t.textContent : null;")
         .await;
     assert!(tool.as_str().unwrap().contains("Ada Lovelace"), "{tool}");
     // The question was answered once: answering again is refused.
-    let sid = b
-        .js("return localStorage.getItem('chatPanelSession');")
-        .await;
+    let sid = b.session_id().await;
     let res = reqwest::Client::new()
         .post(format!(
             "{}/api/sessions/{}/elicitations/1",
             fx.url().trim_end_matches('/'),
-            sid.as_str().unwrap()
+            sid
         ))
         .json(&json!({"action": "decline"}))
         .send()

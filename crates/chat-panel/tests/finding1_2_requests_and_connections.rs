@@ -406,7 +406,8 @@ async fn finding2_idle_and_slowloris_connections_are_closed() {
     );
 }
 
-#[tokio::test]
+// Two threads: the panel's timers (1 s) must not wait while the test parses a large state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finding2_a_client_that_stops_reading_is_cut_and_the_answer_is_kept() {
     // an answer far larger than the socket buffers, to a client that never reads
     let big = "y".repeat(BIG);

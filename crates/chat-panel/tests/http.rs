@@ -25,17 +25,6 @@ async fn post(client: &reqwest::Client, base: &str, sid: &str, body: Value) -> (
     (status, r.text().await.unwrap())
 }
 
-async fn state(client: &reqwest::Client, base: &str, sid: &str) -> Value {
-    client
-        .get(format!("{base}api/sessions/{sid}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 fn entries_of(state: &Value, kind: &str) -> Vec<Value> {
     state["entries"]
         .as_array()
@@ -76,7 +65,7 @@ async fn q10_q12_q13_q15_message_flow_over_http() {
     );
 
     // the state has the message with unanswered quick replies
-    let s = state(&c, &base, SID).await;
+    let s = common::session_state(&base, SID).await;
     let m = &entries_of(&s, "message")[0];
     assert_eq!(m["quickReplies"], json!(OPTIONS));
     assert_eq!(m["answered"], false);
@@ -96,7 +85,7 @@ async fn q10_q12_q13_q15_message_flow_over_http() {
         ev.iter()
             .any(|(e, d)| e == "update" && d["id"] == mid && d["answered"] == true)
     );
-    let s = state(&c, &base, SID).await;
+    let s = common::session_state(&base, SID).await;
     let m = entries_of(&s, "message")
         .into_iter()
         .find(|e| e["id"] == mid)
@@ -113,14 +102,14 @@ async fn q10_q12_q13_q15_message_flow_over_http() {
 
     // Q15: a typed reply answers an open set too (no choice recorded)
     post(&c, &base, SID, json!({"text": "show me options"})).await;
-    let s = state(&c, &base, SID).await;
+    let s = common::session_state(&base, SID).await;
     let open: Vec<Value> = entries_of(&s, "message")
         .into_iter()
         .filter(|e| e["answered"] == false)
         .collect();
     assert_eq!(open.len(), 1);
     post(&c, &base, SID, json!({"text": "something else entirely"})).await;
-    let s = state(&c, &base, SID).await;
+    let s = common::session_state(&base, SID).await;
     assert!(
         entries_of(&s, "message")
             .iter()
@@ -160,7 +149,7 @@ async fn tool_errors_are_visible_entries() {
         "{result}"
     );
     assert!(result.contains("\"success\":false"), "{result}");
-    let s = state(&c, &fx.url(), SID).await;
+    let s = common::session_state(&fx.url(), SID).await;
     assert!(
         entries_of(&s, "message").len() == 1,
         "nothing was delivered for the invalid call"
@@ -320,10 +309,9 @@ async fn client_disconnect_mid_stream_server_stays_up() {
         assert!(got.starts_with("HTTP/1.1 200"), "{got}");
         drop(sock); // gone mid-stream
         // the answer still completes into the session, and the session frees up
-        let c = reqwest::Client::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
-            let s = state(&c, &fx.url(), SID).await;
+            let s = common::session_state(&fx.url(), SID).await;
             let done = s["busy"] == false
                 && entries_of(&s, "assistant").len() == round + 1
                 && entries_of(&s, "assistant").last().unwrap()["text"]
@@ -427,7 +415,7 @@ async fn approval_pending_survives_a_panel_restart() {
         .await
         .unwrap();
     let base = panel.url();
-    let s = state(&c, &base, SID).await;
+    let s = common::session_state(&base, SID).await;
     let call = s["pending"]["calls"][0].clone();
     assert_eq!(call["name"], "delete_file", "{s}");
     assert_eq!(call["id"], pending["calls"][0]["id"]);
@@ -460,7 +448,7 @@ async fn approval_pending_survives_a_panel_restart() {
                 && d["tool"]["result"] == r#"{"deleted":"<b>notes</b>.txt"}"#),
         "the approved call ran: {body}"
     );
-    let s = state(&c, &base, SID).await;
+    let s = common::session_state(&base, SID).await;
     assert_eq!(s["pending"], Value::Null);
     let answers: Vec<Value> = entries_of(&s, "assistant")
         .iter()
@@ -501,7 +489,7 @@ async fn q13_a_failed_answer_is_stored_and_shown_after_a_reload() {
     assert_eq!(stored.1["text"], text.as_str());
     assert_eq!(stored.1["replaces"], live.1["id"], "{body}");
 
-    let s = state(&c, &fx.url(), SID).await;
+    let s = common::session_state(&fx.url(), SID).await;
     let entries = s["entries"].as_array().unwrap();
     let kinds: Vec<&str> = entries
         .iter()
@@ -518,6 +506,6 @@ async fn q13_a_failed_answer_is_stored_and_shown_after_a_reload() {
             .any(|(e, d)| e == "entry" && d["kind"] == "error"),
         "{body}"
     );
-    let s = state(&c, &fx.url(), SID).await;
+    let s = common::session_state(&fx.url(), SID).await;
     assert!(entries_of(&s, "assistant").len() >= 2, "{s}");
 }

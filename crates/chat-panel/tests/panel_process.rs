@@ -149,16 +149,6 @@ async fn post(c: &reqwest::Client, base: &str, sid: &str, body: Value) -> (u16, 
     (status, r.text().await.unwrap())
 }
 
-async fn state(c: &reqwest::Client, base: &str, sid: &str) -> Value {
-    c.get(format!("{base}api/sessions/{sid}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 fn c4_panel_restart_reloads_the_conversation_from_sqlite() {
     runtime().block_on(async {
         let model = ScriptedServer::start().await;
@@ -171,7 +161,7 @@ fn c4_panel_restart_reloads_the_conversation_from_sqlite() {
         let panel = Panel::start(&model, &db, 1024);
         let (status, body) = post(&c, &panel.url(), sid, json!({"text": "hello"})).await;
         assert_eq!(status, 200, "{body}");
-        let before = state(&c, &panel.url(), sid).await;
+        let before = common::session_state(&panel.url(), sid).await;
         let question = before["entries"]
             .as_array()
             .unwrap()
@@ -187,11 +177,11 @@ fn c4_panel_restart_reloads_the_conversation_from_sqlite() {
         )
         .await;
         assert_eq!(status, 200);
-        let before = state(&c, &panel.url(), sid).await;
+        let before = common::session_state(&panel.url(), sid).await;
         panel.kill();
 
         let panel = Panel::start(&model, &db, 1024);
-        let after = state(&c, &panel.url(), sid).await;
+        let after = common::session_state(&panel.url(), sid).await;
         let shown = |v: &Value| -> Vec<(String, String)> {
             v["entries"]
                 .as_array()
@@ -360,7 +350,7 @@ fn finding3_400_turns_of_4000_chars_keep_answering_with_bounded_rss() {
             rss[0],
             rss[1]
         );
-        let s = state(&c, &panel.url(), sid).await;
+        let s = common::session_state(&panel.url(), sid).await;
         assert!(s["entries"].as_array().unwrap().len() <= PanelConfig::default().max_entries);
     });
 }

@@ -432,14 +432,7 @@ fn workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_d
         let said = format!("You said: {}", common::OPTIONS[1]);
         assert!(body.contains(&said), "{body}");
         rows_until(&mut on_a, &mut seen, |e| row_has(e, "assistant", &said)).await;
-        let state_b: Value = c
-            .get(format!("{b_url}api/sessions/{sid}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let state_b = common::session_state(&b_url, sid).await;
         let question = state_b["entries"]
             .as_array()
             .unwrap()
@@ -695,12 +688,7 @@ fn workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_l
 
         // 1. the person writes on the page (served by A); the agent asks with quick replies
         browser.open_url(&lb.url()).await;
-        let sid = browser
-            .js("return localStorage.getItem('chatPanelSession');")
-            .await
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let sid = browser.session_id().await;
         // (a conversation that has not started is not followed: no stream read on a timer)
         assert!(
             lb.events_requests().is_empty(),
@@ -720,24 +708,12 @@ fn workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_l
         //    as B stores them (the old page showed them only after a reload)
         let (status, body) = post(&c, &b_url, &sid, "ask from elsewhere").await;
         assert_eq!(status, 200, "{body}");
-        browser
-            .wait_until(
-                "B's question on the page",
-                "Array.from(document.querySelectorAll('.entry-message .text'))
-                   .some(e => e.textContent === 'Question for ask from elsewhere')",
-            )
-            .await;
+        browser.wait_for_text(".entry-message .text", "Question for ask from elsewhere", false).await;
 
         // 3. a slow answer starts on A from the page; once the person's message shows (stored),
         //    the balancer turns to B and A is killed
         browser.type_and_send("slow please").await;
-        browser
-            .wait_until(
-                "the person's slow message",
-                "Array.from(document.querySelectorAll('.entry-user .text'))
-                   .some(e => e.textContent === 'slow please')",
-            )
-            .await;
+        browser.wait_for_text(".entry-user .text", "slow please", false).await;
         let before_kill = lb.events_requests().len();
         lb.point_at(b.addr);
         a.kill();
@@ -745,13 +721,7 @@ fn workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_l
         // 4. the page's EventSource reconnects (through the balancer: to B) with Last-Event-ID;
         //    B closes the dead worker's answer with a stored message, which the page shows
         browser
-            .wait_until(
-                "the interrupted answer's message",
-                &format!(
-                    "Array.from(document.querySelectorAll('.entry-assistant .text'))
-                       .some(e => e.textContent.startsWith({INTERRUPTED_START:?}))"
-                ),
-            )
+            .wait_for_text(".entry-assistant .text", INTERRUPTED_START, true)
             .await;
         let reconnects = lb.events_requests()[before_kill..].to_vec();
         let last_event_ids: Vec<u64> = reconnects
@@ -772,25 +742,12 @@ fn workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_l
 
         // 5. the conversation goes on on B, from the page
         browser.type_and_send("after the crash").await;
-        browser
-            .wait_until(
-                "B's answer",
-                "Array.from(document.querySelectorAll('.entry-assistant .text'))
-                   .some(e => e.textContent === 'You said: after the crash')",
-            )
-            .await;
+        browser.wait_for_text(".entry-assistant .text", "You said: after the crash", false).await;
         browser.idle().await;
 
         // 6. the page shows every stored entry once, in the stored order (entries of its own —
         //    negative ids — are the page's notes, like the lost connection's)
-        let stored: Value = c
-            .get(format!("{b_url}api/sessions/{sid}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let stored = common::session_state(&b_url, &sid).await;
         let stored: Vec<(String, String)> = stored["entries"]
             .as_array()
             .unwrap()

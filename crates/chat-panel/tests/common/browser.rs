@@ -138,6 +138,29 @@ impl Browser {
             .await;
     }
 
+    /// The conversation id the page keeps (`localStorage['chatPanelSession']`).
+    pub async fn session_id(&self) -> String {
+        let v = self
+            .js("return localStorage.getItem('chatPanelSession');")
+            .await;
+        v.as_str().expect("the page keeps a session id").to_owned()
+    }
+
+    /// Waits until an element matching `css` has the text `text` (or, with `prefix`, one that
+    /// starts with it).
+    pub async fn wait_for_text(&self, css: &str, text: &str, prefix: bool) {
+        let test = if prefix {
+            format!("e.textContent.startsWith({text:?})")
+        } else {
+            format!("e.textContent === {text:?}")
+        };
+        self.wait_until(
+            &format!("{css} saying {text:?}"),
+            &format!("Array.from(document.querySelectorAll({css:?})).some(e => {test})"),
+        )
+        .await;
+    }
+
     pub async fn type_and_send(&self, text: &str) {
         let input = self.client.find(Locator::Id("input")).await.unwrap();
         input.send_keys(text).await.unwrap();

@@ -258,3 +258,17 @@ pub fn run_tests(tests: &[(&str, fn())], filter: Option<&str>) {
         std::process::exit(1);
     }
 }
+
+/// `GET {base}/api/sessions/{sid}`: the conversation as the panel at `base` shows it.
+#[allow(dead_code)] // used by the tests that read a session's state
+pub async fn session_state(base: &str, sid: &str) -> serde_json::Value {
+    let base = base.trim_end_matches('/');
+    reqwest::Client::new()
+        .get(format!("{base}/api/sessions/{sid}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
