@@ -348,6 +348,116 @@ async fn root6_a_disk_filler_is_stopped_at_the_calls_total() {
     }
 }
 
+/// What [`root6_outside_the_calls_directories_nothing_is_writable_in_the_container`] runs: it
+/// tries to write where a call must not (bwrap's root and `/dev` were tmpfs mounts the call's
+/// user owned, with no size limit: a way around the call's disk total), and checks that what a
+/// program needs of `/dev` still works.
+const PLACE_WRITER: &str = r#"import errno, json, os
+def attempt(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def write(path):
+    def f():
+        with open(path, "w") as fh:
+            fh.write("x" * 4096)
+    return f
+out = {}
+for d in ["/", "/dev", "/.call", "/etc", "/usr", "/skill", "/proc"]:
+    out["write " + d] = attempt(write(os.path.join(d, "planted")))
+    out["mkdir " + d] = attempt(lambda: os.mkdir(os.path.join(d, "planted-dir")))
+out["chmod /"] = attempt(lambda: os.chmod("/", 0o777))
+out["replace /dev/null"] = attempt(lambda: os.symlink("/work/x", "/dev/null"))
+out["mknod"] = attempt(lambda: os.mknod("/work/null", 0o20666, os.makedev(1, 3)))
+for d in ["/work", "/tmp", "/dev/shm"]:
+    out["write " + d] = attempt(write(os.path.join(d, "fine")))
+out["/dev/null"] = attempt(write("/dev/null"))
+with open("/dev/zero", "rb") as f:
+    out["/dev/zero"] = f.read(4).hex()
+with open("/dev/urandom", "rb") as f:
+    out["/dev/urandom"] = len(f.read(16))
+out["/dev/stdout"] = attempt(lambda: os.stat("/dev/stdout"))
+out["/dev/fd"] = attempt(lambda: os.listdir("/dev/fd"))
+out["cwd"] = os.getcwd()
+print(json.dumps(out))
+"#;
+
+/// #29 item 4: the container binds the call's directory once (`/tmp`, `/dev`, `/skill` are links
+/// into it) and makes `/` read-only. Before, bwrap's root and its `/dev` were tmpfs mounts owned
+/// by the call's user without a size limit: a skill could write there past its disk total (this
+/// test failed then with "ok" for `/` and `/dev`). Every place but the call's own directories is
+/// refused; `/dev`'s nodes and links, and the working directory `/work`, work as before.
+#[tokio::test]
+async fn root6_outside_the_calls_directories_nothing_is_writable_in_the_container() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("skills/place-writer");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: place_writer\ndescription: Writes where it should not.\nentry: python3 run.py\n---\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("run.py"), PLACE_WRITER).unwrap();
+    for f in ["", "skills", "skills/place-writer"] {
+        std::fs::set_permissions(root.path().join(f), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    std::fs::set_permissions(dir.join("run.py"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(dir.join("SKILL.md"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default().with_timeout(Duration::from_secs(10));
+    config.temp_root = Some(temp.path().to_path_buf());
+    let (skills, errors) = load_skills(&root.path().join("skills"));
+    assert!(errors.is_empty(), "{errors:?}");
+    let sandbox = Sandbox::new(config);
+    assert!(
+        sandbox.protections().container.is_some(),
+        "needs bubblewrap"
+    );
+    assert!(sandbox.protections().dedicated_uid, "needs root");
+    let skill = &skills[0];
+    // Twice: a container made at the call, then one made ahead of time.
+    for call in ["made at the call", "made ahead"] {
+        let r = sandbox.run(skill, &json!({})).await.unwrap();
+        for place in ["/", "/dev", "/.call", "/etc", "/usr", "/skill", "/proc"] {
+            for what in ["write", "mkdir"] {
+                let got = &r[format!("{what} {place}")];
+                assert!(
+                    got.is_string() && got != "ok",
+                    "{call}: {what} {place}: {r}"
+                );
+            }
+        }
+        for refused in ["chmod /", "replace /dev/null", "mknod"] {
+            assert!(
+                r[refused] != "ok" && r[refused].is_string(),
+                "{call}: {refused}: {r}"
+            );
+        }
+        for fine in [
+            "write /work",
+            "write /tmp",
+            "write /dev/shm",
+            "/dev/null",
+            "/dev/stdout",
+            "/dev/fd",
+        ] {
+            assert_eq!(r[fine], "ok", "{call}: {fine}: {r}");
+        }
+        assert_eq!(r["/dev/zero"], "00000000", "{call}: {r}");
+        assert_eq!(r["/dev/urandom"], 16, "{call}: {r}");
+        assert_eq!(r["cwd"], "/work", "{call}: {r}");
+        // Made ahead for the second call: wait until it waits.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !sandbox.is_ready(skill) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    sandbox.stop_ready();
+}
+
 // Root 7: loading was unbounded.
 
 #[test]
