@@ -18,11 +18,19 @@ const SYSTEM_DIRS: [&str; 7] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
-/// The few files of `/etc` programs read at run time: the dynamic linker's cache, the
-/// `/usr/bin` alternatives, certificates. (`ld.so.conf` and `ld.so.conf.d` are read only by
-/// `ldconfig`, `/etc/ca-certificates` only by `update-ca-certificates`: not shown.) The rest of
-/// `/etc` is not in the container.
-const ETC_FILES: [&str; 3] = ["/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl"];
+/// The dynamic linker's cache: copied into each container from a descriptor the call opens
+/// (bwrap's `--file`: no mount, so no parse of the mount table), else bound read-only.
+pub(crate) const LD_CACHE: &str = "/etc/ld.so.cache";
+
+/// The `/etc` directories programs read at run time, shown read-only: the `/usr/bin`
+/// alternatives. (`ld.so.conf` and `ld.so.conf.d` are read only by `ldconfig`,
+/// `/etc/ca-certificates` only by `update-ca-certificates`: not shown.) The rest of `/etc` is not
+/// in the container.
+const ETC_DIRS: [&str; 1] = ["/etc/alternatives"];
+
+/// Certificates, shown read-only only when the network is allowed: without it no IP socket can be
+/// made, so no TLS either.
+const ETC_SSL: &str = "/etc/ssl";
 
 /// The time zone: a symbolic link on most systems, made as a link in the container (no mount).
 const LOCALTIME: &str = "/etc/localtime";
@@ -77,6 +85,11 @@ pub(crate) enum Scratch<'a> {
 /// What one container shows and does.
 pub(crate) struct Layout<'a> {
     pub scratch: Scratch<'a>,
+    /// The network is allowed (the operator's choice): certificates are shown.
+    pub network: bool,
+    /// The descriptor number of the call's open `/etc/ld.so.cache`, copied into the container;
+    /// `None`: bound read-only where there is one.
+    pub ld_cache_fd: Option<i32>,
     /// A network namespace of the container's own (bwrap's `--unshare-net`); off when the
     /// network is allowed, or when the container is started in the sandbox's shared, empty one.
     pub unshare_net: bool,
@@ -149,8 +162,15 @@ impl Bwrap {
                 Err(_) => {}
             }
         }
-        for f in ETC_FILES {
-            push(&[&"--ro-bind-try", &f, &f]);
+        match l.ld_cache_fd {
+            Some(fd) => push(&[&"--perms", &"0444", &"--file", &fd.to_string(), &LD_CACHE]),
+            None => push(&[&"--ro-bind-try", &LD_CACHE, &LD_CACHE]),
+        }
+        for d in ETC_DIRS {
+            push(&[&"--ro-bind-try", &d, &d]);
+        }
+        if l.network {
+            push(&[&"--ro-bind-try", &ETC_SSL, &ETC_SSL]);
         }
         match std::fs::read_link(LOCALTIME) {
             Ok(target) => push(&[&"--symlink", &target, &LOCALTIME]),
@@ -223,6 +243,8 @@ impl Bwrap {
                 bytes: 1 << 20,
                 skill: None,
             },
+            network: !unshare_net && join_net.is_none(),
+            ld_cache_fd: None,
             unshare_net,
             allow_user_namespaces: policy.allow_user_namespaces,
             read_only: &[],

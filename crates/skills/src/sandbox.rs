@@ -675,6 +675,8 @@ struct Prepared {
     scratch_host: Option<PathBuf>,
     /// The skill's directory on the host that is shown to the skill.
     skill_host: PathBuf,
+    /// `/etc/ld.so.cache`, open, for the container to copy (where there is one).
+    ld_cache: Option<std::fs::File>,
 }
 
 /// Everything `prepare` needs, owned (it runs on a blocking thread).
@@ -819,6 +821,9 @@ fn prepare(p: PrepareInput) -> Result<Prepared, String> {
         skill_dir,
         scratch_host,
         skill_host,
+        ld_cache: inside
+            .then(|| std::fs::File::open(crate::container::LD_CACHE).ok())
+            .flatten(),
     })
 }
 
@@ -1665,6 +1670,7 @@ async fn start(
         skill_dir,
         scratch_host,
         skill_host,
+        ld_cache,
     } = tokio::task::spawn_blocking(move || prepare(input))
         .await
         .map_err(|e| format!("preparing the call: {e}"))??;
@@ -1691,6 +1697,11 @@ async fn start(
             keep_fds.push(reader.as_raw_fd());
             readers.push(reader);
             go = Some(writer);
+            // Descriptor 5, when the call has it: bwrap reads it to its end and closes it.
+            let ld_cache_fd = ld_cache.as_ref().map(|f| {
+                keep_fds.push(f.as_raw_fd());
+                5
+            });
             let scratch = match &scratch_host {
                 Some(call) => Scratch::Host { call },
                 None => Scratch::PerMount {
@@ -1700,6 +1711,8 @@ async fn start(
             };
             let layout = Layout {
                 scratch,
+                network: c.allow_network,
+                ld_cache_fd,
                 unshare_net: !c.allow_network && shared.shared_net.is_none(),
                 allow_user_namespaces: c.allow_user_namespaces,
                 read_only: &c.read_only_paths,

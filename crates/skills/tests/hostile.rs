@@ -380,6 +380,19 @@ with open("/dev/urandom", "rb") as f:
     out["/dev/urandom"] = len(f.read(16))
 out["/dev/stdout"] = attempt(lambda: os.stat("/dev/stdout"))
 out["/dev/fd"] = attempt(lambda: os.listdir("/dev/fd"))
+out["write /etc/ld.so.cache"] = attempt(write("/etc/ld.so.cache"))
+out["ld.so.cache bytes"] = os.path.getsize("/etc/ld.so.cache")
+out["etc"] = sorted(os.listdir("/etc"))
+def posix_shm():
+    from multiprocessing import shared_memory
+    m = shared_memory.SharedMemory(create=True, size=4096)
+    m.close()
+    m.unlink()
+out["shm_open"] = attempt(posix_shm)
+def semaphore():
+    import multiprocessing
+    multiprocessing.Lock()
+out["sem_open"] = attempt(semaphore)
 out["cwd"] = os.getcwd()
 print(json.dumps(out))
 "#;
@@ -430,7 +443,23 @@ async fn root6_outside_the_calls_directories_nothing_is_writable_in_the_containe
                 );
             }
         }
-        for refused in ["chmod /", "replace /dev/null", "mknod"] {
+        // The dynamic linker's cache is the host's, copied (no mount); without network no
+        // certificates (`/etc/ssl`) either.
+        assert_eq!(
+            r["ld.so.cache bytes"],
+            std::fs::metadata("/etc/ld.so.cache").unwrap().len(),
+            "{call}: {r}"
+        );
+        let etc = r["etc"].as_array().unwrap();
+        for absent in ["ssl", "passwd", "hostname"] {
+            assert!(!etc.contains(&json!(absent)), "{call}: {r}");
+        }
+        for refused in [
+            "chmod /",
+            "replace /dev/null",
+            "mknod",
+            "write /etc/ld.so.cache",
+        ] {
             assert!(
                 r[refused] != "ok" && r[refused].is_string(),
                 "{call}: {refused}: {r}"
@@ -443,6 +472,8 @@ async fn root6_outside_the_calls_directories_nothing_is_writable_in_the_containe
             "/dev/null",
             "/dev/stdout",
             "/dev/fd",
+            "shm_open",
+            "sem_open",
         ] {
             assert_eq!(r[fine], "ok", "{call}: {fine}: {r}");
         }
