@@ -397,13 +397,9 @@ out["cwd"] = os.getcwd()
 print(json.dumps(out))
 "#;
 
-/// #29 item 4: the container binds the call's directory once (`/tmp`, `/dev`, `/skill` are links
-/// into it) and makes `/` read-only. Before, bwrap's root and its `/dev` were tmpfs mounts owned
-/// by the call's user without a size limit: a skill could write there past its disk total (this
-/// test failed then with "ok" for `/` and `/dev`). Every place but the call's own directories is
-/// refused; `/dev`'s nodes and links, and the working directory `/work`, work as before.
-#[tokio::test]
-async fn root6_outside_the_calls_directories_nothing_is_writable_in_the_container() {
+/// A fresh directory with `skills/place-writer`, the skill that runs [`PLACE_WRITER`], readable
+/// by anyone.
+fn place_writer_root() -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("skills/place-writer");
     std::fs::create_dir_all(&dir).unwrap();
@@ -413,12 +409,27 @@ async fn root6_outside_the_calls_directories_nothing_is_writable_in_the_containe
     )
     .unwrap();
     std::fs::write(dir.join("run.py"), PLACE_WRITER).unwrap();
-    for f in ["", "skills", "skills/place-writer"] {
-        std::fs::set_permissions(root.path().join(f), std::fs::Permissions::from_mode(0o755))
+    for (f, mode) in [
+        ("", 0o755),
+        ("skills", 0o755),
+        ("skills/place-writer", 0o755),
+        ("skills/place-writer/run.py", 0o644),
+        ("skills/place-writer/SKILL.md", 0o644),
+    ] {
+        std::fs::set_permissions(root.path().join(f), std::fs::Permissions::from_mode(mode))
             .unwrap();
     }
-    std::fs::set_permissions(dir.join("run.py"), std::fs::Permissions::from_mode(0o644)).unwrap();
-    std::fs::set_permissions(dir.join("SKILL.md"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    root
+}
+
+/// #29 item 4: the container binds the call's directory once (`/tmp`, `/dev`, `/skill` are links
+/// into it) and makes `/` read-only. Before, bwrap's root and its `/dev` were tmpfs mounts owned
+/// by the call's user without a size limit: a skill could write there past its disk total (this
+/// test failed then with "ok" for `/` and `/dev`). Every place but the call's own directories is
+/// refused; `/dev`'s nodes and links, and the working directory `/work`, work as before.
+#[tokio::test]
+async fn root6_outside_the_calls_directories_nothing_is_writable_in_the_container() {
+    let root = place_writer_root();
     let temp = tempfile::tempdir().unwrap();
     let mut config = SandboxConfig::default().with_timeout(Duration::from_secs(10));
     config.temp_root = Some(temp.path().to_path_buf());
@@ -487,6 +498,54 @@ async fn root6_outside_the_calls_directories_nothing_is_writable_in_the_containe
         }
     }
     sandbox.stop_ready();
+}
+
+/// Without root bwrap runs as the agent's own user, with a size-limited tmpfs per writable
+/// directory and its own `--dev`: `/` and `/dev` (tmpfs mounts that user owned, unlimited) are
+/// read-only there too, and the call's directories work. Runs as uid 65534 (nobody).
+#[test]
+fn root6_without_root_the_containers_root_and_dev_are_read_only_too() {
+    if std::env::var_os(AS_UNPRIVILEGED).is_some() {
+        let root = place_writer_root();
+        let mut config = SandboxConfig::default().with_timeout(Duration::from_secs(20));
+        config.temp_root = Some(root.path().to_path_buf());
+        let (skills, errors) = load_skills(&root.path().join("skills"));
+        assert!(errors.is_empty(), "{errors:?}");
+        let sandbox = Sandbox::new(config);
+        let p = sandbox.protections().clone();
+        assert!(p.container.is_some(), "bubblewrap without root: {p}");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let r = rt.block_on(sandbox.run(&skills[0], &json!({}))).unwrap();
+        sandbox.stop_ready();
+        // SAFETY: geteuid has no side effects.
+        let uid = unsafe { libc::geteuid() };
+        println!("FALLBACK REPORT {}", json!({"uid": uid, "skill": r}));
+        return;
+    }
+    let r = run_unprivileged("root6_without_root_the_containers_root_and_dev_are_read_only_too");
+    assert_ne!(r["uid"], 0, "{r}");
+    let s = &r["skill"];
+    for place in ["/", "/dev", "/etc", "/usr", "/skill"] {
+        for what in ["write", "mkdir"] {
+            let got = &s[format!("{what} {place}")];
+            assert!(got.is_string() && got != "ok", "{what} {place}: {r}");
+        }
+    }
+    for fine in [
+        "write /work",
+        "write /tmp",
+        "write /dev/shm",
+        "/dev/null",
+        "/dev/fd",
+        "shm_open",
+        "sem_open",
+    ] {
+        assert_eq!(s[fine], "ok", "{fine}: {r}");
+    }
+    assert_eq!(s["cwd"], "/work", "{r}");
 }
 
 // Root 7: loading was unbounded.
