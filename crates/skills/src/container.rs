@@ -18,11 +18,19 @@ const SYSTEM_DIRS: [&str; 7] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
-/// The few files of `/etc` programs read at run time: the dynamic linker's cache, the
-/// `/usr/bin` alternatives, certificates. (`ld.so.conf` and `ld.so.conf.d` are read only by
-/// `ldconfig`, `/etc/ca-certificates` only by `update-ca-certificates`: not shown.) The rest of
-/// `/etc` is not in the container.
-const ETC_FILES: [&str; 3] = ["/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl"];
+/// The dynamic linker's cache: copied into each container from a descriptor the call opens
+/// (bwrap's `--file`: no mount, so no parse of the mount table), else bound read-only.
+pub(crate) const LD_CACHE: &str = "/etc/ld.so.cache";
+
+/// The `/etc` directories programs read at run time, shown read-only: the `/usr/bin`
+/// alternatives. (`ld.so.conf` and `ld.so.conf.d` are read only by `ldconfig`,
+/// `/etc/ca-certificates` only by `update-ca-certificates`: not shown.) The rest of `/etc` is not
+/// in the container.
+const ETC_DIRS: [&str; 1] = ["/etc/alternatives"];
+
+/// Certificates, shown read-only only when the network is allowed: without it no IP socket can be
+/// made, so no TLS either.
+const ETC_SSL: &str = "/etc/ssl";
 
 /// The time zone: a symbolic link on most systems, made as a link in the container (no mount).
 const LOCALTIME: &str = "/etc/localtime";
@@ -37,22 +45,51 @@ pub(crate) struct Bwrap {
     pub version: String,
 }
 
+/// Where the call's directory is in the container (as root): `/tmp`, `/dev` and `/skill` are
+/// links into it, so the container binds it once, not once per directory (bwrap parses the
+/// whole mount table after every bind: #29 item 4).
+pub(crate) const CALL_DIR: &str = "/.call";
+
+/// The device nodes of a container's `/dev` (those of bwrap's `--dev`), `(name, major, minor)`:
+/// made by root in the call's directory, mode 0666, as on the host.
+pub(crate) const DEVICES: [(&str, u32, u32); 6] = [
+    ("null", 1, 3),
+    ("zero", 1, 5),
+    ("full", 1, 7),
+    ("random", 1, 8),
+    ("urandom", 1, 9),
+    ("tty", 5, 0),
+];
+
+/// The links of a container's `/dev` (those of bwrap's `--dev`, but `core` and `ptmx`: no
+/// `/proc/kcore` access, no pseudo-terminals).
+pub(crate) const DEV_LINKS: [(&str, &str); 4] = [
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+];
+
 /// Where the call's writable directories come from.
 pub(crate) enum Scratch<'a> {
-    /// Host directories on the call's own size- and inode-limited tmpfs (root).
-    Host {
-        work: &'a Path,
-        tmp: &'a Path,
-        shm: &'a Path,
-    },
-    /// A tmpfs of this size for each of `/work`, `/tmp`, `/dev/shm` (without root).
-    PerMount { bytes: u64 },
+    /// The call's directory on the host (root): its own size- and inode-limited tmpfs holding
+    /// `work`, `tmp` (the call's uid, 0700), `dev` (root's, 0755: [`DEVICES`], [`DEV_LINKS`] and
+    /// `shm`, the call's uid, 0700) and `skill` (a read-only bind of the skill). Shown at
+    /// [`CALL_DIR`], with `/work` bound again (so the working directory reads `/work`).
+    Host { call: &'a Path },
+    /// A tmpfs of this size for each of `/work`, `/tmp`, `/dev/shm` (without root), the skill
+    /// (when there is one) bound read-only at `/skill`.
+    PerMount { bytes: u64, skill: Option<&'a Path> },
 }
 
 /// What one container shows and does.
 pub(crate) struct Layout<'a> {
-    pub skill: Option<&'a Path>,
     pub scratch: Scratch<'a>,
+    /// The network is allowed (the operator's choice): certificates are shown.
+    pub network: bool,
+    /// The descriptor number of the call's open `/etc/ld.so.cache`, copied into the container;
+    /// `None`: bound read-only where there is one.
+    pub ld_cache_fd: Option<i32>,
     /// A network namespace of the container's own (bwrap's `--unshare-net`); off when the
     /// network is allowed, or when the container is started in the sandbox's shared, empty one.
     pub unshare_net: bool,
@@ -125,8 +162,15 @@ impl Bwrap {
                 Err(_) => {}
             }
         }
-        for f in ETC_FILES {
-            push(&[&"--ro-bind-try", &f, &f]);
+        match l.ld_cache_fd {
+            Some(fd) => push(&[&"--perms", &"0444", &"--file", &fd.to_string(), &LD_CACHE]),
+            None => push(&[&"--ro-bind-try", &LD_CACHE, &LD_CACHE]),
+        }
+        for d in ETC_DIRS {
+            push(&[&"--ro-bind-try", &d, &d]);
+        }
+        if l.network {
+            push(&[&"--ro-bind-try", &ETC_SSL, &ETC_SSL]);
         }
         match std::fs::read_link(LOCALTIME) {
             Ok(target) => push(&[&"--symlink", &target, &LOCALTIME]),
@@ -135,29 +179,37 @@ impl Bwrap {
         for p in l.read_only {
             push(&[&"--ro-bind-try", p, p]);
         }
-        push(&[&"--proc", &"/proc", &"--dev", &"/dev"]);
+        push(&[&"--proc", &"/proc"]);
         match &l.scratch {
-            Scratch::Host { work, tmp, shm } => push(&[
-                &"--bind",
-                work,
-                &"/work",
-                &"--bind",
-                tmp,
-                &"/tmp",
-                &"--bind",
-                shm,
-                &"/dev/shm",
-            ]),
-            Scratch::PerMount { bytes } => {
+            Scratch::Host { call } => {
+                // Two binds where there were ten (`--dev`'s six nodes, three scratch
+                // directories, the skill). `--dev-bind`: the nodes root made in `dev` work; the
+                // call cannot make one (no `CAP_MKNOD` in the host's user namespace), the skill
+                // bind inside keeps its own `nodev`, `nosuid` and read-only flags.
+                let work = call.join("work");
+                push(&[&"--dev-bind", call, &CALL_DIR, &"--bind", &work, &"/work"]);
+                for name in ["tmp", "dev", "skill"] {
+                    let target = Path::new(CALL_DIR).join(name);
+                    push(&[&"--symlink", &target, &Path::new("/").join(name)]);
+                }
+            }
+            Scratch::PerMount { bytes, skill } => {
+                push(&[&"--dev", &"/dev"]);
                 let size = bytes.to_string();
                 for at in ["/work", "/tmp", "/dev/shm"] {
                     push(&[&"--size", &size, &"--tmpfs", &at]);
                 }
+                if let Some(skill) = skill {
+                    push(&[&"--ro-bind", skill, &"/skill"]);
+                }
+                // `--dev`'s tmpfs belongs to the container's user: read-only, so nothing is
+                // written outside the call's limited directories.
+                push(&[&"--remount-ro", &"/dev"]);
             }
         }
-        if let Some(skill) = l.skill {
-            push(&[&"--ro-bind", &skill, &"/skill"]);
-        }
+        // The root bwrap makes is a tmpfs the container's user owns, without a size limit:
+        // read-only, so the only writable places are the call's (limited) directories.
+        push(&[&"--remount-ro", &"/"]);
         if let Some(fd) = l.block_fd {
             push(&[&"--block-fd", &fd.to_string()]);
         }
@@ -187,8 +239,12 @@ impl Bwrap {
             .map_err(|e| format!("pipe: {e}"))?;
         drop(writer);
         let layout = Layout {
-            skill: None,
-            scratch: Scratch::PerMount { bytes: 1 << 20 },
+            scratch: Scratch::PerMount {
+                bytes: 1 << 20,
+                skill: None,
+            },
+            network: !unshare_net && join_net.is_none(),
+            ld_cache_fd: None,
             unshare_net,
             allow_user_namespaces: policy.allow_user_namespaces,
             read_only: &[],

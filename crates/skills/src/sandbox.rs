@@ -671,10 +671,12 @@ struct Prepared {
     work: PathBuf,
     /// The skill's directory as the skill sees it.
     skill_dir: PathBuf,
-    /// Host paths a container binds (root).
-    scratch_host: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// The call's directory a container binds (root).
+    scratch_host: Option<PathBuf>,
     /// The skill's directory on the host that is shown to the skill.
     skill_host: PathBuf,
+    /// `/etc/ld.so.cache`, open, for the container to copy (where there is one).
+    ld_cache: Option<std::fs::File>,
 }
 
 /// Everything `prepare` needs, owned (it runs on a blocking thread).
@@ -722,9 +724,10 @@ fn take_uid((lo, hi): (u32, u32)) -> Option<(u32, std::fs::File)> {
 }
 
 /// Makes the host side of a call. Layouts:
-/// - root: `DIR` is its own tmpfs (size- and inode-limited) holding `work`, `tmp`, `shm` (owned
-///   by the call's uid) and `skill` (a read-only bind of the skill's directory, so no byte is
-///   copied and no mode changes);
+/// - root: `DIR` is its own tmpfs (size- and inode-limited) holding `work`, `tmp` (owned by the
+///   call's uid) and `skill` (a read-only bind of the skill's directory, so no byte is copied
+///   and no mode changes); with a container also `dev` (root's: the device nodes and links of
+///   the container's `/dev`, and `shm`, the call's), without one `shm`;
 /// - container without root: nothing on the host (bwrap makes the tmpfs mounts);
 /// - neither: `DIR/work`, and the skill's directory as it is (Landlock keeps it read-only).
 fn prepare(p: PrepareInput) -> Result<Prepared, String> {
@@ -759,10 +762,17 @@ fn prepare(p: PrepareInput) -> Result<Prepared, String> {
         let d = dir.path().to_path_buf();
         host.dir = Some(dir);
         if let Some((uid, gid)) = ids {
-            sys::mount_tmpfs(&d, p.disk.0, p.disk.1)
+            // Device nodes work on it only in a container, whose `/dev` is here.
+            sys::mount_tmpfs(&d, p.disk.0, p.disk.1, inside)
                 .map_err(|e| format!("cannot mount the call's tmpfs on {}: {e}", d.display()))?;
             host.mounts.push(d.clone());
-            for sub in ["work", "tmp", "shm"] {
+            let shm = if inside {
+                make_dev(&d.join("dev"))?;
+                "dev/shm"
+            } else {
+                "shm"
+            };
+            for sub in ["work", "tmp", shm] {
                 let s = d.join(sub);
                 std::fs::create_dir(&s)
                     .and_then(|()| std::os::unix::fs::chown(&s, Some(uid), Some(gid)))
@@ -775,7 +785,7 @@ fn prepare(p: PrepareInput) -> Result<Prepared, String> {
                 .map_err(|e| format!("cannot mount the skill on {}: {e}", sk.display()))?;
             host.mounts.insert(0, sk.clone());
             skill_host = sk;
-            scratch_host = Some((d.join("work"), d.join("tmp"), d.join("shm")));
+            scratch_host = Some(d.clone());
             if !inside {
                 work = d.join("work");
             }
@@ -811,7 +821,27 @@ fn prepare(p: PrepareInput) -> Result<Prepared, String> {
         skill_dir,
         scratch_host,
         skill_host,
+        ld_cache: inside
+            .then(|| std::fs::File::open(crate::container::LD_CACHE).ok())
+            .flatten(),
     })
+}
+
+/// Makes `dev`, the container's `/dev`, in the call's directory (root): root's, 0755, so the
+/// call cannot change it; the device nodes of bwrap's `--dev` (0666, as on the host) and its
+/// links to `/proc/self/fd`. (The call's `shm` is made in it after.)
+fn make_dev(dev: &Path) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("cannot make {}: {e}", dev.display());
+    std::fs::create_dir(dev)
+        .and_then(|()| set_mode(dev, 0o755))
+        .map_err(fail)?;
+    for (name, major, minor) in crate::container::DEVICES {
+        sys::make_char_device(&dev.join(name), major, minor, 0o666).map_err(fail)?;
+    }
+    for (name, target) in crate::container::DEV_LINKS {
+        std::os::unix::fs::symlink(target, dev.join(name)).map_err(fail)?;
+    }
+    Ok(())
 }
 
 impl Sandbox {
@@ -1640,6 +1670,7 @@ async fn start(
         skill_dir,
         scratch_host,
         skill_host,
+        ld_cache,
     } = tokio::task::spawn_blocking(move || prepare(input))
         .await
         .map_err(|e| format!("preparing the call: {e}"))??;
@@ -1666,19 +1697,22 @@ async fn start(
             keep_fds.push(reader.as_raw_fd());
             readers.push(reader);
             go = Some(writer);
+            // Descriptor 5, when the call has it: bwrap reads it to its end and closes it.
+            let ld_cache_fd = ld_cache.as_ref().map(|f| {
+                keep_fds.push(f.as_raw_fd());
+                5
+            });
             let scratch = match &scratch_host {
-                Some((w, t, s)) => Scratch::Host {
-                    work: w,
-                    tmp: t,
-                    shm: s,
-                },
+                Some(call) => Scratch::Host { call },
                 None => Scratch::PerMount {
                     bytes: c.disk_bytes,
+                    skill: Some(&skill_host),
                 },
             };
             let layout = Layout {
-                skill: Some(&skill_host),
                 scratch,
+                network: c.allow_network,
+                ld_cache_fd,
                 unshare_net: !c.allow_network && shared.shared_net.is_none(),
                 allow_user_namespaces: c.allow_user_namespaces,
                 read_only: &c.read_only_paths,

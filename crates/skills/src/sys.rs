@@ -427,8 +427,11 @@ fn c_path(p: &Path) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
-/// Mounts a tmpfs of at most `bytes` bytes and `inodes` files on `at` (root only).
-pub(crate) fn mount_tmpfs(at: &Path, bytes: u64, inodes: u64) -> io::Result<()> {
+/// Mounts a tmpfs of at most `bytes` bytes and `inodes` files on `at` (root only), never with
+/// set-uid bits; with device nodes working only when `devices` (the call directory of a
+/// container, whose `/dev` nodes root makes there with [`make_char_device`]; no process of a
+/// call can make one: that takes `CAP_MKNOD` in the host's user namespace).
+pub(crate) fn mount_tmpfs(at: &Path, bytes: u64, inodes: u64, devices: bool) -> io::Result<()> {
     let target = c_path(at)?;
     let data = CString::new(format!("size={bytes},nr_inodes={inodes},mode=0711"))
         .map_err(|_| io::Error::other("mount options"))?;
@@ -439,11 +442,27 @@ pub(crate) fn mount_tmpfs(at: &Path, bytes: u64, inodes: u64) -> io::Result<()> 
             fstype.as_ptr(),
             target.as_ptr(),
             fstype.as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
+            libc::MS_NOSUID | if devices { 0 } else { libc::MS_NODEV },
             data.as_ptr().cast(),
         )
     })
     .map(|_| ())
+}
+
+/// Makes the character device `major:minor` at `at` with exactly `mode` (root only).
+pub(crate) fn make_char_device(at: &Path, major: u32, minor: u32, mode: u32) -> io::Result<()> {
+    let path = c_path(at)?;
+    // SAFETY: `path` is a valid NUL-terminated string; mknod and chmod read nothing else.
+    unsafe {
+        check(libc::mknod(
+            path.as_ptr(),
+            libc::S_IFCHR | mode,
+            libc::makedev(major, minor),
+        ))?;
+        // mknod applies the umask; the mode is set again without it.
+        check(libc::chmod(path.as_ptr(), mode))?;
+    }
+    Ok(())
 }
 
 /// Bind-mounts `from` on `at`, read-only, without set-uid bits or devices (root only).

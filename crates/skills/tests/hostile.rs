@@ -348,6 +348,206 @@ async fn root6_a_disk_filler_is_stopped_at_the_calls_total() {
     }
 }
 
+/// What [`root6_outside_the_calls_directories_nothing_is_writable_in_the_container`] runs: it
+/// tries to write where a call must not (bwrap's root and `/dev` were tmpfs mounts the call's
+/// user owned, with no size limit: a way around the call's disk total), and checks that what a
+/// program needs of `/dev` still works.
+const PLACE_WRITER: &str = r#"import errno, json, os
+def attempt(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def write(path):
+    def f():
+        with open(path, "w") as fh:
+            fh.write("x" * 4096)
+    return f
+out = {}
+for d in ["/", "/dev", "/.call", "/etc", "/usr", "/skill", "/proc"]:
+    out["write " + d] = attempt(write(os.path.join(d, "planted")))
+    out["mkdir " + d] = attempt(lambda: os.mkdir(os.path.join(d, "planted-dir")))
+out["chmod /"] = attempt(lambda: os.chmod("/", 0o777))
+out["replace /dev/null"] = attempt(lambda: os.symlink("/work/x", "/dev/null"))
+out["mknod"] = attempt(lambda: os.mknod("/work/null", 0o20666, os.makedev(1, 3)))
+for d in ["/work", "/tmp", "/dev/shm"]:
+    out["write " + d] = attempt(write(os.path.join(d, "fine")))
+out["/dev/null"] = attempt(write("/dev/null"))
+with open("/dev/zero", "rb") as f:
+    out["/dev/zero"] = f.read(4).hex()
+with open("/dev/urandom", "rb") as f:
+    out["/dev/urandom"] = len(f.read(16))
+out["/dev/stdout"] = attempt(lambda: os.stat("/dev/stdout"))
+out["/dev/fd"] = attempt(lambda: os.listdir("/dev/fd"))
+out["write /etc/ld.so.cache"] = attempt(write("/etc/ld.so.cache"))
+out["ld.so.cache bytes"] = os.path.getsize("/etc/ld.so.cache")
+out["etc"] = sorted(os.listdir("/etc"))
+def posix_shm():
+    from multiprocessing import shared_memory
+    m = shared_memory.SharedMemory(create=True, size=4096)
+    m.close()
+    m.unlink()
+out["shm_open"] = attempt(posix_shm)
+def semaphore():
+    import multiprocessing
+    multiprocessing.Lock()
+out["sem_open"] = attempt(semaphore)
+out["cwd"] = os.getcwd()
+print(json.dumps(out))
+"#;
+
+/// A fresh directory with `skills/place-writer`, the skill that runs [`PLACE_WRITER`], readable
+/// by anyone.
+fn place_writer_root() -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("skills/place-writer");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: place_writer\ndescription: Writes where it should not.\nentry: python3 run.py\n---\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("run.py"), PLACE_WRITER).unwrap();
+    for (f, mode) in [
+        ("", 0o755),
+        ("skills", 0o755),
+        ("skills/place-writer", 0o755),
+        ("skills/place-writer/run.py", 0o644),
+        ("skills/place-writer/SKILL.md", 0o644),
+    ] {
+        std::fs::set_permissions(root.path().join(f), std::fs::Permissions::from_mode(mode))
+            .unwrap();
+    }
+    root
+}
+
+/// #29 item 4: the container binds the call's directory once (`/tmp`, `/dev`, `/skill` are links
+/// into it) and makes `/` read-only. Before, bwrap's root and its `/dev` were tmpfs mounts owned
+/// by the call's user without a size limit: a skill could write there past its disk total (this
+/// test failed then with "ok" for `/` and `/dev`). Every place but the call's own directories is
+/// refused; `/dev`'s nodes and links, and the working directory `/work`, work as before.
+#[tokio::test]
+async fn root6_outside_the_calls_directories_nothing_is_writable_in_the_container() {
+    let root = place_writer_root();
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default().with_timeout(Duration::from_secs(10));
+    config.temp_root = Some(temp.path().to_path_buf());
+    let (skills, errors) = load_skills(&root.path().join("skills"));
+    assert!(errors.is_empty(), "{errors:?}");
+    let sandbox = Sandbox::new(config);
+    assert!(
+        sandbox.protections().container.is_some(),
+        "needs bubblewrap"
+    );
+    assert!(sandbox.protections().dedicated_uid, "needs root");
+    let skill = &skills[0];
+    // Twice: a container made at the call, then one made ahead of time.
+    for call in ["made at the call", "made ahead"] {
+        let r = sandbox.run(skill, &json!({})).await.unwrap();
+        for place in ["/", "/dev", "/.call", "/etc", "/usr", "/skill", "/proc"] {
+            for what in ["write", "mkdir"] {
+                let got = &r[format!("{what} {place}")];
+                assert!(
+                    got.is_string() && got != "ok",
+                    "{call}: {what} {place}: {r}"
+                );
+            }
+        }
+        // The dynamic linker's cache is the host's, copied (no mount); without network no
+        // certificates (`/etc/ssl`) either.
+        assert_eq!(
+            r["ld.so.cache bytes"],
+            std::fs::metadata("/etc/ld.so.cache").unwrap().len(),
+            "{call}: {r}"
+        );
+        let etc = r["etc"].as_array().unwrap();
+        for absent in ["ssl", "passwd", "hostname"] {
+            assert!(!etc.contains(&json!(absent)), "{call}: {r}");
+        }
+        for refused in [
+            "chmod /",
+            "replace /dev/null",
+            "mknod",
+            "write /etc/ld.so.cache",
+        ] {
+            assert!(
+                r[refused] != "ok" && r[refused].is_string(),
+                "{call}: {refused}: {r}"
+            );
+        }
+        for fine in [
+            "write /work",
+            "write /tmp",
+            "write /dev/shm",
+            "/dev/null",
+            "/dev/stdout",
+            "/dev/fd",
+            "shm_open",
+            "sem_open",
+        ] {
+            assert_eq!(r[fine], "ok", "{call}: {fine}: {r}");
+        }
+        assert_eq!(r["/dev/zero"], "00000000", "{call}: {r}");
+        assert_eq!(r["/dev/urandom"], 16, "{call}: {r}");
+        assert_eq!(r["cwd"], "/work", "{call}: {r}");
+        // Made ahead for the second call: wait until it waits.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !sandbox.is_ready(skill) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    sandbox.stop_ready();
+}
+
+/// Without root bwrap runs as the agent's own user, with a size-limited tmpfs per writable
+/// directory and its own `--dev`: `/` and `/dev` (tmpfs mounts that user owned, unlimited) are
+/// read-only there too, and the call's directories work. Runs as uid 65534 (nobody).
+#[test]
+fn root6_without_root_the_containers_root_and_dev_are_read_only_too() {
+    if std::env::var_os(AS_UNPRIVILEGED).is_some() {
+        let root = place_writer_root();
+        let mut config = SandboxConfig::default().with_timeout(Duration::from_secs(20));
+        config.temp_root = Some(root.path().to_path_buf());
+        let (skills, errors) = load_skills(&root.path().join("skills"));
+        assert!(errors.is_empty(), "{errors:?}");
+        let sandbox = Sandbox::new(config);
+        let p = sandbox.protections().clone();
+        assert!(p.container.is_some(), "bubblewrap without root: {p}");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let r = rt.block_on(sandbox.run(&skills[0], &json!({}))).unwrap();
+        sandbox.stop_ready();
+        // SAFETY: geteuid has no side effects.
+        let uid = unsafe { libc::geteuid() };
+        println!("FALLBACK REPORT {}", json!({"uid": uid, "skill": r}));
+        return;
+    }
+    let r = run_unprivileged("root6_without_root_the_containers_root_and_dev_are_read_only_too");
+    assert_ne!(r["uid"], 0, "{r}");
+    let s = &r["skill"];
+    for place in ["/", "/dev", "/etc", "/usr", "/skill"] {
+        for what in ["write", "mkdir"] {
+            let got = &s[format!("{what} {place}")];
+            assert!(got.is_string() && got != "ok", "{what} {place}: {r}");
+        }
+    }
+    for fine in [
+        "write /work",
+        "write /tmp",
+        "write /dev/shm",
+        "/dev/null",
+        "/dev/fd",
+        "shm_open",
+        "sem_open",
+    ] {
+        assert_eq!(s[fine], "ok", "{fine}: {r}");
+    }
+    assert_eq!(s["cwd"], "/work", "{r}");
+}
+
 // Root 7: loading was unbounded.
 
 #[test]
