@@ -19,9 +19,10 @@ ratio, if anything, flatters LangChain.
 
 Prints one line, `langchain_round median_us=… min_us=… max_us=… rounds=… repeats=…
 langchain_core=… python=…`: microseconds per round, each repeat timing `rounds` rounds back to
-back with `time.perf_counter_ns` after a warm-up.
+back with `time.perf_counter_ns` after a warm-up. The defaults mirror criterion's run of ours:
+~1 s of warm-up, then ~3 s of samples of ~30–60 ms each (criterion's upper half; see xtask).
 
-    python round.py [--rounds 300] [--repeats 10] [--warmup 300]
+    python round.py [--rounds 40] [--repeats 75] [--warmup 800]
 """
 
 from __future__ import annotations
@@ -93,9 +94,9 @@ def round_once() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=300, help="rounds per timed repeat")
-    parser.add_argument("--repeats", type=int, default=10, help="timed repeats")
-    parser.add_argument("--warmup", type=int, default=300, help="untimed rounds first")
+    parser.add_argument("--rounds", type=int, default=40, help="rounds per timed repeat")
+    parser.add_argument("--repeats", type=int, default=75, help="timed repeats")
+    parser.add_argument("--warmup", type=int, default=800, help="untimed rounds first")
     args = parser.parse_args()
     if args.rounds < 1 or args.repeats < 1 or args.warmup < 0:
         parser.error("--rounds and --repeats must be ≥ 1, --warmup ≥ 0")
