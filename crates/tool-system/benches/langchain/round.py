@@ -102,12 +102,13 @@ def main() -> None:
         parser.error("--rounds and --repeats must be ≥ 1, --warmup ≥ 0")
 
     # The round must be the bench's: one tool call, its result, then the answer.
-    messages: list[BaseMessage] = [HumanMessage("go")]
-    ai = MODEL.invoke(messages)
-    assert ai.tool_calls == [{"name": "noop", "args": {"x": 1}, "id": "c1", "type": "tool_call"}], ai
+    # (Checked with `if`, not `assert`, so that `python -O` checks it too.)
+    ai = MODEL.invoke([HumanMessage("go")])
+    if ai.tool_calls != [{"name": "noop", "args": {"x": 1}, "id": "c1", "type": "tool_call"}]:
+        raise SystemExit(f"the model's first answer is not one call of noop: {ai!r}")
     result = noop.invoke(ai.tool_calls[0])
-    assert isinstance(result, ToolMessage) and result.content == "ok", result
-    assert result.tool_call_id == "c1", result
+    if not (isinstance(result, ToolMessage) and result.content == "ok" and result.tool_call_id == "c1"):
+        raise SystemExit(f"noop's result is not the ToolMessage 'ok' for c1: {result!r}")
 
     for _ in range(args.warmup):
         round_once()
