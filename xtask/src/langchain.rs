@@ -405,6 +405,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
     for row in &rows {
         println!("{}", row.markdown());
     }
+    println!();
     for (what, ratios) in [
         (
             "central (criterion's estimate / LangChain's median)",
