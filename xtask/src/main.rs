@@ -4,12 +4,15 @@
 //! - `cargo xtask test`: everything CI runs: installs/checks test dependencies, `cargo fmt
 //!   --check`, `cargo clippy -D warnings`, every test, and every stage demo.
 //! - `cargo xtask bench`: the criterion benchmarks.
+//! - `cargo xtask bench langchain [--pairs N]`: the tool loop against LangChain core's same
+//!   round, alternating on this machine, and their ratio (#27).
 //!
 //! Under `CI=true` a test dependency that cannot be installed is a failure, never a skip.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod langchain;
 mod services;
 
 struct Stage {
@@ -379,6 +382,9 @@ fn check_layers() -> Result<(), String> {
 }
 
 fn bench(extra: &[String]) -> Result<(), String> {
+    if extra.first().is_some_and(|a| a == "langchain") {
+        return langchain::bench(&extra[1..]);
+    }
     let services = services::Services::start_without_trace_viewer()?; // PostgreSQL for postgres_append
     run(
         "cargo bench",
