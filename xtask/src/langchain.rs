@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::services::{cache_venv, pip_install, system_python};
 use super::{cargo, root, run};
 
 /// The criterion bench, as `cargo bench` is asked for it.
@@ -44,8 +45,7 @@ fn bench_dir() -> PathBuf {
 
 /// The virtualenv LangChain core is installed in.
 fn venv() -> PathBuf {
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    home.join(".cache/llm-toolkit/langchain-venv")
+    cache_venv("langchain-venv")
 }
 
 /// Cargo's target dir, where this run keeps criterion's estimates and the sides' output.
@@ -82,33 +82,20 @@ fn ensure_venv() -> Result<PathBuf, String> {
         venv().display(),
         requirements.display()
     );
-    let system_python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let created = if python.exists() {
-        Ok(())
-    } else {
-        run(
-            "python3 -m venv",
-            Command::new(&system_python)
-                .args(["-m", "venv"])
-                .arg(venv()),
-        )
-    };
-    let installed = created.and_then(|()| {
-        run(
-            "pip install -r requirements.txt",
-            Command::new(venv().join("bin/pip"))
-                .args(["install", "-q", "--disable-pip-version-check", "-r"])
-                .arg(&requirements),
-        )
-    });
+    let installed = pip_install(
+        &venv(),
+        "pip install -r requirements.txt",
+        &["-r".as_ref(), requirements.as_os_str()],
+    );
     match (installed, installed_version(&python)) {
         (Ok(()), Some(v)) if v == pin => Ok(python),
         (result, version) => {
             let _ = std::fs::remove_dir_all(venv());
             Err(format!(
                 "LangChain core is needed by `cargo xtask bench langchain` and could not be installed \
-                 ({system_python} -m venv {}, then pip install -r {}): {}. Check that PyPI is \
+                 ({} -m venv {}, then pip install -r {}): {}. Check that PyPI is \
                  reachable and that the pins in requirements.txt still install.",
+                system_python(),
                 venv().display(),
                 requirements.display(),
                 result.err().unwrap_or_else(|| format!(

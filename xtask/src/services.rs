@@ -180,6 +180,39 @@ fn as_service_user(program: &Path) -> Command {
     }
 }
 
+/// A virtualenv of the project's: `~/.cache/llm-toolkit/NAME`, outside the clone, kept between
+/// runs.
+pub(super) fn cache_venv(name: &str) -> PathBuf {
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".cache/llm-toolkit").join(name)
+}
+
+/// The Python that makes virtualenvs: `$PYTHON`, else `python3`.
+pub(super) fn system_python() -> String {
+    std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// Makes `venv` when it has no Python yet and runs `pip install ARGS` in it (`what` names the
+/// install in an error, which carries pip's output).
+pub(super) fn pip_install(
+    venv: &Path,
+    what: &str,
+    args: &[&std::ffi::OsStr],
+) -> Result<(), String> {
+    if !venv.join("bin/python").exists() {
+        run_quiet(
+            "python3 -m venv",
+            Command::new(system_python()).args(["-m", "venv"]).arg(venv),
+        )?;
+    }
+    run_quiet(
+        what,
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "--disable-pip-version-check"])
+            .args(args),
+    )
+}
+
 fn run_quiet(what: &str, cmd: &mut Command) -> Result<(), String> {
     let out = cmd
         .output()

@@ -10,7 +10,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use super::{Service, is_root, run_quiet, service_root};
+use super::{Service, cache_venv, is_root, pip_install, service_root, system_python};
 
 /// The version the test was written against (its REST API: `/v1/projects/{p}/spans/otlpv1`).
 const PHOENIX: &str = "arize-phoenix==20.26.1";
@@ -19,8 +19,7 @@ const PORT: u16 = 6006;
 
 /// The virtualenv Phoenix is installed in.
 fn venv() -> PathBuf {
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    home.join(".cache/llm-toolkit/phoenix-venv")
+    cache_venv("phoenix-venv")
 }
 
 /// `phoenix`, installed when missing; fails loudly when it cannot be.
@@ -30,24 +29,15 @@ fn ensure_phoenix() -> Result<PathBuf, String> {
         return Ok(bin);
     }
     eprintln!("==> installing {PHOENIX} from PyPI (the trace viewer of the telemetry test)");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let installed = run_quiet(
-        "python3 -m venv",
-        Command::new(&python).args(["-m", "venv"]).arg(venv()),
-    )
-    .and_then(|()| {
-        run_quiet(
-            "pip install arize-phoenix",
-            Command::new(venv().join("bin/pip")).args(["install", "-q", PHOENIX]),
-        )
-    });
+    let installed = pip_install(&venv(), "pip install arize-phoenix", &[PHOENIX.as_ref()]);
     match installed {
         Ok(()) if bin.exists() => Ok(bin),
         other => {
             let _ = std::fs::remove_dir_all(venv());
             Err(format!(
                 "Arize Phoenix is needed by the telemetry crate's trace test and could not be installed \
-                 ({python} -m venv, then pip install {PHOENIX}): {}",
+                 ({} -m venv, then pip install {PHOENIX}): {}",
+                system_python(),
                 other
                     .err()
                     .unwrap_or_else(|| "no phoenix program after the install".into())
