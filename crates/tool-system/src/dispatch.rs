@@ -313,6 +313,34 @@ impl Dispatcher {
                 .map_err(|e| provider.invalid_arguments(name, &schema_problems(&e)))?;
         }
         let timeout = provider.timeout(name).unwrap_or(self.default_timeout);
+        let crashed = |panic: Option<Box<dyn std::any::Any + Send>>| {
+            // The panic text is the operator's (it may hold paths, data, secrets); the model
+            // gets a plain sentence it can act on.
+            let detail = match panic {
+                Some(p) => format!("panicked: {}", panic_text(p)),
+                None => "the task was cancelled".to_owned(),
+            };
+            Err(ToolError::new(
+                ToolErrorKind::Crashed,
+                format!("Tool {name} crashed and was stopped; try another approach or tell the user it failed."),
+            )
+            .with_detail(detail))
+        };
+        if !own_task() {
+            // A current-thread runtime: a task of its own would protect nothing (a tool that
+            // blocks its thread blocks the only one either way) and costs a spawn, a schedule
+            // and a join per call. The call runs in place; a panic is caught the same way, and
+            // a call past its time is dropped, which cancels it.
+            use futures::FutureExt;
+            let call = std::panic::AssertUnwindSafe(provider.call(name, args, ctx))
+                .catch_unwind()
+                .instrument(span.clone());
+            return match tokio::time::timeout(timeout, call).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(panic)) => crashed(Some(panic)),
+                Err(_) => Err(ToolError::timeout(name, timeout)),
+            };
+        }
         let tool_name = name.to_owned();
         // Aborted when this future is dropped (the loop was cancelled) or the time is up.
         // The task carries the tool call's span: an MCP request made in it is its child.
@@ -321,20 +349,7 @@ impl Dispatcher {
         ));
         match tokio::time::timeout(timeout, &mut task.0).await {
             Ok(Ok(result)) => result,
-            Ok(Err(join)) => {
-                // The panic text is the operator's (it may hold paths, data, secrets); the
-                // model gets a plain sentence it can act on.
-                let detail = if join.is_panic() {
-                    format!("panicked: {}", panic_text(join.into_panic()))
-                } else {
-                    "the task was cancelled".to_owned()
-                };
-                Err(ToolError::new(
-                    ToolErrorKind::Crashed,
-                    format!("Tool {name} crashed and was stopped; try another approach or tell the user it failed."),
-                )
-                .with_detail(detail))
-            }
+            Ok(Err(join)) => crashed(join.is_panic().then(|| join.into_panic())),
             Err(_) => {
                 task.0.abort();
                 Err(ToolError::timeout(name, timeout))
@@ -364,6 +379,14 @@ impl Dispatcher {
         }
         Err(ToolError::not_found(name))
     }
+}
+
+/// Whether a tool call runs in a task of its own: on a multi-thread runtime, so that a tool
+/// that blocks its thread (a synchronous sleep, a blocking client) is still timed out and the
+/// loop goes on on another thread.
+fn own_task() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<Result<Value, ToolError>>);
@@ -471,8 +494,19 @@ mod tests {
         );
     }
 
+    // A tool call runs in place on a current-thread runtime and in a task of its own on a
+    // multi-thread one (`own_task`): each way contains a panic and cancels a call past its time.
     #[tokio::test]
     async fn t4_panicking_tool_is_contained() {
+        panicking_tool_is_contained().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn t4_panicking_tool_is_contained_in_its_own_task() {
+        panicking_tool_is_contained().await;
+    }
+
+    async fn panicking_tool_is_contained() {
         let d = dispatcher(vec![FnTool::new("boom", "b", json!({}), |_, _| async {
             #[allow(clippy::panic)]
             if true {
@@ -492,6 +526,30 @@ mod tests {
 
     #[tokio::test]
     async fn t4_timeout_cancels_the_call() {
+        timeout_cancels_the_call().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn t4_timeout_cancels_the_call_in_its_own_task() {
+        timeout_cancels_the_call().await;
+    }
+
+    /// On a multi-thread runtime a tool that blocks its thread (not an `.await` in sight) is
+    /// still answered with a timeout: the call has a task of its own, the loop another thread.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn t4_a_tool_that_blocks_its_thread_is_timed_out_on_a_multi_thread_runtime() {
+        let d = dispatcher(vec![
+            FnTool::new("stuck", "s", json!({}), |_, _| async {
+                std::thread::sleep(Duration::from_millis(600));
+                Ok(json!(1))
+            })
+            .with_timeout(Duration::from_millis(50)),
+        ]);
+        let out = d.dispatch("stuck", json!({}), ToolContext::new("1")).await;
+        assert_eq!(out.error, Some(ToolErrorKind::Timeout), "{}", out.content);
+    }
+
+    async fn timeout_cancels_the_call() {
         let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let f2 = Arc::clone(&finished);
         let d = dispatcher(vec![
