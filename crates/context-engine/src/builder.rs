@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
-use llm_core::Message;
+use llm_core::{Message, ToolCall};
 
 use crate::history::History;
 use crate::tokens::{EstimateCounter, REPLY_PRIMING_TOKENS, TokenCounter};
@@ -281,34 +281,35 @@ impl ContextBuilder {
             });
         }
 
-        // Keep the newest units while they fit; stop at the first that does not.
-        let mut keep = vec![false; history.len()];
+        // Keep the newest units while they fit; stop at the first that does not: the units
+        // kept are those that start at `from` or later.
         let mut total = needed;
-        let mut full = false;
+        let mut from = 0;
         for p in pieces.iter().rev() {
-            match *p {
-                Piece::Pinned(i) => keep[i] = true,
-                Piece::Unit(start, end) => {
-                    if !full {
-                        let t = (start..end).fold(0usize, |a, i| a.saturating_add(count(i)));
-                        if total.saturating_add(t) <= self.budget {
-                            total += t;
-                            keep[start..end].iter_mut().for_each(|k| *k = true);
-                            continue;
-                        }
-                        full = true;
-                    }
+            if let Piece::Unit(start, end) = *p {
+                let t = (start..end).fold(0usize, |a, i| a.saturating_add(count(i)));
+                if total.saturating_add(t) > self.budget {
+                    from = end;
+                    break;
                 }
-                Piece::Invalid(..) => {}
+                total += t;
             }
         }
 
         let mut dropped = Vec::new();
+        let mut kept = Vec::with_capacity(history.len());
         for p in &pieces {
             let (start, end, reason) = match *p {
+                Piece::Pinned(i) => {
+                    kept.push(i);
+                    continue;
+                }
+                Piece::Unit(s, e) if s >= from => {
+                    kept.extend(s..e);
+                    continue;
+                }
+                Piece::Unit(s, e) => (s, e, DropReason::OverBudget),
                 Piece::Invalid(s, e, r) => (s, e, r),
-                Piece::Unit(s, e) if !keep[s] => (s, e, DropReason::OverBudget),
-                _ => continue,
             };
             dropped.extend((start..end).map(|index| Dropped {
                 index,
@@ -317,7 +318,6 @@ impl ContextBuilder {
             }));
         }
 
-        let kept: Vec<usize> = (0..history.len()).filter(|&i| keep[i]).collect();
         let mut messages = Vec::with_capacity(kept.len() + 1);
         messages.extend(system.iter().cloned());
         messages.extend(kept.iter().map(|&i| history[i].clone()));
@@ -343,10 +343,10 @@ fn split(history: &[Message]) -> Vec<Piece> {
             Message::System { .. } => pieces.push(Piece::Pinned(i)),
             Message::User { .. } if Some(i) == newest_user => pieces.push(Piece::Pinned(i)),
             Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
-                let mut open: HashSet<&str> = tool_calls.iter().map(|c| c.id.as_str()).collect();
+                let mut open = OpenCalls::new(tool_calls);
                 let mut end = i + 1;
                 while let Some(Message::Tool { tool_call_id, .. }) = history.get(end) {
-                    if !open.remove(tool_call_id.as_str()) {
+                    if !open.answer(tool_call_id) {
                         break;
                     }
                     end += 1;
@@ -367,4 +367,54 @@ fn split(history: &[Message]) -> Vec<Piece> {
         i += 1;
     }
     pieces
+}
+
+/// The calls of one assistant message not answered yet, by id (a repeated id is one call).
+/// Up to 64 calls (every real round) it is a bit set over the message's own list and
+/// allocates nothing; above, a hash set.
+enum OpenCalls<'a> {
+    Few(&'a [ToolCall], u64),
+    Many(HashSet<&'a str>),
+}
+
+impl<'a> OpenCalls<'a> {
+    fn new(calls: &'a [ToolCall]) -> Self {
+        if calls.len() > 64 {
+            return Self::Many(calls.iter().map(|c| c.id.as_str()).collect());
+        }
+        let mut open = 0u64;
+        for (j, c) in calls.iter().enumerate() {
+            if !calls[..j].iter().any(|earlier| earlier.id == c.id) {
+                open |= 1 << j;
+            }
+        }
+        Self::Few(calls, open)
+    }
+
+    /// Marks the call `id` answered; false when no open call has that id.
+    fn answer(&mut self, id: &str) -> bool {
+        match self {
+            Self::Many(set) => set.remove(id),
+            Self::Few(calls, open) => {
+                let found = calls
+                    .iter()
+                    .enumerate()
+                    .find(|(j, c)| *open & (1 << j) != 0 && c.id == id);
+                match found {
+                    Some((j, _)) => {
+                        *open &= !(1 << j);
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Self::Many(set) => set.is_empty(),
+            Self::Few(_, open) => *open == 0,
+        }
+    }
 }

@@ -444,3 +444,63 @@ proptest! {
         prop_assert_eq!(EstimateCounter.count_text(&text), estimate_reference(&text));
     }
 }
+
+/// A round is kept when each of its calls is answered once, in any order, however many calls
+/// it has (up to 64 the builder tracks them in a bit set, above in a hash set: both ways here);
+/// a repeated call id is one call.
+#[test]
+fn c3_rounds_of_many_calls_and_repeated_ids_are_kept_only_when_every_call_is_answered() {
+    for n in [1usize, 2, 63, 64, 65, 130] {
+        let ids: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+        let round = |answered: &[usize]| {
+            let mut msgs = vec![
+                Message::user("q"),
+                Message::assistant_with_tool_calls("", ids.iter().map(|i| call(i)).collect()),
+            ];
+            msgs.extend(
+                answered
+                    .iter()
+                    .map(|&i| Message::tool(ids[i].as_str(), "search", "r")),
+            );
+            msgs.push(Message::user("next"));
+            ContextBuilder::new("sys").build(&history(msgs)).unwrap()
+        };
+        let all: Vec<usize> = (0..n).rev().collect();
+        let ctx = round(&all);
+        assert_valid_openai_sequence(&ctx.messages);
+        assert_eq!(ctx.kept.len(), n + 3, "n = {n}");
+        let ctx = round(&all[1..]);
+        assert_valid_openai_sequence(&ctx.messages);
+        assert_eq!(
+            ctx.dropped_count(DropReason::IncompleteToolRound),
+            n,
+            "n = {n}: one call unanswered"
+        );
+        if n > 1 {
+            let mut twice = all.clone();
+            twice[1] = twice[0];
+            let ctx = round(&twice);
+            assert_valid_openai_sequence(&ctx.messages);
+            // The second answer to one call ends the round there: the call and its first
+            // answer are an incomplete round, the answers after it orphans.
+            assert_eq!(
+                ctx.dropped_count(DropReason::IncompleteToolRound),
+                2,
+                "n = {n}"
+            );
+            assert_eq!(
+                ctx.dropped_count(DropReason::OrphanToolResult),
+                n - 1,
+                "n = {n}"
+            );
+        }
+    }
+    let h = history(vec![
+        Message::user("q"),
+        Message::assistant_with_tool_calls("", vec![call("a"), call("a")]),
+        Message::tool("a", "search", "r"),
+        Message::user("next"),
+    ]);
+    let ctx = ContextBuilder::new("sys").build(&h).unwrap();
+    assert_eq!(ctx.kept, vec![0, 1, 2, 3]);
+}

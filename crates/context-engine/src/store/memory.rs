@@ -43,8 +43,9 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Stored>> {
-        // A panic while holding the lock cannot leave a half round: rounds are pushed with one
-        // `extend` of owned, already-cloned messages. So a poisoned map is still consistent.
+        // A panic while holding the lock cannot leave a half round: a round is pushed with one
+        // `extend_from_slice`, whose clones of strings and JSON values do not panic (running
+        // out of memory aborts). So a poisoned map is still consistent.
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -77,10 +78,9 @@ impl SessionStore for MemoryStore {
     }
 
     async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {
-        let round = round.to_vec();
         let mut map = self.lock();
         let stored = map.get_mut(id).ok_or_else(|| not_found(id))?;
-        stored.messages.extend(round);
+        stored.messages.extend_from_slice(round);
         let len = stored.messages.len() as u64;
         drop(map);
         self.changes.session(id);
@@ -114,7 +114,6 @@ impl SessionStore for MemoryStore {
         round: &[Message],
         change: StateChange<'_>,
     ) -> Result<Option<u64>, StoreError> {
-        let round = round.to_vec();
         let mut map = self.lock();
         let stored = map.get_mut(id).ok_or_else(|| not_found(id))?;
         if stored.state.get(change.key).map(String::as_str) != change.expected {
@@ -124,7 +123,7 @@ impl SessionStore for MemoryStore {
             Some(v) => stored.state.insert(change.key.to_owned(), v.to_owned()),
             None => stored.state.remove(change.key),
         };
-        stored.messages.extend(round);
+        stored.messages.extend_from_slice(round);
         let len = stored.messages.len() as u64;
         drop(map);
         self.changes.session(id);
