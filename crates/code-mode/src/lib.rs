@@ -337,7 +337,7 @@ impl CodeModeProvider {
         let mut names = HashSet::new();
         let mut out = Vec::new();
         for spec in self.tools.specs().await {
-            if [RUN_CODE, DESCRIBE_FUNCTION, SEARCH_FUNCTIONS].contains(&spec.name.as_str()) {
+            if [RUN_CODE, DESCRIBE_FUNCTION, SEARCH_FUNCTIONS].contains(&&*spec.name) {
                 continue;
             }
             let f = Function::new(&spec);
@@ -519,7 +519,7 @@ impl CodeModeProvider {
         match functions.iter().find(|f| f.name == name || f.tool == name) {
             Some(f) => Ok(Value::String(f.full())),
             None => {
-                let known: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+                let known: Vec<&str> = functions.iter().map(|f| &*f.name).collect();
                 Err(ToolError::invalid_arguments(format!(
                     "There is no function {name}; the functions are: {}. Call {DESCRIBE_FUNCTION} again with one of them.",
                     if known.is_empty() {

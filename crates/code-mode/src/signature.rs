@@ -110,8 +110,8 @@ impl Function {
         let by_dict = params.iter().any(|p| !is_identifier(&p.name));
         Self {
             name: python_name(&spec.name),
-            tool: spec.name.clone(),
-            description: spec.description.clone(),
+            tool: spec.name.to_string(),
+            description: spec.description.to_string(),
             params,
             by_dict,
         }
@@ -209,9 +209,9 @@ impl Function {
             .params
             .iter()
             .filter(|p| p.required)
-            .map(|p| p.name.as_str())
+            .map(|p| &*p.name)
             .collect();
-        let params: Vec<&str> = self.params.iter().map(|p| p.name.as_str()).collect();
+        let params: Vec<&str> = self.params.iter().map(|p| &*p.name).collect();
         json!({
             "name": self.name,
             "tool": self.tool,

@@ -247,7 +247,7 @@ print(r[10], r[20])
 async fn code_mode_tools_are_typed_functions_with_level1_lines_and_full_docs_on_demand() {
     let f = fixture(short());
     let specs = f.provider.advertised(&TurnInfo::new("hi")).await;
-    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    let names: Vec<&str> = specs.iter().map(|s| &*s.name).collect();
     assert_eq!(names, [RUN_CODE, DESCRIBE_FUNCTION]);
     let d = &specs[0].description;
     assert!(
@@ -843,13 +843,13 @@ async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_s
         "list() keeps every function"
     );
     assert_eq!(
-        listed_all[2].name, SEARCH_FUNCTIONS,
+        &*listed_all[2].name, SEARCH_FUNCTIONS,
         "over the budget the search tool routes"
     );
 
     let turn = TurnInfo::new("What time is it in Tokyo right now?");
     let shown = provider.advertised(&turn).await;
-    let names: Vec<&str> = shown.iter().map(|s| s.name.as_str()).collect();
+    let names: Vec<&str> = shown.iter().map(|s| &*s.name).collect();
     assert_eq!(names, [RUN_CODE, DESCRIBE_FUNCTION, SEARCH_FUNCTIONS]);
     let run_code = &shown[0].description;
     let lines = run_code.lines().filter(|l| l.starts_with("- ")).count();
@@ -930,7 +930,7 @@ async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_s
 async fn code_mode_under_the_search_budget_every_function_is_listed() {
     let f = fixture(short());
     let shown = f.provider.advertised(&TurnInfo::new("anything")).await;
-    let names: Vec<&str> = shown.iter().map(|s| s.name.as_str()).collect();
+    let names: Vec<&str> = shown.iter().map(|s| &*s.name).collect();
     assert_eq!(names, [RUN_CODE, DESCRIBE_FUNCTION]);
     assert!(!shown[0].description.contains("There are"));
     assert_eq!(shown, f.provider.list().await);

@@ -253,23 +253,36 @@ impl Message {
 }
 
 /// A tool as the model sees it: name, description and a JSON Schema for its arguments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Cloning one is cheap (three reference counts, no copy): a tool list is handed to every
+/// request of every round, and a provider lists its tools again each time it is asked. Two
+/// clones of one spec compare equal without walking the schema.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ToolSpec {
     /// The name the model calls it by (`^[a-zA-Z0-9_-]{1,64}$` for most providers).
-    pub name: String,
+    pub name: Arc<str>,
     /// What it does, for the model.
-    pub description: String,
+    pub description: Arc<str>,
     /// JSON Schema of the arguments object. Shared, not copied: a spec is cloned into every
     /// request of every round, and a schema is the largest part of it.
     pub parameters: Arc<Value>,
+}
+
+impl PartialEq for ToolSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.description == other.description
+            && (Arc::ptr_eq(&self.parameters, &other.parameters)
+                || self.parameters == other.parameters)
+    }
 }
 
 impl ToolSpec {
     /// A tool spec.
     pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
         Self {
-            name: name.into(),
-            description: description.into(),
+            name: Arc::from(name.into()),
+            description: Arc::from(description.into()),
             parameters: Arc::new(parameters),
         }
     }

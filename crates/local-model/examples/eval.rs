@@ -456,7 +456,7 @@ async fn main() {
                 .with_temperature(v.temperature)
                 .with_max_tokens(96);
             let r = model.chat(req).await.unwrap();
-            let spec = tools.iter().find(|t| t.name == case.tool).unwrap();
+            let spec = tools.iter().find(|t| *t.name == *case.tool).unwrap();
             let ok = r
                 .tool_calls
                 .first()

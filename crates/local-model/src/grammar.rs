@@ -572,7 +572,7 @@ impl Grammar {
         let mut b = Builder { nodes: Vec::new() };
         let mut alts = Vec::new();
         for t in tools {
-            let name = Value::String(t.name.clone()).to_string();
+            let name = Value::String(t.name.to_string()).to_string();
             let head = b.lit(&format!(
                 "{TOOL_CALL_OPEN}{{\"name\": {name}, \"arguments\": "
             ));
@@ -1518,7 +1518,7 @@ mod tests {
                     .map_err(|e| TestCaseError::fail(format!("{e}: {body}")))?;
                 let tool = walk_tools()
                     .into_iter()
-                    .find(|t| call["name"] == t.name.as_str())
+                    .find(|t| call["name"] == &*t.name)
                     .ok_or_else(|| TestCaseError::fail(format!("undeclared tool: {body}")))?;
                 ((*tool.parameters).clone(), call["arguments"].to_string())
             };

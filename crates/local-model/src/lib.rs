@@ -385,7 +385,7 @@ impl LocalModel {
                     let t: Vec<ToolSpec> = req
                         .tools
                         .iter()
-                        .filter(|t| &t.name == name)
+                        .filter(|t| *t.name == **name)
                         .cloned()
                         .collect();
                     if t.is_empty() {

@@ -268,7 +268,7 @@ fn check_response(r: &ChatResponse, tools: &[ToolSpec]) -> String {
         [call] => {
             let spec = tools
                 .iter()
-                .find(|t| t.name == call.name)
+                .find(|t| *t.name == *call.name)
                 .unwrap_or_else(|| panic!("names an unbound tool: {r:?}"));
             let validator = jsonschema::validator_for(&spec.parameters).unwrap();
             let errors: Vec<String> = validator

@@ -164,6 +164,6 @@ mod tests {
         assert!(!t.level1("Weather anywhere.").contains("Does it"));
         // The default description is the service name (004).
         assert_eq!(t.level1(""), "weather");
-        assert_eq!(t.spec().description, "Does it. In detail.");
+        assert_eq!(&*t.spec().description, "Does it. In detail.");
     }
 }

@@ -781,7 +781,7 @@ mod tests {
           }
         }"#;
         let f = ConfigFile::parse(text).unwrap();
-        let names: Vec<_> = f.services.iter().map(|s| s.name.as_str()).collect();
+        let names: Vec<_> = f.services.iter().map(|s| &*s.name).collect();
         assert_eq!(names, ["filesystem", "kw"]);
         assert_eq!(f.services[1].trigger_keywords, ["天气"]);
         assert_eq!(f.services[1].call_timeout, Duration::from_millis(5000));

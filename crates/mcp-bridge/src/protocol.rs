@@ -38,7 +38,11 @@ impl CallProtocol for ToolCallProtocol {
     fn concurrent(&self) -> bool {
         false
     }
-    fn round_messages(&self, reading: &Reading, results: &[(PendingCall, String)]) -> Vec<Message> {
+    fn round_messages(
+        &self,
+        reading: &Reading,
+        results: Vec<(PendingCall, String)>,
+    ) -> Vec<Message> {
         tool_message_round(reading, results)
     }
 }

@@ -25,7 +25,7 @@ async fn m1_server_everything_initialize_and_list_tools() {
     let b = bridge().await;
     assert_eq!(b.status("everything").unwrap(), ServiceStatus::Running);
     let tools = b.tools().await;
-    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = tools.iter().map(|t| &*t.name).collect();
     for expected in ["echo", "get-sum", "get-env", "get-structured-content"] {
         assert!(
             names.contains(&expected),

@@ -54,8 +54,8 @@ async fn m1_running_service_tools_listed() {
     assert!(echo.description.starts_with("Echoes the message back"));
     // The provider view (what the tool loop sees) has the same tools plus the describe step.
     let specs = ToolProvider::list(&b).await;
-    assert!(specs.iter().any(|s| s.name == "misb__echo"));
-    assert!(specs.iter().any(|s| s.name == DESCRIBE_TOOL));
+    assert!(specs.iter().any(|s| &*s.name == "misb__echo"));
+    assert!(specs.iter().any(|s| *s.name == *DESCRIBE_TOOL));
     stop_and_check(&b, "misb").await;
 }
 
@@ -387,7 +387,7 @@ fn turn(session: &str, text: &str, round: usize) -> TurnInfo {
 }
 
 fn spec_names(specs: &[ToolSpec]) -> Vec<&str> {
-    specs.iter().map(|s| s.name.as_str()).collect()
+    specs.iter().map(|s| &*s.name).collect()
 }
 
 /// What the dispatcher does when the model calls the describe tool in `session`.
@@ -446,7 +446,10 @@ async fn m3_described_tool_is_advertised_for_the_rest_of_the_turn() {
         let b = b.clone();
         async move {
             let specs = ToolProvider::advertised(&b, &turn(session, text, round)).await;
-            specs.into_iter().map(|s| s.name).collect::<Vec<_>>()
+            specs
+                .into_iter()
+                .map(|s| s.name.to_string())
+                .collect::<Vec<_>>()
         }
     };
     assert_eq!(shown("s1", ask, 0).await, [DESCRIBE_TOOL]);

@@ -92,7 +92,7 @@ async fn m3_tool_search_on_the_local_model() {
     let b = big_bridge(ToolSearchConfig::default().with_every_turn(true)).await;
     let turn = local_search_turn(&b).await;
     let (first, _) = &turn.seen[0];
-    let bound: Vec<&str> = first.tools.iter().map(|t| t.name.as_str()).collect();
+    let bound: Vec<&str> = first.tools.iter().map(|t| &*t.name).collect();
     assert_eq!(bound, [SEARCH_TOOL, DESCRIBE_TOOL]);
     let system = match &first.messages[0] {
         llm_core::Message::System { content } => content.clone(),

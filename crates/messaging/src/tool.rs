@@ -428,7 +428,7 @@ mod tests {
     #[test]
     fn q16_tool_schema_has_quick_replies() {
         let spec = SendMessageTool::new(MessageBus::new(), "a").spec();
-        assert_eq!(spec.name, "send_message");
+        assert_eq!(&*spec.name, "send_message");
         assert!(spec.parameters["properties"]["quickReplies"].is_object());
         assert_eq!(
             spec.parameters["properties"]["quickReplies"]["type"],

@@ -106,7 +106,7 @@ async fn seam_a_user_written_chat_model_runs_the_loop_with_a_typed_tool() {
     assert_eq!(requests.len(), 2);
     // The typed tool's schema reached the backend through the request's tools.
     let spec = &requests[0].tools[0];
-    assert_eq!(spec.name, "get_weather");
+    assert_eq!(&*spec.name, "get_weather");
     assert_eq!(spec.parameters["required"], serde_json::json!(["city"]));
     assert_eq!(spec.parameters["properties"]["city"]["type"], "string");
 }

@@ -16,7 +16,7 @@ use tool_system::{ToolErrorKind, ToolProvider};
 fn s1_loading_reports_bad_skills_with_file_and_line_and_loads_the_rest() {
     let (skills, errors) = load_skills(&fixtures().join("broken"));
     assert_eq!(
-        skills.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        skills.iter().map(|s| &*s.name).collect::<Vec<_>>(),
         ["echo"]
     );
     assert_eq!(errors.len(), 2, "{errors:?}");
@@ -37,7 +37,7 @@ fn s1_loading_reports_bad_skills_with_file_and_line_and_loads_the_rest() {
 async fn s1_each_skill_becomes_a_tool() {
     let e = env();
     let tools = e.provider.list().await;
-    let echo = tools.iter().find(|t| t.name == "echo").unwrap();
+    let echo = tools.iter().find(|t| &*t.name == "echo").unwrap();
     assert_eq!(echo.parameters["required"][0], "text");
     assert!(tools.iter().all(|t| t.parameters["type"] == "object"));
     let r = e.call("echo", json!({"text": "你好"})).await.unwrap();

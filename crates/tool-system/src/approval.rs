@@ -753,7 +753,7 @@ pub(crate) async fn hold(
                 })
                 .collect::<Vec<_>>();
             Ok(Held::Unsupported(
-                protocol.round_messages(&stored.reading(), &results),
+                protocol.round_messages(&stored.reading(), results),
             ))
         }
         Err(e) => Err(e.into()),
@@ -826,9 +826,9 @@ pub(crate) async fn close_open(
                     "a new message arrived while tool calls waited for approval; they are closed as not run"
                 );
                 if stored.protocol == protocol.name() {
-                    protocol.round_messages(&stored.reading(), &results)
+                    protocol.round_messages(&stored.reading(), results)
                 } else {
-                    tool_message_round(&stored.reading(), &results)
+                    tool_message_round(&stored.reading(), results)
                 }
             }
             Err(e) => {
@@ -1155,7 +1155,7 @@ pub(crate) async fn finish(
             results.push((p, content));
         }
     }
-    let round = protocol.round_messages(&stored.reading(), &results);
+    let round = protocol.round_messages(&stored.reading(), results);
     let change = StateChange::new(APPROVAL_STATE_KEY, Some(&raw), None);
     match store.append_with_state(session_id, &round, change).await? {
         Some(_) => Ok(round),

@@ -141,6 +141,18 @@ impl Dispatcher {
     /// Every tool of every provider (first provider wins on a name clash), refreshing the
     /// routing table. Schemas are compiled once per tool and reused while they are unchanged.
     pub async fn specs(&self) -> Vec<ToolSpec> {
+        self.refresh_listing(true).await
+    }
+
+    /// Refreshes the routing table (every listed tool routes, advertised or not) and gives
+    /// nothing back: what a run does before its first round.
+    pub(crate) async fn refresh(&self) {
+        self.refresh_listing(false).await;
+    }
+
+    /// The work of [`specs`](Self::specs); the list is collected only when `want`ed or when
+    /// the table is rebuilt.
+    async fn refresh_listing(&self, want: bool) -> Vec<ToolSpec> {
         let mut lists = Vec::with_capacity(self.providers.len());
         for p in &self.providers {
             lists.push(p.list().await);
@@ -153,24 +165,28 @@ impl Dispatcher {
             lists.iter().enumerate().all(|(provider, list)| {
                 list.iter().all(|spec| {
                     seen += 1;
-                    old.get(&spec.name)
+                    old.get(&*spec.name)
                         .is_some_and(|r| r.provider == provider && r.spec == *spec)
                 })
             }) && seen == old.len()
         };
         if unchanged {
-            return lists.into_iter().flatten().collect();
+            return if want {
+                lists.into_iter().flatten().collect()
+            } else {
+                Vec::new()
+            };
         }
         let mut table: HashMap<String, Arc<Route>> = HashMap::new();
         let mut specs = Vec::new();
         for (provider, list) in lists.into_iter().enumerate() {
             for spec in list {
-                if table.contains_key(&spec.name) {
+                if table.contains_key(&*spec.name) {
                     tracing::warn!(tool = %spec.name, provider = self.providers[provider].provider_name(),
                         "tool name already provided by an earlier provider; this one is hidden");
                     continue;
                 }
-                let route = match old.get(&spec.name) {
+                let route = match old.get(&*spec.name) {
                     Some(r) if r.provider == provider && r.spec == spec => Arc::clone(r),
                     _ => Arc::new(Route {
                         provider,
@@ -179,7 +195,7 @@ impl Dispatcher {
                     }),
                 };
                 specs.push(spec);
-                table.insert(route.spec.name.clone(), route);
+                table.insert(route.spec.name.to_string(), route);
             }
         }
         if let Ok(mut w) = self.routes.write() {

@@ -182,24 +182,27 @@ pub trait CallProtocol: Send + Sync {
         true
     }
     /// The messages recording a round: the response and one result per call, in call order.
-    fn round_messages(&self, reading: &Reading, results: &[(PendingCall, String)]) -> Vec<Message> {
+    /// The results are handed over, so the calls move into the messages uncopied.
+    fn round_messages(
+        &self,
+        reading: &Reading,
+        results: Vec<(PendingCall, String)>,
+    ) -> Vec<Message> {
         tool_message_round(reading, results)
     }
 }
 
 /// The native/tag round: an assistant message with the calls, then one tool message per call.
-pub fn tool_message_round(reading: &Reading, results: &[(PendingCall, String)]) -> Vec<Message> {
+pub fn tool_message_round(reading: &Reading, results: Vec<(PendingCall, String)>) -> Vec<Message> {
     let mut out = Vec::with_capacity(results.len() + 1);
-    out.push(Message::assistant_with_tool_calls(
-        reading.content.clone(),
-        results.iter().map(|(c, _)| c.to_tool_call()).collect(),
-    ));
+    out.push(Message::assistant(reading.content.clone()));
+    let mut calls = Vec::with_capacity(results.len());
     for (call, content) in results {
-        out.push(Message::tool(
-            call.id.clone(),
-            call.name.clone(),
-            content.clone(),
-        ));
+        out.push(Message::tool(call.id.clone(), call.name.clone(), content));
+        calls.push(ToolCall::new(call.id, call.name, call.arguments));
+    }
+    if let Some(Message::Assistant { tool_calls, .. }) = out.first_mut() {
+        *tool_calls = calls;
     }
     out
 }
@@ -322,7 +325,11 @@ impl CallProtocol for JsonDecisionProtocol {
     fn concurrent(&self) -> bool {
         false
     }
-    fn round_messages(&self, reading: &Reading, results: &[(PendingCall, String)]) -> Vec<Message> {
+    fn round_messages(
+        &self,
+        reading: &Reading,
+        results: Vec<(PendingCall, String)>,
+    ) -> Vec<Message> {
         if reading.native {
             return tool_message_round(reading, results);
         }
@@ -400,7 +407,7 @@ impl TagReader {
         let schema = self
             .tools
             .iter()
-            .find(|t| t.name == a.name)
+            .find(|t| *t.name == *a.name)
             .map(|t| &*t.parameters);
         let arguments = Value::Object(coerce_to_schema(a.arguments, schema));
         PendingCall::new(id, a.name, arguments)
@@ -603,10 +610,7 @@ mod tests {
             &[r#"{"tool": "get_weather", "arguments": {"city": "Beijing"}}"#],
             vec![],
         );
-        assert_eq!(
-            r.calls().next().map(|c| c.name.as_str()),
-            Some("get_weather")
-        );
+        assert_eq!(r.calls().next().map(|c| &*c.name), Some("get_weather"));
         let (shown, r) = read(&p, &[r#"{"tool": null, "reply": "Sunny"}"#], vec![]);
         assert!(shown.is_empty());
         assert_eq!(r.answer, "Sunny");
@@ -627,7 +631,7 @@ mod tests {
             vec![],
         );
         let call = r.calls().next().cloned().unwrap();
-        let msgs = p.round_messages(&r, &[(call, r#"{"temp":22}"#.into())]);
+        let msgs = p.round_messages(&r, vec![(call, r#"{"temp":22}"#.into())]);
         assert_eq!(
             msgs[1],
             Message::user("[Tool result for get_weather]\n{\"temp\":22}")

@@ -49,7 +49,7 @@ struct Entry {
 ///     json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
 ///     |args, _| async move { Ok(json!({"temp": 22, "city": args["city"]})) }))?;
 /// assert!(registry.register(FnTool::new("get_weather", "again", json!({}), |_, _| async { Ok(json!(null)) })).is_err());
-/// assert_eq!(registry.list()[0].name, "get_weather");
+/// assert_eq!(&*registry.list()[0].name, "get_weather");
 /// assert_eq!(registry.openai_tools()[0]["function"]["name"], "get_weather");
 /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
 /// let out = rt.block_on(registry.execute("get_weather", json!({"city": "Beijing"}), ToolContext::new("c1")));
@@ -85,17 +85,17 @@ impl ToolRegistry {
     pub fn register_arc(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
         let spec = tool.spec();
         if !is_valid_tool_name(&spec.name) {
-            return Err(RegistryError::InvalidName(spec.name));
+            return Err(RegistryError::InvalidName(spec.name.to_string()));
         }
-        if self.index.contains_key(&spec.name) {
-            return Err(RegistryError::Duplicate(spec.name));
+        if self.index.contains_key(&*spec.name) {
+            return Err(RegistryError::Duplicate(spec.name.to_string()));
         }
         let validator =
             Validator::new(&spec.parameters).map_err(|e| RegistryError::InvalidSchema {
-                name: spec.name.clone(),
+                name: spec.name.to_string(),
                 message: e.message,
             })?;
-        self.index.insert(spec.name.clone(), self.entries.len());
+        self.index.insert(spec.name.to_string(), self.entries.len());
         self.entries.push(Entry {
             tool,
             spec,

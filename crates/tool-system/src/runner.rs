@@ -409,7 +409,7 @@ async fn drive_traced(
         options.tool_action_parsing,
     );
     // Refreshes the routing table: every listed tool routes, advertised or not.
-    dispatcher.specs().await;
+    dispatcher.refresh().await;
     let mut turn = TurnInfo::new(user_text).with_session(session_id);
     let mut tools = dispatcher.advertised(&turn).await;
     let counter: Arc<dyn TokenCounter> = match (&options.counter, options.context_budget) {
@@ -538,7 +538,7 @@ async fn drive_traced(
                 )
                 .await?;
                 match approval::all_done(slots) {
-                    Ok(results) => protocol.round_messages(&reading, &results),
+                    Ok(results) => protocol.round_messages(&reading, results),
                     Err(slots) => {
                         let held = approval::hold(
                             store, session_id, &*protocol, &reading, slots, user_text, &machine,
@@ -605,7 +605,7 @@ async fn drive_traced(
                         }
                     }
                 }
-                protocol.round_messages(&reading, &results)
+                protocol.round_messages(&reading, results)
             }
         };
         store.append(session_id, &round).await?;

@@ -77,7 +77,7 @@ impl FnTool {
     /// let echo = FnTool::new("echo", "Echo the text back",
     ///     json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
     ///     |args, _ctx| async move { Ok(args["text"].clone()) });
-    /// assert_eq!(echo.spec().name, "echo");
+    /// assert_eq!(&*echo.spec().name, "echo");
     /// ```
     pub fn new<F, Fut>(
         name: impl Into<String>,

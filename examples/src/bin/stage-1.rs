@@ -13,7 +13,7 @@ use serde_json::json;
 
 fn preview(m: &Message) -> String {
     let text: String = m.content().chars().take(48).collect();
-    let calls: Vec<&str> = m.tool_calls().iter().map(|c| c.name.as_str()).collect();
+    let calls: Vec<&str> = m.tool_calls().iter().map(|c| &*c.name).collect();
     let role = format!("{:?}", m.role()).to_lowercase();
     if calls.is_empty() {
         format!("{role:<9} {text:?}")

@@ -268,7 +268,7 @@ impl ToolProvider for PlainBridge {
             .list()
             .await
             .into_iter()
-            .filter(|s| s.name != DESCRIBE_TOOL && s.name != SEARCH_TOOL)
+            .filter(|s| *s.name != *DESCRIBE_TOOL && *s.name != *SEARCH_TOOL)
             .collect()
     }
     async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {

@@ -130,7 +130,7 @@ pub async fn full_schemas(b: &McpBridge) -> String {
         .list()
         .await
         .iter()
-        .filter(|s| s.name != SEARCH_TOOL && s.name != DESCRIBE_TOOL)
+        .filter(|s| *s.name != *SEARCH_TOOL && *s.name != *DESCRIBE_TOOL)
         .map(tool_system::to_openai_tool)
         .collect();
     Value::Array(all).to_string()
