@@ -4,9 +4,11 @@
 //! two rounds, one no-op tool, a fresh `MemoryStore` session per run.
 //!
 //! `cargo bench -p tool-system --bench loop_profile --no-run`, then run the binary as
-//! `loop_profile off N` or `loop_profile traced N` (a subscriber that takes every span and
-//! exports nothing) under `valgrind --tool=callgrind`; the instructions of one run are
-//! (IR(2N) - IR(N)) / N. Without arguments (as `cargo bench` runs it) it does nothing.
+//! `loop_profile off N`, `loop_profile traced N` (a subscriber that takes every span and
+//! exports nothing, set for the scope of the runs as the criterion bench does) or
+//! `loop_profile traced-global N` (the same subscriber set as the process's default, as an
+//! application does with `init()`) under `valgrind --tool=callgrind`; the instructions of one
+//! run are (IR(2N) - IR(N)) / N. Without arguments (as `cargo bench` runs it) it does nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod common;
@@ -32,7 +34,11 @@ fn main() {
     match mode.as_str() {
         "off" => go(),
         "traced" => tracing::subscriber::with_default(tracing_subscriber::registry(), go),
-        other => panic!("mode {other:?}: off or traced"),
+        "traced-global" => {
+            tracing::subscriber::set_global_default(tracing_subscriber::registry()).unwrap();
+            go()
+        }
+        other => panic!("mode {other:?}: off, traced or traced-global"),
     }
     // Not the store's teardown (N sessions freed at once): the timed bench never drops it either.
     std::process::exit(0);

@@ -1,6 +1,6 @@
 //! The dispatcher (T3, T4): one entry point for every tool call, whatever provides the tool.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -348,9 +348,10 @@ impl Dispatcher {
             // and a join per call. The call runs in place; a panic is caught the same way, and
             // a call past its time is dropped, which cancels it.
             use futures::FutureExt;
-            let call = std::panic::AssertUnwindSafe(provider.call(name, args, ctx))
-                .catch_unwind()
-                .instrument(span.clone());
+            let call = crate::trace::in_span(
+                span,
+                std::panic::AssertUnwindSafe(provider.call(name, args, ctx)).catch_unwind(),
+            );
             return match tokio::time::timeout(timeout, call).await {
                 Ok(Ok(result)) => result,
                 Ok(Err(panic)) => crashed(Some(panic)),

@@ -1,7 +1,7 @@
 //! The built-in tool registry (T2): register, get, list, execute by name. It is also the
 //! [`ToolProvider`] for built-in tools.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 

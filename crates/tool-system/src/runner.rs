@@ -14,7 +14,6 @@ use llm_core::{
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tracing::Instrument;
 
 use crate::approval::PendingApproval;
 use crate::approval::{self, ApprovalDecision, ApprovalError, ApprovalPolicy, CallState, Claim};
@@ -372,11 +371,14 @@ async fn drive(
     sink: Sink<'_>,
 ) -> Result<LoopOutput, LoopError> {
     let span = crate::trace::run_span(|| model.info(), session_id);
-    let mut traced = std::pin::pin!(
-        drive_traced(model, store, dispatcher, session_id, start, options, sink).instrument(span)
-    );
-    let r = traced.as_mut().await;
-    crate::trace::run_done(traced.span(), &r);
+    let r = crate::trace::in_span(
+        &span,
+        drive_traced(
+            model, store, dispatcher, session_id, start, options, sink, &span,
+        ),
+    )
+    .await;
+    crate::trace::run_done(&span, &r);
     r
 }
 
@@ -384,6 +386,8 @@ async fn drive(
 static ESTIMATE: std::sync::LazyLock<Arc<dyn TokenCounter>> =
     std::sync::LazyLock::new(|| Arc::new(context_engine::EstimateCounter));
 
+/// `run` is the run's span: the parent of its model calls' spans, given rather than looked up.
+#[allow(clippy::too_many_arguments)]
 async fn drive_traced(
     model: &dyn ChatModel,
     store: &dyn SessionStore,
@@ -392,6 +396,7 @@ async fn drive_traced(
     start: Start<'_>,
     options: &LoopOptions,
     sink: Sink<'_>,
+    run: &tracing::Span,
 ) -> Result<LoopOutput, LoopError> {
     let started = std::time::Instant::now();
     let mut usage: Option<Usage> = None;
@@ -505,20 +510,17 @@ async fn drive_traced(
             request = request.with_tool_choice(llm_core::ToolChoice::None);
         }
         let reader = protocol.reader(&tools, history.len());
-        let chat = crate::trace::chat_span(&info, &request);
-        let mut traced = std::pin::pin!(
-            async {
-                let mut call_usage = None;
-                let read = match model.stream(request).await {
-                    Ok(stream) => read_response(stream, reader, sink, &mut call_usage).await,
-                    Err(e) => Err(e.into()),
-                };
-                (read, call_usage)
-            }
-            .instrument(chat)
-        );
-        let (read, call_usage) = traced.as_mut().await;
-        crate::trace::chat_done(traced.span(), &read, call_usage);
+        let chat = crate::trace::chat_span(run, &info, &request);
+        let (read, call_usage) = crate::trace::in_span(&chat, async {
+            let mut call_usage = None;
+            let read = match model.stream(request).await {
+                Ok(stream) => read_response(stream, reader, sink, &mut call_usage).await,
+                Err(e) => Err(e.into()),
+            };
+            (read, call_usage)
+        })
+        .await;
+        crate::trace::chat_done(&chat, &read, call_usage);
         let reading = read?;
         add_usage(&mut usage, call_usage);
         let decision = machine.after_response(ResponseFacts {

@@ -13,12 +13,60 @@
 
 use llm_core::{ChatRequest, Message, ModelError, ModelInfo, Usage};
 use serde_json::{Value, json};
+use std::pin::Pin;
+
 use tracing::Span;
 use tracing::field::Empty;
 
 use crate::dispatch::ToolOutcome;
 use crate::protocol::{Reading, Step};
 use crate::runner::{LoopError, LoopOutput};
+
+pin_project_lite::pin_project! {
+    /// A future polled inside a span: what [`tracing::Instrument`] does (the span is entered
+    /// for each poll, and for dropping a future that did not finish, so that what a cancelled
+    /// tool logs then stays in its span), without cloning the span and without entering it
+    /// once more to drop a future that did finish (two registry calls each way, per span).
+    pub(crate) struct InSpan<'a, F> {
+        span: &'a Span,
+        #[pin]
+        fut: Option<F>,
+    }
+    impl<'a, F> PinnedDrop for InSpan<'a, F> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            if this.fut.is_some() {
+                let _entered = this.span.enter();
+                this.fut.set(None);
+            }
+        }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for InSpan<'_, F> {
+    type Output = F::Output;
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let mut this = self.project();
+        let _entered = this.span.enter();
+        let Some(fut) = this.fut.as_mut().as_pin_mut() else {
+            // Polled after it finished: a caller's bug; never ready again.
+            return std::task::Poll::Pending;
+        };
+        let out = fut.poll(cx);
+        if out.is_ready() {
+            this.fut.set(None);
+        }
+        out
+    }
+}
+
+/// `fut`, polled inside `span` ([`InSpan`]).
+pub(crate) fn in_span<F: std::future::Future>(span: &Span, fut: F) -> InSpan<'_, F> {
+    InSpan {
+        span,
+        fut: Some(fut),
+    }
+}
 
 /// The span of one run (`invoke_agent`); the model and tool calls of the run are its children.
 pub(crate) fn run_span(info: impl FnOnce() -> ModelInfo, session_id: &str) -> Span {
@@ -51,23 +99,35 @@ pub(crate) fn run_done(span: &Span, result: &Result<LoopOutput, LoopError>) {
     }
 }
 
-/// The span of one model call (`chat {model}`, kind client).
-pub(crate) fn chat_span(info: &ModelInfo, request: &ChatRequest) -> Span {
-    let span = tracing::info_span!(
-        "chat",
-        "otel.name" = %format_args!("chat {}", info.model),
-        "otel.kind" = "client",
-        "gen_ai.operation.name" = "chat",
-        "gen_ai.provider.name" = info.provider.as_deref(),
-        "gen_ai.request.model" = info.model.as_str(),
-        "gen_ai.usage.input_tokens" = Empty,
-        "gen_ai.usage.output_tokens" = Empty,
-        "gen_ai.response.finish_reasons" = Empty,
-        "gen_ai.input.messages" = Empty,
-        "gen_ai.output.messages" = Empty,
-        "error.type" = Empty,
-        "otel.status_code" = Empty,
-    );
+/// The span of one model call (`chat {model}`, kind client), a child of the run's span: given,
+/// not looked up (the registry's lookup of the current span is a tenth of a span's cost). When
+/// a filter left the run's span out, the current span is the parent, as for any span.
+pub(crate) fn chat_span(run: &Span, info: &ModelInfo, request: &ChatRequest) -> Span {
+    macro_rules! chat_span {
+        ($($parent:tt)*) => {
+            tracing::info_span!(
+                $($parent)*
+                "chat",
+                "otel.name" = %format_args!("chat {}", info.model),
+                "otel.kind" = "client",
+                "gen_ai.operation.name" = "chat",
+                "gen_ai.provider.name" = info.provider.as_deref(),
+                "gen_ai.request.model" = info.model.as_str(),
+                "gen_ai.usage.input_tokens" = Empty,
+                "gen_ai.usage.output_tokens" = Empty,
+                "gen_ai.response.finish_reasons" = Empty,
+                "gen_ai.input.messages" = Empty,
+                "gen_ai.output.messages" = Empty,
+                "error.type" = Empty,
+                "otel.status_code" = Empty,
+            )
+        };
+    }
+    let span = if run.is_disabled() {
+        chat_span!()
+    } else {
+        chat_span!(parent: run,)
+    };
     if !span.is_disabled() && llm_core::telemetry::capture_message_content() {
         let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
         span.record(
