@@ -58,7 +58,7 @@ pub trait TokenCounter: Send + Sync {
                     n += TOOL_CALL_OVERHEAD
                         + self.count_text(&call.id)
                         + self.count_text(&call.name)
-                        + self.count_text(&call.arguments.to_string());
+                        + json_tokens(&|text| self.count_text(text), &call.arguments);
                 }
             }
             Message::Tool {
@@ -70,6 +70,27 @@ pub trait TokenCounter: Send + Sync {
         }
         n
     }
+}
+
+/// The tokens of a JSON value's text (a call's arguments), written into a buffer each thread
+/// reuses instead of a new string per message.
+fn json_tokens(count_text: &dyn Fn(&str) -> usize, value: &serde_json::Value) -> usize {
+    use std::cell::RefCell;
+    use std::fmt::Write;
+    thread_local!(static TEXT: RefCell<String> = const { RefCell::new(String::new()) });
+    TEXT.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut text) => {
+            text.clear();
+            let _ = write!(text, "{value}");
+            let n = count_text(&text);
+            if text.capacity() > 64 * 1024 {
+                *text = String::new(); // one huge call does not keep its memory
+            }
+            n
+        }
+        // A counter whose count_text counts a message again (re-entered): its own string.
+        Err(_) => count_text(&value.to_string()),
+    })
 }
 
 impl fmt::Debug for dyn TokenCounter {

@@ -93,7 +93,8 @@ impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
 /// Turns a whole response into the event stream a streaming backend would send.
 /// Useful for backends that cannot stream.
 pub fn response_stream(response: ChatResponse) -> ChatStream {
-    let mut events = Vec::new();
+    let mut events =
+        Vec::with_capacity(2 + response.tool_calls.len() + response.invalid_tool_calls.len());
     if !response.content.is_empty() {
         events.push(Ok(ChatEvent::TextDelta(response.content)));
     }

@@ -182,7 +182,8 @@ pub trait CallProtocol: Send + Sync {
         true
     }
     /// The messages recording a round: the response and one result per call, in call order.
-    /// The results are handed over, so the calls move into the messages uncopied.
+    /// The results are handed over, so the calls move into the messages uncopied; the calls
+    /// are in `results` only (those in `reading`'s steps may have been moved out already).
     fn round_messages(
         &self,
         reading: &Reading,

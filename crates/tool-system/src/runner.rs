@@ -521,7 +521,7 @@ async fn drive_traced(
         })
         .await;
         crate::trace::chat_done(&chat, &read, call_usage);
-        let reading = read?;
+        let mut reading = read?;
         add_usage(&mut usage, call_usage);
         let decision = machine.after_response(ResponseFacts {
             has_calls: reading.has_calls(),
@@ -533,7 +533,7 @@ async fn drive_traced(
                     &*protocol,
                     dispatcher,
                     &options.approval,
-                    &reading,
+                    &mut reading,
                     session_id,
                     sink,
                     &mut machine,
@@ -648,19 +648,20 @@ fn tail(history: History, from: usize) -> Vec<Message> {
 /// Runs the steps of a response in order: text is emitted, each batch of calls is dispatched
 /// (concurrently when the protocol allows) as the machine plans each call; results keep call
 /// order. Calls held for approval (and, in protocols that run calls in order, the calls after
-/// them) are not run: their slots say so.
+/// them) are not run: their slots say so. The calls move from `reading` into the slots (its
+/// steps keep their order and sizes, with empty calls), uncopied.
 async fn run_steps(
     protocol: &dyn CallProtocol,
     dispatcher: &Dispatcher,
     policy: &ApprovalPolicy,
-    reading: &Reading,
+    reading: &mut Reading,
     session_id: &str,
     sink: Sink<'_>,
     machine: &mut LoopMachine,
 ) -> Result<approval::RoundSlots, LoopError> {
     let mut results = Vec::new();
     let mut held = false;
-    for step in &reading.steps {
+    for step in &mut reading.steps {
         let calls = match step {
             Step::Text(t) => {
                 emit(sink, || LoopEvent::TextDelta(t.clone())).await?;
@@ -694,6 +695,7 @@ async fn run_steps(
             calls.iter().zip(plans.iter().map(Some)),
         )
         .await;
+        let first = results.len();
         for (((c, f), plan), outcome) in calls.iter().zip(&facts).zip(&plans).zip(outcomes) {
             let Some(Ran {
                 content,
@@ -706,7 +708,7 @@ async fn run_steps(
                 } else {
                     CallState::Waiting
                 };
-                results.push((c.clone(), state));
+                results.push((moved_out(), state));
                 continue;
             };
             machine.call_done(*f, plan, &content, !is_error, answer.as_deref());
@@ -717,10 +719,19 @@ async fn run_steps(
                 is_error,
             })
             .await?;
-            results.push((c.clone(), CallState::Done { content, is_error }));
+            results.push((moved_out(), CallState::Done { content, is_error }));
+        }
+        drop(facts);
+        for ((slot, _), c) in results[first..].iter_mut().zip(calls.iter_mut()) {
+            std::mem::swap(slot, c);
         }
     }
     Ok(results)
+}
+
+/// What a call moved into its slot leaves in the reading: empty, allocating nothing.
+fn moved_out() -> PendingCall {
+    PendingCall::new(String::new(), String::new(), Value::Null)
 }
 
 /// Runs `calls` as planned — at once when the protocol runs calls concurrently (and there is
@@ -838,7 +849,11 @@ async fn read_response(
                         emit(sink, || LoopEvent::TextDelta(shown)).await?;
                     }
                 }
-                text.push_str(&t);
+                if text.is_empty() {
+                    text = t; // a whole answer in one delta is kept as it came, not copied
+                } else {
+                    text.push_str(&t);
+                }
             }
             ChatEvent::ToolCall(c) => calls.push(PendingCall::new(c.id, c.name, c.arguments)),
             ChatEvent::InvalidToolCall(bad) => {
