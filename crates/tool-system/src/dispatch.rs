@@ -1,6 +1,7 @@
 //! The dispatcher (T3, T4): one entry point for every tool call, whatever provides the tool.
 
 use foldhash::{HashMap, HashMapExt};
+use futures::FutureExt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -329,32 +330,21 @@ impl Dispatcher {
                 .map_err(|e| provider.invalid_arguments(name, &schema_problems(&e)))?;
         }
         let timeout = provider.timeout(name).unwrap_or(self.default_timeout);
-        let crashed = |panic: Option<Box<dyn std::any::Any + Send>>| {
-            // The panic text is the operator's (it may hold paths, data, secrets); the model
-            // gets a plain sentence it can act on.
-            let detail = match panic {
-                Some(p) => format!("panicked: {}", panic_text(p)),
-                None => "the task was cancelled".to_owned(),
-            };
-            Err(ToolError::new(
-                ToolErrorKind::Crashed,
-                format!("Tool {name} crashed and was stopped; try another approach or tell the user it failed."),
-            )
-            .with_detail(detail))
-        };
         if !own_task() {
             // A current-thread runtime: a task of its own would protect nothing (a tool that
             // blocks its thread blocks the only one either way) and costs a spawn, a schedule
             // and a join per call. The call runs in place; a panic is caught the same way, and
             // a call past its time is dropped, which cancels it.
-            use futures::FutureExt;
+            // The call is made inside the block: a provider or tool that panics while making
+            // its future (before any `.await`) is caught too.
             let call = crate::trace::in_span(
                 span,
-                std::panic::AssertUnwindSafe(provider.call(name, args, ctx)).catch_unwind(),
+                std::panic::AssertUnwindSafe(async { provider.call(name, args, ctx).await })
+                    .catch_unwind(),
             );
             return match tokio::time::timeout(timeout, call).await {
                 Ok(Ok(result)) => result,
-                Ok(Err(panic)) => crashed(Some(panic)),
+                Ok(Err(panic)) => Err(crashed(name, Some(panic))),
                 Err(_) => Err(ToolError::timeout(name, timeout)),
             };
         }
@@ -366,7 +356,7 @@ impl Dispatcher {
         ));
         match tokio::time::timeout(timeout, &mut task.0).await {
             Ok(Ok(result)) => result,
-            Ok(Err(join)) => crashed(join.is_panic().then(|| join.into_panic())),
+            Ok(Err(join)) => Err(crashed(name, join.is_panic().then(|| join.into_panic()))),
             Err(_) => {
                 task.0.abort();
                 Err(ToolError::timeout(name, timeout))
@@ -387,15 +377,36 @@ impl Dispatcher {
     ) -> Result<Value, ToolError> {
         for provider in &self.providers {
             let timeout = provider.timeout(name).unwrap_or(self.default_timeout);
-            let call = provider.call(name, args.clone(), ctx.clone());
+            let call = std::panic::AssertUnwindSafe(async {
+                provider.call(name, args.clone(), ctx.clone()).await
+            })
+            .catch_unwind();
             match tokio::time::timeout(timeout, call).await {
-                Ok(Err(e)) if e.kind == ToolErrorKind::NotFound => continue,
-                Ok(result) => return result,
+                Ok(Ok(Err(e))) if e.kind == ToolErrorKind::NotFound => continue,
+                Ok(Ok(result)) => return result,
+                Ok(Err(panic)) => return Err(crashed(name, Some(panic))),
                 Err(_) => return Err(ToolError::timeout(name, timeout)),
             }
         }
         Err(ToolError::not_found(name))
     }
+}
+
+/// The error of a call that panicked (or whose task was cancelled, `None`). The panic text is
+/// the operator's (it may hold paths, data, secrets); the model gets a plain sentence it can
+/// act on.
+fn crashed(name: &str, panic: Option<Box<dyn std::any::Any + Send>>) -> ToolError {
+    let detail = match panic {
+        Some(p) => format!("panicked: {}", panic_text(p)),
+        None => "the task was cancelled".to_owned(),
+    };
+    ToolError::new(
+        ToolErrorKind::Crashed,
+        format!(
+            "Tool {name} crashed and was stopped; try another approach or tell the user it failed."
+        ),
+    )
+    .with_detail(detail)
 }
 
 /// Whether a tool call runs in a task of its own: on a multi-thread runtime, so that a tool
@@ -473,6 +484,35 @@ mod tests {
         assert_eq!(out.error, Some(ToolErrorKind::NotFound));
     }
 
+    /// A provider that panics on a name it does not list: the call is a crashed result, as for
+    /// a listed tool, never a panic through the loop.
+    #[tokio::test]
+    async fn t4_a_provider_panicking_on_an_unlisted_name_is_contained() {
+        struct Broken;
+        #[async_trait::async_trait]
+        impl ToolProvider for Broken {
+            fn provider_name(&self) -> &str {
+                "broken"
+            }
+            async fn list(&self) -> Vec<ToolSpec> {
+                vec![]
+            }
+            async fn call(&self, _: &str, _: Value, _: ToolContext) -> Result<Value, ToolError> {
+                #[allow(clippy::panic)]
+                if true {
+                    panic!("secret-path-7781");
+                }
+                Ok(json!(1))
+            }
+        }
+        let d = Dispatcher::new().with_provider(Arc::new(Broken));
+        let out = d
+            .dispatch("anything", json!({}), ToolContext::new("1"))
+            .await;
+        assert_eq!(out.error, Some(ToolErrorKind::Crashed), "{}", out.content);
+        assert!(!out.content.contains("secret-path"), "{}", out.content);
+    }
+
     #[tokio::test]
     async fn t3_unlisted_name_is_offered_to_providers_before_not_found() {
         /// Lists nothing now (its service stopped) but still knows its tool names.
@@ -524,13 +564,25 @@ mod tests {
     }
 
     async fn panicking_tool_is_contained() {
-        let d = dispatcher(vec![FnTool::new("boom", "b", json!({}), |_, _| async {
-            #[allow(clippy::panic)]
-            if true {
-                panic!("kaboom");
-            }
-            Ok(json!(1))
-        })]);
+        let d = dispatcher(vec![
+            FnTool::new("boom", "b", json!({}), |_, _| async {
+                #[allow(clippy::panic)]
+                if true {
+                    panic!("kaboom");
+                }
+                Ok(json!(1))
+            }),
+            // Panics while making its future, before anything is awaited.
+            FnTool::new("early", "e", json!({}), |_, _| {
+                #[allow(clippy::panic)]
+                if true {
+                    panic!("kaboom before the future");
+                }
+                async { Ok(json!(1)) }
+            }),
+        ]);
+        let out = d.dispatch("early", json!({}), ToolContext::new("0")).await;
+        assert_eq!(out.error, Some(ToolErrorKind::Crashed), "{}", out.content);
         let out = d.dispatch("boom", json!({}), ToolContext::new("1")).await;
         assert_eq!(out.error, Some(ToolErrorKind::Crashed));
         assert!(out.content.contains("Tool boom crashed"), "{}", out.content);

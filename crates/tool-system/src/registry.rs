@@ -5,7 +5,7 @@ use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm_core::ToolSpec;
+use llm_core::{ToolSpec, TurnInfo};
 use output_control::Validator;
 use serde_json::Value;
 
@@ -167,10 +167,26 @@ impl ToolProvider for ToolRegistry {
     async fn list(&self) -> Vec<ToolSpec> {
         ToolRegistry::list(self)
     }
-    async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
-        match self.get(name) {
-            Some(tool) => tool.call(args, ctx).await,
-            None => Err(ToolError::not_found(name)),
+    async fn advertised(&self, _turn: &TurnInfo) -> Vec<ToolSpec> {
+        ToolRegistry::list(self)
+    }
+    // The tool's own future, not boxed once more by `async_trait`.
+    fn call<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        name: &'life1 str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send + 'async_trait>,
+    >
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        match self.index.get(name) {
+            Some(&i) => self.entries[i].tool.call(args, ctx),
+            None => Box::pin(std::future::ready(Err(ToolError::not_found(name)))),
         }
     }
     fn timeout(&self, name: &str) -> Option<Duration> {

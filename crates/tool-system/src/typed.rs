@@ -180,8 +180,17 @@ impl Tool for FnTool {
     fn spec(&self) -> ToolSpec {
         self.spec.clone()
     }
-    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
-        (self.handler)(args, ctx).await
+    // The handler's future as it is (already boxed), not boxed once more by `async_trait`.
+    fn call<'life0, 'async_trait>(
+        &'life0 self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        (self.handler)(args, ctx)
     }
     fn timeout(&self) -> Option<Duration> {
         self.timeout
