@@ -219,6 +219,13 @@ pub trait ToolProvider: Send + Sync {
     /// The tools available now: every tool the provider can run, with its full schema. The
     /// dispatcher routes and validates calls with these.
     async fn list(&self) -> Vec<ToolSpec>;
+    /// A number that changes whenever [`list`](ToolProvider::list) would answer differently;
+    /// a provider whose tools never change returns a constant. `None` (the default): it cannot
+    /// tell, and the dispatcher lists its tools again before every run. With `Some`, a run
+    /// whose providers all kept their revision skips listing and comparing every tool.
+    fn list_revision(&self) -> Option<u64> {
+        None
+    }
     /// The tools to show the model in this request (the request's `tools` field, or the
     /// prompt's tool list). Defaults to all of [`ToolProvider::list`]. A provider with many
     /// tools shows fewer — MCP services show short level-1 lines in the prompt and a tool's

@@ -73,6 +73,9 @@ struct Route {
 pub struct Dispatcher {
     providers: Vec<Arc<dyn ToolProvider>>,
     routes: RwLock<Arc<HashMap<String, Arc<Route>>>>,
+    /// Each provider's [`ToolProvider::list_revision`] when the table was last made from their
+    /// lists (empty before the first time).
+    revisions: RwLock<Vec<Option<u64>>>,
     default_timeout: Duration,
     max_result_bytes: usize,
 }
@@ -106,6 +109,7 @@ impl Dispatcher {
         Self {
             providers: Vec::new(),
             routes: RwLock::new(Arc::new(HashMap::new())),
+            revisions: RwLock::new(Vec::new()),
             default_timeout: DEFAULT_TOOL_TIMEOUT,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
@@ -148,12 +152,33 @@ impl Dispatcher {
     /// Refreshes the routing table (every listed tool routes, advertised or not) and gives
     /// nothing back: what a run does before its first round.
     pub(crate) async fn refresh(&self) {
+        if self.lists_unchanged() {
+            return;
+        }
         self.refresh_listing(false).await;
+    }
+
+    /// Whether every provider says, by its revision, that its list is the one the table was
+    /// made from.
+    fn lists_unchanged(&self) -> bool {
+        let known = match self.revisions.read() {
+            Ok(r) => r,
+            Err(p) => p.into_inner(),
+        };
+        known.len() == self.providers.len()
+            && self
+                .providers
+                .iter()
+                .zip(known.iter())
+                .all(|(p, k)| k.is_some() && p.list_revision() == *k)
     }
 
     /// The work of [`specs`](Self::specs); the list is collected only when `want`ed or when
     /// the table is rebuilt.
     async fn refresh_listing(&self, want: bool) -> Vec<ToolSpec> {
+        // Read before listing: a provider that changes meanwhile shows a newer revision next time.
+        let revisions: Vec<Option<u64>> =
+            self.providers.iter().map(|p| p.list_revision()).collect();
         let mut lists = Vec::with_capacity(self.providers.len());
         for p in &self.providers {
             lists.push(p.list().await);
@@ -172,6 +197,7 @@ impl Dispatcher {
             }) && seen == old.len()
         };
         if unchanged {
+            self.set_revisions(revisions);
             return if want {
                 lists.into_iter().flatten().collect()
             } else {
@@ -202,7 +228,15 @@ impl Dispatcher {
         if let Ok(mut w) = self.routes.write() {
             *w = Arc::new(table);
         }
+        self.set_revisions(revisions);
         specs
+    }
+
+    fn set_revisions(&self, revisions: Vec<Option<u64>>) {
+        match self.revisions.write() {
+            Ok(mut w) => *w = revisions,
+            Err(p) => *p.into_inner() = revisions,
+        }
     }
 
     /// The tools to show the model in one request of `turn`: each provider's
@@ -482,6 +516,91 @@ mod tests {
         let v: Value = serde_json::from_str(&out.content).unwrap();
         assert_eq!(v, json!({"success": false, "error": "Tool not found: xxx"}));
         assert_eq!(out.error, Some(ToolErrorKind::NotFound));
+    }
+
+    /// A provider with a revision is listed again only when its revision moved; then the new
+    /// list (here a schema that now wants a string) is what calls are checked against. One
+    /// without a revision is listed before every run, as before.
+    #[tokio::test]
+    async fn t3_a_provider_is_listed_again_when_its_revision_moves() {
+        use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+        struct Versioned {
+            revision: Option<Arc<AtomicU64>>,
+            lists: Arc<AtomicUsize>,
+        }
+        #[async_trait::async_trait]
+        impl ToolProvider for Versioned {
+            fn provider_name(&self) -> &str {
+                "versioned"
+            }
+            async fn list(&self) -> Vec<ToolSpec> {
+                self.lists.fetch_add(1, Ordering::SeqCst);
+                let wants = match &self.revision {
+                    Some(r) if r.load(Ordering::SeqCst) > 0 => "string",
+                    _ => "integer",
+                };
+                let schema = json!({"type": "object", "properties": {"x": {"type": wants}}, "required": ["x"]});
+                vec![ToolSpec::new("f", "f", schema)]
+            }
+            fn list_revision(&self) -> Option<u64> {
+                self.revision.as_ref().map(|r| r.load(Ordering::SeqCst))
+            }
+            async fn call(&self, _: &str, _: Value, _: ToolContext) -> Result<Value, ToolError> {
+                Ok(json!("ran"))
+            }
+        }
+        let (revision, lists) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicUsize::new(0)));
+        let d = Dispatcher::new().with_provider(Arc::new(Versioned {
+            revision: Some(Arc::clone(&revision)),
+            lists: Arc::clone(&lists),
+        }));
+        for _ in 0..3 {
+            d.refresh().await;
+        }
+        assert_eq!(
+            lists.load(Ordering::SeqCst),
+            1,
+            "same revision: listed once"
+        );
+        let out = d
+            .dispatch("f", json!({"x": 1}), ToolContext::new("1"))
+            .await;
+        assert!(out.is_ok(), "{}", out.content);
+
+        revision.store(1, Ordering::SeqCst);
+        d.refresh().await;
+        assert_eq!(
+            lists.load(Ordering::SeqCst),
+            2,
+            "a new revision: listed again"
+        );
+        let out = d
+            .dispatch("f", json!({"x": 1}), ToolContext::new("2"))
+            .await;
+        assert_eq!(
+            out.error,
+            Some(ToolErrorKind::InvalidArguments),
+            "{}",
+            out.content
+        );
+        let out = d
+            .dispatch("f", json!({"x": "one"}), ToolContext::new("3"))
+            .await;
+        assert!(out.is_ok(), "{}", out.content);
+
+        let lists = Arc::new(AtomicUsize::new(0));
+        let d = Dispatcher::new().with_provider(Arc::new(Versioned {
+            revision: None,
+            lists: Arc::clone(&lists),
+        }));
+        for _ in 0..3 {
+            d.refresh().await;
+        }
+        assert_eq!(
+            lists.load(Ordering::SeqCst),
+            3,
+            "no revision: listed every run"
+        );
     }
 
     /// A provider that panics on a name it does not list: the call is a crashed result, as for

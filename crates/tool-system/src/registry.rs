@@ -167,6 +167,10 @@ impl ToolProvider for ToolRegistry {
     async fn list(&self) -> Vec<ToolSpec> {
         ToolRegistry::list(self)
     }
+    /// A registry handed to a dispatcher is not registered into any more: its list is fixed.
+    fn list_revision(&self) -> Option<u64> {
+        Some(0)
+    }
     async fn advertised(&self, _turn: &TurnInfo) -> Vec<ToolSpec> {
         ToolRegistry::list(self)
     }

@@ -400,12 +400,11 @@ async fn drive_traced(
 ) -> Result<LoopOutput, LoopError> {
     let started = std::time::Instant::now();
     let mut usage: Option<Usage> = None;
-    let user_text = match &start {
-        Start::User(t) => *t,
-        Start::Resume(c) => c.user_text(),
-    }
-    .to_owned();
-    let user_text = user_text.as_str();
+    let user_text: std::borrow::Cow<'_, str> = match &start {
+        Start::User(t) => std::borrow::Cow::Borrowed(*t),
+        Start::Resume(c) => std::borrow::Cow::Owned(c.user_text().to_owned()),
+    };
+    let user_text = &*user_text;
     let info = model.info();
     let protocol = resolve_protocol(
         &options.protocol,
@@ -424,7 +423,10 @@ async fn drive_traced(
     };
     let mut builder =
         ContextBuilder::new(options.system_prompt.clone()).with_counter(Arc::clone(&counter));
-    builder = builder.section("tools", protocol.prompt_section(&tools).unwrap_or_default());
+    // Native function calling has no tools section: nothing is added (and built) for it.
+    if let Some(section) = protocol.prompt_section(&tools) {
+        builder = builder.section("tools", section);
+    }
     for (name, text) in &options.sections {
         builder = builder.section(name.clone(), text.clone());
     }
@@ -497,8 +499,10 @@ async fn drive_traced(
             let now = dispatcher.advertised(&turn).await;
             if now != tools {
                 tools = now;
-                builder =
-                    builder.section("tools", protocol.prompt_section(&tools).unwrap_or_default());
+                builder = match protocol.prompt_section(&tools) {
+                    Some(section) => builder.section("tools", section),
+                    None => builder.without_section("tools"),
+                };
             }
         }
         let built = builder.build(&history)?;
