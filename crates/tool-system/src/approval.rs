@@ -1077,12 +1077,14 @@ fn apply(
 
 /// Runs a claimed round: approved and waiting calls run, declined ones get their result, the
 /// whole round is appended and the slot cleared in one compare-and-set. Returns the round.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn finish(
     claimed: Claimed,
     store: &dyn SessionStore,
     protocol: &dyn CallProtocol,
     dispatcher: &Dispatcher,
     session_id: &str,
+    run: &tracing::Span,
     sink: Sink<'_>,
     machine: &mut LoopMachine,
 ) -> Result<Vec<Message>, LoopError> {
@@ -1122,6 +1124,7 @@ pub(crate) async fn finish(
         let outcomes = run_calls(
             dispatcher,
             session_id,
+            run,
             protocol.concurrent(),
             pending.iter().zip(plans.iter().map(Option::as_ref)),
         )

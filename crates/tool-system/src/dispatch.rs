@@ -295,7 +295,18 @@ impl Dispatcher {
     /// Runs one call: route, validate, run in its own task under the time limit, contain a
     /// panic, cap the result. Never fails: every failure is a result for the model.
     pub async fn dispatch(&self, name: &str, args: Value, ctx: ToolContext) -> ToolOutcome {
-        let span = crate::trace::tool_span(name, &ctx.call_id, &args);
+        self.dispatch_under(None, name, args, ctx).await
+    }
+
+    /// [`dispatch`](Self::dispatch), the call's span a child of `parent` (the loop's run span).
+    pub(crate) async fn dispatch_under(
+        &self,
+        parent: Option<&tracing::Span>,
+        name: &str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> ToolOutcome {
+        let span = crate::trace::tool_span(parent, name, &ctx.call_id, &args);
         // The span is entered where something in it runs or logs: the tool's own task (an MCP
         // request made there is its child) and the warnings below. Not around the routing and
         // the wait: entering an enabled span costs a registry lookup each way, every poll.

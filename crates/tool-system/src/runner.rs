@@ -370,7 +370,7 @@ async fn drive(
     options: &LoopOptions,
     sink: Sink<'_>,
 ) -> Result<LoopOutput, LoopError> {
-    let span = crate::trace::run_span(|| model.info(), session_id);
+    let span = crate::trace::run_span(session_id);
     let r = crate::trace::in_span(
         &span,
         drive_traced(
@@ -406,6 +406,7 @@ async fn drive_traced(
     };
     let user_text = &*user_text;
     let info = model.info();
+    crate::trace::run_model(run, &info);
     let protocol = resolve_protocol(
         &options.protocol,
         &info.model,
@@ -462,6 +463,7 @@ async fn drive_traced(
                 &*protocol,
                 dispatcher,
                 session_id,
+                run,
                 sink,
                 &mut machine,
             )
@@ -539,6 +541,7 @@ async fn drive_traced(
                     &options.approval,
                     &mut reading,
                     session_id,
+                    run,
                     sink,
                     &mut machine,
                 )
@@ -654,12 +657,14 @@ fn tail(history: History, from: usize) -> Vec<Message> {
 /// order. Calls held for approval (and, in protocols that run calls in order, the calls after
 /// them) are not run: their slots say so. The calls move from `reading` into the slots (its
 /// steps keep their order and sizes, with empty calls), uncopied.
+#[allow(clippy::too_many_arguments)]
 async fn run_steps(
     protocol: &dyn CallProtocol,
     dispatcher: &Dispatcher,
     policy: &ApprovalPolicy,
     reading: &mut Reading,
     session_id: &str,
+    run: &tracing::Span,
     sink: Sink<'_>,
     machine: &mut LoopMachine,
 ) -> Result<approval::RoundSlots, LoopError> {
@@ -695,6 +700,7 @@ async fn run_steps(
         let outcomes = run_calls(
             dispatcher,
             session_id,
+            run,
             protocol.concurrent(),
             calls.iter().zip(plans.iter().map(Some)),
         )
@@ -744,12 +750,13 @@ fn moved_out() -> PendingCall {
 pub(crate) async fn run_calls<'a>(
     dispatcher: &Dispatcher,
     session_id: &str,
+    run: &tracing::Span,
     concurrent: bool,
     calls: impl ExactSizeIterator<Item = (&'a PendingCall, Option<&'a CallPlan>)>,
 ) -> Vec<Option<Ran>> {
     let one = |(c, plan): (&'a PendingCall, Option<&'a CallPlan>)| async move {
         match plan {
-            Some(plan) => run_call(dispatcher, session_id, c, plan).await,
+            Some(plan) => run_call(dispatcher, session_id, run, c, plan).await,
             None => None,
         }
     };
@@ -789,6 +796,7 @@ impl Ran {
 pub(crate) async fn run_call(
     dispatcher: &Dispatcher,
     session_id: &str,
+    run: &tracing::Span,
     c: &PendingCall,
     plan: &CallPlan,
 ) -> Option<Ran> {
@@ -806,7 +814,9 @@ pub(crate) async fn run_call(
         CallPlan::Hold | CallPlan::Wait => return None,
         _ => {
             let ctx = ToolContext::new(c.id.clone()).with_session(session_id);
-            let out = dispatcher.dispatch(&c.name, c.arguments.clone(), ctx).await;
+            let out = dispatcher
+                .dispatch_under(Some(run), &c.name, c.arguments.clone(), ctx)
+                .await;
             Ran {
                 is_error: !out.is_ok(),
                 content: out.content,

@@ -69,7 +69,8 @@ pub(crate) fn in_span<F: std::future::Future>(span: &Span, fut: F) -> InSpan<'_,
 }
 
 /// The span of one run (`invoke_agent`); the model and tool calls of the run are its children.
-pub(crate) fn run_span(info: impl FnOnce() -> ModelInfo, session_id: &str) -> Span {
+/// The model's name and provider are recorded by [`run_model`] once the run has asked.
+pub(crate) fn run_span(session_id: &str) -> Span {
     let span = tracing::info_span!(
         "invoke_agent",
         "otel.name" = "invoke_agent",
@@ -82,10 +83,14 @@ pub(crate) fn run_span(info: impl FnOnce() -> ModelInfo, session_id: &str) -> Sp
         "error.type" = Empty,
         "otel.status_code" = Empty,
     );
-    if !span.is_disabled() {
-        record_model(&span, &info());
-    }
     span
+}
+
+/// Records the run's model on its span (the run asks the model for its info once, for both).
+pub(crate) fn run_model(span: &Span, info: &ModelInfo) {
+    if !span.is_disabled() {
+        record_model(span, info);
+    }
 }
 
 /// Records the run's outcome: its token usage, or why it failed.
@@ -163,20 +168,35 @@ pub(crate) fn chat_done(span: &Span, result: &Result<Reading, LoopError>, usage:
     }
 }
 
-/// The span of one tool call (`execute_tool {tool}`).
-pub(crate) fn tool_span(name: &str, call_id: &str, arguments: &Value) -> Span {
-    let span = tracing::info_span!(
-        "execute_tool",
-        "otel.name" = %format_args!("execute_tool {name}"),
-        "gen_ai.operation.name" = "execute_tool",
-        "gen_ai.tool.name" = name,
-        "gen_ai.tool.call.id" = call_id,
-        "gen_ai.tool.type" = "function",
-        "gen_ai.tool.call.arguments" = Empty,
-        "gen_ai.tool.call.result" = Empty,
-        "error.type" = Empty,
-        "otel.status_code" = Empty,
-    );
+/// The span of one tool call (`execute_tool {tool}`): a child of `parent` when given and
+/// enabled (the run's span, given by the loop rather than looked up), else of the current span.
+pub(crate) fn tool_span(
+    parent: Option<&Span>,
+    name: &str,
+    call_id: &str,
+    arguments: &Value,
+) -> Span {
+    macro_rules! tool_span {
+        ($($parent:tt)*) => {
+            tracing::info_span!(
+                $($parent)*
+                "execute_tool",
+                "otel.name" = %format_args!("execute_tool {name}"),
+                "gen_ai.operation.name" = "execute_tool",
+                "gen_ai.tool.name" = name,
+                "gen_ai.tool.call.id" = call_id,
+                "gen_ai.tool.type" = "function",
+                "gen_ai.tool.call.arguments" = Empty,
+                "gen_ai.tool.call.result" = Empty,
+                "error.type" = Empty,
+                "otel.status_code" = Empty,
+            )
+        };
+    }
+    let span = match parent {
+        Some(run) if !run.is_disabled() => tool_span!(parent: run,),
+        _ => tool_span!(),
+    };
     if !span.is_disabled() && llm_core::telemetry::capture_message_content() {
         span.record("gen_ai.tool.call.arguments", arguments.to_string().as_str());
     }
