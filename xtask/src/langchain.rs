@@ -10,10 +10,13 @@
 //! under `~/.cache/llm-toolkit` (outside the clone, kept between runs), installed from the
 //! pinned `requirements.txt` beside the script.
 //!
-//! Two ratios per pair: of the central figures (criterion's estimate, the median of
-//! LangChain's repeats) and of the best ones (the fastest of criterion's longer samples, the
-//! fastest of LangChain's repeats, both ~30–60 ms of work). On a loaded machine other work
-//! only ever adds time, so the best figures are the nearer to each side's own cost.
+//! Three ratios per pair: of the central figures (criterion's estimate, the median of
+//! LangChain's repeats), of the medians (criterion's median of its samples against the same
+//! LangChain median: each side's middle sample, which a few slow samples do not move, where
+//! criterion's estimate, a fit over all samples, does), and of the best ones (the fastest of
+//! criterion's longer samples, the fastest of LangChain's repeats, both ~30–60 ms of work). On
+//! a loaded machine other work only ever adds time, so the best figures are the nearer to each
+//! side's own cost.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -182,19 +185,21 @@ fn number_after(json: &str, field: &str) -> Option<f64> {
 /// What criterion prints as a bench's time, from its `estimates.json`: the slope of its
 /// linear sampling, else the mean (criterion's own `typical_estimate`).
 fn typical_estimate(json: &str) -> Option<Estimate> {
-    let object = |name: &str| -> Option<Estimate> {
-        let key = format!("\"{name}\":");
-        let rest = &json[json.find(&key)? + key.len()..];
-        if rest.trim_start().starts_with("null") {
-            return None;
-        }
-        Some(Estimate {
-            lower: number_after(rest, "lower_bound")?,
-            point: number_after(rest, "point_estimate")?,
-            upper: number_after(rest, "upper_bound")?,
-        })
-    };
-    object("slope").or_else(|| object("mean"))
+    estimate(json, "slope").or_else(|| estimate(json, "mean"))
+}
+
+/// One of the estimates in criterion's `estimates.json` (`slope`, `mean`, `median`…).
+fn estimate(json: &str, name: &str) -> Option<Estimate> {
+    let key = format!("\"{name}\":");
+    let rest = &json[json.find(&key)? + key.len()..];
+    if rest.trim_start().starts_with("null") {
+        return None;
+    }
+    Some(Estimate {
+        lower: number_after(rest, "lower_bound")?,
+        point: number_after(rest, "point_estimate")?,
+        upper: number_after(rest, "upper_bound")?,
+    })
 }
 
 /// The fastest time per iteration (ns) among the upper half of criterion's samples by
@@ -248,9 +253,9 @@ fn parse_round(output: &str) -> Option<LangChainRound> {
     })
 }
 
-/// Our side once: criterion's estimate of one `Agent::run` (ns), from the run's
-/// `estimates.json`, and its best sample (ns) from `sample.json`.
-fn ours(criterion_home: &Path, log: &Path) -> Result<(Estimate, f64), String> {
+/// Our side once, in ns per `Agent::run`: criterion's estimate and its median, from the run's
+/// `estimates.json`, and its best sample from `sample.json`.
+fn ours(criterion_home: &Path, log: &Path) -> Result<(Estimate, f64, f64), String> {
     let new = criterion_home.join(GROUP).join(BENCH).join("new");
     let estimates = new.join("estimates.json");
     let samples = new.join("sample.json");
@@ -271,13 +276,16 @@ fn ours(criterion_home: &Path, log: &Path) -> Result<(Estimate, f64), String> {
             log.display()
         )
     })?;
-    let estimate =
+    let typical =
         typical_estimate(&json).ok_or_else(|| format!("no estimate in {}", estimates.display()))?;
+    let middle = estimate(&json, "median")
+        .ok_or_else(|| format!("no median in {}", estimates.display()))?
+        .point;
     let best = std::fs::read_to_string(&samples)
         .ok()
         .and_then(|json| best_sample(&json))
         .ok_or_else(|| format!("no samples in {}", samples.display()))?;
-    Ok((estimate, best))
+    Ok((typical, middle, best))
 }
 
 /// LangChain's side once.
@@ -356,7 +364,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         let ours_first = pair % 2 == 1;
         let log_ours = dir.join(format!("pair-{pair}-ours.log"));
         let log_theirs = dir.join(format!("pair-{pair}-langchain.log"));
-        let ((ours, best), theirs) = if ours_first {
+        let ((ours, middle, best), theirs) = if ours_first {
             let o = ours(&criterion_home, &log_ours)?;
             (o, theirs(&python, &log_theirs)?)
         } else {
@@ -369,8 +377,10 @@ pub fn bench(args: &[String]) -> Result<(), String> {
             load: load_before,
             ours_us: ours.point / 1000.0,
             ours_interval: (ours.lower / 1000.0, ours.upper / 1000.0),
+            ours_median_us: middle / 1000.0,
             ours_best_us: best / 1000.0,
             ratio: theirs.median_us / (ours.point / 1000.0),
+            median_ratio: theirs.median_us / (middle / 1000.0),
             best_ratio: theirs.min_us / (best / 1000.0),
             theirs,
         };
@@ -399,6 +409,10 @@ pub fn bench(args: &[String]) -> Result<(), String> {
             rows.iter().map(|r| r.ratio).collect::<Vec<_>>(),
         ),
         (
+            "of medians (criterion's median / LangChain's median)",
+            rows.iter().map(|r| r.median_ratio).collect(),
+        ),
+        (
             "best (fastest sample / fastest repeat)",
             rows.iter().map(|r| r.best_ratio).collect(),
         ),
@@ -420,30 +434,35 @@ struct Row {
     load: String,
     ours_us: f64,
     ours_interval: (f64, f64),
+    ours_median_us: f64,
     ours_best_us: f64,
     theirs: LangChainRound,
     /// LangChain's median / our estimate.
     ratio: f64,
+    /// LangChain's median / our median.
+    median_ratio: f64,
     /// LangChain's fastest repeat / our fastest sample.
     best_ratio: f64,
 }
 
 impl Row {
-    const HEADER: &str = "| pair | first | load | ours: `Agent::run` µs [criterion's interval] (best) | LangChain core: round µs, median (best) | ratio | ratio of bests |\n|---|---|---|---|---|---|---|";
+    const HEADER: &str = "| pair | first | load | ours: `Agent::run` µs [criterion's interval] median (best) | LangChain core: round µs, median (best) | ratio | ratio of medians | ratio of bests |\n|---|---|---|---|---|---|---|---|";
 
     fn markdown(&self) -> String {
         format!(
-            "| {} | {} | {} | {:.2} [{:.2}–{:.2}] ({:.2}) | {:.1} ({:.1}) | {:.0}× | {:.0}× |",
+            "| {} | {} | {} | {:.2} [{:.2}–{:.2}] {:.2} ({:.2}) | {:.1} ({:.1}) | {:.0}× | {:.0}× | {:.0}× |",
             self.pair,
             if self.ours_first { "ours" } else { "LangChain" },
             self.load,
             self.ours_us,
             self.ours_interval.0,
             self.ours_interval.1,
+            self.ours_median_us,
             self.ours_best_us,
             self.theirs.median_us,
             self.theirs.min_us,
             self.ratio,
+            self.median_ratio,
             self.best_ratio,
         )
     }
@@ -452,7 +471,7 @@ impl Row {
 #[cfg(test)]
 mod tests {
     use super::{
-        Estimate, LangChainRound, best_sample, median, pairs, parse_round, pinned_version,
+        Estimate, LangChainRound, best_sample, estimate, median, pairs, parse_round, pinned_version,
     };
     use super::{typical_estimate, venv};
 
@@ -469,6 +488,13 @@ mod tests {
                 upper: 10125.0
             })
         );
+    }
+
+    #[test]
+    fn langchain_bench_reads_criterions_median_beside_its_estimate() {
+        assert_eq!(estimate(WITH_SLOPE, "median").map(|e| e.point), Some(10.7));
+        assert_eq!(estimate(r#"{"median":null}"#, "median"), None);
+        assert_eq!(estimate(WITH_SLOPE, "nothing"), None);
     }
 
     #[test]

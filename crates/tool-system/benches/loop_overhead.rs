@@ -59,7 +59,11 @@ fn bench(c: &mut Criterion) {
     let no_exporter = telemetry::Telemetry::without_exporter("bench");
     let sink = otlp_sink();
     let otlp = telemetry::Telemetry::otlp(&sink, "bench").unwrap();
+    // Each variant below runs on an agent of its own, with an empty store like the first one
+    // had: every run adds a session, and a store already holding the sessions of the benches
+    // before (hundreds of thousands) makes a run slower by itself.
     {
+        let native = agent(ProtocolKind::Native);
         let subscriber = tracing_subscriber::registry();
         tracing::subscriber::with_default(subscriber, || {
             g.bench_function("native_run_2_rounds_traced_no_exporter", |b| {
@@ -78,6 +82,7 @@ fn bench(c: &mut Criterion) {
         ("native_run_2_rounds_traced_otlp", &otlp),
     ] {
         use tracing_subscriber::layer::SubscriberExt;
+        let native = agent(ProtocolKind::Native);
         let subscriber = tracing_subscriber::registry().with(t.layer());
         tracing::subscriber::with_default(subscriber, || {
             g.bench_function(name, |b| {
