@@ -1518,7 +1518,7 @@ mod tests {
                     .map_err(|e| TestCaseError::fail(format!("{e}: {body}")))?;
                 let tool = walk_tools()
                     .into_iter()
-                    .find(|t| call["name"] == &*t.name)
+                    .find(|t| call["name"] == *t.name)
                     .ok_or_else(|| TestCaseError::fail(format!("undeclared tool: {body}")))?;
                 ((*tool.parameters).clone(), call["arguments"].to_string())
             };
