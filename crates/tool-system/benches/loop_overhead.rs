@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -14,6 +13,29 @@ use tool_system::{Agent, ProtocolKind};
 
 fn agent(protocol: ProtocolKind) -> Agent {
     common::noop_agent(common::Instant, |b| b.protocol(protocol))
+}
+
+/// Runs a fresh session per iteration for `iters` iterations, on a new agent (an empty
+/// in-memory store) every 1,000, and gives the time of the runs alone. One agent for a whole
+/// bench would keep every session: hundreds of thousands, a kilobyte each, so that a run would
+/// also pay for a growing heap's page faults and a growing map's rehashing — the cost of a
+/// store nobody empties, not of the loop (LangChain's round, `benches/langchain`, keeps nothing).
+fn fresh_runs(iters: u64, make: impl Fn() -> Agent, run: impl Fn(&Agent, String)) -> Duration {
+    const PER_AGENT: u64 = 1_000;
+    let mut total = Duration::ZERO;
+    let mut done = 0;
+    while done < iters {
+        let agent = make();
+        let n = PER_AGENT.min(iters - done);
+        let started = std::time::Instant::now();
+        for i in 0..n {
+            run(&agent, format!("s{i}"));
+        }
+        total += started.elapsed();
+        done += n;
+        // the agent and its sessions are dropped here, outside the timing
+    }
+    total
 }
 
 fn bench(c: &mut Criterion) {
@@ -25,28 +47,30 @@ fn bench(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(3))
         .warm_up_time(Duration::from_secs(1));
     let native = agent(ProtocolKind::Native);
-    let n = AtomicU64::new(0);
+    let plain = |a: &Agent, id: String| {
+        rt.block_on(a.run(&id, "go")).unwrap();
+    };
     // one run = 2 rounds (tool round + answer); a fresh session each run
     g.bench_function("native_run_2_rounds", |b| {
-        b.iter(|| {
-            let id = format!("s{}", n.fetch_add(1, Ordering::Relaxed));
-            rt.block_on(native.run(&id, "go")).unwrap()
-        })
+        b.iter_custom(|iters| fresh_runs(iters, || agent(ProtocolKind::Native), plain))
     });
     // The same run with `noop` held for approval: run → pending (state written), resume with
     // the decision (token checked, state claimed, round appended) → answer.
-    let gated = common::noop_agent(common::Instant, |b| {
-        b.protocol(ProtocolKind::Native)
-            .require_approval("noop")
-            .approval_key(tool_system::ApprovalKey::new([7u8; 32]).unwrap())
-    });
+    let gated = || {
+        common::noop_agent(common::Instant, |b| {
+            b.protocol(ProtocolKind::Native)
+                .require_approval("noop")
+                .approval_key(tool_system::ApprovalKey::new([7u8; 32]).unwrap())
+        })
+    };
     g.bench_function("native_run_held_and_resumed", |b| {
-        b.iter(|| {
-            let id = format!("h{}", n.fetch_add(1, Ordering::Relaxed));
-            rt.block_on(async {
-                let out = gated.run(&id, "go").await.unwrap();
-                let held = out.pending_approval.unwrap();
-                gated.resume(&id, &[held.calls[0].approve()]).await.unwrap()
+        b.iter_custom(|iters| {
+            fresh_runs(iters, gated, |a, id| {
+                rt.block_on(async {
+                    let out = a.run(&id, "go").await.unwrap();
+                    let held = out.pending_approval.unwrap();
+                    a.resume(&id, &[held.calls[0].approve()]).await.unwrap()
+                });
             })
         })
     });
@@ -59,18 +83,11 @@ fn bench(c: &mut Criterion) {
     let no_exporter = telemetry::Telemetry::without_exporter("bench");
     let sink = otlp_sink();
     let otlp = telemetry::Telemetry::otlp(&sink, "bench").unwrap();
-    // Each variant below runs on an agent of its own, with an empty store like the first one
-    // had: every run adds a session, and a store already holding the sessions of the benches
-    // before (hundreds of thousands) makes a run slower by itself.
     {
-        let native = agent(ProtocolKind::Native);
         let subscriber = tracing_subscriber::registry();
         tracing::subscriber::with_default(subscriber, || {
             g.bench_function("native_run_2_rounds_traced_no_exporter", |b| {
-                b.iter(|| {
-                    let id = format!("r{}", n.fetch_add(1, Ordering::Relaxed));
-                    rt.block_on(native.run(&id, "go")).unwrap()
-                })
+                b.iter_custom(|iters| fresh_runs(iters, || agent(ProtocolKind::Native), plain))
             });
         });
     }
@@ -82,14 +99,10 @@ fn bench(c: &mut Criterion) {
         ("native_run_2_rounds_traced_otlp", &otlp),
     ] {
         use tracing_subscriber::layer::SubscriberExt;
-        let native = agent(ProtocolKind::Native);
         let subscriber = tracing_subscriber::registry().with(t.layer());
         tracing::subscriber::with_default(subscriber, || {
             g.bench_function(name, |b| {
-                b.iter(|| {
-                    let id = format!("t{}", n.fetch_add(1, Ordering::Relaxed));
-                    rt.block_on(native.run(&id, "go")).unwrap()
-                })
+                b.iter_custom(|iters| fresh_runs(iters, || agent(ProtocolKind::Native), plain))
             });
         });
     }

@@ -292,8 +292,9 @@ impl Dispatcher {
         self.table().get(name).cloned()
     }
 
-    /// Runs one call: route, validate, run in its own task under the time limit, contain a
-    /// panic, cap the result. Never fails: every failure is a result for the model.
+    /// Runs one call: route, validate, run under the time limit (in a task of its own on a
+    /// multi-thread runtime, in place on a current-thread one), contain a panic, cap the result.
+    /// Never fails: every failure is a result for the model.
     pub async fn dispatch(&self, name: &str, args: Value, ctx: ToolContext) -> ToolOutcome {
         self.dispatch_under(None, name, args, ctx).await
     }
@@ -307,7 +308,7 @@ impl Dispatcher {
         ctx: ToolContext,
     ) -> ToolOutcome {
         let span = crate::trace::tool_span(parent, name, &ctx.call_id, &args);
-        // The span is entered where something in it runs or logs: the tool's own task (an MCP
+        // The span is entered where something in it runs or logs: the tool's call (an MCP
         // request made there is its child) and the warnings below. Not around the routing and
         // the wait: entering an enabled span costs a registry lookup each way, every poll.
         let result = self.try_dispatch(name, args, ctx, &span).await;
