@@ -71,7 +71,7 @@ pub(crate) fn in_span<F: std::future::Future>(span: &Span, fut: F) -> InSpan<'_,
 /// The span of one run (`invoke_agent`); the model and tool calls of the run are its children.
 /// The model's name and provider are recorded by [`run_model`] once the run has asked.
 pub(crate) fn run_span(session_id: &str) -> Span {
-    let span = tracing::info_span!(
+    tracing::info_span!(
         "invoke_agent",
         "otel.name" = "invoke_agent",
         "gen_ai.operation.name" = "invoke_agent",
@@ -82,8 +82,7 @@ pub(crate) fn run_span(session_id: &str) -> Span {
         "gen_ai.usage.output_tokens" = Empty,
         "error.type" = Empty,
         "otel.status_code" = Empty,
-    );
-    span
+    )
 }
 
 /// Records the run's model on its span (the run asks the model for its info once, for both).
