@@ -124,7 +124,9 @@ const EXECUTABLES_LIMIT: u64 = 16 << 30;
 /// without end: one per crate, per checkout path (CI's clone and the developer's tree hash
 /// differently) and per dependency change. On 2026-11-25 they reached 32 GiB and a link failed
 /// with a full disk. Above [`EXECUTABLES_LIMIT`] those not written in the last two hours are
-/// removed; cargo links any it needs again (its fingerprint sees the output missing).
+/// removed, and then, while still above it, the oldest of the recent ones (on 2026-11-26 two
+/// full test builds within two hours, the tree's and a CI clone's, left 37 GiB of recent ones
+/// and 6 GB of disk); cargo links any it needs again (its fingerprint sees the output missing).
 fn prune_executables(deps: &Path, limit: u64) {
     use std::os::unix::fs::PermissionsExt;
     let recent = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 3600);
@@ -144,22 +146,29 @@ fn prune_executables(deps: &Path, limit: u64) {
                 .then(|| (e.path(), meta.len(), modified))
         })
         .collect();
-    let total: u64 = executables.iter().map(|e| e.1).sum();
+    let mut total: u64 = executables.iter().map(|e| e.1).sum();
     if total <= limit {
         return;
     }
-    let old: Vec<&(PathBuf, u64, std::time::SystemTime)> =
-        executables.iter().filter(|e| e.2 < recent).collect();
+    let before = total;
+    let mut by_age = executables;
+    by_age.sort_by_key(|e| e.2);
+    let mut removed = 0;
+    for (path, len, modified) in &by_age {
+        if *modified >= recent && total <= limit {
+            break;
+        }
+        if std::fs::remove_file(path).is_ok() {
+            total -= len;
+            removed += 1;
+        }
+    }
     eprintln!(
-        "\n==> removing {} old test executables from {} ({} GiB of executables, above {} GiB)",
-        old.len(),
+        "\n==> removed {removed} test executables from {} ({} GiB of executables, above {} GiB: the old ones, then the oldest recent ones while above)",
         deps.display(),
-        total >> 30,
+        before >> 30,
         limit >> 30
     );
-    for (path, _, _) in old {
-        let _ = std::fs::remove_file(path);
-    }
 }
 
 /// Bytes of the files under `path` (symbolic links not followed; unreadable parts count 0).
@@ -490,7 +499,7 @@ mod tests {
     use super::{dir_size, prune_executables};
 
     #[test]
-    fn old_executables_go_above_the_limit_libraries_and_recent_ones_stay() {
+    fn old_executables_go_above_the_limit_then_recent_ones_while_above_and_libraries_stay() {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("xtask-prune-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -519,6 +528,13 @@ mod tests {
         prune_executables(&dir, 100); // above it: only the old executable goes
         assert!(!dir.join("old_test-1").exists());
         for kept in ["new_test-2", "libdep-3.rlib", "notes-4"] {
+            assert!(dir.join(kept).exists(), "{kept}");
+        }
+        // Still above a smaller limit with only recent executables left: they go too, never
+        // libraries or other files.
+        prune_executables(&dir, 10);
+        assert!(!dir.join("new_test-2").exists());
+        for kept in ["libdep-3.rlib", "notes-4"] {
             assert!(dir.join(kept).exists(), "{kept}");
         }
         let _ = std::fs::remove_dir_all(&dir);
