@@ -379,20 +379,9 @@ impl Dispatcher {
         if !own_task() {
             // A current-thread runtime: a task of its own would protect nothing (a tool that
             // blocks its thread blocks the only one either way) and costs a spawn, a schedule
-            // and a join per call. The call runs in place; a panic is caught the same way, and
-            // a call past its time is dropped, which cancels it.
-            // The call is made inside the block: a provider or tool that panics while making
-            // its future (before any `.await`) is caught too.
-            let call = crate::trace::in_span(
-                span,
-                std::panic::AssertUnwindSafe(async { provider.call(name, args, ctx).await })
-                    .catch_unwind(),
-            );
-            return match tokio::time::timeout(timeout, call).await {
-                Ok(Ok(result)) => result,
-                Ok(Err(panic)) => Err(crashed(name, Some(panic))),
-                Err(_) => Err(ToolError::timeout(name, timeout)),
-            };
+            // and a join per call. The call runs in place.
+            let call = async { provider.call(name, args, ctx).await };
+            return in_place(name, timeout, crate::trace::in_span(span, call)).await;
         }
         let tool_name = name.to_owned();
         // Aborted when this future is dropped (the loop was cancelled) or the time is up.
@@ -423,18 +412,28 @@ impl Dispatcher {
     ) -> Result<Value, ToolError> {
         for provider in &self.providers {
             let timeout = provider.timeout(name).unwrap_or(self.default_timeout);
-            let call = std::panic::AssertUnwindSafe(async {
-                provider.call(name, args.clone(), ctx.clone()).await
-            })
-            .catch_unwind();
-            match tokio::time::timeout(timeout, call).await {
-                Ok(Ok(Err(e))) if e.kind == ToolErrorKind::NotFound => continue,
-                Ok(Ok(result)) => return result,
-                Ok(Err(panic)) => return Err(crashed(name, Some(panic))),
-                Err(_) => return Err(ToolError::timeout(name, timeout)),
+            let call = async { provider.call(name, args.clone(), ctx.clone()).await };
+            match in_place(name, timeout, call).await {
+                Err(e) if e.kind == ToolErrorKind::NotFound => continue,
+                result => return result,
             }
         }
         Err(ToolError::not_found(name))
+    }
+}
+
+/// Runs a call in this task under `timeout`: a panic is a crashed result (also one raised
+/// while the call makes its future, when `call` is an `async` block that makes it), and a call
+/// past its time is dropped, which cancels it.
+async fn in_place(
+    name: &str,
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<Value, ToolError>>,
+) -> Result<Value, ToolError> {
+    match tokio::time::timeout(timeout, std::panic::AssertUnwindSafe(call).catch_unwind()).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(panic)) => Err(crashed(name, Some(panic))),
+        Err(_) => Err(ToolError::timeout(name, timeout)),
     }
 }
 
