@@ -2,9 +2,10 @@
 //!
 //! Sessions of chat messages (C1), a system prompt composed of a base prompt and per-turn
 //! sections (C2), requests built inside a token budget with a real tokenizer where one is known
-//! (C3), and durable session stores (C4): [`MemoryStore`], [`SqliteStore`] and, with the cargo
-//! feature `postgres`, `PostgresStore` for several processes sharing one PostgreSQL database
-//! (what each promises: `docs/stores.md`).
+//! (C3), and durable session stores (C4): [`MemoryStore`], `SqliteStore` (cargo feature
+//! `sqlite`, on by default: it compiles SQLite from C) and, with the cargo feature `postgres`,
+//! `PostgresStore` for several processes sharing one PostgreSQL database (what each promises:
+//! `docs/stores.md`).
 //!
 //! Messages are [`llm_core::Message`]s. A tool loop needs three things from this crate:
 //!
@@ -13,6 +14,7 @@
 //! 3. build the messages of one request: [`ContextBuilder::build`] on a [`History`].
 //!
 //! ```
+//! # #[cfg(feature = "sqlite")]
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use context_engine::{counter_for_model, ContextBuilder, History, SessionStore, SqliteStore};
@@ -35,6 +37,7 @@
 //!     .build(&history)?;
 //! assert_eq!(ctx.messages.len(), 2);                  // system + user
 //! # Ok(()) }
+//! # #[cfg(not(feature = "sqlite"))] fn main() {}
 //! ```
 
 mod builder;
@@ -45,9 +48,10 @@ mod tokens;
 pub use builder::{BuiltContext, ContextBuilder, ContextError, DropReason, Dropped};
 pub use history::{History, Session};
 pub use store::{
-    ChangeFeed, ChangeSender, Durability, MemoryStore, SessionStore, SqliteStore, StateChange,
-    StoreChange, StoreError,
+    ChangeFeed, ChangeSender, MemoryStore, SessionStore, StateChange, StoreChange, StoreError,
 };
+#[cfg(feature = "sqlite")]
+pub use store::{Durability, SqliteStore};
 #[cfg(feature = "postgres")]
 pub use store::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use tokens::{

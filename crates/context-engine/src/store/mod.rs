@@ -1,16 +1,18 @@
-//! Session stores (C4): the [`SessionStore`] trait, [`MemoryStore`], [`SqliteStore`] and (cargo
+//! Session stores (C4): the [`SessionStore`] trait, [`MemoryStore`], `SqliteStore` (cargo feature `sqlite`, on by default) and (cargo
 //! feature `postgres`) `PostgresStore`.
 
 mod changes;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use changes::{ChangeFeed, ChangeSender, StoreChange};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
+#[cfg(feature = "sqlite")]
 pub use sqlite::{Durability, SqliteStore};
 
 use std::path::PathBuf;
@@ -193,6 +195,7 @@ impl<'a> StateChange<'a> {
 }
 
 /// Message `seq` of session `id` from the JSON text a store kept ([`encode`]'s inverse).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn decode(id: &str, seq: i64, text: &str) -> Result<Message, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Decode {
         id: id.to_owned(),
@@ -203,6 +206,7 @@ pub(crate) fn decode(id: &str, seq: i64, text: &str) -> Result<Message, StoreErr
 
 /// A round's messages as the JSON text each store keeps (serde_json escapes a NUL inside strings
 /// as `\u0000`, so the text never holds one: PostgreSQL's `text` could not).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn encode(round: &[Message]) -> Result<Vec<String>, StoreError> {
     round
         .iter()
@@ -277,7 +281,7 @@ pub trait SessionStore: Send + Sync {
     /// [`StoreError::NotFound`] if the session does not exist.
     ///
     /// Optional: the default answers [`StoreError::Unsupported`]. [`MemoryStore`],
-    /// [`SqliteStore`] and `PostgresStore` implement it.
+    /// `SqliteStore` and `PostgresStore` implement it.
     async fn get_state(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
         let _ = (id, key);
         Err(StoreError::Unsupported {
@@ -310,7 +314,7 @@ pub trait SessionStore: Send + Sync {
     /// The default calls [`load`](Self::load) then [`get_state`](Self::get_state) (so a store
     /// without state slots answers [`StoreError::Unsupported`]), and a change committed between
     /// the two may show in the slot and not in the messages. [`MemoryStore`] and
-    /// [`SqliteStore`] read both in one snapshot; `PostgresStore` in one statement (one round
+    /// `SqliteStore` read both in one snapshot; `PostgresStore` in one statement (one round
     /// trip instead of two).
     ///
     /// ```
@@ -339,7 +343,7 @@ pub trait SessionStore: Send + Sync {
     /// waits for a change instead of reading the session again and again.
     ///
     /// Optional: the default answers [`StoreError::Unsupported`] (then read again on a timer).
-    /// [`MemoryStore`] and [`SqliteStore`] report this process's changes; `PostgresStore`
+    /// [`MemoryStore`] and `SqliteStore` report this process's changes; `PostgresStore`
     /// every process's.
     async fn watch(&self) -> Result<ChangeFeed, StoreError> {
         Err(StoreError::Unsupported {

@@ -72,7 +72,7 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// (cargo feature `postgres`).
 ///
 /// * **Contract.** The same as [`MemoryStore`](super::MemoryStore) and
-///   [`SqliteStore`](super::SqliteStore), state slots included; the shared store test suite
+///   `SqliteStore`, state slots included; the shared store test suite
 ///   runs against all three.
 /// * **Durability.** A round is one transaction; `append` returns after PostgreSQL's `COMMIT`
 ///   returned, so with the server's default `synchronous_commit = on` an acknowledged round is
