@@ -4,13 +4,13 @@
 # @modelcontextprotocol/server-filesystem and server-memory, pinned, in their own prefix.
 #
 # Usage: crates/code-mode/install-eval-deps.sh [PREFIX]
-#   PREFIX defaults to $HOME/.cache/llm-toolkit/npm-code-mode-eval, where the evaluation looks
+#   PREFIX defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/llm-toolkit/npm-code-mode-eval, where the evaluation looks
 #   (or set MCP_SERVER_FILESYSTEM / MCP_SERVER_MEMORY to each server's dist/index.js).
 #   Idempotent. Needs node (>= 18) and npm on PATH and a reachable npm registry.
 set -euo pipefail
 
 VERSION="2026.8.31"
-PREFIX="${1:-${HOME}/.cache/llm-toolkit/npm-code-mode-eval}"
+PREFIX="${1:-${XDG_CACHE_HOME:-${HOME}/.cache}/llm-toolkit/npm-code-mode-eval}"
 for pkg in server-filesystem server-memory; do
   entry="${PREFIX}/node_modules/@modelcontextprotocol/${pkg}/dist/index.js"
   have=$(node -e 'try { process.stdout.write(require(process.argv[1]).version) } catch (e) {}' \

@@ -3,7 +3,7 @@
 # the official @modelcontextprotocol/server-everything, pinned, from npm.
 #
 # Usage: crates/mcp-bridge/install-test-deps.sh [PREFIX]
-#   PREFIX defaults to $HOME/.cache/llm-toolkit/npm. Idempotent: does nothing when the pinned
+#   PREFIX defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/llm-toolkit/npm. Idempotent: does nothing when the pinned
 #   version is already there. Prints the path of the server's JS entry on its last line; the
 #   tests read that path from MCP_SERVER_EVERYTHING, defaulting to
 #   PREFIX/node_modules/@modelcontextprotocol/server-everything/dist/index.js.
@@ -12,7 +12,7 @@ set -euo pipefail
 
 VERSION="2026.8.31"
 PKG="@modelcontextprotocol/server-everything"
-PREFIX="${1:-${HOME}/.cache/llm-toolkit/npm}"
+PREFIX="${1:-${XDG_CACHE_HOME:-${HOME}/.cache}/llm-toolkit/npm}"
 PKG_DIR="${PREFIX}/node_modules/${PKG}"
 ENTRY="${PKG_DIR}/dist/index.js"
 

@@ -456,16 +456,7 @@ async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
 #[tokio::test]
 async fn elicitation_form_in_the_panel_answers_server_everything() {
     let _one = BROWSER_LOCK.lock().await;
-    let entry = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(
-            ".cache/llm-toolkit/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        )
-    });
-    assert!(
-        entry.is_file(),
-        "server-everything is not installed at {} — run `cargo xtask test`",
-        entry.display()
-    );
+    let entry = testkit::npm_mcp_server("server-everything").unwrap();
     let bridge = mcp_bridge::McpBridge::new();
     bridge
         .register(

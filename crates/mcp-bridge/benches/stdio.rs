@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use mcp_bridge::inject::level1_section;
@@ -17,16 +16,10 @@ use mcp_bridge::{McpBridge, McpTool, ServiceConfig};
 use serde_json::json;
 
 fn everything_entry() -> String {
-    let path = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(
-            ".cache/llm-toolkit/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        )
-    });
-    assert!(
-        path.is_file(),
-        "server-everything missing: run `cargo xtask test`, which installs it"
-    );
-    path.to_string_lossy().into_owned()
+    match testkit::npm_mcp_server("server-everything") {
+        Ok(path) => path.to_string_lossy().into_owned(),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {

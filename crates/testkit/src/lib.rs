@@ -18,9 +18,13 @@
 //! # }
 //! ```
 
+#[cfg(feature = "mcp-http")]
 mod mcp_http;
+mod npm;
 
+#[cfg(feature = "mcp-http")]
 pub use mcp_http::{McpHttpServer, TOOLS_TTL_MS};
+pub use npm::{npm_mcp_server, toolkit_cache_dir};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

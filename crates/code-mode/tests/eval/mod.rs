@@ -224,34 +224,10 @@ fn reply_of(round: usize, m: Move) -> Reply {
     }
 }
 
-/// The MCP servers' JS entries: `MCP_SERVER_<NAME>` (EVERYTHING, FILESYSTEM, MEMORY), else the
-/// install location of `crates/code-mode/install-eval-deps.sh` (filesystem, memory) or of
-/// `crates/mcp-bridge/install-test-deps.sh` (everything).
+/// The MCP servers' JS entries: `MCP_SERVER_<NAME>` (EVERYTHING, FILESYSTEM, MEMORY), else
+/// where `cargo xtask` installs them ([`testkit::npm_mcp_server`]).
 pub fn server_entry(package: &str) -> Result<PathBuf, String> {
-    let var = format!(
-        "MCP_SERVER_{}",
-        package.trim_start_matches("server-").to_ascii_uppercase()
-    );
-    let home = PathBuf::from(std::env::var("HOME").unwrap_or_default());
-    let prefix = if package == "server-everything" {
-        ".cache/llm-toolkit/npm"
-    } else {
-        ".cache/llm-toolkit/npm-code-mode-eval"
-    };
-    let path = std::env::var(&var).map(PathBuf::from).unwrap_or_else(|_| {
-        home.join(prefix)
-            .join("node_modules/@modelcontextprotocol")
-            .join(package)
-            .join("dist/index.js")
-    });
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!(
-            "@modelcontextprotocol/{package} is not installed at {} — run crates/code-mode/install-eval-deps.sh (or set {var})",
-            path.display()
-        ))
-    }
+    testkit::npm_mcp_server(package)
 }
 
 /// The bridge's tools as plain native tools: every tool's full schema, none of the bridge's

@@ -1,7 +1,6 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use mcp_bridge::ServiceConfig;
@@ -22,17 +21,10 @@ pub fn own(name: &str, args: &[&str]) -> ServiceConfig {
 /// The JS entry of @modelcontextprotocol/server-everything: `MCP_SERVER_EVERYTHING`, else the
 /// install location of `crates/mcp-bridge/install-test-deps.sh`. Fails when missing.
 pub fn everything_entry() -> String {
-    let path = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(
-            ".cache/llm-toolkit/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        )
-    });
-    assert!(
-        path.is_file(),
-        "@modelcontextprotocol/server-everything is not installed at {} — run `cargo xtask test`, which installs it (or crates/mcp-bridge/install-test-deps.sh)",
-        path.display()
-    );
-    path.to_string_lossy().into_owned()
+    match testkit::npm_mcp_server("server-everything") {
+        Ok(path) => path.to_string_lossy().into_owned(),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// A service running server-everything over stdio with node.

@@ -1,0 +1,50 @@
+//! Where the pinned npm MCP servers the tests run against are installed.
+
+use std::path::PathBuf;
+
+/// The toolkit's cache: `$XDG_CACHE_HOME/llm-toolkit`, else `~/.cache/llm-toolkit` (the rule
+/// the local model's fetcher and `cargo xtask` follow too, so one variable points them all at
+/// another directory, as CI's first-run check does).
+pub fn toolkit_cache_dir() -> PathBuf {
+    let base = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(x) if !x.is_empty() => PathBuf::from(x),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"),
+    };
+    base.join("llm-toolkit")
+}
+
+/// The JS entry of the npm MCP server `@modelcontextprotocol/PACKAGE` (`server-everything`,
+/// `server-filesystem`, `server-memory`): `MCP_SERVER_<NAME>` when set (e.g.
+/// `MCP_SERVER_EVERYTHING`), else where `cargo xtask stage N` / `cargo xtask test` install it
+/// (`crates/mcp-bridge/install-test-deps.sh`, `crates/code-mode/install-eval-deps.sh`).
+///
+/// # Errors
+/// A message naming the path and the command that installs it, when it is not there.
+pub fn npm_mcp_server(package: &str) -> Result<PathBuf, String> {
+    let var = format!(
+        "MCP_SERVER_{}",
+        package.trim_start_matches("server-").to_ascii_uppercase()
+    );
+    let prefix = if package == "server-everything" {
+        "npm"
+    } else {
+        "npm-code-mode-eval"
+    };
+    let path = std::env::var_os(&var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            toolkit_cache_dir()
+                .join(prefix)
+                .join("node_modules/@modelcontextprotocol")
+                .join(package)
+                .join("dist/index.js")
+        });
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "@modelcontextprotocol/{package} is not installed at {} — run `cargo xtask test` or `cargo xtask stage N`, which install it (or set {var})",
+            path.display()
+        ))
+    }
+}
