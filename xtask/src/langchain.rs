@@ -550,7 +550,7 @@ mod tests {
             let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
             assert!(pairs(&args).is_err(), "{bad:?}");
         }
-        assert!(venv().ends_with(".cache/llm-toolkit/langchain-venv"));
+        assert!(venv().ends_with("llm-toolkit/langchain-venv"));
     }
 
     #[test]

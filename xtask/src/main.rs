@@ -13,46 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod langchain;
+mod needs;
 mod services;
 
-struct Stage {
-    n: u8,
-    name: &'static str,
-    packages: &'static [&'static str],
-}
-
-const STAGES: &[Stage] = &[
-    Stage {
-        n: 0,
-        name: "model-gateway",
-        packages: &["model-gateway", "local-model"],
-    },
-    Stage {
-        n: 1,
-        name: "context-engine",
-        packages: &["context-engine"],
-    },
-    Stage {
-        n: 2,
-        name: "output-control",
-        packages: &["output-control"],
-    },
-    Stage {
-        n: 3,
-        name: "tool-system",
-        packages: &["tool-system", "code-mode"],
-    },
-    Stage {
-        n: 4,
-        name: "mcp-bridge",
-        packages: &["mcp-bridge"],
-    },
-    Stage {
-        n: 5,
-        name: "messaging and chat panel",
-        packages: &["messaging", "chat-panel"],
-    },
-];
+use needs::{Need, STAGES};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -63,7 +27,7 @@ fn main() -> ExitCode {
         },
         Some("test") => test_all(),
         Some("bench") => bench(&args[1..]),
-        Some("deps") => ensure_test_deps(),
+        Some("deps") => needs::ensure(&needs::all()),
         Some("with-services") => services::run_with(&args[1..]),
         _ => Err("usage: cargo xtask <stage N | test | bench | deps | with-services CMD…>".into()),
     };
@@ -189,6 +153,20 @@ fn dir_size(path: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// The toolkit's cache: `$XDG_CACHE_HOME/llm-toolkit`, else `~/.cache/llm-toolkit` (npm MCP
+/// servers, the local model, Python virtualenvs; the same rule as the model fetcher and
+/// `testkit::toolkit_cache_dir`). CI's first-run check points `XDG_CACHE_HOME` at an empty
+/// directory (#40).
+fn toolkit_cache() -> PathBuf {
+    let base = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(x) if !x.is_empty() => PathBuf::from(x),
+        _ => std::env::var_os("HOME")
+            .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from)
+            .join(".cache"),
+    };
+    base.join("llm-toolkit")
+}
+
 fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
@@ -201,9 +179,8 @@ fn cargo() -> Command {
 
 fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
     eprintln!("\n==> {what}");
-    let status = cmd
-        .status()
-        .map_err(|e| format!("{what}: could not start: {e}"))?;
+    let status =
+        services::status_in_own_group(cmd).map_err(|e| format!("{what}: could not start: {e}"))?;
     if status.success() {
         Ok(())
     } else {
@@ -211,9 +188,15 @@ fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// A stage's demo package: `examples/stage-N`, whose binary is `stage-N`. Each has only the
+/// dependencies its demo uses, so a stage builds nothing another stage needs (#40).
+fn demo_package(n: u8) -> String {
+    format!("stage-{n}")
+}
+
 fn demo_exists(n: u8) -> bool {
     root()
-        .join(format!("examples/src/bin/stage-{n}.rs"))
+        .join(format!("examples/stage-{n}/Cargo.toml"))
         .exists()
 }
 
@@ -228,31 +211,52 @@ fn stage(n: u8) -> Result<(), String> {
         .ok_or_else(|| format!("there is no Stage {n}; stages are 0..=5"))?;
     if !demo_exists(n) || !stage.packages.iter().all(|p| crate_exists(p)) {
         return Err(format!(
-            "Stage {n} ({}) is not built yet: no examples/src/bin/stage-{n}.rs or crate",
+            "Stage {n} ({}) is not built yet: no examples/stage-{n} or crate",
             stage.name
         ));
     }
-    if n >= 4 {
-        ensure_test_deps()?;
-    } else if n == 3 && crate_exists("code-mode") {
-        ensure_bwrap()?; // code mode's scripts run in the skills sandbox
-    }
+    // The same table and code as `cargo xtask test`: what the demo and the tests need.
+    needs::ensure(stage.needs)?;
     run_demo(n, &format!("Stage {n} demo ({})", stage.name))?;
     let mut test = cargo();
     test.arg("test");
     for p in stage.packages {
         test.args(["-p", p]);
     }
-    let services = services::Services::start_without_trace_viewer()?; // e.g. PostgreSQL for Stage 1's stores
+    let services = services::Services::start(stage.needs)?; // e.g. PostgreSQL for Stage 1's stores
     run(&format!("Stage {n} tests"), test.envs(services.env()))
+}
+
+/// The OpenTelemetry variables that turn on a demo's OTLP export (the `telemetry` crate).
+const OTLP_VARS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+];
+
+/// `--features otlp` when a demo that exports traces is asked to (one of [`OTLP_VARS`] set): the
+/// exporter is built only then.
+fn demo_features(n: u8) -> Vec<&'static str> {
+    let has_otlp = std::fs::read_to_string(root().join(format!("examples/stage-{n}/Cargo.toml")))
+        .is_ok_and(|m| m.contains("\notlp = "));
+    let asked = OTLP_VARS
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()));
+    if has_otlp && asked {
+        vec!["--features", "otlp"]
+    } else {
+        vec![]
+    }
 }
 
 /// Builds and runs the Stage `n` demo (every variant of it). The build runs first and shows
 /// cargo's progress: on a fresh machine it takes minutes, and a silent screen looks hung.
 fn run_demo(n: u8, what: &str) -> Result<(), String> {
+    let package = demo_package(n);
     run(
         &format!("building the Stage {n} demo (a first build takes several minutes)"),
-        cargo().args(["build", "-p", "examples", "--bin", &format!("stage-{n}")]),
+        cargo()
+            .args(["build", "-p", &package])
+            .args(demo_features(n)),
     )?;
     for args in demo_runs(n) {
         let label = if args.len() > 1 {
@@ -263,14 +267,8 @@ fn run_demo(n: u8, what: &str) -> Result<(), String> {
         run(
             &label,
             cargo()
-                .args([
-                    "run",
-                    "--quiet",
-                    "-p",
-                    "examples",
-                    "--bin",
-                    &format!("stage-{n}"),
-                ])
+                .args(["run", "--quiet", "-p", &package])
+                .args(demo_features(n))
                 .args(*args),
         )?;
     }
@@ -290,7 +288,8 @@ fn demo_runs(n: u8) -> &'static [&'static [&'static str]] {
 
 fn test_all() -> Result<(), String> {
     prune_incremental();
-    ensure_test_deps()?;
+    let needs: Vec<Need> = needs::all();
+    needs::ensure(&needs)?;
     run(
         "cargo fmt --check",
         cargo().args(["fmt", "--all", "--check"]),
@@ -311,7 +310,7 @@ fn test_all() -> Result<(), String> {
         ]),
     )?;
     check_layers()?;
-    let services = services::Services::start_for_tests()?; // PostgreSQL on 127.0.0.1; stopped on drop
+    let services = services::Services::start(&needs)?; // on 127.0.0.1; stopped on drop or signal
     run(
         "cargo test (every crate; local-model's tests fetch the model once into the user's cache and fail, never skip, when they cannot)",
         cargo().args(["test", "--workspace"]).envs(services.env()),
@@ -394,7 +393,7 @@ fn bench(extra: &[String]) -> Result<(), String> {
     if extra.first().is_some_and(|a| a == "langchain") {
         return langchain::bench(&extra[1..]);
     }
-    let services = services::Services::start_without_trace_viewer()?; // PostgreSQL for postgres_append
+    let services = services::Services::start(&[Need::Postgres, Need::Nats])?; // postgres_append, bus_nats
     run(
         "cargo bench",
         cargo()
@@ -404,87 +403,8 @@ fn bench(extra: &[String]) -> Result<(), String> {
     )
 }
 
-/// Installs or checks what the tests need beyond cargo: the npm MCP servers (Stage 4) and
-/// Debian's Chromium and ChromeDriver (Stage 5 browser tests).
-fn ensure_test_deps() -> Result<(), String> {
-    let script = root().join("crates/mcp-bridge/install-test-deps.sh");
-    if script.exists() {
-        run("MCP test servers (npm)", Command::new("bash").arg(&script))?;
-    }
-    if crate_exists("chat-panel") {
-        ensure_chromium()?;
-    }
-    if crate_exists("skills") {
-        ensure_bwrap()?;
-    }
-    Ok(())
-}
-
-/// The skills sandbox runs each call in a bubblewrap container; its tests assert that under CI.
-fn ensure_bwrap() -> Result<(), String> {
-    if have("/usr/bin/bwrap") {
-        return Ok(());
-    }
-    eprintln!("==> installing Debian's bubblewrap for the skills sandbox");
-    let mut apt = Command::new(if is_root() { "apt-get" } else { "sudo" });
-    if !is_root() {
-        apt.arg("apt-get");
-    }
-    apt.env("DEBIAN_FRONTEND", "noninteractive");
-    let mut update = Command::new(apt.get_program());
-    update.args(apt.get_args()).args(["update", "-q"]);
-    let ok = run("apt-get update", &mut update).is_ok()
-        && run(
-            "apt-get install bubblewrap",
-            apt.args(["install", "-y", "-q", "bubblewrap"]),
-        )
-        .is_ok();
-    if ok && have("/usr/bin/bwrap") {
-        return Ok(());
-    }
-    let msg = "bubblewrap (bwrap) is needed by the skills sandbox tests and could not be installed \
-               (apt-get install bubblewrap)";
-    if ci() {
-        Err(format!("{msg}; CI=true, so this is a failure"))
-    } else {
-        Err(format!("{msg}; install it and run again"))
-    }
-}
-
 fn have(path: &str) -> bool {
     Path::new(path).exists()
-}
-
-fn ensure_chromium() -> Result<(), String> {
-    if have("/usr/bin/chromium") && have("/usr/bin/chromedriver") {
-        return Ok(());
-    }
-    eprintln!("==> installing Debian's chromium and chromium-driver for the browser tests");
-    let sudo = if is_root() { vec![] } else { vec!["sudo"] };
-    let apt = |args: &[&str]| {
-        let mut c = Command::new(if sudo.is_empty() { "apt-get" } else { "sudo" });
-        if !sudo.is_empty() {
-            c.arg("apt-get");
-        }
-        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        c
-    };
-    let ok = run("apt-get update", &mut apt(&["update", "-q"])).is_ok()
-        && run(
-            "apt-get install chromium chromium-driver",
-            &mut apt(&["install", "-y", "-q", "chromium", "chromium-driver"]),
-        )
-        .is_ok();
-    if ok && have("/usr/bin/chromium") && have("/usr/bin/chromedriver") {
-        return Ok(());
-    }
-    let msg = "Chromium and ChromeDriver are needed by the chat-panel browser tests and could not be installed \
-               (apt-get install chromium chromium-driver)";
-    if ci() {
-        Err(format!("{msg}; CI=true, so this is a failure"))
-    } else {
-        Err(format!("{msg}; install them and run again"))
-    }
 }
 
 fn is_root() -> bool {

@@ -12,7 +12,11 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
+
+use crate::needs::Need;
 
 mod nats;
 mod phoenix; // nats-server (JetStream) for messaging's bus tests
@@ -49,62 +53,133 @@ struct Service {
     name: &'static str,
     env: Vec<(String, String)>,
     dir: PathBuf,
-    stop: Box<dyn Fn() -> Result<(), String>>,
+    stop: Box<dyn Fn() -> Result<(), String> + Send>,
 }
 
+/// The servers this process started, in start order. Global so that a signal can stop them
+/// ([`watch_signals`]) as well as the [`Services`] guard's drop.
+static RUNNING: Mutex<Vec<Service>> = Mutex::new(Vec::new());
+
 /// The servers of one run; dropping this stops them (in reverse order) and removes their files.
+/// So does SIGINT, SIGTERM or SIGHUP to xtask (Ctrl-C, CI's time limit), and a later run stops
+/// what a run killed by SIGKILL left ([`reap_stale`]).
 pub struct Services {
-    running: Vec<Service>,
+    _private: (),
 }
 
 impl Services {
-    /// Starts every server the workspace's tests need.
-    pub fn start_for_tests() -> Result<Self, String> {
-        Self::start(true)
-    }
-
-    /// The same without the trace viewer (Phoenix is only for the telemetry crate's test, and
-    /// its first install takes minutes): for a stage's tests and the benchmarks.
-    pub fn start_without_trace_viewer() -> Result<Self, String> {
-        Self::start(false)
-    }
-
-    fn start(trace_viewer: bool) -> Result<Self, String> {
+    /// Starts the servers among `needs` (PostgreSQL, NATS, Phoenix; the rest are installed by
+    /// [`crate::needs::ensure`]).
+    pub fn start(needs: &[Need]) -> Result<Self, String> {
+        watch_signals();
         reap_stale();
-        let mut services = Self {
-            running: Vec::new(),
-        };
-        services.running.push(start_postgres(Cluster::Shared)?);
-        services.running.push(start_postgres(Cluster::Fault)?);
-        if trace_viewer {
-            services.running.push(phoenix::start()?);
+        // Made first, so a server that fails to start stops those started before it.
+        let services = Self { _private: () };
+        for need in needs {
+            match need {
+                Need::Postgres => {
+                    push(start_postgres(Cluster::Shared)?);
+                    push(start_postgres(Cluster::Fault)?);
+                }
+                Need::Nats => {
+                    push(nats::start(nats::Role::Shared)?);
+                    push(nats::start(nats::Role::Fault)?);
+                }
+                Need::Phoenix => push(phoenix::start()?),
+                Need::Bubblewrap | Need::McpServers | Need::Chromium => {}
+            }
         }
-        services.running.push(nats::start(nats::Role::Shared)?);
-        services.running.push(nats::start(nats::Role::Fault)?);
         Ok(services)
     }
 
     /// The variables that tell the tests where the servers are.
     pub fn env(&self) -> Vec<(String, String)> {
-        self.running.iter().flat_map(|s| s.env.clone()).collect()
+        RUNNING
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .flat_map(|s| s.env.clone())
+            .collect()
     }
+}
+
+fn push(service: Service) {
+    RUNNING
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(service);
 }
 
 impl Drop for Services {
     fn drop(&mut self) {
-        for s in self.running.drain(..).rev() {
-            eprintln!("==> stopping {}", s.name);
-            if let Err(e) = (s.stop)() {
-                eprintln!(
-                    "xtask: could not stop {}: {e} (files kept in {})",
-                    s.name,
-                    s.dir.display()
-                );
-                continue;
-            }
-            let _ = std::fs::remove_dir_all(&s.dir);
-        }
+        stop_all();
     }
+}
+
+/// Stops every server this process started, newest first, and removes their files.
+fn stop_all() {
+    let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+    for s in running.drain(..).rev() {
+        eprintln!("==> stopping {}", s.name);
+        if let Err(e) = (s.stop)() {
+            eprintln!(
+                "xtask: could not stop {}: {e} (files kept in {})",
+                s.name,
+                s.dir.display()
+            );
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(&s.dir);
+    }
+}
+
+/// The process group of the command xtask is waiting for (0: none). Commands run in a group of
+/// their own, so that a signal xtask gets reaches all of a command's processes (cargo, the test
+/// binaries, their children) exactly once, through [`watch_signals`].
+static CHILD_GROUP: AtomicU32 = AtomicU32::new(0);
+
+/// Runs `cmd` to its end in a process group of its own, which a signal to xtask is passed on to.
+pub fn status_in_own_group(cmd: &mut Command) -> std::io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::CommandExt;
+    watch_signals();
+    let mut child = cmd.process_group(0).spawn()?;
+    CHILD_GROUP.store(child.id(), Ordering::SeqCst);
+    let status = child.wait();
+    CHILD_GROUP.store(0, Ordering::SeqCst);
+    status
+}
+
+/// On SIGINT, SIGTERM or SIGHUP: passes the signal on to the running command's process group,
+/// stops every server this process started, and exits with 128 + the signal's number (#40: a
+/// `cargo xtask test` ended by a time limit left PostgreSQL and Phoenix running for as long as
+/// the machine lived). Installed once; before it, a signal ends xtask as usual.
+pub fn watch_signals() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!(
+                    "xtask: cannot watch for signals ({e}); servers a killed run leaves are stopped by the next run"
+                );
+                return;
+            }
+        };
+        std::thread::spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                eprintln!("\nxtask: got signal {signal}: stopping what it started");
+                let group = CHILD_GROUP.load(Ordering::SeqCst);
+                if group != 0 {
+                    let _ = Command::new("kill")
+                        .args([&format!("-{signal}"), "--", &format!("-{group}")])
+                        .status();
+                }
+                stop_all();
+                std::process::exit(128 + signal);
+            }
+        });
+    });
 }
 
 /// `cargo xtask with-services CMD ARGS…`: runs one command with the test servers up.
@@ -115,11 +190,8 @@ pub fn run_with(cmd: &[String]) -> Result<(), String> {
                 .into(),
         );
     };
-    let services = Services::start_for_tests()?;
-    let status = Command::new(program)
-        .args(args)
-        .envs(services.env())
-        .status()
+    let services = Services::start(&crate::needs::all())?;
+    let status = status_in_own_group(Command::new(program).args(args).envs(services.env()))
         .map_err(|e| format!("{program}: could not start: {e}"))?;
     if status.success() {
         Ok(())
@@ -180,11 +252,10 @@ fn as_service_user(program: &Path) -> Command {
     }
 }
 
-/// A virtualenv of the project's: `~/.cache/llm-toolkit/NAME`, outside the clone, kept between
-/// runs.
+/// A virtualenv of the project's: `NAME` in the toolkit cache ([`crate::toolkit_cache`]),
+/// outside the clone, kept between runs.
 pub(super) fn cache_venv(name: &str) -> PathBuf {
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    home.join(".cache/llm-toolkit").join(name)
+    crate::toolkit_cache().join(name)
 }
 
 /// The Python that makes virtualenvs: `$PYTHON`, else `python3`.

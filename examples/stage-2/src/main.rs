@@ -47,7 +47,7 @@ fn show(after: &str, events: Vec<TagEvent>) {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (model, which) = examples::demo_model().await?;
+    let (model, which) = demo_support::demo_model().await?;
     println!("Stage 2 demo: {which} (for section 3; sections 1 and 2 parse fixed texts)");
     println!();
     println!("== Stage 2: streaming <tool_action> parsing (spec 000) ==");

@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("context-engine-stage-1-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("sessions.db");
-    let (model, which) = examples::demo_model().await?;
+    let (model, which) = demo_support::demo_model().await?;
     println!("Stage 1 demo: {which}");
     println!("Session store at {}", path.display());
 

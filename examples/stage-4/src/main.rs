@@ -49,11 +49,18 @@ impl ChatModel for ScriptedModel {
 }
 
 fn everything_entry() -> Option<String> {
-    let path = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(
-            ".cache/llm-toolkit/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        )
-    });
+    // where `cargo xtask stage 4` installs it: the toolkit cache ($XDG_CACHE_HOME or ~/.cache)
+    let cache = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(x) if !x.is_empty() => PathBuf::from(x),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"),
+    };
+    let path = std::env::var("MCP_SERVER_EVERYTHING")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            cache.join(
+                "llm-toolkit/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+            )
+        });
     path.is_file().then(|| path.to_string_lossy().into_owned())
 }
 
@@ -64,7 +71,7 @@ fn approx_tokens(s: &str) -> usize {
 
 #[tokio::main]
 async fn main() {
-    let _traces = examples::init_tracing("llm-toolkit-stage-4");
+    let _traces = demo_support::init_tracing("llm-toolkit-stage-4");
     let Some(entry) = everything_entry() else {
         eprintln!(
             "server-everything is not installed: run `cargo xtask stage 4` (or crates/mcp-bridge/install-test-deps.sh)"

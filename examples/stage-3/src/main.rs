@@ -207,7 +207,7 @@ async fn local_model_run() -> Result<(), Box<dyn std::error::Error>> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let _traces = examples::init_tracing("llm-toolkit-stage-3");
+    let _traces = demo_support::init_tracing("llm-toolkit-stage-3");
     let (config, _offline) = match OpenAiConfig::from_env()? {
         Some(cfg) => {
             println!(

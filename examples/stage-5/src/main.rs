@@ -1,13 +1,13 @@
 //! Stage 5 demo: the chat panel with an agent that can call `send_message` with quick replies.
 //!
 //! ```text
-//! cargo run -p examples --bin stage-5                 # serve until Ctrl-C; open the printed address
-//! cargo run -p examples --bin stage-5 -- --smoke      # serve, one real HTTP round trip against itself, exit 0
-//! STAGE_DEMO_SECONDS=30 cargo run -p examples --bin stage-5   # serve for 30 s, then exit 0
-//! PANEL_ADDR=127.0.0.1:8080 cargo run -p examples --bin stage-5   # fixed port (loopback only)
-//! PANEL_DB=/tmp/panel.sqlite3 cargo run -p examples --bin stage-5  # where conversations are kept
+//! cargo run -p stage-5                 # serve until Ctrl-C; open the printed address
+//! cargo run -p stage-5 -- --smoke      # serve, one real HTTP round trip against itself, exit 0
+//! STAGE_DEMO_SECONDS=30 cargo run -p stage-5   # serve for 30 s, then exit 0
+//! PANEL_ADDR=127.0.0.1:8080 cargo run -p stage-5   # fixed port (loopback only)
+//! PANEL_DB=/tmp/panel.sqlite3 cargo run -p stage-5  # where conversations are kept
 //! DATABASE_URL=postgres://USER@127.0.0.1/DB NATS_URL=nats://127.0.0.1:4222 \
-//!   PANEL_ADDR=127.0.0.1:8081 cargo run -p examples --bin stage-5  # one of several workers (docs/workers.md)
+//!   PANEL_ADDR=127.0.0.1:8081 cargo run -p stage-5  # one of several workers (docs/workers.md)
 //! ```
 //!
 //! With `OPENAI_API_KEY` / `OPENAI_BASE_URL` (and `OPENAI_MODEL`) set, the agent is that model.
@@ -161,7 +161,7 @@ fn show(events: &[(String, Value)]) {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let _traces = examples::init_tracing("llm-toolkit-stage-5");
+    let _traces = demo_support::init_tracing("llm-toolkit-stage-5");
     let smoke = std::env::args().any(|a| a == "--smoke");
     let seconds: Option<u64> = std::env::var("STAGE_DEMO_SECONDS")
         .ok()
