@@ -68,6 +68,36 @@ async fn g1_config_base_url_key_model_and_headers_reach_the_server() {
     assert_eq!(server.requests()[1].body["model"], "qwen-max");
 }
 
+/// An `https://` provider is reached over rustls with *ring* as its crypto provider (the
+/// workspace builds no other, #40): the client is built without a panic ("no process-level
+/// CryptoProvider"), its first bytes on the wire are a TLS handshake record, and a server that
+/// hangs up mid-handshake is a typed error.
+#[tokio::test]
+async fn g1_an_https_provider_is_reached_over_tls_and_a_broken_handshake_is_a_typed_error() {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let first_bytes = tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut record = [0u8; 3];
+        conn.read_exact(&mut record).await.unwrap();
+        record // the connection and the listener close here: later attempts are refused
+    });
+    let model = OpenAiModel::new(
+        OpenAiConfig::new("test-model")
+            .with_base_url(format!("https://127.0.0.1:{port}/v1"))
+            .with_api_key("sk-test")
+            .with_retry(fast_retry())
+            .with_timeout(Duration::from_secs(5)),
+    )
+    .unwrap();
+    let err = model.chat(ask()).await.unwrap_err();
+    let record = first_bytes.await.unwrap();
+    assert_eq!(record[0], 0x16, "a TLS handshake record: {record:?}");
+    assert_eq!(record[1], 0x03, "TLS 1.x: {record:?}");
+    assert!(!err.to_string().is_empty(), "{err:?}");
+}
+
 #[tokio::test]
 async fn g1_debug_output_redacts_the_api_key() {
     let cfg = OpenAiConfig::new("m").with_api_key("sk-very-secret");

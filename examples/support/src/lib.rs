@@ -40,11 +40,11 @@ pub async fn demo_model() -> Result<(Arc<dyn ChatModel>, String), Box<dyn std::e
 
 /// What [`init_tracing`] returns: keep it alive until the end of `main` (dropping it sends the
 /// last spans when OTLP export is on).
-#[cfg(feature = "otlp")]
-pub type Traces = Option<telemetry::Telemetry>;
-/// What [`init_tracing`] returns (this build has no OTLP export: its `otlp` feature is off).
-#[cfg(not(feature = "otlp"))]
-pub type Traces = ();
+#[must_use]
+pub struct Traces {
+    #[cfg(feature = "otlp")]
+    _telemetry: Option<telemetry::Telemetry>,
+}
 
 /// Sets up the demo's `tracing`: log lines by `RUST_LOG` (default `warn`). Built with the `otlp`
 /// feature (`cargo xtask stage N` turns it on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set), the
@@ -63,7 +63,9 @@ pub fn init_tracing(service_name: &str) -> Traces {
                             .or_else(|_| std::env::var(telemetry::ENDPOINT_VAR))
                             .unwrap_or_default()
                     );
-                    return Some(t);
+                    return Traces {
+                        _telemetry: Some(t),
+                    };
                 }
                 Err(e) => eprintln!("traces off: {e}"),
             },
@@ -90,6 +92,8 @@ pub fn init_tracing(service_name: &str) -> Traces {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .try_init();
-    #[cfg(feature = "otlp")]
-    return None;
+    Traces {
+        #[cfg(feature = "otlp")]
+        _telemetry: None,
+    }
 }
