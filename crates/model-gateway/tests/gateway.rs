@@ -68,10 +68,9 @@ async fn g1_config_base_url_key_model_and_headers_reach_the_server() {
     assert_eq!(server.requests()[1].body["model"], "qwen-max");
 }
 
-/// An `https://` provider is reached over rustls with *ring* as its crypto provider (the
-/// workspace builds no other, #40): the client is built without a panic ("no process-level
-/// CryptoProvider"), its first bytes on the wire are a TLS handshake record, and a server that
-/// hangs up mid-handshake is a typed error.
+/// An `https://` provider is reached over TLS: the client is built without a panic (reqwest
+/// panics when rustls has no crypto provider, #40), its first bytes on the wire are a TLS
+/// handshake record, and a server that hangs up mid-handshake is a typed error.
 #[tokio::test]
 async fn g1_an_https_provider_is_reached_over_tls_and_a_broken_handshake_is_a_typed_error() {
     use tokio::io::AsyncReadExt;
