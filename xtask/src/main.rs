@@ -61,10 +61,7 @@ const INCREMENTAL_LIMIT: u64 = 8 << 30;
 /// the disk mid-run. Above [`INCREMENTAL_LIMIT`] it is removed (the next build of the workspace's
 /// crates is then a full one; dependencies are not touched).
 fn prune_incremental() {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map(|t| if t.is_absolute() { t } else { root().join(t) })
-        .unwrap_or_else(|| root().join("target"));
+    let target = target_dir();
     let dir = target.join("debug").join("incremental");
     let size = dir_size(&dir);
     if size > INCREMENTAL_LIMIT {
@@ -79,6 +76,14 @@ fn prune_incremental() {
         }
     }
     prune_executables(&target.join("debug").join("deps"), EXECUTABLES_LIMIT);
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace root), else `target`.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| if t.is_absolute() { t } else { root().join(t) })
+        .unwrap_or_else(|| root().join("target"))
 }
 
 /// Above this, old test, bench and demo executables are removed before the tests build.
@@ -217,12 +222,28 @@ fn stage(n: u8) -> Result<(), String> {
     }
     // The same table and code as `cargo xtask test`: what the demo and the tests need.
     needs::ensure(stage.needs)?;
+    // The demo and the tests in one build and one feature resolution: built apart, every
+    // dependency whose features differ between the two (tokio, serde_json, hyper, reqwest, …)
+    // was compiled twice, a third of a cold stage's build (#40).
+    let demo = demo_package(n);
+    let mut packages = vec!["-p", demo.as_str()];
+    for p in stage.packages {
+        packages.extend(["-p", p]);
+    }
+    run(
+        &format!(
+            "building the Stage {n} demo and the tests of {} (a first build takes minutes)",
+            stage.packages.join(", ")
+        ),
+        cargo()
+            .arg("build")
+            .args(&packages)
+            .args(["--bins", "--tests"])
+            .args(demo_features(n)),
+    )?;
     run_demo(n, &format!("Stage {n} demo ({})", stage.name))?;
     let mut test = cargo();
-    test.arg("test");
-    for p in stage.packages {
-        test.args(["-p", p]);
-    }
+    test.arg("test").args(&packages).args(demo_features(n));
     let services = services::Services::start(stage.needs)?; // e.g. PostgreSQL for Stage 1's stores
     run(&format!("Stage {n} tests"), test.envs(services.env()))
 }
@@ -248,29 +269,22 @@ fn demo_features(n: u8) -> Vec<&'static str> {
     }
 }
 
-/// Builds and runs the Stage `n` demo (every variant of it). The build runs first and shows
-/// cargo's progress: on a fresh machine it takes minutes, and a silent screen looks hung.
+/// Runs the Stage `n` demo (every variant of it), as built by the build before it (its binary
+/// in the target dir: `cargo run` would resolve the demo's features alone and build it again).
 fn run_demo(n: u8, what: &str) -> Result<(), String> {
-    let package = demo_package(n);
-    run(
-        &format!("building the Stage {n} demo (a first build takes several minutes)"),
-        cargo()
-            .args(["build", "-p", &package])
-            .args(demo_features(n)),
-    )?;
+    let binary = target_dir().join("debug").join(demo_package(n));
+    if !binary.exists() {
+        return Err(format!("{} was not built", binary.display()));
+    }
     for args in demo_runs(n) {
-        let label = if args.len() > 1 {
-            format!("{what} {}", args[1..].join(" "))
+        let label = if !args.is_empty() {
+            format!("{what} {}", args.join(" "))
         } else {
             what.to_owned()
         };
-        run(
-            &label,
-            cargo()
-                .args(["run", "--quiet", "-p", &package])
-                .args(demo_features(n))
-                .args(*args),
-        )?;
+        let mut demo = Command::new(&binary);
+        demo.current_dir(root()).args(*args);
+        run(&label, &mut demo)?;
     }
     Ok(())
 }
@@ -280,7 +294,7 @@ fn run_demo(n: u8, what: &str) -> Result<(), String> {
 /// which exercises a quick-reply click.
 fn demo_runs(n: u8) -> &'static [&'static [&'static str]] {
     if n == 5 {
-        &[&["--", "--smoke"], &["--", "--scripted", "--smoke"]]
+        &[&["--smoke"], &["--scripted", "--smoke"]]
     } else {
         &[&[]]
     }
@@ -323,6 +337,12 @@ fn test_all() -> Result<(), String> {
             .args(["test", "-p", "messaging", "--features", "nats"])
             .args(["--test", "bus_across_processes"])
             .envs(services.env()),
+    )?;
+    // The demos' binaries with the workspace's features, as the tests above were built (only
+    // the binaries link).
+    run(
+        "building the stage demos",
+        cargo().args(["build", "--workspace", "--bins", "--tests"]),
     )?;
     for s in STAGES.iter().filter(|s| demo_exists(s.n)) {
         run_demo(s.n, &format!("Stage {} demo", s.n))?;
