@@ -310,14 +310,15 @@ fn test_all() -> Result<(), String> {
     )?;
     run(
         "cargo clippy -D warnings",
-        // With messaging's `nats` feature, so the broker backend is linted too (the other
-        // optional features — context-engine's `postgres` — are on through dev-dependencies).
+        // With messaging's `nats` feature, so the broker backend is linted too, and tool-system's
+        // `bench-traced` (its traced-loop bench); the other optional features — context-engine's
+        // `postgres` and `sqlite` — are on through dev-dependencies.
         cargo().args([
             "clippy",
             "--workspace",
             "--all-targets",
             "--features",
-            "messaging/nats",
+            "messaging/nats,tool-system/bench-traced",
             "--",
             "-D",
             "warnings",
@@ -418,6 +419,8 @@ fn bench(extra: &[String]) -> Result<(), String> {
         "cargo bench",
         cargo()
             .args(["bench", "--workspace"])
+            // the benches behind features (a bench whose features are off is not run)
+            .args(["--features", "tool-system/bench-traced,messaging/nats"])
             .args(extra)
             .envs(services.env()),
     )

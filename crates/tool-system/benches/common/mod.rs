@@ -63,3 +63,30 @@ pub fn noop_agent(
     .build()
     .unwrap()
 }
+
+/// Runs a fresh session per iteration for `iters` iterations, on a new agent (an empty
+/// in-memory store) every 1,000, and gives the time of the runs alone. One agent for a whole
+/// bench would keep every session: hundreds of thousands, a kilobyte each, so that a run would
+/// also pay for a growing heap's page faults and a growing map's rehashing — the cost of a
+/// store nobody empties, not of the loop (LangChain's round, `benches/langchain`, keeps nothing).
+pub fn fresh_runs(
+    iters: u64,
+    make: impl Fn() -> Agent,
+    run: impl Fn(&Agent, String),
+) -> std::time::Duration {
+    const PER_AGENT: u64 = 1_000;
+    let mut total = std::time::Duration::ZERO;
+    let mut done = 0;
+    while done < iters {
+        let agent = make();
+        let n = PER_AGENT.min(iters - done);
+        let started = std::time::Instant::now();
+        for i in 0..n {
+            run(&agent, format!("s{i}"));
+        }
+        total += started.elapsed();
+        done += n;
+        // the agent and its sessions are dropped here, outside the timing
+    }
+    total
+}
