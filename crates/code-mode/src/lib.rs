@@ -151,6 +151,7 @@ pub struct CodeModeBuilder {
     sandbox: SandboxConfig,
     limits: CodeLimits,
     policy: ApprovalPolicy,
+    inherit_agent_approvals: bool,
     python: String,
     final_answer: bool,
     search_budget_tokens: usize,
@@ -186,11 +187,21 @@ impl CodeModeBuilder {
         self.sandbox = config;
         self
     }
-    /// The agent's approval rules (`LoopOptions::approval`, what `AgentBuilder::require_approval` fills): a script's
-    /// call that they (or the tool) say needs approval is refused — a script cannot wait for a
-    /// person — with `ApprovalRequired`, telling the model to call the tool directly.
+    /// More approval rules for scripts' calls, beside the agent's: a script's call that they
+    /// (or the tool) say needs approval is refused — a script cannot wait for a person — with
+    /// `ApprovalRequired`, telling the model to call the tool directly. The agent's own rules
+    /// (`AgentBuilder::require_approval`, and its tools' `needs_approval`) apply without this:
+    /// they come with every call the agent makes ([`ToolContext::approval_gate`]).
     pub fn approval_policy(mut self, policy: ApprovalPolicy) -> Self {
         self.policy = policy;
+        self
+    }
+    /// Whether a script's call that the calling agent would hold for approval is refused
+    /// (default `true`). `false` lets scripts run calls the agent gates, with only
+    /// [`Self::approval_policy`] and the tools' own `needs_approval` refusing: say so only when
+    /// the tools scripts reach are not the ones the agent gates.
+    pub fn inherit_agent_approvals(mut self, on: bool) -> Self {
+        self.inherit_agent_approvals = on;
         self
     }
     /// The Python interpreter inside the sandbox (default `python3`, looked up in
@@ -238,6 +249,7 @@ impl CodeModeBuilder {
             skill,
             limits: self.limits,
             policy: self.policy,
+            inherit_agent_approvals: self.inherit_agent_approvals,
             final_answer: self.final_answer,
             search_budget_tokens: self.search_budget_tokens,
             index: std::sync::Mutex::new(None),
@@ -286,6 +298,8 @@ pub struct CodeModeProvider {
     skill: Skill,
     limits: CodeLimits,
     policy: ApprovalPolicy,
+    /// [`CodeModeBuilder::inherit_agent_approvals`].
+    inherit_agent_approvals: bool,
     /// Scripts get `final_answer()` ([`CodeModeBuilder::final_answer`]).
     final_answer: bool,
     /// [`CodeModeBuilder::search_budget_tokens`].
@@ -316,6 +330,7 @@ impl CodeModeProvider {
             sandbox: SandboxConfig::default(),
             limits: CodeLimits::default(),
             policy: ApprovalPolicy::new(),
+            inherit_agent_approvals: true,
             python: "python3".to_owned(),
             final_answer: true,
             search_budget_tokens: 2_000,

@@ -116,7 +116,18 @@ impl Script<'_> {
             return FrameReply::Answer(refusal("not_found", format!("Tool not found: {name}")));
         }
         let tools = &self.provider.tools;
-        if tools.needs_approval(name, &args) || self.provider.policy.requires(name, &args) {
+        // The agent's own rules come with the call (`ToolContext::approval_gate`): an operator
+        // who gave code mode no policy still cannot have scripts run what the agent holds.
+        let agent_holds = self.provider.inherit_agent_approvals
+            && self
+                .ctx
+                .approval_gate
+                .as_ref()
+                .is_some_and(|gate| gate.requires(name, &args));
+        if agent_holds
+            || tools.needs_approval(name, &args)
+            || self.provider.policy.requires(name, &args)
+        {
             record(&mut self.calls, Some("approval_required"));
             return FrameReply::Answer(refusal(
                 "approval_required",
@@ -128,6 +139,9 @@ impl Script<'_> {
         let mut ctx = ToolContext::new(format!("{}.{}", self.ctx.call_id, self.calls.len() + 1));
         if let Some(s) = &self.ctx.session_id {
             ctx = ctx.with_session(s.clone());
+        }
+        if let Some(gate) = &self.ctx.approval_gate {
+            ctx = ctx.with_approval_gate(gate.clone());
         }
         let outcome = tools.dispatch(name, args, ctx).await;
         let reply = match outcome.error {

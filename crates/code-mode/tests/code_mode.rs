@@ -935,3 +935,150 @@ async fn code_mode_under_the_search_budget_every_function_is_listed() {
     assert!(!shown[0].description.contains("There are"));
     assert_eq!(shown, f.provider.list().await);
 }
+
+/// #42 item 4: the safe path is the default. The operator gates `wire` on the agent
+/// (`require_approval`) and builds code mode over the same tools *without* giving it that
+/// policy. A script's call to `wire` is still refused with `approval_required` — the agent's
+/// rules come with the call (`ToolContext::approval_gate`) — and `wire` never runs. Only an
+/// operator who says so (`inherit_agent_approvals(false)`) lets scripts make that call.
+#[tokio::test]
+async fn code_mode_forgetting_the_agents_approval_policy_cannot_open_its_gate() {
+    use model_gateway::{OpenAiConfig, OpenAiModel};
+    use testkit::{Reply, ScriptedServer};
+
+    async fn turn(inherit: bool) -> (usize, Value) {
+        let wired = Arc::new(AtomicUsize::new(0));
+        let mut r = ToolRegistry::new();
+        let w = Arc::clone(&wired);
+        r.register(FnTool::new(
+            "wire",
+            "Send money to an account.",
+            json!({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}),
+            move |_args, _ctx| {
+                w.fetch_add(1, Ordering::SeqCst);
+                async { Ok(json!("sent")) }
+            },
+        ))
+        .unwrap();
+        // Code mode over the tools, with no approval policy of its own.
+        let (code, _temp) = code_over(Dispatcher::from_registry(r), |b| {
+            b.inherit_agent_approvals(inherit)
+        });
+        let server = ScriptedServer::start().await;
+        let script = "try:\n    print(wire(amount=5))\nexcept ToolError as e:\n    print(e.kind)\n";
+        server.push(Reply::tool_call(
+            "call_1",
+            RUN_CODE,
+            &json!({"code": script}).to_string(),
+        ));
+        server.push(Reply::text("done"));
+        let model =
+            OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
+        let agent = tool_system::Agent::builder(model)
+            .provider(Arc::new(code))
+            .require_approval("wire")
+            .build()
+            .unwrap();
+        let out = agent.run("s1", "pay 5").await.unwrap();
+        assert_eq!(out.answer, "done");
+        let requests = server.requests();
+        let tool_msg = requests[1].body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "tool")
+            .cloned()
+            .unwrap();
+        let result: Value = serde_json::from_str(tool_msg["content"].as_str().unwrap()).unwrap();
+        (wired.load(Ordering::SeqCst), result)
+    }
+
+    let (ran, result) = turn(true).await;
+    assert_eq!(ran, 0, "the gated tool never runs from a script: {result}");
+    assert_eq!(result["printed"], "approval_required\n", "{result}");
+    assert_eq!(
+        result["calls"],
+        json!([{"tool": "wire", "error": "approval_required"}]),
+        "{result}"
+    );
+
+    let (ran, result) = turn(false).await;
+    assert_eq!(ran, 1, "the operator said scripts may: {result}");
+    assert_eq!(result["printed"], "sent\n", "{result}");
+}
+
+/// #42 item 5, in code mode: without bubblewrap, building code mode is refused with the
+/// sandbox's message (what to install, which option accepts the weaker boundary).
+#[test]
+fn s2_code_mode_without_bubblewrap_is_refused_with_what_to_install() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default();
+    config.temp_root = Some(temp.path().to_path_buf());
+    config.bwrap_path = Some(temp.path().join("no-such-bwrap"));
+    let err = CodeModeProvider::builder(Arc::new(Dispatcher::new()))
+        .sandbox_config(config)
+        .build()
+        .expect_err("no container and no weaker boundary accepted: refused");
+    let text = err.to_string();
+    for needed in [
+        "apt-get install bubblewrap",
+        "allow_without_container(true)",
+    ] {
+        assert!(text.contains(needed), "{needed} missing from: {text}");
+    }
+}
+
+/// #42 item 5, in code mode: under the accepted fallback (no container), a script still runs
+/// as PID 1 of a PID namespace of its own: its `kill(pid, 0)` scan over every pid finds only
+/// itself, never the agent or any other host process. (Where not even that namespace can be
+/// made, the sandbox refuses unless `allow_host_pids(true)`: the skills sandbox's
+/// `s2_fallback_without_root_where_user_namespaces_are_refused_says_so`.)
+#[tokio::test]
+async fn s2_code_mode_under_the_accepted_fallback_finds_no_host_pid() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let temp = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default()
+        .with_container(false)
+        .allow_without_container(true);
+    config.temp_root = Some(temp.path().to_path_buf());
+    let code = CodeModeProvider::builder(Arc::new(tools(&ran)))
+        .sandbox_config(config)
+        .limits(short())
+        .build()
+        .unwrap_or_else(|e| panic!("the fallback with a PID namespace of its own: {e}"));
+    let p = code.sandbox().protections();
+    assert!(p.container.is_none(), "{p}");
+    assert!(p.pid_namespace, "{p}");
+    let script = format!(
+        r#"
+import os
+found = []
+for pid in range(1, {pid_max}):
+    try:
+        os.kill(pid, 0)
+        found.append(pid)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        found.append(pid)
+print("found", found)
+"#,
+        // past every pid the host has now (the agent's among them)
+        pid_max = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+            .max()
+            .unwrap()
+            + 1_000
+    );
+    let out = code
+        .call(RUN_CODE, json!({"code": script}), ToolContext::new("c1"))
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let printed = out["printed"].as_str().unwrap();
+    assert_eq!(printed, "found [1]\n", "{out}");
+    assert!(
+        !printed.contains(&format!(" {},", std::process::id())),
+        "{printed}"
+    );
+}

@@ -48,7 +48,8 @@ pub use error::ModelError;
 pub use model::{ChatModel, ChatStream, ModelInfo, collect_stream, response_stream};
 pub use schema::{MAX_TOOL_NAME, is_valid_tool_name, normalize_schema};
 pub use tool::{
-    Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider, TurnInfo, first_sentence,
+    ApprovalGate, Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider, TurnInfo,
+    first_sentence,
 };
 pub use types::{
     ChatEvent, ChatRequest, ChatResponse, FinishReason, InvalidToolCall, Message, ResponseFormat,

@@ -1,12 +1,14 @@
 //! The seam every tool source plugs into: [`Tool`] for one tool, [`ToolProvider`] for a source
 //! of tools (built-ins, skills, MCP services).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ToolSpec;
 use serde_json::Value;
 
-/// What a call is about: which session and which call id.
+/// What a call is about: which session and which call id, and the approval rules of the agent
+/// that made it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ToolContext {
@@ -14,7 +16,51 @@ pub struct ToolContext {
     pub session_id: Option<String>,
     /// The id of the model's tool call.
     pub call_id: String,
+    /// Which calls the agent that made this one holds for a person's approval (its policy and
+    /// its tools' own say), when an agent made it. A tool that calls other tools for the model
+    /// (code mode's scripts) must refuse a call this gate holds: it cannot wait for a person,
+    /// and running it would open the agent's gate. The agent's dispatcher sets it.
+    pub approval_gate: Option<ApprovalGate>,
 }
+
+/// The approval rules of the agent that made a call ([`ToolContext::approval_gate`]): whether
+/// a call of `tool` with `args` needs a person's approval there. Cheap to clone (an `Arc`).
+///
+/// ```
+/// use llm_core::ApprovalGate;
+/// use serde_json::json;
+/// let gate = ApprovalGate::new(|tool, _args| tool == "delete_file");
+/// assert!(gate.requires("delete_file", &json!({})));
+/// assert!(!gate.requires("get_weather", &json!({})));
+/// ```
+#[derive(Clone)]
+pub struct ApprovalGate(Arc<dyn Fn(&str, &Value) -> bool + Send + Sync>);
+
+impl ApprovalGate {
+    /// A gate that holds the calls `rule` says need approval.
+    pub fn new(rule: impl Fn(&str, &Value) -> bool + Send + Sync + 'static) -> Self {
+        Self(Arc::new(rule))
+    }
+    /// Whether a call of `tool` with `args` needs a person's approval.
+    pub fn requires(&self, tool: &str, args: &Value) -> bool {
+        (self.0)(tool, args)
+    }
+}
+
+impl std::fmt::Debug for ApprovalGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApprovalGate")
+    }
+}
+
+/// Two gates are equal when they are the same rules (clones of one gate).
+impl PartialEq for ApprovalGate {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ApprovalGate {}
 
 impl ToolContext {
     /// A context for call `call_id`.
@@ -22,11 +68,17 @@ impl ToolContext {
         Self {
             session_id: None,
             call_id: call_id.into(),
+            approval_gate: None,
         }
     }
     /// Attach the session id.
     pub fn with_session(mut self, id: impl Into<String>) -> Self {
         self.session_id = Some(id.into());
+        self
+    }
+    /// Attach the approval rules of the agent that makes the call.
+    pub fn with_approval_gate(mut self, gate: ApprovalGate) -> Self {
+        self.approval_gate = Some(gate);
         self
     }
 }

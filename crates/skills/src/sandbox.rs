@@ -110,6 +110,11 @@ pub struct SandboxConfig {
     /// namespaces as root or where the kernel allows user namespaces; no mount namespace) when a
     /// container cannot be made here, instead of refusing them (default: off).
     pub allow_without_container: bool,
+    /// Run calls even where no PID namespace can be made either (no container, no root, and the
+    /// kernel refuses user namespaces), so that a skill can discover and signal-probe the host's
+    /// processes (default: off, such calls are refused). Accepting the weaker boundary
+    /// ([`Self::allow_without_container`]) does not accept this: it is asked for by itself.
+    pub allow_host_pids: bool,
     /// The `bwrap` to use (default: `/usr/bin/bwrap`, `/usr/local/bin/bwrap` or `/bin/bwrap`).
     pub bwrap_path: Option<PathBuf>,
     /// More host paths shown read-only in the container (e.g. `/opt/tools`).
@@ -147,6 +152,7 @@ impl Default for SandboxConfig {
             allow_user_namespaces: false,
             container: true,
             allow_without_container: false,
+            allow_host_pids: false,
             bwrap_path: None,
             read_only_paths: Vec::new(),
             uid_range: (400_000, 401_000),
@@ -207,6 +213,13 @@ impl SandboxConfig {
     /// container, instead of refusing every call.
     pub fn allow_without_container(mut self, on: bool) -> Self {
         self.allow_without_container = on;
+        self
+    }
+    /// Accept calls where even a PID namespace cannot be made (the kernel refuses user
+    /// namespaces and the agent is not root): a skill can then discover the host's pids. Off
+    /// by default: such calls are refused ([`Protections::refused`] says why and what to do).
+    pub fn allow_host_pids(mut self, on: bool) -> Self {
+        self.allow_host_pids = on;
         self
     }
     /// Set how many skills may have a container made ahead of time (0: none).
@@ -276,8 +289,10 @@ pub struct Protections {
     /// working directory, capped output.
     pub base: bool,
     /// Set when every call is refused: a container was asked for, none can be made here, and
-    /// the weaker boundary was not accepted ([`SandboxConfig::allow_without_container`]). Says
-    /// what to install and which option accepts the weaker boundary.
+    /// the weaker boundary was not accepted ([`SandboxConfig::allow_without_container`]); or
+    /// without a container not even a PID namespace can be made and host pids were not
+    /// accepted ([`SandboxConfig::allow_host_pids`]). Says what to do and which option accepts
+    /// the weaker boundary.
     pub refused: Option<String>,
 }
 
@@ -933,6 +948,18 @@ impl Sandbox {
             }
         };
         let own_namespaces = !container && (root || user_maps.is_some());
+        // Without a container and without namespaces of its own, a skill sees the host's pids:
+        // refused unless the operator accepted exactly that (#42).
+        let refused = refused.or_else(|| {
+            (!container && !own_namespaces && !config.allow_host_pids).then(|| {
+                format!(
+                    "the skills sandbox cannot hide the host's processes here: no container, and                      no PID namespace ({}). Install bubblewrap (`apt-get install bubblewrap`), run                      the agent as root, or let this user make user namespaces (`sysctl                      user.max_user_namespaces=15000`, `kernel.unprivileged_userns_clone=1`); or                      accept that a skill can see the host's pids with                      SandboxConfig::allow_host_pids(true)",
+                    namespaces_error
+                        .as_deref()
+                        .unwrap_or("the kernel refuses user namespaces")
+                )
+            })
+        });
         let protections = Protections {
             container: bwrap.as_ref().map(|b| b.version.clone()),
             container_error,

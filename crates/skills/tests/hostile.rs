@@ -943,9 +943,10 @@ fn s2_fallback_without_root_hides_host_pids() {
 }
 
 /// Where the kernel refuses user namespaces to the agent's user, the fallback without root has
-/// no PID namespace: `Protections` says so and why (the step the kernel refused), and — the
-/// operator having accepted the weaker boundary — calls still run (the scan then does find the
-/// host's pids, which is what the report warns of). The refusal is real: the unprivileged child
+/// no PID namespace: `Protections` says so and why (the step the kernel refused). Accepting the
+/// weaker boundary is not enough: calls are refused, saying why and naming the option (#42);
+/// with `allow_host_pids(true)` as well they run (the scan then does find the host's pids,
+/// which is what the report warns of). The refusal is real: the unprivileged child
 /// installs a seccomp filter on itself that answers `unshare` with EPERM, as a kernel with user
 /// namespaces disabled does, before it builds the sandbox.
 #[test]
@@ -1041,11 +1042,31 @@ fn fallback_refused_inner() {
     config.temp_root = Some(root.path().to_path_buf());
     let (skills, errors) = load_skills(&root.path().join("skills"));
     assert!(errors.is_empty(), "{errors:?}");
-    let sandbox = Sandbox::new(config);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // #42: accepting the weaker boundary does not accept host pids: refused, and it says why
+    // and which option accepts exactly that.
+    let refusing = Sandbox::new(config.clone());
+    let why = refusing.protections().refused.clone().unwrap_or_else(|| {
+        panic!(
+            "host pids must be refused by default: {}",
+            refusing.protections()
+        )
+    });
+    for needed in ["host's processes", "allow_host_pids(true)", "bubblewrap"] {
+        assert!(why.contains(needed), "{needed} missing from: {why}");
+    }
+    let err = rt
+        .block_on(refusing.run(&skills[0], &json!({"pid_max": pid_max()})))
+        .expect_err("a call is refused");
+    assert!(err.to_string().contains("allow_host_pids"), "{err}");
+    let sandbox = Sandbox::new(config.allow_host_pids(true));
     let p = sandbox.protections().clone();
     assert_eq!(
         p.refused, None,
-        "the operator accepted the weaker boundary: {p}"
+        "the operator accepted the weaker boundary and host pids: {p}"
     );
     assert!(!p.pid_namespace, "{p}");
     assert!(!p.ipc_namespace, "{p}");
@@ -1065,10 +1086,6 @@ fn fallback_refused_inner() {
             .contains("PID namespace: OFF (the kernel refuses user namespaces"),
         "{p}"
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let r = rt
         .block_on(sandbox.run(
             &skills[0],

@@ -236,6 +236,13 @@ impl AgentBuilder {
         if let Some(n) = self.max_result_bytes {
             d = d.with_max_result_bytes(n);
         }
+        // What this agent holds for approval, handed to every call it makes: a tool that calls
+        // other tools (code mode) refuses those calls without being told the policy (#42).
+        let policy = self.options.approval.clone();
+        let providers = d.providers_need_approval();
+        d = d.with_approval_gate(llm_core::ApprovalGate::new(move |name, args| {
+            policy.requires(name, args) || providers(name, args)
+        }));
         Ok(Agent {
             model: self.model,
             store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),

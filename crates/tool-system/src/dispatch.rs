@@ -78,6 +78,8 @@ pub struct Dispatcher {
     revisions: RwLock<Vec<Option<u64>>>,
     default_timeout: Duration,
     max_result_bytes: usize,
+    /// Handed to every call whose context has none ([`Dispatcher::with_approval_gate`]).
+    approval_gate: Option<llm_core::ApprovalGate>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -112,7 +114,24 @@ impl Dispatcher {
             revisions: RwLock::new(Vec::new()),
             default_timeout: DEFAULT_TOOL_TIMEOUT,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            approval_gate: None,
         }
+    }
+
+    /// The approval rules of the agent this dispatcher runs calls for: every call whose
+    /// [`ToolContext`] carries no gate gets this one, so that a tool which calls other tools
+    /// (code mode) refuses what the agent would hold. [`crate::AgentBuilder::build`] sets it
+    /// from the agent's policy and its tools' own `needs_approval`.
+    pub fn with_approval_gate(mut self, gate: llm_core::ApprovalGate) -> Self {
+        self.approval_gate = Some(gate);
+        self
+    }
+
+    /// Whether any provider says a call of `name` with `args` needs approval (routing aside:
+    /// what an approval gate asks).
+    pub(crate) fn providers_need_approval(&self) -> impl Fn(&str, &Value) -> bool + use<> {
+        let providers = self.providers.clone();
+        move |name, args| providers.iter().any(|p| p.needs_approval(name, args))
     }
 
     /// A dispatcher over one registry of built-in tools.
@@ -305,8 +324,11 @@ impl Dispatcher {
         parent: Option<&tracing::Span>,
         name: &str,
         args: Value,
-        ctx: ToolContext,
+        mut ctx: ToolContext,
     ) -> ToolOutcome {
+        if ctx.approval_gate.is_none() {
+            ctx.approval_gate.clone_from(&self.approval_gate);
+        }
         let span = crate::trace::tool_span(parent, name, &ctx.call_id, &args);
         // The span is entered where something in it runs or logs: the tool's call (an MCP
         // request made there is its child) and the warnings below. Not around the routing and

@@ -108,8 +108,8 @@ pub use approval::{
 pub use async_trait::async_trait;
 pub use dispatch::{DEFAULT_TOOL_TIMEOUT, Dispatcher, ToolOutcome};
 pub use llm_core::{
-    DEFAULT_MAX_RESULT_BYTES, Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider,
-    is_valid_tool_name, normalize_schema,
+    ApprovalGate, DEFAULT_MAX_RESULT_BYTES, Tool, ToolContext, ToolError, ToolErrorKind,
+    ToolProvider, is_valid_tool_name, normalize_schema,
 };
 pub use machine::{
     CallFacts, CallPlan, DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts,
