@@ -127,7 +127,7 @@ fn missing(what: &str, how: &str) -> String {
 }
 
 /// `apt-get ARGS` as root (through sudo when xtask is not root), non-interactive.
-fn apt(args: &[&str]) -> Command {
+pub fn apt(args: &[&str]) -> Command {
     let mut c = Command::new(if is_root() { "apt-get" } else { "sudo" });
     if !is_root() {
         c.arg("apt-get");

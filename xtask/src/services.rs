@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::is_root;
 use crate::needs::Need;
 
 mod nats;
@@ -200,13 +201,6 @@ pub fn run_with(cmd: &[String]) -> Result<(), String> {
     }
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
 /// Where service `name` of this run keeps its files. Under the cargo target dir — unless xtask
 /// is root: the service user could not reach a directory under root's home, so then under the
 /// system's temporary directory.
@@ -354,14 +348,7 @@ fn ensure_postgres() -> Result<PathBuf, String> {
         return Ok(bin);
     }
     eprintln!("==> installing Debian's postgresql for the session-store tests");
-    let apt = |args: &[&str]| {
-        let mut c = Command::new(if is_root() { "apt-get" } else { "sudo" });
-        if !is_root() {
-            c.arg("apt-get");
-        }
-        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        c
-    };
+    let apt = crate::needs::apt;
     let _ = run_quiet("apt-get update", &mut apt(&["update", "-q"]));
     let installed = run_quiet(
         "apt-get install postgresql",

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{Service, free_port, is_root, run_quiet, service_root, wait_for_port};
+use super::{Service, free_port, run_quiet, service_root, wait_for_port};
 
 /// The shared server's URL (`nats://127.0.0.1:PORT`).
 pub const TEST_NATS_URL: &str = "TEST_NATS_URL";
@@ -45,14 +45,7 @@ fn ensure_nats() -> Result<PathBuf, String> {
         return Ok(bin);
     }
     eprintln!("==> installing Debian's nats-server for messaging's bus tests");
-    let apt = |args: &[&str]| {
-        let mut c = Command::new(if is_root() { "apt-get" } else { "sudo" });
-        if !is_root() {
-            c.arg("apt-get");
-        }
-        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        c
-    };
+    let apt = crate::needs::apt;
     let installed = run_quiet(
         "apt-get install nats-server",
         &mut apt(&["install", "-y", "-q", "nats-server"]),

@@ -10,7 +10,8 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use super::{Service, cache_venv, is_root, pip_install, service_root, system_python};
+use super::{Service, cache_venv, pip_install, service_root, system_python};
+use crate::is_root;
 
 /// The version the test was written against (its REST API: `/v1/projects/{p}/spans/otlpv1`).
 const PHOENIX: &str = "arize-phoenix==20.26.1";
