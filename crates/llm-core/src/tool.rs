@@ -34,7 +34,10 @@ pub struct ToolContext {
 /// assert!(!gate.requires("get_weather", &json!({})));
 /// ```
 #[derive(Clone)]
-pub struct ApprovalGate(Arc<dyn Fn(&str, &Value) -> bool + Send + Sync>);
+pub struct ApprovalGate(Arc<GateRule>);
+
+/// What an [`ApprovalGate`] asks: whether a call of this tool with these arguments is held.
+type GateRule = dyn Fn(&str, &Value) -> bool + Send + Sync;
 
 impl ApprovalGate {
     /// A gate that holds the calls `rule` says need approval.
