@@ -31,6 +31,8 @@ fn main() -> ExitCode {
         Some("with-services") => services::run_with(&args[1..]),
         _ => Err("usage: cargo xtask <stage N | test | bench | deps | with-services CMD…>".into()),
     };
+    // A signal's thread ends the process itself once it has stopped the servers.
+    services::wait_if_stopping();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -12,7 +12,7 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -113,7 +113,23 @@ fn push(service: Service) {
 
 impl Drop for Services {
     fn drop(&mut self) {
+        wait_if_stopping();
         stop_all();
+    }
+}
+
+/// Set by [`watch_signals`] when a signal came: from then on only its thread stops the servers
+/// and ends the process (with 128 + the signal's number).
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// When a signal is being handled, waits for its thread to end the process: the command it
+/// killed makes the main thread return at the same moment, and it must neither stop the
+/// servers beside that thread nor exit first with its own status.
+pub fn wait_if_stopping() {
+    if STOPPING.load(Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
     }
 }
 
@@ -169,6 +185,7 @@ pub fn watch_signals() {
         };
         std::thread::spawn(move || {
             if let Some(signal) = signals.forever().next() {
+                STOPPING.store(true, Ordering::SeqCst);
                 eprintln!("\nxtask: got signal {signal}: stopping what it started");
                 let group = CHILD_GROUP.load(Ordering::SeqCst);
                 if group != 0 {
