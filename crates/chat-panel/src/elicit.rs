@@ -2,7 +2,8 @@
 //! `McpBridge::set_elicitor`. A server's question during a tool call of a panel turn is shown in
 //! that turn's SSE stream as an `elicitation` event (the page builds a form of the schema's
 //! primitive fields, buttons for enums and booleans, or a link for URL mode — never opened for
-//! the person); `POST /api/sessions/{id}/elicitations/{n}` with `{"action": "accept" | "decline"
+//! the person, and a link only when [`url_may_be_link`] says so: the server chooses the URL,
+//! and a `javascript:` one would run in the page); `POST /api/sessions/{id}/elicitations/{n}` with `{"action": "accept" | "decline"
 //! | "cancel", "content"?}` answers it, once. A question for a session with no turn running in
 //! this panel (or none at all) is declined: nobody could see it.
 
@@ -12,6 +13,31 @@ use std::sync::{Arc, Mutex, PoisonError};
 use mcp_bridge::elicitation::{ElicitationAnswer, ElicitationMode, ElicitationRequest, Elicitor};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
+
+/// Whether a URL-mode question's URL may become a link in the page: only `https:`, and `http:`
+/// to this machine (`127.0.0.1`, `localhost`, `[::1]`), where a local consent page may run.
+/// Anything else — `javascript:` (the page allows inline script), `data:`, `vbscript:`,
+/// `file:`, a relative or unparsable URL — is shown as text (#42 item 1).
+///
+/// The URL is parsed as the browser parses it (WHATWG, the `url` crate): leading and trailing
+/// spaces and control characters are dropped, tabs and newlines anywhere removed, the scheme
+/// compared case-blind, so ` JaVaScRiPt:…` or `java\tscript:…` are what the browser would
+/// take them for. The page checks again with `new URL` before it makes a link.
+pub(crate) fn url_may_be_link(url: &str) -> bool {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return false;
+    };
+    match parsed.scheme() {
+        "https" => parsed.host().is_some(),
+        "http" => match parsed.host() {
+            Some(url::Host::Domain(d)) => d == "localhost",
+            Some(url::Host::Ipv4(ip)) => ip == std::net::Ipv4Addr::LOCALHOST,
+            Some(url::Host::Ipv6(ip)) => ip == std::net::Ipv6Addr::LOCALHOST,
+            None => false,
+        },
+        _ => false,
+    }
+}
 
 /// The questions of every session: the running turn's stream, and the questions waiting.
 #[derive(Default)]
@@ -101,13 +127,17 @@ impl Elicitor for PanelElicitor {
             };
             s.next += 1;
             let n = s.next;
-            let (mode, schema, url) = match &request.mode {
-                ElicitationMode::Form { schema } => ("form", schema.clone(), Value::Null),
-                ElicitationMode::Url { url } => ("url", Value::Null, json!(url)),
+            let (mode, schema, url, link) = match &request.mode {
+                ElicitationMode::Form { schema } => ("form", schema.clone(), Value::Null, false),
+                ElicitationMode::Url { url } => {
+                    ("url", Value::Null, json!(url), url_may_be_link(url))
+                }
                 _ => return ElicitationAnswer::Decline,
             };
+            // `link`: whether the page may make the URL a link (it checks again itself);
+            // otherwise it shows the URL as text (#42).
             let event = json!({"id": n, "service": request.service, "message": request.message,
-                               "mode": mode, "schema": schema, "url": url});
+                               "mode": mode, "schema": schema, "url": url, "link": link});
             if live.send(event).is_err() {
                 return ElicitationAnswer::Decline;
             }
@@ -121,5 +151,52 @@ impl Elicitor for PanelElicitor {
         };
         // A dropped sender (the turn ended) is a cancel; the bridge's own limit cancels too.
         rx.await.unwrap_or(ElicitationAnswer::Cancel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// #42 item 1: only https (and http to this machine) may be a link; everything a hostile
+    /// server could use to run script or read files is text.
+    #[test]
+    fn elicitation_url_may_be_a_link_only_for_https_and_loopback_http() {
+        let cases: &[(&str, bool)] = &[
+            ("https://example.com/consent", true),
+            ("HTTPS://Example.COM/consent?x=1#y", true),
+            ("  https://example.com/ ", true),
+            ("https://user@example.com/", true),
+            ("http://127.0.0.1:8080/cb", true),
+            ("http://localhost/cb", true),
+            ("http://LOCALHOST:3000/", true),
+            ("http://[::1]:9000/", true),
+            ("http://example.com/", false),
+            ("http://127.0.0.2/", false),
+            ("http://localhost.evil.com/", false),
+            ("http://127.0.0.1.evil.com/", false),
+            ("javascript:alert(1)", false),
+            (" JaVaScRiPt:alert(1)", false),
+            ("\tjavascript:alert(1)", false),
+            ("java\nscript:alert(1)", false),
+            ("java\tscript:alert(1)", false),
+            ("\u{0}javascript:alert(1)", false),
+            ("\u{1f}javascript:alert(1)", false),
+            ("JAVASCRIPT://example.com/%0Aalert(1)", false),
+            ("data:text/html,<script>alert(1)</script>", false),
+            ("vbscript:msgbox(1)", false),
+            ("file:///etc/passwd", false),
+            ("blob:https://example.com/uuid", false),
+            ("ftp://example.com/", false),
+            ("//example.com/consent", false),
+            ("/consent", false),
+            ("example.com", false),
+            ("https:", false),
+            ("", false),
+            ("not a url", false),
+        ];
+        for (url, want) in cases {
+            assert_eq!(url_may_be_link(url), *want, "{url:?}");
+        }
     }
 }

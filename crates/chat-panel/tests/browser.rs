@@ -534,3 +534,154 @@ async fn elicitation_form_in_the_panel_answers_server_everything() {
     b.close().await;
     bridge.stop("everything").await.unwrap();
 }
+
+/// The URLs a hostile MCP server puts in URL-mode questions, and one honest one.
+const ELICITATION_URLS: [&str; 4] = [
+    "javascript:alert(1)",
+    "data:text/html,<script>alert(1)</script>",
+    " JaVaScRiPt:alert(1)",
+    "https://example.com/consent",
+];
+
+/// #42 item 1 in the panel: URL-mode questions (asked by an in-process tool of the agent
+/// through the panel's own elicitor, for the running session) whose URL is `javascript:`,
+/// `data:` or a spaced, mixed-case `javascript:` are shown as text — no `<a>`, no attribute
+/// holding them, nothing run even when the text is clicked — and only the `https:` one is a
+/// link, to exactly that address. The server decides first (`url_may_be_link`, sent as
+/// `link`), the page checks again with `new URL`.
+#[tokio::test]
+async fn elicitation_url_in_the_panel_is_a_link_only_for_https() {
+    use std::sync::{Arc, OnceLock};
+
+    use mcp_bridge::elicitation::{ElicitationMode, ElicitationRequest, Elicitor};
+
+    let _one = BROWSER_LOCK.lock().await;
+    let slot: Arc<OnceLock<chat_panel::PanelElicitor>> = Arc::default();
+    let for_tool = slot.clone();
+    // Asks the four questions at once, for the session of the call, and reports the answers.
+    let tool = tool_system::FnTool::new(
+        "open_pages",
+        "Asks the person to open pages",
+        json!({"type": "object", "properties": {}}),
+        move |_args, ctx: llm_core::ToolContext| {
+            let slot = for_tool.clone();
+            async move {
+                let elicitor = slot
+                    .get()
+                    .cloned()
+                    .ok_or_else(|| llm_core::ToolError::failed("no elicitor yet"))?;
+                let asks = ELICITATION_URLS.iter().enumerate().map(|(i, url)| {
+                    let request = ElicitationRequest::new(
+                        "hostile",
+                        ctx.session_id.clone(),
+                        format!("Question {i}"),
+                        ElicitationMode::Url {
+                            url: (*url).to_owned(),
+                        },
+                    );
+                    let elicitor = elicitor.clone();
+                    async move { elicitor.elicit(request).await }
+                });
+                let answers = futures::future::join_all(asks).await;
+                Ok(json!(format!("{answers:?}")))
+            }
+        },
+    )
+    .with_timeout(Duration::from_secs(120));
+    let fx = common::start_with_agent(
+        chat_panel::PanelConfig::default(),
+        |body: &Value| {
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let last = messages.last().cloned().unwrap_or(Value::Null);
+            if last["role"] == "tool" {
+                testkit::Reply::text("Thanks.")
+            } else {
+                testkit::Reply::tool_call("u1", "open_pages", "{}")
+            }
+        },
+        move |b| b.tool(tool),
+    )
+    .await;
+    slot.set(fx.panel_elicitor.clone()).unwrap();
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    // Whatever ran in the page would have to call these (an alert in a new tab would not; the
+    // WebDriver alert check and the window count below see that).
+    let _ = b
+        .js("window.__alerts = 0; window.alert = () => { window.__alerts++; }; return 1;")
+        .await;
+    b.type_and_send("open the pages").await;
+    b.wait_until(
+        "the four questions",
+        "document.querySelectorAll('.entry-elicitation').length === 4",
+    )
+    .await;
+    let shown = b
+        .js(
+            "return Array.from(document.querySelectorAll('.entry-elicitation')).map(q => [
+               q.querySelector('.text').textContent,
+               Array.from(q.querySelectorAll('a')).map(a => a.getAttribute('href')),
+               Array.from(q.querySelectorAll('.url-text')).map(e => e.textContent)]);",
+        )
+        .await;
+    let shown = shown.as_array().unwrap();
+    assert_eq!(shown.len(), 4, "{shown:?}");
+    for (i, url) in ELICITATION_URLS.iter().enumerate() {
+        let q = shown
+            .iter()
+            .find(|q| q[0] == json!(format!("Question {i}")))
+            .unwrap_or_else(|| panic!("question {i} is shown: {shown:?}"));
+        if url.starts_with("https:") {
+            assert_eq!(q[1], json!([url]), "the https URL is a link to it: {q}");
+            assert_eq!(q[2], json!([]), "{q}");
+        } else {
+            assert_eq!(q[1], json!([]), "{url:?} is no link: {q}");
+            assert_eq!(
+                q[2],
+                json!([url]),
+                "{url:?} is shown as text, as it is: {q}"
+            );
+        }
+    }
+    // No attribute anywhere holds a script URL, and there is one link in all.
+    let attrs = b
+        .js("return Array.from(document.querySelectorAll('*'))
+               .flatMap(e => Array.from(e.attributes).map(a => a.value))
+               .filter(v => /javascript:|data:|alert/i.test(v.replace(/[\\s\\u0000-\\u001f]/g, '')));")
+        .await;
+    assert_eq!(attrs, json!([]), "attributes holding a hostile URL");
+    assert_eq!(
+        b.js("return document.querySelectorAll('a').length;").await,
+        json!(1)
+    );
+    // Clicking the text of the hostile ones runs nothing.
+    let texts = b
+        .client
+        .find_all(Locator::Css(".entry-elicitation .url-text"))
+        .await
+        .unwrap();
+    assert_eq!(texts.len(), 3);
+    for t in texts {
+        t.click().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        b.client.get_alert_text().await.is_err(),
+        "no alert may be open"
+    );
+    assert_eq!(b.js("return window.__alerts;").await, json!(0));
+    assert_eq!(b.client.windows().await.unwrap().len(), 1, "no tab opened");
+    // The person declines all four: the tool ends and the turn with it.
+    for _ in 0..4 {
+        b.click(".entry-elicitation button.decline:not(:disabled)")
+            .await;
+    }
+    b.wait_for_text(".entry-assistant .text", "Thanks.", false)
+        .await;
+    let sent = fx.model.requests().last().unwrap().body.to_string();
+    assert!(
+        sent.contains("[Decline, Decline, Decline, Decline]"),
+        "the tool got the four answers: {sent}"
+    );
+    b.close().await;
+}

@@ -13,15 +13,19 @@ use tracing::Instrument;
 use tokio::time::Instant;
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationCapability,
-    FormElicitationCapability, Implementation, UrlElicitationCapability,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult,
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest,
+    ElicitRequestParams, ElicitResult, ElicitationCapability, FormElicitationCapability,
+    Implementation, RequestId, ServerResult, UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, RequestContext, RunningService};
-use rmcp::{ClientHandler, ClientServiceExt, Peer, RoleClient};
+use rmcp::service::{
+    InboundStreamOrigin, NotificationContext, PeerRequestOptions, RequestContext, RunningService,
+};
+use rmcp::{ClientHandler, ClientServiceExt, Peer, RoleClient, ServiceError};
 use tokio::sync::{oneshot, watch};
 
 use crate::config::ServiceConfig;
-use crate::elicitation::ElicitationHub;
+use crate::elicitation::{CallEntry, ElicitationHub};
 use crate::process;
 
 /// How long a stopping server gets after its stdin closes and after SIGTERM.
@@ -281,16 +285,17 @@ impl Connection {
         (connection, shutdown_rx, finished_tx)
     }
 
-    /// One `tools/call` round (no `input_required` follow-up): written by the caller itself
-    /// where it can ([`process::Direct`]), else through rmcp. Dropped before the answer, the
-    /// server is told the call was cancelled either way.
+    /// One `tools/call` round (no `input_required` follow-up) of `call`: written by the caller
+    /// itself where it can ([`process::Direct`]), else through rmcp ([`call_through_rmcp`]).
+    /// Dropped before the answer, the server is told the call was cancelled either way.
     pub(crate) async fn call_tool_once(
         &self,
-        params: rmcp::model::CallToolRequestParams,
-    ) -> Result<rmcp::model::CallToolResponse, rmcp::ServiceError> {
+        params: CallToolRequestParams,
+        call: &CallEntry,
+    ) -> Result<CallToolResponse, ServiceError> {
         match &self.direct {
             Some(direct) => direct.call_tool(params).await,
-            None => self.peer.call_tool_once(params).await,
+            None => call_through_rmcp(&self.peer, params, call).await,
         }
     }
 
@@ -331,6 +336,66 @@ impl Connection {
             }
         }
         lock(&self.tools).tools.clone()
+    }
+}
+
+/// One `tools/call` through rmcp, as rmcp's `Peer::call_tool_once` makes it, except that the
+/// request's id is kept in `call` while it is pending: a server-initiated question that arrives
+/// under that request belongs to this call (#42 item 3). Dropped before the answer, it tells
+/// the server with `notifications/cancelled`, as rmcp's does.
+async fn call_through_rmcp(
+    peer: &Peer<RoleClient>,
+    params: CallToolRequestParams,
+    call: &CallEntry,
+) -> Result<CallToolResponse, ServiceError> {
+    let handle = peer
+        .send_request_with_option(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            PeerRequestOptions::no_options(),
+        )
+        .await?;
+    let mut pending = PendingCall {
+        peer,
+        call,
+        id: Some(handle.id.clone()),
+    };
+    call.set_request(Some(handle.id.clone()));
+    let answer = handle.await_response().await;
+    pending.id = None;
+    drop(pending);
+    match answer? {
+        ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+        ServerResult::InputRequiredResult(asked) => Ok(CallToolResponse::InputRequired(asked)),
+        ServerResult::CreateTaskResult(task) => Ok(CallToolResponse::Task(task)),
+        // An empty result is a call that returned nothing (rmcp reads it so too).
+        ServerResult::EmptyResult(_) => Ok(CallToolResponse::Complete(CallToolResult::default())),
+        _ => Err(ServiceError::UnexpectedResponse),
+    }
+}
+
+/// A `tools/call` request pending through rmcp: on drop, its id leaves the call, and when it
+/// was not answered (`id` still set) the server is told it was cancelled.
+struct PendingCall<'a> {
+    peer: &'a Peer<RoleClient>,
+    call: &'a CallEntry,
+    id: Option<RequestId>,
+}
+
+impl Drop for PendingCall<'_> {
+    fn drop(&mut self) {
+        self.call.set_request(None);
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let reason = Some("request abandoned by the caller".to_owned());
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(Some(id), reason))
+                    .await;
+            });
+        }
     }
 }
 
@@ -450,12 +515,21 @@ impl ClientHandler for ClientSide {
         self.stale.store(true, Ordering::SeqCst);
         self.epoch.fetch_add(1, Ordering::SeqCst);
     }
+    /// A server-initiated question: the call it belongs to is the one whose request it arrived
+    /// under, when the transport says (Streamable HTTP: the SSE stream of that POST).
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, rmcp::ErrorData> {
-        Ok(self.elicitation.ask(&self.service, request).await)
+        let origin = match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id.clone()),
+            _ => None,
+        };
+        Ok(self
+            .elicitation
+            .ask_from_server(&self.service, origin, request)
+            .await)
     }
     fn get_info(&self) -> ClientConfig {
         let mut capabilities = ClientCapabilities::default();

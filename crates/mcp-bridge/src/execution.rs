@@ -1,4 +1,5 @@
-//! Execution (M4): a call goes to its service over stdio within the service's call timeout, and
+//! Execution (M4): a call goes to its service over stdio within the service's call timeout (the
+//! server's time: not the time a question of the call waits for the person, #42), and
 //! every way it can fail becomes a [`ToolError`] the model can act on — service not running, the
 //! tool's own error, invalid arguments (with the full schema), a timeout (the server checked and,
 //! when it no longer answers, stopped), a crash or a protocol violation mid-call.
@@ -22,6 +23,7 @@ use tracing::Instrument;
 use crate::bridge::McpBridge;
 use crate::catalog::{self, McpTool};
 use crate::connection::{Connection, STOP_GRACE};
+use crate::elicitation::InFlight;
 use crate::inject::DESCRIBE_TOOL;
 use crate::registry::ServiceStatus;
 use crate::search::SEARCH_TOOL;
@@ -37,14 +39,20 @@ impl McpBridge {
     /// asking the person mid-call) through the elicitor and calling again with
     /// `inputResponses`, at most [`MAX_INPUT_ROUNDS`] times. Sampling and roots requests are
     /// not offered by this client, so a server asking for them gets the call refused.
+    /// The questions go to the session of the call that got them (`call`), and the call's
+    /// timeout stands while they wait for the person (#42).
     async fn call_answering_input(
         &self,
         connection: &Connection,
         service: &str,
+        call: &InFlight,
         mut params: CallToolRequestParams,
     ) -> Result<CallToolResult, ServiceError> {
         for _ in 0..MAX_INPUT_ROUNDS {
-            match connection.call_tool_once(params.clone()).await? {
+            match connection
+                .call_tool_once(params.clone(), call.call())
+                .await?
+            {
                 CallToolResponse::Complete(result) => return Ok(result),
                 CallToolResponse::InputRequired(asked) => {
                     let mut responses = InputResponses::new();
@@ -52,7 +60,11 @@ impl McpBridge {
                         let InputRequest::Elicitation(request) = request else {
                             return Err(ServiceError::UnexpectedResponse);
                         };
-                        let answer = self.inner.elicitation.ask(service, request.params).await;
+                        let answer = self
+                            .inner
+                            .elicitation
+                            .ask_for_call(service, call.call(), request.params)
+                            .await;
                         let answer = serde_json::to_value(answer)
                             .map_err(|_| ServiceError::UnexpectedResponse)?;
                         responses.insert(key, answer);
@@ -128,13 +140,18 @@ impl McpBridge {
         let mut params = CallToolRequestParams::new(tool.name.clone()).with_arguments(args);
         let span = crate::trace::tools_call_span(&tool.name, &tool.service);
         crate::trace::propagate(&span, &mut params);
-        // Questions the server asks during the call belong to this session (elicitation).
-        let _in_flight = self.inner.elicitation.enter(&tool.service, session);
-        // Dropping the call on timeout makes rmcp send notifications/cancelled for it.
+        // Questions the server asks during the call belong to this session (elicitation), and
+        // the call timeout counts the server's time only: it stands while one waits for the
+        // person (#42).
+        let in_flight = self
+            .inner
+            .elicitation
+            .enter(&tool.service, session, timeout);
+        // Dropping the call on timeout sends notifications/cancelled for it.
         let call = self
-            .call_answering_input(&connection, &tool.service, params)
+            .call_answering_input(&connection, &tool.service, &in_flight, params)
             .instrument(span.clone());
-        let result = match tokio::time::timeout(timeout, call).await {
+        let result = match in_flight.within(call).await {
             Ok(Ok(result)) => {
                 self.call_succeeded(&tool.service);
                 convert(tool, result)

@@ -74,13 +74,21 @@ impl ToolProvider for McpBridge {
             .is_some_and(|s| s.config.requires_approval(&tool))
     }
 
-    /// The service's call timeout plus room for the health check and stop, so that the bridge's
-    /// own timeout (which cancels the request and checks the server) fires first.
+    /// The service's call timeout, plus the time the call may wait for the person (the
+    /// elicitation limit: it does not count against the call timeout, #42), plus room for the
+    /// health check and stop, so that the bridge's own timeout (which cancels the request and
+    /// checks the server) fires first.
     fn timeout(&self, name: &str) -> Option<Duration> {
+        let person = self.inner.elicitation.person_budget();
         let map = lock(&self.inner.services);
         map.values()
             .find(|s| name.starts_with(&names::service_prefix(&s.config.name)))
-            .map(|s| s.config.call_timeout + HEALTH_CHECK + STOP_GRACE * 5)
+            .map(|s| {
+                s.config
+                    .call_timeout
+                    .saturating_add(person)
+                    .saturating_add(HEALTH_CHECK + STOP_GRACE * 5)
+            })
     }
 
     /// The problems the dispatcher's validator found, and the tool's full parameter schema:

@@ -8,7 +8,9 @@
 //! `NAME ran`, and in a session sends `notifications/tools/list_changed`), `ask` (the
 //! 2026-07-28 way of asking the person mid-call: an `input_required` result with one form
 //! elicitation, `"who"`; called again with `inputResponses`, it answers `answered: <the
-//! response as JSON>`). Tool lists carry the
+//! response as JSON>`), `ask_now` (the 2025-11-25 way, in a session only: the server sends
+//! `elicitation/create` during the call, which rmcp delivers on the SSE stream of the call's
+//! POST, and answers `answered: <the client's result as JSON>`). Tool lists carry the
 //! cache hint `ttlMs` (1,500 ms), which the stateless revision relies on instead of
 //! notifications.
 
@@ -17,9 +19,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InputRequest, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
+    ElicitRequestParams, Implementation, InputRequest, InputRequiredResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, ServerRequest, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -71,6 +73,11 @@ impl Handler {
             Tool::new(
                 "ask",
                 "Asks the person their name (input_required) and answers with it.",
+                object(json!({"type": "object"})),
+            ),
+            Tool::new(
+                "ask_now",
+                "Asks the person their name with elicitation/create mid-call (session revisions only) and answers with it.",
                 object(json!({"type": "object"})),
             ),
             Tool::new(
@@ -166,6 +173,25 @@ impl ServerHandler for Handler {
                     responses.get("who").cloned().unwrap_or(Value::Null)
                 )),
             },
+            "ask_now" => {
+                let params: ElicitRequestParams = serde_json::from_value(json!({
+                    "mode": "form", "message": "What is your name?",
+                    "requestedSchema": {"type": "object",
+                        "properties": {"name": {"type": "string"}}, "required": ["name"]}
+                }))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                // The request itself (rmcp's `create_elicitation` needs its `elicitation`
+                // feature, which would rebuild rmcp for every test build that has testkit).
+                let answer = context
+                    .peer
+                    .send_request(ServerRequest::ElicitRequest(ElicitRequest::new(params)))
+                    .await
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                text(format!(
+                    "answered: {}",
+                    serde_json::to_value(answer).unwrap_or(Value::Null)
+                ))
+            }
             "add_tool" => {
                 let name = args
                     .get("name")
