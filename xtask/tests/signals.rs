@@ -210,6 +210,11 @@ fn a_run_stops_the_servers_a_killed_run_left() {
         !orphans.is_empty(),
         "the servers outlive a SIGKILLed xtask (what the next run must stop)"
     );
+    // The command the killed run started (its own process group's, so the SIGKILL did not
+    // reach it; its environment names the servers' directories) is this test's to end.
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", "^sleep 601$"])
+        .status();
     // The next run reaps them before it starts its own.
     let next = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["with-services", "true"])
@@ -220,9 +225,4 @@ fn a_run_stops_the_servers_a_killed_run_left() {
         .unwrap();
     assert!(next.success());
     assert_none_left(owner, Duration::from_secs(30));
-    // The command the killed run started (its own process group's, so the SIGKILL did not
-    // reach it) is this test's to end.
-    let _ = Command::new("pkill")
-        .args(["-KILL", "-f", "^sleep 601$"])
-        .status();
 }
