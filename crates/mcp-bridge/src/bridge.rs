@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -15,7 +16,7 @@ use tokio::time::Instant;
 use crate::catalog::McpTool;
 use crate::config::{ConfigFile, ServiceConfig};
 use crate::connection::{Connection, lock};
-use crate::elicitation::ElicitationHub;
+use crate::elicitation::{ElicitationHub, Elicitor};
 use crate::error::BridgeError;
 use crate::search::ToolSearchConfig;
 use crate::turns::DescribedTools;
@@ -168,5 +169,23 @@ impl McpBridge {
             .map(|s| s.config.clone())
             .collect();
         file.save(path)
+    }
+}
+
+// What the application attaches to answer servers' questions (`elicitation.rs`).
+impl McpBridge {
+    /// Attaches the [`Elicitor`](crate::elicitation::Elicitor) that asks the person when a server elicits, with the time a
+    /// question may wait (then it is cancelled). Without one, every question is declined.
+    ///
+    /// `limit` is also the most a call started from now on spends waiting for the person in
+    /// all, its questions together; that time does not count against the service's call
+    /// timeout.
+    pub fn set_elicitor(&self, elicitor: Arc<dyn Elicitor>, limit: Duration) {
+        self.inner.elicitation.set_elicitor(Some((elicitor, limit)));
+    }
+
+    /// Detaches the elicitor: questions are declined again.
+    pub fn clear_elicitor(&self) {
+        self.inner.elicitation.set_elicitor(None);
     }
 }

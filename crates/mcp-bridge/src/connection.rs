@@ -6,7 +6,7 @@
 //! It knows nothing of the bridge: how a failure is recorded is the caller's `on_failure`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::Instrument;
 
@@ -31,10 +31,7 @@ use crate::process;
 /// How long a stopping server gets after its stdin closes and after SIGTERM.
 pub(crate) const STOP_GRACE: Duration = Duration::from_millis(1500);
 
-/// Locks `m`, taking the data of a poisoned lock (every critical section leaves it whole).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use crate::sync::lock;
 
 /// A running server.
 /// A server's tool list and until when it may be used without asking again.

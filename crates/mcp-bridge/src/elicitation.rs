@@ -7,7 +7,7 @@
 //! by calling again with `inputResponses` (`execution.rs`).
 //!
 //! Never a hang: with no elicitor attached the bridge declines (and logs why); an answer that
-//! takes longer than the limit ([`McpBridge::set_elicitor`]) is a cancel. URL mode hands the URL
+//! takes longer than the limit ([`McpBridge::set_elicitor`](crate::McpBridge::set_elicitor)) is a cancel. URL mode hands the URL
 //! over as text: the bridge never opens it; the UI may show it as a link the person opens, and
 //! must show anything but an `https:` (or loopback `http:`) URL as plain text, since the server
 //! chooses it (the chat panel does, #42).
@@ -49,8 +49,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::bridge::McpBridge;
-use crate::connection::lock;
+use crate::sync::lock;
 
 /// How long a question waits for the person by default.
 pub const DEFAULT_ELICITATION_TIMEOUT: Duration = Duration::from_secs(600);
@@ -517,20 +516,10 @@ impl Drop for InFlight {
     }
 }
 
-impl McpBridge {
-    /// Attaches the [`Elicitor`] that asks the person when a server elicits, with the time a
-    /// question may wait (then it is cancelled). Without one, every question is declined.
-    ///
-    /// `limit` is also the most a call started from now on spends waiting for the person in
-    /// all, its questions together; that time does not count against the service's call
-    /// timeout.
-    pub fn set_elicitor(&self, elicitor: Arc<dyn Elicitor>, limit: Duration) {
-        *lock(&self.inner.elicitation.elicitor) = Some((elicitor, limit));
-    }
-
-    /// Detaches the elicitor: questions are declined again.
-    pub fn clear_elicitor(&self) {
-        *lock(&self.inner.elicitation.elicitor) = None;
+impl ElicitationHub {
+    /// Attaches (or, with `None`, detaches) the elicitor and its time limit.
+    pub(crate) fn set_elicitor(&self, elicitor: Option<(Arc<dyn Elicitor>, Duration)>) {
+        *lock(&self.elicitor) = elicitor;
     }
 }
 

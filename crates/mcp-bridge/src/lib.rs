@@ -56,6 +56,7 @@ mod provider;
 pub mod recovery;
 mod registry;
 pub mod search;
+mod sync;
 mod trace;
 mod turns;
 
