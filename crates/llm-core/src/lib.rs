@@ -10,6 +10,8 @@
 //!   (OpenAI-compatible HTTP), `local-model` (an embedded model), or your own.
 //! * The tool seam: [`Tool`], [`ToolProvider`], [`ToolError`], [`ToolContext`]. Built-in tools,
 //!   skills and MCP services all reach the dispatcher through it.
+//! * The embedding seam: [`Embedder`] (texts → vectors, [`EmbedKind`] query or document), for
+//!   tool search by meaning.
 //! * Rules shared by every source: [`ToolCallAssembler`] (streamed deltas → calls),
 //!   [`normalize_schema`], [`is_valid_tool_name`], [`cap_result`].
 //!
@@ -34,6 +36,7 @@
 
 mod assemble;
 mod cap;
+mod embed;
 mod error;
 mod model;
 mod schema;
@@ -44,6 +47,7 @@ mod types;
 pub use assemble::ToolCallAssembler;
 pub use async_trait::async_trait;
 pub use cap::{DEFAULT_MAX_RESULT_BYTES, cap_result};
+pub use embed::{EmbedKind, Embedder};
 pub use error::ModelError;
 pub use model::{ChatModel, ChatStream, ModelInfo, collect_stream, response_stream};
 pub use schema::{MAX_TOOL_NAME, is_valid_tool_name, normalize_schema};
