@@ -409,6 +409,22 @@ fn check_layers() -> Result<(), String> {
             }
         }
     }
+    // #40: no stage's demo builds a tensor library (the local model has its own GGUF reader and
+    // kernels; candle is its tests' oracle): candle-core alone was 252 s of a cold Stage 3.
+    for stage in STAGES {
+        let pkg = format!("stage-{}", stage.n);
+        let out = cargo()
+            .args(["tree", "-p", &pkg, "-e", "normal", "--prefix", "none"])
+            .output()
+            .map_err(|e| format!("cargo tree: could not start: {e}"))?;
+        let tree = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || tree.lines().any(|l| l.starts_with("candle-")) {
+            return Err(format!(
+                "layer check: the {pkg} demo builds candle (or cargo tree failed: {}); `cargo tree -p {pkg} -i candle-core` shows the path",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
     Ok(())
 }
 

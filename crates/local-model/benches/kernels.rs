@@ -14,7 +14,7 @@ use std::time::Duration;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use local_model::kernels::Weight;
+use local_model::kernels::{GgmlType, Weight};
 
 fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     let mut s = seed;
@@ -39,8 +39,10 @@ fn bench(c: &mut Criterion) {
             QMatMul::from_qtensor(QTensor::quantize(&w, GgmlDType::Q4_1).unwrap()).unwrap();
         let candle_q8 =
             QMatMul::from_qtensor(QTensor::quantize(&w, GgmlDType::Q8_0).unwrap()).unwrap();
-        let ours_q4 = Weight::from_qtensor(&q4).unwrap();
-        let ours_q8 = Weight::from_qtensor(&q8).unwrap();
+        let ours_q4 =
+            Weight::from_gguf_bytes(GgmlType::Q4_1, rows, cols, &q4.data().unwrap()).unwrap();
+        let ours_q8 =
+            Weight::from_gguf_bytes(GgmlType::Q8_0, rows, cols, &q8.data().unwrap()).unwrap();
         // The dequantised Q4_1 values, transposed once for candle's `x · Wᵀ` as a plain matmul.
         let wf = q4
             .dequantize(&dev)

@@ -6,18 +6,17 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use candle_core::quantized::gguf_file;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::constraint::{Constraint, Vocabulary};
-use crate::convert;
+use crate::gguf::Content;
 use crate::grammar::{Grammar, TOOL_CALL_OPEN};
-use crate::model::{KvCache, Weights, needs_requant};
+use crate::model::{Fault, KvCache, Weights};
 use crate::tokenizer::{LocalTokenizer, Utf8Stream};
 use llm_core::ModelError;
 
-fn load_err(e: candle_core::Error) -> ModelError {
+fn load_err(e: Fault) -> ModelError {
     ModelError::ModelLoad(format!("the GGUF weights could not be loaded: {e}"))
 }
 
@@ -320,45 +319,18 @@ impl Engine {
                 path.display()
             ))
         };
-        let gguf_err = |e: candle_core::Error| {
-            ModelError::ModelLoad(format!(
-                "{} is not a readable GGUF file: {e}",
-                path.display()
-            ))
-        };
-        // The file itself; a file with matrices no fast kernel reads is converted once and the
-        // result cached next to it (a cache left by older versions for other files is ignored).
         // Buffered: the GGUF header is thousands of small reads (every token and merge string).
         let mut file = std::io::BufReader::with_capacity(
             1 << 20,
             std::fs::File::open(path).map_err(open_err)?,
         );
-        let content = gguf_file::Content::read(&mut file).map_err(gguf_err)?;
-        let (content, weights) = if content
-            .tensor_infos
-            .values()
-            .any(|t| needs_requant(t.ggml_dtype, t.shape.dims()))
-        {
-            match convert::read_cache(path).and_then(|bytes| {
-                let mut r = std::io::Cursor::new(bytes);
-                let c = gguf_file::Content::read(&mut r).ok()?;
-                let w = Weights::from_gguf(&c, &mut r).ok()?;
-                Some((c, w))
-            }) {
-                Some(cw) => cw,
-                None => {
-                    let bytes = convert::requantized(&content, &mut file).map_err(load_err)?;
-                    convert::write_cache(path, &bytes);
-                    let mut r = std::io::Cursor::new(bytes);
-                    let c = gguf_file::Content::read(&mut r).map_err(load_err)?;
-                    let w = Weights::from_gguf(&c, &mut r).map_err(load_err)?;
-                    (c, w)
-                }
-            }
-        } else {
-            let w = Weights::from_gguf(&content, &mut file).map_err(load_err)?;
-            (content, w)
-        };
+        let content = Content::read(&mut file).map_err(|e| {
+            ModelError::ModelLoad(format!(
+                "{} is not a readable GGUF file: {e}",
+                path.display()
+            ))
+        })?;
+        let weights = Weights::from_gguf(&content, &mut file).map_err(load_err)?;
         let t_weights = t0.elapsed();
         let tokenizer = LocalTokenizer::from_gguf(&content)?;
         let t_tok = t0.elapsed();

@@ -1,7 +1,7 @@
 //! # local-model — an embedded chat model with native tool calls
 //!
-//! A small GGUF chat model run in process on the CPU (its own quantized kernels, `candle` for
-//! GGUF reading and K-quants), behind the same
+//! A small GGUF chat model run in process on the CPU (its own GGUF reader and quantized
+//! kernels, no tensor library), behind the same
 //! [`ChatModel`] trait as the HTTP backends: the offline default of every stage demo.
 //!
 //! The default is SmolLM2-135M-Instruct (Q4_1, 98 MB), fetched once into the user's cache
@@ -35,9 +35,9 @@
 //! ```
 
 mod constraint;
-mod convert;
 mod engine;
 mod fetch;
+mod gguf;
 mod grammar;
 pub mod kernels;
 mod model;
@@ -283,9 +283,8 @@ impl LocalModel {
     }
 
     /// Loads a GGUF file now, on this thread (blocking). Q4_1, Q8_0 and F32 matrices run on the
-    /// crate's own kernels as they are, K-quants on candle's; a file with Q5_0/Q5_1 matrices is
-    /// converted once and the result cached next to it (`<file>.q8cache`); later loads read
-    /// the cache.
+    /// crate's own kernels as they are; Q4_0 and Q4_K become Q4_1 exactly, Q5_0, Q5_1, Q5_K and
+    /// Q6_K become Q8_0, F16 and BF16 become F32, all at load (see [`kernels::Weight::from_gguf_bytes`]).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         Ok(Self {
             engine: Arc::new(Engine::load(path.as_ref(), DEFAULT_PREFIX_CACHE_BYTES)?),

@@ -19,93 +19,81 @@
 //! are written out with a fixed summation order), so a prompt processed in one piece, in
 //! chunks, after a reused prefix, or batched with other sessions gives bit-identical logits.
 
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
-use candle_core::{Device, Module, Result, Tensor};
 use rayon::prelude::*;
+use std::io::{Read, Seek};
 use std::sync::Arc;
 
-use crate::kernels::{self, Weight};
+use crate::gguf::{Content, GgufError};
+use crate::kernels::{self, KernelError, Weight};
 
 /// The longest position the RoPE tables cover.
 const MAX_SEQ_LEN: usize = 8192;
 
+/// Why weights cannot be read or run: one sentence for the operator.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Fault(String);
+
+impl From<GgufError> for Fault {
+    fn from(e: GgufError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+impl From<KernelError> for Fault {
+    fn from(e: KernelError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+pub(crate) type Result<T> = std::result::Result<T, Fault>;
+
+macro_rules! bail {
+    ($($t:tt)*) => {
+        return Err(Fault(format!($($t)*)))
+    };
+}
+
 /// One weight matrix applied to a batch of rows: the single call site of every matmul of the
-/// model. `Q4_1`, `Q8_0` and `F32` matrices run on this crate's own kernels ([`crate::kernels`]:
-/// 8-bit activations, AVX2 where the CPU has it), every other type on candle's `QMatMul`. Both
-/// compute each row on its own, so a row's result does not depend on the rest of the batch.
-pub(crate) struct Linear {
-    kind: Kind,
-    in_dim: usize,
-    out_dim: usize,
-}
-
-enum Kind {
-    Kernel(Arc<Weight>),
-    Candle(QMatMul),
-}
-
-/// A matrix the crate's kernels read (Q4_1, Q8_0 or F32 with whole blocks per row).
-fn kernel_weight(t: &QTensor) -> Result<Option<Arc<Weight>>> {
-    let cols = t.shape().dims().last().copied().unwrap_or(0);
-    Ok(match t.dtype() {
-        GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::F32
-            if cols.is_multiple_of(kernels::BLOCK) =>
-        {
-            Some(Arc::new(
-                Weight::from_qtensor(t).map_err(candle_core::Error::wrap)?,
-            ))
-        }
-        _ => None,
-    })
-}
+/// model, on this crate's kernels ([`crate::kernels`]: 8-bit activations, AVX2 where the CPU
+/// has it; every GGUF type is brought to Q4_1, Q8_0 or F32 at load). Each row is computed on
+/// its own, so a row's result does not depend on the rest of the batch.
+pub(crate) struct Linear(Arc<Weight>);
 
 impl Linear {
-    fn new(t: QTensor) -> Result<Self> {
-        let (out_dim, in_dim) = t.shape().dims2()?;
-        let kind = match kernel_weight(&t)? {
-            Some(w) => Kind::Kernel(w),
-            None => Kind::Candle(QMatMul::from_qtensor(t)?),
-        };
-        Ok(Self {
-            kind,
-            in_dim,
-            out_dim,
-        })
-    }
-
-    fn from_kernel(w: Arc<Weight>) -> Self {
-        Self {
-            in_dim: w.cols(),
-            out_dim: w.rows(),
-            kind: Kind::Kernel(w),
-        }
-    }
-
     /// `x` is `rows × in_dim`, row-major; returns `rows × out_dim`.
     pub(crate) fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
-        debug_assert_eq!(x.len(), rows * self.in_dim);
-        match &self.kind {
-            Kind::Kernel(w) => {
-                let mut out = vec![0f32; rows * self.out_dim];
-                w.matmul(x, rows, &mut out)
-                    .map_err(candle_core::Error::wrap)?;
-                Ok(out)
-            }
-            Kind::Candle(m) => {
-                let t = Tensor::from_slice(x, (rows, self.in_dim), &Device::Cpu)?;
-                m.forward(&t)?.flatten_all()?.to_vec1::<f32>()
-            }
-        }
+        let mut out = vec![0f32; rows * self.0.rows()];
+        self.0.matmul(x, rows, &mut out)?;
+        Ok(out)
     }
 
     /// The output width.
     pub(crate) fn out_dim(&self) -> usize {
-        self.out_dim
+        self.0.rows()
     }
 }
 
+/// A 2-D tensor as a kernel weight.
+fn matrix<R: Read + Seek>(ct: &Content, r: &mut R, name: &str) -> Result<Arc<Weight>> {
+    let (t, bytes) = ct.tensor(r, name)?;
+    let [rows, cols] = t.dims[..] else {
+        bail!("tensor `{name}` has shape {:?}, expected a matrix", t.dims);
+    };
+    Ok(Arc::new(Weight::from_gguf_bytes(
+        t.dtype, rows, cols, &bytes,
+    )?))
+}
+
+/// A tensor's values as f32 (norm weights).
+fn vector<R: Read + Seek>(ct: &Content, r: &mut R, name: &str) -> Result<Vec<f32>> {
+    let (t, bytes) = ct.tensor(r, name)?;
+    Ok(kernels::dequantize(t.dtype, &bytes))
+}
+
 /// The token embedding table: rows of a kernel weight (shared with the output projection
-/// when the model ties them), dequantised one row at a lookup; other types as f32.
+/// when the model ties them), dequantised one row at a lookup; a width that is not whole
+/// 32-value blocks as f32.
 enum Embedding {
     Kernel(Arc<Weight>),
     F32(Vec<f32>),
@@ -272,25 +260,17 @@ impl KvCache {
     }
 }
 
-fn md_u32(ct: &gguf_file::Content, key: &str) -> Result<usize> {
+fn md_u32(ct: &Content, key: &str) -> Result<usize> {
     match ct.metadata.get(key) {
         Some(v) => Ok(v.to_u32()? as usize),
-        None => candle_core::bail!("cannot find {key} in the GGUF metadata"),
+        None => bail!("cannot find {key} in the GGUF metadata"),
     }
-}
-
-fn vec_of(t: &QTensor) -> Result<Vec<f32>> {
-    t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()
 }
 
 impl Weights {
     /// Reads a llama-architecture GGUF (the same keys candle's `quantized_llama` reads) or a
     /// Gemma 3 one.
-    pub(crate) fn from_gguf<R: std::io::Seek + std::io::Read>(
-        ct: &gguf_file::Content,
-        reader: &mut R,
-    ) -> Result<Self> {
-        let dev = &Device::Cpu;
+    pub(crate) fn from_gguf<R: Seek + Read>(ct: &Content, reader: &mut R) -> Result<Self> {
         let arch = ct
             .metadata
             .get("general.architecture")
@@ -300,7 +280,7 @@ impl Weights {
         let kind = match arch.as_str() {
             "gemma3" => Arch::Gemma3,
             a if a.starts_with("gemma") => {
-                candle_core::bail!("architecture `{a}` is not supported (gemma3 is)")
+                bail!("architecture `{a}` is not supported (gemma3 is)")
             }
             _ => Arch::Llama,
         };
@@ -314,7 +294,7 @@ impl Weights {
             Arch::Gemma3 => md_u32(ct, &key("attention.key_length"))?,
             Arch::Llama => {
                 if n_head == 0 || dim % n_head != 0 {
-                    candle_core::bail!("unsupported head layout: {n_head} heads for width {dim}");
+                    bail!("unsupported head layout: {n_head} heads for width {dim}");
                 }
                 dim / n_head
             }
@@ -325,7 +305,7 @@ impl Weights {
         };
         let eps = match ct.metadata.get(&key("attention.layer_norm_rms_epsilon")) {
             Some(v) => v.to_f32()?,
-            None => candle_core::bail!("cannot find the RMS norm epsilon in the GGUF metadata"),
+            None => bail!("cannot find the RMS norm epsilon in the GGUF metadata"),
         };
         let freq_base = ct
             .metadata
@@ -333,10 +313,10 @@ impl Weights {
             .and_then(|v| v.to_f32().ok())
             .unwrap_or(10000.0);
         if n_head == 0 || n_kv_head == 0 || n_head % n_kv_head != 0 || head_dim == 0 {
-            candle_core::bail!("unsupported head layout: {n_head} heads, {n_kv_head} KV heads");
+            bail!("unsupported head layout: {n_head} heads, {n_kv_head} KV heads");
         }
         if rope_dim > head_dim || rope_dim % 2 != 0 {
-            candle_core::bail!("unsupported RoPE dimension {rope_dim}");
+            bail!("unsupported RoPE dimension {rope_dim}");
         }
         // As candle's quantized_llama (after llama.cpp's llama_model_rope_type).
         let rope_neox = matches!(
@@ -365,7 +345,7 @@ impl Weights {
             .get(&key("expert_count"))
             .is_some_and(|v| v.to_u32().is_ok_and(|n| n > 1))
         {
-            candle_core::bail!("mixture-of-experts models are not supported");
+            bail!("mixture-of-experts models are not supported");
         }
         let mut ropes = vec![Rope::new(rope_dim, freq_base)];
         // Gemma 3: every sixth layer is global, the others see a window with a local RoPE base
@@ -382,31 +362,41 @@ impl Weights {
         } else {
             None
         };
-        let emb_q = ct.tensor(reader, "token_embd.weight", dev)?;
-        let (vocab, emb_dim) = emb_q.shape().dims2()?;
+        let emb = ct.info("token_embd.weight")?;
+        let [vocab, emb_dim] = emb.dims[..] else {
+            bail!("token_embd.weight has shape {:?}", emb.dims);
+        };
         if emb_dim != dim {
-            candle_core::bail!("token_embd.weight is {vocab}×{emb_dim}, expected ×{dim}");
+            bail!("token_embd.weight is {vocab}×{emb_dim}, expected ×{dim}");
         }
-        let emb_kernel = kernel_weight(&emb_q)?;
-        let norm = vec_of(&ct.tensor(reader, "output_norm.weight", dev)?)?;
-        let output = ct.tensor(reader, "output.weight", dev).ok();
-        let (embedding, output) = match (emb_kernel, output) {
-            (Some(w), Some(out)) => (Embedding::Kernel(w), Linear::new(out)?),
+        let norm = vector(ct, reader, "output_norm.weight")?;
+        let output = match ct.info("output.weight") {
+            Ok(_) => Some(Linear(matrix(ct, reader, "output.weight")?)),
+            Err(GgufError::Missing(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let (embedding, output) = if dim.is_multiple_of(kernels::BLOCK) {
+            let w = matrix(ct, reader, "token_embd.weight")?;
             // Tied: the output projection is the embedding table, held once.
-            (Some(w), None) => (Embedding::Kernel(Arc::clone(&w)), Linear::from_kernel(w)),
-            (None, out) => (
-                Embedding::F32(vec_of(&emb_q)?),
-                Linear::new(out.unwrap_or(emb_q))?,
-            ),
+            let out = output.unwrap_or_else(|| Linear(Arc::clone(&w)));
+            (Embedding::Kernel(w), out)
+        } else {
+            match output {
+                Some(out) => (
+                    Embedding::F32(vector(ct, reader, "token_embd.weight")?),
+                    out,
+                ),
+                None => bail!("a model {dim} wide must have its own output.weight"),
+            }
         };
         let mut layers = Vec::with_capacity(n_layer);
         for i in 0..n_layer {
-            let mut t = |name: &str| ct.tensor(reader, &format!("blk.{i}.{name}.weight"), dev);
+            let name = |n: &str| format!("blk.{i}.{n}.weight");
             let local = sliding.filter(|_| i % 6 < 5);
             let gemma = kind == Arch::Gemma3;
-            let mut norm = |name: &str| -> Result<Option<Vec<f32>>> {
+            let mut norm = |n: &str| -> Result<Option<Vec<f32>>> {
                 if gemma {
-                    Ok(Some(vec_of(&t(name)?)?))
+                    Ok(Some(vector(ct, reader, &name(n))?))
                 } else {
                     Ok(None)
                 }
@@ -418,7 +408,7 @@ impl Weights {
             if q_norm.as_ref().is_some_and(|w| w.len() != head_dim)
                 || k_norm.as_ref().is_some_and(|w| w.len() != head_dim)
             {
-                candle_core::bail!("layer {i}: the query/key norms are not {head_dim} wide");
+                bail!("layer {i}: the query/key norms are not {head_dim} wide");
             }
             layers.push(Layer {
                 rope: usize::from(local.is_some()),
@@ -427,15 +417,15 @@ impl Weights {
                 k_norm,
                 post_attn_norm,
                 post_ffn_norm,
-                wq: Linear::new(t("attn_q")?)?,
-                wk: Linear::new(t("attn_k")?)?,
-                wv: Linear::new(t("attn_v")?)?,
-                wo: Linear::new(t("attn_output")?)?,
-                w_gate: Linear::new(t("ffn_gate")?)?,
-                w_down: Linear::new(t("ffn_down")?)?,
-                w_up: Linear::new(t("ffn_up")?)?,
-                attn_norm: vec_of(&t("attn_norm")?)?,
-                ffn_norm: vec_of(&t("ffn_norm")?)?,
+                wq: Linear(matrix(ct, reader, &name("attn_q"))?),
+                wk: Linear(matrix(ct, reader, &name("attn_k"))?),
+                wv: Linear(matrix(ct, reader, &name("attn_v"))?),
+                wo: Linear(matrix(ct, reader, &name("attn_output"))?),
+                w_gate: Linear(matrix(ct, reader, &name("ffn_gate"))?),
+                w_down: Linear(matrix(ct, reader, &name("ffn_down"))?),
+                w_up: Linear(matrix(ct, reader, &name("ffn_up"))?),
+                attn_norm: vector(ct, reader, &name("attn_norm"))?,
+                ffn_norm: vector(ct, reader, &name("ffn_norm"))?,
             });
         }
         Ok(Self {
@@ -488,11 +478,11 @@ impl Weights {
         let mut rows: Vec<(usize, usize)> = Vec::new();
         for (i, (cache, toks)) in items.iter().enumerate() {
             if toks.is_empty() {
-                candle_core::bail!("a forward item has no tokens");
+                bail!("a forward item has no tokens");
             }
             let start = cache.len();
             if start + toks.len() > MAX_SEQ_LEN {
-                candle_core::bail!("the sequence is longer than {MAX_SEQ_LEN} tokens");
+                bail!("the sequence is longer than {MAX_SEQ_LEN} tokens");
             }
             rows.extend((0..toks.len()).map(|j| (i, start + j)));
         }
@@ -502,7 +492,7 @@ impl Weights {
             for &t in *toks {
                 let t = t as usize;
                 if t >= self.vocab {
-                    candle_core::bail!("token {t} is outside the vocabulary of {}", self.vocab);
+                    bail!("token {t} is outside the vocabulary of {}", self.vocab);
                 }
                 self.embedding.push_row(t, dim, &mut x);
             }
@@ -689,20 +679,56 @@ fn attention(
     out
 }
 
-/// Quant types neither this crate's kernels nor candle 0.11 multiply fast (candle runs them as
-/// scalar code): converted to `Q8_0` once at load and the result cached.
-pub(crate) fn needs_requant(dtype: GgmlDType, dims: &[usize]) -> bool {
-    matches!(dtype, GgmlDType::Q5_0 | GgmlDType::Q5_1)
-        && dims.len() >= 2
-        && dims.last().is_some_and(|d| d % 32 == 0)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
     use crate::tokenizer::LocalTokenizer;
+    use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+    use candle_core::{Device, Tensor};
     use candle_transformers::models::quantized_llama::ModelWeights;
+
+    /// candle's copy of a GGUF with the matrices `pick` chooses re-quantised to Q8_0 by candle.
+    fn candle_requantized(bytes: &[u8], pick: impl Fn(GgmlDType) -> bool) -> Vec<u8> {
+        let dev = &Device::Cpu;
+        let mut r = std::io::Cursor::new(bytes);
+        let content = gguf_file::Content::read(&mut r).unwrap();
+        let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+        names.sort();
+        let mut tensors: Vec<(&str, QTensor)> = Vec::new();
+        for name in names {
+            let qt = content.tensor(&mut r, name, dev).unwrap();
+            let qt = if pick(qt.dtype()) && qt.shape().dims().len() == 2 {
+                QTensor::quantize(&qt.dequantize(dev).unwrap(), GgmlDType::Q8_0).unwrap()
+            } else {
+                qt
+            };
+            tensors.push((name.as_str(), qt));
+        }
+        let metadata: Vec<_> = content
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.as_str(), v))
+            .collect();
+        let refs: Vec<_> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+        let mut mem = std::io::Cursor::new(Vec::new());
+        gguf_file::write(&mut mem, &metadata, &refs).unwrap();
+        mem.into_inner()
+    }
+
+    /// Our weights of a GGUF file's bytes.
+    fn ours(bytes: &[u8]) -> Weights {
+        let mut r = std::io::Cursor::new(bytes);
+        let ct = Content::read(&mut r).unwrap();
+        Weights::from_gguf(&ct, &mut r).unwrap()
+    }
+
+    /// candle's quantized llama of a GGUF file's bytes.
+    fn theirs(bytes: &[u8]) -> ModelWeights {
+        let mut r = std::io::Cursor::new(bytes);
+        let ct = gguf_file::Content::read(&mut r).unwrap();
+        ModelWeights::from_gguf(ct, &mut r, &Device::Cpu).unwrap()
+    }
 
     /// `env` when set, else `source` fetched into the cache; fails, never skips.
     fn fetched(env: &str, source: crate::ModelSource) -> std::path::PathBuf {
@@ -730,8 +756,7 @@ mod tests {
     fn setup() -> (Vec<u8>, LocalTokenizer, Vec<u32>) {
         let path = model_path();
         let bytes = std::fs::read(&path).unwrap();
-        let ct = gguf_file::Content::read(&mut std::io::Cursor::new(&bytes)).unwrap();
-        let tok = LocalTokenizer::from_gguf(&ct).unwrap();
+        let tok = LocalTokenizer::from_file(&path).unwrap();
         let prompt = tok
             .chat_prompt(&[
                 ("system", "You are a helpful assistant."),
@@ -776,23 +801,12 @@ mod tests {
     #[test]
     fn the_forward_gives_the_same_greedy_tokens_as_candles_quantized_llama() {
         let (bytes, _, prompt) = setup();
-        let read = |bytes: Vec<u8>| {
-            let mut r = std::io::Cursor::new(bytes);
-            let ct = gguf_file::Content::read(&mut r).unwrap();
-            (ct, r)
-        };
-        let (ct, mut r) = read(bytes.clone());
-        let ours = Weights::from_gguf(&ct, &mut r).unwrap();
-        let mut theirs = ModelWeights::from_gguf(ct, &mut r, &Device::Cpu).unwrap();
+        let ours = ours(&bytes);
+        let mut theirs_q4 = theirs(&bytes);
         // The yardstick: candle on the same weights converted to Q8_0 (what this engine ran
         // before its own kernels) differs from candle on the Q4_1 file by `noise`.
-        let path = model_path();
-        let mut f = std::fs::File::open(&path).unwrap();
-        let ct = gguf_file::Content::read(&mut f).unwrap();
-        let q8 =
-            crate::convert::requantized_where(&ct, &mut f, |d, _| d == GgmlDType::Q4_1).unwrap();
-        let (ct, mut r) = read(q8);
-        let mut theirs_q8 = ModelWeights::from_gguf(ct, &mut r, &Device::Cpu).unwrap();
+        let mut theirs_q8 = theirs(&candle_requantized(&bytes, |d| d == GgmlDType::Q4_1));
+        let theirs = &mut theirs_q4;
 
         // Greedy with ours; candle is fed the same tokens (teacher forcing) and must agree
         // on every step's choice except a near-tie.
@@ -802,7 +816,7 @@ mod tests {
             .forward(&mut [(&mut cache, &prompt)])
             .unwrap()
             .remove(0);
-        let mut c = candle_step(&mut theirs, &prompt, 0);
+        let mut c = candle_step(theirs, &prompt, 0);
         let mut c8 = candle_step(&mut theirs_q8, &prompt, 0);
         let (mut ties, mut worst, mut noise) = (0, 0f32, 0f32);
         let mut chosen = Vec::new();
@@ -821,7 +835,7 @@ mod tests {
                 ties += 1;
             }
             l = ours.forward(&mut [(&mut cache, &[t])]).unwrap().remove(0);
-            c = candle_step(&mut theirs, &[t], pos);
+            c = candle_step(theirs, &[t], pos);
             c8 = candle_step(&mut theirs_q8, &[t], pos);
         }
         eprintln!(
@@ -850,11 +864,12 @@ mod tests {
     /// loads it; its tokenizer; the oracle fixture's prompt.
     fn gemma_setup() -> (Vec<u8>, LocalTokenizer, Vec<u32>) {
         let path = fetched("LOCAL_GEMMA_PATH", crate::ModelSource::gemma3_270m());
-        let mut f = std::fs::File::open(&path).unwrap();
-        let ct = gguf_file::Content::read(&mut f).unwrap();
-        let tok = LocalTokenizer::from_gguf(&ct).unwrap();
-        let bytes = crate::convert::requantized(&ct, &mut f).unwrap();
-        (bytes, tok, oracle_ids(&oracle()["prompt"]))
+        let tok = LocalTokenizer::from_file(&path).unwrap();
+        (
+            std::fs::read(&path).unwrap(),
+            tok,
+            oracle_ids(&oracle()["prompt"]),
+        )
     }
 
     fn oracle() -> serde_json::Value {
@@ -877,9 +892,7 @@ mod tests {
     #[test]
     fn gemma3_forward_gives_llama_cpps_greedy_tokens() {
         let (bytes, _, prompt) = gemma_setup();
-        let mut r = std::io::Cursor::new(bytes);
-        let ct = gguf_file::Content::read(&mut r).unwrap();
-        let w = Weights::from_gguf(&ct, &mut r).unwrap();
+        let w = ours(&bytes);
         assert_eq!(w.cfg.arch, Arch::Gemma3);
         let o = oracle();
         let steps = o["greedy"].as_array().unwrap();
@@ -947,12 +960,17 @@ mod tests {
             .unwrap();
         assert_eq!(t.dtype(), GgmlDType::Q8_0);
         let dim = t.shape().dims2().unwrap().1;
-        let all = vec_of(&t).unwrap();
+        let all = t
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
         // Kept in its Q8_0 blocks (262,144 × 640 would take 671 MB as f32), one row expanded
         // per token looked up.
-        let e = kernel_weight(&t)
-            .unwrap()
-            .expect("a Q8_0 table is a kernel weight");
+        let ct = Content::read(&mut r).unwrap();
+        let e = matrix(&ct, &mut r, "token_embd.weight").unwrap();
         for tok in [0usize, 2, 106, 1000, 262_143] {
             let mut row = Vec::new();
             e.extend_with_row(tok, &mut row).unwrap();
@@ -962,9 +980,7 @@ mod tests {
     }
 
     fn bit_identical(bytes: Vec<u8>, tok: &LocalTokenizer, prompt: &[u32]) {
-        let mut r = std::io::Cursor::new(bytes);
-        let ct = gguf_file::Content::read(&mut r).unwrap();
-        let w = Weights::from_gguf(&ct, &mut r).unwrap();
+        let w = ours(&bytes);
         let whole = {
             let mut c = KvCache::new(&w.cfg);
             w.forward(&mut [(&mut c, prompt)]).unwrap().remove(0)

@@ -15,7 +15,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
-use candle_core::quantized::gguf_file;
+use crate::gguf::Content;
 use tokenizers::Tokenizer;
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -87,7 +87,7 @@ fn unicode_to_byte() -> HashMap<char, u8> {
         .collect()
 }
 
-fn strings(ct: &gguf_file::Content, key: &str) -> Result<Vec<String>, ModelError> {
+fn strings(ct: &Content, key: &str) -> Result<Vec<String>, ModelError> {
     let v = ct
         .metadata
         .get(key)
@@ -99,14 +99,14 @@ fn strings(ct: &gguf_file::Content, key: &str) -> Result<Vec<String>, ModelError
         .collect()
 }
 
-fn id(ct: &gguf_file::Content, key: &str) -> Option<u32> {
+fn id(ct: &Content, key: &str) -> Option<u32> {
     ct.metadata.get(key).and_then(|v| v.to_u32().ok())
 }
 
 /// The byte-level BPE (`gpt2`) tokenizer and each token's bytes.
 #[allow(clippy::type_complexity)]
 fn bpe(
-    ct: &gguf_file::Content,
+    ct: &Content,
     tokens: &[String],
     types: &[u32],
 ) -> Result<(Inner, Vec<Option<Vec<u8>>>), ModelError> {
@@ -215,7 +215,7 @@ struct Sym {
 }
 
 impl Spm {
-    fn new(ct: &gguf_file::Content, tokens: &[String], types: &[u32]) -> Result<Self, ModelError> {
+    fn new(ct: &Content, tokens: &[String], types: &[u32]) -> Result<Self, ModelError> {
         let scores: Vec<f32> = match ct.metadata.get("tokenizer.ggml.scores") {
             Some(v) => v
                 .to_vec()
@@ -405,7 +405,7 @@ impl Spm {
     }
 }
 
-fn types_of(ct: &gguf_file::Content, n: usize) -> Result<Vec<u32>, ModelError> {
+fn types_of(ct: &Content, n: usize) -> Result<Vec<u32>, ModelError> {
     match ct.metadata.get("tokenizer.ggml.token_type") {
         Some(v) => v
             .to_vec()
@@ -437,8 +437,29 @@ const EOG_TEXTS: &[&str] = &[
 ];
 
 impl LocalTokenizer {
+    /// Reads the tokenizer of a GGUF model file (its metadata only, not the weights).
+    ///
+    /// ```no_run
+    /// let tok = local_model::LocalTokenizer::from_file("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let ids = tok.encode("Hello")?;
+    /// # Ok::<(), llm_core::ModelError>(())
+    /// ```
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        let err = |e: &dyn std::fmt::Display| {
+            ModelError::ModelLoad(format!(
+                "cannot read the tokenizer of {}: {e}",
+                path.display()
+            ))
+        };
+        let f = std::fs::File::open(path).map_err(|e| err(&e))?;
+        let ct = Content::read(&mut std::io::BufReader::with_capacity(1 << 20, f))
+            .map_err(|e| err(&e))?;
+        Self::from_gguf(&ct)
+    }
+
     /// Builds the tokenizer from a GGUF file's metadata.
-    pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self, ModelError> {
+    pub(crate) fn from_gguf(ct: &Content) -> Result<Self, ModelError> {
         let kind = ct
             .metadata
             .get("tokenizer.ggml.model")

@@ -41,12 +41,8 @@ fn model() -> LocalModel {
 /// The tokenizer alone, from the GGUF metadata (no weights loaded).
 fn tokenizer() -> LocalTokenizer {
     static TOK: OnceLock<LocalTokenizer> = OnceLock::new();
-    TOK.get_or_init(|| {
-        let mut f = std::fs::File::open(gemma_path()).unwrap();
-        let ct = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
-        LocalTokenizer::from_gguf(&ct).unwrap()
-    })
-    .clone()
+    TOK.get_or_init(|| LocalTokenizer::from_file(gemma_path()).unwrap())
+        .clone()
 }
 
 #[test]

@@ -228,61 +228,37 @@ async fn four_concurrent_sessions_interleave_and_answer_as_they_do_alone() {
 }
 
 #[test]
-fn the_converted_weights_are_cached_next_to_the_model_and_a_damaged_cache_is_rebuilt() {
+fn a_q5_1_file_is_converted_at_load_and_writes_nothing_beside_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     // The default model's Q4_1 matrices run as they are; a Q5_1 file is converted to Q8_0 at
-    // load and the result cached. The Q5_1 copy is written from the default model's values.
+    // load (no cache file: converting is as fast as reading one would be). The Q5_1 copy is
+    // written from the default model's values by candle (the oracle, a dev-dependency).
     write_q5_1_copy(&model_path(), &path);
-    let plain = dir.path().join("plain.gguf");
-    std::fs::copy(model_path(), &plain).unwrap();
-    LocalModel::from_file(&plain).unwrap();
-    assert!(
-        !dir.path().join("plain.gguf.q8cache").exists(),
-        "a Q4_1 model needs no conversion"
-    );
-    let cache = dir.path().join("m.gguf.q8cache");
     let a = LocalModel::from_file(&path).unwrap();
-    let good = std::fs::read(&cache).expect("the first load writes the cache");
-    // One flipped bit in the weights: detected, rebuilt, same answers.
-    let mut bad = good.clone();
-    let at = bad.len() / 2;
-    bad[at] ^= 0x10;
-    std::fs::write(&cache, &bad).unwrap();
     let b = LocalModel::from_file(&path).unwrap();
-    // Rebuilt (the metadata order may differ from build to build, the size does not).
-    let rebuilt = std::fs::read(&cache).unwrap();
-    assert!(
-        rebuilt != bad && rebuilt.len() == good.len(),
-        "the damaged cache was kept"
-    );
-    // A truncated cache too.
-    std::fs::write(&cache, &good[..good.len() / 3]).unwrap();
-    let c = LocalModel::from_file(&path).unwrap();
-    assert_eq!(
-        std::fs::metadata(&cache).unwrap().len() as usize,
-        good.len()
-    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let ask = |m: &LocalModel| {
         rt.block_on(
-            m.clone()
-                .with_seed(2)
-                .chat(ChatRequest::new(vec![Message::user("Say hello.")]).with_max_tokens(6)),
+            m.clone().with_seed(2).chat(
+                ChatRequest::new(vec![Message::user("What is the capital of France?")])
+                    .with_max_tokens(12),
+            ),
         )
         .unwrap()
         .content
     };
     let answer = ask(&a);
-    assert_eq!(ask(&b), answer);
-    assert_eq!(ask(&c), answer);
-    assert!(
-        !std::fs::read_dir(dir.path()).unwrap().any(|e| e
-            .unwrap()
-            .file_name()
-            .to_string_lossy()
-            .contains(".tmp"))
-    );
+    assert!(!answer.trim().is_empty());
+    assert_eq!(ask(&b), answer, "two loads of one file answer alike");
+    // (That the converted values are the file's is `every_gguf_type_reads_as_candle_dequantises_it`;
+    // a sampled answer is not compared with the Q4_1 source's: a step finer weights move a
+    // sampled token.)
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(files, ["m.gguf"], "loading wrote beside the model");
 }
 
 /// Writes `to`: the GGUF at `from` with every Q4_1 matrix re-quantised to Q5_1.

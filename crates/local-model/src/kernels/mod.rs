@@ -13,11 +13,13 @@
 //!   the tokens are split over the rayon pool.
 //!
 //! ```
-//! use candle_core::{Device, Tensor, quantized::{GgmlDType, QTensor}};
-//! use local_model::kernels::Weight;
-//! // A 64 × 96 weight (64 outputs, 96 inputs) in Q4_1, two tokens of input.
-//! let w = Tensor::arange(0f32, 64. * 96., &Device::Cpu)?.reshape((64, 96))?.affine(1e-4, -0.3)?;
-//! let w = Weight::from_qtensor(&QTensor::quantize(&w, GgmlDType::Q4_1)?)?;
+//! use local_model::kernels::{GgmlType, Weight};
+//! // A 64 × 96 weight (64 outputs, 96 inputs) in Q8_0 (each 32 values: an f16 scale, then
+//! // 32 signed bytes), two tokens of input.
+//! let block: Vec<u8> = half::f16::from_f32(0.01).to_le_bytes().into_iter()
+//!     .chain((0..32).map(|i| (i as i8 - 16) as u8)).collect();
+//! let bytes = block.repeat(64 * 96 / 32);
+//! let w = Weight::from_gguf_bytes(GgmlType::Q8_0, 64, 96, &bytes)?;
 //! let x = vec![0.5f32; 2 * 96];
 //! let mut out = vec![0f32; 2 * 64];
 //! w.matmul(&x, 2, &mut out)?;
@@ -25,13 +27,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod convert;
 mod quant;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use candle_core::Device;
-use candle_core::quantized::{GgmlDType, QTensor};
 use rayon::prelude::*;
+
+pub use crate::gguf::GgmlType;
+pub(crate) use convert::dequantize;
 
 pub use quant::QuantizedActivations;
 use quant::{Q4_1Block, Q8_0Block};
@@ -87,9 +91,6 @@ pub enum KernelError {
         /// Length `out` needs.
         want_out: usize,
     },
-    /// candle could not dequantise the tensor.
-    #[error("the weight could not be dequantised: {0}")]
-    Candle(String),
 }
 
 #[derive(Debug, Clone)]
@@ -110,66 +111,36 @@ pub struct Weight {
 }
 
 impl Weight {
-    /// Builds a weight from a 2-D candle `QTensor` of shape `(rows, cols)`: `Q4_1` and `Q8_0`
-    /// keep their bits, any other type is dequantised to f32 (correct, not fast).
-    pub fn from_qtensor(t: &QTensor) -> Result<Self, KernelError> {
-        let dims = t.shape().dims().to_vec();
-        let [rows, cols] = dims[..] else {
-            return Err(KernelError::Shape(dims));
-        };
-        match t.dtype() {
-            GgmlDType::Q4_1 | GgmlDType::Q8_0 => {
-                let data = t.data().map_err(|e| KernelError::Candle(e.to_string()))?;
-                Self::from_gguf_bytes(t.dtype(), rows, cols, &data)
-            }
-            _ => {
-                let v = t
-                    .dequantize(&Device::Cpu)
-                    .and_then(|d| d.flatten_all())
-                    .and_then(|d| d.to_vec1::<f32>())
-                    .map_err(|e| KernelError::Candle(e.to_string()))?;
-                Self::from_f32(rows, cols, v)
-            }
-        }
-    }
-
-    /// Builds a weight from the raw bytes of a GGUF tensor (`Q4_1` or `Q8_0` blocks, or `F32`
-    /// little-endian values) of shape `(rows, cols)`.
+    /// Builds a weight from the raw bytes of a GGUF tensor of type `dtype` and shape
+    /// `(rows, cols)`. Q4_1, Q8_0 and F32 are kept as they are; Q4_0 and Q4_K become Q4_1
+    /// exactly; Q5_0, Q5_1, Q5_K and Q6_K become Q8_0 (within half an 8-bit step); F16 and
+    /// BF16 become F32.
     pub fn from_gguf_bytes(
-        dtype: GgmlDType,
+        dtype: GgmlType,
         rows: usize,
         cols: usize,
         bytes: &[u8],
     ) -> Result<Self, KernelError> {
-        if !cols.is_multiple_of(BLOCK) || rows == 0 || cols == 0 {
+        if !cols.is_multiple_of(BLOCK.max(dtype.block().0)) || rows == 0 || cols == 0 {
             return Err(KernelError::Shape(vec![rows, cols]));
         }
-        let blocks = rows * cols / BLOCK;
-        let (size, repr) = match dtype {
-            GgmlDType::Q4_1 => (Q4_1Block::BYTES, 0),
-            GgmlDType::Q8_0 => (Q8_0Block::BYTES, 1),
-            GgmlDType::F32 => (4 * BLOCK, 2),
-            _ => return Err(KernelError::Shape(vec![rows, cols])),
-        };
-        if bytes.len() != blocks * size {
+        let want = rows
+            .checked_mul(cols)
+            .and_then(|n| dtype.bytes_for(n))
+            .ok_or_else(|| KernelError::Shape(vec![rows, cols]))?;
+        if bytes.len() != want {
             return Err(KernelError::Bytes {
                 dtype: format!("{dtype:?}"),
                 shape: vec![rows, cols],
                 got: bytes.len(),
-                want: blocks * size,
+                want,
             });
         }
-        let repr = match repr {
-            0 => Repr::Q4_1(bytes.chunks_exact(size).map(Q4_1Block::parse).collect()),
-            1 => Repr::Q8_0(bytes.chunks_exact(size).map(Q8_0Block::parse).collect()),
-            _ => Repr::F32(
-                bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-            ),
-        };
-        Ok(Self { rows, cols, repr })
+        Ok(Self {
+            rows,
+            cols,
+            repr: convert::repr(dtype, bytes),
+        })
     }
 
     /// An f32 weight of shape `(rows, cols)`, row-major.

@@ -22,8 +22,6 @@ pub(crate) struct Q4_1Block {
 }
 
 impl Q4_1Block {
-    pub const BYTES: usize = 20;
-
     pub fn parse(b: &[u8]) -> Self {
         let mut qs = [0u8; 16];
         qs.copy_from_slice(&b[4..20]);
@@ -52,8 +50,6 @@ pub(crate) struct Q8_0Block {
 }
 
 impl Q8_0Block {
-    pub const BYTES: usize = 34;
-
     pub fn parse(b: &[u8]) -> Self {
         let mut qs = [0i8; BLOCK];
         for (q, &v) in qs.iter_mut().zip(&b[2..34]) {

@@ -21,9 +21,40 @@ fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-fn weight(dtype: GgmlDType, rows: usize, cols: usize, w: &[f32]) -> Weight {
+/// candle's type for ours.
+fn candle_type(t: GgmlType) -> GgmlDType {
+    match t {
+        GgmlType::F32 => GgmlDType::F32,
+        GgmlType::F16 => GgmlDType::F16,
+        GgmlType::BF16 => GgmlDType::BF16,
+        GgmlType::Q4_0 => GgmlDType::Q4_0,
+        GgmlType::Q4_1 => GgmlDType::Q4_1,
+        GgmlType::Q5_0 => GgmlDType::Q5_0,
+        GgmlType::Q5_1 => GgmlDType::Q5_1,
+        GgmlType::Q8_0 => GgmlDType::Q8_0,
+        GgmlType::Q4K => GgmlDType::Q4K,
+        GgmlType::Q5K => GgmlDType::Q5K,
+        GgmlType::Q6K => GgmlDType::Q6K,
+    }
+}
+
+/// `w` quantised by candle (the oracle's quantiser): its bytes and candle's dequantisation.
+fn candle_quantized(dtype: GgmlType, rows: usize, cols: usize, w: &[f32]) -> (Vec<u8>, Vec<f32>) {
     let t = Tensor::from_slice(w, (rows, cols), &Device::Cpu).unwrap();
-    Weight::from_qtensor(&QTensor::quantize(&t, dtype).unwrap()).unwrap()
+    let q = QTensor::quantize(&t, candle_type(dtype)).unwrap();
+    let back = q
+        .dequantize(&Device::Cpu)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    (q.data().unwrap().into_owned(), back)
+}
+
+fn weight(dtype: GgmlType, rows: usize, cols: usize, w: &[f32]) -> Weight {
+    let (bytes, _) = candle_quantized(dtype, rows, cols, w);
+    Weight::from_gguf_bytes(dtype, rows, cols, &bytes).unwrap()
 }
 
 /// The plain reference: f32 weights (dequantised) times f32 activations, in f64.
@@ -108,7 +139,7 @@ fn check(w: &Weight, x: &[f32], tokens: usize) {
 
 #[test]
 fn q4_1_and_q8_0_match_the_reference_at_decode_and_prefill_sizes() {
-    for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+    for dtype in [GgmlType::Q4_1, GgmlType::Q8_0] {
         for (rows, cols) in [(64, 576), (192, 576), (576, 1536)] {
             let w = weight(dtype, rows, cols, &values(rows * cols, 1, 0.1));
             for tokens in [1, 3, PREFILL_MIN_TOKENS, 37] {
@@ -124,7 +155,7 @@ fn f32_and_f16_weights_are_exact_up_to_rounding() {
     let v = values(rows * cols, 5, 1.0);
     let x = values(3 * cols, 6, 1.0);
     let f32w = Weight::from_f32(rows, cols, v.clone()).unwrap();
-    let f16w = weight(GgmlDType::F16, rows, cols, &v);
+    let f16w = weight(GgmlType::F16, rows, cols, &v);
     for w in [f32w, f16w] {
         let mut out = vec![0f32; 3 * rows];
         w.matmul(&x, 3, &mut out).unwrap();
@@ -142,7 +173,7 @@ fn q4_1_bits_are_read_as_ggml_lays_them_out() {
     bytes.extend(half::f16::from_f32(0.5).to_le_bytes());
     bytes.extend(half::f16::from_f32(-1.0).to_le_bytes());
     bytes.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
-    let w = Weight::from_gguf_bytes(GgmlDType::Q4_1, 1, 32, &bytes).unwrap();
+    let w = Weight::from_gguf_bytes(GgmlType::Q4_1, 1, 32, &bytes).unwrap();
     let want: Vec<f32> = (0..16)
         .map(|j| 0.5 * j as f32 - 1.0)
         .chain((0..16).map(|j| 0.5 * (15 - j) as f32 - 1.0))
@@ -154,7 +185,12 @@ fn q4_1_bits_are_read_as_ggml_lays_them_out() {
         GgmlDType::Q4_1,
     )
     .unwrap();
-    assert_eq!(Weight::from_qtensor(&t).unwrap().dequantize(), want);
+    assert_eq!(
+        Weight::from_gguf_bytes(GgmlType::Q4_1, 1, 32, &t.data().unwrap())
+            .unwrap()
+            .dequantize(),
+        want
+    );
     // x = e_j picks value j (a one-hot block quantises without error; its scale and sum are
     // kept at f16 precision, as ggml keeps them).
     for j in 0..32 {
@@ -171,21 +207,64 @@ fn q4_1_bits_are_read_as_ggml_lays_them_out() {
     }
 }
 
+/// Every type the reader knows, quantised by candle: our dequantisation gives candle's values
+/// (the same bits read the same way), and the weight the kernels keep is those values exactly
+/// (Q4_K: the same nibbles and scales), to f32 rounding (Q4_0), or within half a Q8_0 step.
+#[test]
+fn every_gguf_type_reads_as_candle_dequantises_it() {
+    let (rows, cols) = (6, 512);
+    let v = values(rows * cols, 11, 0.8);
+    for t in [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+    ] {
+        let (bytes, theirs) = candle_quantized(t, rows, cols, &v);
+        assert_eq!(dequantize(t, &bytes), theirs, "{t:?}: dequantised values");
+        let kept = Weight::from_gguf_bytes(t, rows, cols, &bytes)
+            .unwrap()
+            .dequantize();
+        for (b, (k, want)) in kept.chunks(BLOCK).zip(theirs.chunks(BLOCK)).enumerate() {
+            let amax = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let tol = match t {
+                GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5K | GgmlType::Q6K => {
+                    // Half a step of 8 bits, plus the step's own f16 rounding (2⁻¹¹) times
+                    // the largest code, 127: as ggml's Q8_0.
+                    amax / 127.0 * (0.5 + 127.0 / 2048.0) * 1.001 + 1e-7
+                }
+                GgmlType::Q4_0 => amax * 1e-6,
+                _ => 0.0,
+            };
+            for (a, w) in k.iter().zip(want) {
+                assert!((a - w).abs() <= tol, "{t:?} block {b}: kept {a}, value {w}");
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_shapes_and_lengths_are_typed_errors() {
     assert!(matches!(
-        Weight::from_gguf_bytes(GgmlDType::Q4_1, 2, 33, &[0; 40]),
+        Weight::from_gguf_bytes(GgmlType::Q4_1, 2, 33, &[0; 40]),
         Err(KernelError::Shape(_))
     ));
     assert!(matches!(
-        Weight::from_gguf_bytes(GgmlDType::Q4_1, 2, 32, &[0; 39]),
+        Weight::from_gguf_bytes(GgmlType::Q4_1, 2, 32, &[0; 39]),
         Err(KernelError::Bytes {
             want: 40,
             got: 39,
             ..
         })
     ));
-    let w = Weight::from_gguf_bytes(GgmlDType::Q8_0, 2, 32, &[0; 68]).unwrap();
+    let w = Weight::from_gguf_bytes(GgmlType::Q8_0, 2, 32, &[0; 68]).unwrap();
     let mut out = [0f32; 2];
     let e = w.matmul(&[0.0; 31], 1, &mut out).unwrap_err();
     assert!(matches!(
@@ -197,13 +276,9 @@ fn bad_shapes_and_lengths_are_typed_errors() {
         }
     ));
     assert!(e.to_string().contains("2×32"));
-    let t = QTensor::quantize(
-        &Tensor::zeros((2, 2, 32), candle_core::DType::F32, &Device::Cpu).unwrap(),
-        GgmlDType::Q8_0,
-    )
-    .unwrap();
+    // K-quants need whole 256-value super-blocks per row.
     assert!(matches!(
-        Weight::from_qtensor(&t),
+        Weight::from_gguf_bytes(GgmlType::Q4K, 1, 96, &[0; 54]),
         Err(KernelError::Shape(_))
     ));
     // Zero tokens: nothing to do, not an error.
@@ -212,7 +287,7 @@ fn bad_shapes_and_lengths_are_typed_errors() {
 
 #[test]
 fn zero_nan_and_extreme_activations_do_not_panic() {
-    let w = weight(GgmlDType::Q4_1, 8, 64, &values(8 * 64, 9, 1.0));
+    let w = weight(GgmlType::Q4_1, 8, 64, &values(8 * 64, 9, 1.0));
     let mut out = [0f32; 8];
     w.matmul(&[0.0; 64], 1, &mut out).unwrap();
     assert!(out.iter().all(|v| v.abs() < 1e-6));
@@ -236,7 +311,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let cols = blocks * BLOCK;
-        let dtype = if q8 { GgmlDType::Q8_0 } else { GgmlDType::Q4_1 };
+        let dtype = if q8 { GgmlType::Q8_0 } else { GgmlType::Q4_1 };
         let w = weight(dtype, rows, cols, &values(rows * cols, seed, wscale));
         check(&w, &values(tokens * cols, seed ^ 0x5555, xscale), tokens);
     }
