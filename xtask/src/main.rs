@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod graph;
 mod langchain;
 mod needs;
 mod services;
@@ -28,8 +29,12 @@ fn main() -> ExitCode {
         Some("test") => test_all(),
         Some("bench") => bench(&args[1..]),
         Some("deps") => needs::ensure(&needs::all()),
+        Some("graph") => graph::write(),
         Some("with-services") => services::run_with(&args[1..]),
-        _ => Err("usage: cargo xtask <stage N | test | bench | deps | with-services CMD…>".into()),
+        _ => Err(
+            "usage: cargo xtask <stage N | test | bench | deps | graph | with-services CMD…>"
+                .into(),
+        ),
     };
     // A signal's thread ends the process itself once it has stopped the servers.
     services::wait_if_stopping();
@@ -304,6 +309,7 @@ fn demo_runs(n: u8) -> &'static [&'static [&'static str]] {
 
 fn test_all() -> Result<(), String> {
     prune_incremental();
+    graph::check()?;
     let needs: Vec<Need> = needs::all();
     needs::ensure(&needs)?;
     run(
