@@ -122,6 +122,11 @@ fn metadata() -> Result<Value, String> {
     serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))
 }
 
+/// The names of the crates under `crates/`.
+pub fn library_crates() -> Result<Vec<String>, String> {
+    Ok(crates(&metadata()?)?.into_keys().collect())
+}
+
 /// `doc` with the block between the markers replaced by `block` (markers included).
 fn splice(doc: &str, block: &str) -> Result<String, String> {
     let a = doc
