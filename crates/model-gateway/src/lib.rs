@@ -30,7 +30,7 @@ pub use llm_core::{
     Message, ModelError, ModelInfo, ResponseFormat, Role, ToolCall, ToolCallAssembler, ToolChoice,
     ToolSpec, Usage, async_trait, collect_stream, response_stream,
 };
-pub use openai::{OpenAiConfig, OpenAiModel, RetryPolicy, env};
+pub use openai::{OpenAiConfig, OpenAiEmbedder, OpenAiModel, RetryPolicy, env};
 
 /// `FinishReason` to report when a provider sent none: tool calls win.
 pub(crate) fn default_finish(has_tool_calls: bool) -> FinishReason {

@@ -1,7 +1,7 @@
 //! # testkit — test doubles for the workspace (dev-only)
 //!
 //! [`ScriptedServer`] is a real HTTP server on 127.0.0.1 that speaks the OpenAI
-//! chat-completions API from a script: each request takes the next [`Reply`] (or asks a
+//! chat-completions API (and `/v1/embeddings`, with [`scripted_embedding`]'s vectors) from a script: each request takes the next [`Reply`] (or asks a
 //! [`Responder`] closure). It answers as JSON, or as SSE when the request says `"stream": true`,
 //! with controllable chunking and delays, records every request, and injects faults
 //! (error statuses with `Retry-After`, a stream cut mid-way, a malformed SSE line, a hang).
@@ -256,6 +256,7 @@ impl ScriptedServer {
         }));
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
+            .route("/v1/embeddings", post(embeddings))
             .route("/chat/completions", post(handle))
             .route(
                 "/v1/models",
@@ -405,6 +406,89 @@ async fn handle(State(state): State<Shared>, headers: HeaderMap, body: Bytes) ->
             }
         }
     }
+}
+
+/// The width of the scripted server's embeddings.
+pub const EMBEDDING_WIDTH: usize = 8;
+
+/// The scripted server's embedding of `text`: its bytes counted by value modulo
+/// [`EMBEDDING_WIDTH`] (deterministic, and different texts mostly differ).
+pub fn scripted_embedding(text: &str) -> Vec<f32> {
+    let mut v = vec![0f32; EMBEDDING_WIDTH];
+    for b in text.bytes() {
+        v[usize::from(b) % EMBEDDING_WIDTH] += 1.0;
+    }
+    v
+}
+
+/// `POST /v1/embeddings`: recorded like a chat request; an error status, raw body or hang at
+/// the head of the script is served (and taken), else each input's [`scripted_embedding`],
+/// listed last to first with its `index` (a client must order by it).
+async fn embeddings(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error_response(400, &format!("body is not JSON: {e}"), None),
+    };
+    let scripted = {
+        let mut s = lock(&state);
+        if s.record {
+            s.requests.push(Recorded {
+                body: body.clone(),
+                headers,
+            });
+        }
+        match s.script.front() {
+            Some(Reply::Status { .. } | Reply::Raw { .. } | Reply::Hang) => s.script.pop_front(),
+            _ => None,
+        }
+    };
+    match scripted {
+        Some(Reply::Status {
+            status,
+            message,
+            retry_after,
+        }) => return error_response(status, &message, retry_after.as_deref()),
+        Some(Reply::Raw {
+            status,
+            content_type,
+            body,
+        }) => {
+            return Response::builder()
+                .status(status)
+                .header("content-type", content_type)
+                .body(Body::from(body))
+                .unwrap_or_default();
+        }
+        Some(_) => {
+            std::future::pending::<()>().await;
+        }
+        None => {}
+    }
+    let inputs: Vec<String> = match &body["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .map(|x| x.as_str().unwrap_or_default().to_owned())
+            .collect(),
+        _ => return error_response(400, "`input` must be a string or an array of strings", None),
+    };
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .rev()
+        .map(
+            |(i, t)| json!({"object": "embedding", "index": i, "embedding": scripted_embedding(t)}),
+        )
+        .collect();
+    let v = json!({"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1}});
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(v.to_string()))
+        .unwrap_or_default()
 }
 
 fn error_response(status: u16, message: &str, retry_after: Option<&str>) -> Response<Body> {

@@ -3,6 +3,7 @@
 //! Works with OpenAI, DeepSeek, DashScope (Qwen), vLLM, llama.cpp's server, Ollama and anything
 //! else that speaks `POST {base}/chat/completions`.
 
+mod embed;
 mod retry;
 mod wire;
 
@@ -16,6 +17,7 @@ use async_openai::middleware::ReqwestService;
 use futures::StreamExt;
 use serde_json::Value;
 
+pub use embed::OpenAiEmbedder;
 pub use retry::RetryPolicy;
 
 use crate::default_finish;
@@ -243,30 +245,7 @@ impl OpenAiModel {
                 "the model name is empty: set OPENAI_MODEL or OpenAiConfig::new(model)".into(),
             ));
         }
-        let mut oa = OpenAIConfig::new()
-            .with_api_base(config.base_url.trim_end_matches('/'))
-            .with_api_key(config.api_key.clone().unwrap_or_default())
-            .with_org_id("")
-            .with_project_id("");
-        for (k, v) in &config.headers {
-            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|e| GatewayError::Config(format!("header name {k:?}: {e}")))?;
-            oa = oa
-                .with_header(name, v.as_str())
-                .map_err(|e| GatewayError::Config(format!("header {k:?}: {e}")))?;
-        }
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.timeout.min(Duration::from_secs(30)))
-            .build()
-            .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
-        let service = tower::ServiceBuilder::new()
-            .layer(retry::RetryLayer {
-                policy: config.retry.clone(),
-                attempt_timeout: config.timeout,
-                deadline: config.deadline,
-            })
-            .service(ReqwestService::new(http));
-        let client = Client::with_config(oa).with_http_service(service);
+        let client = client(&config)?;
         Ok(Self { client, config })
     }
 
@@ -276,14 +255,48 @@ impl OpenAiModel {
     }
 }
 
+/// The async-openai client of a configuration: base URL, key, headers, and the retry layer
+/// (429, 5xx, connection errors; per-attempt timeout and whole-call deadline).
+fn client(config: &OpenAiConfig) -> Result<Client<OpenAIConfig>, GatewayError> {
+    let mut oa = OpenAIConfig::new()
+        .with_api_base(config.base_url.trim_end_matches('/'))
+        .with_api_key(config.api_key.clone().unwrap_or_default())
+        .with_org_id("")
+        .with_project_id("");
+    for (k, v) in &config.headers {
+        let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|e| GatewayError::Config(format!("header name {k:?}: {e}")))?;
+        oa = oa
+            .with_header(name, v.as_str())
+            .map_err(|e| GatewayError::Config(format!("header {k:?}: {e}")))?;
+    }
+    let http = reqwest::Client::builder()
+        .connect_timeout(config.timeout.min(Duration::from_secs(30)))
+        .build()
+        .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
+    let service = tower::ServiceBuilder::new()
+        .layer(retry::RetryLayer {
+            policy: config.retry.clone(),
+            attempt_timeout: config.timeout,
+            deadline: config.deadline,
+        })
+        .service(ReqwestService::new(http));
+    Ok(Client::with_config(oa).with_http_service(service))
+}
+
 impl OpenAiModel {
     fn map_err(&self, e: OpenAIError) -> GatewayError {
-        match e {
-            OpenAIError::InvalidArgument(m) if m == retry::ATTEMPT_TIMED_OUT => {
-                GatewayError::Timeout(self.config.timeout)
-            }
-            other => map_err(other),
+        map_error(&self.config, e)
+    }
+}
+
+/// async-openai's error as the seam's, an attempt's timeout named with `config`'s.
+fn map_error(config: &OpenAiConfig, e: OpenAIError) -> GatewayError {
+    match e {
+        OpenAIError::InvalidArgument(m) if m == retry::ATTEMPT_TIMED_OUT => {
+            GatewayError::Timeout(config.timeout)
         }
+        other => map_err(other),
     }
 }
 
