@@ -318,19 +318,35 @@ impl ScriptedServer {
     }
 }
 
+/// A request's JSON body, recorded (when recording is on); a body that is not JSON is an
+/// error for a 400.
+fn receive(state: &Shared, headers: HeaderMap, body: &Bytes) -> Result<Value, String> {
+    let body: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
+    let mut s = lock(state);
+    if s.record {
+        s.requests.push(Recorded {
+            body: body.clone(),
+            headers,
+        });
+    }
+    Ok(body)
+}
+
+fn raw_response(status: u16, content_type: String, body: String) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Body::from(body))
+        .unwrap_or_default()
+}
+
 async fn handle(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response<Body> {
-    let body: Value = match serde_json::from_slice(&body) {
+    let body = match receive(&state, headers, &body) {
         Ok(v) => v,
-        Err(e) => return error_response(400, &format!("body is not JSON: {e}"), None),
+        Err(e) => return error_response(400, &e, None),
     };
     let reply = {
         let mut s = lock(&state);
-        if s.record {
-            s.requests.push(Recorded {
-                body: body.clone(),
-                headers,
-            });
-        }
         match s.script.pop_front() {
             Some(r) => r,
             None => match &s.responder {
@@ -359,11 +375,7 @@ async fn handle(State(state): State<Shared>, headers: HeaderMap, body: Bytes) ->
             status,
             content_type,
             body,
-        } => Response::builder()
-            .status(status)
-            .header("content-type", content_type)
-            .body(Body::from(body))
-            .unwrap_or_default(),
+        } => raw_response(status, content_type, body),
         Reply::Message {
             content,
             tool_calls,
@@ -429,18 +441,12 @@ async fn embeddings(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response<Body> {
-    let body: Value = match serde_json::from_slice(&body) {
+    let body = match receive(&state, headers, &body) {
         Ok(v) => v,
-        Err(e) => return error_response(400, &format!("body is not JSON: {e}"), None),
+        Err(e) => return error_response(400, &e, None),
     };
     let scripted = {
         let mut s = lock(&state);
-        if s.record {
-            s.requests.push(Recorded {
-                body: body.clone(),
-                headers,
-            });
-        }
         match s.script.front() {
             Some(Reply::Status { .. } | Reply::Raw { .. } | Reply::Hang) => s.script.pop_front(),
             _ => None,
@@ -456,13 +462,7 @@ async fn embeddings(
             status,
             content_type,
             body,
-        }) => {
-            return Response::builder()
-                .status(status)
-                .header("content-type", content_type)
-                .body(Body::from(body))
-                .unwrap_or_default();
-        }
+        }) => return raw_response(status, content_type, body),
         Some(_) => {
             std::future::pending::<()>().await;
         }
