@@ -47,19 +47,25 @@ impl McpBridge {
         self.turn_view(&tools, intent).map(|v| v.section)
     }
 
-    /// What a turn with `intent` shows of MCP tools; `None` without an MCP intent.
-    /// With [`crate::ToolSearchConfig::every_turn`], a turn without an MCP intent shows every
-    /// running tool.
+    /// What a turn with `intent` shows of MCP tools; `None` without an MCP intent, unless
+    /// [`crate::ToolSearchConfig::every_turn`] is on (every running tool, or past the budget the
+    /// search tool) or the whole catalog is past the budget
+    /// ([`crate::ToolSearchConfig::search_past_budget`]: the search tool).
     fn turn_view(&self, tools: &[McpTool], intent: &Intent) -> Option<TurnView> {
         let config = self.tool_search();
         let descriptions = self.service_descriptions();
         let (section, matching) = match inject::level1_section(intent, tools, &descriptions) {
             Some(section) => (section, inject::matching_tools(intent, tools).len()),
-            None if config.every_turn && !tools.is_empty() => {
+            None if tools.is_empty() => return None,
+            None => {
                 let all: Vec<&McpTool> = tools.iter().collect();
-                (inject::level1_list(&all, &descriptions), all.len())
+                let list = inject::level1_list(&all, &descriptions);
+                let searching = config.search_past_budget && config.over_budget(&list);
+                if !config.every_turn && !searching {
+                    return None;
+                }
+                (list, all.len())
             }
-            None => return None,
         };
         if matching > 0 && config.over_budget(&section) {
             return Some(TurnView {
@@ -129,7 +135,10 @@ impl McpBridge {
 
     /// The MCP tools a request of `turn` shows the model (M3 in the request):
     ///
-    /// - no MCP intent in the turn's text, or no running tool: none;
+    /// - no running tool, or no MCP intent in the turn's text with a catalog under the budget:
+    ///   none;
+    /// - no MCP intent with the whole catalog past the budget (#41,
+    ///   [`ToolSearchConfig::search_past_budget`]): [`crate::SEARCH_TOOL`] and [`DESCRIBE_TOOL`];
     /// - an MCP intent: [`DESCRIBE_TOOL`] (level 2 on demand — the matching tools' level-1
     ///   lines are in the system prompt, [`McpBridge::prompt_section`]), plus the full spec of
     ///   each tool the model described earlier in this turn of this session;

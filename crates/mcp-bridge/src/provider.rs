@@ -43,7 +43,8 @@ impl ToolProvider for McpBridge {
         self.catalog_revision()
     }
 
-    /// What a request shows the model: nothing without an MCP intent; with one,
+    /// What a request shows the model: nothing without an MCP intent (unless the catalog is
+    /// past the search budget: then the search tool); with one,
     /// [`DESCRIBE_TOOL`] and the tools described so far in the turn
     /// ([`McpBridge::advertised_tools`]).
     async fn advertised(&self, turn: &TurnInfo) -> Vec<ToolSpec> {

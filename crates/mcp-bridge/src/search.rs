@@ -55,9 +55,16 @@ pub struct ToolSearchConfig {
     /// Whether every turn may use MCP tools, not only turns with an MCP intent. Off by default
     /// (M3: a turn without an MCP intent shows no MCP tool). On, a turn without an MCP intent
     /// shows every running tool's level-1 line — or, past the budget, only [`SEARCH_TOOL`]
-    /// (about 150 tokens whatever the number of tools): the way to give a model hundreds of
-    /// tools without trigger keywords.
+    /// (about 150 tokens whatever the number of tools).
+    ///
+    /// Off, a catalog whose whole level-1 list is past the budget still gets [`SEARCH_TOOL`] on
+    /// every turn (#41: a user with 300 tools and no trigger keywords must still reach them),
+    /// unless [`ToolSearchConfig::search_past_budget`] is off; a smaller catalog keeps M3's
+    /// keyword path.
     pub every_turn: bool,
+    /// Whether a turn without an MCP intent gets [`SEARCH_TOOL`] when the whole catalog's
+    /// level-1 list is past the budget (#41). On by default.
+    pub search_past_budget: bool,
 }
 
 impl Default for ToolSearchConfig {
@@ -66,6 +73,7 @@ impl Default for ToolSearchConfig {
             budget_tokens: 2_000,
             default_results: 5,
             every_turn: false,
+            search_past_budget: true,
         }
     }
 }
@@ -84,6 +92,11 @@ impl ToolSearchConfig {
     /// Sets [`ToolSearchConfig::every_turn`].
     pub fn with_every_turn(mut self, on: bool) -> Self {
         self.every_turn = on;
+        self
+    }
+    /// Sets [`ToolSearchConfig::search_past_budget`].
+    pub fn with_search_past_budget(mut self, on: bool) -> Self {
+        self.search_past_budget = on;
         self
     }
     /// Whether a list of this text is over the budget.
