@@ -9,8 +9,10 @@
 //! catalog, the call) is in `descriptions.rs`.
 //!
 //! Ranking is [`tool_search`]'s BM25 over each tool's exposed name, the server's description,
-//! its service's name and configured description, and the service's trigger keywords. The
-//! index is built once per catalog and rebuilt when the catalog changes.
+//! its service's name and configured description, and the service's trigger keywords
+//! ([`tool_doc`]). With [`SemanticSearch`] (an encoder), it is fused with the cosine ranking of
+//! the tools' and the query's vectors (#41). The index is built once per catalog and rebuilt
+//! when the catalog changes.
 //!
 //! ```
 //! use mcp_bridge::{McpBridge, search::ToolSearchConfig};
