@@ -44,7 +44,7 @@ use context_engine::{EstimateCounter, TokenCounter};
 use llm_core::{ToolSpec, TurnInfo};
 use serde_json::{Value, json};
 use skills::{LoadOutcome, Sandbox, SandboxConfig, Skill};
-use tool_search::{SearchIndex, ToolDoc};
+use tool_search::{Hit, SearchIndex, ToolDoc, embedding_text};
 use tool_system::{ApprovalPolicy, Dispatcher, ToolContext, ToolError, ToolProvider};
 
 use crate::signature::Function;
@@ -155,9 +155,29 @@ pub struct CodeModeBuilder {
     python: String,
     final_answer: bool,
     search_budget_tokens: usize,
+    embedder: EmbedderSlot,
+}
+
+/// The encoder for search by meaning, shown by its id in `Debug`.
+#[derive(Clone)]
+struct EmbedderSlot(Option<Arc<dyn llm_core::Embedder>>);
+
+impl std::fmt::Debug for EmbedderSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.as_ref().map_or("none", |e| e.id()))
+    }
 }
 
 impl CodeModeBuilder {
+    /// Search by meaning (#41): past the search budget, the functions listed for a turn and
+    /// [`SEARCH_FUNCTIONS`]' answers rank by BM25 fused with `embedder`'s vectors (the same
+    /// hybrid search as the MCP bridge, `tool_search::SearchIndex::search_hybrid`). The
+    /// functions are encoded once per list of functions. An encoder that fails leaves the search
+    /// to BM25, with a `tracing` warning (until the list of functions changes).
+    pub fn embedder(mut self, embedder: Arc<dyn llm_core::Embedder>) -> Self {
+        self.embedder = EmbedderSlot(Some(embedder));
+        self
+    }
     /// The size past which `run_code`'s description stops listing every function (default
     /// 2,000 tokens, about 60 functions; the MCP bridge's tool-search budget). Past it, a turn's
     /// `run_code` lists the functions that best match the person's request (BM25, the
@@ -252,6 +272,7 @@ impl CodeModeBuilder {
             inherit_agent_approvals: self.inherit_agent_approvals,
             final_answer: self.final_answer,
             search_budget_tokens: self.search_budget_tokens,
+            embedder: self.embedder.0,
             index: std::sync::Mutex::new(None),
             _dir: dir,
         })
@@ -304,6 +325,8 @@ pub struct CodeModeProvider {
     final_answer: bool,
     /// [`CodeModeBuilder::search_budget_tokens`].
     search_budget_tokens: usize,
+    /// [`CodeModeBuilder::embedder`].
+    embedder: Option<Arc<dyn llm_core::Embedder>>,
     /// The search index over the functions, with the names it was built from.
     index: std::sync::Mutex<Option<(Vec<String>, Arc<SearchIndex>)>>,
     /// The runner's files, removed with the provider.
@@ -334,6 +357,7 @@ impl CodeModeProvider {
             python: "python3".to_owned(),
             final_answer: true,
             search_budget_tokens: 2_000,
+            embedder: EmbedderSlot(None),
         }
     }
 
@@ -379,34 +403,99 @@ impl CodeModeProvider {
         EstimateCounter.count_text(&listing) > self.search_budget_tokens
     }
 
-    /// The search index over `functions` (built once per list of functions).
-    fn index(&self, functions: &[Function]) -> Arc<SearchIndex> {
+    /// The search index over `functions` (built once per list of functions), with their
+    /// vectors when there is an encoder.
+    async fn index(&self, functions: &[Function]) -> Arc<SearchIndex> {
         let names: Vec<String> = functions.iter().map(|f| f.name.clone()).collect();
-        let mut cached = self.index.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((built_from, index)) = cached.as_ref()
-            && *built_from == names
         {
-            return Arc::clone(index);
+            let cached = self.index.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((built_from, index)) = cached.as_ref()
+                && *built_from == names
+            {
+                return Arc::clone(index);
+            }
         }
-        let docs = functions
+        let docs: Vec<ToolDoc> = functions
             .iter()
             .map(|f| ToolDoc::new(f.name.clone(), f.description()))
             .collect();
-        let index = Arc::new(SearchIndex::new(docs));
-        *cached = Some((names, Arc::clone(&index)));
+        let index = match &self.embedder {
+            None => SearchIndex::new(docs),
+            Some(e) => {
+                let texts: Vec<String> = docs.iter().map(embedding_text).collect();
+                let mut vectors = Ok(Vec::with_capacity(texts.len()));
+                for chunk in texts.chunks(32) {
+                    match e.embed(chunk, llm_core::EmbedKind::Document).await {
+                        Ok(v) if v.len() == chunk.len() => {
+                            if let Ok(all) = vectors.as_mut() {
+                                all.extend(v);
+                            }
+                        }
+                        Ok(v) => {
+                            vectors = Err(format!("{} vectors for {} texts", v.len(), chunk.len()));
+                            break;
+                        }
+                        Err(err) => {
+                            vectors = Err(err.to_string());
+                            break;
+                        }
+                    }
+                }
+                match vectors.and_then(|v| {
+                    SearchIndex::new(docs.clone())
+                        .with_vectors(v)
+                        .map_err(|err| err.to_string())
+                }) {
+                    Ok(index) => index,
+                    Err(why) => {
+                        tracing::warn!(
+                            encoder = e.id(),
+                            "encoding the functions failed ({why}); searching them by words alone"
+                        );
+                        SearchIndex::new(docs)
+                    }
+                }
+            }
+        };
+        let index = Arc::new(index);
+        *self.index.lock().unwrap_or_else(|p| p.into_inner()) = Some((names, Arc::clone(&index)));
         index
     }
 
-    /// The functions that best match `query`, best first.
-    fn search<'f>(
+    /// The functions that best match `query`, best first: BM25, fused with the query's vector
+    /// when there is an encoder (BM25 alone when it fails).
+    async fn search<'f>(
         &self,
         functions: &'f [Function],
         query: &str,
         limit: usize,
     ) -> Vec<&'f Function> {
-        self.index(functions)
-            .search(query, limit)
-            .into_iter()
+        let index = self.index(functions).await;
+        let hits: Vec<Hit> = match &self.embedder {
+            Some(e) if index.has_vectors() => {
+                let text: String = query.chars().take(tool_search::MAX_QUERY_CHARS).collect();
+                match e.embed(&[text], llm_core::EmbedKind::Query).await {
+                    Ok(v) if v.len() == 1 => index
+                        .search_hybrid(query, &v[0], limit)
+                        .unwrap_or_else(|err| {
+                            tracing::warn!(
+                                encoder = e.id(),
+                                "the query's vector was refused ({err}); searching by words alone"
+                            );
+                            index.search(query, limit)
+                        }),
+                    Ok(_) | Err(_) => {
+                        tracing::warn!(
+                            encoder = e.id(),
+                            "encoding the search query failed; searching by words alone"
+                        );
+                        index.search(query, limit)
+                    }
+                }
+            }
+            _ => index.search(query, limit),
+        };
+        hits.into_iter()
             .filter_map(|h| functions.get(h.index))
             .collect()
     }
@@ -498,7 +587,11 @@ impl CodeModeProvider {
     }
 
     /// [`SEARCH_FUNCTIONS`]'s answer: the matching functions' lines.
-    fn search_answer(&self, functions: &[Function], args: &Value) -> Result<Value, ToolError> {
+    async fn search_answer(
+        &self,
+        functions: &[Function],
+        args: &Value,
+    ) -> Result<Value, ToolError> {
         let query = args
             .get("query")
             .and_then(Value::as_str)
@@ -520,7 +613,7 @@ impl CodeModeProvider {
                     )
                 })?,
         };
-        let found = self.search(functions, query, limit);
+        let found = self.search(functions, query, limit).await;
         if found.is_empty() {
             return Ok(Value::String(format!(
                 "No function matches \"{query}\". Try other words, or tell the user no tool does this."
@@ -567,7 +660,7 @@ impl ToolProvider for CodeModeProvider {
         if !self.over_budget(&functions) {
             return self.specs(&functions, None, false);
         }
-        let listed = self.search(&functions, &turn.user_text, SEARCHED);
+        let listed = self.search(&functions, &turn.user_text, SEARCHED).await;
         self.specs(&functions, Some(&listed), true)
     }
 
@@ -581,7 +674,7 @@ impl ToolProvider for CodeModeProvider {
                 let functions = self.functions().await;
                 run::run(self, &functions, code, ctx).await
             }
-            SEARCH_FUNCTIONS => self.search_answer(&self.functions().await, &args),
+            SEARCH_FUNCTIONS => self.search_answer(&self.functions().await, &args).await,
             DESCRIBE_FUNCTION => {
                 let wanted = args.get("name").and_then(Value::as_str).unwrap_or_default();
                 Self::describe(&self.functions().await, wanted)

@@ -1082,3 +1082,114 @@ print("found", found)
         "{printed}"
     );
 }
+
+/// A test-only encoder (#41): a vector of concept counts over a fixed table of words in English
+/// and Chinese (plus a constant component, so that no text is the zero vector). Real in that
+/// it maps texts to vectors by what they mention; a toy next to a model. Counts what it encodes.
+struct Concepts {
+    documents: AtomicUsize,
+    fail: bool,
+}
+
+const CONCEPTS: &[&[&str]] = &[
+    &["elevation", "altitude", "high above sea", "海拔"],
+    &["screenshot", "截图"],
+    &["current time", "几点"],
+];
+
+#[async_trait::async_trait]
+impl llm_core::Embedder for Concepts {
+    fn id(&self) -> &str {
+        "test-only-concepts"
+    }
+    fn dimensions(&self) -> usize {
+        CONCEPTS.len() + 1
+    }
+    async fn embed(
+        &self,
+        texts: &[String],
+        kind: llm_core::EmbedKind,
+    ) -> Result<Vec<Vec<f32>>, llm_core::ModelError> {
+        if self.fail {
+            return Err(llm_core::ModelError::Inference("broken on purpose".into()));
+        }
+        if kind == llm_core::EmbedKind::Document {
+            self.documents.fetch_add(texts.len(), Ordering::SeqCst);
+        }
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let t = t.to_lowercase();
+                let mut v: Vec<f32> = CONCEPTS
+                    .iter()
+                    .map(|words| words.iter().filter(|w| t.contains(*w)).count() as f32)
+                    .collect();
+                v.push(0.1);
+                v
+            })
+            .collect())
+    }
+}
+
+#[tokio::test]
+async fn code_mode_search_functions_finds_by_meaning_with_an_embedder() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let encoder = Arc::new(Concepts {
+        documents: AtomicUsize::new(0),
+        fail: false,
+    });
+    let (provider, _temp) = code_over(many_tools(&ran), |b| {
+        b.limits(short()).embedder(encoder.clone())
+    });
+    let search = |q: &'static str| {
+        let provider = &provider;
+        async move {
+            provider
+                .call(
+                    SEARCH_FUNCTIONS,
+                    json!({"query": q, "limit": 3}),
+                    ToolContext::new("s"),
+                )
+                .await
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    // No word of the request is in the tool's name or description.
+    let found = search("how high above sea level is Denver").await;
+    assert!(found.contains("google_maps__maps_elevation"), "{found}");
+    assert_eq!(encoder.documents.load(Ordering::SeqCst), 360);
+    let found = search("丹佛的海拔").await;
+    assert!(found.contains("google_maps__maps_elevation"), "{found}");
+    assert_eq!(
+        encoder.documents.load(Ordering::SeqCst),
+        360,
+        "the functions are encoded once"
+    );
+
+    // Without the encoder, BM25 alone does not find it for the English request; a failing
+    // encoder gives BM25's answer, not an error.
+    let (plain, _t1) = code_over(many_tools(&ran), |b| b.limits(short()));
+    let (broken, _t2) = code_over(many_tools(&ran), |b| {
+        b.limits(short()).embedder(Arc::new(Concepts {
+            documents: AtomicUsize::new(0),
+            fail: true,
+        }))
+    });
+    let args = json!({"query": "how high above sea level is Denver", "limit": 3});
+    let words = plain
+        .call(SEARCH_FUNCTIONS, args.clone(), ToolContext::new("p"))
+        .await
+        .unwrap();
+    assert!(
+        !words.as_str().unwrap().contains("maps_elevation"),
+        "{words}"
+    );
+    let fallback = broken
+        .call(SEARCH_FUNCTIONS, args, ToolContext::new("b"))
+        .await
+        .unwrap();
+    assert_eq!(fallback, words);
+}

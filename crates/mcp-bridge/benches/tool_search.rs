@@ -8,14 +8,26 @@
 //! (b) every level-1 line, (c) search, in each call protocol (a scripted turn over real HTTP,
 //! counting what the provider received) and on the embedded local model (its own tokenizer).
 //! `--no-local` skips the local model; `--misses` lists the queries whose tool was not first.
+//!
+//! The #41 evaluation (fixtures/eval/dev.json and test.json, split before tuning): recall@1,
+//! recall@5 and MRR per split and language, BM25 alone vs hybrid, and the negatives' false
+//! hits. Hybrid needs an encoder: `--embedder test-hashed` plugs the test-only lexical one
+//! (tests/common/embedders.rs; its figures check the plumbing and are never the product's);
+//! the real encoder plugs in through the same `Arc<dyn Embedder>` once merged. `--sweep`
+//! compares fusion weightings on **dev only**; `--eval-only` skips the token measurements.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use std::sync::Arc;
+
+use common::eval::{self, Hybrid};
 use common::search::{big_bridge, full_schemas, local_search_turn, search_turn, tokens};
+use llm_core::Embedder;
 use mcp_bridge::{Intent, McpBridge, ToolSearchConfig};
 use serde_json::Value;
+use tool_search::{HybridConfig, SearchIndex};
 use tool_system::ProtocolKind;
 
 const QUERIES: &str = concat!(
@@ -93,10 +105,108 @@ async fn recall(b: &McpBridge, show_misses: bool) -> (Recall, Recall, Recall, Re
     (all, en, zh, single)
 }
 
+/// The #41 evaluation: BM25 alone, and hybrid with `embedder` when one is given.
+async fn evaluation(
+    b: &McpBridge,
+    embedder: Option<Arc<dyn Embedder>>,
+    sweep: bool,
+    show_misses: bool,
+) {
+    let catalog = b.tools().await;
+    let docs = eval::docs(b, &catalog);
+    let dev = eval::load(eval::DEV, &catalog);
+    let test = eval::load(eval::TEST, &catalog);
+    let bm25 = SearchIndex::new(docs.clone());
+    println!(
+        "\n#41 evaluation over {} tools: dev {} requests, test {}",
+        catalog.len(),
+        dev.len(),
+        test.len()
+    );
+    println!(
+        "\n| split | method | queries | n | recall@1 | recall@5 | MRR |\n|---|---|---|---|---|---|---|"
+    );
+    let mut negatives = Vec::new();
+    for (split, queries) in [("dev", &dev), ("test", &test)] {
+        let r = eval::score(queries, |q| eval::bm25(&bm25, q));
+        println!("{}", eval::rows(split, "BM25", &r));
+        negatives.push(eval::negatives_row(split, "BM25", &r));
+        if show_misses {
+            r.misses
+                .iter()
+                .for_each(|m| println!("  {split} BM25 miss: {m}"));
+        }
+    }
+    let Some(e) = embedder else {
+        println!("\n(no encoder given: hybrid rows need --embedder)");
+        print_negatives(&negatives);
+        return;
+    };
+    let label = format!("hybrid ({})", e.id());
+    let hybrid = Hybrid::new(docs, e, &dev, &test, HybridConfig::default())
+        .await
+        .expect("the encoder");
+    for (split, queries) in [("dev", &dev), ("test", &test)] {
+        let r = eval::score(queries, |q| hybrid.search(q));
+        println!("{}", eval::rows(split, &label, &r));
+        negatives.push(eval::negatives_row(split, &label, &r));
+        if show_misses {
+            r.misses
+                .iter()
+                .for_each(|m| println!("  {split} hybrid miss: {m}"));
+        }
+    }
+    print_negatives(&negatives);
+    println!(
+        "\n{label}: encoding the catalog {:.2?}, one request p50 {:.2?}; no-fit threshold from dev: {:?} (at most {:.0}% of dev's answerable requests turned away)",
+        hybrid.build,
+        hybrid.query_p50,
+        hybrid.threshold,
+        100.0 * eval::MAX_ANSWERABLE_LOSS
+    );
+    if sweep {
+        println!(
+            "\nfusion sweep, DEV ONLY ({label}):\n| k | BM25 weight | dense weight | recall@1 | recall@5 | MRR |\n|---|---|---|---|---|---|"
+        );
+        let mut h = hybrid;
+        for k in [10.0, 30.0, 60.0] {
+            for (wb, wd) in [(1.0, 0.5), (1.0, 1.0), (1.0, 2.0), (0.0, 1.0)] {
+                h = h.with(HybridConfig::default().with_k(k).with_weights(wb, wd));
+                let r = eval::score(&dev, |q| h.search(q));
+                println!(
+                    "| {k} | {wb} | {wd} | {:.2} | {:.2} | {:.2} |",
+                    r.all.recall1(),
+                    r.all.recall5(),
+                    r.all.mrr()
+                );
+            }
+        }
+    }
+}
+
+fn print_negatives(rows: &[String]) {
+    println!(
+        "\n| split | method | negatives | false hits | answerable turned away |\n|---|---|---|---|---|"
+    );
+    rows.iter().for_each(|r| println!("{r}"));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let with_local = !args.iter().any(|a| a == "--no-local");
     let misses = args.iter().any(|a| a == "--misses");
+    let sweep = args.iter().any(|a| a == "--sweep");
+    let eval_only = args.iter().any(|a| a == "--eval-only");
+    let embedder: Option<Arc<dyn Embedder>> = match args
+        .iter()
+        .position(|a| a == "--embedder")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+    {
+        None => None,
+        Some("test-hashed") => Some(Arc::new(common::embedders::HashedNgrams)),
+        Some(other) => panic!("--embedder {other}: known: test-hashed"),
+    };
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let b = big_bridge(ToolSearchConfig::default().with_every_turn(true)).await;
@@ -113,6 +223,11 @@ fn main() {
             zh.row("Chinese"),
             single.row("one right tool")
         );
+
+        evaluation(&b, embedder, sweep, misses).await;
+        if eval_only {
+            return;
+        }
 
         // (a) every full schema; (b) every level-1 line (+ the describe tool); o200k.
         let full = tokens(&full_schemas(&b).await);

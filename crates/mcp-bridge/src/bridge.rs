@@ -18,7 +18,7 @@ use crate::config::{ConfigFile, ServiceConfig};
 use crate::connection::{Connection, lock};
 use crate::elicitation::{ElicitationHub, Elicitor};
 use crate::error::BridgeError;
-use crate::search::ToolSearchConfig;
+use crate::search::{SemanticSearch, ToolSearchConfig};
 use crate::turns::DescribedTools;
 
 /// Manages MCP services and offers their tools through [`llm_core::ToolProvider`].
@@ -64,12 +64,21 @@ pub(crate) struct Inner {
     pub(crate) search_config: Mutex<ToolSearchConfig>,
     /// The search index and the catalog it was built from.
     pub(crate) search_index: Mutex<Option<SearchIndexCache>>,
+    /// Search by meaning, when set ([`crate::search::SemanticSearch`]).
+    pub(crate) semantic: Mutex<Option<SemanticSearch>>,
+    /// The tools' vectors by text hash ([`crate::vectors`]).
+    pub(crate) vectors: Mutex<crate::vectors::VectorCache>,
     /// Servers' questions for the person ([`crate::elicitation`]).
     pub(crate) elicitation: Arc<ElicitationHub>,
 }
 
 /// A search index with the catalog it indexes.
-pub(crate) type SearchIndexCache = (Arc<Vec<McpTool>>, Arc<tool_search::SearchIndex>);
+pub(crate) struct SearchIndexCache {
+    pub(crate) catalog: Arc<Vec<McpTool>>,
+    pub(crate) index: Arc<tool_search::SearchIndex>,
+    /// Built without the tools' vectors because the encoder failed: built again from then on.
+    pub(crate) retry_at: Option<Instant>,
+}
 
 impl Inner {
     /// Tells whoever waits for a service that a state changed.
@@ -153,6 +162,8 @@ impl McpBridge {
                 changed: watch::channel(0).0,
                 search_config: Mutex::new(ToolSearchConfig::default()),
                 search_index: Mutex::new(None),
+                semantic: Mutex::new(None),
+                vectors: Mutex::new(crate::vectors::VectorCache::default()),
                 elicitation: ElicitationHub::new(),
             }),
         }

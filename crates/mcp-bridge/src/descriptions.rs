@@ -6,11 +6,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use llm_core::{ToolError, ToolSpec, TurnInfo};
+use llm_core::{EmbedKind, ToolError, ToolSpec, TurnInfo};
 use serde_json::{Value, json};
-use tool_search::{SearchIndex, ToolDoc};
+use tokio::time::Instant;
+use tool_search::{Hit, SearchIndex, ToolDoc, embedding_text, text_hash};
 
 use crate::bridge::McpBridge;
+use crate::bridge::SearchIndexCache;
 use crate::catalog::{self, McpTool};
 use crate::config::ServiceConfig;
 use crate::connection::lock;
@@ -18,8 +20,15 @@ use crate::inject::{self, DESCRIBE_TOOL};
 use crate::intent::{Intent, IntentChain, McpRecognizer};
 use crate::names;
 use crate::search::{
-    self, MAX_RESULTS, RESULT_CHARS, SEARCH_TOOL, SearchResult, ToolSearchConfig, search_tool_spec,
+    self, MAX_RESULTS, RESULT_CHARS, SEARCH_TOOL, SearchResult, SemanticSearch, ToolSearchConfig,
+    search_tool_spec,
 };
+
+/// After the encoder failed while building the index, how long the search is BM25's alone
+/// before the encoder is tried again.
+const ENCODER_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+/// How many texts go to the encoder at once.
+const ENCODE_BATCH: usize = 32;
 
 /// What a turn shows of MCP tools.
 struct TurnView {
@@ -38,19 +47,25 @@ impl McpBridge {
         self.turn_view(&tools, intent).map(|v| v.section)
     }
 
-    /// What a turn with `intent` shows of MCP tools; `None` without an MCP intent.
-    /// With [`crate::ToolSearchConfig::every_turn`], a turn without an MCP intent shows every
-    /// running tool.
+    /// What a turn with `intent` shows of MCP tools; `None` without an MCP intent, unless
+    /// [`crate::ToolSearchConfig::every_turn`] is on (every running tool, or past the budget the
+    /// search tool) or the whole catalog is past the budget
+    /// ([`crate::ToolSearchConfig::search_past_budget`]: the search tool).
     fn turn_view(&self, tools: &[McpTool], intent: &Intent) -> Option<TurnView> {
         let config = self.tool_search();
         let descriptions = self.service_descriptions();
         let (section, matching) = match inject::level1_section(intent, tools, &descriptions) {
             Some(section) => (section, inject::matching_tools(intent, tools).len()),
-            None if config.every_turn && !tools.is_empty() => {
+            None if tools.is_empty() => return None,
+            None => {
                 let all: Vec<&McpTool> = tools.iter().collect();
-                (inject::level1_list(&all, &descriptions), all.len())
+                let list = inject::level1_list(&all, &descriptions);
+                let searching = config.search_past_budget && config.over_budget(&list);
+                if !config.every_turn && !searching {
+                    return None;
+                }
+                (list, all.len())
             }
-            None => return None,
         };
         if matching > 0 && config.over_budget(&section) {
             return Some(TurnView {
@@ -120,7 +135,10 @@ impl McpBridge {
 
     /// The MCP tools a request of `turn` shows the model (M3 in the request):
     ///
-    /// - no MCP intent in the turn's text, or no running tool: none;
+    /// - no running tool, or no MCP intent in the turn's text with a catalog under the budget:
+    ///   none;
+    /// - no MCP intent with the whole catalog past the budget (#41,
+    ///   [`ToolSearchConfig::search_past_budget`]): [`crate::SEARCH_TOOL`] and [`DESCRIBE_TOOL`];
     /// - an MCP intent: [`DESCRIBE_TOOL`] (level 2 on demand — the matching tools' level-1
     ///   lines are in the system prompt, [`McpBridge::prompt_section`]), plus the full spec of
     ///   each tool the model described earlier in this turn of this session;
@@ -192,14 +210,32 @@ impl McpBridge {
         *lock(&self.inner.search_config)
     }
 
+    /// Sets search by meaning ([`SemanticSearch`]: an encoder, the fusion, where vectors are
+    /// saved); `None` turns it off (BM25 alone). The index is built again on the next search.
+    pub fn set_semantic_search(&self, semantic: Option<SemanticSearch>) {
+        *lock(&self.inner.semantic) = semantic;
+        *lock(&self.inner.search_index) = None;
+    }
+
+    /// The search-by-meaning settings in force, when any.
+    pub fn semantic_search(&self) -> Option<SemanticSearch> {
+        lock(&self.inner.semantic).clone()
+    }
+
     /// The running tools that best match `query`, best first, at most `limit` (and at most
-    /// [`MAX_RESULTS`]): what [`SEARCH_TOOL`] answers the model.
+    /// [`MAX_RESULTS`]): what [`SEARCH_TOOL`] answers the model. With [`SemanticSearch`], by
+    /// words and by meaning, and empty when no tool fits (its threshold); when the encoder
+    /// fails, by words alone (with a warning).
     pub async fn search_tools(&self, query: &str, limit: usize) -> Vec<SearchResult> {
         let catalog = self.catalog().await;
-        let index = self.search_index(&catalog);
-        index
-            .search(query, limit.min(MAX_RESULTS))
-            .into_iter()
+        let semantic = self.semantic_search();
+        let index = self.search_index(&catalog, semantic.as_ref()).await;
+        let limit = limit.min(MAX_RESULTS);
+        let hits = match semantic {
+            Some(s) if index.has_vectors() => self.hybrid_hits(&s, &index, query, limit).await,
+            _ => index.search(query, limit),
+        };
+        hits.into_iter()
             .filter_map(|h| {
                 catalog.get(h.index).map(|t| SearchResult {
                     tool: t.clone(),
@@ -209,37 +245,180 @@ impl McpBridge {
             .collect()
     }
 
-    /// The index over `catalog`, built once per catalog.
-    fn search_index(&self, catalog: &Arc<Vec<McpTool>>) -> Arc<SearchIndex> {
-        if let Some((built_for, index)) = lock(&self.inner.search_index).as_ref()
-            && Arc::ptr_eq(built_for, catalog)
+    /// BM25 fused with the query's vector; BM25 alone when the encoder fails.
+    async fn hybrid_hits(
+        &self,
+        s: &SemanticSearch,
+        index: &SearchIndex,
+        query: &str,
+        limit: usize,
+    ) -> Vec<Hit> {
+        let text: String = query.chars().take(tool_search::MAX_QUERY_CHARS).collect();
+        let vector = match s.embedder.embed(&[text], EmbedKind::Query).await {
+            Ok(v) if v.len() == 1 => v.into_iter().next(),
+            Ok(v) => {
+                tracing::warn!(
+                    encoder = s.embedder.id(),
+                    "the encoder gave {} vectors for one query; searching by words alone",
+                    v.len()
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!(
+                    encoder = s.embedder.id(),
+                    "encoding the search query failed ({e}); searching by words alone"
+                );
+                None
+            }
+        };
+        match vector.map(|v| index.search_hybrid(query, &v, limit)) {
+            Some(Ok(hits)) => hits,
+            Some(Err(e)) => {
+                tracing::warn!(
+                    encoder = s.embedder.id(),
+                    "the query's vector was refused ({e}); searching by words alone"
+                );
+                index.search(query, limit)
+            }
+            None => index.search(query, limit),
+        }
+    }
+
+    /// The index over `catalog`, built once per catalog (and search settings); with
+    /// `semantic`, with the tools' vectors (only tools whose text is new are encoded).
+    async fn search_index(
+        &self,
+        catalog: &Arc<Vec<McpTool>>,
+        semantic: Option<&SemanticSearch>,
+    ) -> Arc<SearchIndex> {
+        if let Some(c) = lock(&self.inner.search_index).as_ref()
+            && Arc::ptr_eq(&c.catalog, catalog)
+            && c.retry_at.is_none_or(|t| Instant::now() < t)
         {
-            return index.clone();
+            return c.index.clone();
         }
         let docs: Vec<ToolDoc> = {
             let services = lock(&self.inner.services);
             catalog
                 .iter()
-                .map(|t| {
-                    let config = services.get(&t.service).map(|s| &s.config);
-                    ToolDoc::new(t.exposed_name.clone(), t.description.clone())
-                        .with_group(
-                            t.service.clone(),
-                            config
-                                .and_then(|c| c.description.clone())
-                                .unwrap_or_default(),
-                        )
-                        .with_keywords(
-                            config
-                                .map(|c| c.trigger_keywords.clone())
-                                .unwrap_or_default(),
-                        )
-                })
+                .map(|t| search::tool_doc(t, services.get(&t.service).map(|s| &s.config)))
                 .collect()
         };
-        let index = Arc::new(SearchIndex::new(docs));
-        *lock(&self.inner.search_index) = Some((catalog.clone(), index.clone()));
+        let mut retry_at = None;
+        let index = match semantic {
+            None => SearchIndex::new(docs),
+            Some(s) => {
+                let fallback = |why: String, retry_at: &mut Option<Instant>| {
+                    tracing::warn!(
+                        encoder = s.embedder.id(),
+                        "{why}; searching by words alone, the encoder is tried again in {}s",
+                        ENCODER_RETRY.as_secs()
+                    );
+                    *retry_at = Some(Instant::now() + ENCODER_RETRY);
+                };
+                match self.tool_vectors(s, &docs).await {
+                    Ok(v) => match SearchIndex::new(docs.clone())
+                        .with_hybrid(s.fusion)
+                        .with_vectors(v)
+                    {
+                        Ok(index) => index,
+                        Err(e) => {
+                            fallback(format!("tool vectors refused ({e})"), &mut retry_at);
+                            SearchIndex::new(docs)
+                        }
+                    },
+                    Err(e) => {
+                        fallback(format!("encoding the tools failed ({e})"), &mut retry_at);
+                        SearchIndex::new(docs)
+                    }
+                }
+            }
+        };
+        let index = Arc::new(index);
+        // A search settings change meanwhile cleared the slot: do not put an index of the old
+        // settings back.
+        if semantic.map(SemanticSearch::embedder_id)
+            == self
+                .semantic_search()
+                .as_ref()
+                .map(SemanticSearch::embedder_id)
+        {
+            *lock(&self.inner.search_index) = Some(SearchIndexCache {
+                catalog: catalog.clone(),
+                index: index.clone(),
+                retry_at,
+            });
+        }
         index
+    }
+
+    /// One vector per doc, in order: from the cache, the missing ones encoded (in batches)
+    /// and saved.
+    async fn tool_vectors(
+        &self,
+        s: &SemanticSearch,
+        docs: &[ToolDoc],
+    ) -> Result<Vec<Vec<f32>>, String> {
+        let texts: Vec<String> = docs.iter().map(embedding_text).collect();
+        let hashes: Vec<u64> = texts.iter().map(|t| text_hash(t)).collect();
+        let missing: Vec<usize> = {
+            let mut cache = lock(&self.inner.vectors);
+            cache.select(
+                s.embedder.id(),
+                s.embedder.dimensions(),
+                s.cache_dir.as_deref(),
+            );
+            let mut seen = std::collections::HashSet::new();
+            (0..texts.len())
+                .filter(|&i| cache.get(hashes[i]).is_none() && seen.insert(hashes[i]))
+                .collect()
+        };
+        if !missing.is_empty() {
+            let mut fresh = Vec::with_capacity(missing.len());
+            for chunk in missing.chunks(ENCODE_BATCH) {
+                let batch: Vec<String> = chunk.iter().map(|&i| texts[i].clone()).collect();
+                let vectors = s
+                    .embedder
+                    .embed(&batch, EmbedKind::Document)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if vectors.len() != batch.len() {
+                    return Err(format!(
+                        "{} vectors for {} texts",
+                        vectors.len(),
+                        batch.len()
+                    ));
+                }
+                fresh.extend(vectors);
+            }
+            let snapshot = {
+                let mut cache = lock(&self.inner.vectors);
+                cache.select(
+                    s.embedder.id(),
+                    s.embedder.dimensions(),
+                    s.cache_dir.as_deref(),
+                );
+                for (&i, v) in missing.iter().zip(fresh) {
+                    cache.insert(hashes[i], v);
+                }
+                cache.snapshot(&hashes)
+            };
+            if let Some((path, bytes)) = snapshot {
+                let _ =
+                    tokio::task::spawn_blocking(move || crate::vectors::save(&path, &bytes)).await;
+            }
+        }
+        let cache = lock(&self.inner.vectors);
+        hashes
+            .iter()
+            .map(|h| {
+                cache
+                    .get(*h)
+                    .map(|v| v.to_vec())
+                    .ok_or_else(|| "a tool vector went missing from the cache meanwhile".to_owned())
+            })
+            .collect()
     }
 
     /// A call of [`SEARCH_TOOL`]: the best matching tools, each with one sentence; in a

@@ -66,6 +66,15 @@ impl McpBridge {
         tools
     }
 
+    /// The epoch of the cached catalog when it is still the one [`McpBridge::tools`] would
+    /// give (what [`llm_core::ToolProvider::list_revision`] answers); `None` when it would be
+    /// built again.
+    pub(crate) fn catalog_revision(&self) -> Option<u64> {
+        let epoch = self.inner.catalog_epoch.load(Ordering::SeqCst);
+        let cached = lock(&self.inner.catalog);
+        (cached.0 == epoch && cached.2.is_none_or(|t| Instant::now() < t)).then_some(epoch)
+    }
+
     /// The connection and call timeout of a running service, without copying its config.
     pub(crate) fn connection_of(&self, service: &str) -> Option<(Arc<Connection>, Duration)> {
         match lock(&self.inner.services).get(service) {

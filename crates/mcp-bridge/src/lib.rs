@@ -23,7 +23,9 @@
 //!   shows).
 //! - **Tool search** ([`search`]): past a token budget a turn shows [`SEARCH_TOOL`] instead of
 //!   the level-1 list; the model finds tools by words (English or Chinese, BM25 from the
-//!   `tool-search` crate), and the hits become callable ([`McpBridge::set_tool_search`]).
+//!   `tool-search` crate), and the hits become callable ([`McpBridge::set_tool_search`]). With
+//!   an encoder ([`McpBridge::set_semantic_search`]) it finds them by meaning too: BM25 fused
+//!   with the tools' vectors, cached per tool text and saved between runs (`vectors.rs`).
 //! - **Elicitation** ([`elicitation`]): a server's questions for the person go to the
 //!   application's [`elicitation::Elicitor`] (both protocol revisions), declined when none is
 //!   attached, cancelled past a time limit.
@@ -59,6 +61,7 @@ pub mod search;
 mod sync;
 mod trace;
 mod turns;
+mod vectors;
 
 pub use bridge::McpBridge;
 pub use catalog::McpTool;
@@ -71,4 +74,4 @@ pub use intent::{Intent, IntentChain, IntentRecognizer, McpIntent, McpTrigger};
 pub use llm_core::DEFAULT_MAX_RESULT_BYTES;
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};
-pub use search::{SEARCH_TOOL, ToolSearchConfig};
+pub use search::{SEARCH_TOOL, SemanticSearch, ToolSearchConfig};

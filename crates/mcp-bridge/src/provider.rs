@@ -35,7 +35,16 @@ impl ToolProvider for McpBridge {
         specs
     }
 
-    /// What a request shows the model: nothing without an MCP intent; with one,
+    /// The catalog epoch while the catalog built at it is still good (no service changed
+    /// state or config, no server said its list changed, no list's cache hint ran out since);
+    /// `None` otherwise, so the dispatcher lists again. With it, a run over hundreds of MCP
+    /// tools does not list and compare them all before every run (#41).
+    fn list_revision(&self) -> Option<u64> {
+        self.catalog_revision()
+    }
+
+    /// What a request shows the model: nothing without an MCP intent (unless the catalog is
+    /// past the search budget: then the search tool); with one,
     /// [`DESCRIBE_TOOL`] and the tools described so far in the turn
     /// ([`McpBridge::advertised_tools`]).
     async fn advertised(&self, turn: &TurnInfo) -> Vec<ToolSpec> {

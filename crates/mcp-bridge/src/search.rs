@@ -9,8 +9,10 @@
 //! catalog, the call) is in `descriptions.rs`.
 //!
 //! Ranking is [`tool_search`]'s BM25 over each tool's exposed name, the server's description,
-//! its service's name and configured description, and the service's trigger keywords. The
-//! index is built once per catalog and rebuilt when the catalog changes.
+//! its service's name and configured description, and the service's trigger keywords
+//! ([`tool_doc`]). With [`SemanticSearch`] (an encoder), it is fused with the cosine ranking of
+//! the tools' and the query's vectors (#41). The index is built once per catalog and rebuilt
+//! when the catalog changes.
 //!
 //! ```
 //! use mcp_bridge::{McpBridge, search::ToolSearchConfig};
@@ -20,11 +22,16 @@
 //! assert_eq!(bridge.tool_search().budget_tokens, 1_000);
 //! ```
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use context_engine::{EstimateCounter, TokenCounter};
-use llm_core::ToolSpec;
+use llm_core::{Embedder, ToolSpec};
 use serde_json::json;
+use tool_search::HybridConfig;
 
 use crate::catalog::McpTool;
+use crate::config::ServiceConfig;
 
 /// The name of the bridge's search tool.
 pub const SEARCH_TOOL: &str = "mcp_search_tools";
@@ -50,9 +57,16 @@ pub struct ToolSearchConfig {
     /// Whether every turn may use MCP tools, not only turns with an MCP intent. Off by default
     /// (M3: a turn without an MCP intent shows no MCP tool). On, a turn without an MCP intent
     /// shows every running tool's level-1 line — or, past the budget, only [`SEARCH_TOOL`]
-    /// (about 150 tokens whatever the number of tools): the way to give a model hundreds of
-    /// tools without trigger keywords.
+    /// (about 150 tokens whatever the number of tools).
+    ///
+    /// Off, a catalog whose whole level-1 list is past the budget still gets [`SEARCH_TOOL`] on
+    /// every turn (#41: a user with 300 tools and no trigger keywords must still reach them),
+    /// unless [`ToolSearchConfig::search_past_budget`] is off; a smaller catalog keeps M3's
+    /// keyword path.
     pub every_turn: bool,
+    /// Whether a turn without an MCP intent gets [`SEARCH_TOOL`] when the whole catalog's
+    /// level-1 list is past the budget (#41). On by default.
+    pub search_past_budget: bool,
 }
 
 impl Default for ToolSearchConfig {
@@ -61,6 +75,7 @@ impl Default for ToolSearchConfig {
             budget_tokens: 2_000,
             default_results: 5,
             every_turn: false,
+            search_past_budget: true,
         }
     }
 }
@@ -81,10 +96,108 @@ impl ToolSearchConfig {
         self.every_turn = on;
         self
     }
+    /// Sets [`ToolSearchConfig::search_past_budget`].
+    pub fn with_search_past_budget(mut self, on: bool) -> Self {
+        self.search_past_budget = on;
+        self
+    }
     /// Whether a list of this text is over the budget.
     pub(crate) fn over_budget(&self, listed: &str) -> bool {
         self.budget_tokens != usize::MAX && EstimateCounter.count_text(listed) > self.budget_tokens
     }
+}
+
+/// Search by meaning (#41): an encoder for the tools' and the query's vectors, how its ranking
+/// is fused with BM25's, and where the tools' vectors are kept between runs. Set it with
+/// [`crate::McpBridge::set_semantic_search`].
+///
+/// Each tool's vector is computed once per (encoder id, hash of the tool's text —
+/// [`tool_search::embedding_text`] of [`tool_doc`]): a catalog change (`list_changed`, a service
+/// started) encodes only the tools whose text is new, and the vectors are saved to
+/// `<cache dir>/tool-vectors-<hash of the encoder id>.bin`, so a restart encodes nothing. When
+/// the encoder fails, the search is BM25's alone for that call (a `tracing` warning says why);
+/// a turn never fails for it.
+///
+/// ```
+/// use std::sync::Arc;
+/// use llm_core::{async_trait, EmbedKind, Embedder, ModelError};
+/// use mcp_bridge::{McpBridge, search::SemanticSearch};
+///
+/// struct MyEncoder; // e.g. a local model, or an /v1/embeddings endpoint
+/// #[async_trait]
+/// impl Embedder for MyEncoder {
+///     fn id(&self) -> &str { "my-encoder-v1" }
+///     fn dimensions(&self) -> usize { 2 }
+///     async fn embed(&self, texts: &[String], _: EmbedKind) -> Result<Vec<Vec<f32>>, ModelError> {
+///         Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
+///     }
+/// }
+///
+/// let bridge = McpBridge::new();
+/// let dir = std::env::temp_dir().join("my-app-vectors");
+/// bridge.set_semantic_search(Some(SemanticSearch::new(Arc::new(MyEncoder)).with_cache_dir(Some(dir))));
+/// assert_eq!(bridge.semantic_search().map(|s| s.embedder_id().to_owned()).as_deref(), Some("my-encoder-v1"));
+/// ```
+#[derive(Clone)]
+pub struct SemanticSearch {
+    pub(crate) embedder: Arc<dyn Embedder>,
+    pub(crate) fusion: HybridConfig,
+    pub(crate) cache_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for SemanticSearch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemanticSearch")
+            .field("embedder", &self.embedder.id())
+            .field("fusion", &self.fusion)
+            .field("cache_dir", &self.cache_dir)
+            .finish()
+    }
+}
+
+impl SemanticSearch {
+    /// Search by meaning with `embedder`, fused by reciprocal rank ([`HybridConfig::default`],
+    /// no "no tool fits" threshold until one is calibrated for the encoder), vectors kept in
+    /// the toolkit cache ([`toolkit_cache_dir`]).
+    pub fn new(embedder: Arc<dyn Embedder>) -> Self {
+        Self {
+            embedder,
+            fusion: HybridConfig::default(),
+            cache_dir: toolkit_cache_dir(),
+        }
+    }
+    /// Sets the fusion and the "no tool fits" threshold ([`HybridConfig`]).
+    pub fn with_fusion(mut self, fusion: HybridConfig) -> Self {
+        self.fusion = fusion;
+        self
+    }
+    /// Sets the directory the vectors are saved in; `None`: kept in memory only.
+    pub fn with_cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cache_dir = dir;
+        self
+    }
+    /// The encoder's id ([`Embedder::id`]).
+    pub fn embedder_id(&self) -> &str {
+        self.embedder.id()
+    }
+    /// The fusion settings.
+    pub fn fusion(&self) -> HybridConfig {
+        self.fusion
+    }
+}
+
+/// The toolkit's cache directory: `$XDG_CACHE_HOME/llm-toolkit`, else
+/// `$HOME/.cache/llm-toolkit` (the rule of xtask and the local model); `None` when neither
+/// variable is set.
+pub fn toolkit_cache_dir() -> Option<PathBuf> {
+    let from = |var: &str| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    from("XDG_CACHE_HOME")
+        .map(|d| d.join("llm-toolkit"))
+        .or_else(|| from("HOME").map(|h| h.join(".cache").join("llm-toolkit")))
 }
 
 /// The spec of [`SEARCH_TOOL`].
@@ -103,19 +216,104 @@ pub fn search_tool_spec() -> ToolSpec {
     )
 }
 
+/// What the search knows of `tool`: its exposed name, the server's description, its service
+/// (name and configured description) as the group, the service's trigger keywords, and its
+/// parameters' names and descriptions (from the input schema's `properties`, in order). BM25
+/// reads all but the parameters; an encoder reads [`tool_search::embedding_text`] of it.
+///
+/// ```no_run
+/// # async fn demo(bridge: mcp_bridge::McpBridge) {
+/// use mcp_bridge::search::tool_doc;
+/// let services = bridge.services();
+/// for t in bridge.tools().await.iter() {
+///     let config = services.iter().find(|s| s.config.name == t.service).map(|s| &s.config);
+///     // What an encoder reads for the tool, and the key its vector is cached under.
+///     let text = tool_search::embedding_text(&tool_doc(t, config));
+///     println!("{:016x} {text}", tool_search::text_hash(&text));
+/// }
+/// # }
+/// ```
+pub fn tool_doc(tool: &McpTool, service: Option<&ServiceConfig>) -> tool_search::ToolDoc {
+    let parameters = tool
+        .input_schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+        .map(|props| {
+            props
+                .iter()
+                .map(|(name, p)| {
+                    let description = p
+                        .get("description")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or_default();
+                    (name.clone(), description.to_owned())
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    tool_search::ToolDoc::new(tool.exposed_name.clone(), tool.description.clone())
+        .with_group(
+            tool.service.clone(),
+            service
+                .and_then(|c| c.description.clone())
+                .unwrap_or_default(),
+        )
+        .with_keywords(
+            service
+                .map(|c| c.trigger_keywords.clone())
+                .unwrap_or_default(),
+        )
+        .with_parameters(parameters)
+}
+
 /// One search result.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct SearchResult {
     /// The tool.
     pub tool: McpTool,
-    /// Its BM25 score (only comparable within one search).
+    /// Its score: BM25's, or the fused one with [`SemanticSearch`] (only comparable within one
+    /// search).
     pub score: f32,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn m3_tool_doc_carries_the_service_and_the_parameters() {
+        let Value::Object(schema) = json!({"type": "object", "properties": {
+            "path": {"type": "string", "description": "Where the file is"},
+            "head": {"type": "integer"}
+        }}) else {
+            unreachable!()
+        };
+        let tool = rmcp::model::Tool::new("read_file", "Read a file.", std::sync::Arc::new(schema));
+        let catalog = crate::catalog::build([("fs", &[tool][..])]);
+        let config = ServiceConfig::new("fs", "x")
+            .with_description("Files on this machine")
+            .with_trigger_keywords(["文件"]);
+        let doc = tool_doc(&catalog[0], Some(&config));
+        assert_eq!(doc.name, "fs__read_file");
+        assert_eq!(doc.group, "fs");
+        assert_eq!(doc.group_description, "Files on this machine");
+        assert_eq!(doc.keywords, ["文件"]);
+        assert_eq!(
+            doc.parameters,
+            [
+                ("path".to_owned(), "Where the file is".to_owned()),
+                ("head".to_owned(), String::new())
+            ]
+        );
+        assert_eq!(
+            tool_search::embedding_text(&doc),
+            "fs read file. Read a file. Parameters: path (Where the file is), head"
+        );
+        let bare = tool_doc(&catalog[0], None);
+        assert!(bare.keywords.is_empty() && bare.group_description.is_empty());
+    }
 
     #[test]
     fn budget_edges() {

@@ -48,8 +48,22 @@ async fn m3_tool_search_only_past_the_budget() {
     let section = b.prompt_section(&intent).await.unwrap();
     assert!(section.contains("everything__echo"), "{section}");
     assert!(!section.contains(SEARCH_TOOL), "{section}");
-    // A turn with no MCP intent shows nothing (M3) unless `every_turn` is on.
+    // #41: with the whole catalog past the budget, a turn with no MCP intent (no trigger
+    // keyword) still gets the search tool, by default; it shows nothing once that is off (M3).
+    let section = b.prompt_section(&mcp_bridge::Intent::Normal).await.unwrap();
+    assert!(section.contains(SEARCH_TOOL), "{section}");
+    assert!(!section.contains("everything__echo"), "{section}");
+    let turn = llm_core::TurnInfo::new("plan my afternoon");
+    let offered: Vec<String> = b
+        .advertised_tools(&turn)
+        .await
+        .into_iter()
+        .map(|s| s.name.to_string())
+        .collect();
+    assert_eq!(offered, [SEARCH_TOOL, DESCRIBE_TOOL]);
+    b.set_tool_search(ToolSearchConfig::default().with_search_past_budget(false));
     assert_eq!(b.prompt_section(&mcp_bridge::Intent::Normal).await, None);
+    assert!(b.advertised_tools(&turn).await.is_empty());
 
     b.set_tool_search(ToolSearchConfig::default().with_budget_tokens(0));
     let section = b.prompt_section(&intent).await.unwrap();

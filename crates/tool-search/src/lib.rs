@@ -22,10 +22,47 @@
 //! assert_eq!(index.search("读取文件内容", 1)[0].name, "fs__read_file");
 //! assert_eq!(index.search("现在几点", 1)[0].name, "time__get_current_time");
 //! ```
+//!
+//! ## Search by meaning (the dense half, #41)
+//!
+//! BM25 finds a tool only by shared words. A sentence encoder (an
+//! [`llm_core::Embedder`](https://docs.rs/llm-core), run by the caller: this crate does no I/O)
+//! gives each tool a vector of [`embedding_text`] and the query a vector; the index then fuses
+//! BM25's ranking with the cosine ranking by **reciprocal rank** ([`HybridConfig`]), so a
+//! request that shares no word with its tool still finds it. Cosines of small encoders sit in a
+//! narrow band (0.75–0.9 for multilingual-e5-small), so raw cosines are never compared with a
+//! fixed number: "no tool fits" is decided on [`SearchIndex::fit`], how far the best tool's
+//! cosine stands out from the catalog's for this query (a z-score), against a threshold derived
+//! on labelled requests with [`calibrate_no_fit`].
+//!
+//! ```
+//! use tool_search::{HybridConfig, SearchIndex, ToolDoc, embedding_text, text_hash};
+//! let docs = vec![
+//!     ToolDoc::new("maps__elevation", "Get elevation data for locations on the earth"),
+//!     ToolDoc::new("git__stash", "Save local changes away and restore them later"),
+//!     ToolDoc::new("time__now", "Get current time in a specific timezone"),
+//! ];
+//! // What the encoder reads for each tool, and the key its vector is cached under.
+//! let text = embedding_text(&docs[0]);
+//! assert!(text.starts_with("maps elevation"));
+//! assert_eq!(text_hash(&text), text_hash(&embedding_text(&docs[0])));
+//! // Vectors from the caller's encoder (toy 3-d ones here), one per tool, in order.
+//! let index = SearchIndex::new(docs)
+//!     .with_vectors(vec![vec![1.0, 0.1, 0.0], vec![0.0, 1.0, 0.1], vec![0.1, 0.0, 1.0]])
+//!     .unwrap()
+//!     .with_hybrid(HybridConfig::default());
+//! // "how high is Everest" shares no word with any tool; its vector is near the first one.
+//! let hits = index.search_hybrid("how high is Everest", &[0.9, 0.2, 0.1], 2).unwrap();
+//! assert_eq!(hits[0].name, "maps__elevation");
+//! ```
 
 mod analyzer;
+mod dense;
 
 pub use analyzer::{Analyzer, MAX_INPUT_CHARS};
+pub use dense::{
+    HybridConfig, MAX_DIMENSIONS, VectorError, calibrate_no_fit, embedding_text, text_hash,
+};
 
 const _: () = assert!((3 + 4) * MAX_FIELD_CHARS < MAX_INPUT_CHARS);
 
@@ -48,6 +85,9 @@ pub struct ToolDoc {
     pub group_description: String,
     /// Extra words it should be found by (a service's trigger keywords).
     pub keywords: Vec<String>,
+    /// Its parameters' names and descriptions, in schema order: read by the encoder
+    /// ([`embedding_text`]); BM25 does not index them (its ranking stays as it was).
+    pub parameters: Vec<(String, String)>,
 }
 
 impl ToolDoc {
@@ -74,6 +114,19 @@ impl ToolDoc {
         self.keywords = keywords.into_iter().map(Into::into).collect();
         self
     }
+    /// Sets the parameters (name, description), e.g. from a JSON schema's `properties`.
+    pub fn with_parameters<I, N, D>(mut self, parameters: I) -> Self
+    where
+        I: IntoIterator<Item = (N, D)>,
+        N: Into<String>,
+        D: Into<String>,
+    {
+        self.parameters = parameters
+            .into_iter()
+            .map(|(n, d)| (n.into(), d.into()))
+            .collect();
+        self
+    }
 }
 
 /// One result: the tool's position in the list the index was built from, its name and score.
@@ -83,7 +136,8 @@ pub struct Hit {
     pub index: usize,
     /// The tool's name.
     pub name: String,
-    /// The BM25 score (higher is better; only comparable within one search).
+    /// The score: BM25's from [`SearchIndex::search`], the fused reciprocal-rank score from
+    /// [`SearchIndex::search_hybrid`] (higher is better; only comparable within one search).
     pub score: f32,
 }
 
@@ -97,17 +151,25 @@ const MAX_FIELD_CHARS: usize = 2000;
 const NAME_WEIGHT: usize = 3;
 const KEYWORD_WEIGHT: usize = 2;
 
-/// A BM25 index over a fixed list of tools. Build it once per catalog; searching is cheap.
+/// A BM25 index over a fixed list of tools, with each tool's vector when the caller gives them
+/// ([`SearchIndex::with_vectors`]). Build it once per catalog; searching is cheap.
 pub struct SearchIndex {
     names: Vec<String>,
     embedder: Embedder<u32, TermSource>,
     scorer: Scorer<usize, u32>,
+    vectors: Option<dense::Vectors>,
+    hybrid: HybridConfig,
 }
 
 impl std::fmt::Debug for SearchIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SearchIndex")
             .field("tools", &self.names.len())
+            .field(
+                "dimensions",
+                &self.vectors.as_ref().map(dense::Vectors::dimensions),
+            )
+            .field("hybrid", &self.hybrid)
             .finish()
     }
 }
@@ -145,6 +207,8 @@ impl SearchIndex {
             names: docs.into_iter().map(|d| d.name).collect(),
             embedder,
             scorer,
+            vectors: None,
+            hybrid: HybridConfig::default(),
         }
     }
 
@@ -166,6 +230,12 @@ impl SearchIndex {
         if limit == 0 {
             return Vec::new();
         }
+        self.hits(self.bm25_ranked(query).into_iter().take(limit))
+    }
+
+    /// Every tool sharing a term with `query`, with its BM25 score, best first (ties in index
+    /// order).
+    fn bm25_ranked(&self, query: &str) -> Vec<(usize, f32)> {
         let query: String = query.chars().take(MAX_QUERY_CHARS).collect();
         let mut query: Embedding<u32> = self.embedder.embed(&query);
         // A term the query repeats counts once: "file file file" is not a stronger query.
@@ -180,8 +250,12 @@ impl SearchIndex {
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored
+    }
+
+    /// The hits for ranked `(index, score)` pairs.
+    fn hits(&self, ranked: impl IntoIterator<Item = (usize, f32)>) -> Vec<Hit> {
+        ranked
             .into_iter()
-            .take(limit)
             .filter_map(|(index, score)| {
                 self.names.get(index).map(|name| Hit {
                     index,

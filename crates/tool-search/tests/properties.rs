@@ -3,7 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use proptest::prelude::*;
-use tool_search::{Analyzer, MAX_LIMIT, SearchIndex, ToolDoc};
+use tool_search::{
+    Analyzer, HybridConfig, MAX_LIMIT, SearchIndex, ToolDoc, calibrate_no_fit, embedding_text,
+    text_hash,
+};
 
 /// Text mixing ASCII identifiers, Chinese, punctuation, full-width forms and odd code points.
 fn text() -> impl Strategy<Value = String> {
@@ -26,6 +29,7 @@ fn docs() -> impl Strategy<Value = Vec<ToolDoc>> {
             |(name, desc, group, kw)| {
                 ToolDoc::new(name, desc)
                     .with_group(group, "")
+                    .with_parameters(kw.iter().map(|k| (k.clone(), k.clone())))
                     .with_keywords(kw)
             },
         ),
@@ -75,6 +79,80 @@ proptest! {
         let all = index.search(name, MAX_LIMIT);
         prop_assume!(all.len() < MAX_LIMIT);
         prop_assert!(all.iter().any(|h| h.index == i), "{:?} not found by {:?}", docs[i], name);
+    }
+}
+
+/// Vectors of width 4 with components in a small range (zero vectors included).
+fn vector() -> impl Strategy<Value = Vec<f32>> {
+    prop::collection::vec(-2.0f32..2.0, 4)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn hybrid_search_is_bounded_sorted_and_deterministic(
+        docs in docs(),
+        seed in prop::collection::vec(vector(), 20),
+        q in text(),
+        qv in vector(),
+        limit in 0usize..80,
+        k in 1.0f32..100.0,
+        w in 0.0f32..3.0,
+    ) {
+        let n = docs.len();
+        let vectors: Vec<Vec<f32>> = seed.into_iter().take(n).collect();
+        let config = HybridConfig::default().with_k(k).with_weights(1.0, w);
+        let index = SearchIndex::new(docs.clone()).with_vectors(vectors.clone()).unwrap().with_hybrid(config);
+        let hits = index.search_hybrid(&q, &qv, limit).unwrap();
+        prop_assert!(hits.len() <= limit.min(MAX_LIMIT).min(n));
+        for w in hits.windows(2) {
+            prop_assert!(w[0].score >= w[1].score);
+            if w[0].score == w[1].score { prop_assert!(w[0].index < w[1].index); }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for h in &hits {
+            prop_assert!(h.index < n);
+            prop_assert!(seen.insert(h.index), "a tool twice");
+            prop_assert_eq!(&h.name, &docs[h.index].name);
+            prop_assert!(h.score > 0.0 && h.score.is_finite());
+        }
+        let again = SearchIndex::new(docs).with_vectors(vectors).unwrap().with_hybrid(config);
+        prop_assert_eq!(hits, again.search_hybrid(&q, &qv, limit).unwrap());
+        let fit = index.fit(&qv).unwrap();
+        prop_assert!(fit.is_finite() && fit >= 0.0);
+    }
+
+    #[test]
+    fn hybrid_with_no_dense_weight_is_bm25s_order(docs in docs(), seed in prop::collection::vec(vector(), 20), q in text(), qv in vector()) {
+        let n = docs.len();
+        let vectors: Vec<Vec<f32>> = seed.into_iter().take(n).collect();
+        let index = SearchIndex::new(docs).with_vectors(vectors).unwrap()
+            .with_hybrid(HybridConfig::default().with_weights(1.0, 0.0));
+        let bm25: Vec<usize> = index.search(&q, MAX_LIMIT).into_iter().map(|h| h.index).collect();
+        let fused: Vec<usize> = index.search_hybrid(&q, &qv, MAX_LIMIT).unwrap().into_iter().map(|h| h.index).collect();
+        prop_assert_eq!(bm25, fused);
+    }
+
+    #[test]
+    fn embedding_text_is_bounded_single_line_and_stable(docs in docs()) {
+        for d in &docs {
+            let t = embedding_text(d);
+            prop_assert!(t.chars().count() <= 200 + 2 + 200 + 2 + 600 + 16 + 12 * (64 + 80 + 5));
+            prop_assert!(!t.contains('\n'));
+            prop_assert_eq!(text_hash(&t), text_hash(&embedding_text(&d.clone())));
+        }
+    }
+
+    #[test]
+    fn calibration_keeps_the_answerable_share_it_promises(
+        yes in prop::collection::vec(-5.0f32..10.0, 1..60),
+        no in prop::collection::vec(-5.0f32..10.0, 0..30),
+        loss in 0.0f32..0.5,
+    ) {
+        let t = calibrate_no_fit(&yes, &no, loss).unwrap();
+        let lost = yes.iter().filter(|f| **f < t).count();
+        prop_assert!(lost as f32 <= (loss * yes.len() as f32).floor(), "{} lost at {}", lost, t);
     }
 }
 

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use mcp_bridge::ServiceConfig;
 
+pub mod embedders;
+pub mod eval;
 pub mod search;
 
 /// Our own misbehaving rmcp server.
