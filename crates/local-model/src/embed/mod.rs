@@ -52,6 +52,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llm_core::{EmbedKind, Embedder, ModelError};
+use rayon::prelude::*;
 
 pub use crate::fetch::{MULTILINGUAL_E5_SMALL_SHA256, MULTILINGUAL_E5_SMALL_SIZE};
 use crate::fetch::{ModelSource, default_cache_dir, ensure_model};
@@ -196,8 +197,12 @@ impl E5Embedder {
         };
         let bad = |e: E5FormatError| ModelError::ModelLoad(format!("{}: {e}", path.display()));
         let file = E5File::parse(bytes).map_err(bad)?;
-        let encoder = Encoder::load(&file).map_err(bad)?;
-        let tokenizer = E5Tokenizer::new(file.vocab);
+        // The weights (in parallel over layers) while the vocabulary index is built.
+        let (encoder, tokenizer) = rayon::join(
+            || Encoder::load(&file),
+            || E5Tokenizer::new(file.vocab.clone()),
+        );
+        let encoder = encoder.map_err(bad)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 tokenizer,
@@ -226,12 +231,20 @@ impl E5Embedder {
     }
 
     /// [`Embedder::embed`] on this thread (blocking): one L2-normalised vector per text.
-    pub fn embed_blocking(&self, texts: &[impl AsRef<str>], kind: EmbedKind) -> Vec<Vec<f32>> {
-        let seqs: Vec<Vec<u32>> = texts
-            .iter()
-            .map(|t| self.token_ids(t.as_ref(), kind))
-            .collect();
-        self.inner.encoder.embed(&seqs)
+    pub fn embed_blocking(
+        &self,
+        texts: &[impl AsRef<str> + Sync],
+        kind: EmbedKind,
+    ) -> Vec<Vec<f32>> {
+        // On a worker of the kernels' thread pool: the forward's many parallel sections then
+        // start as local joins, not as jobs injected from outside and waited for.
+        rayon::scope(|_| {
+            let seqs: Vec<Vec<u32>> = texts
+                .par_iter()
+                .map(|t| self.token_ids(t.as_ref(), kind))
+                .collect();
+            self.inner.encoder.embed(&seqs)
+        })
     }
 }
 
