@@ -205,6 +205,13 @@ pub struct PanelConfig {
     /// The prefix of this worker's reply subjects (`NATS_INBOX_PREFIX`; default `_INBOX`): one
     /// per broker user, so no user can read the messages handed to another.
     pub broker_inbox_prefix: Option<String>,
+    /// How long a conversation remembers the id of a bus message stored into it, so that the
+    /// broker handing it out again (a worker died before confirming it, or a sender sent it
+    /// again) stores it once (default 7 days, the broker's `NatsConfig::max_age`). Older ids
+    /// are removed when the next message is stored.
+    pub bus_memory_max_age: Duration,
+    /// How many such ids a conversation remembers at most; the oldest go first (default 1000).
+    pub bus_memory_max_ids: usize,
     /// A setting of the environment that could not be used (reported by [`bus`](Self::bus)).
     env_problem: Option<(&'static str, String, &'static str)>,
     /// `Host` values accepted besides the bound address (`127.0.0.1:PORT`, `localhost:PORT`):
@@ -248,6 +255,8 @@ impl Default for PanelConfig {
             broker_credentials: None,
             broker_tls_ca: None,
             broker_inbox_prefix: None,
+            bus_memory_max_age: Duration::from_secs(7 * 24 * 3600),
+            bus_memory_max_ids: 1000,
             env_problem: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
@@ -354,6 +363,14 @@ impl PanelConfig {
     /// Carries the bus over the NATS server at `url` ([`bus`](Self::bus)).
     pub fn with_broker_url(mut self, url: impl Into<String>) -> Self {
         self.broker = Some(url.into());
+        self
+    }
+    /// Sets how long and how many bus message ids a conversation remembers
+    /// ([`bus_memory_max_age`](Self::bus_memory_max_age),
+    /// [`bus_memory_max_ids`](Self::bus_memory_max_ids); at least one id).
+    pub fn with_bus_memory(mut self, max_age: Duration, max_ids: usize) -> Self {
+        self.bus_memory_max_age = max_age;
+        self.bus_memory_max_ids = max_ids.max(1);
         self
     }
     /// Sets [`broker_ack_wait`](Self::broker_ack_wait) (at least 100 ms).
