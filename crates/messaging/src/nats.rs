@@ -427,10 +427,13 @@ impl Nats {
                         reason: e.to_string(),
                     }
                 }
-                ConnectErrorKind::Tls => unavailable(format!(
-                    "TLS: {e}; check that the broker's certificate is signed by a root the \
+                // rustls' verdict on the broker's certificate comes as an IO error
+                kind if kind == ConnectErrorKind::Tls || e.to_string().contains("certificate") => {
+                    unavailable(format!(
+                        "TLS: {e}; check that the broker's certificate is signed by a root the \
                      system trusts or the one in NATS_TLS_CA, and that the broker offers TLS"
-                )),
+                    ))
+                }
                 _ => unavailable(e.to_string()),
             })?;
         let mut seen_violations = violations.subscribe();

@@ -367,3 +367,126 @@ async fn i42_6_a_tls_url_never_falls_back_to_plain_text() {
         started.elapsed()
     );
 }
+
+/// Runs `openssl` with `args` in `dir` (a test CA and a server certificate for 127.0.0.1).
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl is needed to make the test's certificates (apt-get install openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i42_6_tls_with_the_operators_root_certificate() {
+    let certs = std::env::temp_dir().join(format!("i42-6-certs-{}", std::process::id()));
+    std::fs::create_dir_all(&certs).unwrap();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &certs,
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=i42-test-ca",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &certs,
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(
+        certs.join("ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        &certs,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "ext",
+        ],
+    );
+    let broker = Broker::start(&format!(
+        "tls {{ cert_file: {:?}, key_file: {:?} }}\nauthorization {{ token: \"t0ken-tls\" }}",
+        certs.join("server.pem").display().to_string(),
+        certs.join("server.key").display().to_string()
+    ));
+    let url = format!("tls://t0ken-tls@127.0.0.1:{}", broker.port);
+
+    let bus = MessageBus::connect_nats_with(NatsConfig::new(&url).tls_ca(certs.join("ca.pem")))
+        .await
+        .unwrap();
+    let mut inbox = bus.subscribe("user:conv0004");
+    bus.send(OutgoingMessage::new("agent", "user:conv0004", "over TLS"))
+        .await
+        .unwrap();
+    assert_eq!(
+        recv_within(&mut inbox, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .text,
+        "over TLS"
+    );
+
+    // a certificate no trusted root signed: refused, typed, and saying where to look
+    let e = MessageBus::connect_nats(&url)
+        .await
+        .map(|_| ())
+        .expect_err("an unknown issuer was trusted");
+    assert!(
+        matches!(&e, BusError::BrokerUnavailable { reason, .. } if reason.contains("NATS_TLS_CA")),
+        "{e:?}"
+    );
+    assert!(!e.to_string().contains("t0ken-tls"), "{e}");
+    let _ = std::fs::remove_dir_all(&certs);
+}
