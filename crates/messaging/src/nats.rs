@@ -555,6 +555,7 @@ impl Nats {
             },
             ack_wait: self.ack_wait,
             connected: self.connected.clone(),
+            violations: self.violations.clone(),
         };
         self.runtime.spawn(pump.run());
     }
@@ -899,9 +900,28 @@ struct Pump {
     consumer: pull::Config,
     ack_wait: Duration,
     connected: watch::Receiver<u64>,
+    /// The broker's refusals of this user's subjects (see `Nats::violations`).
+    violations: broadcast::Sender<String>,
 }
 
 impl Pump {
+    /// `PermissionDenied` when the broker refused this user a subject since `refusals` was
+    /// made (a refused JetStream request is otherwise only a timeout), else [`Pump::trouble`].
+    fn refused_or_trouble(
+        &self,
+        refusals: &mut broadcast::Receiver<String>,
+        what: &str,
+        e: impl std::fmt::Display,
+    ) -> BusError {
+        match refusals.try_recv() {
+            Ok(v) => BusError::PermissionDenied {
+                url: self.url.clone(),
+                reason: format!("{v} (subscription {}: {what}: {e})", self.target),
+            },
+            Err(_) => self.trouble(what, e),
+        }
+    }
+
     fn trouble(&self, what: &str, e: impl std::fmt::Display) -> BusError {
         BusError::BrokerUnavailable {
             url: self.url.clone(),
@@ -912,6 +932,7 @@ impl Pump {
     async fn run(mut self) {
         let mut pause = RETRY_MIN;
         let mut said_conflict = false;
+        let mut said_refused = false;
         while !self.shared.closed.is_cancelled() {
             let wait = match self.pump().await {
                 Ok(()) => return,
@@ -920,6 +941,15 @@ impl Pump {
                     if !said_conflict {
                         tracing::error!(subscription = %self.target, error = %e, "bus subscription refused: it overlaps another consumer; retrying every 5 s");
                         said_conflict = true;
+                    }
+                    self.shared.set_problem(Some(e));
+                    RETRY_CONFLICT
+                }
+                Err(e @ BusError::PermissionDenied { .. }) => {
+                    // an operator has to grant it: said once, retried every few seconds
+                    if !said_refused {
+                        tracing::error!(subscription = %self.target, error = %e, "bus subscription refused by the broker's permissions; retrying every 5 s");
+                        said_refused = true;
                     }
                     self.shared.set_problem(Some(e));
                     RETRY_CONFLICT
@@ -998,11 +1028,12 @@ impl Pump {
     /// Pumps until the subscription closes (`Ok`) or the broker fails (`Err`).
     async fn pump(&mut self) -> Result<(), BusError> {
         self.connected.mark_unchanged();
+        let mut refusals = self.violations.subscribe();
         let stream = self
             .js
             .get_stream(&self.stream)
             .await
-            .map_err(|e| self.trouble("stream", e))?;
+            .map_err(|e| self.refused_or_trouble(&mut refusals, "stream", e))?;
         let mut consumer: PullConsumer = match stream
             .get_or_create_consumer(
                 self.consumer.durable_name.as_deref().unwrap_or_default(),
@@ -1021,7 +1052,7 @@ impl Pump {
                 return Err(if overlap {
                     self.conflict(&stream, e).await
                 } else {
-                    self.trouble("consumer", e)
+                    self.refused_or_trouble(&mut refusals, "consumer", e)
                 });
             }
         };
@@ -1055,7 +1086,7 @@ impl Pump {
             .heartbeat(PULL_HEARTBEAT)
             .messages()
             .await
-            .map_err(|e| self.trouble("pull", e))?;
+            .map_err(|e| self.refused_or_trouble(&mut refusals, "pull", e))?;
         self.shared.set_problem(None);
         loop {
             let next = tokio::select! {

@@ -275,6 +275,34 @@ async fn i42_6_a_publisher_without_permission_cannot_reach_a_conversation() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i42_6_a_user_without_consumer_permissions_is_told_so_by_its_subscription() {
+    let broker = Broker::start(&documented_authorization());
+    // the stream exists (made by a worker); the publisher may look at it, not take from it
+    let _workers = MessageBus::connect_nats_with(worker(&broker))
+        .await
+        .unwrap();
+    let outsider =
+        MessageBus::connect_nats_with(publisher(&broker).timeout(Duration::from_secs(1)))
+            .await
+            .unwrap();
+    let inbox = outsider.subscribe_group("user").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match inbox.problem() {
+            Some(BusError::PermissionDenied { reason, .. }) => {
+                assert!(reason.contains("CONSUMER"), "{reason}");
+                break;
+            }
+            other => assert!(
+                Instant::now() < deadline,
+                "after 5 s the problem is {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i42_6_token_in_the_url() {
     let broker = Broker::start("authorization { token: \"t0ken-abc\" }");
     let bus = MessageBus::connect_nats(&broker.url("t0ken-abc@"))
