@@ -16,6 +16,15 @@ pub const NATS_URL: &str = "NATS_URL";
 /// The variable setting [`PanelConfig::broker_ack_wait`] in milliseconds
 /// ([`PanelConfig::from_env`]).
 pub const NATS_ACK_WAIT_MS: &str = "NATS_ACK_WAIT_MS";
+/// The variable naming a file of broker credentials, a `.creds` file or a user NKey seed
+/// ([`PanelConfig::broker_credentials`]). A user and password or a token go in `NATS_URL`
+/// (`nats://USER:PASSWORD@HOST:PORT`, `nats://TOKEN@HOST:PORT`).
+pub const NATS_CREDS: &str = "NATS_CREDS";
+/// The variable naming a root certificate (PEM) the broker's TLS certificate is checked
+/// against ([`PanelConfig::broker_tls_ca`]); it requires TLS, as a `tls://` `NATS_URL` does.
+pub const NATS_TLS_CA: &str = "NATS_TLS_CA";
+/// The variable setting [`PanelConfig::broker_inbox_prefix`].
+pub const NATS_INBOX_PREFIX: &str = "NATS_INBOX_PREFIX";
 
 /// What went wrong while setting up a panel, and what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -41,10 +50,11 @@ pub enum PanelError {
     /// The message broker named by `NATS_URL` could not be reached or set up.
     #[error(
         "the chat panel's message broker at {url} could not be used: {source}; start it, fix \
-         NATS_URL, or unset NATS_URL to run with the in-process bus (one worker only)"
+         NATS_URL (and NATS_CREDS, NATS_TLS_CA), or unset NATS_URL to run with the in-process \
+         bus (one worker only)"
     )]
     Broker {
-        /// The broker's URL.
+        /// The broker's URL, any password or token shown as `***`.
         url: String,
         /// The bus's error.
         source: BusError,
@@ -187,6 +197,21 @@ pub struct PanelConfig {
     /// holds it, so a short value costs a few broker messages while a store is slow, not
     /// duplicates.
     pub broker_ack_wait: Duration,
+    /// A file of credentials for the broker: a `.creds` file or a user NKey seed (`NATS_CREDS`;
+    /// default none). See `docs/bus.md`, "Broker users and permissions".
+    pub broker_credentials: Option<PathBuf>,
+    /// A root certificate (PEM) for the broker's TLS certificate (`NATS_TLS_CA`; default none).
+    pub broker_tls_ca: Option<PathBuf>,
+    /// The prefix of this worker's reply subjects (`NATS_INBOX_PREFIX`; default `_INBOX`): one
+    /// per broker user, so no user can read the messages handed to another.
+    pub broker_inbox_prefix: Option<String>,
+    /// How long a conversation remembers the id of a bus message stored into it, so that the
+    /// broker handing it out again (a worker died before confirming it, or a sender sent it
+    /// again) stores it once (default 7 days, the broker's `NatsConfig::max_age`). Older ids
+    /// are removed when the next message is stored.
+    pub bus_memory_max_age: Duration,
+    /// How many such ids a conversation remembers at most; the oldest go first (default 1000).
+    pub bus_memory_max_ids: usize,
     /// A setting of the environment that could not be used (reported by [`bus`](Self::bus)).
     env_problem: Option<(&'static str, String, &'static str)>,
     /// `Host` values accepted besides the bound address (`127.0.0.1:PORT`, `localhost:PORT`):
@@ -227,6 +252,11 @@ impl Default for PanelConfig {
             history: HistoryStore::Sqlite(HistoryStore::default_path()),
             broker: None,
             broker_ack_wait: Duration::from_secs(10),
+            broker_credentials: None,
+            broker_tls_ca: None,
+            broker_inbox_prefix: None,
+            bus_memory_max_age: Duration::from_secs(7 * 24 * 3600),
+            bus_memory_max_ids: 1000,
             env_problem: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
@@ -244,6 +274,8 @@ impl PanelConfig {
     /// the conversations) and `NATS_URL` (NATS JetStream carries the bus). With neither set,
     /// everything runs embedded as in [`PanelConfig::default`]: SQLite and the in-process bus.
     /// Several workers serving the same conversations need `DATABASE_URL` (see `docs/workers.md`).
+    /// `NATS_CREDS`, `NATS_TLS_CA` and `NATS_INBOX_PREFIX` set the broker's credentials file,
+    /// root certificate and reply prefix (`docs/bus.md`, "Broker users and permissions").
     /// `NATS_ACK_WAIT_MS` sets [`broker_ack_wait`](Self::broker_ack_wait); a value that is not
     /// a whole number of milliseconds from 100 up is [`PanelError::Setting`] from
     /// [`bus`](Self::bus), at start.
@@ -263,9 +295,13 @@ impl PanelConfig {
             Some(url) if !url.trim().is_empty() => HistoryStore::Postgres(url),
             _ => HistoryStore::Sqlite(HistoryStore::default_path()),
         };
+        let set = |name| var(name).filter(|v: &String| !v.trim().is_empty());
         let mut config = Self {
             history,
             broker,
+            broker_credentials: set(NATS_CREDS).map(PathBuf::from),
+            broker_tls_ca: set(NATS_TLS_CA).map(PathBuf::from),
+            broker_inbox_prefix: set(NATS_INBOX_PREFIX),
             ..Self::default()
         };
         if let Some(v) = var(NATS_ACK_WAIT_MS).filter(|v| !v.trim().is_empty()) {
@@ -300,14 +336,22 @@ impl PanelConfig {
         }
         match &self.broker {
             None => Ok(MessageBus::new()),
-            Some(url) => MessageBus::connect_nats_with(
-                NatsConfig::new(url.clone()).ack_wait(self.broker_ack_wait),
-            )
-            .await
-            .map_err(|source| PanelError::Broker {
-                url: url.clone(),
-                source,
-            }),
+            Some(url) => {
+                let mut nats = NatsConfig::new(url.clone()).ack_wait(self.broker_ack_wait);
+                if let Some(file) = &self.broker_credentials {
+                    nats = nats.credentials(file);
+                }
+                if let Some(file) = &self.broker_tls_ca {
+                    nats = nats.tls_ca(file);
+                }
+                if let Some(prefix) = &self.broker_inbox_prefix {
+                    nats = nats.inbox_prefix(prefix);
+                }
+                let shown = nats.redacted_url();
+                MessageBus::connect_nats_with(nats)
+                    .await
+                    .map_err(|source| PanelError::Broker { url: shown, source })
+            }
         }
     }
 
@@ -319,6 +363,14 @@ impl PanelConfig {
     /// Carries the bus over the NATS server at `url` ([`bus`](Self::bus)).
     pub fn with_broker_url(mut self, url: impl Into<String>) -> Self {
         self.broker = Some(url.into());
+        self
+    }
+    /// Sets how long and how many bus message ids a conversation remembers
+    /// ([`bus_memory_max_age`](Self::bus_memory_max_age),
+    /// [`bus_memory_max_ids`](Self::bus_memory_max_ids); at least one id).
+    pub fn with_bus_memory(mut self, max_age: Duration, max_ids: usize) -> Self {
+        self.bus_memory_max_age = max_age;
+        self.bus_memory_max_ids = max_ids.max(1);
         self
     }
     /// Sets [`broker_ack_wait`](Self::broker_ack_wait) (at least 100 ms).
@@ -423,6 +475,49 @@ mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| (*v).to_owned())
         }
+    }
+
+    #[tokio::test]
+    async fn i42_6_broker_credentials_come_from_the_environment_and_no_error_shows_the_password() {
+        let c = PanelConfig::from_vars(vars(&[
+            (NATS_URL, "nats://worker:hunter2@127.0.0.1:1"),
+            (NATS_CREDS, "/etc/nats/worker.creds"),
+            (NATS_TLS_CA, "/etc/nats/ca.pem"),
+            (NATS_INBOX_PREFIX, "_INBOX_worker"),
+        ]));
+        assert_eq!(
+            c.broker_credentials.as_deref(),
+            Some(std::path::Path::new("/etc/nats/worker.creds"))
+        );
+        assert_eq!(
+            c.broker_tls_ca.as_deref(),
+            Some(std::path::Path::new("/etc/nats/ca.pem"))
+        );
+        assert_eq!(c.broker_inbox_prefix.as_deref(), Some("_INBOX_worker"));
+        // the credentials file is read first: it does not exist here
+        let Err(e) = c.bus().await else {
+            panic!("connected to nothing")
+        };
+        assert!(
+            matches!(
+                &e,
+                PanelError::Broker {
+                    source: BusError::Credentials { .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let c = PanelConfig::from_vars(vars(&[(NATS_URL, "nats://worker:hunter2@127.0.0.1:1")]));
+        let Err(e) = c.bus().await else {
+            panic!("connected to nothing")
+        };
+        let shown = e.to_string();
+        assert!(
+            !shown.contains("hunter2") && shown.contains("nats://worker:***@127.0.0.1:1"),
+            "{shown}"
+        );
+        assert!(!format!("{e:?}").contains("hunter2"), "{e:?}");
     }
 
     #[tokio::test]

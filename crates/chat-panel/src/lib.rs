@@ -41,7 +41,10 @@ mod state;
 pub use backend::{
     AGENT_SYSTEM_PROMPT, AgentBackend, ChatBackend, EventStream, USER_RECIPIENT, user_address,
 };
-pub use config::{DATABASE_URL, HistoryStore, NATS_URL, PanelConfig, PanelError};
+pub use config::{
+    DATABASE_URL, HistoryStore, NATS_CREDS, NATS_INBOX_PREFIX, NATS_TLS_CA, NATS_URL, PanelConfig,
+    PanelError,
+};
 pub use elicit::PanelElicitor;
 pub use server::{ChatPanel, PanelServer};
 pub use state::{Entry, EntryKind, ToolActivity};

@@ -148,7 +148,11 @@ impl ChatPanel {
                     store,
                     config.history.is_shared(),
                     config.max_sessions,
-                ),
+                )
+                .with_bus_memory(crate::state::BusMemory {
+                    max_age: config.bus_memory_max_age,
+                    max_ids: config.bus_memory_max_ids,
+                }),
                 config,
                 permits,
                 asks: Arc::default(),

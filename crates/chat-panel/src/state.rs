@@ -363,6 +363,8 @@ pub(crate) struct Sessions {
     /// How many conversations a store of this process's own holds (known after the first
     /// listing, then counted), so a new conversation lists the store only near the limit.
     stored: Mutex<Option<usize>>,
+    /// How long and how many stored bus messages each conversation remembers.
+    bus_memory: BusMemory,
 }
 
 static LIVE: AtomicU64 = AtomicU64::new(LIVE_IDS);
@@ -388,7 +390,18 @@ impl Sessions {
             max_sessions: max_sessions.max(1),
             stored: Mutex::new(None),
             inbox: Mutex::new(None),
+            bus_memory: BusMemory {
+                max_age: std::time::Duration::from_secs(7 * 24 * 3600),
+                max_ids: 1000,
+            },
         }
+    }
+
+    /// Sets how long and how many stored bus messages each conversation remembers (before
+    /// [`start_inbox`](Self::start_inbox)).
+    pub fn with_bus_memory(mut self, memory: BusMemory) -> Self {
+        self.bus_memory = memory;
+        self
     }
 
     /// Starts taking the persons' bus messages (once; needs a Tokio runtime). A family name the
@@ -400,7 +413,13 @@ impl Sessions {
             return;
         }
         match self.bus.subscribe_group(PERSONS) {
-            Ok(sub) => *inbox = Some(tokio::spawn(inbox_task(sub, self.store.clone()))),
+            Ok(sub) => {
+                *inbox = Some(tokio::spawn(inbox_task(
+                    sub,
+                    self.store.clone(),
+                    self.bus_memory,
+                )));
+            }
             Err(e) => {
                 tracing::error!(error = %e, "chat panel: could not subscribe to the persons' messages")
             }
@@ -655,6 +674,50 @@ impl Sessions {
     }
 }
 
+/// The state slot of a conversation that remembers the bus messages stored into it, so that a
+/// message the broker hands out again (to this worker or another) is stored once: a JSON array
+/// of `[msg_id, stored at (ms since the Unix epoch)]`, oldest first, bounded by [`BusMemory`].
+/// One slot per conversation — the previous version kept a slot per message
+/// (`chat-panel.bus.MSGID`) and never deleted it.
+pub(crate) const BUS_SEEN_KEY: &str = "chat-panel.bus";
+
+/// How long and how many of the bus messages stored into a conversation are remembered to
+/// store a repeat once ([`PanelConfig::bus_memory_max_age`](crate::PanelConfig::bus_memory_max_age),
+/// [`bus_memory_max_ids`](crate::PanelConfig::bus_memory_max_ids)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BusMemory {
+    pub max_age: std::time::Duration,
+    pub max_ids: usize,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The slot's value with `msg_id` added at `now` and what is too old or too many left out;
+/// `None` when `msg_id` is remembered already (a repeat).
+fn remember(value: Option<&str>, msg_id: &str, now: u64, memory: BusMemory) -> Option<String> {
+    let mut seen: Vec<(String, u64)> = match value.map(serde_json::from_str) {
+        None => Vec::new(),
+        Some(Ok(v)) => v,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "chat panel: the conversation's memory of bus messages does not parse; starting it again");
+            Vec::new()
+        }
+    };
+    if seen.iter().any(|(id, _)| id == msg_id) {
+        return None;
+    }
+    let max_age = u64::try_from(memory.max_age.as_millis()).unwrap_or(u64::MAX);
+    seen.retain(|(_, at)| now.saturating_sub(*at) < max_age);
+    seen.push((msg_id.to_owned(), now));
+    let extra = seen.len().saturating_sub(memory.max_ids.max(1));
+    seen.drain(..extra);
+    Some(serde_json::to_string(&seen).unwrap_or_else(|_| "[]".into()))
+}
+
 /// Stores what arrives for the persons (`user:ID`) from senders other than the panel's own
 /// agent (whose messages are stored as its `send_message` calls) into the conversation `ID`,
 /// creating it when it is new; the store's change feed wakes the streams of every worker.
@@ -662,13 +725,13 @@ impl Sessions {
 /// group's next message waits meanwhile, so the order holds and nothing taken is dropped.
 /// A message is confirmed to the bus only once it is stored (or deliberately dropped, with a
 /// log line): a worker that dies before that leaves it to the broker, which hands it to another
-/// worker (after `ack_wait`), and the state slot per message id stores it once however often it
-/// comes.
-async fn inbox_task(mut inbox: Subscription, store: Arc<dyn SessionStore>) {
+/// worker (after `ack_wait`), and the conversation's memory of message ids ([`BUS_SEEN_KEY`])
+/// stores it once however often it comes.
+async fn inbox_task(mut inbox: Subscription, store: Arc<dyn SessionStore>, memory: BusMemory) {
     while let Some(received) = inbox.recv_unconfirmed().await {
         let m = received.message();
         if m.from != AGENT_SENDER {
-            store_person_message(&*store, m).await;
+            store_person_message(&*store, m, memory).await;
         }
         let msg_id = m.msg_id.clone();
         if let Err(e) = received.confirm().await {
@@ -681,7 +744,7 @@ async fn inbox_task(mut inbox: Subscription, store: Arc<dyn SessionStore>) {
 /// Stores `m` in conversation ID (created if new) once, retrying while the database is away.
 /// Returns once it is stored, was stored before, or cannot be (logged: not a conversation id, or
 /// refused by the store for good).
-async fn store_person_message(store: &dyn SessionStore, m: &BusMessage) {
+async fn store_person_message(store: &dyn SessionStore, m: &BusMessage, memory: BusMemory) {
     let id =
         m.to.strip_prefix(PERSONS)
             .and_then(|r| r.strip_prefix(':'))
@@ -691,19 +754,28 @@ async fn store_person_message(store: &dyn SessionStore, m: &BusMessage) {
             "chat panel: a message for a person whose address is not a conversation id was dropped (8 to 64 of A-Z a-z 0-9 - _)");
         return;
     }
-    // Stored once whichever worker (or how often) the broker hands it to: a state slot per
-    // message id, set in the same compare-and-set as the round.
-    let key = format!("chat-panel.bus.{}", m.msg_id);
+    // Stored once whichever worker (or how often) the broker hands it to: the conversation's
+    // memory of message ids, changed in the same compare-and-set as the round.
     let round = foreign_message_round(m);
     let mut wait = std::time::Duration::from_millis(100);
     loop {
-        let once = StateChange::new(&key, None, Some("stored"));
-        match store.append_with_state(id, &round, once).await {
+        let attempt = match store.get_state(id, BUS_SEEN_KEY).await {
+            Ok(before) => match remember(before.as_deref(), &m.msg_id, now_ms(), memory) {
+                None => {
+                    tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
+                    return;
+                }
+                Some(after) => {
+                    let change = StateChange::new(BUS_SEEN_KEY, before.as_deref(), Some(&after));
+                    store.append_with_state(id, &round, change).await
+                }
+            },
+            Err(e) => Err(e),
+        };
+        match attempt {
             Ok(Some(_)) => return,
-            Ok(None) => {
-                tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
-                return;
-            }
+            // another worker changed the memory meanwhile: read it again
+            Ok(None) => continue,
             Err(StoreError::NotFound { .. }) => match store.create(id).await {
                 Ok(()) | Err(StoreError::AlreadyExists { .. }) => continue,
                 Err(e) => {
@@ -765,6 +837,57 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         panic!("{id} never reached {n} stored messages");
+    }
+
+    #[tokio::test]
+    async fn i42_6_bus_rows_are_kept_for_their_retention_then_go() {
+        let store = context_engine::MemoryStore::new();
+        let memory = BusMemory {
+            max_age: std::time::Duration::from_millis(800),
+            max_ids: 2,
+        };
+        let msg = |id: &str| {
+            let m = OutgoingMessage::new("ops-bot", "user:conv-0001", id).with_msg_id(id);
+            BusMessage::from_payload(&json!({
+                "id": 1, "msgId": m.msg_id, "from": m.from, "to": m.to, "text": m.text
+            }))
+            .unwrap()
+        };
+        let remembered = || async {
+            let v = store.get_state("conv-0001", BUS_SEEN_KEY).await.unwrap();
+            let seen: Vec<(String, u64)> = serde_json::from_str(&v.unwrap()).unwrap();
+            seen.into_iter().map(|(id, _)| id).collect::<Vec<_>>()
+        };
+        let count = || async { store.load("conv-0001").await.unwrap().messages.len() };
+
+        store_person_message(&store, &msg("m-1"), memory).await;
+        assert_eq!(
+            (count().await, remembered().await),
+            (2, vec!["m-1".to_owned()])
+        );
+        // a repeat within the retention is stored once
+        store_person_message(&store, &msg("m-1"), memory).await;
+        assert_eq!(count().await, 2);
+        // past the retention the next message stored takes the old id away
+        tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+        store_person_message(&store, &msg("m-2"), memory).await;
+        assert_eq!(
+            (count().await, remembered().await),
+            (4, vec!["m-2".to_owned()])
+        );
+        // and beyond max_ids the oldest go
+        store_person_message(&store, &msg("m-3"), memory).await;
+        store_person_message(&store, &msg("m-4"), memory).await;
+        assert_eq!(remembered().await, ["m-3", "m-4"]);
+        assert_eq!(count().await, 8);
+        // one slot per conversation, none per message (the previous version's)
+        assert_eq!(
+            store
+                .get_state("conv-0001", "chat-panel.bus.m-4")
+                .await
+                .unwrap(),
+            None
+        );
     }
 
     #[tokio::test]

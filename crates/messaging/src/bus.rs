@@ -236,6 +236,46 @@ pub enum BusError {
         /// What failed.
         reason: String,
     },
+    /// The broker refused to let this client in: wrong user, password, token or credentials
+    /// (reported at once, not retried). `url` is shown without its password or token.
+    #[error(
+        "the message broker at {url} refused this client's credentials ({reason}): check the user \
+         and password or token in the broker URL (nats://USER:PASSWORD@HOST:PORT or \
+         nats://TOKEN@HOST:PORT; percent-encode @ : / in them) and the credentials file \
+         (NATS_CREDS) against the broker's `authorization` settings"
+    )]
+    Unauthorized {
+        /// The broker's address, without secrets.
+        url: String,
+        /// The broker's or client's words.
+        reason: String,
+    },
+    /// The broker let this client in but its user may not use a subject the bus needs
+    /// (publish to a recipient's subject, or a JetStream API subject): the message or setup was
+    /// refused, nothing was stored.
+    #[error(
+        "the message broker at {url} does not permit this user that: {reason}; a sender needs \
+         publish permission on the recipient's subject, a worker the permissions listed in \
+         docs/bus.md (\"Broker users and permissions\")"
+    )]
+    PermissionDenied {
+        /// The broker's address, without secrets.
+        url: String,
+        /// The broker's words, naming the subject.
+        reason: String,
+    },
+    /// The file of broker credentials (`NATS_CREDS`, `NatsConfig::credentials`) cannot be
+    /// read or is not credentials.
+    #[error(
+        "the broker credentials file {path} cannot be used ({reason}): give a `.creds` file as \
+         `nsc` writes it (user JWT and NKey seed) or a file holding a user NKey seed (SU…)"
+    )]
+    Credentials {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The broker refused the message or the bus's setup (e.g. storage full, a stream of the
     /// same name with other subjects); the message was not stored.
     #[error("the message broker at {url} refused: {reason}")]

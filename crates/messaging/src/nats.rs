@@ -18,10 +18,12 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use async_nats::ConnectErrorKind;
 use async_nats::connection::State;
 use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::consumer::pull::MessagesErrorKind;
@@ -34,7 +36,7 @@ use async_nats::jetstream::{AckKind, Message};
 use futures::StreamExt;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::{Backend, Inbox, Poll, Settle, family_of};
@@ -59,6 +61,18 @@ pub struct NatsConfig {
     pub ack_wait: Duration,
     /// How long `connect` and `send` wait for the broker before a typed error. Default 5 s.
     pub timeout: Duration,
+    /// A file of credentials for the broker (`NATS_CREDS`): a `.creds` file as `nsc` writes it
+    /// (user JWT and NKey seed), or a file holding only a user NKey seed (`SU…`). Default none.
+    /// A user and password or a token go in [`url`](Self::url) instead:
+    /// `nats://USER:PASSWORD@HOST:PORT`, `nats://TOKEN@HOST:PORT`.
+    pub credentials: Option<PathBuf>,
+    /// A root certificate (PEM) to trust for the broker's TLS certificate besides the
+    /// system's (`NATS_TLS_CA`). Setting it requires TLS, as a `tls://` URL does. Default none.
+    pub tls_ca: Option<PathBuf>,
+    /// The subject prefix of this client's reply subjects (`_INBOX` by default). Give each
+    /// broker user its own (`_INBOX_worker`) and allow it only that one, so no user can read
+    /// the replies — the messages handed out — of another (see `docs/bus.md`).
+    pub inbox_prefix: String,
 }
 
 impl NatsConfig {
@@ -71,6 +85,9 @@ impl NatsConfig {
             max_age: Duration::from_secs(7 * 24 * 3600),
             ack_wait: Duration::from_secs(10),
             timeout: Duration::from_secs(5),
+            credentials: None,
+            tls_ca: None,
+            inbox_prefix: "_INBOX".into(),
         }
     }
     /// Sets [`NatsConfig::stream`].
@@ -98,6 +115,100 @@ impl NatsConfig {
         self.timeout = d;
         self
     }
+    /// Sets [`NatsConfig::credentials`].
+    pub fn credentials(mut self, file: impl Into<PathBuf>) -> Self {
+        self.credentials = Some(file.into());
+        self
+    }
+    /// Sets [`NatsConfig::tls_ca`].
+    pub fn tls_ca(mut self, file: impl Into<PathBuf>) -> Self {
+        self.tls_ca = Some(file.into());
+        self
+    }
+    /// Sets [`NatsConfig::inbox_prefix`].
+    pub fn inbox_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.inbox_prefix = prefix.into();
+        self
+    }
+    /// [`url`](Self::url) as it may be shown (in errors and logs): any password or token
+    /// replaced by `***`.
+    pub fn redacted_url(&self) -> String {
+        split_url(&self.url)
+            .map_or_else(|_| "(a broker URL that does not parse)".into(), |e| e.shown)
+    }
+}
+
+/// A broker URL taken apart: what to connect to, what to show, and who to be.
+struct Endpoint {
+    /// The servers, without user information.
+    connect_to: Vec<String>,
+    /// The URL with secrets replaced by `***`.
+    shown: String,
+    /// `(user, password)`, or `(token, None)`.
+    login: Option<(String, Option<String>)>,
+    /// Some server's URL says `tls://`.
+    tls: bool,
+}
+
+/// Takes the user and password or token out of `url` (a comma-separated list of servers, each
+/// `[nats|tls]://[USER:PASSWORD@|TOKEN@]HOST[:PORT]` or `HOST[:PORT]`), since the NATS client
+/// reads them only from its options; they are percent-decoded.
+fn split_url(url: &str) -> Result<Endpoint, String> {
+    let mut e = Endpoint {
+        connect_to: Vec::new(),
+        shown: String::new(),
+        login: None,
+        tls: false,
+    };
+    let mut shown = Vec::new();
+    for one in url.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let full = if one.contains("://") {
+            one.to_owned()
+        } else {
+            format!("nats://{one}")
+        };
+        let mut u = url::Url::parse(&full).map_err(|err| format!("{err}"))?;
+        e.tls |= u.scheme() == "tls";
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let login = match (u.username(), u.password()) {
+            ("", None) => None,
+            (user, Some(pass)) => Some((decode(user), Some(decode(pass)))),
+            (token, None) => Some((decode(token), None)),
+        };
+        let _ = u.set_password(None);
+        let _ = u.set_username("");
+        e.connect_to
+            .push(u.to_string().trim_end_matches('/').to_owned());
+        let mut s = u.clone();
+        match &login {
+            Some((user, Some(_))) => {
+                let _ = s.set_username(user);
+                let _ = s.set_password(Some("***"));
+            }
+            Some((_, None)) => {
+                let _ = s.set_username("***");
+            }
+            None => {}
+        }
+        shown.push(s.to_string().trim_end_matches('/').to_owned());
+        if let Some(l) = login {
+            match &e.login {
+                Some(other) if *other != l => {
+                    return Err("the servers in it name different users; give one".into());
+                }
+                _ => e.login = Some(l),
+            }
+        }
+    }
+    if e.connect_to.is_empty() {
+        return Err("it names no server".into());
+    }
+    e.shown = shown.join(",");
+    Ok(e)
 }
 
 /// Largest message the stream takes (a `send_message` text is at most 8000 characters).
@@ -142,6 +253,34 @@ impl MessageBus {
     }
 }
 
+/// `options` with the credentials in `path`: a `.creds` file (user JWT and NKey seed) or a
+/// user NKey seed alone.
+async fn with_credentials(
+    options: async_nats::ConnectOptions,
+    path: &std::path::Path,
+) -> Result<async_nats::ConnectOptions, BusError> {
+    let bad = |reason: String| BusError::Credentials {
+        path: path.to_owned(),
+        reason,
+    };
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .map_err(|e| bad(format!("reading it: {e}")))?;
+    let seed = text.trim();
+    if seed.starts_with("SU") && !seed.contains(char::is_whitespace) {
+        // checked when connecting: a seed that is not one is `Unauthorized` then
+        return Ok(options.nkey(seed.to_owned()));
+    }
+    if seed.starts_with('S') && !seed.contains(char::is_whitespace) {
+        return Err(bad(
+            "it holds an NKey seed that is not a user's (SU…): give the user's seed".into(),
+        ));
+    }
+    options
+        .credentials(&text)
+        .map_err(|e| bad(format!("not a .creds file: {e}")))
+}
+
 /// This process's subscriptions: recipient → (generation, shared state).
 type Subscribed = Arc<Mutex<HashMap<String, (u64, Arc<Shared>)>>>;
 /// This process's group subscriptions: family → how many.
@@ -149,6 +288,8 @@ type Groups = Arc<Mutex<HashMap<String, usize>>>;
 
 struct Nats {
     url: String,
+    /// The broker's refusals of this user's subjects, as they come.
+    violations: broadcast::Sender<String>,
     client: async_nats::Client,
     js: Context,
     stream: String,
@@ -207,7 +348,11 @@ fn decode(seq: u64, payload: &[u8]) -> Result<BusMessage, BusError> {
 
 impl Nats {
     async fn connect(config: NatsConfig) -> Result<Self, BusError> {
-        let url = config.url.clone();
+        let endpoint = split_url(&config.url).map_err(|reason| BusError::BrokerUnavailable {
+            url: "(the broker URL given)".into(),
+            reason: format!("the broker URL does not parse: {reason}"),
+        })?;
+        let url = endpoint.shown.clone();
         let unavailable = |reason: String| BusError::BrokerUnavailable {
             url: url.clone(),
             reason,
@@ -226,11 +371,44 @@ impl Nats {
         // counts (re)connections: a pull request waiting on a connection that broke is lost
         // with it, so each subscription asks again as soon as the client is back
         let (connects, connected) = watch::channel(0u64);
-        let client = async_nats::ConnectOptions::new()
+        // what the broker refused this user (`Permissions Violation for Publish to "…"`): a
+        // refused publish or JetStream request is otherwise only a timeout
+        let (violations, _) = broadcast::channel::<String>(64);
+        let refused = violations.clone();
+        let mut options = async_nats::ConnectOptions::new();
+        if let Some(path) = &config.credentials {
+            options = with_credentials(options, path).await?;
+        }
+        match &endpoint.login {
+            Some((user, Some(pass))) => {
+                options = options.user_and_password(user.clone(), pass.clone());
+            }
+            Some((token, None)) => options = options.token(token.clone()),
+            None => {}
+        }
+        if let Some(ca) = &config.tls_ca {
+            if !ca.is_file() {
+                return Err(unavailable(format!(
+                    "the TLS root certificate {} (NATS_TLS_CA) is not a readable file",
+                    ca.display()
+                )));
+            }
+            options = options.add_root_certificates(ca.clone());
+        }
+        let client = options
+            .require_tls(endpoint.tls || config.tls_ca.is_some())
+            .custom_inbox_prefix(&config.inbox_prefix)
             .name("llm-toolkit messaging")
             .event_callback(move |event| {
-                if matches!(event, async_nats::Event::Connected) {
-                    connects.send_modify(|n| *n += 1);
+                match &event {
+                    async_nats::Event::Connected => connects.send_modify(|n| *n += 1),
+                    async_nats::Event::ServerError(async_nats::ServerError::Other(e))
+                        if e.to_ascii_lowercase().contains("permissions violation") =>
+                    {
+                        tracing::warn!(error = %e, "bus: the broker refused this user a subject");
+                        let _ = refused.send(e.clone());
+                    }
+                    _ => {}
                 }
                 async {}
             })
@@ -240,9 +418,25 @@ impl Nats {
             .reconnect_delay_callback(|attempt| {
                 Duration::from_millis(50 * (attempt as u64).min(20))
             })
-            .connect(config.url.as_str())
+            .connect(endpoint.connect_to.as_slice())
             .await
-            .map_err(|e| unavailable(e.to_string()))?;
+            .map_err(|e| match e.kind() {
+                ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
+                    BusError::Unauthorized {
+                        url: url.clone(),
+                        reason: e.to_string(),
+                    }
+                }
+                // rustls' verdict on the broker's certificate comes as an IO error
+                kind if kind == ConnectErrorKind::Tls || e.to_string().contains("certificate") => {
+                    unavailable(format!(
+                        "TLS: {e}; check that the broker's certificate is signed by a root the \
+                     system trusts or the one in NATS_TLS_CA, and that the broker offers TLS"
+                    ))
+                }
+                _ => unavailable(e.to_string()),
+            })?;
+        let mut seen_violations = violations.subscribe();
         let js = ContextBuilder::new()
             .timeout(config.timeout)
             .build(client.clone());
@@ -259,7 +453,12 @@ impl Nats {
         };
         let mut s = js.get_or_create_stream(wanted.clone()).await.map_err(|e| {
             let reason = format!("creating stream {}: {e}", config.stream);
-            if client.connection_state() == State::Connected {
+            if let Ok(v) = seen_violations.try_recv() {
+                BusError::PermissionDenied {
+                    url: url.clone(),
+                    reason: format!("{v} ({reason})"),
+                }
+            } else if client.connection_state() == State::Connected {
                 BusError::Broker {
                     url: url.clone(),
                     reason: format!("{reason} (is JetStream on? start nats-server with -js)"),
@@ -306,6 +505,7 @@ impl Nats {
         }
         Ok(Self {
             url,
+            violations,
             client,
             js,
             stream: config.stream,
@@ -355,6 +555,7 @@ impl Nats {
             },
             ack_wait: self.ack_wait,
             connected: self.connected.clone(),
+            violations: self.violations.clone(),
         };
         self.runtime.spawn(pump.run());
     }
@@ -387,9 +588,11 @@ impl Backend for Nats {
         let publish = PublishMessage::build()
             .payload(payload.into())
             .message_id(&m.msg_id);
+        let subject = self.subject(&m.to);
+        let mut refusals = self.violations.subscribe();
         let pending = self
             .js
-            .send_publish(self.subject(&m.to), publish)
+            .send_publish(subject.clone(), publish)
             .await
             .map_err(|e| match e.kind() {
                 PublishErrorKind::MaxPayloadExceeded => BusError::Broker {
@@ -401,7 +604,24 @@ impl Backend for Nats {
                     reason: e.to_string(),
                 },
             })?;
-        let ack = pending.await.map_err(|e| match e.kind() {
+        let quoted = format!("\"{subject}\"");
+        let refused = async {
+            loop {
+                match refusals.recv().await {
+                    Ok(v) if v.contains(&quoted) => return v,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                }
+            }
+        };
+        let ack = tokio::select! {
+            ack = pending => ack,
+            v = refused => return Err(BusError::PermissionDenied {
+                url: self.url.clone(),
+                reason: format!("{v}, the subject of recipient {:?}; the message was not stored", m.to),
+            }),
+        };
+        let ack = ack.map_err(|e| match e.kind() {
             PublishErrorKind::StreamNotFound => BusError::Broker {
                 url: self.url.clone(),
                 reason: format!(
@@ -680,9 +900,28 @@ struct Pump {
     consumer: pull::Config,
     ack_wait: Duration,
     connected: watch::Receiver<u64>,
+    /// The broker's refusals of this user's subjects (see `Nats::violations`).
+    violations: broadcast::Sender<String>,
 }
 
 impl Pump {
+    /// `PermissionDenied` when the broker refused this user a subject since `refusals` was
+    /// made (a refused JetStream request is otherwise only a timeout), else [`Pump::trouble`].
+    fn refused_or_trouble(
+        &self,
+        refusals: &mut broadcast::Receiver<String>,
+        what: &str,
+        e: impl std::fmt::Display,
+    ) -> BusError {
+        match refusals.try_recv() {
+            Ok(v) => BusError::PermissionDenied {
+                url: self.url.clone(),
+                reason: format!("{v} (subscription {}: {what}: {e})", self.target),
+            },
+            Err(_) => self.trouble(what, e),
+        }
+    }
+
     fn trouble(&self, what: &str, e: impl std::fmt::Display) -> BusError {
         BusError::BrokerUnavailable {
             url: self.url.clone(),
@@ -693,6 +932,7 @@ impl Pump {
     async fn run(mut self) {
         let mut pause = RETRY_MIN;
         let mut said_conflict = false;
+        let mut said_refused = false;
         while !self.shared.closed.is_cancelled() {
             let wait = match self.pump().await {
                 Ok(()) => return,
@@ -701,6 +941,15 @@ impl Pump {
                     if !said_conflict {
                         tracing::error!(subscription = %self.target, error = %e, "bus subscription refused: it overlaps another consumer; retrying every 5 s");
                         said_conflict = true;
+                    }
+                    self.shared.set_problem(Some(e));
+                    RETRY_CONFLICT
+                }
+                Err(e @ BusError::PermissionDenied { .. }) => {
+                    // an operator has to grant it: said once, retried every few seconds
+                    if !said_refused {
+                        tracing::error!(subscription = %self.target, error = %e, "bus subscription refused by the broker's permissions; retrying every 5 s");
+                        said_refused = true;
                     }
                     self.shared.set_problem(Some(e));
                     RETRY_CONFLICT
@@ -779,11 +1028,12 @@ impl Pump {
     /// Pumps until the subscription closes (`Ok`) or the broker fails (`Err`).
     async fn pump(&mut self) -> Result<(), BusError> {
         self.connected.mark_unchanged();
+        let mut refusals = self.violations.subscribe();
         let stream = self
             .js
             .get_stream(&self.stream)
             .await
-            .map_err(|e| self.trouble("stream", e))?;
+            .map_err(|e| self.refused_or_trouble(&mut refusals, "stream", e))?;
         let mut consumer: PullConsumer = match stream
             .get_or_create_consumer(
                 self.consumer.durable_name.as_deref().unwrap_or_default(),
@@ -802,7 +1052,7 @@ impl Pump {
                 return Err(if overlap {
                     self.conflict(&stream, e).await
                 } else {
-                    self.trouble("consumer", e)
+                    self.refused_or_trouble(&mut refusals, "consumer", e)
                 });
             }
         };
@@ -836,7 +1086,7 @@ impl Pump {
             .heartbeat(PULL_HEARTBEAT)
             .messages()
             .await
-            .map_err(|e| self.trouble("pull", e))?;
+            .map_err(|e| self.refused_or_trouble(&mut refusals, "pull", e))?;
         self.shared.set_problem(None);
         loop {
             let next = tokio::select! {
@@ -948,5 +1198,41 @@ impl Pump {
             }));
         }
         Err(self.trouble("acknowledging", last))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn i42_6_user_and_password_or_token_come_out_of_the_url_and_are_never_shown() {
+        let e = split_url("nats://w%40rk:p%3Ass@127.0.0.1:4222").unwrap();
+        assert_eq!(e.connect_to, ["nats://127.0.0.1:4222"]);
+        assert_eq!(e.login, Some(("w@rk".into(), Some("p:ss".into()))));
+        assert_eq!(e.shown, "nats://w%40rk:***@127.0.0.1:4222");
+        assert!(!e.tls);
+
+        let e = split_url("tls://s3cr3t@broker.example:4443").unwrap();
+        assert_eq!(e.connect_to, ["tls://broker.example:4443"]);
+        assert_eq!(e.login, Some(("s3cr3t".into(), None)));
+        assert_eq!(e.shown, "tls://***@broker.example:4443");
+        assert!(e.tls);
+
+        let e = split_url("127.0.0.1:4222, nats://u:p@127.0.0.1:4223").unwrap();
+        assert_eq!(
+            e.connect_to,
+            ["nats://127.0.0.1:4222", "nats://127.0.0.1:4223"]
+        );
+        assert_eq!(e.login, Some(("u".into(), Some("p".into()))));
+        assert_eq!(e.shown, "nats://127.0.0.1:4222,nats://u:***@127.0.0.1:4223");
+
+        assert!(split_url("nats://a:1@h:1,nats://b:2@h:2").is_err());
+        assert!(split_url(" , ").is_err());
+        assert_eq!(
+            NatsConfig::new("nats://u:hunter2@h:1").redacted_url(),
+            "nats://u:***@h:1"
+        );
     }
 }
