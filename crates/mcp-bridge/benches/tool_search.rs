@@ -11,7 +11,8 @@
 //!
 //! The #41 evaluation (fixtures/eval/dev.json and test.json, split before tuning): recall@1,
 //! recall@5 and MRR per split and language, BM25 alone vs hybrid, and the negatives' false
-//! hits. Hybrid needs an encoder: `--embedder test-hashed` plugs the test-only lexical one
+//! hits. Hybrid needs an encoder: `--embedder e5` the product's (local-model's
+//! multilingual-e5-small); `--embedder test-hashed` plugs the test-only lexical one
 //! (tests/common/embedders.rs; its figures check the plumbing and are never the product's);
 //! the real encoder plugs in through the same `Arc<dyn Embedder>` once merged. `--sweep`
 //! compares fusion weightings on **dev only**; `--eval-only` skips the token measurements.
@@ -205,9 +206,19 @@ fn main() {
     {
         None => None,
         Some("test-hashed") => Some(Arc::new(common::embedders::HashedNgrams)),
-        Some(other) => panic!("--embedder {other}: known: test-hashed"),
+        // The product's encoder: multilingual-e5-small at 4 bits, fetched once into the cache.
+        Some("e5") => None,
+        Some(other) => panic!("--embedder {other}: known: e5, test-hashed"),
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let embedder = if args.iter().any(|a| a == "e5") {
+        let e = rt
+            .block_on(local_model::E5Embedder::fetch())
+            .expect("the e5 encoder (fetched once into the toolkit cache)");
+        Some(Arc::new(e) as Arc<dyn Embedder>)
+    } else {
+        embedder
+    };
     rt.block_on(async {
         let b = big_bridge(ToolSearchConfig::default().with_every_turn(true)).await;
         let catalog = b.tools().await;
