@@ -348,6 +348,7 @@ fn decode(seq: u64, payload: &[u8]) -> Result<BusMessage, BusError> {
 
 impl Nats {
     async fn connect(config: NatsConfig) -> Result<Self, BusError> {
+        ensure_crypto_provider();
         let endpoint = split_url(&config.url).map_err(|reason| BusError::BrokerUnavailable {
             url: "(the broker URL given)".into(),
             reason: format!("the broker URL does not parse: {reason}"),
@@ -1198,6 +1199,18 @@ impl Pump {
             }));
         }
         Err(self.trouble("acknowledging", last))
+    }
+}
+
+/// async-nats builds its TLS configuration from rustls' process-wide crypto provider. With two
+/// providers compiled into one program (async-nats brings *ring*, reqwest aws-lc-rs: the chat
+/// panel has both) rustls cannot choose one and panics at the first TLS handshake — a `tls://`
+/// URL, or a broker that asks for TLS. Unless the program installed a provider already (do it
+/// before connecting the bus if you want another), *ring* is installed here.
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err only when another thread installed one first: then that one is used.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 
