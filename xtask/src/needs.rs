@@ -266,6 +266,7 @@ mod tests {
         if has(&[
             "node_modules/@modelcontextprotocol",
             "testkit::npm_mcp_server",
+            "testkit::python_mcp_sdk",
         ]) {
             found.insert(Need::McpServers);
         }

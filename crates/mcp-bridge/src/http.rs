@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
 use rmcp::transport::streamable_http_client::{
@@ -52,12 +52,14 @@ pub(crate) fn transport(
     ))
 }
 
-/// reqwest's client, with one repair: a server that no longer knows our session (it restarted)
-/// should answer HTTP 404, which makes rmcp initialise a new session and retry the request once.
-/// Some answer a JSON-RPC error with no `id` instead (server-everything: HTTP 400 "No valid
-/// session ID provided"), which no request can be matched with, so the call would hang until its
-/// timeout. An id-less error to a request sent on a session is taken as the expired session it
-/// is.
+/// reqwest's client, with one repair: a server that no longer knows our session (it restarted,
+/// or ended the session while it kept running) should answer HTTP 404, which makes rmcp
+/// initialise a new session and retry the request once (`tests/session_expiry.rs` against the
+/// official Python SDK). Some answer a JSON-RPC error with no `id` instead (server-everything:
+/// HTTP 400 "Bad Request: No valid session ID provided"), which no request can be matched with,
+/// so the call would hang until its timeout. Only that answer is taken as an expired session
+/// ([`expired_session_error`]): anything else, an id-less "internal error" included, is the
+/// server's answer, because retrying a call the server may have half run is not ours to do.
 #[derive(Clone)]
 pub(crate) struct SessionAware(reqwest::Client);
 
@@ -93,7 +95,7 @@ impl StreamableHttpClient for SessionAware {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
         let on_session = session_id.is_some();
-        let is_request = matches!(message, JsonRpcMessage::Request(_));
+        let is_request = matches!(message, ClientJsonRpcMessage::Request(_));
         let response = self
             .0
             .post_message_with_response_limits(
@@ -105,18 +107,13 @@ impl StreamableHttpClient for SessionAware {
                 limits,
             )
             .await?;
-        match response {
-            StreamableHttpPostResponse::Json(JsonRpcMessage::Error(e), _)
-                if on_session && is_request && e.id.is_none() =>
-            {
-                tracing::info!(
-                    "MCP server answered a request on our session with an id-less error ({}); taking the session as expired",
-                    e.error.message
-                );
-                Err(StreamableHttpError::SessionExpired)
-            }
-            other => Ok(other),
+        if let Some(why) = expired_session_error(on_session, is_request, &response) {
+            tracing::info!(
+                "MCP server answered a request on our session with an id-less error ({why}); taking the session as expired"
+            );
+            return Err(StreamableHttpError::SessionExpired);
         }
+        Ok(response)
     }
 
     async fn delete_session(
@@ -163,5 +160,65 @@ impl StreamableHttpClient for SessionAware {
                 max_sse_event_size,
             )
             .await
+    }
+}
+
+/// The message of `response` when it is a server's way of saying "I do not know that session"
+/// without HTTP 404: a JSON-RPC error with no `id`, to a request (not a notification or a
+/// reply) that carried a session, whose message is about the session ("No valid session ID
+/// provided", "Session not found"). Anything else is left to the caller as the server's answer.
+fn expired_session_error(
+    on_session: bool,
+    is_request: bool,
+    response: &StreamableHttpPostResponse,
+) -> Option<&str> {
+    let StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Error(e), _) = response else {
+        return None;
+    };
+    let about_session = e.error.message.to_ascii_lowercase().contains("session");
+    (on_session && is_request && e.id.is_none() && about_session).then_some(&*e.error.message)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn answer(v: serde_json::Value) -> StreamableHttpPostResponse {
+        StreamableHttpPostResponse::Json(serde_json::from_value(v).unwrap(), None)
+    }
+
+    #[test]
+    fn only_an_id_less_session_error_to_a_request_on_a_session_is_an_expired_session() {
+        let no_session = json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32000, "message": "Bad Request: No valid session ID provided"}});
+        let not_found = json!({"jsonrpc": "2.0",
+            "error": {"code": -32600, "message": "Session not found"}});
+        let internal = json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32603, "message": "Internal error"}});
+        let with_id = json!({"jsonrpc": "2.0", "id": 7,
+            "error": {"code": -32000, "message": "No valid session ID provided"}});
+        let result = json!({"jsonrpc": "2.0", "id": 7, "result": {}});
+        // (on a session, a request, the answer, taken as expired)
+        let table = [
+            (true, true, &no_session, true),
+            (true, true, &not_found, true),
+            (false, true, &no_session, false),
+            (true, false, &no_session, false),
+            (true, true, &internal, false),
+            (true, true, &with_id, false),
+            (true, true, &result, false),
+        ];
+        for (on_session, is_request, v, expired) in table {
+            assert_eq!(
+                expired_session_error(on_session, is_request, &answer(v.clone())).is_some(),
+                expired,
+                "on_session={on_session} is_request={is_request} {v}"
+            );
+        }
+        assert!(
+            expired_session_error(true, true, &StreamableHttpPostResponse::Accepted).is_none()
+        );
     }
 }

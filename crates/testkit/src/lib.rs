@@ -24,7 +24,7 @@ mod npm;
 
 #[cfg(feature = "mcp-http")]
 pub use mcp_http::{McpHttpServer, TOOLS_TTL_MS};
-pub use npm::{npm_mcp_server, toolkit_cache_dir};
+pub use npm::{npm_mcp_server, python_mcp_sdk, toolkit_cache_dir};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

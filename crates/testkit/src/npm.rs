@@ -1,4 +1,4 @@
-//! Where the pinned npm MCP servers the tests run against are installed.
+//! Where the pinned third-party MCP servers the tests run against are installed (npm, PyPI).
 
 use std::path::PathBuf;
 
@@ -45,6 +45,27 @@ pub fn npm_mcp_server(package: &str) -> Result<PathBuf, String> {
         Err(format!(
             "@modelcontextprotocol/{package} is not installed at {} — run `cargo xtask test` or `cargo xtask stage N`, which install it (or set {var})",
             path.display()
+        ))
+    }
+}
+
+/// The Python of the virtualenv holding the official MCP Python SDK, pinned
+/// (`crates/mcp-bridge/tests/python/requirements.txt`): `MCP_PYTHON_SDK` when set, else
+/// `mcp-python/bin/python` under [`toolkit_cache_dir`], where `cargo xtask stage 4` and
+/// `cargo xtask test` install it (`crates/mcp-bridge/install-test-deps.sh`).
+///
+/// # Errors
+/// A message naming the path and the command that installs it, when it is not there.
+pub fn python_mcp_sdk() -> Result<PathBuf, String> {
+    let python = std::env::var_os("MCP_PYTHON_SDK")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| toolkit_cache_dir().join("mcp-python/bin/python"));
+    if python.is_file() {
+        Ok(python)
+    } else {
+        Err(format!(
+            "the MCP Python SDK is not installed at {} — run `cargo xtask test` or `cargo xtask stage 4`, which install it (or set MCP_PYTHON_SDK)",
+            python.display()
         ))
     }
 }
