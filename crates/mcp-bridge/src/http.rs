@@ -217,8 +217,6 @@ mod tests {
                 "on_session={on_session} is_request={is_request} {v}"
             );
         }
-        assert!(
-            expired_session_error(true, true, &StreamableHttpPostResponse::Accepted).is_none()
-        );
+        assert!(expired_session_error(true, true, &StreamableHttpPostResponse::Accepted).is_none());
     }
 }

@@ -106,7 +106,12 @@ async fn i42_8_a_session_the_running_server_expired_is_replaced_at_once() {
 
     let (first, pid) = whoami(&bridge).await;
     let (again, _) = whoami(&bridge).await;
-    assert_eq!(first, again, "two calls in a row share the session: {}", server.log());
+    assert_eq!(
+        first,
+        again,
+        "two calls in a row share the session: {}",
+        server.log()
+    );
 
     // Nothing in flight for longer than the idle period: the server ends the session and
     // keeps running.
