@@ -6,11 +6,12 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use llm_core::{DEFAULT_MAX_RESULT_BYTES, ToolSpec, cap_result as cap};
-use output_control::{SchemaError, Validator};
+use output_control::Validator;
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::{ToolContext, ToolError, ToolErrorKind, ToolProvider, ToolRegistry};
+use crate::registry::{ToolRegistry, schema_problems};
+use crate::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
 use llm_core::TurnInfo;
 
 /// Default time limit of one tool call (000): 30 s.
@@ -375,7 +376,7 @@ impl Dispatcher {
                 }
             }
         };
-        crate::trace::tool_done(&span, &outcome);
+        crate::trace::tool_done(&span, outcome.error, &outcome.content);
         outcome
     }
 
@@ -499,16 +500,6 @@ fn compile(spec: &ToolSpec) -> Option<Arc<Validator>> {
             tracing::error!(tool = %spec.name, error = %e, "tool schema does not compile; its arguments are not checked");
             None
         }
-    }
-}
-
-/// What the validator found, as one line: `"/city: 3 is not of type string; …"`.
-pub(crate) fn schema_problems(e: &SchemaError) -> String {
-    let list: Vec<String> = e.violations().iter().map(ToString::to_string).collect();
-    if list.is_empty() {
-        e.to_string()
-    } else {
-        list.join("; ")
     }
 }
 

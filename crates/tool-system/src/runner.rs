@@ -120,6 +120,30 @@ pub enum LoopError {
     Approval(#[from] ApprovalError),
 }
 
+impl LoopError {
+    /// `error.type` of a failed run or model call (traces): low-cardinality names, never the
+    /// message.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            LoopError::Model(m) => match m {
+                ModelError::Config(_) => "config",
+                ModelError::Api { .. } => "api",
+                ModelError::Connect(_) => "connect",
+                ModelError::Timeout(_) => "timeout",
+                ModelError::Inference(_) => "inference",
+                ModelError::ModelLoad(_) => "model_load",
+                ModelError::StreamInterrupted { .. } => "stream_interrupted",
+                _ => "model",
+            },
+            LoopError::Store(_) => "store",
+            LoopError::Context(_) => "context",
+            LoopError::Cancelled => "cancelled",
+            #[allow(unreachable_patterns)] // `LoopError` is non-exhaustive for other crates
+            _ => "_OTHER",
+        }
+    }
+}
+
 pub(crate) type Sink<'a> = Option<&'a mpsc::Sender<LoopEvent>>;
 
 /// Sends an event when someone listens; the event is only built then (a plain `run` has no
@@ -378,7 +402,10 @@ async fn drive(
         ),
     )
     .await;
-    crate::trace::run_done(&span, &r);
+    crate::trace::run_done(
+        &span,
+        r.as_ref().map(|out| out.usage).map_err(LoopError::kind),
+    );
     r
 }
 
@@ -526,7 +553,7 @@ async fn drive_traced(
             (read, call_usage)
         })
         .await;
-        crate::trace::chat_done(&chat, &read, call_usage);
+        crate::trace::chat_done(&chat, read.as_ref().map_err(LoopError::kind), call_usage);
         let mut reading = read?;
         add_usage(&mut usage, call_usage);
         let decision = machine.after_response(ResponseFacts {
