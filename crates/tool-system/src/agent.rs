@@ -3,14 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_engine::{MemoryStore, SessionStore};
+use context_engine::{MemoryStore, SessionStore, TokenCounter};
 use llm_core::ChatModel;
 
+use crate::approval::{ApprovalDecision, ApprovalKey, PendingApproval};
+use crate::protocol::ProtocolKind;
 use crate::runner::{
     LoopError, LoopOptions, LoopOutput, LoopStream, pending_approval, resume_tool_loop,
     resume_tool_loop_stream, run_tool_loop, run_tool_loop_stream,
 };
-use crate::{ApprovalDecision, PendingApproval};
+use crate::turn::TurnSections;
 use crate::{Dispatcher, RegistryError, Tool, ToolProvider, ToolRegistry};
 
 /// A model, its tools, a session store and loop options, ready to answer.
@@ -251,3 +253,18 @@ impl AgentBuilder {
         })
     }
 }
+
+/// `AgentBuilder::$name` for each entry of the loop settings' list ([`LoopOptions`]' setters).
+macro_rules! agent_builder_setters {
+    ($( $(#[$doc:meta])* $name:ident / $with:ident ($($arg:ident : $ty:ty),*) => |$o:ident| $body:expr; )*) => {
+        impl AgentBuilder {
+            $( $(#[$doc])* pub fn $name(mut self, $($arg: $ty),*) -> Self {
+                let $o = self.options_mut();
+                $body;
+                self
+            } )*
+        }
+    };
+}
+
+crate::options::loop_settings!(agent_builder_setters);

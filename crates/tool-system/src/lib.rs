@@ -90,6 +90,8 @@
 mod agent;
 mod approval;
 mod dispatch;
+mod event;
+mod execute;
 mod machine;
 mod options;
 mod prompt;

@@ -76,6 +76,19 @@ pub struct CallFacts<'a> {
     pub after_held: bool,
 }
 
+/// One call of a step as planned, handed to the runner to announce, run and record — the same
+/// way for a response's calls ([`LoopMachine::plan_call`]) and for a held round's calls once
+/// decided ([`LoopMachine::plan_decided`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Planned<'a> {
+    /// The call as the machine sees it (told again by [`LoopMachine::call_done`]).
+    pub(crate) facts: CallFacts<'a>,
+    /// What to do; `None` for a call that has its result already (nothing runs).
+    pub(crate) plan: Option<CallPlan>,
+    /// Whether the call is shown as started (`LoopEvent::ToolCallStarted`) before it runs.
+    pub(crate) announce: bool,
+}
+
 /// The loop's state.
 ///
 /// ```

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use llm_core::{ToolSpec, TurnInfo};
-use output_control::Validator;
+use output_control::{SchemaError, Validator};
 use serde_json::Value;
 
 use crate::typed::to_openai_tool;
@@ -154,7 +154,7 @@ impl ToolRegistry {
         entry
             .validator
             .validate(&args)
-            .map_err(|e| self.invalid_arguments(name, &crate::dispatch::schema_problems(&e)))?;
+            .map_err(|e| self.invalid_arguments(name, &schema_problems(&e)))?;
         entry.tool.call(args, ctx).await
     }
 }
@@ -212,6 +212,16 @@ impl ToolProvider for ToolRegistry {
         self.index
             .get(name)
             .and_then(|&i| self.entries[i].tool.final_answer(result))
+    }
+}
+
+/// What the validator found, as one line: `"/city: 3 is not of type string; …"`.
+pub(crate) fn schema_problems(e: &SchemaError) -> String {
+    let list: Vec<String> = e.violations().iter().map(ToString::to_string).collect();
+    if list.is_empty() {
+        e.to_string()
+    } else {
+        list.join("; ")
     }
 }
 

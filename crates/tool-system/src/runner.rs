@@ -1,135 +1,34 @@
 //! The thin async runner: model → read → dispatch → record → model, driven by [`LoopMachine`].
+//! It is the only executor: the approval module decides which calls of a held round run and
+//! keeps the state; the calls run here, through the step loop of [`crate::execute`].
 
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
-use context_engine::{
-    ContextBuilder, ContextError, History, SessionStore, StoreError, TokenCounter,
-};
+use context_engine::{ContextBuilder, History, SessionStore, TokenCounter};
 use futures::{Stream, StreamExt};
 use llm_core::{
-    ChatEvent, ChatModel, ChatRequest, ChatStream, DEFAULT_MAX_RESULT_BYTES, Message, ModelError,
-    TurnInfo, Usage, cap_result,
+    ChatEvent, ChatModel, ChatRequest, ChatStream, Message, ModelError, ModelInfo, ToolError,
+    TurnInfo, Usage,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tracing::Span;
 
-use crate::approval::PendingApproval;
-use crate::approval::{self, ApprovalDecision, ApprovalError, ApprovalPolicy, CallState, Claim};
-use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, ResponseFacts};
+use crate::approval::{
+    self, ApprovalDecision, ApprovalPolicy, CallState, Claim, Claimed, Held, HeldRound,
+    PendingApproval, RoundSlots, StoredCall,
+};
+use crate::dispatch::Dispatcher;
+pub use crate::event::{LoopError, LoopEvent, LoopOutput};
+use crate::event::{Sink, emit};
+use crate::execute::{Ran, Run, run_step};
+use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
 pub use crate::options::LoopOptions;
-use crate::protocol::{CallProtocol, PendingCall, Reading, Step, resolve_protocol};
-use crate::{Dispatcher, ToolContext, ToolError};
-
-/// What a UI can render while a loop runs.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum LoopEvent {
-    /// Answer text, as it arrives (for the JSON protocol: the reply, once parsed).
-    TextDelta(String),
-    /// A tool call is about to run.
-    ToolCallStarted {
-        /// Call id.
-        id: String,
-        /// Tool name.
-        name: String,
-        /// Arguments.
-        arguments: Value,
-    },
-    /// A tool call finished (or failed; `is_error`).
-    ToolResult {
-        /// Call id.
-        id: String,
-        /// Tool name.
-        name: String,
-        /// The result text the model gets.
-        content: String,
-        /// Whether it is an error result.
-        is_error: bool,
-    },
-    /// The answer could not be read; the model was asked to fix it.
-    Reprompted {
-        /// The correction sent.
-        correction: String,
-    },
-    /// The round limit was reached; the loop stops with the last response.
-    IterationLimitReached {
-        /// Model calls made.
-        iterations: usize,
-    },
-    /// Calls wait for a person's approval; the run stops (a `Finished` with the same
-    /// [`LoopOutput::pending_approval`] follows). Decide them with [`resume_tool_loop`].
-    ApprovalRequired(PendingApproval),
-    /// The loop ended with this output (last event on success).
-    Finished(LoopOutput),
-    /// The loop failed (last event on failure).
-    Failed(LoopError),
-}
-
-/// The result of a run.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct LoopOutput {
-    /// The answer for the user (the last response's text; the JSON protocol's `reply`).
-    pub answer: String,
-    /// Model calls made.
-    pub iterations: usize,
-    /// Whether the loop stopped at the round limit.
-    pub hit_iteration_limit: bool,
-    /// The protocol used (`native`, `json`, `tag`).
-    pub protocol: &'static str,
-    /// Every message this run appended to the session, in order.
-    pub new_messages: Vec<Message>,
-    /// Set when the run stopped before calls that need a person's approval: `answer` is then
-    /// what the model said alongside them, and the run goes on after the decisions
-    /// ([`resume_tool_loop`], `Agent::resume`).
-    pub pending_approval: Option<PendingApproval>,
-    /// Tokens of the run's model calls, added up; `None` when the model reported none.
-    pub usage: Option<Usage>,
-    /// Wall-clock time of the run, from the call to the answer (or to the held calls).
-    pub elapsed: std::time::Duration,
-}
-
-impl LoopOutput {
-    /// Whether the run waits for a person's approval ([`LoopOutput::pending_approval`]).
-    pub fn is_pending(&self) -> bool {
-        self.pending_approval.is_some()
-    }
-}
-
-/// Why a run failed. Rounds finished before the failure are in the session.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LoopError {
-    /// The model call failed.
-    #[error("model call failed: {0}")]
-    Model(#[from] ModelError),
-    /// The session store failed.
-    #[error("session store failed: {0}")]
-    Store(#[from] StoreError),
-    /// The request does not fit the token budget.
-    #[error("context does not fit: {0}")]
-    Context(#[from] ContextError),
-    /// The caller stopped listening.
-    #[error("the loop was cancelled")]
-    Cancelled,
-    /// Decisions on held calls were refused (nothing changed), or a pending approval could not
-    /// be read (nothing of it ran).
-    #[error("{0}")]
-    Approval(#[from] ApprovalError),
-}
-
-pub(crate) type Sink<'a> = Option<&'a mpsc::Sender<LoopEvent>>;
-
-/// Sends an event when someone listens; the event is only built then (a plain `run` has no
-/// listener, and the events' clones of arguments and results would be wasted).
-pub(crate) async fn emit(sink: Sink<'_>, ev: impl FnOnce() -> LoopEvent) -> Result<(), LoopError> {
-    match sink {
-        Some(tx) => tx.send(ev()).await.map_err(|_| LoopError::Cancelled),
-        None => Ok(()),
-    }
-}
+use crate::protocol::{CallProtocol, PendingCall, Reading, ResponseReader, Step, resolve_protocol};
 
 /// Runs the tool loop for one user message in session `session_id` (created if new):
 /// the user message is stored first, every round is appended to the session as it finishes,
@@ -176,16 +75,8 @@ pub async fn run_tool_loop(
     user_text: &str,
     options: &LoopOptions,
 ) -> Result<LoopOutput, LoopError> {
-    drive(
-        model,
-        store,
-        dispatcher,
-        session_id,
-        Start::User(user_text),
-        options,
-        None,
-    )
-    .await
+    let run = inputs(model, store, dispatcher, session_id, options, None);
+    drive(run, Start::User(user_text)).await
 }
 
 /// Decides held calls of session `session_id` and, once every held call is decided, goes on
@@ -202,10 +93,8 @@ pub async fn resume_tool_loop(
     decisions: &[ApprovalDecision],
     options: &LoopOptions,
 ) -> Result<LoopOutput, LoopError> {
-    resume(
-        model, store, dispatcher, session_id, decisions, options, None,
-    )
-    .await
+    let run = inputs(model, store, dispatcher, session_id, options, None);
+    resume(run, decisions).await
 }
 
 /// The calls of session `session_id` waiting for approval, with fresh tokens (for a page
@@ -215,7 +104,7 @@ pub async fn pending_approval(
     session_id: &str,
     options: &LoopOptions,
 ) -> Result<Option<PendingApproval>, LoopError> {
-    approval::current(store, session_id, options).await
+    Ok(approval::current(store, session_id, options.approval_key.as_ref()).await?)
 }
 
 /// The streaming variant of [`resume_tool_loop`] (see [`run_tool_loop_stream`]).
@@ -229,71 +118,16 @@ pub fn resume_tool_loop_stream(
 ) -> LoopStream {
     let session_id = session_id.into();
     spawn_stream(move |tx| async move {
-        resume(
+        let run = inputs(
             &*model,
             &*store,
             &dispatcher,
             &session_id,
-            &decisions,
             &options,
             Some(&tx),
-        )
-        .await
+        );
+        resume(run, &decisions).await
     })
-}
-
-async fn resume(
-    model: &dyn ChatModel,
-    store: &dyn SessionStore,
-    dispatcher: &Dispatcher,
-    session_id: &str,
-    decisions: &[ApprovalDecision],
-    options: &LoopOptions,
-    sink: Sink<'_>,
-) -> Result<LoopOutput, LoopError> {
-    match approval::decide(store, session_id, decisions, options).await? {
-        Claim::StillPending(view, progress) => {
-            emit(sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
-            let info = model.info();
-            let protocol = resolve_protocol(
-                &options.protocol,
-                &info.model,
-                info.function_calling,
-                options.tool_action_parsing,
-            );
-            if protocol.name() != progress.protocol {
-                tracing::debug!(stored = %progress.protocol, "held round was read with another protocol");
-            }
-            Ok(LoopOutput {
-                answer: progress.answer,
-                iterations: progress.model_calls,
-                hit_iteration_limit: false,
-                protocol: protocol.name(),
-                new_messages: Vec::new(),
-                pending_approval: Some(view),
-                usage: None,
-                elapsed: std::time::Duration::ZERO,
-            })
-        }
-        Claim::Run(claimed) => {
-            drive(
-                model,
-                store,
-                dispatcher,
-                session_id,
-                Start::Resume(Box::new(claimed)),
-                options,
-                sink,
-            )
-            .await
-        }
-    }
-}
-
-/// How a run starts: with the person's message, or with a held round whose decisions are in.
-enum Start<'a> {
-    User(&'a str),
-    Resume(Box<approval::Claimed>),
 }
 
 /// The streaming variant of [`run_tool_loop`]: a `'static + Send` stream of [`LoopEvent`]s
@@ -309,17 +143,69 @@ pub fn run_tool_loop_stream(
 ) -> LoopStream {
     let (session_id, user_text) = (session_id.into(), user_text.into());
     spawn_stream(move |tx| async move {
-        drive(
+        let run = inputs(
             &*model,
             &*store,
             &dispatcher,
             &session_id,
-            Start::User(&user_text),
             &options,
             Some(&tx),
-        )
-        .await
+        );
+        drive(run, Start::User(&user_text)).await
     })
+}
+
+/// A run's context from the entry points' parameters (its span is made when it starts).
+fn inputs<'a>(
+    model: &'a dyn ChatModel,
+    store: &'a dyn SessionStore,
+    dispatcher: &'a Dispatcher,
+    session_id: &'a str,
+    options: &'a LoopOptions,
+    sink: Sink<'a>,
+) -> Run<'a> {
+    Run {
+        model,
+        store,
+        dispatcher,
+        session_id,
+        options,
+        sink,
+        span: Span::none(),
+    }
+}
+
+async fn resume(run: Run<'_>, decisions: &[ApprovalDecision]) -> Result<LoopOutput, LoopError> {
+    let (key, lease) = (
+        run.options.approval_key.as_ref(),
+        run.options.approval_lease,
+    );
+    match approval::decide(run.store, run.session_id, decisions, key, lease).await? {
+        Claim::StillPending(view, progress) => {
+            emit(run.sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
+            let protocol = protocol_of(run.options, &run.model.info());
+            if protocol.name() != progress.protocol {
+                tracing::debug!(stored = %progress.protocol, "held round was read with another protocol");
+            }
+            Ok(LoopOutput {
+                answer: progress.answer,
+                iterations: progress.model_calls,
+                hit_iteration_limit: false,
+                protocol: protocol.name(),
+                new_messages: Vec::new(),
+                pending_approval: Some(view),
+                usage: None,
+                elapsed: std::time::Duration::ZERO,
+            })
+        }
+        Claim::Run(claimed) => drive(run, Start::Resume(Box::new(claimed))).await,
+    }
+}
+
+/// How a run starts: with the person's message, or with a held round whose decisions are in.
+enum Start<'a> {
+    User(&'a str),
+    Resume(Box<Claimed>),
 }
 
 fn spawn_stream<F, Fut>(run: F) -> LoopStream
@@ -361,24 +247,16 @@ impl Drop for LoopStream {
 }
 
 /// Runs the loop inside the run's `invoke_agent` span and records its outcome there.
-async fn drive(
-    model: &dyn ChatModel,
-    store: &dyn SessionStore,
-    dispatcher: &Dispatcher,
-    session_id: &str,
-    start: Start<'_>,
-    options: &LoopOptions,
-    sink: Sink<'_>,
-) -> Result<LoopOutput, LoopError> {
-    let span = crate::trace::run_span(session_id);
-    let r = crate::trace::in_span(
-        &span,
-        drive_traced(
-            model, store, dispatcher, session_id, start, options, sink, &span,
-        ),
-    )
-    .await;
-    crate::trace::run_done(&span, &r);
+async fn drive(run: Run<'_>, start: Start<'_>) -> Result<LoopOutput, LoopError> {
+    let run = Run {
+        span: crate::trace::run_span(run.session_id),
+        ..run
+    };
+    let r = crate::trace::in_span(&run.span, drive_traced(&run, start)).await;
+    crate::trace::run_done(
+        &run.span,
+        r.as_ref().map(|out| out.usage).map_err(LoopError::kind),
+    );
     r
 }
 
@@ -386,88 +264,96 @@ async fn drive(
 static ESTIMATE: std::sync::LazyLock<Arc<dyn TokenCounter>> =
     std::sync::LazyLock::new(|| Arc::new(context_engine::EstimateCounter));
 
-/// `run` is the run's span: the parent of its model calls' spans, given rather than looked up.
-#[allow(clippy::too_many_arguments)]
-async fn drive_traced(
-    model: &dyn ChatModel,
-    store: &dyn SessionStore,
-    dispatcher: &Dispatcher,
-    session_id: &str,
-    start: Start<'_>,
-    options: &LoopOptions,
-    sink: Sink<'_>,
-    run: &tracing::Span,
-) -> Result<LoopOutput, LoopError> {
-    let started = std::time::Instant::now();
-    let mut usage: Option<Usage> = None;
-    let user_text: std::borrow::Cow<'_, str> = match &start {
-        Start::User(t) => std::borrow::Cow::Borrowed(*t),
-        Start::Resume(c) => std::borrow::Cow::Owned(c.user_text().to_owned()),
-    };
-    let user_text = &*user_text;
-    let info = model.info();
-    crate::trace::run_model(run, &info);
-    let protocol = resolve_protocol(
+fn protocol_of(options: &LoopOptions, info: &ModelInfo) -> Arc<dyn CallProtocol> {
+    resolve_protocol(
         &options.protocol,
         &info.model,
         info.function_calling,
         options.tool_action_parsing,
-    );
-    // Refreshes the routing table: every listed tool routes, advertised or not.
-    dispatcher.refresh().await;
-    let mut turn = TurnInfo::new(user_text).with_session(session_id);
-    let mut tools = dispatcher.advertised(&turn).await;
-    let counter: Arc<dyn TokenCounter> = match (&options.counter, options.context_budget) {
-        (Some(c), _) => Arc::clone(c),
-        (None, Some(_)) => context_engine::counter_for_model(&info.model),
-        (None, None) => Arc::clone(&ESTIMATE),
-    };
-    let mut builder =
-        ContextBuilder::new(options.system_prompt.clone()).with_counter(Arc::clone(&counter));
-    // Native function calling has no tools section: nothing is added (and built) for it.
-    if let Some(section) = protocol.prompt_section(&tools) {
-        builder = builder.section("tools", section);
-    }
-    for (name, text) in &options.sections {
-        builder = builder.section(name.clone(), text.clone());
-    }
-    for hook in &options.turn_sections {
-        for (name, text) in hook.sections(user_text).await {
-            builder = builder.section(name, text);
+    )
+}
+
+/// What every output of one run shares: when it started, its protocol, where its messages
+/// begin in the history, and the tokens of its model calls so far.
+struct Tally {
+    started: Instant,
+    protocol: &'static str,
+    stored_before: usize,
+    usage: Option<Usage>,
+}
+
+impl Tally {
+    fn output(
+        &self,
+        answer: String,
+        machine: &LoopMachine,
+        history: History,
+        hit_iteration_limit: bool,
+        pending_approval: Option<PendingApproval>,
+    ) -> LoopOutput {
+        LoopOutput {
+            answer,
+            iterations: machine.model_calls(),
+            hit_iteration_limit,
+            protocol: self.protocol,
+            new_messages: tail(history, self.stored_before),
+            pending_approval,
+            usage: self.usage,
+            elapsed: self.started.elapsed(),
         }
     }
-    if let Some(b) = options.context_budget {
-        builder = builder.with_budget(b);
-    }
+}
 
-    let session = store.load_or_create(session_id).await?;
+/// The loop itself, inside the run's span.
+async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, LoopError> {
+    let started = Instant::now();
+    let user_text: Cow<'_, str> = match &start {
+        Start::User(t) => Cow::Borrowed(*t),
+        Start::Resume(c) => Cow::Owned(c.user_text().to_owned()),
+    };
+    let user_text = &*user_text;
+    let info = run.model.info();
+    crate::trace::run_model(&run.span, &info);
+    let protocol = protocol_of(run.options, &info);
+    let protocol = &*protocol;
+    // Refreshes the routing table: every listed tool routes, advertised or not.
+    run.dispatcher.refresh().await;
+    let mut turn = TurnInfo::new(user_text).with_session(run.session_id);
+    let mut tools = run.dispatcher.advertised(&turn).await;
+    let counter = counter_of(run.options, &info);
+    let mut builder = context_builder(
+        run.options,
+        protocol,
+        &tools,
+        user_text,
+        Arc::clone(&counter),
+    )
+    .await;
+
+    let session = run.store.load_or_create(run.session_id).await?;
     let mut history = History::from_messages(counter, session.messages);
     // This run's messages are the history's tail: handed out by moving them, never cloned.
-    let stored_before = history.len();
+    let mut tally = Tally {
+        started,
+        protocol: protocol.name(),
+        stored_before: history.len(),
+        usage: None,
+    };
     let mut machine =
-        LoopMachine::new(options.max_iterations).with_corrections(options.corrections);
+        LoopMachine::new(run.options.max_iterations).with_corrections(run.options.corrections);
     let first = match start {
         Start::User(_) => {
-            let mut round = approval::close_open(store, session_id, &*protocol, &machine).await?;
+            let mut round =
+                approval::close_open(run.store, run.session_id, protocol, &machine).await?;
             let user = [Message::user(user_text)];
-            store.append(session_id, &user).await?;
+            run.store.append(run.session_id, &user).await?;
             round.extend(user);
             round
         }
         Start::Resume(claimed) => {
             let (calls, rounds) = claimed.counts();
             machine = machine.resumed(calls, rounds);
-            approval::finish(
-                *claimed,
-                store,
-                &*protocol,
-                dispatcher,
-                session_id,
-                run,
-                sink,
-                &mut machine,
-            )
-            .await?
+            resume_round(run, protocol, &mut machine, *claimed).await?
         }
     };
     history.extend(first);
@@ -476,29 +362,20 @@ async fn drive_traced(
         // A tool of the last round gave the turn's answer: it is the reply, no model call.
         if let Some(answer) = machine.take_tool_answer() {
             tracing::info!(
-                session = session_id,
+                session = run.session_id,
                 "a tool's result is the turn's answer; the model is not called again"
             );
             let reply = [Message::assistant(answer.clone())];
-            store.append(session_id, &reply).await?;
+            run.store.append(run.session_id, &reply).await?;
             history.extend(reply);
-            emit(sink, || LoopEvent::TextDelta(answer.clone())).await?;
-            return Ok(LoopOutput {
-                answer,
-                iterations: machine.model_calls(),
-                hit_iteration_limit: false,
-                protocol: protocol.name(),
-                new_messages: tail(history, stored_before),
-                pending_approval: None,
-                usage,
-                elapsed: started.elapsed(),
-            });
+            emit(run.sink, || LoopEvent::TextDelta(answer.clone())).await?;
+            return Ok(tally.output(answer, &machine, history, false, None));
         }
         if machine.model_calls() > 0 {
             // A provider may show more tools after a round (MCP level 2: a tool whose
             // details the model asked for).
             turn.round = machine.model_calls();
-            let now = dispatcher.advertised(&turn).await;
+            let now = run.dispatcher.advertised(&turn).await;
             if now != tools {
                 tools = now;
                 builder = match protocol.prompt_section(&tools) {
@@ -516,66 +393,26 @@ async fn drive_traced(
             request = request.with_tool_choice(llm_core::ToolChoice::None);
         }
         let reader = protocol.reader(&tools, history.len());
-        let chat = crate::trace::chat_span(run, &info, &request);
-        let (read, call_usage) = crate::trace::in_span(&chat, async {
-            let mut call_usage = None;
-            let read = match model.stream(request).await {
-                Ok(stream) => read_response(stream, reader, sink, &mut call_usage).await,
-                Err(e) => Err(e.into()),
-            };
-            (read, call_usage)
-        })
-        .await;
-        crate::trace::chat_done(&chat, &read, call_usage);
-        let mut reading = read?;
-        add_usage(&mut usage, call_usage);
+        let (mut reading, call_usage) = ask_model(run, &info, request, reader).await?;
+        add_usage(&mut tally.usage, call_usage);
         let decision = machine.after_response(ResponseFacts {
             has_calls: reading.has_calls(),
             unreadable: reading.correction.is_some(),
         });
         let round = match decision {
             Decision::RunTools => {
-                let slots = run_steps(
-                    &*protocol,
-                    dispatcher,
-                    &options.approval,
-                    &mut reading,
-                    session_id,
-                    run,
-                    sink,
-                    &mut machine,
-                )
-                .await?;
-                match approval::all_done(slots) {
-                    Ok(results) => protocol.round_messages(&reading, results),
-                    Err(slots) => {
-                        let held = approval::hold(
-                            store, session_id, &*protocol, &reading, slots, user_text, &machine,
-                            options,
-                        )
-                        .await?;
-                        match held {
-                            approval::Held::Pending(view) => {
-                                emit(sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
-                                return Ok(LoopOutput {
-                                    answer: view.text.clone(),
-                                    iterations: machine.model_calls(),
-                                    hit_iteration_limit: false,
-                                    protocol: protocol.name(),
-                                    new_messages: tail(history, stored_before),
-                                    pending_approval: Some(view),
-                                    usage,
-                                    elapsed: started.elapsed(),
-                                });
-                            }
-                            approval::Held::Unsupported(round) => round,
-                        }
+                match tool_round(run, protocol, &mut reading, &mut machine, user_text).await? {
+                    ToolRound::Recorded(round) => round,
+                    ToolRound::Held(view) => {
+                        emit(run.sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
+                        let answer = view.text.clone();
+                        return Ok(tally.output(answer, &machine, history, false, Some(view)));
                     }
                 }
             }
             Decision::Reprompt => {
                 let correction = reading.correction.clone().unwrap_or_default();
-                emit(sink, || LoopEvent::Reprompted {
+                emit(run.sink, || LoopEvent::Reprompted {
                     correction: correction.clone(),
                 })
                 .await?;
@@ -587,42 +424,19 @@ async fn drive_traced(
             Decision::Finish => {
                 for step in &reading.steps {
                     if let Step::Text(t) = step {
-                        emit(sink, || LoopEvent::TextDelta(t.clone())).await?;
+                        emit(run.sink, || LoopEvent::TextDelta(t.clone())).await?;
                     }
                 }
                 vec![Message::assistant(reading.content.clone())]
             }
-            Decision::StopAtLimit => {
-                tracing::warn!(
-                    session = session_id,
-                    tool_rounds = machine.tool_rounds(),
-                    max_iterations = machine.max_iterations(),
-                    "tool loop reached max_iterations; stopping and returning the last model response"
-                );
-                let mut results = Vec::new();
-                for step in &reading.steps {
-                    match step {
-                        Step::Text(t) => emit(sink, || LoopEvent::TextDelta(t.clone())).await?,
-                        Step::Calls(calls) => {
-                            for c in calls {
-                                let e = ToolError::failed(format!(
-                                    "Not run: the limit of {} tool rounds for this request was reached",
-                                    machine.max_iterations()
-                                ));
-                                results.push((c.clone(), e.to_model_json().to_string()));
-                            }
-                        }
-                    }
-                }
-                protocol.round_messages(&reading, results)
-            }
+            Decision::StopAtLimit => limit_round(run, protocol, &reading, &machine).await?,
         };
-        store.append(session_id, &round).await?;
+        run.store.append(run.session_id, &round).await?;
         history.extend(round);
         let done = match decision {
             Decision::RunTools | Decision::Reprompt => false,
             Decision::StopAtLimit => {
-                emit(sink, || LoopEvent::IterationLimitReached {
+                emit(run.sink, || LoopEvent::IterationLimitReached {
                     iterations: machine.model_calls(),
                 })
                 .await?;
@@ -631,18 +445,144 @@ async fn drive_traced(
             Decision::Finish => true,
         };
         if done {
-            return Ok(LoopOutput {
-                answer: reading.answer,
-                iterations: machine.model_calls(),
-                hit_iteration_limit: decision == Decision::StopAtLimit,
-                protocol: protocol.name(),
-                new_messages: tail(history, stored_before),
-                pending_approval: None,
-                usage,
-                elapsed: started.elapsed(),
-            });
+            let hit_limit = decision == Decision::StopAtLimit;
+            return Ok(tally.output(reading.answer, &machine, history, hit_limit, None));
         }
     }
+}
+
+/// The token counter of the run: the one given, else the model's when there is a budget, else
+/// an estimate.
+fn counter_of(options: &LoopOptions, info: &ModelInfo) -> Arc<dyn TokenCounter> {
+    match (&options.counter, options.context_budget) {
+        (Some(c), _) => Arc::clone(c),
+        (None, Some(_)) => context_engine::counter_for_model(&info.model),
+        (None, None) => Arc::clone(&ESTIMATE),
+    }
+}
+
+/// The request's context: the system prompt, the protocol's tools section, the fixed sections
+/// and those the turn's hooks give for `user_text`, within the budget.
+async fn context_builder(
+    options: &LoopOptions,
+    protocol: &dyn CallProtocol,
+    tools: &[llm_core::ToolSpec],
+    user_text: &str,
+    counter: Arc<dyn TokenCounter>,
+) -> ContextBuilder {
+    let mut builder = ContextBuilder::new(options.system_prompt.clone()).with_counter(counter);
+    // Native function calling has no tools section: nothing is added (and built) for it.
+    if let Some(section) = protocol.prompt_section(tools) {
+        builder = builder.section("tools", section);
+    }
+    for (name, text) in &options.sections {
+        builder = builder.section(name.clone(), text.clone());
+    }
+    for hook in &options.turn_sections {
+        for (name, text) in hook.sections(user_text).await {
+            builder = builder.section(name, text);
+        }
+    }
+    if let Some(b) = options.context_budget {
+        builder = builder.with_budget(b);
+    }
+    builder
+}
+
+/// One model call in its `chat` span (a child of the run's): the response as read while it
+/// streams, and the call's token usage.
+async fn ask_model(
+    run: &Run<'_>,
+    info: &ModelInfo,
+    request: ChatRequest,
+    reader: Box<dyn ResponseReader>,
+) -> Result<(Reading, Option<Usage>), LoopError> {
+    let chat = crate::trace::chat_span(&run.span, info, &request);
+    let (read, call_usage) = crate::trace::in_span(&chat, async {
+        let mut call_usage = None;
+        let read = match run.model.stream(request).await {
+            Ok(stream) => read_response(stream, reader, run.sink, &mut call_usage).await,
+            Err(e) => Err(e.into()),
+        };
+        (read, call_usage)
+    })
+    .await;
+    crate::trace::chat_done(&chat, read.as_ref().map_err(LoopError::kind), call_usage);
+    Ok((read?, call_usage))
+}
+
+/// How a round of tool calls ended.
+enum ToolRound {
+    /// Every call has its result: the round's messages, to record.
+    Recorded(Vec<Message>),
+    /// Some calls wait for a person: the round is kept as the session's pending approval.
+    Held(PendingApproval),
+}
+
+/// Runs a response's calls ([`run_steps`]); when some are held, the round goes to the approval
+/// module to keep (the store may keep no state: the held calls are then answered "not run").
+async fn tool_round(
+    run: &Run<'_>,
+    protocol: &dyn CallProtocol,
+    reading: &mut Reading,
+    machine: &mut LoopMachine,
+    user_text: &str,
+) -> Result<ToolRound, LoopError> {
+    let slots = run_steps(run, protocol, reading, machine).await?;
+    let slots = match approval::all_done(slots) {
+        Ok(results) => {
+            return Ok(ToolRound::Recorded(
+                protocol.round_messages(reading, results),
+            ));
+        }
+        Err(slots) => slots,
+    };
+    let round = HeldRound {
+        protocol,
+        reading,
+        slots,
+        user_text,
+        machine,
+    };
+    let key = run.options.approval_key.as_ref();
+    Ok(
+        match approval::hold(run.store, run.session_id, round, key).await? {
+            Held::Pending(view) => ToolRound::Held(view),
+            Held::Unsupported(round) => ToolRound::Recorded(round),
+        },
+    )
+}
+
+/// The round of a response that asks for tools past the limit: its text is shown, its calls
+/// are recorded with "not run" results.
+async fn limit_round(
+    run: &Run<'_>,
+    protocol: &dyn CallProtocol,
+    reading: &Reading,
+    machine: &LoopMachine,
+) -> Result<Vec<Message>, LoopError> {
+    tracing::warn!(
+        session = run.session_id,
+        tool_rounds = machine.tool_rounds(),
+        max_iterations = machine.max_iterations(),
+        "tool loop reached max_iterations; stopping and returning the last model response"
+    );
+    let mut results = Vec::new();
+    for step in &reading.steps {
+        match step {
+            Step::Text(t) => emit(run.sink, || LoopEvent::TextDelta(t.clone())).await?,
+            Step::Calls(calls) => {
+                for c in calls {
+                    let e = ToolError::failed(format!(
+                        "Not run: the limit of {} tool rounds for this request was reached",
+                        machine.max_iterations()
+                    ));
+                    results.push((c.clone(), e.to_model_json().to_string()));
+                }
+            }
+        }
+    }
+    Ok(protocol.round_messages(reading, results))
 }
 
 /// The messages after the first `from` (this run's), moved out of the history.
@@ -652,86 +592,54 @@ fn tail(history: History, from: usize) -> Vec<Message> {
     all
 }
 
-/// Runs the steps of a response in order: text is emitted, each batch of calls is dispatched
-/// (concurrently when the protocol allows) as the machine plans each call; results keep call
-/// order. Calls held for approval (and, in protocols that run calls in order, the calls after
-/// them) are not run: their slots say so. The calls move from `reading` into the slots (its
-/// steps keep their order and sizes, with empty calls), uncopied.
-#[allow(clippy::too_many_arguments)]
+/// Runs the steps of a response in order: text is emitted, each batch of calls goes through
+/// the step loop ([`run_step`]) as the machine plans each call. Calls held for approval (and,
+/// in protocols that run calls in order, the calls after them) are not run: their slots say
+/// so. The calls move from `reading` into the slots (its steps keep their order and sizes,
+/// with empty calls), uncopied.
 async fn run_steps(
+    run: &Run<'_>,
     protocol: &dyn CallProtocol,
-    dispatcher: &Dispatcher,
-    policy: &ApprovalPolicy,
     reading: &mut Reading,
-    session_id: &str,
-    run: &tracing::Span,
-    sink: Sink<'_>,
     machine: &mut LoopMachine,
-) -> Result<approval::RoundSlots, LoopError> {
+) -> Result<RoundSlots, LoopError> {
+    let policy = &run.options.approval;
     let mut results = Vec::new();
     let mut held = false;
     for step in &mut reading.steps {
         let calls = match step {
             Step::Text(t) => {
-                emit(sink, || LoopEvent::TextDelta(t.clone())).await?;
+                emit(run.sink, || LoopEvent::TextDelta(t.clone())).await?;
                 continue;
             }
             Step::Calls(calls) => calls,
         };
-        let mut facts: Vec<CallFacts<'_>> = calls
+        let planned: Vec<Planned<'_>> = calls
             .iter()
-            .map(|c| call_facts(c, dispatcher, policy))
-            .collect();
-        let mut plans = Vec::with_capacity(calls.len());
-        for (c, f) in calls.iter().zip(&mut facts) {
-            f.after_held = held && !protocol.concurrent();
-            let plan = machine.plan_call(*f);
-            held |= plan == CallPlan::Hold;
-            if !matches!(plan, CallPlan::Hold | CallPlan::Wait) {
-                emit(sink, || LoopEvent::ToolCallStarted {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
-                })
-                .await?;
-            }
-            plans.push(plan);
-        }
-        let outcomes = run_calls(
-            dispatcher,
-            session_id,
-            run,
-            protocol.concurrent(),
-            calls.iter().zip(plans.iter().map(Some)),
-        )
-        .await;
-        let first = results.len();
-        for (((c, f), plan), outcome) in calls.iter().zip(&facts).zip(&plans).zip(outcomes) {
-            let Some(Ran {
-                content,
-                is_error,
-                answer,
-            }) = outcome
-            else {
-                let state = if *plan == CallPlan::Hold {
-                    CallState::Held { maybe_ran: false }
-                } else {
-                    CallState::Waiting
-                };
-                results.push((moved_out(), state));
-                continue;
-            };
-            machine.call_done(*f, plan, &content, !is_error, answer.as_deref());
-            emit(sink, || LoopEvent::ToolResult {
-                id: c.id.clone(),
-                name: c.name.clone(),
-                content: content.clone(),
-                is_error,
+            .map(|c| {
+                let mut facts = call_facts(c, run.dispatcher, policy);
+                facts.after_held = held && !protocol.concurrent();
+                let plan = machine.plan_call(facts);
+                held |= plan == CallPlan::Hold;
+                Planned {
+                    facts,
+                    announce: !matches!(plan, CallPlan::Hold | CallPlan::Wait),
+                    plan: Some(plan),
+                }
             })
-            .await?;
-            results.push((moved_out(), CallState::Done { content, is_error }));
+            .collect();
+        let outcomes = run_step(run, protocol, machine, calls, planned).await?;
+        let first = results.len();
+        for (plan, ran) in outcomes {
+            let state = match ran {
+                Some(Ran {
+                    content, is_error, ..
+                }) => CallState::Done { content, is_error },
+                None if plan == Some(CallPlan::Hold) => CallState::Held { maybe_ran: false },
+                None => CallState::Waiting,
+            };
+            results.push((moved_out(), state));
         }
-        drop(facts);
         for ((slot, _), c) in results[first..].iter_mut().zip(calls.iter_mut()) {
             std::mem::swap(slot, c);
         }
@@ -744,86 +652,37 @@ fn moved_out() -> PendingCall {
     PendingCall::new(String::new(), String::new(), Value::Null)
 }
 
-/// Runs `calls` as planned — at once when the protocol runs calls concurrently (and there is
-/// more than one), else in order — and gives each one's outcome ([`run_call`]; `None` for a
-/// call with no plan, or one that waits).
-pub(crate) async fn run_calls<'a>(
-    dispatcher: &Dispatcher,
-    session_id: &str,
-    run: &tracing::Span,
-    concurrent: bool,
-    calls: impl ExactSizeIterator<Item = (&'a PendingCall, Option<&'a CallPlan>)>,
-) -> Vec<Option<Ran>> {
-    let one = |(c, plan): (&'a PendingCall, Option<&'a CallPlan>)| async move {
-        match plan {
-            Some(plan) => run_call(dispatcher, session_id, run, c, plan).await,
-            None => None,
-        }
-    };
-    if concurrent && calls.len() > 1 {
-        futures::future::join_all(calls.map(one)).await
-    } else {
-        let mut v = Vec::with_capacity(calls.len());
-        for call in calls {
-            v.push(one(call).await);
-        }
-        v
+/// A claimed held round: its calls run as the approval module plans them, through the same
+/// step loop as a response's calls; the whole round is recorded (and the slot cleared) at once.
+async fn resume_round(
+    run: &Run<'_>,
+    protocol: &dyn CallProtocol,
+    machine: &mut LoopMachine,
+    claimed: Claimed,
+) -> Result<Vec<Message>, LoopError> {
+    if claimed.protocol() != protocol.name() {
+        tracing::warn!(session = run.session_id, stored = %claimed.protocol(), now = protocol.name(),
+            "the held round was read with another call protocol; its round is recorded with the current one");
     }
-}
-
-/// How one call that was planned ended.
-pub(crate) struct Ran {
-    /// The result text the model gets.
-    pub content: String,
-    pub is_error: bool,
-    /// The turn's answer the tool gave ([`llm_core::Tool::final_answer`]).
-    pub answer: Option<String>,
-}
-
-impl Ran {
-    fn error(e: ToolError) -> Self {
-        let (content, _) = cap_result(e.to_model_json().to_string(), DEFAULT_MAX_RESULT_BYTES);
-        Self {
-            content,
-            is_error: true,
-            answer: None,
+    let mut results = Vec::new();
+    for stored in claimed.call_steps() {
+        let calls: Vec<PendingCall> = stored.iter().map(StoredCall::pending).collect();
+        let planned = stored
+            .iter()
+            .zip(&calls)
+            .map(|(s, c)| {
+                let idempotent = run.dispatcher.is_idempotent(&c.name);
+                approval::plan(&s.state, c, idempotent, machine)
+            })
+            .collect();
+        let outcomes = run_step(run, protocol, machine, &calls, planned).await?;
+        for ((s, c), (_, ran)) in stored.iter().zip(calls).zip(outcomes) {
+            results.push((c, approval::content(&s.state, ran.map(|r| r.content))));
         }
     }
-}
-
-/// One call as planned: how it ended; `None` for a call that waits (held for approval, or
-/// after a held one).
-pub(crate) async fn run_call(
-    dispatcher: &Dispatcher,
-    session_id: &str,
-    run: &tracing::Span,
-    c: &PendingCall,
-    plan: &CallPlan,
-) -> Option<Ran> {
-    Some(match plan {
-        CallPlan::Reuse(previous) => {
-            tracing::info!(tool = %c.name, "repeated idempotent call: earlier result reused, answer requested");
-            Ran {
-                content: previous.clone(),
-                is_error: false,
-                answer: None,
-            }
-        }
-        CallPlan::Reject(msg) => Ran::error(ToolError::invalid_arguments(msg.clone())),
-        CallPlan::Decline(msg) => Ran::error(ToolError::failed(msg.clone())),
-        CallPlan::Hold | CallPlan::Wait => return None,
-        _ => {
-            let ctx = ToolContext::new(c.id.clone()).with_session(session_id);
-            let out = dispatcher
-                .dispatch_under(Some(run), &c.name, c.arguments.clone(), ctx)
-                .await;
-            Ran {
-                is_error: !out.is_ok(),
-                content: out.content,
-                answer: out.answer,
-            }
-        }
-    })
+    let round = protocol.round_messages(&claimed.reading(), results);
+    approval::record(run.store, run.session_id, claimed, &round).await?;
+    Ok(round)
 }
 
 fn call_facts<'a>(
@@ -849,7 +708,7 @@ fn call_facts<'a>(
 /// that will be answered with its error, never a failed response.
 async fn read_response(
     mut stream: ChatStream,
-    mut reader: Box<dyn crate::protocol::ResponseReader>,
+    mut reader: Box<dyn ResponseReader>,
     sink: Sink<'_>,
     usage: &mut Option<Usage>,
 ) -> Result<Reading, LoopError> {

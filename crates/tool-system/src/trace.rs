@@ -11,16 +11,16 @@
 //! [`llm_core::telemetry::capture_message_content`] is on (the `telemetry` crate turns it on
 //! for `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`).
 
-use llm_core::{ChatRequest, Message, ModelError, ModelInfo, Usage};
+use llm_core::{ChatRequest, Message, ModelInfo, Usage};
 use serde_json::{Value, json};
 use std::pin::Pin;
 
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::dispatch::ToolOutcome;
+use llm_core::ToolErrorKind;
+
 use crate::protocol::{Reading, Step};
-use crate::runner::{LoopError, LoopOutput};
 
 pin_project_lite::pin_project! {
     /// A future polled inside a span: what [`tracing::Instrument`] does (the span is entered
@@ -92,14 +92,15 @@ pub(crate) fn run_model(span: &Span, info: &ModelInfo) {
     }
 }
 
-/// Records the run's outcome: its token usage, or why it failed.
-pub(crate) fn run_done(span: &Span, result: &Result<LoopOutput, LoopError>) {
+/// Records the run's outcome: its token usage, or why it failed (`error.type`: a
+/// low-cardinality name, never the message).
+pub(crate) fn run_done(span: &Span, result: Result<Option<Usage>, &str>) {
     if span.is_disabled() {
         return;
     }
     match result {
-        Ok(out) => record_usage(span, out.usage),
-        Err(e) => record_error(span, loop_error_type(e)),
+        Ok(usage) => record_usage(span, usage),
+        Err(error_type) => record_error(span, error_type),
     }
 }
 
@@ -143,7 +144,8 @@ pub(crate) fn chat_span(run: &Span, info: &ModelInfo, request: &ChatRequest) -> 
 }
 
 /// Records a model call's outcome: usage and what it answered, or why it failed.
-pub(crate) fn chat_done(span: &Span, result: &Result<Reading, LoopError>, usage: Option<Usage>) {
+/// `result` is what was read, or the failure's `error.type`.
+pub(crate) fn chat_done(span: &Span, result: Result<&Reading, &str>, usage: Option<Usage>) {
     if span.is_disabled() {
         return;
     }
@@ -163,7 +165,7 @@ pub(crate) fn chat_done(span: &Span, result: &Result<Reading, LoopError>, usage:
                 );
             }
         }
-        Err(e) => record_error(span, loop_error_type(e)),
+        Err(error_type) => record_error(span, error_type),
     }
 }
 
@@ -203,15 +205,15 @@ pub(crate) fn tool_span(
 }
 
 /// Records a tool call's outcome: its result (when content is captured) or its error kind.
-pub(crate) fn tool_done(span: &Span, outcome: &ToolOutcome) {
+pub(crate) fn tool_done(span: &Span, error: Option<ToolErrorKind>, content: &str) {
     if span.is_disabled() {
         return;
     }
-    if let Some(kind) = outcome.error {
+    if let Some(kind) = error {
         record_error(span, snake(&format!("{kind:?}")).as_str());
     }
     if llm_core::telemetry::capture_message_content() {
-        span.record("gen_ai.tool.call.result", outcome.content.as_str());
+        span.record("gen_ai.tool.call.result", content);
     }
 }
 
@@ -233,27 +235,6 @@ fn record_usage(span: &Span, usage: Option<Usage>) {
 fn record_error(span: &Span, error_type: &str) {
     span.record("error.type", error_type);
     span.record("otel.status_code", "error");
-}
-
-/// `error.type` of a failed run or model call: low-cardinality names, never the message.
-fn loop_error_type(e: &LoopError) -> &'static str {
-    match e {
-        LoopError::Model(m) => match m {
-            ModelError::Config(_) => "config",
-            ModelError::Api { .. } => "api",
-            ModelError::Connect(_) => "connect",
-            ModelError::Timeout(_) => "timeout",
-            ModelError::Inference(_) => "inference",
-            ModelError::ModelLoad(_) => "model_load",
-            ModelError::StreamInterrupted { .. } => "stream_interrupted",
-            _ => "model",
-        },
-        LoopError::Store(_) => "store",
-        LoopError::Context(_) => "context",
-        LoopError::Cancelled => "cancelled",
-        #[allow(unreachable_patterns)] // `LoopError` is non-exhaustive for other crates
-        _ => "_OTHER",
-    }
 }
 
 /// `InvalidArguments` → `invalid_arguments`.

@@ -1,0 +1,46 @@
+//! A person in the loop: tool calls held for approval (issue 27, item 1).
+//!
+//! When the model's round has calls that need approval ([`llm_core::Tool::needs_approval`],
+//! [`llm_core::ToolProvider::needs_approval`], or the agent's [`ApprovalPolicy`]), the calls that
+//! need none run at once and the run stops with a [`PendingApproval`]. The round — the
+//! assistant message, the results obtained, the held calls — is kept in the session store's
+//! state slot (compare-and-set), never as half a round in the history, so a restart loses
+//! nothing. Each held call is decided on its own with an [`ApprovalDecision`]; once all are
+//! decided, the approved ones run, the rejected ones get a "the user declined" result, the
+//! whole round is appended and the loop continues.
+//!
+//! A decision carries a token: HMAC-SHA256, under the agent's [`ApprovalKey`], over the
+//! session id, the call id, the tool name, the canonical JSON of the exact arguments and a
+//! fresh random nonce of this pending state. A token that does not verify, is for another
+//! session, call or arguments, or for an older pending state is refused with an
+//! [`ApprovalError`] and changes nothing.
+//!
+//! The files, each named for what it holds:
+//! * `token` — the HMAC tokens and the [`ApprovalKey`] (no I/O);
+//! * `policy` — the agent's own rules, [`ApprovalPolicy`] (no I/O);
+//! * `pending` — what a person sees and sends back ([`PendingApproval`], [`ApprovalDecision`]);
+//! * `error` — [`ApprovalError`], and what a step that uses the store fails with;
+//! * `stored` — the stored format and the compare-and-set writes of the state slot;
+//! * `resume` — checking and applying decisions, and what each claimed call gets.
+//!
+//! Nothing here runs a tool or sends an event: this module decides and keeps the state, and
+//! hands the runner the calls to run (and the calls to hold); the runner is the only executor.
+
+mod error;
+mod pending;
+mod policy;
+mod resume;
+mod stored;
+mod token;
+
+pub use error::ApprovalError;
+pub use pending::{ApprovalDecision, HeldCall, PendingApproval};
+pub use policy::{ApprovalPolicy, ApprovalPredicate};
+pub use stored::APPROVAL_STATE_KEY;
+pub use token::{APPROVAL_KEY_ENV, ApprovalKey};
+
+pub(crate) use error::Failed;
+pub(crate) use resume::{Claim, Claimed, content, decide, plan, record};
+pub(crate) use stored::{
+    CallState, Held, HeldRound, RoundSlots, StoredCall, all_done, close_open, current, hold,
+};

@@ -1,0 +1,272 @@
+//! The HMAC tokens that bind a person's decision to one held call: [`ApprovalKey`] signs, with
+//! HMAC-SHA256, the session id, the call id, the tool name, the canonical JSON of the exact
+//! arguments and the pending state's random nonce. No I/O.
+
+use std::sync::{Arc, OnceLock};
+
+use hmac::{Hmac, KeyInit, Mac};
+use rand::RngCore;
+use serde_json::Value;
+use sha2::Sha256;
+
+use super::error::ApprovalError;
+
+/// The environment variable [`ApprovalKey::from_env`] reads: at least 32 bytes of secret
+/// (e.g. the 64 hex digits of `openssl rand -hex 32`).
+pub const APPROVAL_KEY_ENV: &str = "TOOL_APPROVAL_KEY";
+
+/// The secret that signs decision tokens. Give every process that serves a session the same
+/// key (from a secret store or [`APPROVAL_KEY_ENV`]): a token signed before a restart, or by
+/// another worker, verifies only under the same key.
+///
+/// ```
+/// use tool_system::ApprovalKey;
+/// assert!(ApprovalKey::new("too short").is_err());
+/// let key = ApprovalKey::new([7u8; 32])?;
+/// assert_eq!(format!("{key:?}"), "ApprovalKey(..)"); // never printed
+/// # Ok::<(), tool_system::ApprovalError>(())
+/// ```
+#[derive(Clone)]
+pub struct ApprovalKey(Arc<[u8]>);
+
+impl std::fmt::Debug for ApprovalKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApprovalKey(..)")
+    }
+}
+
+/// What one token binds: a call of a session, with its exact arguments, under the nonce of one
+/// pending state.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Binding<'a> {
+    pub(crate) session: &'a str,
+    pub(crate) id: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) arguments: &'a Value,
+    pub(crate) nonce: &'a str,
+}
+
+impl ApprovalKey {
+    /// The fewest bytes a key may have: 32 (SHA-256's output size).
+    pub const MIN_LEN: usize = 32;
+
+    /// A key from secret bytes (at least [`MIN_LEN`](Self::MIN_LEN)).
+    pub fn new(secret: impl AsRef<[u8]>) -> Result<Self, ApprovalError> {
+        let secret = secret.as_ref();
+        if secret.len() < Self::MIN_LEN {
+            return Err(ApprovalError::KeyTooShort { len: secret.len() });
+        }
+        Ok(Self(Arc::from(secret)))
+    }
+
+    /// The key in the environment variable [`APPROVAL_KEY_ENV`] (its bytes, as written).
+    pub fn from_env() -> Result<Self, ApprovalError> {
+        match std::env::var(APPROVAL_KEY_ENV) {
+            Ok(v) if !v.trim().is_empty() => Self::new(v.trim()),
+            _ => Err(ApprovalError::KeyMissing),
+        }
+    }
+
+    /// A random key for this process only. Tokens signed with it stop verifying when the
+    /// process ends (the pending approval itself is kept: fetch it again for fresh tokens).
+    pub fn random() -> Self {
+        let mut k = [0u8; 32];
+        rand::rng().fill_bytes(&mut k);
+        Self(Arc::from(&k[..]))
+    }
+
+    fn mac(&self, b: &Binding<'_>) -> Option<Hmac<Sha256>> {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).ok()?;
+        let args = canonical_json(b.arguments);
+        let fields: [&[u8]; 6] = [
+            b"tool-system approval v1",
+            b.session.as_bytes(),
+            b.id.as_bytes(),
+            b.name.as_bytes(),
+            args.as_bytes(),
+            b.nonce.as_bytes(),
+        ];
+        for f in fields {
+            // Length-prefixed, so no two different field lists give the same bytes.
+            mac.update(&(f.len() as u64).to_be_bytes());
+            mac.update(f);
+        }
+        Some(mac)
+    }
+
+    /// `nonce.mac`: the token a [`crate::HeldCall`] carries.
+    pub(crate) fn token(&self, b: &Binding<'_>) -> String {
+        match self.mac(b) {
+            Some(m) => format!("{}.{}", b.nonce, hex(&m.finalize().into_bytes())),
+            None => String::new(), // HMAC takes keys of any length; never reached
+        }
+    }
+
+    /// Whether `mac_hex` is this key's MAC of `b` (compared in constant time).
+    pub(crate) fn verify(&self, b: &Binding<'_>, mac_hex: &str) -> bool {
+        match (self.mac(b), unhex(mac_hex)) {
+            // Constant-time comparison.
+            (Some(m), Some(tag)) => m.verify_slice(&tag).is_ok(),
+            _ => false,
+        }
+    }
+}
+
+/// The key used when an agent was given none: random, for this process. A sound default
+/// rather than an error because gates can come from providers at run time (an MCP tool
+/// configured for approval) in an agent whose author set no key: holding the call and keeping
+/// the pending state durable is safe; only tokens handed out before a restart stop verifying,
+/// and [`pending_approval`](crate::pending_approval) hands out fresh ones. A warning says so once.
+fn process_key() -> &'static ApprovalKey {
+    static KEY: OnceLock<ApprovalKey> = OnceLock::new();
+    KEY.get_or_init(|| {
+        tracing::warn!(
+            "a tool call is held for approval but no approval key was set: using a random key for \
+             this process, so decision tokens will not verify after a restart or in another \
+             worker; set one with AgentBuilder::approval_key (e.g. ApprovalKey::from_env, {APPROVAL_KEY_ENV})"
+        );
+        ApprovalKey::random()
+    })
+}
+
+/// The key given (`LoopOptions::approval_key`), else the process's own ([`process_key`]).
+pub(crate) fn key_or_process(key: Option<&ApprovalKey>) -> &ApprovalKey {
+    key.unwrap_or_else(|| process_key())
+}
+
+/// A fresh random nonce for a pending state (16 bytes, hex).
+pub(crate) fn nonce() -> String {
+    let mut n = [0u8; 16];
+    rand::rng().fill_bytes(&mut n);
+    hex(&n)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// JSON with every object's keys sorted (serde_json keeps insertion order here), so equal
+/// arguments sign equally however they were written.
+fn canonical_json(v: &Value) -> String {
+    fn write(v: &Value, out: &mut String) {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push(':');
+                    if let Some(x) = m.get(k) {
+                        write(x, out);
+                    }
+                }
+                out.push('}');
+            }
+            Value::Array(a) => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(x, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(v, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call<'a>(session: &'a str, id: &'a str, args: &'a Value, nonce: &'a str) -> Binding<'a> {
+        Binding {
+            session,
+            id,
+            name: "delete_file",
+            arguments: args,
+            nonce,
+        }
+    }
+
+    #[test]
+    fn approval_token_binds_session_call_name_arguments_and_nonce() {
+        let key = ApprovalKey::new([1u8; 32]).unwrap();
+        let args = json!({"path": "/tmp/a", "force": true});
+        let c = call("s1", "c1", &args, "00ff");
+        let t = key.token(&c);
+        let (n, mac) = t.split_once('.').unwrap();
+        assert_eq!(n, "00ff");
+        assert!(key.verify(&c, mac));
+        assert!(
+            !key.verify(&call("s2", "c1", &args, "00ff"), mac),
+            "other session"
+        );
+        assert!(
+            !key.verify(&call("s1", "c2", &args, "00ff"), mac),
+            "other call"
+        );
+        let other_args = json!({"path": "/etc", "force": true});
+        assert!(!key.verify(&call("s1", "c1", &other_args, "00ff"), mac));
+        assert!(
+            !key.verify(&call("s1", "c1", &args, "00fe"), mac),
+            "other pending state"
+        );
+        let renamed = Binding {
+            name: "read_file",
+            ..c
+        };
+        assert!(!key.verify(&renamed, mac), "other tool");
+        let other_key = ApprovalKey::new([2u8; 32]).unwrap();
+        assert!(!other_key.verify(&c, mac), "other key");
+        assert!(!key.verify(&c, "zz"), "not hex");
+        assert!(!key.verify(&c, ""), "empty");
+        // the same arguments written in another key order sign the same
+        let reordered = json!({"force": true, "path": "/tmp/a"});
+        assert!(key.verify(&call("s1", "c1", &reordered, "00ff"), mac));
+    }
+
+    #[test]
+    fn approval_canonical_json_sorts_keys_at_every_depth() {
+        let v = json!({"b": [{"y": 1, "x": "é\"q"}], "a": null});
+        assert_eq!(canonical_json(&v), r#"{"a":null,"b":[{"x":"é\"q","y":1}]}"#);
+    }
+
+    #[test]
+    fn approval_key_rules() {
+        assert_eq!(
+            ApprovalKey::new([0u8; 31]).unwrap_err(),
+            ApprovalError::KeyTooShort { len: 31 }
+        );
+        assert!(ApprovalKey::new([0u8; 32]).is_ok());
+        assert_eq!(unhex("0aff"), Some(vec![10, 255]));
+        assert_eq!(unhex("0af"), None);
+        assert_eq!(hex(&[10, 255]), "0aff");
+    }
+}

@@ -1,0 +1,155 @@
+//! The only place calls run: a run's context ([`Run`]) and the one announce → run → record loop
+//! of a step of calls ([`run_step`]), used alike for a response's calls and for a held round's
+//! calls once decided. What each call gets is planned before (the machine, or the approval
+//! module for a held round), with no I/O.
+
+use context_engine::SessionStore;
+use llm_core::{ChatModel, DEFAULT_MAX_RESULT_BYTES, cap_result};
+use tracing::Span;
+
+use crate::dispatch::Dispatcher;
+use crate::event::{LoopError, LoopEvent, Sink, emit};
+use crate::machine::{CallPlan, LoopMachine, Planned};
+use crate::options::LoopOptions;
+use crate::protocol::{CallProtocol, PendingCall};
+use llm_core::{ToolContext, ToolError};
+
+/// One run as each of its parts sees it, given once instead of a list of parameters.
+pub(crate) struct Run<'a> {
+    pub(crate) model: &'a dyn ChatModel,
+    pub(crate) store: &'a dyn SessionStore,
+    pub(crate) dispatcher: &'a Dispatcher,
+    pub(crate) session_id: &'a str,
+    pub(crate) options: &'a LoopOptions,
+    /// Where the run's events go (`None`: nobody listens).
+    pub(crate) sink: Sink<'a>,
+    /// The run's span (`invoke_agent`): the parent of its model and tool calls' spans, given
+    /// rather than looked up. [`Span::none`] until the run starts (deciding held calls that
+    /// leave some undecided makes no run, and no span).
+    pub(crate) span: Span,
+}
+
+/// How one call that was planned ended.
+pub(crate) struct Ran {
+    /// The result text the model gets.
+    pub(crate) content: String,
+    pub(crate) is_error: bool,
+    /// The turn's answer the tool gave ([`llm_core::Tool::final_answer`]).
+    pub(crate) answer: Option<String>,
+}
+
+impl Ran {
+    fn error(e: ToolError) -> Self {
+        let (content, _) = cap_result(e.to_model_json().to_string(), DEFAULT_MAX_RESULT_BYTES);
+        Self {
+            content,
+            is_error: true,
+            answer: None,
+        }
+    }
+}
+
+/// Runs one step of calls as planned: the calls to announce are announced, the calls run
+/// (at once when the protocol allows, else in order), and each one that ran is told to the
+/// machine and reported, in call order. Gives each call's plan back with how it ended (`None`:
+/// it did not run — held, waiting, or it has its result already).
+pub(crate) async fn run_step(
+    run: &Run<'_>,
+    protocol: &dyn CallProtocol,
+    machine: &mut LoopMachine,
+    calls: &[PendingCall],
+    planned: Vec<Planned<'_>>,
+) -> Result<Vec<(Option<CallPlan>, Option<Ran>)>, LoopError> {
+    for (c, p) in calls.iter().zip(&planned) {
+        if p.announce {
+            emit(run.sink, || LoopEvent::ToolCallStarted {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            })
+            .await?;
+        }
+    }
+    let outcomes = run_calls(
+        run,
+        protocol.concurrent(),
+        calls.iter().zip(planned.iter().map(|p| p.plan.as_ref())),
+    )
+    .await;
+    let mut out = Vec::with_capacity(calls.len());
+    for ((c, p), outcome) in calls.iter().zip(planned).zip(outcomes) {
+        if let (Some(plan), Some(ran)) = (&p.plan, &outcome) {
+            machine.call_done(
+                p.facts,
+                plan,
+                &ran.content,
+                !ran.is_error,
+                ran.answer.as_deref(),
+            );
+            emit(run.sink, || LoopEvent::ToolResult {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                content: ran.content.clone(),
+                is_error: ran.is_error,
+            })
+            .await?;
+        }
+        out.push((p.plan, outcome));
+    }
+    Ok(out)
+}
+
+/// Runs `calls` as planned — at once when `concurrent` (and there is more than one), else in
+/// order — and gives each one's outcome ([`run_call`]; `None` for a call with no plan, or one
+/// that waits).
+async fn run_calls<'a>(
+    run: &Run<'_>,
+    concurrent: bool,
+    calls: impl ExactSizeIterator<Item = (&'a PendingCall, Option<&'a CallPlan>)>,
+) -> Vec<Option<Ran>> {
+    let one = |(c, plan): (&'a PendingCall, Option<&'a CallPlan>)| async move {
+        match plan {
+            Some(plan) => run_call(run, c, plan).await,
+            None => None,
+        }
+    };
+    if concurrent && calls.len() > 1 {
+        futures::future::join_all(calls.map(one)).await
+    } else {
+        let mut v = Vec::with_capacity(calls.len());
+        for call in calls {
+            v.push(one(call).await);
+        }
+        v
+    }
+}
+
+/// One call as planned: how it ended; `None` for a call that waits (held for approval, or
+/// after a held one).
+async fn run_call(run: &Run<'_>, c: &PendingCall, plan: &CallPlan) -> Option<Ran> {
+    Some(match plan {
+        CallPlan::Reuse(previous) => {
+            tracing::info!(tool = %c.name, "repeated idempotent call: earlier result reused, answer requested");
+            Ran {
+                content: previous.clone(),
+                is_error: false,
+                answer: None,
+            }
+        }
+        CallPlan::Reject(msg) => Ran::error(ToolError::invalid_arguments(msg.clone())),
+        CallPlan::Decline(msg) => Ran::error(ToolError::failed(msg.clone())),
+        CallPlan::Hold | CallPlan::Wait => return None,
+        _ => {
+            let ctx = ToolContext::new(c.id.clone()).with_session(run.session_id);
+            let out = run
+                .dispatcher
+                .dispatch_under(Some(&run.span), &c.name, c.arguments.clone(), ctx)
+                .await;
+            Ran {
+                is_error: !out.is_ok(),
+                content: out.content,
+                answer: out.answer,
+            }
+        }
+    })
+}
