@@ -43,6 +43,7 @@
 // in the build (#40). Named `reqwest` here, as everywhere else.
 extern crate reqwest_ring as reqwest;
 
+mod bpe;
 mod constraint;
 pub mod embed;
 mod engine;
