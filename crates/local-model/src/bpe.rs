@@ -2,7 +2,8 @@
 //! `tokenizers` crate was a large share of every demo's cold build; it stays the tests' oracle).
 //!
 //! Encoding a text:
-//! 1. user-defined tokens (GGUF token type 4) are cut out of it, longest first; control tokens
+//! 1. user-defined tokens (GGUF token type 4) are cut out of it, the leftmost first and the
+//!    longest of those starting there (as `tokenizers` matches added tokens); control tokens
 //!    (`<|im_start|>`, …) are never recognised in text;
 //! 2. for the `smollm`/`starcoder`/`refact` pre-tokenizers every digit (`char::is_numeric`, as
 //!    `tokenizers`' `Digits` splits) stands alone;
@@ -195,7 +196,7 @@ pub(crate) struct Bpe {
     byte_ids: [Option<u32>; 256],
     /// `(left, right)` → `(rank, merged)`.
     merges: HashMap<(u32, u32), (u32, u32)>,
-    /// User-defined tokens matched in raw text, longest first.
+    /// User-defined tokens matched in raw text (longest first).
     specials: Vec<(String, u32)>,
     /// Every digit on its own before the regex (SmolLM's and StarCoder's pre-tokenizer).
     digits: bool,
@@ -401,6 +402,51 @@ mod tests {
         assert_eq!(p, ["ab ", "1", "2", "c"]);
         let p: Vec<&str> = digit_pieces("ab 12c", false).collect();
         assert_eq!(p, ["ab 12c"]);
+    }
+
+    fn tiny(merges: &[&str], user_defined: &[&str]) -> (Bpe, Vec<String>) {
+        let mut tokens: Vec<String> = ["a", "b", "c", "Ġ", "ab", "bc", "Ġa"]
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        let mut ud = Vec::new();
+        for t in user_defined {
+            ud.push((t.to_string(), tokens.len() as u32));
+            tokens.push(t.to_string());
+        }
+        let merges: Vec<String> = merges.iter().map(|m| m.to_string()).collect();
+        (Bpe::new(&tokens, &merges, ud, true).unwrap(), tokens)
+    }
+
+    fn texts(ids: &[u32], tokens: &[String]) -> Vec<String> {
+        ids.iter().map(|&i| tokens[i as usize].clone()).collect()
+    }
+
+    #[test]
+    fn merges_go_by_rank_not_by_position() {
+        let (bpe, tokens) = tiny(&["b c", "a b", "Ġ a"], &[]);
+        assert_eq!(texts(&bpe.encode("abc"), &tokens), ["a", "bc"]);
+        // `a b` (rank 0) before `Ġ a` (rank 2), though `Ġ a` is further left.
+        let (bpe, tokens) = tiny(&["a b", "b c", "Ġ a"], &[]);
+        assert_eq!(
+            texts(&bpe.encode("abc ab"), &tokens),
+            ["ab", "c", "Ġ", "ab"]
+        );
+        // A merge whose result is not a token is refused at load.
+        let refused = Bpe::new(&tokens, &["c c".to_string()], Vec::new(), false);
+        assert!(refused.is_err());
+    }
+
+    #[test]
+    fn user_defined_tokens_are_cut_out_first_longest_first() {
+        // (SmolLM2's GGUF has no user-defined tokens: the oracle test cannot cover this path.)
+        let (bpe, tokens) = tiny(&["a b"], &["<x>", "<x>y"]);
+        assert_eq!(
+            texts(&bpe.encode("ab<x>a<x>yb"), &tokens),
+            ["ab", "<x>", "a", "<x>y", "b"]
+        );
+        // Leftmost first: `<x>` at 0 wins over `<x>y` later.
+        assert_eq!(texts(&bpe.encode("<x><x>y"), &tokens), ["<x>", "<x>y"]);
     }
 
     #[test]
