@@ -516,12 +516,24 @@ fn check(source: &ModelSource, size: u64, sha: &str) -> Result<(), DownloadError
     Ok(())
 }
 
+/// Installs rustls' *ring* provider as the process's default when none is installed yet:
+/// reqwest, built without its aws-lc provider (#40), panics in `Client::build` otherwise. A
+/// provider the program installed is kept. (model-gateway's `ensure_crypto_provider` does the
+/// same for its clients; this crate does not depend on it.)
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one in between, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 async fn download_url(
     source: &ModelSource,
     url: &str,
     cache_dir: &Path,
     dest: &Path,
 ) -> Result<(), DownloadError> {
+    ensure_crypto_provider();
     let client = reqwest::Client::builder()
         .connect_timeout(source.connect_timeout)
         .read_timeout(Duration::from_secs(30))

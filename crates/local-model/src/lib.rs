@@ -39,6 +39,11 @@
 //! (Chinese and English texts → 384-wide vectors); its 72 MB file is fetched once into the same
 //! cache and checked the same way (`LOCAL_EMBEDDER_PATH` points to your own copy).
 
+// reqwest on rustls without a built-in provider (the workspace's `reqwest-ring`): no aws-lc C
+// in the build (#40). Named `reqwest` here, as everywhere else.
+extern crate reqwest_ring as reqwest;
+
+mod bpe;
 mod constraint;
 pub mod embed;
 mod engine;

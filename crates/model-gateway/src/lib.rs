@@ -21,6 +21,23 @@
 
 mod openai;
 
+// reqwest on rustls without a built-in provider (the workspace's `reqwest-ring`): no aws-lc C
+// in the build (#40). Named `reqwest` here, as everywhere else.
+extern crate reqwest_ring as reqwest;
+
+/// Installs rustls' *ring* provider as the process's default when none is installed yet.
+///
+/// reqwest (built without its aws-lc provider, #40) panics in `Client::build` when the process
+/// has no provider; [`OpenAiModel::new`] and [`OpenAiEmbedder::new`] call this first, so a
+/// program needs it only to build its own reqwest client before either. A provider the program
+/// installed itself is kept.
+pub fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one in between, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 // The shared vocabulary lives in `llm-core`; it is re-exported here so code written against
 // `model_gateway::Message` and friends keeps compiling.
 /// The error of every [`ChatModel`]; the gateway's former name for [`ModelError`].

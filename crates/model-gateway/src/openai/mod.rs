@@ -270,6 +270,8 @@ fn client(config: &OpenAiConfig) -> Result<Client<OpenAIConfig>, GatewayError> {
             .with_header(name, v.as_str())
             .map_err(|e| GatewayError::Config(format!("header {k:?}: {e}")))?;
     }
+    // Before the first reqwest client (async-openai's own, in `with_config`, is one).
+    crate::ensure_crypto_provider();
     let http = reqwest::Client::builder()
         .connect_timeout(config.timeout.min(Duration::from_secs(30)))
         .build()
