@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue};
+use reqwest_ring as reqwest;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
@@ -41,6 +42,12 @@ pub(crate) fn transport(
             format!("the bearer token variable {var} is not set (or not UTF-8); set it in the agent's environment")
         })?;
         cfg = cfg.auth_header(token);
+    }
+    // reqwest is built without its aws-lc provider (#40): rustls' *ring* one is installed
+    // unless the program installed its own.
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one in between, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
     let client = reqwest::Client::builder()
         .connect_timeout(config.startup_timeout)
