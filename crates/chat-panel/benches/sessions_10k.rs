@@ -12,6 +12,12 @@
 //! 3. **turns with streams open** — a second turn in M sessions: the same figures, and every
 //!    stream must receive the two new rows (across workers, through the store's change feed).
 //!
+//! 4. **bus messages, all streams open** (the setups with NATS) — another process sends one
+//!    message over the broker to the person of each of those M sessions, 64 sends in flight:
+//!    messages/s, p50/p99 delivery (the send to the second of its two rows on the stream
+//!    following that conversation on the other worker); every message stored once and shown
+//!    once.
+//!
 //! Then it counts the rows the store holds (PostgreSQL's tables; the SQLite file after the
 //! worker stopped): every turn's two messages once, none lost, none doubled — and every stream
 //! got each of its rows exactly once.
@@ -90,9 +96,10 @@ fn main() {
             ],
             n,
             m,
+            Some(&nats),
         )
         .await;
-        let lost_pg = count_postgres(&url, n, m).await;
+        let lost_pg = count_postgres(&url, n, m, BUS_ROWS).await;
         let url2 = pg::pg_database("chat_panel_sessions_bench_pg").await;
         let pg_only = run(
             "2 workers, PostgreSQL, no broker",
@@ -102,9 +109,10 @@ fn main() {
             ],
             n,
             m,
+            None,
         )
         .await;
-        let lost_pg_only = count_postgres(&url2, n, m).await;
+        let lost_pg_only = count_postgres(&url2, n, m, 0).await;
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("sessions.db");
         let db_s = db.display().to_string();
@@ -113,6 +121,7 @@ fn main() {
             vec![Worker::start(&model, &[(CHILD_SQLITE, &db_s)])],
             n,
             m,
+            None,
         )
         .await;
         let lost_sqlite = count_sqlite(&db, n, m).await;
@@ -153,6 +162,12 @@ fn main() {
             "streams missing rows: {} / {} / {}",
             two.streams_missing, pg_only.streams_missing, one.streams_missing
         );
+        if let Some(b) = &two.bus {
+            println!(
+                "bus messages ({}): {} sent at {:.0}/s, delivery p50 {:.1} ms, p99 {:.1} ms, {} streams missing them; stored rows lost / doubled {}",
+                two.setup, b.sent, b.per_s, b.p50_ms, b.p99_ms, b.missing, lost_pg
+            );
+        }
     });
 }
 
@@ -163,7 +178,24 @@ struct Report {
     idle_bytes: Option<f64>,
     idle_cpu_ms_per_s: Option<f64>,
     streams_missing: usize,
+    bus: Option<BusPhase>,
 }
+
+/// Phase 4: messages over the broker.
+struct BusPhase {
+    sent: usize,
+    per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    missing: usize,
+}
+
+/// The rows one message over the bus adds to a conversation: the `send_message` call and its
+/// result.
+const BUS_ROWS: i64 = 2;
+
+/// Each stream's rows: the row id and when the stream read it.
+type Rows = Arc<Mutex<HashMap<usize, Vec<(u64, Instant)>>>>;
 
 struct Phase {
     name: &'static str,
@@ -173,7 +205,13 @@ struct Phase {
     cpu_ms_per_turn: f64,
 }
 
-async fn run(setup: &'static str, mut workers: Vec<Worker>, n: usize, m: usize) -> Report {
+async fn run(
+    setup: &'static str,
+    mut workers: Vec<Worker>,
+    n: usize,
+    m: usize,
+    nats: Option<&str>,
+) -> Report {
     println!("\n== {setup}");
     let w = workers.len();
     let ids: Vec<String> = (0..n).map(|i| format!("bench-session-{i:05}")).collect();
@@ -188,7 +226,7 @@ async fn run(setup: &'static str, mut workers: Vec<Worker>, n: usize, m: usize) 
 
     // 2. idle streams, on the other worker
     let before: Vec<Usage> = workers.iter_mut().map(Worker::usage).collect();
-    let rows: Arc<Mutex<HashMap<usize, Vec<u64>>>> = Arc::default();
+    let rows: Rows = Arc::default();
     let streams_client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
@@ -250,6 +288,11 @@ async fn run(setup: &'static str, mut workers: Vec<Worker>, n: usize, m: usize) 
         "the second turns' rows on the streams",
     )
     .await;
+    // 4. messages over the broker, streams open
+    let bus = match nats {
+        Some(url) => Some(bus_messages(url, &ids[..m], &rows, n, m).await),
+        None => None,
+    };
     for s in &streams {
         s.abort();
     }
@@ -258,7 +301,7 @@ async fn run(setup: &'static str, mut workers: Vec<Worker>, n: usize, m: usize) 
         .lock()
         .unwrap()
         .values()
-        .filter(|v| v.windows(2).any(|p| p[0] >= p[1]))
+        .filter(|v| v.windows(2).any(|p| p[0].0 >= p[1].0))
         .count();
     assert_eq!(
         doubled, 0,
@@ -273,7 +316,79 @@ async fn run(setup: &'static str, mut workers: Vec<Worker>, n: usize, m: usize) 
         idle_bytes: Some(idle_bytes),
         idle_cpu_ms_per_s: Some(idle_cpu),
         streams_missing: missing,
+        bus,
     }
+}
+
+/// Phase 4: one message over the broker to the person of each of `ids` (sessions `0..m`, whose
+/// streams hold 4 rows), `CONCURRENCY` sends in flight, from a bus client of its own (another
+/// process would be the same to the broker). Delivery is the send to the second of the
+/// message's two rows on that conversation's stream.
+async fn bus_messages(url: &str, ids: &[String], rows: &Rows, n: usize, m: usize) -> BusPhase {
+    let bus = messaging::MessageBus::connect_nats(url).await.unwrap();
+    let start = Instant::now();
+    let sends = futures::stream::iter(ids.iter().enumerate())
+        .map(|(i, id)| {
+            let bus = bus.clone();
+            let to = chat_panel::user_address(id);
+            async move {
+                let t0 = Instant::now();
+                bus.send(messaging::OutgoingMessage::new(
+                    "bench-bot",
+                    to,
+                    format!("bus note {i}"),
+                ))
+                .await
+                .unwrap_or_else(|e| panic!("bus message {i}: {e}"));
+                (i, t0)
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>();
+    let sent = tokio::time::timeout(PHASE_LIMIT, sends)
+        .await
+        .unwrap_or_else(|_| panic!("bus messages: not sent within {PHASE_LIMIT:?}"));
+    let wall = start.elapsed();
+    let missing = wait_rows(
+        rows,
+        n,
+        |i| if i < m { 4 + BUS_ROWS as usize } else { 2 },
+        "the bus messages' rows on the streams",
+    )
+    .await;
+    let mut delivery: Vec<f64> = {
+        let rows = rows.lock().unwrap();
+        sent.iter()
+            .filter_map(|(i, t0)| {
+                let seen = rows.get(i)?.get(3 + BUS_ROWS as usize)?.1;
+                Some(seen.saturating_duration_since(*t0).as_secs_f64() * 1000.0)
+            })
+            .collect()
+    };
+    delivery.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        delivery
+            .get(((delivery.len().max(1) - 1) as f64 * p).round() as usize)
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    let phase = BusPhase {
+        sent: sent.len(),
+        per_s: sent.len() as f64 / wall.as_secs_f64(),
+        p50_ms: pct(0.5),
+        p99_ms: pct(0.99),
+        missing,
+    };
+    println!(
+        "   bus messages: {} sent in {:.1} s = {:.0}/s, delivery p50 {:.1} ms, p99 {:.1} ms, {} streams missing them",
+        phase.sent,
+        wall.as_secs_f64(),
+        phase.per_s,
+        phase.p50_ms,
+        phase.p99_ms,
+        missing
+    );
+    phase
 }
 
 /// One turn in each session (session `i` on worker `i % W`), `CONCURRENCY` at a time.
@@ -347,12 +462,7 @@ async fn turns(
 }
 
 /// A real SSE client following one conversation: records the id of every `row` event.
-async fn follow(
-    client: reqwest::Client,
-    url: String,
-    i: usize,
-    rows: Arc<Mutex<HashMap<usize, Vec<u64>>>>,
-) {
+async fn follow(client: reqwest::Client, url: String, i: usize, rows: Rows) {
     let Ok(res) = client
         .get(&url)
         .header("accept", "text/event-stream")
@@ -376,7 +486,11 @@ async fn follow(
                 .find_map(|l| l.strip_prefix("id:"))
                 .and_then(|v| v.trim().parse().ok())
             {
-                rows.lock().unwrap().entry(i).or_default().push(id);
+                rows.lock()
+                    .unwrap()
+                    .entry(i)
+                    .or_default()
+                    .push((id, Instant::now()));
             }
         }
     }
@@ -385,7 +499,7 @@ async fn follow(
 /// Waits (bounded) until stream `i` holds `expected(i)` rows, for every `i < n`; returns how
 /// many streams still miss rows at the limit.
 async fn wait_rows(
-    rows: &Mutex<HashMap<usize, Vec<u64>>>,
+    rows: &Mutex<HashMap<usize, Vec<(u64, Instant)>>>,
     n: usize,
     expected: impl Fn(usize) -> usize,
     what: &str,
@@ -410,8 +524,9 @@ async fn wait_rows(
 }
 
 /// The rows every session should hold after the bench: 2 per turn (the person's message and
-/// the answer). Returns "lost / doubled" as counted in the store.
-async fn count_postgres(url: &str, n: usize, m: usize) -> String {
+/// the answer), and `bus` more in the sessions that got a message over the broker. Returns
+/// "lost / doubled" as counted in the store.
+async fn count_postgres(url: &str, n: usize, m: usize, bus: i64) -> String {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();
@@ -424,7 +539,7 @@ async fn count_postgres(url: &str, n: usize, m: usize) -> String {
         .await
         .unwrap();
     let counts: HashMap<String, i64> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-    compare(&counts, n, m)
+    compare(&counts, n, m, bus)
 }
 
 async fn count_sqlite(path: &std::path::Path, n: usize, m: usize) -> String {
@@ -435,13 +550,13 @@ async fn count_sqlite(path: &std::path::Path, n: usize, m: usize) -> String {
         let len = store.load(&id).await.unwrap().messages.len() as i64;
         counts.insert(id, len);
     }
-    compare(&counts, n, m)
+    compare(&counts, n, m, 0)
 }
 
-fn compare(counts: &HashMap<String, i64>, n: usize, m: usize) -> String {
+fn compare(counts: &HashMap<String, i64>, n: usize, m: usize, bus: i64) -> String {
     let (mut lost, mut doubled) = (0i64, 0i64);
     for i in 0..n {
-        let expected = if i < m { 4 } else { 2 };
+        let expected = if i < m { 4 + bus } else { 2 };
         let got = counts
             .get(&format!("bench-session-{i:05}"))
             .copied()
