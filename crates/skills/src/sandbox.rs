@@ -121,9 +121,15 @@ impl SkillError {
 /// call of that skill starts (see [`SandboxConfig::ready_containers`]): making it — namespaces,
 /// mounts, the uid lease, the call's tmpfs — is then off the next call's path. Dropping the
 /// sandbox kills every container it made ahead of time.
-#[derive(Debug)]
 pub struct Sandbox {
     inner: sandbox::Sandbox,
+}
+
+/// As before the split: the configuration, the protections and the containers waiting.
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
 }
 
 /// The program a call of `skill` runs.
