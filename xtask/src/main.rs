@@ -369,6 +369,7 @@ fn check_layers() -> Result<(), String> {
         "context-engine",
         "output-control",
         "tool-system",
+        "sandbox",
         "skills",
         "code-mode",
         "messaging",

@@ -2,7 +2,7 @@
 //!
 //! [`CodeModeProvider`] is a [`ToolProvider`] with two tools:
 //!
-//! * [`RUN_CODE`] (`{"code": "..."}`): runs a Python 3 script in the skills sandbox (one
+//! * [`RUN_CODE`] (`{"code": "..."}`): runs a Python 3 script in the [`sandbox`] (one
 //!   bubblewrap container per script, no network, bounded CPU, memory, time and output). In the
 //!   script every tool of the [`Dispatcher`] it was built over is a Python function; each call
 //!   goes back to the agent over the sandbox's pipes and through that dispatcher — schema
@@ -42,8 +42,8 @@ use std::time::Duration;
 
 use context_engine::{EstimateCounter, TokenCounter};
 use llm_core::{ToolSpec, TurnInfo};
+use sandbox::{Program, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
-use skills::{LoadOutcome, Sandbox, SandboxConfig, Skill};
 use tool_search::{Hit, SearchIndex, ToolDoc, embedding_text};
 use tool_system::{ApprovalPolicy, Dispatcher, ToolContext, ToolError, ToolProvider};
 
@@ -250,23 +250,21 @@ impl CodeModeBuilder {
         if let Some(why) = &sandbox.protections().refused {
             return Err(CodeModeError::NoSandbox(why.clone()));
         }
-        let md = dir.path().join("SKILL.md");
-        let text =
-            std::fs::read_to_string(&md).map_err(|e| CodeModeError::Runner(e.to_string()))?;
-        let skill = skills::parse_skill(&text, dir.path(), &md)
-            .map_err(|e| CodeModeError::Runner(e.to_string()))?;
-        if let Some(e) = sandbox
-            .check_requests(&skill)
-            .into_iter()
-            .find(|e| e.outcome == LoadOutcome::Rejected)
-        {
-            return Err(CodeModeError::Runner(e.to_string()));
-        }
+        // The runner is a program of the sandbox's (no SKILL.md in between): the interpreter,
+        // isolated (`-I`: no user site, no PYTHON* variables; `-S`: no site module), on the
+        // runner file of its directory. No variable of the agent is asked for; the time limit
+        // is the configuration's (`CodeLimits::time_limit`, set above).
+        let runner = Program::new(
+            RUN_CODE,
+            dir.path(),
+            [&*self.python, "-I", "-S", "runner.py"],
+        );
+        runner.check().map_err(CodeModeError::Runner)?;
         tracing::info!(protections = %sandbox.protections(), "code mode ready");
         Ok(CodeModeProvider {
             tools: self.tools,
             sandbox,
-            skill,
+            runner,
             limits: self.limits,
             policy: self.policy,
             inherit_agent_approvals: self.inherit_agent_approvals,
@@ -297,15 +295,11 @@ fn write_runner(
             "the Python program {python:?} must be one word"
         )));
     }
-    let md = format!(
-        "---\nname: {RUN_CODE}\ndescription: Code mode's runner.\nentry: {python} -I -S runner.py\n---\nRuns one script of code mode.\n"
-    );
     std::fs::write(dir.path().join("runner.py"), RUNNER).map_err(err)?;
-    std::fs::write(dir.path().join("SKILL.md"), md).map_err(err)?;
+    // Readable by every uid: as root, scripts run as a uid of their own.
     for (path, mode) in [
         (dir.path().to_path_buf(), 0o755),
         (dir.path().join("runner.py"), 0o644),
-        (dir.path().join("SKILL.md"), 0o644),
     ] {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).map_err(err)?;
     }
@@ -316,7 +310,8 @@ fn write_runner(
 pub struct CodeModeProvider {
     tools: Arc<Dispatcher>,
     sandbox: Sandbox,
-    skill: Skill,
+    /// The runner as the sandbox runs it.
+    runner: Program,
     limits: CodeLimits,
     policy: ApprovalPolicy,
     /// [`CodeModeBuilder::inherit_agent_approvals`].

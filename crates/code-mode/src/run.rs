@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 
 use llm_core::{ToolErrorKind, cap_result};
+use sandbox::{FrameHandler, FrameReply, RunError};
 use serde_json::{Value, json};
-use skills::{FrameHandler, FrameReply, SkillError};
 use tool_system::{ToolContext, ToolError};
 
 use crate::CodeModeProvider;
@@ -272,7 +272,7 @@ pub(crate) async fn run(
     };
     let result = provider
         .sandbox
-        .run_interactive(&provider.skill, &input, &mut script)
+        .run_interactive(&provider.runner, &input, &mut script)
         .await;
     let done = script.done.take();
     match (result, done) {
@@ -305,30 +305,30 @@ pub(crate) async fn run(
             ToolErrorKind::Failed,
             "The script ended its process before it finished (os._exit?); what it would have done after is unknown.".to_owned(),
         )),
-        (Err(SkillError::Timeout { secs, .. }), _) => Err(script.failure(
+        (Err(RunError::Timeout { secs, .. }), _) => Err(script.failure(
             ToolErrorKind::Timeout,
             format!(
                 "The script was stopped after {secs} s, its time limit (an endless loop, or more slow calls than one script can wait for?)."
             ),
         )),
-        (Err(SkillError::Stopped { reason, .. }), _) => Err(script.failure(
+        (Err(RunError::Stopped { reason, .. }), _) => Err(script.failure(
             ToolErrorKind::Failed,
             format!("The script was stopped: {reason}."),
         )),
-        (Err(SkillError::OutputTooLarge { limit, stream, .. }), _) => Err(script.failure(
+        (Err(RunError::OutputTooLarge { limit, stream, .. }), _) => Err(script.failure(
             ToolErrorKind::Failed,
             format!(
                 "The script was stopped: it wrote more than {limit} to its process's {stream} (an output flood)."
             ),
         )),
-        (Err(SkillError::Failed { reason, .. }), _) => Err(script.failure(
+        (Err(RunError::Failed { reason, .. }), _) => Err(script.failure(
             ToolErrorKind::Crashed,
             format!(
                 "The script's Python process {}.",
                 cap_result(reason, 600).0
             ),
         )),
-        (Err(e @ (SkillError::Refused { .. } | SkillError::Spawn { .. })), _) => {
+        (Err(e @ (RunError::Refused { .. } | RunError::Spawn { .. })), _) => {
             Err(ToolError::unavailable(format!(
                 "The script could not be run: {e}"
             )))

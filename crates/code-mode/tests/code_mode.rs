@@ -10,8 +10,8 @@ use code_mode::{
     CodeLimits, CodeModeBuilder, CodeModeProvider, DESCRIBE_FUNCTION, RUN_CODE, SEARCH_FUNCTIONS,
 };
 use llm_core::{Message, Tool, ToolSpec, TurnInfo};
+use sandbox::SandboxConfig;
 use serde_json::{Value, json};
-use skills::SandboxConfig;
 use tool_system::{
     ApprovalPolicy, Dispatcher, FnTool, ToolContext, ToolError, ToolErrorKind, ToolProvider,
     ToolRegistry,

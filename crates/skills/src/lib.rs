@@ -23,12 +23,9 @@
 //! assert_eq!(skill.entry, ["python3", "run.py"]);
 //! ```
 
-mod container;
 mod manifest;
 mod provider;
 mod sandbox;
-mod seccomp;
-mod sys;
 
 pub use manifest::{
     LoadOutcome, MAX_FRONT_MATTER_BYTES, MAX_MODEL_DESCRIPTION_CHARS, MAX_SKILL_DIR_BYTES,

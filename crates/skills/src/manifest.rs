@@ -7,7 +7,7 @@
 
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -460,13 +460,9 @@ fn check_skill_tree(dir: &Path) -> Result<(), String> {
 }
 
 /// Whether `word` is a relative path made of plain names (`run.py`, `./bin/tool`; not
-/// `/bin/sh`, not `../other/run.py`).
-pub(crate) fn is_plain_relative(word: &str) -> bool {
-    let p = Path::new(word);
-    p.components().any(|c| matches!(c, Component::Normal(_)))
-        && p.components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
-}
+/// `/bin/sh`, not `../other/run.py`): the sandbox's own rule for the entry words it passes as
+/// files of the skill, so what is checked here is what runs.
+pub(crate) use sandbox::is_plain_relative;
 
 /// Loads every `*/SKILL.md` under `root`. Bad skills are reported with file and line; the
 /// others load. Two skills with the same name: the first (in directory order) wins, the second

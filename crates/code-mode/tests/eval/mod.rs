@@ -360,7 +360,7 @@ impl Env {
         let tools = Dispatcher::new()
             .with_provider(self.own.clone())
             .with_provider(self.plain.clone() as Arc<dyn ToolProvider>);
-        let mut config = skills::SandboxConfig::default();
+        let mut config = sandbox::SandboxConfig::default();
         config.temp_root = Some(self.sandbox_temp.path().to_path_buf());
         CodeModeProvider::builder(Arc::new(tools))
             .limits(CodeLimits::default().with_time_limit(Duration::from_secs(60)))

@@ -293,3 +293,135 @@ impl Bwrap {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bwrap() -> Bwrap {
+        Bwrap {
+            path: PathBuf::from("/usr/bin/bwrap"),
+            version: "bubblewrap 0.0".into(),
+        }
+    }
+
+    fn layout(scratch: Scratch<'_>) -> Layout<'_> {
+        Layout {
+            scratch,
+            network: false,
+            ld_cache_fd: None,
+            unshare_net: true,
+            allow_user_namespaces: false,
+            read_only: &[],
+            seccomp_fd: 3,
+            block_fd: None,
+        }
+    }
+
+    fn strings(a: Vec<OsString>) -> Vec<String> {
+        a.into_iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// Whether `words` appear in `args` next to each other, in this order.
+    fn has(args: &[String], words: &[&str]) -> bool {
+        args.windows(words.len()).any(|w| w == words)
+    }
+
+    #[test]
+    fn every_container_has_its_namespaces_filter_and_read_only_root() {
+        let a = strings(bwrap().args(&layout(Scratch::PerMount {
+            bytes: 1 << 20,
+            skill: None,
+        })));
+        for flag in [
+            "--unshare-user",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--die-with-parent",
+            "--new-session",
+            "--as-pid-1",
+            "--unshare-net",
+            "--disable-userns",
+        ] {
+            assert!(a.iter().any(|x| x == flag), "{flag} missing: {a:?}");
+        }
+        assert_eq!(
+            a.last().map(String::as_str),
+            Some("--"),
+            "the command comes after"
+        );
+        assert!(has(&a, &["--seccomp", "3", "--"]));
+        assert!(has(&a, &["--chdir", "/work"]));
+        assert!(has(&a, &["--remount-ro", "/"]));
+        assert!(has(&a, &["--setenv", "LANG", CONTAINER_LANG]));
+        assert!(has(&a, &["--proc", "/proc"]));
+        assert!(!a.iter().any(|x| x == "--block-fd"));
+        assert!(
+            !a.iter().any(|x| x == ETC_SSL),
+            "no certificates without network"
+        );
+    }
+
+    #[test]
+    fn without_root_each_writable_directory_is_a_sized_tmpfs() {
+        let skill = Path::new("/opt/skill");
+        let a = strings(bwrap().args(&layout(Scratch::PerMount {
+            bytes: 4096,
+            skill: Some(skill),
+        })));
+        for at in ["/work", "/tmp", "/dev/shm"] {
+            assert!(has(&a, &["--size", "4096", "--tmpfs", at]), "{at}: {a:?}");
+        }
+        assert!(has(&a, &["--ro-bind", "/opt/skill", "/skill"]));
+        assert!(has(&a, &["--remount-ro", "/dev"]));
+    }
+
+    #[test]
+    fn as_root_the_call_directory_is_bound_once() {
+        let call = Path::new("/dev/shm/skill-call-x");
+        let a = strings(bwrap().args(&layout(Scratch::Host { call })));
+        assert!(has(
+            &a,
+            &["--dev-bind", "/dev/shm/skill-call-x", CALL_DIR, "--bind"]
+        ));
+        assert!(has(&a, &["/dev/shm/skill-call-x/work", "/work"]));
+        for name in ["tmp", "dev", "skill"] {
+            let target = format!("{CALL_DIR}/{name}");
+            assert!(
+                has(&a, &["--symlink", &target, &format!("/{name}")]),
+                "{name}"
+            );
+        }
+        assert!(!a.iter().any(|x| x == "--tmpfs"));
+    }
+
+    #[test]
+    fn switches_show_in_the_arguments() {
+        let extra = [PathBuf::from("/opt/tools")];
+        let mut l = layout(Scratch::PerMount {
+            bytes: 1,
+            skill: None,
+        });
+        l.network = true;
+        l.unshare_net = false;
+        l.allow_user_namespaces = true;
+        l.read_only = &extra;
+        l.block_fd = Some(4);
+        l.ld_cache_fd = Some(5);
+        let a = strings(bwrap().args(&l));
+        assert!(!a.iter().any(|x| x == "--unshare-net"));
+        assert!(!a.iter().any(|x| x == "--disable-userns"));
+        assert!(has(&a, &["--ro-bind-try", ETC_SSL, ETC_SSL]));
+        assert!(has(&a, &["--ro-bind-try", "/opt/tools", "/opt/tools"]));
+        assert!(has(&a, &["--block-fd", "4"]));
+        assert!(has(&a, &["--file", "5", LD_CACHE]));
+    }
+
+    #[test]
+    fn a_missing_bwrap_says_what_to_install() {
+        let e = Bwrap::find(Some(Path::new("/nonexistent/bwrap"))).unwrap_err();
+        assert!(e.contains("/nonexistent/bwrap"), "{e}");
+    }
+}

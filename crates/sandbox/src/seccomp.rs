@@ -150,3 +150,85 @@ pub(crate) fn to_bytes(program: &[sock_filter]) -> Vec<u8> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policies() -> Vec<Policy> {
+        let mut out = Vec::new();
+        for a in [false, true] {
+            for b in [false, true] {
+                for c in [false, true] {
+                    out.push(Policy {
+                        allow_user_namespaces: a,
+                        deny_unix_sockets: b,
+                        only_unix_sockets: c,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_jump_lands_inside_the_program_and_it_ends_allowing() {
+        for policy in policies() {
+            let p = program(policy);
+            assert!(p.len() < 64, "{policy:?}: {} instructions", p.len());
+            let last = p.last().unwrap();
+            assert_eq!((last.code, last.k), (BPF_RET_K, RET_ALLOW));
+            for (i, ins) in p.iter().enumerate() {
+                if ins.code & 0x07 == 0x05 {
+                    // a conditional jump: both targets inside the program
+                    assert!(i + 1 + usize::from(ins.jt) < p.len(), "{policy:?} at {i}");
+                    assert!(i + 1 + usize::from(ins.jf) < p.len(), "{policy:?} at {i}");
+                }
+            }
+            // The architecture is checked first.
+            assert_eq!((p[0].code, p[0].k), (BPF_LD_W_ABS, OFF_ARCH));
+            assert_eq!(p[1].k, AUDIT_ARCH);
+        }
+    }
+
+    #[test]
+    fn policies_refuse_what_they_say() {
+        let refuses = |policy: Policy, call: libc::c_long| {
+            program(policy)
+                .iter()
+                .any(|i| i.code == BPF_JEQ_K && i.k == nr(call))
+        };
+        let base = Policy {
+            allow_user_namespaces: false,
+            deny_unix_sockets: false,
+            only_unix_sockets: false,
+        };
+        assert!(refuses(base, libc::SYS_keyctl), "keyrings always");
+        assert!(refuses(base, libc::SYS_unshare));
+        assert!(!refuses(base, libc::SYS_socket));
+        let userns = Policy {
+            allow_user_namespaces: true,
+            ..base
+        };
+        assert!(!refuses(userns, libc::SYS_unshare));
+        let only_unix = Policy {
+            only_unix_sockets: true,
+            ..base
+        };
+        assert!(refuses(only_unix, libc::SYS_socket));
+        assert!(refuses(only_unix, libc::SYS_io_uring_setup));
+    }
+
+    #[test]
+    fn bytes_are_eight_per_instruction() {
+        let p = program(Policy {
+            allow_user_namespaces: false,
+            deny_unix_sockets: true,
+            only_unix_sockets: false,
+        });
+        let b = to_bytes(&p);
+        assert_eq!(b.len(), p.len() * 8);
+        assert_eq!(&b[..2], &p[0].code.to_ne_bytes());
+        assert_eq!(&b[4..8], &p[0].k.to_ne_bytes());
+    }
+}
