@@ -33,6 +33,7 @@
 mod backend;
 mod config;
 mod elicit;
+pub mod identity;
 mod lease;
 mod net;
 mod server;

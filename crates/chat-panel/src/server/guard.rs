@@ -27,7 +27,7 @@ pub(super) fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<&str
 /// Who may call: see [`ChatPanel`]'s API notes. Runs before every handler.
 pub(super) async fn check_request(
     State(app): State<Arc<App>>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
     let c = &app.config;
@@ -85,6 +85,30 @@ pub(super) async fn check_request(
                     "requests from origin `{origin}` are not accepted; add it with PanelConfig::with_allowed_origin if it is yours"
                 ),
             );
+        }
+    }
+    if req.uri().path().starts_with("/api/") {
+        let peer = req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip());
+        let head = crate::identity::RequestHead {
+            headers: req.headers(),
+            peer,
+        };
+        match c.authenticator.authenticate(head).await {
+            Ok(p) => {
+                req.extensions_mut().insert(p);
+            }
+            Err(why) => {
+                tracing::info!(reason = %why, "chat panel: refused an unauthenticated request");
+                let mut r = error(StatusCode::UNAUTHORIZED, why.to_string());
+                r.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    axum::http::HeaderValue::from_static("Bearer"),
+                );
+                return r;
+            }
         }
     }
     next.run(req).await

@@ -200,7 +200,9 @@ impl ChatPanel {
             .with_state(self.app.clone())
     }
 
-    /// Serves on `addr`, which must be a loopback address (`127.0.0.1:0` picks a free port),
+    /// Serves on `addr` (`127.0.0.1:0` picks a free port), which must be a loopback address
+    /// unless an authenticator other than [`NoAuth`](crate::identity::NoAuth) is configured
+    /// (the error's inner error is then [`IdentityError::NoAuthOffLoopback`](crate::identity::IdentityError)),
     /// with the connection limits of the [`PanelConfig`]: header-read, idle and write-stall
     /// timeouts and at most `max_connections` open connections.
     pub async fn serve(&self, addr: &str) -> std::io::Result<PanelServer> {
@@ -209,10 +211,10 @@ impl ChatPanel {
         let addr: SocketAddr = addr.parse().map_err(|e| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
         })?;
-        if !addr.ip().is_loopback() {
+        if !addr.ip().is_loopback() && self.app.config.authenticator.loopback_only() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                format!("{addr} is not a loopback address: the panel has no authentication"),
+                crate::identity::IdentityError::NoAuthOffLoopback { addr },
             ));
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
