@@ -422,3 +422,121 @@ async fn panel_behind_a_proxy_takes_the_header_from_the_proxy_only() {
         assert_eq!(r.status(), want, "proxy {proxy}");
     }
 }
+
+/// A panel behind a "proxy" on 127.0.0.1 that names the person in `x-forwarded-user`: each
+/// request says who it is.
+async fn proxied_panel() -> common::Fixture {
+    let local: IpAddr = "127.0.0.1".parse().unwrap();
+    common::start_with(
+        PanelConfig::default()
+            .with_authenticator(TrustedProxyHeader::new("x-forwarded-user", [local]).unwrap()),
+        common::demo_responder,
+    )
+    .await
+}
+
+async fn as_user(
+    who: &str,
+    method: reqwest::Method,
+    url: String,
+    body: Option<Value>,
+) -> (u16, String) {
+    let mut r = reqwest::Client::new()
+        .request(method, url)
+        .header("x-forwarded-user", who);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = tokio::time::timeout(Duration::from_secs(20), r.text())
+        .await
+        .expect("the response ends")
+        .unwrap();
+    (status, text)
+}
+
+#[tokio::test]
+async fn ownership_every_endpoint_answers_404_to_another_principal() {
+    let fx = proxied_panel().await;
+    let base = format!("{}api/sessions/conv-alice-0001", fx.url());
+    let (s, body) = as_user(
+        "alice",
+        reqwest::Method::POST,
+        format!("{base}/messages"),
+        Some(json!({"text": "hello"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let (s, mine) = as_user("alice", reqwest::Method::GET, base.clone(), None).await;
+    assert_eq!(s, 200);
+    let entries = serde_json::from_str::<Value>(&mine).unwrap()["entries"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(entries >= 2, "{mine}");
+    use reqwest::Method as M;
+    let attempts = [
+        ("state", M::GET, base.clone(), None),
+        ("events", M::GET, format!("{base}/events"), None),
+        (
+            "message",
+            M::POST,
+            format!("{base}/messages"),
+            Some(json!({"text": "I am alice now"})),
+        ),
+        (
+            "approvals",
+            M::POST,
+            format!("{base}/approvals"),
+            Some(json!({"decisions": [{"call_id": "call_1", "token": "t", "approved": true}]})),
+        ),
+        (
+            "elicitation",
+            M::POST,
+            format!("{base}/elicitations/1"),
+            Some(json!({"action": "cancel"})),
+        ),
+    ];
+    for (what, method, url, body) in attempts {
+        let (s, text) = as_user("bob", method, url, body).await;
+        assert_eq!(s, 404, "{what}: {text}");
+        assert!(text.contains("no such conversation"), "{what}: {text}");
+    }
+    // bob's message was not stored: alice's conversation is as it was
+    let (_, after) = as_user("alice", M::GET, base, None).await;
+    let entries_after = serde_json::from_str::<Value>(&after).unwrap()["entries"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(entries_after, entries);
+    assert!(!after.contains("I am alice now"));
+}
+
+#[tokio::test]
+async fn ownership_a_stream_opened_before_another_principal_creates_the_conversation_shows_none_of_it()
+ {
+    let fx = proxied_panel().await;
+    let base = format!("{}api/sessions/conv-later-0001", fx.url());
+    let follow = tokio::spawn(as_user(
+        "bob",
+        reqwest::Method::GET,
+        format!("{base}/events"),
+        None,
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (s, _) = as_user(
+        "alice",
+        reqwest::Method::POST,
+        format!("{base}/messages"),
+        Some(json!({"text": "secret plans"})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, seen) = follow.await.unwrap();
+    assert_eq!(s, 200);
+    assert!(
+        !seen.contains("secret plans") && !seen.contains("event: row"),
+        "{seen}"
+    );
+}

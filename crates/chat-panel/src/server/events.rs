@@ -25,11 +25,14 @@ use crate::state::{EntryKind, rows_from_history};
 pub(super) fn follow(
     app: Arc<App>,
     id: String,
+    who: crate::identity::Principal,
     after: u64,
 ) -> impl futures::Stream<Item = Event> + Send {
     let state = Follow {
         app,
         id,
+        who,
+        owned: None,
         rows: Rows::new(after, false),
         busy: None,
         out: Out::queue(),
@@ -46,6 +49,9 @@ pub(super) fn follow(
                 f.wait().await;
             }
             f.again = f.read().await;
+            if f.owned == Some(false) {
+                return None;
+            }
         }
     })
 }
@@ -54,6 +60,11 @@ pub(super) fn follow(
 pub(super) struct Follow {
     app: Arc<App>,
     id: String,
+    /// Who follows: the conversation must be theirs (#44), checked once it exists.
+    who: crate::identity::Principal,
+    /// Whether the conversation is `who`'s (`None`: not known yet; `Some(false)` ends the
+    /// stream).
+    owned: Option<bool>,
     rows: Rows,
     /// Whether an answer runs, as last sent.
     busy: Option<bool>,
@@ -82,6 +93,11 @@ impl Follow {
             n
         });
         match app.sessions.find(&self.id).await {
+            Ok(true) if self.owned.is_none() => {
+                // created after the stream started: by whom? (#44)
+                self.owned = Some(super::guard::access(app, &self.id, &self.who).await.is_ok());
+                return self.owned == Some(true);
+            }
             Ok(true) => {
                 // the rows and the lease in one read
                 let (base, messages, turn) = match app.sessions.rows_and_turn(&self.id).await {

@@ -10,6 +10,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::{App, error};
+use crate::identity::Principal;
 
 /// `host[:port]` → host, lower case (`[::1]:80` → `[::1]`).
 pub(super) fn host_name(host: &str) -> String {
@@ -127,5 +128,29 @@ pub(super) fn check_session_id(
         Ok(id)
     } else {
         Err("bad session id: use 8 to 64 characters of A-Z, a-z, 0-9, '-' and '_'".into())
+    }
+}
+
+/// Whether `who` may use conversation `id` (#44): `Ok(true)` it is theirs, `Ok(false)` there is
+/// no such conversation; `404` when it is another principal's — the answer for a conversation
+/// that does not exist, so a caller learns nothing of others' conversations from it. A
+/// conversation with no owner recorded (created before #44, or by a bus message to a person)
+/// is [`Principal::local`]'s only: without authentication everything stays as it was, and with
+/// it nobody takes over an old conversation by knowing its id.
+pub(super) async fn access(app: &App, id: &str, who: &Principal) -> Result<bool, Response> {
+    let owner = match app.sessions.owner(id).await {
+        Ok(o) => o,
+        Err(e) => return Err(super::handlers::store_failed(&e)),
+    };
+    let ok = match owner {
+        None => return Ok(false),
+        Some(Some(o)) => o == who.id(),
+        Some(None) => *who == Principal::local(),
+    };
+    if ok {
+        Ok(true)
+    } else {
+        tracing::info!(session = %id, principal = %who, "chat panel: refused another principal's conversation");
+        Err(error(StatusCode::NOT_FOUND, "no such conversation"))
     }
 }

@@ -16,9 +16,11 @@ use serde_json::{Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::events::follow;
+use super::guard::access;
 use super::guard::{check_session_id, header_str, session_id};
 use super::turn::start_turn;
 use super::{App, PAGE, error};
+use crate::identity::Principal;
 use crate::lease::{self, Acquired};
 use crate::state::entries_from_history;
 
@@ -42,12 +44,16 @@ pub(super) async fn page() -> Response {
 
 pub(super) async fn get_session(
     State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
     let id = match session_id(path) {
         Ok(id) => id,
         Err(r) => return r,
     };
+    if let Err(r) = access(&app, &id, &who).await {
+        return r;
+    }
     match app.sessions.find(&id).await {
         Ok(true) => {}
         Ok(false) => {
@@ -95,6 +101,7 @@ pub(super) async fn get_session(
 /// that is not a row number.
 pub(super) async fn get_events(
     State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     query: axum::extract::RawQuery,
@@ -103,6 +110,9 @@ pub(super) async fn get_events(
         Ok(id) => id,
         Err(r) => return r,
     };
+    if let Err(r) = access(&app, &id, &who).await {
+        return r;
+    }
     let from_query = query.0.as_deref().and_then(|q| {
         q.split('&')
             .find_map(|kv| kv.strip_prefix("after="))
@@ -123,7 +133,7 @@ pub(super) async fn get_events(
             }
         },
     };
-    Sse::new(follow(app, id, after).map(Ok::<_, Infallible>))
+    Sse::new(follow(app, id, who, after).map(Ok::<_, Infallible>))
         .keep_alive(KeepAlive::default())
         .into_response()
 }
@@ -167,6 +177,7 @@ pub(super) const MALFORMED: &str =
 /// second tab), ends the stream with an error entry and changes nothing.
 pub(super) async fn post_approvals(
     State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
@@ -206,6 +217,11 @@ pub(super) async fn post_approvals(
         Ok(p) => p,
         Err(r) => return r,
     };
+    match access(&app, &id, &who).await {
+        Ok(true) => {}
+        Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
+        Err(r) => return r,
+    }
     match app.sessions.find(&id).await {
         Ok(true) => {}
         Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
@@ -292,6 +308,7 @@ pub(super) async fn read_json_body(
 
 pub(super) async fn post_message(
     State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
@@ -335,8 +352,15 @@ pub(super) async fn post_message(
         Ok(p) => p,
         Err(r) => return r,
     };
-    if let Err(e) = app.sessions.find_or_create(&id).await {
+    if let Err(r) = access(&app, &id, &who).await {
+        return r;
+    }
+    if let Err(e) = app.sessions.find_or_create(&id, who.id()).await {
         return store_failed(&e);
+    }
+    // created meanwhile by someone else (two first messages racing): theirs
+    if let Err(r) = access(&app, &id, &who).await {
+        return r;
     }
     // The quick reply a message answers is recorded from the stored text (the latest open set
     // offering it), the same on every worker and after a reload.
@@ -378,6 +402,7 @@ pub(super) fn still_running() -> Response {
 /// waiting (answered already — a second click or tab —, or its turn ended).
 pub(super) async fn post_elicitation(
     State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
     path: Result<Path<(String, u64)>, PathRejection>,
     headers: HeaderMap,
     body: Body,
@@ -424,6 +449,11 @@ pub(super) async fn post_elicitation(
             );
         }
     };
+    match access(&app, &id, &who).await {
+        Ok(true) => {}
+        Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
+        Err(r) => return r,
+    }
     if app.asks.answer(&id, n, answer) {
         axum::Json(json!({"ok": true})).into_response()
     } else {

@@ -31,6 +31,9 @@ use inbox::{BUS_SEEN_KEY, store_person_message};
 
 /// The state slot holding how many messages were trimmed off the conversation's front.
 pub(crate) const BASE_KEY: &str = "chat-panel.base";
+/// The state slot naming the principal a conversation belongs to (#44): set once, when the
+/// conversation is created, in the store itself, so every worker agrees without shared memory.
+pub(crate) const OWNER_KEY: &str = "chat-panel.owner";
 /// Entry ids per row.
 const ROW_SLOTS: u64 = 256;
 /// The first id of entries that are not (yet) stored.
@@ -525,19 +528,36 @@ impl Sessions {
         }
     }
 
-    /// Opens the conversation, creating it in the store when new.
-    pub async fn find_or_create(&self, id: &str) -> Result<(), StoreError> {
+    /// Opens the conversation, creating it in the store when new, owned by `owner`. `false`
+    /// when it existed already (its owner is then whoever created it).
+    pub async fn find_or_create(&self, id: &str, owner: &str) -> Result<bool, StoreError> {
         if self.find(id).await? {
-            return Ok(());
+            return Ok(false);
         }
         self.make_room().await;
         match self.store.create(id).await {
             Ok(()) => self.count_stored(1),
-            Err(StoreError::AlreadyExists { .. }) => {}
+            Err(StoreError::AlreadyExists { .. }) => {
+                self.open(id).await;
+                return Ok(false);
+            }
             Err(e) => return Err(e),
         }
+        self.store
+            .append_with_state(id, &[], StateChange::new(OWNER_KEY, None, Some(owner)))
+            .await?;
         self.open(id).await;
-        Ok(())
+        Ok(true)
+    }
+
+    /// Whom the conversation belongs to: `None` when it does not exist, `Some(None)` when it
+    /// has no owner recorded (created before #44, or by a bus message to a person).
+    pub async fn owner(&self, id: &str) -> Result<Option<Option<String>>, StoreError> {
+        match self.store.get_state(id, OWNER_KEY).await {
+            Ok(o) => Ok(Some(o)),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn open(&self, id: &str) {
@@ -672,8 +692,15 @@ impl Sessions {
         };
         let tail = &messages[start..];
         let new_base = (base + start as u64).to_string();
+        let owner = self.store.get_state(id, OWNER_KEY).await?;
         self.store.delete(id).await?;
         self.store.create(id).await?;
+        if let Some(o) = owner.as_deref() {
+            // the conversation stays its owner's (#44)
+            self.store
+                .append_with_state(id, &[], StateChange::new(OWNER_KEY, None, Some(o)))
+                .await?;
+        }
         self.store
             .append_with_state(id, tail, StateChange::new(BASE_KEY, None, Some(&new_base)))
             .await?;

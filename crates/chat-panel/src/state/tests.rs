@@ -88,7 +88,7 @@ async fn q10_a_bus_message_from_another_sender_is_stored_and_shown_with_its_quic
     let bus = MessageBus::new();
     let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
     let sessions = Sessions::new(bus.clone(), store.clone(), false, 10);
-    sessions.find_or_create("sid-0001").await.unwrap();
+    sessions.find_or_create("sid-0001", "local").await.unwrap();
     let q = QuickReplies::new(vec!["A".into(), "B".into()]).unwrap();
     bus.send(
         OutgoingMessage::new("ops-bot", user_address("sid-0001"), "pick").with_quick_replies(q),
@@ -166,14 +166,14 @@ async fn sessions_are_capped_evicted_history_is_freed_and_get_never_creates() {
         store.list().await.unwrap().is_empty(),
         "a lookup created nothing"
     );
-    sessions.find_or_create("aaaaaaaa").await.unwrap();
+    sessions.find_or_create("aaaaaaaa", "local").await.unwrap();
     assert!(bus.is_subscribed("user:aaaaaaaa"));
     store
         .append("aaaaaaaa", &[Message::user("hello")])
         .await
         .unwrap();
-    sessions.find_or_create("bbbbbbbb").await.unwrap();
-    sessions.find_or_create("cccccccc").await.unwrap();
+    sessions.find_or_create("bbbbbbbb", "local").await.unwrap();
+    sessions.find_or_create("cccccccc", "local").await.unwrap();
     {
         let map = sessions.map.lock().unwrap();
         assert_eq!(map.len(), 2);
@@ -194,8 +194,8 @@ async fn workers_a_shared_store_is_never_trimmed_or_evicted_from() {
     let bus = MessageBus::new();
     let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
     let sessions = Sessions::new(bus, store.clone(), true, 1);
-    sessions.find_or_create("aaaaaaaa").await.unwrap();
-    sessions.find_or_create("bbbbbbbb").await.unwrap();
+    sessions.find_or_create("aaaaaaaa", "local").await.unwrap();
+    sessions.find_or_create("bbbbbbbb", "local").await.unwrap();
     assert_eq!(store.list().await.unwrap(), ["aaaaaaaa", "bbbbbbbb"]);
     for i in 0..10 {
         store
@@ -254,7 +254,7 @@ async fn finding3_stored_history_is_trimmed_to_whole_turns_and_row_numbers_go_on
     let bus = MessageBus::new();
     let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
     let sessions = Sessions::new(bus, store.clone(), false, 10);
-    sessions.find_or_create("long-one").await.unwrap();
+    sessions.find_or_create("long-one", "local").await.unwrap();
     for i in 0..50 {
         store
             .append(
