@@ -18,7 +18,34 @@
 //!   HMAC "signed" with the provider's public key) are refused.
 //!
 //! Every worker with the same configuration agrees on who a request is: nothing is kept in
-//! memory that another worker would need.
+//! memory that another worker would need. Deployment: `docs/deploy.md`.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use chat_panel::PanelConfig;
+//! use chat_panel::identity::{
+//!     Algorithm, IdentityError, JwtBearer, JwtBearerConfig, TrustedProxyHeader,
+//! };
+//! // behind a proxy at 10.0.0.2 that names the person in X-Forwarded-User
+//! let proxy = TrustedProxyHeader::new("x-forwarded-user", ["10.0.0.2".parse()?])?;
+//! let config = PanelConfig::default()
+//!     .with_allowed_host("chat.example.com")
+//!     .with_authenticator(proxy);
+//! assert!(!config.authenticator.loopback_only()); // may listen beyond loopback
+//!
+//! // or OIDC bearer tokens, checked against the provider's keys (fetched with the first token)
+//! let oidc = JwtBearerConfig::new(
+//!     "https://id.example.com/jwks",
+//!     "https://id.example.com",
+//!     "chat-panel",
+//! );
+//! let config = PanelConfig::default().with_authenticator(JwtBearer::new(oidc.clone())?);
+//! # let _ = config;
+//! // HMAC is never accepted: a token "signed" with the public key would verify
+//! let hmac = JwtBearerConfig { algorithms: vec![Algorithm::HS256], ..oidc };
+//! assert!(matches!(JwtBearer::new(hmac), Err(IdentityError::SymmetricAlgorithm(_))));
+//! # Ok(()) }
+//! ```
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -27,7 +54,10 @@ use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderName, header};
 use jsonwebtoken::jwk::JwkSet;
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{DecodingKey, Validation};
+
+/// A JWS signature algorithm ([`JwtBearerConfig::algorithms`]).
+pub use jsonwebtoken::Algorithm;
 
 /// Who a request is: an opaque, stable id (the token's `sub`, the proxy header's value, or
 /// `local` without authentication). Conversations belong to one.

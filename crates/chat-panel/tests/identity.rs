@@ -78,7 +78,7 @@ impl Issuer {
 
     fn bearer(&self) -> JwtBearer {
         let mut c = JwtBearerConfig::new(&self.url, ISS, AUD);
-        c.refetch_interval = Duration::from_millis(400);
+        c.refetch_interval = Duration::from_millis(1000);
         JwtBearer::new(c).unwrap()
     }
 }
@@ -268,17 +268,17 @@ async fn jwt_a_rotated_key_is_picked_up_without_restart_and_unknown_kids_refetch
     let rotated = token("rsa-b", "rsa-b", &claims("alice"));
     assert_eq!(check(&b, &rotated).await, Err(Refusal::UnknownKey));
     assert_eq!(issuer.fetches(), 1, "no refetch within the interval");
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(check(&b, &rotated).await.unwrap().id(), "alice");
     assert_eq!(issuer.fetches(), 2, "the unknown kid made one refetch");
     // made-up kids cannot make the panel hammer the provider
+    let ghost = token("rsa-b", "ghost", &claims("alice"));
     for _ in 0..20 {
-        let ghost = token("rsa-b", "ghost", &claims("alice"));
         assert_eq!(check(&b, &ghost).await, Err(Refusal::UnknownKey));
     }
     assert_eq!(issuer.fetches(), 2);
     // the retired key no longer verifies once the set is refetched
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let old = token("rsa-a", "rsa-a", &claims("alice"));
     assert_eq!(check(&b, &old).await, Err(Refusal::UnknownKey));
     assert_eq!(issuer.fetches(), 3);
@@ -435,6 +435,41 @@ async fn proxied_panel() -> common::Fixture {
     .await
 }
 
+/// A new conversation of `who`'s, named by the server.
+async fn mint(fx: &common::Fixture, who: &str) -> String {
+    let (s, body) = as_user(
+        who,
+        reqwest::Method::POST,
+        format!("{}api/sessions", fx.url()),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    serde_json::from_str::<Value>(&body).unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A custom authenticator (the seam): the person named in `x-forwarded-user`, from anyone,
+/// loopback only — so conversations may still be started under ids the client picks.
+#[derive(Debug)]
+struct LocalUsers;
+
+#[async_trait::async_trait]
+impl Authenticator for LocalUsers {
+    async fn authenticate(&self, head: RequestHead<'_>) -> Result<Principal, Refusal> {
+        let v = head
+            .headers
+            .get("x-forwarded-user")
+            .ok_or(Refusal::MissingToken)?;
+        Principal::new(v.to_str().map_err(|_| Refusal::BadPrincipal)?)
+    }
+    fn loopback_only(&self) -> bool {
+        true
+    }
+}
+
 async fn as_user(
     who: &str,
     method: reqwest::Method,
@@ -459,7 +494,8 @@ async fn as_user(
 #[tokio::test]
 async fn ownership_every_endpoint_answers_404_to_another_principal() {
     let fx = proxied_panel().await;
-    let base = format!("{}api/sessions/conv-alice-0001", fx.url());
+    let id = mint(&fx, "alice").await;
+    let base = format!("{}api/sessions/{id}", fx.url());
     let (s, body) = as_user(
         "alice",
         reqwest::Method::POST,
@@ -516,7 +552,11 @@ async fn ownership_every_endpoint_answers_404_to_another_principal() {
 #[tokio::test]
 async fn ownership_a_stream_opened_before_another_principal_creates_the_conversation_shows_none_of_it()
  {
-    let fx = proxied_panel().await;
+    let fx = common::start_with(
+        PanelConfig::default().with_authenticator(LocalUsers),
+        common::demo_responder,
+    )
+    .await;
     let base = format!("{}api/sessions/conv-later-0001", fx.url());
     let follow = tokio::spawn(as_user(
         "bob",
@@ -538,5 +578,52 @@ async fn ownership_a_stream_opened_before_another_principal_creates_the_conversa
     assert!(
         !seen.contains("secret plans") && !seen.contains("event: row"),
         "{seen}"
+    );
+}
+
+#[tokio::test]
+async fn ownership_the_server_mints_unguessable_ids_and_refuses_client_chosen_ones() {
+    let fx = proxied_panel().await;
+    let sessions = format!("{}api/sessions", fx.url());
+    let (s, body) = as_user("alice", reqwest::Method::POST, sessions.clone(), None).await;
+    assert_eq!(s, 200, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
+    let (_, other) = as_user("alice", reqwest::Method::POST, sessions, None).await;
+    assert!(!other.contains(&id), "two conversations, two ids");
+    // the minted conversation is alice's: she can post into it, bob cannot see it
+    let base = format!("{}api/sessions/{id}", fx.url());
+    let (s, text) = as_user(
+        "alice",
+        reqwest::Method::POST,
+        format!("{base}/messages"),
+        Some(json!({"text": "hello"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+    let (s, _) = as_user("bob", reqwest::Method::GET, base, None).await;
+    assert_eq!(s, 404);
+    // an id the client picks is not used as a key: nothing is created under it
+    let chosen = format!("{}api/sessions/my-own-id-0001", fx.url());
+    let (s, text) = as_user(
+        "alice",
+        reqwest::Method::POST,
+        format!("{chosen}/messages"),
+        Some(json!({"text": "hello"})),
+    )
+    .await;
+    assert_eq!(s, 404, "{text}");
+    assert!(text.contains("POST /api/sessions"), "{text}");
+    let (s, state) = as_user("alice", reqwest::Method::GET, chosen, None).await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&state).unwrap()["entries"],
+        json!([])
     );
 }

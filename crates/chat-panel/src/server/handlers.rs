@@ -352,8 +352,18 @@ pub(super) async fn post_message(
         Ok(p) => p,
         Err(r) => return r,
     };
-    if let Err(r) = access(&app, &id, &who).await {
-        return r;
+    match access(&app, &id, &who).await {
+        Ok(true) => {}
+        // With authentication the server names conversations (`POST /api/sessions`): an id a
+        // client proposes is never used as a key, so nobody can pick, or guess, another's.
+        Ok(false) if !app.config.authenticator.loopback_only() => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "no such conversation: start one with POST /api/sessions (the server names conversations)",
+            );
+        }
+        Ok(false) => {}
+        Err(r) => return r,
     }
     if let Err(e) = app.sessions.find_or_create(&id, who.id()).await {
         return store_failed(&e);
@@ -461,5 +471,23 @@ pub(super) async fn post_elicitation(
             StatusCode::NOT_FOUND,
             "no such question is waiting (it was answered already, or its answer ended)",
         )
+    }
+}
+
+/// `POST /api/sessions`: a new conversation, owned by the caller, named by the server —
+/// `{"sessionId"}`: 128 random bits as 32 hex digits, so nobody can guess another's.
+pub(super) async fn post_session(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+) -> Response {
+    let id = format!("{:032x}", rand::random::<u128>());
+    match app.sessions.find_or_create(&id, who.id()).await {
+        Ok(true) => axum::Json(json!({"sessionId": id})).into_response(),
+        // 2^-128: a collision would mean the random source is broken
+        Ok(false) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the new conversation's id was taken already; the server's random source is suspect",
+        ),
+        Err(e) => store_failed(&e),
     }
 }

@@ -25,7 +25,9 @@ mod translate;
 mod turn;
 
 use guard::check_request;
-use handlers::{get_events, get_session, page, post_approvals, post_elicitation, post_message};
+use handlers::{
+    get_events, get_session, page, post_approvals, post_elicitation, post_message, post_session,
+};
 
 const PAGE: &str = include_str!("../page.html");
 
@@ -94,6 +96,13 @@ impl App {
 ///
 /// HTTP API (every error is JSON `{"error": "..."}`):
 /// * `GET /` — the page.
+/// * `POST /api/sessions` — `{"sessionId"}`: a new conversation owned by the caller, with an
+///   id the server mints (128 random bits). With an authenticator other than
+///   [`NoAuth`](crate::identity::NoAuth) this is the only way to start one: a message to an id
+///   that does not exist is `404`.
+/// * Every `/api/` request is authenticated ([`PanelConfig::authenticator`]): `401` with
+///   `WWW-Authenticate: Bearer` when refused. A conversation is its creator's: any endpoint
+///   answers another principal `404`, as for one that does not exist.
 /// * `GET /api/sessions/{id}` — `{"sessionId", "busy", "entries": [Entry...], "pending",
 ///   "lastEventId"}`; an unknown session has no entries (a `GET` never creates one).
 ///   `lastEventId` is the number of the last stored row (see the events stream).
@@ -172,6 +181,7 @@ impl ChatPanel {
         Router::new()
             .route("/", get(page))
             .route("/healthz", get(|| async { "ok" }))
+            .route("/api/sessions", axum::routing::post(post_session))
             .route("/api/sessions/{id}", get(get_session))
             .route("/api/sessions/{id}/events", get(get_events))
             .route(
