@@ -219,6 +219,9 @@ pub struct PanelConfig {
     pub allowed_hosts: Vec<String>,
     /// Origins (`scheme://host[:port]`) accepted besides the panel's own (default none).
     pub allowed_origins: Vec<String>,
+    /// Who is calling (#44): every `/api/` request is authenticated by it, and a refusal is
+    /// `401` (default [`NoAuth`](crate::identity::NoAuth), loopback only).
+    pub authenticator: std::sync::Arc<dyn crate::identity::Authenticator>,
     /// Open connections at most; beyond it the longest idle connection is closed, or the new
     /// one refused with `503` when none is idle (default 512).
     pub max_connections: usize,
@@ -260,6 +263,7 @@ impl Default for PanelConfig {
             env_problem: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
+            authenticator: std::sync::Arc::new(crate::identity::NoAuth),
             max_connections: 512,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
@@ -416,6 +420,14 @@ impl PanelConfig {
     /// Accepts `host` (a `Host` header value, e.g. `chat.example.com`) too.
     pub fn with_allowed_host(mut self, host: impl Into<String>) -> Self {
         self.allowed_hosts.push(host.into());
+        self
+    }
+    /// Authenticates every `/api/` request with `auth` ([`crate::identity`]): a
+    /// [`JwtBearer`](crate::identity::JwtBearer) or a
+    /// [`TrustedProxyHeader`](crate::identity::TrustedProxyHeader) lets the panel listen on
+    /// an address other than loopback.
+    pub fn with_authenticator(mut self, auth: impl crate::identity::Authenticator) -> Self {
+        self.authenticator = std::sync::Arc::new(auth);
         self
     }
     /// Accepts requests from `origin` (e.g. `https://chat.example.com`) too.

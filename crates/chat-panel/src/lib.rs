@@ -14,6 +14,12 @@
 //! (`Host`, `Origin`, `Sec-Fetch-Site`, `application/json`), every connection has timeouts and
 //! the number of connections is capped. Details: [`ChatPanel`] and [`PanelConfig`].
 //!
+//! Reached by other people (behind a reverse proxy, several workers), it knows who calls
+//! (issue 44): an [`identity::Authenticator`] — OIDC/JWT bearer tokens checked against the
+//! provider's JWKS, or a trusted proxy's header — authenticates every API request, and each
+//! conversation belongs to the principal that created it (another gets `404`). Without one the
+//! panel listens on loopback only. Example: [`identity`]; deployment: `docs/deploy.md`.
+//!
 //! ```no_run
 //! # async fn demo(model: impl llm_core::ChatModel + 'static) -> Result<(), Box<dyn std::error::Error>> {
 //! use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
@@ -33,6 +39,7 @@
 mod backend;
 mod config;
 mod elicit;
+pub mod identity;
 mod lease;
 mod net;
 mod server;

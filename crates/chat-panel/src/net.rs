@@ -199,6 +199,8 @@ async fn run_conn(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    // who connected, for the authenticator (a trusted proxy's header is believed from it only)
+    let peer = stream.peer_addr().ok();
     let io = Guarded {
         io: stream,
         conn: conn.clone(),
@@ -214,7 +216,11 @@ async fn run_conn(
         let guard = InFlight(svc_conn.clone());
         let router = router.clone();
         async move {
-            let resp = match router.oneshot(req.map(Body::new)).await {
+            let mut req = req.map(Body::new);
+            if let Some(p) = peer {
+                req.extensions_mut().insert(axum::extract::ConnectInfo(p));
+            }
+            let resp = match router.oneshot(req).await {
                 Ok(r) => r,
                 Err(never) => match never {},
             };

@@ -15,15 +15,25 @@ use std::time::Instant;
 
 use context_engine::{SessionStore, StateChange, StoreError};
 use llm_core::{Message, ToolCall};
-use messaging::{BusMessage, MessageBus, Subscription};
+use messaging::{BusMessage, MessageBus};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::user_address;
 
+mod inbox;
+
+pub(crate) use inbox::BusMemory;
+use inbox::inbox_task;
+#[cfg(test)]
+use inbox::{BUS_SEEN_KEY, store_person_message};
+
 /// The state slot holding how many messages were trimmed off the conversation's front.
 pub(crate) const BASE_KEY: &str = "chat-panel.base";
+/// The state slot naming the principal a conversation belongs to (#44): set once, when the
+/// conversation is created, in the store itself, so every worker agrees without shared memory.
+pub(crate) const OWNER_KEY: &str = "chat-panel.owner";
 /// Entry ids per row.
 const ROW_SLOTS: u64 = 256;
 /// The first id of entries that are not (yet) stored.
@@ -308,7 +318,7 @@ pub(crate) async fn load_rows(
 
 /// The stored round that shows a bus message from another sender (not the panel's own agent)
 /// to the person: a `send_message` call naming its sender, and its result.
-fn foreign_message_round(m: &BusMessage) -> Vec<Message> {
+pub(super) fn foreign_message_round(m: &BusMessage) -> Vec<Message> {
     let call_id = format!("bus-{}", m.msg_id);
     let mut args = json!({"recipient": crate::USER_RECIPIENT, "text": m.text, "from": m.from});
     if !m.quick_replies.is_empty() {
@@ -518,19 +528,36 @@ impl Sessions {
         }
     }
 
-    /// Opens the conversation, creating it in the store when new.
-    pub async fn find_or_create(&self, id: &str) -> Result<(), StoreError> {
+    /// Opens the conversation, creating it in the store when new, owned by `owner`. `false`
+    /// when it existed already (its owner is then whoever created it).
+    pub async fn find_or_create(&self, id: &str, owner: &str) -> Result<bool, StoreError> {
         if self.find(id).await? {
-            return Ok(());
+            return Ok(false);
         }
         self.make_room().await;
         match self.store.create(id).await {
             Ok(()) => self.count_stored(1),
-            Err(StoreError::AlreadyExists { .. }) => {}
+            Err(StoreError::AlreadyExists { .. }) => {
+                self.open(id).await;
+                return Ok(false);
+            }
             Err(e) => return Err(e),
         }
+        self.store
+            .append_with_state(id, &[], StateChange::new(OWNER_KEY, None, Some(owner)))
+            .await?;
         self.open(id).await;
-        Ok(())
+        Ok(true)
+    }
+
+    /// Whom the conversation belongs to: `None` when it does not exist, `Some(None)` when it
+    /// has no owner recorded (created before #44, or by a bus message to a person).
+    pub async fn owner(&self, id: &str) -> Result<Option<Option<String>>, StoreError> {
+        match self.store.get_state(id, OWNER_KEY).await {
+            Ok(o) => Ok(Some(o)),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn open(&self, id: &str) {
@@ -665,135 +692,19 @@ impl Sessions {
         };
         let tail = &messages[start..];
         let new_base = (base + start as u64).to_string();
+        let owner = self.store.get_state(id, OWNER_KEY).await?;
         self.store.delete(id).await?;
         self.store.create(id).await?;
+        if let Some(o) = owner.as_deref() {
+            // the conversation stays its owner's (#44)
+            self.store
+                .append_with_state(id, &[], StateChange::new(OWNER_KEY, None, Some(o)))
+                .await?;
+        }
         self.store
             .append_with_state(id, tail, StateChange::new(BASE_KEY, None, Some(&new_base)))
             .await?;
         Ok(())
-    }
-}
-
-/// The state slot of a conversation that remembers the bus messages stored into it, so that a
-/// message the broker hands out again (to this worker or another) is stored once: a JSON array
-/// of `[msg_id, stored at (ms since the Unix epoch)]`, oldest first, bounded by [`BusMemory`].
-/// One slot per conversation — the previous version kept a slot per message
-/// (`chat-panel.bus.MSGID`) and never deleted it.
-pub(crate) const BUS_SEEN_KEY: &str = "chat-panel.bus";
-
-/// How long and how many of the bus messages stored into a conversation are remembered to
-/// store a repeat once ([`PanelConfig::bus_memory_max_age`](crate::PanelConfig::bus_memory_max_age),
-/// [`bus_memory_max_ids`](crate::PanelConfig::bus_memory_max_ids)).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BusMemory {
-    pub max_age: std::time::Duration,
-    pub max_ids: usize,
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// The slot's value with `msg_id` added at `now` and what is too old or too many left out;
-/// `None` when `msg_id` is remembered already (a repeat).
-fn remember(value: Option<&str>, msg_id: &str, now: u64, memory: BusMemory) -> Option<String> {
-    let mut seen: Vec<(String, u64)> = match value.map(serde_json::from_str) {
-        None => Vec::new(),
-        Some(Ok(v)) => v,
-        Some(Err(e)) => {
-            tracing::warn!(error = %e, "chat panel: the conversation's memory of bus messages does not parse; starting it again");
-            Vec::new()
-        }
-    };
-    if seen.iter().any(|(id, _)| id == msg_id) {
-        return None;
-    }
-    let max_age = u64::try_from(memory.max_age.as_millis()).unwrap_or(u64::MAX);
-    seen.retain(|(_, at)| now.saturating_sub(*at) < max_age);
-    seen.push((msg_id.to_owned(), now));
-    let extra = seen.len().saturating_sub(memory.max_ids.max(1));
-    seen.drain(..extra);
-    Some(serde_json::to_string(&seen).unwrap_or_else(|_| "[]".into()))
-}
-
-/// Stores what arrives for the persons (`user:ID`) from senders other than the panel's own
-/// agent (whose messages are stored as its `send_message` calls) into the conversation `ID`,
-/// creating it when it is new; the store's change feed wakes the streams of every worker.
-/// A store that cannot be reached is retried (backoff to 5 s) until the message is stored: the
-/// group's next message waits meanwhile, so the order holds and nothing taken is dropped.
-/// A message is confirmed to the bus only once it is stored (or deliberately dropped, with a
-/// log line): a worker that dies before that leaves it to the broker, which hands it to another
-/// worker (after `ack_wait`), and the conversation's memory of message ids ([`BUS_SEEN_KEY`])
-/// stores it once however often it comes.
-async fn inbox_task(mut inbox: Subscription, store: Arc<dyn SessionStore>, memory: BusMemory) {
-    while let Some(received) = inbox.recv_unconfirmed().await {
-        let m = received.message();
-        if m.from != AGENT_SENDER {
-            store_person_message(&*store, m, memory).await;
-        }
-        let msg_id = m.msg_id.clone();
-        if let Err(e) = received.confirm().await {
-            // stored: a repeat the broker may hand out is recognised by its id
-            tracing::warn!(%msg_id, error = %e, "chat panel: a stored bus message was not confirmed to the broker; a repeat will be dropped");
-        }
-    }
-}
-
-/// Stores `m` in conversation ID (created if new) once, retrying while the database is away.
-/// Returns once it is stored, was stored before, or cannot be (logged: not a conversation id, or
-/// refused by the store for good).
-async fn store_person_message(store: &dyn SessionStore, m: &BusMessage, memory: BusMemory) {
-    let id =
-        m.to.strip_prefix(PERSONS)
-            .and_then(|r| r.strip_prefix(':'))
-            .unwrap_or_default();
-    if !is_session_id(id) {
-        tracing::warn!(to = %m.to, msg_id = %m.msg_id, from = %m.from,
-            "chat panel: a message for a person whose address is not a conversation id was dropped (8 to 64 of A-Z a-z 0-9 - _)");
-        return;
-    }
-    // Stored once whichever worker (or how often) the broker hands it to: the conversation's
-    // memory of message ids, changed in the same compare-and-set as the round.
-    let round = foreign_message_round(m);
-    let mut wait = std::time::Duration::from_millis(100);
-    loop {
-        let attempt = match store.get_state(id, BUS_SEEN_KEY).await {
-            Ok(before) => match remember(before.as_deref(), &m.msg_id, now_ms(), memory) {
-                None => {
-                    tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
-                    return;
-                }
-                Some(after) => {
-                    let change = StateChange::new(BUS_SEEN_KEY, before.as_deref(), Some(&after));
-                    store.append_with_state(id, &round, change).await
-                }
-            },
-            Err(e) => Err(e),
-        };
-        match attempt {
-            Ok(Some(_)) => return,
-            // another worker changed the memory meanwhile: read it again
-            Ok(None) => continue,
-            Err(StoreError::NotFound { .. }) => match store.create(id).await {
-                Ok(()) | Err(StoreError::AlreadyExists { .. }) => continue,
-                Err(e) => {
-                    tracing::warn!(session = %id, error = %e, "chat panel: could not start a conversation for a message; retrying");
-                }
-            },
-            Err(e @ (StoreError::Unreachable { .. } | StoreError::Database { .. })) => {
-                tracing::warn!(session = %id, from = %m.from, error = %e, retry_in_ms = wait.as_millis() as u64,
-                    "chat panel: could not store a message for the person; retrying");
-            }
-            Err(e) => {
-                tracing::error!(session = %id, from = %m.from, msg_id = %m.msg_id, error = %e,
-                    "chat panel: a message for the person could not be stored and was dropped");
-                return;
-            }
-        }
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(std::time::Duration::from_secs(5));
     }
 }
 
@@ -806,280 +717,4 @@ pub(crate) fn is_session_id(id: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use messaging::{OutgoingMessage, QuickReplies};
-
-    fn ask(call: &str, text: &str, replies: &[&str]) -> [Message; 2] {
-        [
-            Message::Assistant {
-                content: String::new(),
-                tool_calls: vec![ToolCall {
-                    id: call.into(),
-                    name: "send_message".into(),
-                    arguments: json!({"recipient": "user", "text": text, "quickReplies": replies}),
-                }],
-            },
-            Message::Tool {
-                tool_call_id: call.into(),
-                name: "send_message".into(),
-                content: r#"{"success":true}"#.into(),
-            },
-        ]
-    }
-
-    async fn wait_rows(store: &dyn SessionStore, id: &str, n: usize) -> Vec<Message> {
-        for _ in 0..200 {
-            let m = store.load(id).await.unwrap().messages;
-            if m.len() >= n {
-                return m;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        panic!("{id} never reached {n} stored messages");
-    }
-
-    #[tokio::test]
-    async fn i42_6_bus_rows_are_kept_for_their_retention_then_go() {
-        let store = context_engine::MemoryStore::new();
-        let memory = BusMemory {
-            max_age: std::time::Duration::from_millis(800),
-            max_ids: 2,
-        };
-        let msg = |id: &str| {
-            let m = OutgoingMessage::new("ops-bot", "user:conv-0001", id).with_msg_id(id);
-            BusMessage::from_payload(&json!({
-                "id": 1, "msgId": m.msg_id, "from": m.from, "to": m.to, "text": m.text
-            }))
-            .unwrap()
-        };
-        let remembered = || async {
-            let v = store.get_state("conv-0001", BUS_SEEN_KEY).await.unwrap();
-            let seen: Vec<(String, u64)> = serde_json::from_str(&v.unwrap()).unwrap();
-            seen.into_iter().map(|(id, _)| id).collect::<Vec<_>>()
-        };
-        let count = || async { store.load("conv-0001").await.unwrap().messages.len() };
-
-        store_person_message(&store, &msg("m-1"), memory).await;
-        assert_eq!(
-            (count().await, remembered().await),
-            (2, vec!["m-1".to_owned()])
-        );
-        // a repeat within the retention is stored once
-        store_person_message(&store, &msg("m-1"), memory).await;
-        assert_eq!(count().await, 2);
-        // past the retention the next message stored takes the old id away
-        tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
-        store_person_message(&store, &msg("m-2"), memory).await;
-        assert_eq!(
-            (count().await, remembered().await),
-            (4, vec!["m-2".to_owned()])
-        );
-        // and beyond max_ids the oldest go
-        store_person_message(&store, &msg("m-3"), memory).await;
-        store_person_message(&store, &msg("m-4"), memory).await;
-        assert_eq!(remembered().await, ["m-3", "m-4"]);
-        assert_eq!(count().await, 8);
-        // one slot per conversation, none per message (the previous version's)
-        assert_eq!(
-            store
-                .get_state("conv-0001", "chat-panel.bus.m-4")
-                .await
-                .unwrap(),
-            None
-        );
-    }
-
-    #[tokio::test]
-    async fn q10_a_bus_message_from_another_sender_is_stored_and_shown_with_its_quick_replies() {
-        let bus = MessageBus::new();
-        let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
-        let sessions = Sessions::new(bus.clone(), store.clone(), false, 10);
-        sessions.find_or_create("sid-0001").await.unwrap();
-        let q = QuickReplies::new(vec!["A".into(), "B".into()]).unwrap();
-        bus.send(
-            OutgoingMessage::new("ops-bot", user_address("sid-0001"), "pick").with_quick_replies(q),
-        )
-        .await
-        .unwrap();
-        // the panel's own agent's messages are shown from its stored call, not stored again
-        bus.send(OutgoingMessage::new(
-            AGENT_SENDER,
-            user_address("sid-0001"),
-            "own",
-        ))
-        .await
-        .unwrap();
-        let msgs = wait_rows(&*store, "sid-0001", 2).await;
-        let entries = entries_from_history("sid-0001", 0, &msgs);
-        let shown: Vec<_> = entries
-            .iter()
-            .filter(|e| e.kind == EntryKind::Message)
-            .collect();
-        assert_eq!(shown.len(), 1);
-        assert_eq!(shown[0].quick_replies, ["A", "B"]);
-        assert_eq!(shown[0].from.as_deref(), Some("ops-bot"));
-        assert!(!shown[0].answered);
-        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
-        assert_eq!(store.load("sid-0001").await.unwrap().messages.len(), 2);
-    }
-
-    #[test]
-    fn q13_q15_a_reply_answers_open_sets_and_records_a_choice_only_when_it_is_an_option() {
-        let mut msgs: Vec<Message> = ask("c1", "pick", &["A", "B"]).into();
-        msgs.push(Message::user("B"));
-        msgs.extend(ask("c2", "again", &["A"]));
-        msgs.push(Message::user("something else"));
-        let e = entries_from_history("s", 0, &msgs);
-        let asked: Vec<&Entry> = e.iter().filter(|e| e.kind == EntryKind::Message).collect();
-        assert!(asked[0].answered && asked[0].chosen.as_deref() == Some("B"));
-        assert!(asked[1].answered && asked[1].chosen.is_none());
-        // the update of the answered set is in the user's row
-        let rows = rows_from_history("s", 0, &msgs);
-        let user_row = rows.iter().find(|r| r.row == 3).unwrap();
-        assert_eq!(user_row.events[0].0, "update");
-        assert_eq!(user_row.events[1].1.kind, EntryKind::User);
-    }
-
-    #[test]
-    fn workers_entry_ids_and_rows_come_from_stored_positions() {
-        let mut msgs = vec![Message::user("hi")];
-        msgs.extend(ask("c1", "pick", &["A"]));
-        msgs.push(Message::assistant("done"));
-        let rows = rows_from_history("s", 10, &msgs);
-        let numbers: Vec<u64> = rows.iter().map(|r| r.row).collect();
-        assert_eq!(numbers, [11, 12, 13, 14]);
-        assert_eq!(rows[0].events[0].1.id, 11 * ROW_SLOTS);
-        assert_eq!(rows[1].events[0].1.kind, EntryKind::Tool);
-        // the tool result row updates the call's entry and shows the message
-        assert_eq!(rows[2].events[0].0, "update");
-        assert_eq!(rows[2].events[0].1.id, 12 * ROW_SLOTS);
-        assert_eq!(rows[2].events[1].1.id, 13 * ROW_SLOTS);
-        // the same rows on another worker give the same entries
-        assert_eq!(
-            entries_from_history("s", 10, &msgs),
-            entries_from_history("s", 10, &msgs.clone())
-        );
-        assert!(live_id() >= LIVE_IDS);
-    }
-
-    #[tokio::test]
-    async fn sessions_are_capped_evicted_history_is_freed_and_get_never_creates() {
-        let bus = MessageBus::new();
-        let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
-        let sessions = Sessions::new(bus.clone(), store.clone(), false, 2);
-        assert!(!sessions.find("aaaaaaaa").await.unwrap());
-        assert!(
-            store.list().await.unwrap().is_empty(),
-            "a lookup created nothing"
-        );
-        sessions.find_or_create("aaaaaaaa").await.unwrap();
-        assert!(bus.is_subscribed("user:aaaaaaaa"));
-        store
-            .append("aaaaaaaa", &[Message::user("hello")])
-            .await
-            .unwrap();
-        sessions.find_or_create("bbbbbbbb").await.unwrap();
-        sessions.find_or_create("cccccccc").await.unwrap();
-        {
-            let map = sessions.map.lock().unwrap();
-            assert_eq!(map.len(), 2);
-            assert!(
-                !map.contains_key("aaaaaaaa"),
-                "least recently used went first"
-            );
-        }
-        assert_eq!(
-            store.list().await.unwrap(),
-            ["bbbbbbbb", "cccccccc"],
-            "its history was deleted from the store"
-        );
-    }
-
-    #[tokio::test]
-    async fn workers_a_shared_store_is_never_trimmed_or_evicted_from() {
-        let bus = MessageBus::new();
-        let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
-        let sessions = Sessions::new(bus, store.clone(), true, 1);
-        sessions.find_or_create("aaaaaaaa").await.unwrap();
-        sessions.find_or_create("bbbbbbbb").await.unwrap();
-        assert_eq!(store.list().await.unwrap(), ["aaaaaaaa", "bbbbbbbb"]);
-        for i in 0..10 {
-            store
-                .append(
-                    "bbbbbbbb",
-                    &[Message::user(format!("q{i}")), Message::assistant("a")],
-                )
-                .await
-                .unwrap();
-        }
-        sessions.trim_history("bbbbbbbb", 4).await.unwrap();
-        assert_eq!(store.load("bbbbbbbb").await.unwrap().messages.len(), 20);
-    }
-
-    #[tokio::test]
-    async fn c4_a_conversation_is_rebuilt_from_the_store() {
-        let bus = MessageBus::new();
-        let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
-        store.create("restored1").await.unwrap();
-        let mut round = vec![Message::user("hello")];
-        round.extend(ask("c1", "pick", &["A", "B"]));
-        round.extend([
-            Message::assistant("I asked you above."),
-            Message::user("B"),
-            Message::assistant("You chose B."),
-        ]);
-        store.append("restored1", &round).await.unwrap();
-        let sessions = Sessions::new(bus, store.clone(), false, 10);
-        assert!(sessions.find("restored1").await.unwrap());
-        let (base, msgs) = load_rows(&*store, "restored1").await.unwrap().unwrap();
-        let entries = entries_from_history("restored1", base, &msgs);
-        let kinds: Vec<EntryKind> = entries.iter().map(|e| e.kind).collect();
-        assert_eq!(
-            kinds,
-            [
-                EntryKind::User,
-                EntryKind::Tool,
-                EntryKind::Message,
-                EntryKind::Assistant,
-                EntryKind::User,
-                EntryKind::Assistant
-            ]
-        );
-        let m = &entries[2];
-        assert_eq!(m.quick_replies, ["A", "B"]);
-        assert!(m.answered);
-        assert_eq!(m.chosen.as_deref(), Some("B"));
-        assert_eq!(
-            entries[1].tool.as_ref().unwrap().result.as_deref(),
-            Some(r#"{"success":true}"#)
-        );
-    }
-
-    #[tokio::test]
-    async fn finding3_stored_history_is_trimmed_to_whole_turns_and_row_numbers_go_on() {
-        let bus = MessageBus::new();
-        let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
-        let sessions = Sessions::new(bus, store.clone(), false, 10);
-        sessions.find_or_create("long-one").await.unwrap();
-        for i in 0..50 {
-            store
-                .append(
-                    "long-one",
-                    &[
-                        Message::user(format!("q{i}")),
-                        Message::assistant(format!("a{i}")),
-                    ],
-                )
-                .await
-                .unwrap();
-        }
-        sessions.trim_history("long-one", 9).await.unwrap();
-        let (base, left) = load_rows(&*store, "long-one").await.unwrap().unwrap();
-        assert_eq!(left.len(), 8, "whole turns, starting at a user message");
-        assert_eq!(left[0], Message::user("q46"));
-        assert_eq!(left[7], Message::assistant("a49"));
-        assert_eq!(base, 92, "the 93rd message keeps its row number");
-        assert_eq!(rows_from_history("long-one", base, &left)[0].row, 93);
-    }
-}
+mod tests;

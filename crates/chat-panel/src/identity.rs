@@ -1,0 +1,482 @@
+//! Who is calling (#44): the narrow seam between a request's head and a [`Principal`].
+//!
+//! An [`Authenticator`] looks at the request head (its headers and the peer address of the TCP
+//! connection) and answers with the principal or a typed [`Refusal`]; the panel answers a
+//! refusal with `401` and the refusal's sentence. Three are provided:
+//!
+//! * [`NoAuth`] — everyone is [`Principal::local`]. Allowed only when the panel listens on a
+//!   loopback address: [`ChatPanel::serve`](crate::ChatPanel::serve) refuses to start
+//!   otherwise ([`IdentityError::NoAuthOffLoopback`]).
+//! * [`TrustedProxyHeader`] — a reverse proxy that authenticated the person names them in a
+//!   header (`X-Forwarded-User`…); the header is believed only on connections from the proxy
+//!   addresses the operator lists, and a request from anywhere else is refused.
+//! * [`JwtBearer`] — an OIDC/JWT bearer token (`Authorization: Bearer …`) whose signature,
+//!   issuer, audience and expiry are checked against the provider's JWKS, fetched over HTTP(S)
+//!   and cached; a token signed with a key the cache does not know makes one refetch (at most
+//!   one per [`JwtBearerConfig::refetch_interval`]), so a rotated key is used without a restart.
+//!   Only the asymmetric algorithms configured are accepted: `alg: none` and HMAC tokens (an
+//!   HMAC "signed" with the provider's public key) are refused.
+//!
+//! Every worker with the same configuration agrees on who a request is: nothing is kept in
+//! memory that another worker would need. Deployment: `docs/deploy.md`.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use chat_panel::PanelConfig;
+//! use chat_panel::identity::{
+//!     Algorithm, IdentityError, JwtBearer, JwtBearerConfig, TrustedProxyHeader,
+//! };
+//! // behind a proxy at 10.0.0.2 that names the person in X-Forwarded-User
+//! let proxy = TrustedProxyHeader::new("x-forwarded-user", ["10.0.0.2".parse()?])?;
+//! let config = PanelConfig::default()
+//!     .with_allowed_host("chat.example.com")
+//!     .with_authenticator(proxy);
+//! assert!(!config.authenticator.loopback_only()); // may listen beyond loopback
+//!
+//! // or OIDC bearer tokens, checked against the provider's keys (fetched with the first token)
+//! let oidc = JwtBearerConfig::new(
+//!     "https://id.example.com/jwks",
+//!     "https://id.example.com",
+//!     "chat-panel",
+//! );
+//! let config = PanelConfig::default().with_authenticator(JwtBearer::new(oidc.clone())?);
+//! # let _ = config;
+//! // HMAC is never accepted: a token "signed" with the public key would verify
+//! let hmac = JwtBearerConfig { algorithms: vec![Algorithm::HS256], ..oidc };
+//! assert!(matches!(JwtBearer::new(hmac), Err(IdentityError::SymmetricAlgorithm(_))));
+//! # Ok(()) }
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, HeaderName, header};
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{DecodingKey, Validation};
+
+/// A JWS signature algorithm ([`JwtBearerConfig::algorithms`]).
+pub use jsonwebtoken::Algorithm;
+
+/// Who a request is: an opaque, stable id (the token's `sub`, the proxy header's value, or
+/// `local` without authentication). Conversations belong to one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal(String);
+
+impl Principal {
+    /// A principal with this id (1–256 characters, no control characters).
+    pub fn new(id: impl Into<String>) -> Result<Self, Refusal> {
+        let id = id.into();
+        if id.is_empty() || id.len() > 256 || id.chars().any(char::is_control) {
+            return Err(Refusal::BadPrincipal);
+        }
+        Ok(Self(id))
+    }
+
+    /// The one principal of a panel without authentication ([`NoAuth`]).
+    pub fn local() -> Self {
+        Self("local".into())
+    }
+
+    /// The id.
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What an [`Authenticator`] sees of a request: its headers and who connected.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHead<'a> {
+    /// The request's headers.
+    pub headers: &'a HeaderMap,
+    /// The TCP peer (the proxy, behind one); `None` when the panel's router is mounted in a
+    /// server that does not say (then [`TrustedProxyHeader`] refuses every request).
+    pub peer: Option<IpAddr>,
+}
+
+/// Why a request was not authenticated; the panel answers `401` with this sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// No credentials at all.
+    #[error("sign in: send `Authorization: Bearer <token>` from your identity provider")]
+    MissingToken,
+    /// The `Authorization` header is not a bearer token, or the token is not a JWT.
+    #[error("the bearer token is malformed ({0}); sign in again")]
+    Malformed(String),
+    /// The token's `alg` is not one this panel accepts (`none`, HMAC, or not configured).
+    #[error("tokens signed with {0} are not accepted here; use your identity provider's token")]
+    AlgorithmNotAllowed(String),
+    /// No key with the token's `kid` in the provider's key set, even after refetching it.
+    #[error(
+        "the token was signed with a key the identity provider does not publish; sign in again"
+    )]
+    UnknownKey,
+    /// The signature does not verify.
+    #[error("the token's signature does not verify; sign in again")]
+    BadSignature,
+    /// The token has expired (or has no `exp`).
+    #[error("the token has expired; sign in again")]
+    Expired,
+    /// The token was issued by another issuer.
+    #[error("the token was issued by another identity provider than this panel trusts")]
+    WrongIssuer,
+    /// The token is for another audience.
+    #[error(
+        "the token is meant for another application; ask your identity provider for one for this panel"
+    )]
+    WrongAudience,
+    /// The token's subject (or the proxy header) cannot be a principal.
+    #[error("the token names no usable subject (`sub`)")]
+    BadPrincipal,
+    /// The provider's key set could not be fetched, so no token can be checked now.
+    #[error("the identity provider's keys cannot be fetched just now; try again shortly")]
+    KeysUnavailable,
+    /// The identity header came from an address that is not a trusted proxy, or is missing.
+    #[error("this panel is reached through its proxy only; sign in there")]
+    NotFromTrustedProxy,
+}
+
+/// A configuration the panel refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdentityError {
+    /// [`NoAuth`] on an address other than loopback: anyone who can reach it would be everyone.
+    #[error(
+        "{addr} is not a loopback address and the panel has no authentication: listen on 127.0.0.1, or configure PanelConfig::with_authenticator (JwtBearer, TrustedProxyHeader)"
+    )]
+    NoAuthOffLoopback {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+    },
+    /// An algorithm that is not asymmetric was configured for [`JwtBearer`].
+    #[error(
+        "{0:?} is not an asymmetric signature algorithm: configure RS*/PS*/ES*/EdDSA, as your provider's JWKS publishes"
+    )]
+    SymmetricAlgorithm(Algorithm),
+    /// No algorithm, issuer or audience configured for [`JwtBearer`].
+    #[error("JwtBearer needs {0}: set it in JwtBearerConfig")]
+    Missing(&'static str),
+    /// The HTTP client for the JWKS could not be built (TLS set-up).
+    #[error("JwtBearer: no HTTP client for the JWKS ({0}); check the TLS set-up")]
+    Http(String),
+    /// [`TrustedProxyHeader`] without proxy addresses, or with a header name that is not one.
+    #[error("TrustedProxyHeader: {0}")]
+    Proxy(String),
+}
+
+/// Request head → principal or refusal. Implement it to plug in another identity source.
+#[async_trait::async_trait]
+pub trait Authenticator: Send + Sync + std::fmt::Debug + 'static {
+    /// Who sent this request.
+    async fn authenticate(&self, head: RequestHead<'_>) -> Result<Principal, Refusal>;
+
+    /// Whether the panel may only listen on loopback with this authenticator ([`NoAuth`]).
+    fn loopback_only(&self) -> bool {
+        false
+    }
+}
+
+/// No authentication: everyone is [`Principal::local`]. The panel refuses to listen on an
+/// address other than loopback with it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoAuth;
+
+#[async_trait::async_trait]
+impl Authenticator for NoAuth {
+    async fn authenticate(&self, _: RequestHead<'_>) -> Result<Principal, Refusal> {
+        Ok(Principal::local())
+    }
+    fn loopback_only(&self) -> bool {
+        true
+    }
+}
+
+/// The principal named by a trusted reverse proxy in a header, believed only from the proxy
+/// addresses the operator lists.
+#[derive(Debug, Clone)]
+pub struct TrustedProxyHeader {
+    header: HeaderName,
+    proxies: HashSet<IpAddr>,
+}
+
+impl TrustedProxyHeader {
+    /// The principal is the value of `header` on requests whose TCP peer is one of `proxies`.
+    pub fn new(
+        header: &str,
+        proxies: impl IntoIterator<Item = IpAddr>,
+    ) -> Result<Self, IdentityError> {
+        let header = HeaderName::try_from(header)
+            .map_err(|e| IdentityError::Proxy(format!("`{header}` is not a header name: {e}")))?;
+        let proxies: HashSet<IpAddr> = proxies.into_iter().collect();
+        if proxies.is_empty() {
+            return Err(IdentityError::Proxy(
+                "name the proxies' addresses: a header from anyone else would be believed".into(),
+            ));
+        }
+        Ok(Self { header, proxies })
+    }
+}
+
+#[async_trait::async_trait]
+impl Authenticator for TrustedProxyHeader {
+    async fn authenticate(&self, head: RequestHead<'_>) -> Result<Principal, Refusal> {
+        if !head.peer.is_some_and(|p| self.proxies.contains(&p)) {
+            return Err(Refusal::NotFromTrustedProxy);
+        }
+        let mut values = head.headers.get_all(&self.header).iter();
+        let (Some(v), None) = (values.next(), values.next()) else {
+            // none, or two (a client's own header passed along with the proxy's)
+            return Err(Refusal::NotFromTrustedProxy);
+        };
+        let v = v.to_str().map_err(|_| Refusal::BadPrincipal)?.trim();
+        Principal::new(v)
+    }
+}
+
+/// [`JwtBearer`]'s settings.
+#[derive(Debug, Clone)]
+pub struct JwtBearerConfig {
+    /// The provider's JWKS URL (`jwks_uri` of its OIDC discovery document).
+    pub jwks_url: String,
+    /// The expected `iss`.
+    pub issuer: String,
+    /// The accepted `aud` values (this panel's client id).
+    pub audience: Vec<String>,
+    /// The accepted algorithms; asymmetric only (default `RS256`, `ES256`).
+    pub algorithms: Vec<Algorithm>,
+    /// Clock skew allowed on `exp`/`nbf` (default 30 s).
+    pub leeway: Duration,
+    /// How long fetched keys are used before they are fetched again (default 1 h).
+    pub cache_for: Duration,
+    /// The least time between two fetches caused by unknown `kid`s (default 10 s): tokens with
+    /// made-up key ids cannot make the panel hammer the provider.
+    pub refetch_interval: Duration,
+    /// Timeout of one JWKS fetch (default 5 s).
+    pub fetch_timeout: Duration,
+}
+
+impl JwtBearerConfig {
+    /// Defaults for a provider at `jwks_url` issuing as `issuer` for `audience`.
+    pub fn new(jwks_url: impl Into<String>, issuer: impl Into<String>, audience: &str) -> Self {
+        Self {
+            jwks_url: jwks_url.into(),
+            issuer: issuer.into(),
+            audience: vec![audience.to_owned()],
+            algorithms: vec![Algorithm::RS256, Algorithm::ES256],
+            leeway: Duration::from_secs(30),
+            cache_for: Duration::from_secs(3600),
+            refetch_interval: Duration::from_secs(10),
+            fetch_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A fetched key set.
+struct Keys {
+    by_kid: HashMap<String, Arc<DecodingKey>>,
+    fetched: Instant,
+}
+
+/// OIDC/JWT bearer tokens checked against the provider's JWKS (see the module notes).
+#[derive(Debug)]
+pub struct JwtBearer {
+    config: JwtBearerConfig,
+    /// One per accepted algorithm: jsonwebtoken refuses a key with a validation that lists an
+    /// algorithm of another family.
+    validation: HashMap<Algorithm, Validation>,
+    http: reqwest::Client,
+    keys: RwLock<Option<Arc<Keys>>>,
+    /// One fetch at a time; holds when the last one started.
+    fetching: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("kids", &self.by_kid.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+fn asymmetric(a: Algorithm) -> bool {
+    !matches!(a, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512)
+}
+
+impl JwtBearer {
+    /// Checks the configuration; keys are fetched with the first token.
+    pub fn new(config: JwtBearerConfig) -> Result<Self, IdentityError> {
+        if let Some(a) = config.algorithms.iter().find(|a| !asymmetric(**a)) {
+            return Err(IdentityError::SymmetricAlgorithm(*a));
+        }
+        if config.algorithms.is_empty() {
+            return Err(IdentityError::Missing("at least one algorithm"));
+        }
+        if config.issuer.is_empty() {
+            return Err(IdentityError::Missing("the issuer"));
+        }
+        if config.audience.iter().all(String::is_empty) {
+            return Err(IdentityError::Missing("the audience"));
+        }
+        let validation = config
+            .algorithms
+            .iter()
+            .map(|a| {
+                let mut v = Validation::new(*a);
+                v.set_issuer(&[&config.issuer]);
+                v.set_audience(&config.audience);
+                v.leeway = config.leeway.as_secs();
+                v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+                (*a, v)
+            })
+            .collect();
+        let http = reqwest::Client::builder()
+            .timeout(config.fetch_timeout)
+            .build()
+            .map_err(|e| IdentityError::Http(e.to_string()))?;
+        Ok(Self {
+            config,
+            validation,
+            http,
+            keys: RwLock::new(None),
+            fetching: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    fn cached(&self) -> Option<Arc<Keys>> {
+        self.keys
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The key `kid`, fetching the set when it is missing or stale (at most once per
+    /// `refetch_interval` for unknown kids).
+    async fn key(&self, kid: &str) -> Result<Arc<DecodingKey>, Refusal> {
+        let fresh = |k: &Keys| k.fetched.elapsed() < self.config.cache_for;
+        if let Some(keys) = self.cached()
+            && fresh(&keys)
+            && let Some(k) = keys.by_kid.get(kid)
+        {
+            return Ok(k.clone());
+        }
+        let mut last = self.fetching.lock().await;
+        // someone else may have fetched while we waited
+        let cached = self.cached();
+        if let Some(keys) = &cached
+            && fresh(keys)
+            && let Some(k) = keys.by_kid.get(kid)
+        {
+            return Ok(k.clone());
+        }
+        let stale = cached.as_deref().is_none_or(|k| !fresh(k));
+        if !stale && last.is_some_and(|t| t.elapsed() < self.config.refetch_interval) {
+            return Err(Refusal::UnknownKey);
+        }
+        *last = Some(Instant::now());
+        match self.fetch().await {
+            Ok(keys) => {
+                let keys = Arc::new(keys);
+                *self
+                    .keys
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(keys.clone());
+                keys.by_kid.get(kid).cloned().ok_or(Refusal::UnknownKey)
+            }
+            Err(e) => {
+                tracing::warn!(url = %self.config.jwks_url, error = %e, "chat panel: could not fetch the identity provider's keys");
+                // a stale set still verifies the keys it has
+                cached
+                    .and_then(|k| k.by_kid.get(kid).cloned())
+                    .ok_or(Refusal::KeysUnavailable)
+            }
+        }
+    }
+
+    async fn fetch(&self) -> Result<Keys, String> {
+        let set: JwkSet = self
+            .http
+            .get(&self.config.jwks_url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut by_kid = HashMap::new();
+        for jwk in &set.keys {
+            let Some(kid) = &jwk.common.key_id else {
+                continue;
+            };
+            match DecodingKey::from_jwk(jwk) {
+                Ok(k) => {
+                    by_kid.insert(kid.clone(), Arc::new(k));
+                }
+                Err(e) => {
+                    tracing::warn!(kid = %kid, error = %e, "chat panel: skipped a key of the provider's JWKS");
+                }
+            }
+        }
+        Ok(Keys {
+            by_kid,
+            fetched: Instant::now(),
+        })
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Claims {
+    sub: String,
+}
+
+#[async_trait::async_trait]
+impl Authenticator for JwtBearer {
+    async fn authenticate(&self, head: RequestHead<'_>) -> Result<Principal, Refusal> {
+        let value = head
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or(Refusal::MissingToken)?;
+        let value = value
+            .to_str()
+            .map_err(|_| Refusal::Malformed("not ASCII".into()))?;
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .ok_or_else(|| Refusal::Malformed("not `Bearer <token>`".into()))?
+            .trim();
+        // `alg: none` and unknown names fail here (jsonwebtoken has no such algorithm)
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|e| Refusal::Malformed(e.to_string()))?;
+        let Some(validation) = self.validation.get(&header.alg) else {
+            return Err(Refusal::AlgorithmNotAllowed(format!("{:?}", header.alg)));
+        };
+        let kid = header
+            .kid
+            .ok_or_else(|| Refusal::Malformed("no `kid` in the token's header".into()))?;
+        let key = self.key(&kid).await?;
+        let data = jsonwebtoken::decode::<Claims>(token, &key, validation).map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind as K;
+            match e.kind() {
+                K::ExpiredSignature | K::ImmatureSignature => Refusal::Expired,
+                K::InvalidIssuer => Refusal::WrongIssuer,
+                K::InvalidAudience => Refusal::WrongAudience,
+                // the key is of another family than the token's algorithm
+                K::InvalidAlgorithm => Refusal::BadSignature,
+                K::MissingRequiredClaim(c) if c == "exp" => Refusal::Expired,
+                K::MissingRequiredClaim(c) if c == "iss" => Refusal::WrongIssuer,
+                K::MissingRequiredClaim(c) if c == "aud" => Refusal::WrongAudience,
+                K::MissingRequiredClaim(_) => Refusal::BadPrincipal,
+                _ => Refusal::BadSignature,
+            }
+        })?;
+        Principal::new(data.claims.sub)
+    }
+}

@@ -1,0 +1,156 @@
+//! Who may call: the checks that run before every handler (size of the request target, `Host`,
+//! `Sec-Fetch-Site`, `Origin`) and the session id in the path.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use super::{App, error};
+use crate::identity::Principal;
+
+/// `host[:port]` → host, lower case (`[::1]:80` → `[::1]`).
+pub(super) fn host_name(host: &str) -> String {
+    let h = host.trim().to_ascii_lowercase();
+    if h.starts_with('[') {
+        return h.split_inclusive(']').next().unwrap_or_default().to_owned();
+    }
+    h.split(':').next().unwrap_or_default().to_owned()
+}
+
+pub(super) fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    h.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"))
+}
+
+/// Who may call: see [`ChatPanel`]'s API notes. Runs before every handler.
+pub(super) async fn check_request(
+    State(app): State<Arc<App>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let c = &app.config;
+    let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if target > c.max_uri_bytes {
+        return error(
+            StatusCode::URI_TOO_LONG,
+            format!("request target is longer than {} bytes", c.max_uri_bytes),
+        );
+    }
+    let h = req.headers();
+    let Some(host) =
+        header_str(h, header::HOST).or_else(|| req.uri().authority().map(|a| a.as_str()))
+    else {
+        return error(StatusCode::BAD_REQUEST, "the request has no Host header");
+    };
+    let host_ok = matches!(
+        host_name(host).as_str(),
+        "127.0.0.1" | "localhost" | "[::1]"
+    ) || c.allowed_hosts.iter().any(|a| a.eq_ignore_ascii_case(host));
+    if !host_ok {
+        tracing::warn!(host = %host, "chat panel: refused a request for a foreign Host (DNS rebinding?)");
+        return error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Host `{host}` is not this panel's address; behind a proxy, add it with PanelConfig::with_allowed_host"
+            ),
+        );
+    }
+    let fetch_site = header_str(h, header::HeaderName::from_static("sec-fetch-site"));
+    if let Some(site) = fetch_site
+        && !matches!(site, "same-origin" | "none")
+    {
+        tracing::warn!(sec_fetch_site = %site, "chat panel: refused a cross-site request");
+        return error(
+            StatusCode::FORBIDDEN,
+            "cross-site requests are not accepted: use the panel's own page",
+        );
+    }
+    let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if !safe && let Some(origin) = header_str(h, header::ORIGIN) {
+        let o = origin.to_ascii_lowercase();
+        let own = o == format!("http://{}", host.to_ascii_lowercase())
+            || o == format!("https://{}", host.to_ascii_lowercase());
+        if !own
+            && !c
+                .allowed_origins
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(origin))
+        {
+            tracing::warn!(origin = %origin, "chat panel: refused a request from another origin");
+            return error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "requests from origin `{origin}` are not accepted; add it with PanelConfig::with_allowed_origin if it is yours"
+                ),
+            );
+        }
+    }
+    if req.uri().path().starts_with("/api/") {
+        let peer = req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip());
+        let head = crate::identity::RequestHead {
+            headers: req.headers(),
+            peer,
+        };
+        match c.authenticator.authenticate(head).await {
+            Ok(p) => {
+                req.extensions_mut().insert(p);
+            }
+            Err(why) => {
+                tracing::info!(reason = %why, "chat panel: refused an unauthenticated request");
+                let mut r = error(StatusCode::UNAUTHORIZED, why.to_string());
+                r.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    axum::http::HeaderValue::from_static("Bearer"),
+                );
+                return r;
+            }
+        }
+    }
+    next.run(req).await
+}
+
+#[allow(clippy::result_large_err)] // built once per request and returned straight away
+pub(super) fn session_id(path: Result<Path<String>, PathRejection>) -> Result<String, Response> {
+    check_session_id(path).map_err(|m| error(StatusCode::BAD_REQUEST, m))
+}
+
+pub(super) fn check_session_id(
+    path: Result<Path<String>, PathRejection>,
+) -> Result<String, String> {
+    let Path(id) = path.map_err(|e| format!("bad session id: {e}"))?;
+    if crate::state::is_session_id(&id) {
+        Ok(id)
+    } else {
+        Err("bad session id: use 8 to 64 characters of A-Z, a-z, 0-9, '-' and '_'".into())
+    }
+}
+
+/// Whether `who` may use conversation `id` (#44): `Ok(true)` it is theirs, `Ok(false)` there is
+/// no such conversation; `404` when it is another principal's — the answer for a conversation
+/// that does not exist, so a caller learns nothing of others' conversations from it. A
+/// conversation with no owner recorded (created before #44, or by a bus message to a person)
+/// is [`Principal::local`]'s only: without authentication everything stays as it was, and with
+/// it nobody takes over an old conversation by knowing its id.
+pub(super) async fn access(app: &App, id: &str, who: &Principal) -> Result<bool, Response> {
+    let owner = match app.sessions.owner(id).await {
+        Ok(o) => o,
+        Err(e) => return Err(super::handlers::store_failed(&e)),
+    };
+    let ok = match owner {
+        None => return Ok(false),
+        Some(Some(o)) => o == who.id(),
+        Some(None) => *who == Principal::local(),
+    };
+    if ok {
+        Ok(true)
+    } else {
+        tracing::info!(session = %id, principal = %who, "chat panel: refused another principal's conversation");
+        Err(error(StatusCode::NOT_FOUND, "no such conversation"))
+    }
+}

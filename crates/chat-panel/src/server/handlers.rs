@@ -1,0 +1,493 @@
+//! The endpoints: the page, a conversation's state and events, and the three `POST`s (a
+//! message, approval decisions, an answer to an MCP server's question).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::events::follow;
+use super::guard::access;
+use super::guard::{check_session_id, header_str, session_id};
+use super::turn::start_turn;
+use super::{App, PAGE, error};
+use crate::identity::Principal;
+use crate::lease::{self, Acquired};
+use crate::state::entries_from_history;
+
+pub(super) async fn page() -> Response {
+    let mut r = axum::response::Html(PAGE).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; \
+             img-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+pub(super) async fn get_session(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    let id = match session_id(path) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    if let Err(r) = access(&app, &id, &who).await {
+        return r;
+    }
+    match app.sessions.find(&id).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return axum::Json(json!({"sessionId": id, "busy": false, "entries": [],
+                "pending": null, "lastEventId": 0}))
+            .into_response();
+        }
+        Err(e) => return store_failed(&e),
+    }
+    let store = app.sessions.store();
+    let (mut base, mut messages, turn) = match app.sessions.rows_and_turn(&id).await {
+        Ok(Some(r)) => r,
+        Ok(None) => (0, Vec::new(), None),
+        Err(e) => return store_failed(&e),
+    };
+    // whether an answer runs on any worker (an expired lease is closed here, and what that
+    // stored is read again)
+    let stale = turn.as_deref().is_some_and(lease::expired);
+    let busy = match lease::running_from(store, &id, turn).await {
+        Ok(b) => b,
+        Err(e) => return store_failed(&e),
+    };
+    if stale {
+        (base, messages) = match app.sessions.rows(&id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => (0, Vec::new()),
+            Err(e) => return store_failed(&e),
+        };
+    }
+    let mut entries = entries_from_history(&id, base, &messages);
+    let excess = entries.len().saturating_sub(app.config.max_entries.max(10));
+    entries.drain(..excess);
+    // Calls waiting for the person's approval, from the store: a reload or a restart shows
+    // the same ones (with fresh tokens).
+    let pending = app.backend.pending_approval(&id).await;
+    let last = base + messages.len() as u64;
+    axum::Json(
+        json!({"sessionId": id, "busy": busy, "entries": entries, "pending": pending,
+        "lastEventId": last}),
+    )
+    .into_response()
+}
+
+/// `GET /api/sessions/{id}/events`: see [`ChatPanel`]. `400` for a `Last-Event-ID` or `after`
+/// that is not a row number.
+pub(super) async fn get_events(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    query: axum::extract::RawQuery,
+) -> Response {
+    let id = match session_id(path) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    if let Err(r) = access(&app, &id, &who).await {
+        return r;
+    }
+    let from_query = query.0.as_deref().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("after="))
+            .map(str::to_owned)
+    });
+    let after = match header_str(&headers, header::HeaderName::from_static("last-event-id"))
+        .map(str::to_owned)
+        .or(from_query)
+    {
+        None => 0,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) => n,
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "Last-Event-ID (or after=) must be a row number from this stream",
+                );
+            }
+        },
+    };
+    Sse::new(follow(app, id, who, after).map(Ok::<_, Infallible>))
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// Whether reading the body stopped at the size limit (`to_bytes` reports that as an error
+/// whose source chain holds http-body-util's `LengthLimitError`).
+pub(super) fn length_limit_hit(e: &axum::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.to_string().contains("length limit exceeded") {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+pub(super) fn store_failed(e: &context_engine::StoreError) -> Response {
+    tracing::error!(error = %e, "chat panel: the session store failed");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the conversation could not be loaded or saved just now; try again shortly",
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct PostBody {
+    text: String,
+    #[serde(default)]
+    in_reply_to: Option<u64>,
+}
+
+pub(super) const MALFORMED: &str =
+    "malformed request: expected the JSON object {\"text\": \"...\", \"inReplyTo\": N?}";
+
+/// `POST /api/sessions/{id}/approvals` with `{"decisions": [{"call_id", "token", "approved",
+/// "reason"?}]}`: the person's decisions on calls held for approval (the tokens are those of
+/// the pending state the page was shown). Answers like a message: an SSE stream of the rest of
+/// the turn. A decision that does not verify, or a call decided already (a second click, a
+/// second tab), ends the stream with an error entry and changes nothing.
+pub(super) async fn post_approvals(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Decisions {
+        decisions: Vec<tool_system::ApprovalDecision>,
+    }
+    const MAX_DECISIONS: usize = 64;
+    let id = match session_id(path) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let body = match read_json_body(&app, &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let decisions = match serde_json::from_slice::<Decisions>(&body) {
+        Ok(d) if !d.decisions.is_empty() && d.decisions.len() <= MAX_DECISIONS => d.decisions,
+        Ok(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("send between 1 and {MAX_DECISIONS} decisions"),
+            );
+        }
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "malformed request: expected {{\"decisions\": [{{\"call_id\", \"token\", \"approved\", \"reason\"?}}]}}: {e}"
+                ),
+            );
+        }
+    };
+    let permit = match answer_slot(&app).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    match access(&app, &id, &who).await {
+        Ok(true) => {}
+        Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
+        Err(r) => return r,
+    }
+    match app.sessions.find(&id).await {
+        Ok(true) => {}
+        Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
+        Err(e) => return store_failed(&e),
+    }
+    let (lease, before) = match take_turn(&app, &id).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let events = app.backend.resume(&id, decisions);
+    start_turn(app, id, lease, before, events, permit)
+}
+
+/// Takes the session's turn lease for this worker: `(lease, the last stored row before)`;
+/// `409` when an answer runs (on any worker), `503` when the store fails.
+#[allow(clippy::result_large_err)] // built once per request and returned straight away
+pub(super) async fn take_turn(app: &App, id: &str) -> Result<(String, u64), Response> {
+    let store = app.sessions.store();
+    let (before, turn) = match app.sessions.rows_and_turn(id).await {
+        Ok(Some((base, messages, turn))) => (base + messages.len() as u64, turn),
+        Ok(None) => (0, None),
+        Err(e) => return Err(store_failed(&e)),
+    };
+    match lease::acquire_from(store, id, &app.worker, app.config.turn_lease, turn).await {
+        Ok(Acquired::Held(lease)) => Ok((lease, before)),
+        Ok(Acquired::Busy) => Err(still_running()),
+        Err(e) => Err(store_failed(&e)),
+    }
+}
+
+/// A JSON request body within the panel's size and time limits.
+pub(super) async fn read_json_body(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, Response> {
+    let json_type = header_str(headers, header::CONTENT_TYPE)
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json_type {
+        return Err(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send the request as Content-Type: application/json",
+        ));
+    }
+    let limit = app.config.max_body_bytes;
+    let body = match tokio::time::timeout(
+        app.config.body_read_timeout,
+        axum::body::to_bytes(body, limit),
+    )
+    .await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            let too_big = length_limit_hit(&e);
+            return Err(if too_big {
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body is larger than {limit} bytes"),
+                )
+            } else {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    format!("could not read the request body: {e}"),
+                )
+            });
+        }
+        Err(_) => {
+            tracing::info!(
+                timeout_ms = app.config.body_read_timeout.as_millis() as u64,
+                "chat panel: a request body did not arrive in time"
+            );
+            return Err(error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    app.config.body_read_timeout.as_secs()
+                ),
+            ));
+        }
+    };
+    Ok(body)
+}
+
+pub(super) async fn post_message(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let id = match session_id(path) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let body = match read_json_body(&app, &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let req: PostBody = match serde_json::from_slice::<Value>(&body) {
+        Ok(v @ Value::Object(_)) => match serde_json::from_value(v) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("{MALFORMED}: {e}")),
+        },
+        Ok(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("{MALFORMED}: not an object"),
+            );
+        }
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("{MALFORMED}: {e}")),
+    };
+    let text = req.text.trim().to_owned();
+    if text.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "text is empty");
+    }
+    let chars = text.chars().count();
+    if chars > app.config.max_text_chars {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "text has {chars} characters; at most {} are allowed",
+                app.config.max_text_chars
+            ),
+        );
+    }
+    let permit = match answer_slot(&app).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    match access(&app, &id, &who).await {
+        Ok(true) => {}
+        // With authentication the server names conversations (`POST /api/sessions`): an id a
+        // client proposes is never used as a key, so nobody can pick, or guess, another's.
+        Ok(false) if !app.config.authenticator.loopback_only() => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "no such conversation: start one with POST /api/sessions (the server names conversations)",
+            );
+        }
+        Ok(false) => {}
+        Err(r) => return r,
+    }
+    if let Err(e) = app.sessions.find_or_create(&id, who.id()).await {
+        return store_failed(&e);
+    }
+    // created meanwhile by someone else (two first messages racing): theirs
+    if let Err(r) = access(&app, &id, &who).await {
+        return r;
+    }
+    // The quick reply a message answers is recorded from the stored text (the latest open set
+    // offering it), the same on every worker and after a reload.
+    let _ = req.in_reply_to;
+    let (lease, before) = match take_turn(&app, &id).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let events = app.backend.reply(&id, &text);
+    start_turn(app, id, lease, before, events, permit)
+}
+
+/// A free answer slot within the queue timeout, or `503`.
+pub(super) async fn answer_slot(app: &Arc<App>) -> Result<OwnedSemaphorePermit, Response> {
+    match tokio::time::timeout(
+        app.config.queue_timeout,
+        app.permits.clone().acquire_owned(),
+    )
+    .await
+    {
+        Ok(Ok(p)) => Ok(p),
+        _ => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the panel is busy; try again shortly",
+        )),
+    }
+}
+
+/// `409`: the session's answer is still running.
+pub(super) fn still_running() -> Response {
+    error(
+        StatusCode::CONFLICT,
+        "an answer is still running in this session; wait for it to finish",
+    )
+}
+
+/// `POST /api/sessions/{id}/elicitations/{n}` with `{"action": "accept" | "decline" |
+/// "cancel", "content"?}`: the person's answer to an MCP server's question; `404` when it is not
+/// waiting (answered already — a second click or tab —, or its turn ended).
+pub(super) async fn post_elicitation(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+    path: Result<Path<(String, u64)>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Answer {
+        action: String,
+        #[serde(default)]
+        content: Option<Value>,
+    }
+    let Ok(Path((id, n))) = path else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "expected /api/sessions/{id}/elicitations/{number}",
+        );
+    };
+    if let Err(why) = check_session_id(Ok(Path(id.clone()))) {
+        return error(StatusCode::BAD_REQUEST, why);
+    }
+    let body = match read_json_body(&app, &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let answer = match serde_json::from_slice::<Answer>(&body) {
+        Ok(a) => match (a.action.as_str(), a.content) {
+            ("accept", Some(c @ Value::Object(_))) => {
+                mcp_bridge::elicitation::ElicitationAnswer::Accept(c)
+            }
+            ("accept", None) => mcp_bridge::elicitation::ElicitationAnswer::Accept(json!({})),
+            ("decline", _) => mcp_bridge::elicitation::ElicitationAnswer::Decline,
+            ("cancel", _) => mcp_bridge::elicitation::ElicitationAnswer::Cancel,
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "action must be accept (with an object as content), decline or cancel",
+                );
+            }
+        },
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("malformed request: expected {{\"action\", \"content\"?}}: {e}"),
+            );
+        }
+    };
+    match access(&app, &id, &who).await {
+        Ok(true) => {}
+        Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
+        Err(r) => return r,
+    }
+    if app.asks.answer(&id, n, answer) {
+        axum::Json(json!({"ok": true})).into_response()
+    } else {
+        error(
+            StatusCode::NOT_FOUND,
+            "no such question is waiting (it was answered already, or its answer ended)",
+        )
+    }
+}
+
+/// `POST /api/sessions`: a new conversation, owned by the caller, named by the server —
+/// `{"sessionId"}`: 128 random bits as 32 hex digits, so nobody can guess another's.
+pub(super) async fn post_session(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+) -> Response {
+    let id = format!("{:032x}", rand::random::<u128>());
+    match app.sessions.find_or_create(&id, who.id()).await {
+        Ok(true) => axum::Json(json!({"sessionId": id})).into_response(),
+        // 2^-128: a collision would mean the random source is broken
+        Ok(false) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the new conversation's id was taken already; the server's random source is suspect",
+        ),
+        Err(e) => store_failed(&e),
+    }
+}

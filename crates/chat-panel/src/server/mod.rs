@@ -1,0 +1,288 @@
+//! The axum server: the page, the state endpoint and the streaming message endpoint, behind
+//! the request checks (who may call) and the panel's own accept loop (timeouts, connection cap).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use context_engine::StoreChange;
+use messaging::MessageBus;
+use serde_json::json;
+use tokio::sync::{Semaphore, watch};
+
+use crate::lease::{self};
+use crate::state::Sessions;
+use crate::{ChatBackend, PanelConfig};
+
+mod events;
+mod guard;
+mod handlers;
+mod translate;
+mod turn;
+
+use guard::check_request;
+use handlers::{
+    get_events, get_session, page, post_approvals, post_elicitation, post_message, post_session,
+};
+
+const PAGE: &str = include_str!("../page.html");
+
+struct App {
+    backend: Arc<dyn ChatBackend>,
+    sessions: Sessions,
+    config: PanelConfig,
+    permits: Arc<Semaphore>,
+    /// MCP servers' questions for the person (elicitation).
+    asks: Arc<crate::elicit::Asks>,
+    /// This worker's id in the turn leases.
+    worker: String,
+    /// The store's change feed, forwarded to the streams that follow a conversation (started
+    /// by the first stream; `false` when the store has none and streams read on a timer).
+    feed: tokio::sync::OnceCell<bool>,
+    watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let watcher = self.watcher.get_mut();
+        if let Some(t) = watcher
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            t.abort();
+        }
+    }
+}
+
+impl App {
+    /// Whether a change feed wakes the streams; starts forwarding it the first time.
+    async fn feed(self: &Arc<Self>) -> bool {
+        *self
+            .feed
+            .get_or_init(|| async {
+                let mut feed = match self.sessions.store().watch().await {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::info!(error = %e, poll_ms = self.config.follow_poll.as_millis() as u64,
+                            "chat panel: the session store has no change feed; event streams read it on a timer");
+                        return false;
+                    }
+                };
+                let app = Arc::downgrade(self);
+                let task = tokio::spawn(async move {
+                    while let Some(change) = feed.next().await {
+                        let Some(app) = app.upgrade() else { return };
+                        match change {
+                            StoreChange::Session(id) => app.sessions.touch(&id),
+                            _ => app.sessions.touch_all(),
+                        }
+                    }
+                });
+                *self
+                    .watcher
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
+                true
+            })
+            .await
+    }
+}
+
+/// The chat panel: a backend, a bus and the per-session conversation state.
+///
+/// HTTP API (every error is JSON `{"error": "..."}`):
+/// * `GET /` — the page.
+/// * `POST /api/sessions` — `{"sessionId"}`: a new conversation owned by the caller, with an
+///   id the server mints (128 random bits). With an authenticator other than
+///   [`NoAuth`](crate::identity::NoAuth) this is the only way to start one: a message to an id
+///   that does not exist is `404`.
+/// * Every `/api/` request is authenticated ([`PanelConfig::authenticator`]): `401` with
+///   `WWW-Authenticate: Bearer` when refused. A conversation is its creator's: any endpoint
+///   answers another principal `404`, as for one that does not exist.
+/// * `GET /api/sessions/{id}` — `{"sessionId", "busy", "entries": [Entry...], "pending",
+///   "lastEventId"}`; an unknown session has no entries (a `GET` never creates one).
+///   `lastEventId` is the number of the last stored row (see the events stream).
+/// * `GET /api/sessions/{id}/events` — an SSE stream of the conversation as it is stored, from
+///   any worker sharing the store: one `row` event per stored message that shows something,
+///   `{"row", "events": [{"event": "entry" | "update", "entry": Entry}]}`, with the SSE id
+///   `row`; it starts after the `Last-Event-ID` header's row, else after `?after=N`, else at the
+///   beginning — a stream that reconnects to another worker with `Last-Event-ID` misses and
+///   repeats nothing. A `turn` event `{"busy"}` (no id) says whether an answer runs.
+/// * `POST /api/sessions/{id}/messages` with `Content-Type: application/json` and the object
+///   `{"text": "...", "inReplyTo": ENTRY_ID?}` — an SSE stream of `entry` (a new [`Entry`]),
+///   `update` (a changed one), `delta` (`{"id", "text"}`: text appended to an assistant entry)
+///   and finally `done`. `400` malformed (an array too), `408` body not received in time,
+///   `409` an answer is already running in this session, `413` too large, `415` not JSON,
+///   `503` no slot free within the queue timeout.
+/// * `GET /healthz` — `ok`.
+/// * `403` for a request from elsewhere: a `Host` that is not the panel's (loopback, or
+///   [`PanelConfig::allowed_hosts`]) — DNS rebinding; an `Origin` that is not the panel's own
+///   (or in [`PanelConfig::allowed_origins`]) on a `POST`, or `Sec-Fetch-Site` other than
+///   `same-origin`/`none` — cross-site requests. `404` unknown path, `405` wrong method, `414`
+///   request target over [`PanelConfig::max_uri_bytes`].
+///
+/// Session ids are 8–64 characters of `A-Z a-z 0-9 - _`.
+#[derive(Clone)]
+pub struct ChatPanel {
+    app: Arc<App>,
+}
+
+impl std::fmt::Debug for ChatPanel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatPanel")
+            .field("config", &self.app.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatPanel {
+    /// A panel whose person in session `S` receives bus messages sent to `user:S`.
+    pub fn new(backend: impl ChatBackend, bus: MessageBus, config: PanelConfig) -> Self {
+        let permits = Arc::new(Semaphore::new(config.max_concurrent_turns.max(1)));
+        let store = backend.store();
+        Self {
+            app: Arc::new(App {
+                backend: Arc::new(backend),
+                sessions: Sessions::new(
+                    bus,
+                    store,
+                    config.history.is_shared(),
+                    config.max_sessions,
+                )
+                .with_bus_memory(crate::state::BusMemory {
+                    max_age: config.bus_memory_max_age,
+                    max_ids: config.bus_memory_max_ids,
+                }),
+                config,
+                permits,
+                asks: Arc::default(),
+                worker: lease::worker_id(),
+                feed: tokio::sync::OnceCell::new(),
+                watcher: std::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The [`mcp_bridge::elicitation::Elicitor`] that shows MCP servers' questions in this
+    /// panel: `bridge.set_elicitor(Arc::new(panel.elicitor()), limit)`.
+    pub fn elicitor(&self) -> crate::elicit::PanelElicitor {
+        crate::elicit::PanelElicitor {
+            asks: self.app.asks.clone(),
+        }
+    }
+
+    /// The axum router, with the request checks (to mount it in your own server; the
+    /// connection timeouts and cap are [`serve`](Self::serve)'s).
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/", get(page))
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/api/sessions", axum::routing::post(post_session))
+            .route("/api/sessions/{id}", get(get_session))
+            .route("/api/sessions/{id}/events", get(get_events))
+            .route(
+                "/api/sessions/{id}/messages",
+                axum::routing::post(post_message),
+            )
+            .route(
+                "/api/sessions/{id}/approvals",
+                axum::routing::post(post_approvals),
+            )
+            .route(
+                "/api/sessions/{id}/elicitations/{n}",
+                axum::routing::post(post_elicitation),
+            )
+            .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
+            .method_not_allowed_fallback(|| async {
+                error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method not allowed on this endpoint",
+                )
+            })
+            .layer(axum::middleware::from_fn_with_state(
+                self.app.clone(),
+                check_request,
+            ))
+            .with_state(self.app.clone())
+    }
+
+    /// Serves on `addr` (`127.0.0.1:0` picks a free port), which must be a loopback address
+    /// unless an authenticator other than [`NoAuth`](crate::identity::NoAuth) is configured
+    /// (the error's inner error is then [`IdentityError::NoAuthOffLoopback`](crate::identity::IdentityError)),
+    /// with the connection limits of the [`PanelConfig`]: header-read, idle and write-stall
+    /// timeouts and at most `max_connections` open connections.
+    pub async fn serve(&self, addr: &str) -> std::io::Result<PanelServer> {
+        // the persons' bus messages are taken from the start, not from the first conversation
+        self.app.sessions.start_inbox();
+        let addr: SocketAddr = addr.parse().map_err(|e| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
+        })?;
+        if !addr.ip().is_loopback() && self.app.config.authenticator.loopback_only() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                crate::identity::IdentityError::NoAuthOffLoopback { addr },
+            ));
+        }
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = watch::channel(false);
+        let c = &self.app.config;
+        let limits = crate::net::Limits {
+            max_connections: c.max_connections,
+            header_read_timeout: c.header_read_timeout,
+            idle_timeout: c.idle_timeout,
+            write_stall_timeout: c.write_stall_timeout,
+            max_head_bytes: c.max_uri_bytes + 8 * 1024,
+        };
+        let task = tokio::spawn(crate::net::serve(listener, self.router(), limits, rx));
+        Ok(PanelServer {
+            addr,
+            stop: tx,
+            task,
+        })
+    }
+}
+
+/// A running panel server.
+#[derive(Debug)]
+pub struct PanelServer {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PanelServer {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    /// `http://ADDR/`.
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+    /// Stops accepting, lets open responses finish for up to 5 s, then stops.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if tokio::time::timeout(Duration::from_secs(5), &mut self.task)
+            .await
+            .is_err()
+        {
+            self.task.abort();
+        }
+    }
+}
+
+impl Drop for PanelServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        self.task.abort();
+    }
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({"error": message.into()}))).into_response()
+}

@@ -1,0 +1,629 @@
+//! Identity (#44): the authenticators against a real token issuer — a JWKS served over HTTP on
+//! 127.0.0.1 by this test, whose keys it rotates — and the panel's `401`s over real HTTP.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::http::{HeaderMap, HeaderValue};
+use chat_panel::PanelConfig;
+use chat_panel::identity::{
+    Authenticator, IdentityError, JwtBearer, JwtBearerConfig, Principal, Refusal, RequestHead,
+    TrustedProxyHeader,
+};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+
+const ISS: &str = "https://id.example.test";
+const AUD: &str = "chat-panel";
+const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/identity/");
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{FIX}{name}")).expect("fixture")
+}
+
+fn jwk(kid: &str) -> Value {
+    let all: Value = serde_json::from_slice(&fixture("jwks.json")).unwrap();
+    all[kid].clone()
+}
+
+/// The test's token issuer: serves `{"keys": [...]}` at `/jwks`, counting fetches.
+struct Issuer {
+    url: String,
+    keys: Arc<Mutex<Vec<Value>>>,
+    fetches: Arc<AtomicUsize>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Issuer {
+    async fn start(kids: &[&str]) -> Self {
+        let keys = Arc::new(Mutex::new(kids.iter().map(|k| jwk(k)).collect::<Vec<_>>()));
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let (k, f) = (keys.clone(), fetches.clone());
+        let app = axum::Router::new().route(
+            "/jwks",
+            axum::routing::get(move || {
+                let (k, f) = (k.clone(), f.clone());
+                async move {
+                    f.fetch_add(1, Ordering::SeqCst);
+                    axum::Json(json!({"keys": *k.lock().unwrap()}))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self {
+            url,
+            keys,
+            fetches,
+            _task: task,
+        }
+    }
+
+    /// The provider rotates: from now on it publishes these keys only.
+    fn publish(&self, kids: &[&str]) {
+        *self.keys.lock().unwrap() = kids.iter().map(|k| jwk(k)).collect();
+    }
+
+    fn fetches(&self) -> usize {
+        self.fetches.load(Ordering::SeqCst)
+    }
+
+    fn bearer(&self) -> JwtBearer {
+        let mut c = JwtBearerConfig::new(&self.url, ISS, AUD);
+        c.refetch_interval = Duration::from_millis(1000);
+        JwtBearer::new(c).unwrap()
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn claims(sub: &str) -> Value {
+    json!({"sub": sub, "iss": ISS, "aud": AUD, "exp": now() + 600, "iat": now()})
+}
+
+/// A token signed with the fixture key `key` (`rsa-a`, `rsa-b`: RS256; `ec-a`: ES256), header
+/// `kid` as given.
+fn token(key: &str, kid: &str, claims: &Value) -> String {
+    let (alg, enc) = if key.starts_with("ec") {
+        (
+            Algorithm::ES256,
+            EncodingKey::from_ec_pem(&fixture(&format!("{key}.pem"))).unwrap(),
+        )
+    } else {
+        (
+            Algorithm::RS256,
+            EncodingKey::from_rsa_pem(&fixture(&format!("{key}.pem"))).unwrap(),
+        )
+    };
+    let mut h = Header::new(alg);
+    h.kid = Some(kid.into());
+    jsonwebtoken::encode(&h, claims, &enc).unwrap()
+}
+
+/// base64url without padding (JWS).
+fn b64(v: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for c in v.chunks(3) {
+        let n = c
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..=c.len() {
+            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+fn head_with(auth: Option<&str>) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    if let Some(a) = auth {
+        h.insert("authorization", HeaderValue::from_str(a).unwrap());
+    }
+    h
+}
+
+async fn check(b: &JwtBearer, token: &str) -> Result<Principal, Refusal> {
+    let h = head_with(Some(&format!("Bearer {token}")));
+    b.authenticate(RequestHead {
+        headers: &h,
+        peer: None,
+    })
+    .await
+}
+
+#[tokio::test]
+async fn jwt_tokens_signed_by_the_issuers_rsa_and_ec_keys_name_their_subject() {
+    let issuer = Issuer::start(&["rsa-a", "ec-a"]).await;
+    let b = issuer.bearer();
+    let p = check(&b, &token("rsa-a", "rsa-a", &claims("alice")))
+        .await
+        .unwrap();
+    assert_eq!(p.id(), "alice");
+    let p = check(&b, &token("ec-a", "ec-a", &claims("bob")))
+        .await
+        .unwrap();
+    assert_eq!(p.id(), "bob");
+    assert_eq!(issuer.fetches(), 1, "the keys are fetched once and cached");
+}
+
+#[tokio::test]
+async fn jwt_expired_wrong_audience_wrong_issuer_unknown_key_alg_none_and_hmac_are_refused() {
+    let issuer = Issuer::start(&["rsa-a", "ec-a"]).await;
+    let b = issuer.bearer();
+    let mut expired = claims("alice");
+    expired["exp"] = json!(now() - 3600);
+    let mut wrong_aud = claims("alice");
+    wrong_aud["aud"] = json!("another-app");
+    let mut wrong_iss = claims("alice");
+    wrong_iss["iss"] = json!("https://evil.example.test");
+    let mut no_exp = claims("alice");
+    no_exp.as_object_mut().unwrap().remove("exp");
+    // alg none: an unsigned token naming a key the issuer publishes
+    let none = format!(
+        "{}.{}.",
+        b64(br#"{"alg":"none","typ":"JWT","kid":"rsa-a"}"#),
+        b64(claims("alice").to_string().as_bytes())
+    );
+    // HMAC "signed" with the issuer's public key (the classic RS256→HS256 confusion)
+    let mut hs = Header::new(Algorithm::HS256);
+    hs.kid = Some("rsa-a".into());
+    let hmac = jsonwebtoken::encode(
+        &hs,
+        &claims("alice"),
+        &EncodingKey::from_secret(&fixture("rsa-a.pub.pem")),
+    )
+    .unwrap();
+    let cases: Vec<(&str, String, Refusal)> = vec![
+        (
+            "expired",
+            token("rsa-a", "rsa-a", &expired),
+            Refusal::Expired,
+        ),
+        ("no exp", token("rsa-a", "rsa-a", &no_exp), Refusal::Expired),
+        (
+            "wrong audience",
+            token("rsa-a", "rsa-a", &wrong_aud),
+            Refusal::WrongAudience,
+        ),
+        (
+            "wrong issuer",
+            token("rsa-a", "rsa-a", &wrong_iss),
+            Refusal::WrongIssuer,
+        ),
+        (
+            "a key the issuer does not publish",
+            token("rsa-b", "rsa-b", &claims("alice")),
+            Refusal::UnknownKey,
+        ),
+        (
+            "another key claiming a published kid",
+            token("rsa-b", "rsa-a", &claims("alice")),
+            Refusal::BadSignature,
+        ),
+        (
+            "an RSA signature under the EC key's kid",
+            token("rsa-a", "ec-a", &claims("alice")),
+            Refusal::BadSignature,
+        ),
+        (
+            "HMAC signed with the public key",
+            hmac,
+            Refusal::AlgorithmNotAllowed("HS256".into()),
+        ),
+    ];
+    for (what, t, want) in cases {
+        assert_eq!(check(&b, &t).await, Err(want), "{what}");
+    }
+    assert!(
+        matches!(check(&b, &none).await, Err(Refusal::Malformed(_))),
+        "alg none"
+    );
+    let missing = head_with(None);
+    let r = b
+        .authenticate(RequestHead {
+            headers: &missing,
+            peer: None,
+        })
+        .await;
+    assert_eq!(r, Err(Refusal::MissingToken));
+    let basic = head_with(Some("Basic YWxpY2U6cHc="));
+    let r = b
+        .authenticate(RequestHead {
+            headers: &basic,
+            peer: None,
+        })
+        .await;
+    assert!(matches!(r, Err(Refusal::Malformed(_))), "{r:?}");
+}
+
+#[tokio::test]
+async fn jwt_a_rotated_key_is_picked_up_without_restart_and_unknown_kids_refetch_at_a_bounded_rate()
+{
+    let issuer = Issuer::start(&["rsa-a"]).await;
+    let b = issuer.bearer();
+    assert!(
+        check(&b, &token("rsa-a", "rsa-a", &claims("alice")))
+            .await
+            .is_ok()
+    );
+    assert_eq!(issuer.fetches(), 1);
+    // the provider rotates to rsa-b; within the refetch interval an unknown kid is refused
+    // without asking it again
+    issuer.publish(&["rsa-b"]);
+    let rotated = token("rsa-b", "rsa-b", &claims("alice"));
+    assert_eq!(check(&b, &rotated).await, Err(Refusal::UnknownKey));
+    assert_eq!(issuer.fetches(), 1, "no refetch within the interval");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(check(&b, &rotated).await.unwrap().id(), "alice");
+    assert_eq!(issuer.fetches(), 2, "the unknown kid made one refetch");
+    // made-up kids cannot make the panel hammer the provider
+    let ghost = token("rsa-b", "ghost", &claims("alice"));
+    for _ in 0..20 {
+        assert_eq!(check(&b, &ghost).await, Err(Refusal::UnknownKey));
+    }
+    assert_eq!(issuer.fetches(), 2);
+    // the retired key no longer verifies once the set is refetched
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let old = token("rsa-a", "rsa-a", &claims("alice"));
+    assert_eq!(check(&b, &old).await, Err(Refusal::UnknownKey));
+    assert_eq!(issuer.fetches(), 3);
+}
+
+#[tokio::test]
+async fn jwt_an_unreachable_issuer_is_a_refusal_that_says_so() {
+    let mut c = JwtBearerConfig::new("http://127.0.0.1:9/jwks", ISS, AUD);
+    c.fetch_timeout = Duration::from_secs(2);
+    let b = JwtBearer::new(c).unwrap();
+    let r = check(&b, &token("rsa-a", "rsa-a", &claims("alice"))).await;
+    assert_eq!(r, Err(Refusal::KeysUnavailable));
+}
+
+#[test]
+fn jwt_config_refuses_hmac_algorithms() {
+    let mut c = JwtBearerConfig::new("http://127.0.0.1:9/jwks", ISS, AUD);
+    c.algorithms = vec![Algorithm::RS256, Algorithm::HS256];
+    assert_eq!(
+        JwtBearer::new(c).err(),
+        Some(IdentityError::SymmetricAlgorithm(Algorithm::HS256))
+    );
+}
+
+#[tokio::test]
+async fn proxy_header_is_believed_only_from_the_named_proxies_and_only_once() {
+    let proxy: IpAddr = "10.0.0.7".parse().unwrap();
+    let auth = TrustedProxyHeader::new("x-forwarded-user", [proxy]).unwrap();
+    let mut h = HeaderMap::new();
+    h.insert("x-forwarded-user", HeaderValue::from_static("alice"));
+    let from = |peer: Option<IpAddr>| RequestHead { headers: &h, peer };
+    assert_eq!(
+        auth.authenticate(from(Some(proxy))).await.unwrap().id(),
+        "alice"
+    );
+    for peer in [Some("10.0.0.8".parse().unwrap()), None] {
+        assert_eq!(
+            auth.authenticate(from(peer)).await,
+            Err(Refusal::NotFromTrustedProxy)
+        );
+    }
+    // a client's own header passed along beside the proxy's
+    h.append("x-forwarded-user", HeaderValue::from_static("mallory"));
+    let twice = RequestHead {
+        headers: &h,
+        peer: Some(proxy),
+    };
+    assert_eq!(
+        auth.authenticate(twice).await,
+        Err(Refusal::NotFromTrustedProxy)
+    );
+    let none = HeaderMap::new();
+    let missing = RequestHead {
+        headers: &none,
+        peer: Some(proxy),
+    };
+    assert_eq!(
+        auth.authenticate(missing).await,
+        Err(Refusal::NotFromTrustedProxy)
+    );
+    assert!(matches!(
+        TrustedProxyHeader::new("x-forwarded-user", []),
+        Err(IdentityError::Proxy(_))
+    ));
+}
+
+#[tokio::test]
+async fn panel_without_authentication_refuses_to_listen_off_loopback() {
+    let backend_dir = tempfile::tempdir().unwrap();
+    let config = PanelConfig::default().with_history_path(backend_dir.path().join("p.sqlite3"));
+    let bus = messaging::MessageBus::new();
+    let model = testkit::ScriptedServer::start().await;
+    let mut cfg = model_gateway::OpenAiConfig::new("scripted");
+    cfg.base_url = model.base_url();
+    let llm = model_gateway::OpenAiModel::new(cfg).unwrap();
+    let backend = chat_panel::AgentBackend::build(llm, bus.clone(), &config, |b| b)
+        .await
+        .unwrap();
+    let panel = chat_panel::ChatPanel::new(backend, bus, config);
+    let err = panel.serve("0.0.0.0:0").await.unwrap_err();
+    let inner = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<IdentityError>());
+    assert!(
+        matches!(inner, Some(IdentityError::NoAuthOffLoopback { .. })),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn panel_answers_401_without_a_valid_token_and_serves_the_tokens_subject() {
+    let issuer = Issuer::start(&["rsa-a"]).await;
+    let fx = common::start_with(
+        PanelConfig::default().with_authenticator(issuer.bearer()),
+        common::demo_responder,
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let url = format!("{}api/sessions/conv-00000001", fx.url());
+    let r = client.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("sign in"),
+        "{body}"
+    );
+    let bad = token("rsa-b", "rsa-a", &claims("alice"));
+    let r = client.get(&url).bearer_auth(bad).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let good = token("rsa-a", "rsa-a", &claims("alice"));
+    let r = client.get(&url).bearer_auth(&good).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    // the page and the health check need no token (they show nothing of anyone's)
+    assert_eq!(client.get(fx.url()).send().await.unwrap().status(), 200);
+    let health = client
+        .get(format!("{}healthz", fx.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+}
+
+#[tokio::test]
+async fn panel_behind_a_proxy_takes_the_header_from_the_proxy_only() {
+    let local: IpAddr = "127.0.0.1".parse().unwrap();
+    let elsewhere: IpAddr = "10.0.0.7".parse().unwrap();
+    for (proxy, want) in [(local, 200), (elsewhere, 401)] {
+        let fx = common::start_with(
+            PanelConfig::default()
+                .with_authenticator(TrustedProxyHeader::new("x-forwarded-user", [proxy]).unwrap()),
+            common::demo_responder,
+        )
+        .await;
+        let r = reqwest::Client::new()
+            .get(format!("{}api/sessions/conv-00000001", fx.url()))
+            .header("x-forwarded-user", "alice")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), want, "proxy {proxy}");
+    }
+}
+
+/// A panel behind a "proxy" on 127.0.0.1 that names the person in `x-forwarded-user`: each
+/// request says who it is.
+async fn proxied_panel() -> common::Fixture {
+    let local: IpAddr = "127.0.0.1".parse().unwrap();
+    common::start_with(
+        PanelConfig::default()
+            .with_authenticator(TrustedProxyHeader::new("x-forwarded-user", [local]).unwrap()),
+        common::demo_responder,
+    )
+    .await
+}
+
+/// A new conversation of `who`'s, named by the server.
+async fn mint(fx: &common::Fixture, who: &str) -> String {
+    let (s, body) = as_user(
+        who,
+        reqwest::Method::POST,
+        format!("{}api/sessions", fx.url()),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    serde_json::from_str::<Value>(&body).unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A custom authenticator (the seam): the person named in `x-forwarded-user`, from anyone,
+/// loopback only — so conversations may still be started under ids the client picks.
+#[derive(Debug)]
+struct LocalUsers;
+
+#[async_trait::async_trait]
+impl Authenticator for LocalUsers {
+    async fn authenticate(&self, head: RequestHead<'_>) -> Result<Principal, Refusal> {
+        let v = head
+            .headers
+            .get("x-forwarded-user")
+            .ok_or(Refusal::MissingToken)?;
+        Principal::new(v.to_str().map_err(|_| Refusal::BadPrincipal)?)
+    }
+    fn loopback_only(&self) -> bool {
+        true
+    }
+}
+
+async fn as_user(
+    who: &str,
+    method: reqwest::Method,
+    url: String,
+    body: Option<Value>,
+) -> (u16, String) {
+    let mut r = reqwest::Client::new()
+        .request(method, url)
+        .header("x-forwarded-user", who);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = tokio::time::timeout(Duration::from_secs(20), r.text())
+        .await
+        .expect("the response ends")
+        .unwrap();
+    (status, text)
+}
+
+#[tokio::test]
+async fn ownership_every_endpoint_answers_404_to_another_principal() {
+    let fx = proxied_panel().await;
+    let id = mint(&fx, "alice").await;
+    let base = format!("{}api/sessions/{id}", fx.url());
+    let (s, body) = as_user(
+        "alice",
+        reqwest::Method::POST,
+        format!("{base}/messages"),
+        Some(json!({"text": "hello"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let (s, mine) = as_user("alice", reqwest::Method::GET, base.clone(), None).await;
+    assert_eq!(s, 200);
+    let entries = serde_json::from_str::<Value>(&mine).unwrap()["entries"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(entries >= 2, "{mine}");
+    use reqwest::Method as M;
+    let attempts = [
+        ("state", M::GET, base.clone(), None),
+        ("events", M::GET, format!("{base}/events"), None),
+        (
+            "message",
+            M::POST,
+            format!("{base}/messages"),
+            Some(json!({"text": "I am alice now"})),
+        ),
+        (
+            "approvals",
+            M::POST,
+            format!("{base}/approvals"),
+            Some(json!({"decisions": [{"call_id": "call_1", "token": "t", "approved": true}]})),
+        ),
+        (
+            "elicitation",
+            M::POST,
+            format!("{base}/elicitations/1"),
+            Some(json!({"action": "cancel"})),
+        ),
+    ];
+    for (what, method, url, body) in attempts {
+        let (s, text) = as_user("bob", method, url, body).await;
+        assert_eq!(s, 404, "{what}: {text}");
+        assert!(text.contains("no such conversation"), "{what}: {text}");
+    }
+    // bob's message was not stored: alice's conversation is as it was
+    let (_, after) = as_user("alice", M::GET, base, None).await;
+    let entries_after = serde_json::from_str::<Value>(&after).unwrap()["entries"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(entries_after, entries);
+    assert!(!after.contains("I am alice now"));
+}
+
+#[tokio::test]
+async fn ownership_a_stream_opened_before_another_principal_creates_the_conversation_shows_none_of_it()
+ {
+    let fx = common::start_with(
+        PanelConfig::default().with_authenticator(LocalUsers),
+        common::demo_responder,
+    )
+    .await;
+    let base = format!("{}api/sessions/conv-later-0001", fx.url());
+    let follow = tokio::spawn(as_user(
+        "bob",
+        reqwest::Method::GET,
+        format!("{base}/events"),
+        None,
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (s, _) = as_user(
+        "alice",
+        reqwest::Method::POST,
+        format!("{base}/messages"),
+        Some(json!({"text": "secret plans"})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, seen) = follow.await.unwrap();
+    assert_eq!(s, 200);
+    assert!(
+        !seen.contains("secret plans") && !seen.contains("event: row"),
+        "{seen}"
+    );
+}
+
+#[tokio::test]
+async fn ownership_the_server_mints_unguessable_ids_and_refuses_client_chosen_ones() {
+    let fx = proxied_panel().await;
+    let sessions = format!("{}api/sessions", fx.url());
+    let (s, body) = as_user("alice", reqwest::Method::POST, sessions.clone(), None).await;
+    assert_eq!(s, 200, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
+    let (_, other) = as_user("alice", reqwest::Method::POST, sessions, None).await;
+    assert!(!other.contains(&id), "two conversations, two ids");
+    // the minted conversation is alice's: she can post into it, bob cannot see it
+    let base = format!("{}api/sessions/{id}", fx.url());
+    let (s, text) = as_user(
+        "alice",
+        reqwest::Method::POST,
+        format!("{base}/messages"),
+        Some(json!({"text": "hello"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+    let (s, _) = as_user("bob", reqwest::Method::GET, base, None).await;
+    assert_eq!(s, 404);
+    // an id the client picks is not used as a key: nothing is created under it
+    let chosen = format!("{}api/sessions/my-own-id-0001", fx.url());
+    let (s, text) = as_user(
+        "alice",
+        reqwest::Method::POST,
+        format!("{chosen}/messages"),
+        Some(json!({"text": "hello"})),
+    )
+    .await;
+    assert_eq!(s, 404, "{text}");
+    assert!(text.contains("POST /api/sessions"), "{text}");
+    let (s, state) = as_user("alice", reqwest::Method::GET, chosen, None).await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&state).unwrap()["entries"],
+        json!([])
+    );
+}
