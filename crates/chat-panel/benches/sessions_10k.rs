@@ -130,7 +130,7 @@ fn main() {
             "| setup | phase | turns/s | p50 | p99 | worker CPU/turn | memory/idle session | idle CPU | rows lost / doubled |"
         );
         println!("|---|---|---|---|---|---|---|---|---|");
-        for (r, lost) in [(&two, lost_pg), (&pg_only, lost_pg_only), (&one, lost_sqlite)] {
+        for (r, lost) in [(&two, &lost_pg), (&pg_only, &lost_pg_only), (&one, &lost_sqlite)] {
             for p in &r.phases {
                 println!(
                     "| {} | {} | {:.0} | {:.1} ms | {:.1} ms | {:.2} ms | {} | {} | {} |",
