@@ -6,6 +6,9 @@
 //! a scripted server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+// reqwest on rustls with ring (#40): `model_gateway::ensure_crypto_provider` before a client.
+extern crate reqwest_ring as reqwest;
+
 mod eval;
 
 use eval::{Mode, Player};
@@ -134,6 +137,7 @@ async fn code_mode_eval_the_real_model_path_goes_through_the_proxy_with_the_key(
     // The proxy passes the model server's status and headers back (Retry-After included).
     upstream.push(testkit::Reply::status(429, "slow down").retry_after("7"));
     let proxy = eval::proxy::Proxy::start(upstream.base_url()).await;
+    model_gateway::ensure_crypto_provider();
     let r = reqwest::Client::new()
         .post(format!("{}/chat/completions", proxy.base_url()))
         .header("content-type", "application/json")

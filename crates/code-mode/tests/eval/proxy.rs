@@ -4,6 +4,7 @@
 //! evaluation counts model calls and prompt tokens over what it recorded, the same way for
 //! both kinds of model.
 
+use reqwest_ring as reqwest;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -38,6 +39,7 @@ impl Proxy {
     /// `https://api.openai.com/v1`).
     pub async fn start(upstream: String) -> Proxy {
         let requests: Arc<Mutex<Vec<Value>>> = Arc::default();
+        model_gateway::ensure_crypto_provider();
         let shared = Shared {
             upstream: upstream.trim_end_matches('/').to_owned(),
             client: reqwest::Client::builder()
