@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use llm_core::ToolSpec;
 use serde_json::Value;
-use tool_system::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
+use llm_core::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
 
 use crate::{LoadOutcome, Sandbox, SandboxConfig, Skill, SkillError, SkillLoadError, load_skills};
 
@@ -17,7 +17,7 @@ use crate::{LoadOutcome, Sandbox, SandboxConfig, Skill, SkillError, SkillLoadErr
 /// ```no_run
 /// # async fn demo() {
 /// use skills::{SandboxConfig, SkillsProvider};
-/// use tool_system::ToolProvider;
+/// use llm_core::ToolProvider;
 /// let (provider, errors) = SkillsProvider::load("./skills", SandboxConfig::default());
 /// for e in &errors { eprintln!("skipped: {e}"); }       // file:line: what to fix
 /// println!("{}", provider.sandbox().protections());     // what is in force on this machine
