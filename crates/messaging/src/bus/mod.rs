@@ -22,10 +22,12 @@
 //! Where things are: this file holds the front ([`MessageBus`], [`Subscription`],
 //! [`Received`]), the message types, [`BusError`] and the backend traits; `local` the in-process
 //! backend; `dedup` the filter of repeated message ids; `validate` the rules for message ids and
-//! recipient families; the NATS backend is `crate::nats`.
+//! recipient families; `nats` (cargo feature `nats`) the NATS JetStream backend.
 
 mod dedup;
 mod local;
+#[cfg(feature = "nats")]
+mod nats;
 mod validate;
 
 use std::sync::{Arc, Mutex};
@@ -36,8 +38,9 @@ use serde_json::Value;
 use crate::{QuickReplies, QuickRepliesError, validate_quick_replies};
 use dedup::{Seen, lock_seen};
 use local::Local;
-pub(crate) use validate::family_of;
-use validate::{check_family, check_msg_id};
+#[cfg(feature = "nats")]
+pub use nats::NatsConfig;
+use validate::{check_family, check_msg_id, family_of};
 
 /// Messages a mailbox holds before the oldest is dropped.
 pub const DEFAULT_MAILBOX_CAPACITY: usize = 256;

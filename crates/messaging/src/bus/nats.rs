@@ -39,8 +39,10 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::{Backend, Inbox, Poll, Settle, family_of};
-use crate::{BusError, BusMessage, Delivery, MessageBus, OutgoingMessage};
+use super::{
+    Backend, BusError, BusMessage, Delivery, Inbox, MessageBus, OutgoingMessage, Poll, Settle,
+    family_of,
+};
 
 /// Where and how the bus meets NATS. `NatsConfig::new(url)` has defaults fit for a chat
 /// service; the stream is created on first connect with them (an existing one is used as is).
