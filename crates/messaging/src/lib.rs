@@ -33,17 +33,15 @@
 //! ```
 
 mod bus;
-#[cfg(feature = "nats")]
-mod nats;
 mod quick_replies;
 mod tool;
 
+#[cfg(feature = "nats")]
+pub use bus::NatsConfig;
 pub use bus::{
     BusError, BusMessage, DEDUP_WINDOW, DEFAULT_MAILBOX_CAPACITY, Delivery, MAX_FAMILY_LEN,
     MAX_MSG_ID_LEN, MessageBus, OutgoingMessage, Received, Subscription,
 };
-#[cfg(feature = "nats")]
-pub use nats::NatsConfig;
 pub use quick_replies::{
     MAX_QUICK_REPLIES, QuickReplies, QuickRepliesError, quick_replies_schema,
     validate_quick_replies,
