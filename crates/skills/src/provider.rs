@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use llm_core::ToolSpec;
-use serde_json::Value;
 use llm_core::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
+use serde_json::Value;
 
 use crate::{LoadOutcome, Sandbox, SandboxConfig, Skill, SkillError, SkillLoadError, load_skills};
 
