@@ -97,7 +97,7 @@ async fn i42_8_a_session_the_running_server_expired_is_replaced_at_once() {
     let bridge = McpBridge::new();
     bridge
         .register(
-            ServiceConfig::remote("py", &server.url())
+            ServiceConfig::remote("py", server.url())
                 .with_call_timeout(Duration::from_secs(20))
                 .with_startup_timeout(Duration::from_secs(20)),
         )
