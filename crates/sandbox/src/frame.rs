@@ -50,7 +50,7 @@ pub(crate) fn decode(line: &[u8]) -> Result<Option<Value>, Ended> {
         .map(Some)
         .map_err(|e| Ended::NotJson {
             error: e.to_string(),
-            head: crate::run::tail(&text[..text.len().min(HEAD_CHARS)], HEAD_CHARS),
+            head: crate::program::tail(&text[..text.len().min(HEAD_CHARS)], HEAD_CHARS),
         })
 }
 

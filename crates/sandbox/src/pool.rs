@@ -3,33 +3,17 @@
 //! with nothing of the program running), so that making it — namespaces, mounts, the uid lease,
 //! the call's tmpfs — is off the next call's path. [`Shared`] is what calls and the pool share.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::bwrap::Bwrap;
-use crate::config::SandboxConfig;
-use crate::spawn::{Started, start};
+use crate::spawn::{CallKey, Setup, Started, start};
 use crate::sys;
 
-/// What calls and the containers made ahead of time share.
+/// What calls and the containers made ahead of time share: the call's [`Setup`] (fixed when
+/// the sandbox is made, and all a start needs) and the pool's own state.
 pub(crate) struct Shared {
-    pub(crate) config: SandboxConfig,
-    pub(crate) bwrap: Option<Bwrap>,
-    pub(crate) root: bool,
-    /// Landlock is used (no container, kernel has it).
-    pub(crate) landlock: bool,
-    /// The empty network namespace every container joins (see
-    /// [`Protections::shared_network_namespace`]); `None`: each makes its own, or has network.
-    pub(crate) shared_net: Option<std::os::fd::OwnedFd>,
-    /// The container's seccomp program as bwrap reads it, compiled once.
-    pub(crate) container_filter: Vec<u8>,
-    /// The seccomp program installed directly when there is no container, compiled once.
-    pub(crate) fallback_filter: Vec<libc::sock_filter>,
-    /// Without a container and without root, where the kernel allows it: the maps of the user
-    /// namespace each call makes its PID, IPC and network namespaces in.
-    pub(crate) user_maps: Option<sys::IdMaps>,
+    pub(crate) setup: Setup,
     /// Containers made ahead of time, oldest first, at most one per skill.
     pub(crate) ready: Mutex<Vec<Ready>>,
     /// Containers being made ahead right now, each with the call waiting to take it, if any.
@@ -44,15 +28,11 @@ pub(crate) struct Shared {
     pub(crate) made_on_call: AtomicU64,
 }
 
-/// What a call runs: the skill and the environment it is granted, as they are when the call
-/// (or the container made ahead for it) starts. A container made ahead is used only by a call
-/// with the same key.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CallKey {
-    pub(crate) name: String,
-    pub(crate) dir: PathBuf,
-    pub(crate) entry: Vec<String>,
-    pub(crate) env: Vec<(String, std::ffi::OsString)>,
+impl std::ops::Deref for Shared {
+    type Target = Setup;
+    fn deref(&self) -> &Setup {
+        &self.setup
+    }
 }
 
 /// A container being made ahead of time. A call of the same key that finds none ready waits

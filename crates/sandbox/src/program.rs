@@ -109,6 +109,15 @@ pub fn is_plain_relative(word: &str) -> bool {
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
+/// The last `n` characters of `s` (lossy UTF-8, trimmed): what an error shows of a program's
+/// output.
+pub(crate) fn tail(s: &[u8], n: usize) -> String {
+    let text = String::from_utf8_lossy(s);
+    let t = text.trim();
+    let start = t.char_indices().rev().nth(n).map_or(0, |(i, _)| i);
+    t[start..].to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,11 +13,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use crate::config::SandboxConfig;
 use crate::error::RunError;
 use crate::frame::{Ended, FrameHandler, converse};
-use crate::pool::{CallKey, Ready, Shared, make_ready};
+use crate::pool::{Ready, Shared, make_ready};
 use crate::probe::{Probed, Protections, probe};
-use crate::program::{Output, Program};
+use crate::program::{Output, Program, tail};
 use crate::seccomp;
-use crate::spawn::{CallGuard, start};
+use crate::spawn::{CallGuard, CallKey, Setup, start};
 use crate::sys;
 
 /// Runs programs, one sandboxed child process per run.
@@ -51,13 +51,6 @@ pub(crate) fn human_bytes(n: usize) -> String {
     }
 }
 
-pub(crate) fn tail(s: &[u8], n: usize) -> String {
-    let text = String::from_utf8_lossy(s);
-    let t = text.trim();
-    let start = t.char_indices().rev().nth(n).map_or(0, |(i, _)| i);
-    t[start..].to_owned()
-}
-
 impl Sandbox {
     /// A sandbox with these limits and grants. Finds bubblewrap and checks, by running one empty
     /// container, that it works here; logs which protections are in force on this machine.
@@ -72,18 +65,20 @@ impl Sandbox {
             policy,
         } = probe(&config);
         let shared = Shared {
-            container_filter: seccomp::to_bytes(&seccomp::program(policy)),
-            fallback_filter: seccomp::program(seccomp::Policy {
-                allow_user_namespaces: config.allow_user_namespaces,
-                deny_unix_sockets: !config.allow_network,
-                only_unix_sockets: false,
-            }),
-            shared_net,
-            landlock: protections.landlock_abi.is_some(),
-            user_maps,
-            config,
-            bwrap,
-            root,
+            setup: Setup {
+                container_filter: seccomp::to_bytes(&seccomp::program(policy)),
+                fallback_filter: seccomp::program(seccomp::Policy {
+                    allow_user_namespaces: config.allow_user_namespaces,
+                    deny_unix_sockets: !config.allow_network,
+                    only_unix_sockets: false,
+                }),
+                shared_net,
+                landlock: protections.landlock_abi.is_some(),
+                user_maps,
+                config,
+                bwrap,
+                root,
+            },
             ready: Mutex::new(Vec::new()),
             making: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),

@@ -7,10 +7,11 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::Stdio;
 
+use crate::bwrap::Bwrap;
 use crate::bwrap::{Layout, Scratch};
+use crate::config::SandboxConfig;
 use crate::host::{CallHost, PrepareInput, Prepared, prepare};
 use crate::landlock::{ruleset, scope_ruleset};
-use crate::pool::{CallKey, Shared};
 use crate::sys::{self, ChildSetup, LimitKind};
 
 /// A started call: its process (bwrap, or the skill itself without a container) and its host
@@ -56,11 +57,42 @@ impl Drop for CallGuard {
     }
 }
 
+/// What every call starts from, fixed when the sandbox is made: the configuration and what
+/// the machine allows, worked out once.
+pub(crate) struct Setup {
+    pub(crate) config: SandboxConfig,
+    pub(crate) bwrap: Option<Bwrap>,
+    pub(crate) root: bool,
+    /// Landlock is used (no container, kernel has it).
+    pub(crate) landlock: bool,
+    /// The empty network namespace every container joins (see
+    /// [`Protections::shared_network_namespace`]); `None`: each makes its own, or has network.
+    pub(crate) shared_net: Option<std::os::fd::OwnedFd>,
+    /// The container's seccomp program as bwrap reads it, compiled once.
+    pub(crate) container_filter: Vec<u8>,
+    /// The seccomp program installed directly when there is no container, compiled once.
+    pub(crate) fallback_filter: Vec<libc::sock_filter>,
+    /// Without a container and without root, where the kernel allows it: the maps of the user
+    /// namespace each call makes its PID, IPC and network namespaces in.
+    pub(crate) user_maps: Option<sys::IdMaps>,
+}
+
+/// What a call runs: the skill and the environment it is granted, as they are when the call
+/// (or the container made ahead for it) starts. A container made ahead is used only by a call
+/// with the same key.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CallKey {
+    pub(crate) name: String,
+    pub(crate) dir: std::path::PathBuf,
+    pub(crate) entry: Vec<String>,
+    pub(crate) env: Vec<(String, std::ffi::OsString)>,
+}
+
 /// Starts the call of `key`: prepares its host side (off the async threads), then spawns
 /// bwrap — waiting on the returned start pipe before it runs the skill — or, without a
 /// container, the skill itself.
 pub(crate) async fn start(
-    shared: &Shared,
+    shared: &Setup,
     key: &CallKey,
 ) -> Result<(Started, Option<std::io::PipeWriter>), String> {
     let c = &shared.config;

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::App;
-use super::translate::Live;
+use super::translate::{Live, ev};
 use crate::lease::{self};
 use crate::state::{EntryKind, rows_from_history};
 
@@ -241,16 +241,6 @@ impl Rows {
                 .await;
             }
             self.after = r.row;
-        }
-    }
-}
-
-pub(super) fn ev(name: &str, data: &impl serde::Serialize) -> Option<Event> {
-    match Event::default().event(name).json_data(data) {
-        Ok(e) => Some(e),
-        Err(e) => {
-            tracing::error!(error = %e, "could not encode an SSE event");
-            None
         }
     }
 }

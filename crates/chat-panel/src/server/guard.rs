@@ -140,7 +140,7 @@ pub(super) fn check_session_id(
 pub(super) async fn access(app: &App, id: &str, who: &Principal) -> Result<bool, Response> {
     let owner = match app.sessions.owner(id).await {
         Ok(o) => o,
-        Err(e) => return Err(super::handlers::store_failed(&e)),
+        Err(e) => return Err(store_failed(&e)),
     };
     let ok = match owner {
         None => return Ok(false),
@@ -153,4 +153,13 @@ pub(super) async fn access(app: &App, id: &str, who: &Principal) -> Result<bool,
         tracing::info!(session = %id, principal = %who, "chat panel: refused another principal's conversation");
         Err(error(StatusCode::NOT_FOUND, "no such conversation"))
     }
+}
+
+/// The answer when the session store failed: logged, and `503` saying to try again.
+pub(super) fn store_failed(e: &context_engine::StoreError) -> Response {
+    tracing::error!(error = %e, "chat panel: the session store failed");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the conversation could not be loaded or saved just now; try again shortly",
+    )
 }

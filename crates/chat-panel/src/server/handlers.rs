@@ -17,7 +17,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::events::follow;
 use super::guard::access;
-use super::guard::{check_session_id, header_str, session_id};
+use super::guard::{check_session_id, header_str, session_id, store_failed};
 use super::turn::start_turn;
 use super::{App, PAGE, error};
 use crate::identity::Principal;
@@ -149,14 +149,6 @@ pub(super) fn length_limit_hit(e: &axum::Error) -> bool {
         cur = err.source();
     }
     false
-}
-
-pub(super) fn store_failed(e: &context_engine::StoreError) -> Response {
-    tracing::error!(error = %e, "chat panel: the session store failed");
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "the conversation could not be loaded or saved just now; try again shortly",
-    )
 }
 
 #[derive(Deserialize)]

@@ -9,7 +9,6 @@ use axum::response::sse::Event;
 use serde_json::{Value, json};
 use tool_system::{LoopEvent, PendingApproval};
 
-use super::events::ev;
 use crate::backend::user_sentence;
 use crate::state::{Entry, EntryKind, ToolActivity, live_id};
 
@@ -171,6 +170,17 @@ pub(super) fn translate(live: &mut Live, event: LoopEvent) -> Step {
         _ => {}
     }
     step
+}
+
+/// One SSE event named `name` with `data` as its JSON (logged and `None` if it cannot be encoded).
+pub(super) fn ev(name: &str, data: &impl serde::Serialize) -> Option<Event> {
+    match Event::default().event(name).json_data(data) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            tracing::error!(error = %e, "could not encode an SSE event");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

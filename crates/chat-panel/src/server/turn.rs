@@ -12,8 +12,8 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tool_system::LoopEvent;
 
 use super::App;
-use super::events::{Out, Rows, ev};
-use super::translate::{live_entry, translate};
+use super::events::{Out, Rows};
+use super::translate::{ev, live_entry, translate};
 use crate::lease::{self};
 use crate::state::{Entry, EntryKind};
 
