@@ -122,10 +122,14 @@ impl GgmlType {
         }
     }
 
-    /// The bytes `n` values take, if `n` is a whole number of blocks.
+    /// The bytes `n` values take, if `n` is a whole number of blocks and that many bytes can
+    /// be counted (a corrupt shape may claim more than `usize` holds).
     pub fn bytes_for(self, n: usize) -> Option<usize> {
         let (per, size) = self.block();
-        n.is_multiple_of(per).then(|| n / per * size)
+        if !n.is_multiple_of(per) {
+            return None;
+        }
+        (n / per).checked_mul(size)
     }
 }
 
@@ -390,7 +394,7 @@ impl Content {
             let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
             let size = n.and_then(|n| dtype.bytes_for(n)).ok_or_else(|| {
                 GgufError::Corrupt(format!(
-                    "tensor `{name}` of shape {dims:?} is not whole {dtype:?} blocks"
+                    "tensor `{name}` of shape {dims:?} is not a whole number of {dtype:?} blocks, or more bytes than can be counted"
                 ))
             })?;
             let start = data.checked_add(offset);
@@ -569,6 +573,26 @@ pub(crate) mod tests {
             Content::read(&mut std::io::Cursor::new(b"GGML0000".to_vec())),
             Err(GgufError::Magic(_))
         ));
+    }
+
+    /// Pinned from the proptest below (CI, 2026-11-27: `flips = [(87, 32)]`): one byte of the
+    /// tensor's shape made 2^37-ish values of F32, whose byte count overflowed `usize` in
+    /// `bytes_for` — a panic, not a refusal.
+    #[test]
+    fn a_shape_whose_bytes_overflow_is_refused_not_a_panic() {
+        let mut f = file(
+            &[
+                ("s", 8, string("hello")),
+                ("n", 4, 3u32.to_le_bytes().to_vec()),
+            ],
+            &[("w", &[2, 32], &[1.0; 64])],
+        );
+        let at = 87 % f.len();
+        f[at] = 32;
+        let _ = Content::read(&mut std::io::Cursor::new(&f));
+        assert_eq!(GgmlType::F32.bytes_for(usize::MAX / 2), None);
+        assert_eq!(GgmlType::Q8_0.bytes_for(usize::MAX / 32 * 32), None);
+        assert_eq!(GgmlType::Q4_0.bytes_for(64), Some(36));
     }
 
     proptest::proptest! {
