@@ -2,8 +2,11 @@
 //! SERVER is stopped (`pg_ctl stop -m immediate`: every PostgreSQL process killed, no shutdown
 //! checkpoint) while a turn on a `chat-panel` worker process waits for the model, and started
 //! again: the turn ends with a clear message, no row is half written or lost, and the next turn
-//! works on the same worker, not restarted. Runs on the fault-test cluster (`TEST_PG_FAULT_*`,
-//! set by `cargo xtask test`), so the other tests' database is not disturbed.
+//! works on the same worker, not restarted. And the broker is killed (SIGKILL) while messages
+//! to the person are in flight — accepted by the broker, not yet stored by the worker — and
+//! started again: every message the broker accepted is stored once and shown once. Runs on the
+//! fault-test cluster and broker (`TEST_PG_FAULT_*`, `TEST_NATS_FAULT_*`, set by `cargo xtask
+//! test`), so the other tests' database and broker are not disturbed.
 //!
 //! `harness = false`: `main` runs the tests; with `FAULTS_CHILD` set, it is a worker.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -25,10 +28,16 @@ fn main() {
     if std::env::var_os(CHILD).is_some() {
         return worker_child();
     }
-    let tests: [(&str, fn()); 1] = [(
-        "i42_7_database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on",
-        i42_7_database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on,
-    )];
+    let tests: [(&str, fn()); 2] = [
+        (
+            "i42_7_database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on",
+            i42_7_database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on,
+        ),
+        (
+            "i42_7_broker_killed_with_messages_in_flight_none_lost_none_shown_twice",
+            i42_7_broker_killed_with_messages_in_flight_none_lost_none_shown_twice,
+        ),
+    ];
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
         for (name, _) in tests {
@@ -143,10 +152,19 @@ struct Worker {
 
 impl Worker {
     fn start(model: &ScriptedServer, database_url: &str) -> Self {
+        Self::start_with_broker(model, database_url, None)
+    }
+
+    /// A worker whose bus is the NATS server at `broker` (`NATS_URL`), else in-process.
+    fn start_with_broker(model: &ScriptedServer, database_url: &str, broker: Option<&str>) -> Self {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        match broker {
+            Some(url) => command.env("NATS_URL", url),
+            None => command.env_remove("NATS_URL"),
+        };
         let (child, addr) = common::spawn_panel(
-            Command::new(std::env::current_exe().unwrap())
+            command
                 .env(CHILD, "1")
-                .env_remove("NATS_URL")
                 .env("DATABASE_URL", database_url)
                 .env("CHAT_PANEL_MODEL_URL", model.base_url()),
         );
@@ -296,5 +314,198 @@ fn i42_7_database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on()
         assert_eq!(texts[4..], ["after the restart", "You said: after the restart"]);
         let state = common::session_state(&worker.url(), sid).await;
         assert_eq!(state["busy"], false, "no lease left behind: {state}");
+    });
+}
+
+/// `kill -KILL` the fault-test broker by its pid file, and waits until it is gone.
+fn kill_broker() {
+    let pid = std::fs::read_to_string(fault_env("TEST_NATS_FAULT_PID")).unwrap();
+    let pid = pid.trim().to_owned();
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // gone, or a zombie its parent (xtask) has not reaped yet
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    while alive() {
+        assert!(Instant::now() < deadline, "nats-server {pid} did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts the fault-test broker again (same port, same store); xtask stops it by its pid file.
+fn start_broker() {
+    let mut server = Command::new(fault_env("TEST_NATS_SERVER"))
+        .arg("-c")
+        .arg(fault_env("TEST_NATS_FAULT_CONF"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::spawn(move || server.wait());
+}
+
+/// Sends `note {k}` for each `k` to the person of `sid` at once; the ones the broker accepted.
+async fn burst(bus: &messaging::MessageBus, sid: &str, ks: std::ops::Range<usize>) -> Vec<usize> {
+    let to = chat_panel::user_address(sid);
+    let sends = ks.map(|k| {
+        let (bus, to) = (bus.clone(), to.clone());
+        async move {
+            bus.send(messaging::OutgoingMessage::new(
+                "ops-bot",
+                to,
+                format!("note {k}"),
+            ))
+            .await
+            .ok()
+            .map(|_| k)
+        }
+    });
+    futures::future::join_all(sends)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// How often `note {k}` is among the conversation's stored rows and among the entries the
+/// panel shows, for each `k < n`.
+async fn notes(db: &str, base: &str, sid: &str, n: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut stored_texts = Vec::new();
+    for row in stored(db, sid).await {
+        // one entry per row: the row's strings, JSON inside strings (a call's arguments) read too
+        let mut leaves = Vec::new();
+        string_leaves(&row, &mut leaves);
+        stored_texts.push(leaves);
+    }
+    let state = common::session_state(base, sid).await;
+    let shown: Vec<String> = state["entries"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e["kind"] == "message" && e["from"] == "ops-bot")
+        .map(|e| e["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let needle = |k: usize| format!("note {k}");
+    (
+        (0..n)
+            .map(|k| {
+                stored_texts
+                    .iter()
+                    .filter(|leaves| leaves.contains(&needle(k)))
+                    .count()
+            })
+            .collect(),
+        (0..n)
+            .map(|k| shown.iter().filter(|t| **t == needle(k)).count())
+            .collect(),
+    )
+}
+
+/// Every string in `v`, and in any string of it that is JSON itself.
+fn string_leaves(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => {
+            if let Ok(inner @ (Value::Object(_) | Value::Array(_))) = serde_json::from_str(s) {
+                string_leaves(&inner, out);
+            }
+            out.push(s.clone());
+        }
+        Value::Array(a) => a.iter().for_each(|x| string_leaves(x, out)),
+        Value::Object(o) => o.values().for_each(|x| string_leaves(x, out)),
+        _ => {}
+    }
+}
+
+fn i42_7_broker_killed_with_messages_in_flight_none_lost_none_shown_twice() {
+    runtime().block_on(async {
+        let broker = fault_env("TEST_NATS_FAULT_URL");
+        let db = fresh_database("chat_panel_broker_in_flight").await;
+        let model = ScriptedServer::start().await;
+        model.respond_with(responder);
+        let worker = Worker::start_with_broker(&model, &db, Some(&broker));
+        let c = reqwest::Client::new();
+        // a fresh id per run: the broker keeps its streams between runs
+        let sid = format!(
+            "in-flight-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        );
+        let (status, body) = post(&c, &worker.url(), &sid, "hello").await;
+        assert_eq!(status, 200, "{body}");
+
+        // 30 messages at once; the broker is killed as soon as it has accepted them, while the
+        // worker is still storing them.
+        let bus = messaging::MessageBus::connect_nats(&broker).await.unwrap();
+        let mut accepted = burst(&bus, &sid, 0..30).await;
+        kill_broker();
+        let (stored_before, _) = notes(&db, &worker.url(), &sid, 30).await;
+        let in_flight = accepted.iter().filter(|k| stored_before[**k] == 0).count();
+        eprintln!(
+            "{} accepted, {in_flight} not yet stored when the broker died",
+            accepted.len()
+        );
+        assert_eq!(accepted.len(), 30, "the broker was up for the burst");
+        start_broker();
+
+        // Back: the sender reconnects by itself; 10 more once it does.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut more = Vec::new();
+        while more.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the sender could not send for 30 s after the broker came back"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            more = burst(&bus, &sid, 30..31).await;
+        }
+        accepted.extend(more);
+        accepted.extend(burst(&bus, &sid, 31..40).await);
+
+        // Every accepted message stored once and shown once; one the broker did not accept is
+        // there at most once (it may have been stored before its acknowledgement was lost).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (stored, shown) = notes(&db, &worker.url(), &sid, 40).await;
+            let done = accepted.iter().all(|k| stored[*k] >= 1 && shown[*k] >= 1);
+            if done || Instant::now() > deadline {
+                for k in 0..40 {
+                    let want = if accepted.contains(&k) { "1" } else { "0 or 1" };
+                    assert!(
+                        stored[k] <= 1 && shown[k] <= 1,
+                        "note {k} stored {} and shown {} times (want {want})",
+                        stored[k],
+                        shown[k]
+                    );
+                    if accepted.contains(&k) {
+                        assert_eq!(
+                            (stored[k], shown[k]),
+                            (1, 1),
+                            "note {k}, accepted by the broker, is lost"
+                        );
+                    }
+                }
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!(
+            "{} messages accepted, all stored and shown once",
+            accepted.len()
+        );
     });
 }

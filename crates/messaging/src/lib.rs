@@ -18,7 +18,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use messaging::{MessageBus, SendMessageTool};
-//! use tool_system::{Tool, ToolContext};
+//! use llm_core::{Tool, ToolContext};
 //! use serde_json::json;
 //!
 //! let bus = MessageBus::new();

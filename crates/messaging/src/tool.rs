@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use llm_core::ToolSpec;
+use llm_core::{Tool, ToolContext, ToolError};
 use serde_json::{Map, Value, json};
-use tool_system::{Tool, ToolContext, ToolError};
 
 use crate::{BusError, MessageBus, OutgoingMessage, quick_replies_schema, validate_quick_replies};
 
@@ -243,7 +243,7 @@ mod tests {
         assert_eq!(id, call_msg_id(&long, "c 1"));
         assert_ne!(id, call_msg_id(&long, "c 2"));
     }
-    use tool_system::ToolErrorKind;
+    use llm_core::ToolErrorKind;
 
     fn setup() -> (SendMessageTool, crate::Subscription) {
         let bus = MessageBus::new();
