@@ -13,7 +13,8 @@ use crate::{ci, have, is_root, root, run};
 /// Something a stage's demo or tests need that cargo does not build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Need {
-    /// Debian's bubblewrap: the skills sandbox, which code mode's scripts run in.
+    /// Debian's bubblewrap: the sandbox crate's container, which skills and code mode's
+    /// scripts run in.
     Bubblewrap,
     /// The pinned npm MCP servers (`@modelcontextprotocol/server-everything`, `-filesystem`,
     /// `-memory`) under the toolkit cache.
@@ -85,6 +86,7 @@ pub const STAGES: &[Stage] = &[
 
 /// The packages no stage runs that `cargo xtask test` covers too, and what their tests need.
 pub const OTHER_PACKAGES: &[(&str, &[Need])] = &[
+    ("sandbox", &[Need::Bubblewrap]),
     ("skills", &[Need::Bubblewrap]),
     ("telemetry", &[Need::Phoenix]),
 ];
@@ -277,7 +279,10 @@ mod tests {
             .split("[dev-dependencies]")
             .next()
             .unwrap_or_default();
-        if has(&["\"bwrap\"", "/usr/bin/bwrap"]) || normal_deps.contains("\nskills") {
+        if has(&["\"bwrap\"", "/usr/bin/bwrap"])
+            || normal_deps.contains("\nskills")
+            || normal_deps.contains("\nsandbox")
+        {
             found.insert(Need::Bubblewrap);
         }
         found
