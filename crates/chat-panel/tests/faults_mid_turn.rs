@@ -12,21 +12,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod common;
+#[path = "common/fleet.rs"]
+mod fleet;
 
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use chat_panel::PanelConfig;
 use serde_json::Value;
 use testkit::{Reply, ScriptedServer};
 
-const CHILD: &str = "FAULTS_CHILD";
-/// What the panel stores when a turn's answer was lost (kept in step with the panel).
-const INTERRUPTED_START: &str = "The answer to your last message was interrupted";
+use fleet::{
+    INTERRUPTED_START, Worker, fault_env, kill_broker, pg_ctl, post, runtime, start_broker,
+};
 
 fn main() {
-    if std::env::var_os(CHILD).is_some() {
-        return worker_child();
+    if std::env::var_os(fleet::CHILD).is_some() {
+        return fleet::worker_child();
     }
     let tests: [(&str, fn()); 2] = [
         (
@@ -49,138 +49,9 @@ fn main() {
     common::run_tests(&tests, filter.as_deref());
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// A worker: configuration from the environment (`DATABASE_URL`), a short turn lease; prints
-/// `listening ADDR`, serves until its stdin closes or it is killed.
-fn worker_child() {
-    runtime().block_on(async {
-        let config = PanelConfig::from_env().with_turn_lease(Duration::from_millis(1500));
-        assert!(config.history.is_shared(), "DATABASE_URL was not read");
-        let server = common::serve_child_panel(config).await;
-        println!("listening {}", server.addr());
-        let _ = tokio::task::spawn_blocking(|| {
-            let mut sink = String::new();
-            while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
-        })
-        .await;
-        server.shutdown().await;
-    });
-}
-
-fn fault_env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!(
-            "{name} is not set: run `cargo xtask test` (it starts a fault-test PostgreSQL cluster \
-             on 127.0.0.1 and sets TEST_PG_FAULT_*), or `cargo xtask with-services cargo test -p \
-             chat-panel --test faults_mid_turn`"
-        )
-    })
-}
-
-/// `pg_ctl ARGS` on the fault-test cluster (as the user xtask names, when it names one).
-fn pg_ctl(args: &[&str]) {
-    let data = fault_env("TEST_PG_FAULT_DATA");
-    let ctl = fault_env("TEST_PG_FAULT_PG_CTL");
-    let run_as = fault_env("TEST_PG_FAULT_RUN_AS");
-    let mut cmd = if run_as.is_empty() {
-        Command::new(&ctl)
-    } else {
-        let mut c = Command::new("runuser");
-        c.args(["-u", &run_as, "--", &ctl]);
-        c
-    };
-    let out = cmd.args(args).arg("-D").arg(&data).output().unwrap();
-    assert!(
-        out.status.success(),
-        "pg_ctl {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// `url` with its database replaced by `db`.
-fn with_db(url: &str, db: &str) -> String {
-    let (head, query) = url.split_once('?').unwrap_or((url, ""));
-    let scheme_end = head.find("://").map_or(0, |i| i + 3);
-    let base = match head[scheme_end..].find('/') {
-        Some(i) => &head[..scheme_end + i],
-        None => head,
-    };
-    let query = if query.is_empty() {
-        String::new()
-    } else {
-        format!("?{query}")
-    };
-    format!("{base}/{db}{query}")
-}
-
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-    tokio::spawn(conn);
-    client
-}
-
 /// A fresh database on the fault-test cluster; its URL.
 async fn fresh_database(name: &str) -> String {
-    let base = fault_env("TEST_PG_FAULT_URL");
-    let admin = connect(&base).await;
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    with_db(&base, name)
-}
-
-/// A worker process on `database_url`, killed when dropped.
-struct Worker {
-    child: Child,
-    addr: std::net::SocketAddr,
-}
-
-impl Worker {
-    fn start(model: &ScriptedServer, database_url: &str) -> Self {
-        Self::start_with_broker(model, database_url, None)
-    }
-
-    /// A worker whose bus is the NATS server at `broker` (`NATS_URL`), else in-process.
-    fn start_with_broker(model: &ScriptedServer, database_url: &str, broker: Option<&str>) -> Self {
-        let mut command = Command::new(std::env::current_exe().unwrap());
-        match broker {
-            Some(url) => command.env("NATS_URL", url),
-            None => command.env_remove("NATS_URL"),
-        };
-        let (child, addr) = common::spawn_panel(
-            command
-                .env(CHILD, "1")
-                .env("DATABASE_URL", database_url)
-                .env("CHAT_PANEL_MODEL_URL", model.base_url()),
-        );
-        Self { child, addr }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/", self.addr)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    fleet::fresh_database_on(&fault_env("TEST_PG_FAULT_URL"), name).await
 }
 
 /// The model: a message with "slow" is answered after 4 s (the database is stopped meanwhile);
@@ -198,29 +69,12 @@ fn responder(body: &Value) -> Reply {
     Reply::text(format!("You said: {content}"))
 }
 
-async fn post(c: &reqwest::Client, base: &str, sid: &str, text: &str) -> (u16, String) {
-    let r = c
-        .post(format!("{base}api/sessions/{sid}/messages"))
-        .json(&serde_json::json!({ "text": text }))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.text().await.unwrap())
-}
-
 /// The message rows of `sid`, in order.
 async fn stored(url: &str, sid: &str) -> Vec<Value> {
-    connect(url)
+    fleet::stored_texts(url, sid)
         .await
-        .query(
-            "SELECT message FROM ce_messages WHERE session_id = $1 ORDER BY seq",
-            &[&sid],
-        )
-        .await
-        .unwrap()
         .iter()
-        .map(|r| serde_json::from_str(&r.get::<_, String>(0)).unwrap())
+        .map(|t| serde_json::from_str(t).unwrap())
         .collect()
 }
 
@@ -315,45 +169,6 @@ fn i42_7_database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on()
         let state = common::session_state(&worker.url(), sid).await;
         assert_eq!(state["busy"], false, "no lease left behind: {state}");
     });
-}
-
-/// `kill -KILL` the fault-test broker by its pid file, and waits until it is gone.
-fn kill_broker() {
-    let pid = std::fs::read_to_string(fault_env("TEST_NATS_FAULT_PID")).unwrap();
-    let pid = pid.trim().to_owned();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    // gone, or a zombie its parent (xtask) has not reaped yet
-    let alive = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-            s.rsplit(')')
-                .next()
-                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
-        })
-    };
-    while alive() {
-        assert!(Instant::now() < deadline, "nats-server {pid} did not die");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Starts the fault-test broker again (same port, same store); xtask stops it by its pid file.
-fn start_broker() {
-    let mut server = Command::new(fault_env("TEST_NATS_SERVER"))
-        .arg("-c")
-        .arg(fault_env("TEST_NATS_FAULT_CONF"))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::spawn(move || server.wait());
 }
 
 /// Sends `note {k}` for each `k` to the person of `sid` at once; the ones the broker accepted.

@@ -7,12 +7,14 @@
 //! every row reached the SSE client exactly once.
 //!
 //! `harness = false`: `main` runs the tests one after another (a name given on the command line
-//! selects those containing it); with `WORKERS_CHILD` set, it is a worker.
+//! selects those containing it); with `PANEL_WORKER_CHILD` set, it is a worker.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 #[path = "common/browser.rs"]
 mod chrome;
 mod common;
+#[path = "common/fleet.rs"]
+mod fleet;
 /// context-engine's PostgreSQL test helpers: a fresh database, and a TCP proxy that takes the
 /// database away and brings it back.
 #[path = "../../context-engine/tests/common/mod.rs"]
@@ -20,7 +22,6 @@ mod pg;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::process::{Child, Command};
 use std::time::Duration;
 
 use chat_panel::{AgentBackend, ChatPanel, HistoryStore, PanelConfig, PanelError};
@@ -30,14 +31,16 @@ use model_gateway::{OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
 
-const CHILD: &str = "WORKERS_CHILD";
+use fleet::{
+    INTERRUPTED_START, Worker, fault_env, kill_broker, pg_connect, post, runtime, start_broker,
+    stored_texts,
+};
+
 const PG_ENV: &str = "TEST_DATABASE_URL";
-/// What the worker stores when the worker running an answer died (kept in step with the panel).
-const INTERRUPTED_START: &str = "The answer to your last message was interrupted";
 
 fn main() {
-    if std::env::var_os(CHILD).is_some() {
-        return worker_child();
+    if std::env::var_os(fleet::CHILD).is_some() {
+        return fleet::worker_child();
     }
     let tests: [(&str, fn()); 10] = [
         (
@@ -92,38 +95,6 @@ fn main() {
     common::run_tests(&tests, filter.as_deref());
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// A worker: the configuration from the environment (`DATABASE_URL`, no `NATS_URL`), a short
-/// turn lease so a dead worker is noticed quickly; prints `listening ADDR`, serves until its
-/// stdin closes or it is killed.
-fn worker_child() {
-    runtime().block_on(async {
-        let poll_ms = std::env::var("WORKERS_TEST_FOLLOW_POLL_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(50);
-        let config = PanelConfig::from_env()
-            .with_turn_lease(Duration::from_millis(1500))
-            .with_follow_poll(Duration::from_millis(poll_ms));
-        assert!(config.history.is_shared(), "DATABASE_URL was not read");
-        let server = common::serve_child_panel(config).await;
-        println!("listening {}", server.addr());
-        let _ = tokio::task::spawn_blocking(|| {
-            let mut sink = String::new();
-            while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
-        })
-        .await;
-        server.shutdown().await;
-    });
-}
-
 /// The PostgreSQL server's URL, or a failure saying how to get one (never a silent pass).
 fn pg_base_url() -> String {
     match std::env::var(PG_ENV) {
@@ -137,87 +108,9 @@ fn pg_base_url() -> String {
     }
 }
 
-async fn pg_connect(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-    tokio::spawn(conn);
-    client
-}
-
 /// A fresh database `name` on the test server; its URL.
 async fn fresh_database(name: &str) -> String {
-    let base = pg_base_url();
-    let admin = pg_connect(&base).await;
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    pg::with_db(&base, name)
-}
-
-/// A running worker process.
-struct Worker {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Worker {
-    fn start(model: &ScriptedServer, database_url: &str) -> Self {
-        Self::start_with_broker(model, database_url, None)
-    }
-
-    /// A worker whose bus is the NATS server at `broker` (`NATS_URL`), else in-process.
-    fn start_with_broker(model: &ScriptedServer, database_url: &str, broker: Option<&str>) -> Self {
-        let mut command = Command::new(std::env::current_exe().unwrap());
-        match broker {
-            Some(url) => command.env("NATS_URL", url),
-            None => command.env_remove("NATS_URL"),
-        };
-        let (child, addr) = common::spawn_panel(
-            command
-                .env(CHILD, "1")
-                .env("DATABASE_URL", database_url)
-                .env("CHAT_PANEL_MODEL_URL", model.base_url()),
-        );
-        Self { child, addr }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/", self.addr)
-    }
-
-    /// A worker that reads the store on a timer only every 10 minutes: whatever its streams
-    /// show in time came through the store's change feed.
-    fn start_without_timer(model: &ScriptedServer, database_url: &str) -> Self {
-        let mut command = Command::new(std::env::current_exe().unwrap());
-        let (child, addr) = common::spawn_panel(
-            command
-                .env(CHILD, "1")
-                .env_remove("NATS_URL")
-                .env("WORKERS_TEST_FOLLOW_POLL_MS", "600000")
-                .env("DATABASE_URL", database_url)
-                .env("CHAT_PANEL_MODEL_URL", model.base_url()),
-        );
-        Self { child, addr }
-    }
-
-    /// SIGKILL: no shutdown, no lease released.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    fleet::fresh_database_on(&pg_base_url(), name).await
 }
 
 /// One SSE event as the client read it.
@@ -310,17 +203,6 @@ fn row_has(e: &SseEvent, kind: &str, text: &str) -> bool {
     })
 }
 
-async fn post(c: &reqwest::Client, base: &str, sid: &str, text: &str) -> (u16, String) {
-    let r = c
-        .post(format!("{base}api/sessions/{sid}/messages"))
-        .json(&json!({"text": text}))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.text().await.unwrap())
-}
-
 /// The model: on the first message it asks with quick replies (send_message); after a tool
 /// result it says so; a message with "slow" is answered only after a minute (the worker is
 /// killed before); otherwise it echoes.
@@ -365,8 +247,8 @@ fn workers_an_idle_stream_is_woken_by_the_store_feed_not_a_timer() {
         let url = fresh_database("chat_panel_feed").await;
         let model = ScriptedServer::start().await;
         model.respond_with(responder);
-        let a = Worker::start_without_timer(&model, &url);
-        let b = Worker::start_without_timer(&model, &url);
+        let a = Worker::start_with_poll(&model, &url, Duration::from_secs(600));
+        let b = Worker::start_with_poll(&model, &url, Duration::from_secs(600));
         let c = reqwest::Client::new();
         let sid = "feed-woken-session";
         let (status, body) = post(&c, &a.url(), sid, "hello").await;
@@ -552,7 +434,7 @@ fn workers_two_processes_kill_mid_turn_sse_resumes_on_the_other_no_row_lost_or_d
             "user:0:slow please".to_owned(),
             format!(
                 "assistant:0:{}",
-                "The answer to your last message was interrupted: the server handling it stopped"
+                "The answer to your last message was interrupted: the server handling it stopped, or could not save it"
                     .chars()
                     .take(48)
                     .collect::<String>()
@@ -1042,69 +924,6 @@ fn workers_nats_the_panels_ack_wait_reaches_the_group_consumer() {
         .await;
         drop(inbox);
     });
-}
-
-/// A variable `cargo xtask test` sets for the fault-test broker, or a failure saying so.
-fn fault_env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run `cargo xtask test` (it starts a fault-test nats-server on 127.0.0.1 and sets TEST_NATS_FAULT_*)")
-    })
-}
-
-/// `kill -KILL` the fault-test broker by its pid file, and waits until it is gone.
-fn kill_broker() {
-    let pid = std::fs::read_to_string(fault_env("TEST_NATS_FAULT_PID")).unwrap();
-    let pid = pid.trim().to_owned();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    // gone, or a zombie its parent (xtask) has not reaped yet
-    let alive = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-            s.rsplit(')')
-                .next()
-                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
-        })
-    };
-    while alive() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nats-server {pid} did not die"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Starts the fault-test broker again (same port, same store); xtask stops it by its pid file.
-fn start_broker() {
-    let mut server = Command::new(fault_env("TEST_NATS_SERVER"))
-        .arg("-c")
-        .arg(fault_env("TEST_NATS_FAULT_CONF"))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::spawn(move || server.wait());
-}
-
-/// The stored messages of `sid`, as text, in order.
-async fn stored_texts(url: &str, sid: &str) -> Vec<String> {
-    let db = pg_connect(url).await;
-    db.query(
-        "SELECT message FROM ce_messages WHERE session_id = $1 ORDER BY seq",
-        &[&sid],
-    )
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| r.get::<_, String>(0))
-    .collect()
 }
 
 /// The broker goes away mid-conversation (SIGKILL) and comes back, with a worker on
