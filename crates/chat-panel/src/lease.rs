@@ -17,9 +17,12 @@ use llm_core::Message;
 /// The state slot holding the lease.
 pub(crate) const TURN_KEY: &str = "chat-panel.turn";
 
-/// What the person reads when the worker running their answer died before it finished.
+/// What the person reads when their answer's lease expired before the answer finished: the
+/// worker running it died, or it lost the database and could not save it (#42 item 7). The
+/// text names both, since the worker that stores it cannot tell which happened.
 pub(crate) const INTERRUPTED: &str = "The answer to your last message was interrupted: the server \
-handling it stopped before it finished. Your message is kept; please send it again.";
+handling it stopped, or could not save it, before it finished. Your message is kept; please send \
+it again.";
 
 fn now_ms() -> u64 {
     SystemTime::now()
