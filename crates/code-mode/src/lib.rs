@@ -501,7 +501,7 @@ impl CodeModeProvider {
         let l = &self.limits;
         let mut s = format!(
             "Run a short Python 3 script (standard library only) in a sandbox (no network, no host files). In it, the tools below are functions: call several, combine their results in code, and print() only what you need. You get back only the printed text (at most {}) and the list of calls made. A failed call raises ToolError (.kind, .message; subclasses ToolTimeout, InvalidArguments, ToolNotFound, ToolUnavailable, ToolCrashed, ResultTooLarge, ApprovalRequired, CallLimitExceeded), which the script can catch. Limits per script: {} tool calls, {} s. Full description of one function: call {DESCRIBE_FUNCTION}.",
-            run::human_bytes(l.shown_output_bytes),
+            sandbox::human_bytes(l.shown_output_bytes),
             l.max_calls,
             l.time_limit.as_secs_f64()
         );

@@ -4,22 +4,12 @@
 use std::collections::HashSet;
 
 use llm_core::{ToolErrorKind, cap_result};
-use sandbox::{FrameHandler, FrameReply, RunError};
+use sandbox::{FrameHandler, FrameReply, RunError, human_bytes};
 use serde_json::{Value, json};
 use tool_system::{ToolContext, ToolError};
 
 use crate::CodeModeProvider;
 use crate::signature::Function;
-
-pub(crate) fn human_bytes(n: usize) -> String {
-    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
-        format!("{} MiB", n >> 20)
-    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
-        format!("{} KiB", n >> 10)
-    } else {
-        format!("{n} bytes")
-    }
-}
 
 /// One call a script made: the tool and how it ended.
 struct CallRecord {

@@ -46,4 +46,4 @@ pub use error::RunError;
 pub use frame::{FrameHandler, FrameReply};
 pub use probe::Protections;
 pub use program::{Output, Program, is_plain_relative};
-pub use run::Sandbox;
+pub use run::{Sandbox, human_bytes};

@@ -41,7 +41,15 @@ impl std::fmt::Debug for Sandbox {
     }
 }
 
-pub(crate) fn human_bytes(n: usize) -> String {
+/// A size as the sandbox's messages state it: whole MiB or KiB when it is one, else bytes — so
+/// a caller's own messages about the same limits read alike.
+///
+/// ```
+/// assert_eq!(sandbox::human_bytes(64 << 20), "64 MiB");
+/// assert_eq!(sandbox::human_bytes(3 << 10), "3 KiB");
+/// assert_eq!(sandbox::human_bytes(1500), "1500 bytes");
+/// ```
+pub fn human_bytes(n: usize) -> String {
     if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
     } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
