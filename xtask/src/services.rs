@@ -12,7 +12,7 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -150,19 +150,27 @@ fn stop_all() {
     }
 }
 
-/// The process group of the command xtask is waiting for (0: none). Commands run in a group of
+/// The process groups of the commands xtask is waiting for. Commands run in a group of
 /// their own, so that a signal xtask gets reaches all of a command's processes (cargo, the test
 /// binaries, their children) exactly once, through [`watch_signals`].
-static CHILD_GROUP: AtomicU32 = AtomicU32::new(0);
+static CHILD_GROUPS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// The process groups of the commands running now (a stage's installs run beside its build).
+fn groups() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    CHILD_GROUPS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Runs `cmd` to its end in a process group of its own, which a signal to xtask is passed on to.
 pub fn status_in_own_group(cmd: &mut Command) -> std::io::Result<std::process::ExitStatus> {
     use std::os::unix::process::CommandExt;
     watch_signals();
     let mut child = cmd.process_group(0).spawn()?;
-    CHILD_GROUP.store(child.id(), Ordering::SeqCst);
+    let group = child.id();
+    groups().push(group);
     let status = child.wait();
-    CHILD_GROUP.store(0, Ordering::SeqCst);
+    groups().retain(|g| *g != group);
     status
 }
 
@@ -187,8 +195,7 @@ pub fn watch_signals() {
             if let Some(signal) = signals.forever().next() {
                 STOPPING.store(true, Ordering::SeqCst);
                 eprintln!("\nxtask: got signal {signal}: stopping what it started");
-                let group = CHILD_GROUP.load(Ordering::SeqCst);
-                if group != 0 {
+                for group in groups().clone() {
                     let _ = Command::new("kill")
                         .args([&format!("-{signal}"), "--", &format!("-{group}")])
                         .status();
