@@ -23,6 +23,11 @@ pub const NATS_CREDS: &str = "NATS_CREDS";
 /// The variable naming a root certificate (PEM) the broker's TLS certificate is checked
 /// against ([`PanelConfig::broker_tls_ca`]); it requires TLS, as a `tls://` `NATS_URL` does.
 pub const NATS_TLS_CA: &str = "NATS_TLS_CA";
+/// The variable naming this worker's client certificate (PEM) for a broker that verifies its
+/// clients (mutual TLS, [`PanelConfig::broker_tls_client`]); set with [`NATS_TLS_KEY`].
+pub const NATS_TLS_CERT: &str = "NATS_TLS_CERT";
+/// The variable naming the private key (PEM) of [`NATS_TLS_CERT`].
+pub const NATS_TLS_KEY: &str = "NATS_TLS_KEY";
 /// The variable setting [`PanelConfig::broker_inbox_prefix`].
 pub const NATS_INBOX_PREFIX: &str = "NATS_INBOX_PREFIX";
 
@@ -202,6 +207,9 @@ pub struct PanelConfig {
     pub broker_credentials: Option<PathBuf>,
     /// A root certificate (PEM) for the broker's TLS certificate (`NATS_TLS_CA`; default none).
     pub broker_tls_ca: Option<PathBuf>,
+    /// This worker's client certificate and its key (PEM), for a broker that verifies its
+    /// clients (`NATS_TLS_CERT` and `NATS_TLS_KEY`, both or neither; default none).
+    pub broker_tls_client: Option<(PathBuf, PathBuf)>,
     /// The prefix of this worker's reply subjects (`NATS_INBOX_PREFIX`; default `_INBOX`): one
     /// per broker user, so no user can read the messages handed to another.
     pub broker_inbox_prefix: Option<String>,
@@ -257,6 +265,7 @@ impl Default for PanelConfig {
             broker_ack_wait: Duration::from_secs(10),
             broker_credentials: None,
             broker_tls_ca: None,
+            broker_tls_client: None,
             broker_inbox_prefix: None,
             bus_memory_max_age: Duration::from_secs(7 * 24 * 3600),
             bus_memory_max_ids: 1000,
@@ -278,8 +287,9 @@ impl PanelConfig {
     /// the conversations) and `NATS_URL` (NATS JetStream carries the bus). With neither set,
     /// everything runs embedded as in [`PanelConfig::default`]: SQLite and the in-process bus.
     /// Several workers serving the same conversations need `DATABASE_URL` (see `docs/workers.md`).
-    /// `NATS_CREDS`, `NATS_TLS_CA` and `NATS_INBOX_PREFIX` set the broker's credentials file,
-    /// root certificate and reply prefix (`docs/bus.md`, "Broker users and permissions").
+    /// `NATS_CREDS`, `NATS_TLS_CA`, `NATS_TLS_CERT` with `NATS_TLS_KEY`, and `NATS_INBOX_PREFIX`
+    /// set the broker's credentials file, root certificate, this worker's client certificate and
+    /// reply prefix (`docs/bus.md`, "Broker users and permissions").
     /// `NATS_ACK_WAIT_MS` sets [`broker_ack_wait`](Self::broker_ack_wait); a value that is not
     /// a whole number of milliseconds from 100 up is [`PanelError::Setting`] from
     /// [`bus`](Self::bus), at start.
@@ -308,6 +318,26 @@ impl PanelConfig {
             broker_inbox_prefix: set(NATS_INBOX_PREFIX),
             ..Self::default()
         };
+        match (set(NATS_TLS_CERT), set(NATS_TLS_KEY)) {
+            (Some(cert), Some(key)) => {
+                config.broker_tls_client = Some((PathBuf::from(cert), PathBuf::from(key)));
+            }
+            (None, None) => {}
+            (Some(value), None) => {
+                config.env_problem = Some((
+                    NATS_TLS_CERT,
+                    value,
+                    "NATS_TLS_KEY must name the certificate's private key too",
+                ));
+            }
+            (None, Some(value)) => {
+                config.env_problem = Some((
+                    NATS_TLS_KEY,
+                    value,
+                    "NATS_TLS_CERT must name the key's certificate too",
+                ));
+            }
+        }
         if let Some(v) = var(NATS_ACK_WAIT_MS).filter(|v| !v.trim().is_empty()) {
             match v.trim().parse::<u64>() {
                 Ok(ms) if ms >= 100 => config.broker_ack_wait = Duration::from_millis(ms),
@@ -347,6 +377,9 @@ impl PanelConfig {
                 }
                 if let Some(file) = &self.broker_tls_ca {
                     nats = nats.tls_ca(file);
+                }
+                if let Some((cert, key)) = &self.broker_tls_client {
+                    nats = nats.tls_client(cert, key);
                 }
                 if let Some(prefix) = &self.broker_inbox_prefix {
                     nats = nats.inbox_prefix(prefix);
@@ -490,13 +523,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn i42_6_a_client_certificate_without_its_key_is_a_setting_error_at_start() {
+        const CERT_ONLY: [(&str, &str); 2] = [
+            (NATS_URL, "tls://127.0.0.1:1"),
+            (NATS_TLS_CERT, "/etc/nats/half.pem"),
+        ];
+        const KEY_ONLY: [(&str, &str); 2] = [
+            (NATS_URL, "tls://127.0.0.1:1"),
+            (NATS_TLS_KEY, "/etc/nats/half.key"),
+        ];
+        for (list, set, other) in [
+            (&CERT_ONLY, NATS_TLS_CERT, NATS_TLS_KEY),
+            (&KEY_ONLY, NATS_TLS_KEY, NATS_TLS_CERT),
+        ] {
+            let c = PanelConfig::from_vars(vars(list));
+            let Err(e) = c.bus().await else {
+                panic!("connected with half a client certificate")
+            };
+            assert!(
+                matches!(&e, PanelError::Setting { name, .. } if *name == set),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains(other), "{e}");
+        }
+    }
+
+    #[tokio::test]
     async fn i42_6_broker_credentials_come_from_the_environment_and_no_error_shows_the_password() {
         let c = PanelConfig::from_vars(vars(&[
             (NATS_URL, "nats://worker:hunter2@127.0.0.1:1"),
             (NATS_CREDS, "/etc/nats/worker.creds"),
             (NATS_TLS_CA, "/etc/nats/ca.pem"),
+            (NATS_TLS_CERT, "/etc/nats/worker.pem"),
+            (NATS_TLS_KEY, "/etc/nats/worker.key"),
             (NATS_INBOX_PREFIX, "_INBOX_worker"),
         ]));
+        assert_eq!(
+            c.broker_tls_client,
+            Some(("/etc/nats/worker.pem".into(), "/etc/nats/worker.key".into()))
+        );
         assert_eq!(
             c.broker_credentials.as_deref(),
             Some(std::path::Path::new("/etc/nats/worker.creds"))

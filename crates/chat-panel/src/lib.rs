@@ -49,8 +49,8 @@ pub use backend::{
     AGENT_SYSTEM_PROMPT, AgentBackend, ChatBackend, EventStream, USER_RECIPIENT, user_address,
 };
 pub use config::{
-    DATABASE_URL, HistoryStore, NATS_CREDS, NATS_INBOX_PREFIX, NATS_TLS_CA, NATS_URL, PanelConfig,
-    PanelError,
+    DATABASE_URL, HistoryStore, NATS_CREDS, NATS_INBOX_PREFIX, NATS_TLS_CA, NATS_TLS_CERT,
+    NATS_TLS_KEY, NATS_URL, PanelConfig, PanelError,
 };
 pub use elicit::PanelElicitor;
 pub use server::{ChatPanel, PanelServer};

@@ -410,31 +410,35 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_tls_with_the_operators_root_certificate() {
-    let certs = std::env::temp_dir().join(format!("i42-6-certs-{}", std::process::id()));
-    std::fs::create_dir_all(&certs).unwrap();
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
+const EC: [&str; 5] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+];
+
+/// A self-signed root `NAME.pem` (key `NAME.key`) in `dir`.
+fn make_ca(dir: &Path, name: &str) {
+    let (key, pem, subj) = (
+        format!("{name}.key"),
+        format!("{name}.pem"),
+        format!("/CN=i42-test-{name}"),
+    );
     openssl(
-        &certs,
+        dir,
         &[
             &["req", "-x509"][..],
-            &ec,
+            &EC,
             &[
                 "-keyout",
-                "ca.key",
+                &key,
                 "-out",
-                "ca.pem",
+                &pem,
                 "-days",
                 "1",
                 "-subj",
-                "/CN=i42-test-ca",
+                &subj,
                 "-addext",
                 "basicConstraints=critical,CA:TRUE",
                 "-addext",
@@ -443,47 +447,67 @@ async fn i42_6_tls_with_the_operators_root_certificate() {
         ]
         .concat(),
     );
+}
+
+/// A certificate `NAME.pem` (key `NAME.key`) for `subject`, signed by the root `ca`, with the
+/// extensions `ext` (openssl's extfile lines).
+fn issue(dir: &Path, ca: &str, name: &str, subject: &str, ext: &str) {
+    let (key, csr, pem, ext_file) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+        format!("{name}.ext"),
+    );
     openssl(
-        &certs,
+        dir,
         &[
             &["req"][..],
-            &ec,
-            &[
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=127.0.0.1",
-            ],
+            &EC,
+            &["-keyout", &key, "-out", &csr, "-subj", subject],
         ]
         .concat(),
     );
-    std::fs::write(
-        certs.join("ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join(&ext_file), ext).unwrap();
+    let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
     openssl(
-        &certs,
+        dir,
         &[
             "x509",
             "-req",
             "-in",
-            "server.csr",
+            &csr,
             "-CA",
-            "ca.pem",
+            &ca_pem,
             "-CAkey",
-            "ca.key",
+            &ca_key,
             "-CAcreateserial",
             "-out",
-            "server.pem",
+            &pem,
             "-days",
             "1",
             "-extfile",
-            "ext",
+            &ext_file,
         ],
     );
+}
+
+const SERVER_EXT: &str =
+    "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n";
+const CLIENT_EXT: &str = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+
+/// A fresh directory for a test's certificates.
+fn cert_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{test}-certs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i42_6_tls_with_the_operators_root_certificate() {
+    let certs = cert_dir("i42-6-tls");
+    make_ca(&certs, "ca");
+    issue(&certs, "ca", "server", "/CN=127.0.0.1", SERVER_EXT);
     let broker = Broker::start(&format!(
         "tls {{ cert_file: {:?}, key_file: {:?} }}\nauthorization {{ token: \"t0ken-tls\" }}",
         certs.join("server.pem").display().to_string(),
@@ -516,5 +540,94 @@ async fn i42_6_tls_with_the_operators_root_certificate() {
         "{e:?}"
     );
     assert!(!e.to_string().contains("t0ken-tls"), "{e}");
+    let _ = std::fs::remove_dir_all(&certs);
+}
+
+/// A broker that verifies its clients' certificates (mutual TLS, `verify_and_map`: the
+/// certificate's subject is the broker user, with that user's permissions): a worker with a
+/// certificate the operator's root signed connects and its messages go through; one with no
+/// certificate, or one another root signed, gets a typed error that says what to set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i42_6_mutual_tls_a_worker_is_known_by_its_certificate() {
+    let certs = cert_dir("i42-6-mtls");
+    make_ca(&certs, "ca");
+    issue(&certs, "ca", "server", "/CN=127.0.0.1", SERVER_EXT);
+    issue(&certs, "ca", "worker", "/CN=worker-1", CLIENT_EXT);
+    make_ca(&certs, "rogue-ca");
+    issue(&certs, "rogue-ca", "rogue", "/CN=worker-1", CLIENT_EXT);
+    let file = |n: &str| certs.join(n).display().to_string();
+    let broker = Broker::start(&format!(
+        "tls {{ cert_file: {:?}, key_file: {:?}, ca_file: {:?}, verify_and_map: true }}\n\
+         authorization {{ users = [ {{ user: \"CN=worker-1\" }} ] }}",
+        file("server.pem"),
+        file("server.key"),
+        file("ca.pem"),
+    ));
+    let url = format!("tls://127.0.0.1:{}", broker.port);
+
+    let bus = MessageBus::connect_nats_with(
+        NatsConfig::new(&url)
+            .tls_ca(certs.join("ca.pem"))
+            .tls_client(certs.join("worker.pem"), certs.join("worker.key")),
+    )
+    .await
+    .unwrap();
+    let mut inbox = bus.subscribe("user:conv0005");
+    bus.send(OutgoingMessage::new(
+        "agent",
+        "user:conv0005",
+        "over mutual TLS",
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        recv_within(&mut inbox, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .text,
+        "over mutual TLS"
+    );
+
+    // no client certificate: refused, typed, naming what to set
+    let e = MessageBus::connect_nats_with(NatsConfig::new(&url).tls_ca(certs.join("ca.pem")))
+        .await
+        .map(|_| ())
+        .expect_err("a client without a certificate was let in");
+    assert!(
+        matches!(&e, BusError::BrokerUnavailable { reason, .. } | BusError::Unauthorized { reason, .. } if reason.contains("NATS_TLS_CERT")),
+        "{e:?}"
+    );
+
+    // the same subject, signed by another root: refused
+    let e = MessageBus::connect_nats_with(
+        NatsConfig::new(&url)
+            .tls_ca(certs.join("ca.pem"))
+            .tls_client(certs.join("rogue.pem"), certs.join("rogue.key")),
+    )
+    .await
+    .map(|_| ())
+    .expect_err("a certificate from another root was let in");
+    assert!(
+        matches!(
+            &e,
+            BusError::BrokerUnavailable { .. } | BusError::Unauthorized { .. }
+        ),
+        "{e:?}"
+    );
+
+    // a key file that is not there: a typed error before any connection
+    let e = MessageBus::connect_nats_with(
+        NatsConfig::new(&url)
+            .tls_ca(certs.join("ca.pem"))
+            .tls_client(certs.join("worker.pem"), certs.join("missing.key")),
+    )
+    .await
+    .map(|_| ())
+    .expect_err("a missing key file connected");
+    assert!(
+        matches!(&e, BusError::BrokerUnavailable { reason, .. } if reason.contains("NATS_TLS_KEY")),
+        "{e:?}"
+    );
+    drop(bus);
     let _ = std::fs::remove_dir_all(&certs);
 }

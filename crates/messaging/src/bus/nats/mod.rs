@@ -70,6 +70,10 @@ pub struct NatsConfig {
     /// A root certificate (PEM) to trust for the broker's TLS certificate besides the
     /// system's (`NATS_TLS_CA`). Setting it requires TLS, as a `tls://` URL does. Default none.
     pub tls_ca: Option<PathBuf>,
+    /// This client's own certificate and its private key (PEM files), for a broker that
+    /// verifies clients (`tls { verify: true }`; `NATS_TLS_CERT` and `NATS_TLS_KEY`). Setting
+    /// it requires TLS. Default none.
+    pub tls_client: Option<(PathBuf, PathBuf)>,
     /// The subject prefix of this client's reply subjects (`_INBOX` by default). Give each
     /// broker user its own (`_INBOX_worker`) and allow it only that one, so no user can read
     /// the replies — the messages handed out — of another (see `docs/bus.md`).
@@ -88,6 +92,7 @@ impl NatsConfig {
             timeout: Duration::from_secs(5),
             credentials: None,
             tls_ca: None,
+            tls_client: None,
             inbox_prefix: "_INBOX".into(),
         }
     }
@@ -124,6 +129,11 @@ impl NatsConfig {
     /// Sets [`NatsConfig::tls_ca`].
     pub fn tls_ca(mut self, file: impl Into<PathBuf>) -> Self {
         self.tls_ca = Some(file.into());
+        self
+    }
+    /// Sets [`NatsConfig::tls_client`]: the client certificate `cert` and its key `key`.
+    pub fn tls_client(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls_client = Some((cert.into(), key.into()));
         self
     }
     /// Sets [`NatsConfig::inbox_prefix`].
@@ -397,8 +407,21 @@ impl Nats {
             }
             options = options.add_root_certificates(ca.clone());
         }
+        if let Some((cert, key)) = &config.tls_client {
+            for (file, var) in [(cert, "NATS_TLS_CERT"), (key, "NATS_TLS_KEY")] {
+                if !file.is_file() {
+                    return Err(unavailable(format!(
+                        "the TLS client certificate's file {} ({var}) is not a readable file",
+                        file.display()
+                    )));
+                }
+            }
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+        let has_client_cert = config.tls_client.is_some();
+        let tls = endpoint.tls || config.tls_ca.is_some() || has_client_cert;
         let client = options
-            .require_tls(endpoint.tls || config.tls_ca.is_some())
+            .require_tls(tls)
             .custom_inbox_prefix(&config.inbox_prefix)
             .name("llm-toolkit messaging")
             .event_callback(move |event| {
@@ -433,9 +456,11 @@ impl Nats {
                 kind if kind == ConnectErrorKind::Tls || e.to_string().contains("certificate") => {
                     unavailable(format!(
                         "TLS: {e}; check that the broker's certificate is signed by a root the \
-                     system trusts or the one in NATS_TLS_CA, and that the broker offers TLS"
+                     system trusts or the one in NATS_TLS_CA, and that the broker offers TLS{}",
+                        client_cert_hint(has_client_cert)
                     ))
                 }
+                _ if tls => unavailable(format!("{e}{}", client_cert_hint(has_client_cert))),
                 _ => unavailable(e.to_string()),
             })?;
         let mut seen_violations = violations.subscribe();
@@ -672,6 +697,18 @@ impl Backend for Nats {
 
     fn capacity(&self) -> usize {
         1
+    }
+}
+
+/// What to add to a TLS failure's reason: a broker that verifies clients ends the handshake of
+/// one without a certificate, in words that do not say so.
+fn client_cert_hint(has_client_cert: bool) -> &'static str {
+    if has_client_cert {
+        "; check that the client certificate (NATS_TLS_CERT, NATS_TLS_KEY) is signed by a root \
+         the broker trusts and allowed the clientAuth use"
+    } else {
+        "; if the broker verifies its clients (`tls { verify: true }`), give this client its \
+         certificate and key: NATS_TLS_CERT and NATS_TLS_KEY (NatsConfig::tls_client)"
     }
 }
 
