@@ -631,3 +631,127 @@ async fn i42_6_mutual_tls_a_worker_is_known_by_its_certificate() {
     drop(bus);
     let _ = std::fs::remove_dir_all(&certs);
 }
+
+/// A NATS JWT (v2) with `claims`, issued by `issuer` for `subject`, signed with the issuer's
+/// key — what `nsc` writes.
+fn nats_jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: serde_json::Value) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let header = b64.encode(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let iat = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = serde_json::json!({
+        "jti": format!("{name}-{iat}-{}", std::process::id()),
+        "iat": iat,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    let payload = b64.encode(claims.to_string());
+    let signed = format!("{header}.{payload}");
+    let signature = issuer.sign(signed.as_bytes()).unwrap();
+    format!("{signed}.{}", b64.encode(signature))
+}
+
+/// A `.creds` file as `nsc` writes it: the user's JWT and NKey seed.
+fn creds_file(jwt: &str, seed: &str) -> String {
+    format!(
+        "-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n\
+         ************************* IMPORTANT *************************\n\
+         NKEY Seed printed below can be used to sign and prove identity.\n\
+         NKEYs are sensitive and should be treated as secrets.\n\n\
+         -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+         *************************************************************\n"
+    )
+}
+
+/// Operator mode (decentralised JWT authentication, as NGS/Synadia and `nsc` set it up): the
+/// broker trusts an operator; the operator signed an account (JetStream on); the account signed
+/// a user. A worker with that user's `.creds` file (`NATS_CREDS`) connects and its messages go
+/// through; a user another account signed — one the operator never signed — is `Unauthorized`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i42_6_operator_mode_a_worker_signs_in_with_a_creds_file() {
+    let operator = nkeys::KeyPair::new_operator();
+    let account = nkeys::KeyPair::new_account();
+    let user = nkeys::KeyPair::new_user();
+    let no_limit = serde_json::json!({
+        "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+        "wildcards": true, "conn": -1, "leaf": -1,
+        "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1,
+    });
+    let operator_jwt = nats_jwt(
+        &operator,
+        &operator.public_key(),
+        "test-operator",
+        serde_json::json!({"type": "operator", "version": 2}),
+    );
+    let account_jwt = nats_jwt(
+        &operator,
+        &account.public_key(),
+        "app",
+        serde_json::json!({"type": "account", "version": 2, "limits": no_limit}),
+    );
+    // the broker's own account (JetStream needs one in operator mode)
+    let system = nkeys::KeyPair::new_account();
+    let system_jwt = nats_jwt(
+        &operator,
+        &system.public_key(),
+        "SYS",
+        serde_json::json!({"type": "account", "version": 2}),
+    );
+    let user_claims = serde_json::json!({
+        "type": "user", "version": 2, "subs": -1, "data": -1, "payload": -1,
+        "pub": {}, "sub": {},
+    });
+    let user_jwt = nats_jwt(&account, &user.public_key(), "worker", user_claims.clone());
+
+    let dir = cert_dir("i42-6-operator");
+    std::fs::write(dir.join("operator.jwt"), &operator_jwt).unwrap();
+    let broker = Broker::start(&format!(
+        "operator: {:?}\nsystem_account: {}\nresolver: MEMORY\n\
+         resolver_preload: {{ {}: {:?}, {}: {:?} }}",
+        dir.join("operator.jwt").display().to_string(),
+        system.public_key(),
+        account.public_key(),
+        account_jwt,
+        system.public_key(),
+        system_jwt,
+    ));
+    let good = dir.join("worker.creds");
+    std::fs::write(&good, creds_file(&user_jwt, &user.seed().unwrap())).unwrap();
+    let bus = MessageBus::connect_nats_with(NatsConfig::new(broker.url("")).credentials(&good))
+        .await
+        .unwrap();
+    let mut inbox = bus.subscribe("user:conv0006");
+    bus.send(OutgoingMessage::new(
+        "agent",
+        "user:conv0006",
+        "signed by the operator's account",
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        recv_within(&mut inbox, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .text,
+        "signed by the operator's account"
+    );
+
+    // a user signed by an account the operator never signed
+    let rogue_account = nkeys::KeyPair::new_account();
+    let rogue = nkeys::KeyPair::new_user();
+    let rogue_jwt = nats_jwt(&rogue_account, &rogue.public_key(), "rogue", user_claims);
+    let bad = dir.join("rogue.creds");
+    std::fs::write(&bad, creds_file(&rogue_jwt, &rogue.seed().unwrap())).unwrap();
+    let e = MessageBus::connect_nats_with(NatsConfig::new(broker.url("")).credentials(&bad))
+        .await
+        .map(|_| ())
+        .expect_err("a user of an unknown account was let in");
+    assert!(matches!(e, BusError::Unauthorized { .. }), "{e:?}");
+    drop(bus);
+    let _ = std::fs::remove_dir_all(&dir);
+}
