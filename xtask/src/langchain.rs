@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::services::{cache_venv, pip_install, system_python};
+use serde::Deserialize;
+
+use super::python::{cache_venv, pip_install, system_python};
 use super::{cargo, root, run};
 
 /// The criterion bench, as `cargo bench` is asked for it.
@@ -171,60 +173,89 @@ struct Estimate {
     upper: f64,
 }
 
-/// The number after `"field":` in `json`.
-fn number_after(json: &str, field: &str) -> Option<f64> {
-    let key = format!("\"{field}\":");
-    let at = json.find(&key)? + key.len();
-    let rest = json[at..].trim_start();
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
+/// criterion's `estimates.json`: the statistics this bench reads (a missing or `null` one is
+/// `None`; the others are ignored).
+#[derive(Debug, Deserialize)]
+struct Estimates {
+    mean: Option<Statistic>,
+    median: Option<Statistic>,
+    slope: Option<Statistic>,
 }
 
-/// What criterion prints as a bench's time, from its `estimates.json`: the slope of its
-/// linear sampling, else the mean (criterion's own `typical_estimate`).
-fn typical_estimate(json: &str) -> Option<Estimate> {
-    estimate(json, "slope").or_else(|| estimate(json, "mean"))
+/// One statistic of `estimates.json`, in ns.
+#[derive(Debug, Deserialize)]
+struct Statistic {
+    confidence_interval: Interval,
+    point_estimate: f64,
 }
 
-/// One of the estimates in criterion's `estimates.json` (`slope`, `mean`, `median`…).
-fn estimate(json: &str, name: &str) -> Option<Estimate> {
-    let key = format!("\"{name}\":");
-    let rest = &json[json.find(&key)? + key.len()..];
-    if rest.trim_start().starts_with("null") {
-        return None;
+#[derive(Debug, Deserialize)]
+struct Interval {
+    lower_bound: f64,
+    upper_bound: f64,
+}
+
+impl Statistic {
+    fn estimate(&self) -> Estimate {
+        Estimate {
+            lower: self.confidence_interval.lower_bound,
+            point: self.point_estimate,
+            upper: self.confidence_interval.upper_bound,
+        }
     }
-    Some(Estimate {
-        lower: number_after(rest, "lower_bound")?,
-        point: number_after(rest, "point_estimate")?,
-        upper: number_after(rest, "upper_bound")?,
-    })
 }
 
-/// The fastest time per iteration (ns) among the upper half of criterion's samples by
-/// iteration count, from its `sample.json` (`"iters":[…],"times":[…]`, linear sampling: the
-/// upper half are its ~30–60 ms samples, the length of LangChain's repeats).
-fn best_sample(json: &str) -> Option<f64> {
-    let array = |name: &str| -> Option<Vec<f64>> {
-        let key = format!("\"{name}\":[");
-        let rest = &json[json.find(&key)? + key.len()..];
-        rest[..rest.find(']')?]
-            .split(',')
-            .map(|v| v.trim().parse().ok())
-            .collect()
-    };
-    let (iters, times) = (array("iters")?, array("times")?);
-    if iters.len() != times.len() {
-        return None;
+impl Estimates {
+    fn parse(json: &str) -> Result<Self, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
     }
-    let mut samples: Vec<(f64, f64)> = iters.into_iter().zip(times).collect();
-    samples.sort_by(|a, b| a.0.total_cmp(&b.0));
-    samples[samples.len() / 2..]
-        .iter()
-        .filter(|(n, _)| *n > 0.0)
-        .map(|(n, t)| t / n)
-        .min_by(f64::total_cmp)
+
+    /// What criterion prints as a bench's time: the slope of its linear sampling, else the
+    /// mean (criterion's own `typical_estimate`).
+    fn typical(&self) -> Option<Estimate> {
+        self.slope
+            .as_ref()
+            .or(self.mean.as_ref())
+            .map(Statistic::estimate)
+    }
+
+    fn median(&self) -> Option<Estimate> {
+        self.median.as_ref().map(Statistic::estimate)
+    }
+}
+
+/// criterion's `sample.json`: each sample's iteration count and total time (ns).
+#[derive(Debug, Deserialize)]
+struct Samples {
+    iters: Vec<f64>,
+    times: Vec<f64>,
+}
+
+impl Samples {
+    fn parse(json: &str) -> Result<Self, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    /// The fastest time per iteration (ns) among the upper half of the samples by iteration
+    /// count (linear sampling: the upper half are criterion's ~30–60 ms samples, the length of
+    /// LangChain's repeats); `None` when the two lists differ in length or hold no sample.
+    fn best(&self) -> Option<f64> {
+        if self.iters.len() != self.times.len() {
+            return None;
+        }
+        let mut samples: Vec<(f64, f64)> = self
+            .iters
+            .iter()
+            .copied()
+            .zip(self.times.iter().copied())
+            .collect();
+        samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+        samples[samples.len() / 2..]
+            .iter()
+            .filter(|(n, _)| *n > 0.0)
+            .map(|(n, t)| t / n)
+            .min_by(f64::total_cmp)
+    }
 }
 
 /// LangChain's round from `round.py`'s line: (median, min) µs per round and the versions.
@@ -276,14 +307,20 @@ fn ours(criterion_home: &Path, log: &Path) -> Result<(Estimate, f64, f64), Strin
             log.display()
         )
     })?;
-    let typical =
-        typical_estimate(&json).ok_or_else(|| format!("no estimate in {}", estimates.display()))?;
-    let middle = estimate(&json, "median")
+    let parsed =
+        Estimates::parse(&json).map_err(|e| format!("cannot read {}: {e}", estimates.display()))?;
+    let typical = parsed
+        .typical()
+        .ok_or_else(|| format!("no estimate in {}", estimates.display()))?;
+    let middle = parsed
+        .median()
         .ok_or_else(|| format!("no median in {}", estimates.display()))?
         .point;
-    let best = std::fs::read_to_string(&samples)
-        .ok()
-        .and_then(|json| best_sample(&json))
+    let json = std::fs::read_to_string(&samples)
+        .map_err(|e| format!("criterion wrote no {} ({e})", samples.display()))?;
+    let best = Samples::parse(&json)
+        .map_err(|e| format!("cannot read {}: {e}", samples.display()))?
+        .best()
         .ok_or_else(|| format!("no samples in {}", samples.display()))?;
     Ok((typical, middle, best))
 }
@@ -471,9 +508,17 @@ impl Row {
 #[cfg(test)]
 mod tests {
     use super::{
-        Estimate, LangChainRound, best_sample, estimate, median, pairs, parse_round, pinned_version,
+        Estimate, Estimates, LangChainRound, Samples, median, pairs, parse_round, pinned_version,
+        venv,
     };
-    use super::{typical_estimate, venv};
+
+    fn typical_estimate(json: &str) -> Option<Estimate> {
+        Estimates::parse(json).ok()?.typical()
+    }
+
+    fn best_sample(json: &str) -> Option<f64> {
+        Samples::parse(json).ok()?.best()
+    }
 
     /// criterion 0.8's `estimates.json` with a slope (linear sampling), abridged.
     const WITH_SLOPE: &str = r#"{"mean":{"confidence_interval":{"confidence_level":0.95,"lower_bound":10.5,"upper_bound":12.5},"point_estimate":11.5,"standard_error":0.5},"median":{"confidence_interval":{"confidence_level":0.95,"lower_bound":10.0,"upper_bound":11.0},"point_estimate":10.7,"standard_error":0.2},"slope":{"confidence_interval":{"confidence_level":0.95,"lower_bound":9.875e3,"upper_bound":1.0125E4},"point_estimate":10012.25,"standard_error":60.1},"std_dev":{"confidence_interval":{"confidence_level":0.95,"lower_bound":1.0,"upper_bound":2.0},"point_estimate":1.5,"standard_error":0.1}}"#;
@@ -492,9 +537,10 @@ mod tests {
 
     #[test]
     fn langchain_bench_reads_criterions_median_beside_its_estimate() {
-        assert_eq!(estimate(WITH_SLOPE, "median").map(|e| e.point), Some(10.7));
-        assert_eq!(estimate(r#"{"median":null}"#, "median"), None);
-        assert_eq!(estimate(WITH_SLOPE, "nothing"), None);
+        let median = |json: &str| Estimates::parse(json).unwrap().median();
+        assert_eq!(median(WITH_SLOPE).map(|e| e.point), Some(10.7));
+        assert_eq!(median(r#"{"median":null}"#), None);
+        assert_eq!(median(r#"{"mean":null}"#), None);
     }
 
     #[test]

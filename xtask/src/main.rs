@@ -15,6 +15,7 @@ use std::process::{Command, ExitCode};
 mod graph;
 mod langchain;
 mod needs;
+mod python;
 mod services;
 
 use needs::{Need, STAGES};

@@ -165,7 +165,7 @@ fn stopped_by(signal: &str, number: i32) {
     }
 }
 
-/// Where xtask keeps its servers' files (`services.rs`: the temporary directory as root).
+/// Where xtask keeps its servers' files (`services/mod.rs`: the temporary directory as root).
 fn services_root() -> std::path::PathBuf {
     let root = Command::new("id")
         .arg("-u")

@@ -13,9 +13,11 @@
 //! 4. each word's bytes become GPT-2's printable characters, which are merged, the pair of
 //!    lowest merge rank first (the leftmost on a tie), until no adjacent pair has a merge.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::{Ordering, Reverse};
+use std::collections::HashMap;
 use std::sync::OnceLock;
+
+use crate::merge::merge;
 
 /// GPT-2's `bytes_to_unicode`: every byte as a printable character (`Ġ` for a space).
 pub(crate) fn byte_chars() -> [char; 256] {
@@ -202,41 +204,6 @@ pub(crate) struct Bpe {
     digits: bool,
 }
 
-/// A candidate merge of the symbols at `left` and `right`.
-struct Cand {
-    rank: u32,
-    left: usize,
-    right: usize,
-    merged: u32,
-}
-
-impl PartialEq for Cand {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Cand {}
-impl PartialOrd for Cand {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Cand {
-    /// The max-heap pops the lowest rank first, then the leftmost.
-    fn cmp(&self, o: &Self) -> Ordering {
-        o.rank.cmp(&self.rank).then_with(|| o.left.cmp(&self.left))
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Sym {
-    id: u32,
-    /// `false` once merged into its left neighbour.
-    live: bool,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
-
 impl Bpe {
     /// From the vocabulary (GPT-2 printable characters), the merges (`"left right"`, by rank),
     /// the user-defined tokens to match in text, and whether digits stand alone.
@@ -315,57 +282,17 @@ impl Bpe {
         out
     }
 
-    /// The merged ids of one word's bytes.
+    /// The merged ids of one word's bytes: the pair of lowest merge rank first.
     fn word(&self, bytes: &[u8], out: &mut Vec<u32>) {
-        let mut syms: Vec<Sym> = bytes
+        let ids = bytes
             .iter()
             .filter_map(|&b| self.byte_ids[b as usize])
-            .map(|id| Sym {
-                id,
-                live: true,
-                prev: None,
-                next: None,
-            })
             .collect();
-        let n = syms.len();
-        for (i, s) in syms.iter_mut().enumerate() {
-            s.prev = i.checked_sub(1);
-            s.next = (i + 1 < n).then_some(i + 1);
-        }
-        let cand = |syms: &[Sym], l: usize, r: usize| {
+        out.extend(merge(ids, |l, r| {
             self.merges
-                .get(&(syms[l].id, syms[r].id))
-                .map(|&(rank, merged)| Cand {
-                    rank,
-                    left: l,
-                    right: r,
-                    merged,
-                })
-        };
-        let mut queue: BinaryHeap<Cand> = (1..n).filter_map(|i| cand(&syms, i - 1, i)).collect();
-        while let Some(c) = queue.pop() {
-            let (l, r) = (syms[c.left], syms[c.right]);
-            // Outdated: a side was merged since.
-            if !l.live || !r.live || l.next != Some(c.right) {
-                continue;
-            }
-            if self.merges.get(&(l.id, r.id)).map(|m| m.1) != Some(c.merged) {
-                continue;
-            }
-            syms[c.left].id = c.merged;
-            syms[c.right].live = false;
-            syms[c.left].next = r.next;
-            if let Some(nx) = r.next {
-                syms[nx].prev = Some(c.left);
-            }
-            if let Some(p) = syms[c.left].prev {
-                queue.extend(cand(&syms, p, c.left));
-            }
-            if let Some(nx) = syms[c.left].next {
-                queue.extend(cand(&syms, c.left, nx));
-            }
-        }
-        out.extend(syms.iter().filter(|s| s.live).map(|s| s.id));
+                .get(&(l, r))
+                .map(|&(rank, merged)| (Reverse(rank), merged))
+        }));
     }
 }
 

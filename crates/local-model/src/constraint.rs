@@ -15,7 +15,7 @@
 //!   the rest of the value is short (a long string closed, the last key begun).
 //!
 //! So a started call always closes within `max_tokens`, and what llguidance allows is never
-//! something the grammar rejects (property-tested in `grammar.rs`).
+//! something the grammar rejects (property-tested in `grammar/walks.rs`).
 //!
 //! [llguidance]: https://github.com/guidance-ai/llguidance
 

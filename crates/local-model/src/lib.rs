@@ -51,6 +51,7 @@ mod fetch;
 mod gguf;
 mod grammar;
 pub mod kernels;
+mod merge;
 mod model;
 mod template;
 mod tokenizer;

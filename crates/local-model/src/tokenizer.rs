@@ -13,10 +13,11 @@
 //! of a marker cannot end its turn.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 use crate::bpe::{Bpe, byte_chars};
 use crate::gguf::Content;
+use crate::merge::merge;
 
 use llm_core::ModelError;
 
@@ -145,41 +146,20 @@ pub(crate) struct Spm {
     add_space_prefix: bool,
 }
 
-/// A candidate merge of two adjacent symbols.
-struct Bigram {
-    score: f32,
-    left: usize,
-    right: usize,
-    size: usize,
-}
+/// A piece's score, in `f32`'s total order: the higher merges first.
+#[derive(Clone, Copy, PartialEq)]
+struct Score(f32);
 
-impl PartialEq for Bigram {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Bigram {}
-impl PartialOrd for Bigram {
+impl Eq for Score {}
+impl PartialOrd for Score {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
         Some(self.cmp(o))
     }
 }
-impl Ord for Bigram {
-    /// The higher score first, then the leftmost.
+impl Ord for Score {
     fn cmp(&self, o: &Self) -> Ordering {
-        self.score
-            .total_cmp(&o.score)
-            .then_with(|| o.left.cmp(&self.left))
+        self.0.total_cmp(&o.0)
     }
-}
-
-/// One symbol of the merge: a byte range of the text, linked to its neighbours.
-#[derive(Clone, Copy)]
-struct Sym {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
 }
 
 impl Spm {
@@ -314,61 +294,23 @@ impl Spm {
         out
     }
 
-    /// The score-ordered merge of one escaped fragment.
+    /// The score-ordered merge of one escaped fragment: symbols are byte ranges `(start, len)`
+    /// of `text`, one a character to begin with.
     fn merge(&self, text: &str, out: &mut Vec<u32>) {
-        let mut syms: Vec<Sym> = text
+        let chars = text
             .char_indices()
-            .map(|(start, c)| Sym {
-                start,
-                len: c.len_utf8(),
-                prev: None,
-                next: None,
-            })
+            .map(|(start, c)| (start, c.len_utf8()))
             .collect();
-        let n = syms.len();
-        for (i, s) in syms.iter_mut().enumerate() {
-            s.prev = i.checked_sub(1);
-            s.next = (i + 1 < n).then_some(i + 1);
-        }
-        let mut queue = BinaryHeap::new();
-        let bigram = |syms: &[Sym], left: Option<usize>, right: Option<usize>| {
-            let (l, r) = (left?, right?);
-            let piece = &text[syms[l].start..syms[r].start + syms[r].len];
-            let id = *self.pieces.get(piece)?;
-            Some(Bigram {
-                score: self.scores[id as usize],
-                left: l,
-                right: r,
-                size: piece.len(),
-            })
-        };
-        for i in 1..n {
-            queue.extend(bigram(&syms, Some(i - 1), Some(i)));
-        }
-        while let Some(b) = queue.pop() {
-            let (l, r) = (syms[b.left], syms[b.right]);
-            // Outdated: one side was merged since.
-            if l.len == 0 || r.len == 0 || l.len + r.len != b.size {
-                continue;
-            }
-            syms[b.left].len += r.len;
-            syms[b.right].len = 0;
-            syms[b.left].next = r.next;
-            if let Some(nx) = r.next {
-                syms[nx].prev = Some(b.left);
-            }
-            queue.extend(bigram(&syms, syms[b.left].prev, Some(b.left)));
-            queue.extend(bigram(&syms, Some(b.left), syms[b.left].next));
-        }
-        let mut i = (n > 0).then_some(0);
-        while let Some(k) = i {
-            let s = syms[k];
-            let piece = &text[s.start..s.start + s.len];
+        let pieces = merge(chars, |(start, len), (r_start, r_len)| {
+            let id = *self.pieces.get(&text[start..r_start + r_len])?;
+            Some((Score(self.scores[id as usize]), (start, len + r_len)))
+        });
+        for (start, len) in pieces {
+            let piece = &text[start..start + len];
             match self.pieces.get(piece) {
                 Some(&id) => out.push(id),
                 None => out.extend(piece.bytes().filter_map(|b| self.bytes[b as usize])),
             }
-            i = s.next;
         }
     }
 }

@@ -3,12 +3,12 @@
 //! the service's own directory. Two servers: one the tests share (`TEST_NATS_URL`) and one a
 //! fault test kills and starts again (`TEST_NATS_FAULT_*`).
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Service, free_port, run_quiet, service_root, wait_for_port};
+use super::{Role, Server, free_port, fresh_dir, run_quiet, wait_for_port, with_log};
 
 /// The shared server's URL (`nats://127.0.0.1:PORT`).
 pub const TEST_NATS_URL: &str = "TEST_NATS_URL";
@@ -22,11 +22,17 @@ pub const TEST_NATS_FAULT_PID: &str = "TEST_NATS_FAULT_PID";
 /// See [`TEST_NATS_FAULT_URL`].
 pub const TEST_NATS_SERVER: &str = "TEST_NATS_SERVER";
 
-/// Which server: the shared one or the one a fault test may kill.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Shared,
-    Fault,
+/// One `nats-server -js`, started by xtask (a fault test may kill it and start another from
+/// the same config, which writes the same pid file).
+pub(super) struct Nats {
+    role: Role,
+    dir: PathBuf,
+    bin: PathBuf,
+    conf: PathBuf,
+    pid_file: PathBuf,
+    log: PathBuf,
+    port: u16,
+    child: Child,
 }
 
 fn nats_server_bin() -> Option<PathBuf> {
@@ -61,11 +67,10 @@ fn ensure_nats() -> Result<PathBuf, String> {
         return Ok(bin);
     }
     let why = installed.err().unwrap_or_default();
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
     Err(format!(
         "nats-server is needed by messaging's bus tests and could not be installed \
          (apt-get install nats-server){}{why}",
-        if ci {
+        if crate::ci() {
             "; CI=true, so this is a failure: "
         } else {
             "; install it and run again: "
@@ -94,7 +99,7 @@ fn running_pid(file: &Path) -> Option<u32> {
 }
 
 /// Stops the server whose pid `file` names: SIGTERM, then SIGKILL after 10 s.
-pub fn stop_pid_file(file: &Path) -> Result<(), String> {
+fn stop_pid_file(file: &Path) -> Result<(), String> {
     let Some(pid) = running_pid(file) else {
         return Ok(()); // not running (a fault test may leave it so when it fails)
     };
@@ -115,95 +120,113 @@ pub fn stop_pid_file(file: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Stops a server a killed earlier run left in `dir`.
-pub fn reap(dir: &Path) {
-    let _ = stop_pid_file(&dir.join("nats.pid"));
-}
-
-/// Starts one `nats-server -js`, listening on 127.0.0.1 only.
-pub fn start(role: Role) -> Result<Service, String> {
-    let bin = ensure_nats()?;
-    let kind = match role {
-        Role::Shared => "nats",
-        Role::Fault => "nats-fault",
-    };
-    let dir = service_root().join(format!("{kind}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    std::fs::write(dir.join("owner.pid"), std::process::id().to_string())
-        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
-    let port = free_port()?;
-    let pid_file = dir.join("nats.pid");
-    let conf = dir.join("nats.conf");
-    // No http/https monitoring port, no cluster, no leafnodes: only the client port on loopback.
-    std::fs::write(
-        &conf,
-        format!(
-            "listen: \"127.0.0.1:{port}\"\nserver_name: \"llmtk-test-{kind}\"\npid_file: {pid:?}\n\
-             jetstream {{\n  store_dir: {store:?}\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}}\n",
-            pid = pid_file.display().to_string(),
-            store = dir.join("store").display().to_string(),
-        ),
-    )
-    .map_err(|e| format!("cannot write {}: {e}", conf.display()))?;
-    let log = dir.join("nats.log");
-    let log_file =
-        std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-    let log_err = log_file
-        .try_clone()
-        .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-    eprintln!(
-        "==> starting nats-server (JetStream) on 127.0.0.1:{port} ({})",
-        dir.display()
-    );
-    let child = Command::new(&bin)
-        .arg("-c")
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(log_file)
-        .stderr(log_err)
-        .spawn()
-        .map_err(|e| format!("{}: could not start: {e}", bin.display()))?;
-    let child = Mutex::new(child);
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    if !wait_for_port(addr, Duration::from_secs(20)) {
-        let tail = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Ok(mut c) = child.lock() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        return Err(format!(
-            "nats-server does not accept connections on {addr}\n--- {} ---\n{tail}",
-            log.display()
-        ));
+impl Server for Nats {
+    fn roles() -> &'static [Role] {
+        &[Role::Shared, Role::Fault]
     }
-    let url = format!("nats://127.0.0.1:{port}");
-    let env = match role {
-        Role::Shared => vec![(TEST_NATS_URL.into(), url)],
-        Role::Fault => vec![
-            (TEST_NATS_FAULT_URL.into(), url),
-            (TEST_NATS_FAULT_CONF.into(), conf.display().to_string()),
-            (TEST_NATS_FAULT_PID.into(), pid_file.display().to_string()),
-            (TEST_NATS_SERVER.into(), bin.display().to_string()),
-        ],
-    };
-    Ok(Service {
-        name: match role {
+
+    /// Starts one `nats-server -js`, listening on 127.0.0.1 only.
+    fn start(role: Role) -> Result<Self, String> {
+        let bin = ensure_nats()?;
+        let kind = match role {
+            Role::Shared => "nats",
+            Role::Fault => "nats-fault",
+        };
+        let dir = fresh_dir(kind)?;
+        let port = free_port()?;
+        let pid_file = dir.join("nats.pid");
+        let conf = dir.join("nats.conf");
+        // No http/https monitoring port, no cluster, no leafnodes: only the client port on loopback.
+        std::fs::write(
+            &conf,
+            format!(
+                "listen: \"127.0.0.1:{port}\"\nserver_name: \"llmtk-test-{kind}\"\npid_file: {pid:?}\n\
+                 jetstream {{\n  store_dir: {store:?}\n  max_memory_store: 64MB\n  max_file_store: 1GB\n}}\n",
+                pid = pid_file.display().to_string(),
+                store = dir.join("store").display().to_string(),
+            ),
+        )
+        .map_err(|e| format!("cannot write {}: {e}", conf.display()))?;
+        let log = dir.join("nats.log");
+        let log_file = std::fs::File::create(&log)
+            .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+        eprintln!(
+            "==> starting nats-server (JetStream) on 127.0.0.1:{port} ({})",
+            dir.display()
+        );
+        let child = Command::new(&bin)
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|e| format!("{}: could not start: {e}", bin.display()))?;
+        Ok(Self {
+            role,
+            dir,
+            bin,
+            conf,
+            pid_file,
+            log,
+            port,
+            child,
+        })
+    }
+
+    fn ready(&mut self) -> Result<(), String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        if wait_for_port(addr, Duration::from_secs(20)) {
+            Ok(())
+        } else {
+            Err(with_log(
+                format!("nats-server does not accept connections on {addr}"),
+                &self.log,
+            ))
+        }
+    }
+
+    fn stop(&mut self) -> Result<(), String> {
+        // The running server may be one a fault test started again: stop it by its pid file.
+        let stopped = stop_pid_file(&self.pid_file);
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        stopped
+    }
+
+    fn reap(dir: &Path) {
+        let _ = stop_pid_file(&dir.join("nats.pid"));
+    }
+
+    fn name(&self) -> &'static str {
+        match self.role {
             Role::Shared => "nats-server",
             Role::Fault => "nats-server (fault tests)",
-        },
-        env,
-        dir,
-        stop: Box::new(move || {
-            // the running server may be one a fault test started again: stop it by its pid file
-            let stopped = stop_pid_file(&pid_file);
-            if let Ok(mut c) = child.lock() {
-                if c.try_wait().ok().flatten().is_none() {
-                    let _ = c.kill();
-                }
-                let _ = c.wait();
-            }
-            stopped
-        }),
-    })
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        let url = format!("nats://127.0.0.1:{}", self.port);
+        match self.role {
+            Role::Shared => vec![(TEST_NATS_URL.into(), url)],
+            Role::Fault => vec![
+                (TEST_NATS_FAULT_URL.into(), url),
+                (TEST_NATS_FAULT_CONF.into(), self.conf.display().to_string()),
+                (
+                    TEST_NATS_FAULT_PID.into(),
+                    self.pid_file.display().to_string(),
+                ),
+                (TEST_NATS_SERVER.into(), self.bin.display().to_string()),
+            ],
+        }
+    }
 }
