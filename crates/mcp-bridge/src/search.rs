@@ -307,10 +307,7 @@ mod tests {
                 ("head".to_owned(), String::new())
             ]
         );
-        assert_eq!(
-            tool_search::embedding_text(&doc),
-            "fs read file. Read a file. Parameters: path (Where the file is), head"
-        );
+        assert_eq!(tool_search::embedding_text(&doc), "read file: Read a file");
         let bare = tool_doc(&catalog[0], None);
         assert!(bare.keywords.is_empty() && bare.group_description.is_empty());
     }

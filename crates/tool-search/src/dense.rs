@@ -9,13 +9,6 @@ use crate::{Hit, MAX_LIMIT, SearchIndex, ToolDoc};
 /// The widest vector accepted (multilingual-e5-small: 384; hosted models: up to 3,072).
 pub const MAX_DIMENSIONS: usize = 8_192;
 
-/// How many characters of a tool's description the encoder reads (its first ~120 tokens: a
-/// small encoder reads at most 512 tokens, and the first sentences say what a tool does).
-const EMBED_DESCRIPTION_CHARS: usize = 600;
-/// How many parameters, and how many characters of each one's description, the encoder reads.
-const EMBED_PARAMETERS: usize = 12;
-const EMBED_PARAMETER_CHARS: usize = 80;
-
 /// Why vectors were refused. Each says what to hand in instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -53,21 +46,42 @@ pub enum VectorError {
     NoVectors,
 }
 
+/// How [`SearchIndex::search_hybrid`] combines BM25 and the cosines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Fusion {
+    /// Reciprocal rank: a tool scores `bm25_weight / (k + its BM25 rank)` plus
+    /// `dense_weight / (k + its cosine rank)`. Scale-free.
+    Rank,
+    /// Scores: `bm25_weight × its BM25 score / the query's best BM25 score` plus
+    /// `dense_weight × its cosine min-max scaled over the catalog` (the nearest tool 1, the
+    /// farthest 0). Keeps how far apart the tools are, which ranks throw away; `k` is unused.
+    /// The default: on the dev split with multilingual-e5-small it ranked the right tool first
+    /// as often as the best rank fusion and had the best MRR, over a plateau of weights.
+    #[default]
+    Score,
+}
+
 /// How BM25's ranking and the cosine ranking are fused, and when no tool fits.
 ///
-/// Reciprocal-rank fusion: a tool scores `bm25_weight / (k + its BM25 rank)` plus
+/// By default score fusion ([`Fusion::Score`]) with the cosine weighted 3 to BM25's 1 (chosen
+/// on the #41 dev split with multilingual-e5-small; weights 1.5 to 4 did as well: tune on
+/// labelled requests of your own for another encoder). With [`Fusion::Rank`], reciprocal-rank
+/// fusion: a tool scores `bm25_weight / (k + its BM25 rank)` plus
 /// `dense_weight / (k + its cosine rank)` (ranks from 1; a tool BM25 did not match adds nothing
 /// from BM25, and only the `dense_depth` nearest tools add from the cosine side). Ranks, not
 /// scores, are fused, because BM25 scores and cosines are on unrelated scales.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct HybridConfig {
-    /// RRF's `k`: larger flattens the difference between ranks. Default 60 (the value of the
-    /// RRF paper, not tuned here: tune it on the dev split with the encoder in use).
+    /// Score or rank fusion. Default [`Fusion::Score`].
+    pub fusion: Fusion,
+    /// RRF's `k` ([`Fusion::Rank`] only): larger flattens the difference between ranks.
+    /// Default 60 (the RRF paper's; on the dev split k from 5 to 60 scored alike).
     pub k: f32,
     /// Weight of BM25's ranking. Default 1.
     pub bm25_weight: f32,
-    /// Weight of the cosine ranking. Default 1.
+    /// Weight of the cosine side. Default 3.
     pub dense_weight: f32,
     /// How many of the nearest tools the cosine side ranks. Default [`MAX_LIMIT`].
     pub dense_depth: usize,
@@ -81,9 +95,10 @@ pub struct HybridConfig {
 impl Default for HybridConfig {
     fn default() -> Self {
         Self {
+            fusion: Fusion::Score,
             k: 60.0,
             bm25_weight: 1.0,
-            dense_weight: 1.0,
+            dense_weight: 3.0,
             dense_depth: MAX_LIMIT,
             no_fit_below: None,
         }
@@ -91,6 +106,11 @@ impl Default for HybridConfig {
 }
 
 impl HybridConfig {
+    /// Sets [`HybridConfig::fusion`].
+    pub fn with_fusion(mut self, fusion: Fusion) -> Self {
+        self.fusion = fusion;
+        self
+    }
     /// Sets `k` (at least 1).
     pub fn with_k(mut self, k: f32) -> Self {
         self.k = if k.is_finite() { k.max(1.0) } else { 60.0 };
@@ -115,43 +135,76 @@ impl HybridConfig {
     }
 }
 
-/// What an encoder reads for one tool: its name with the separators as spaces (`fs__read_file`
-/// → `fs read file`), its group when the name does not already say it, the first
-/// 600 characters of its description, and its parameters' names with the first 80 characters
-/// of each description (at most 12). Whitespace is collapsed. The same tool always gives the
+/// What an encoder reads for one tool: the words of its own name (the part after the last
+/// `__`, `snake_case`, `kebab-case` and `camelCase` split, lower-cased) and the first sentence
+/// of its description (at most [`EMBED_SENTENCE_CHARS`] characters):
+/// `fs__read_text_file` "Read a file. As text." → `read text file: Read a file`.
+///
+/// Short on purpose (#41): mean pooling over a whole description blurs the one sentence that
+/// says what a tool does; on the dev split the short text raised the encoder's own recall@1
+/// from 0.30 to 0.53, and it is a fifth of the tokens to encode. The same tool always gives the
 /// same text: hash it with [`text_hash`] for the vector cache.
 pub fn embedding_text(doc: &ToolDoc) -> String {
-    let name = humanize(&doc.name);
-    let mut out = name.clone();
-    let group = collapse(&doc.group, 200);
-    if !group.is_empty() && !name.to_lowercase().contains(&group.to_lowercase()) {
-        out = format!("{group}: {out}");
+    let own = doc.name.rsplit("__").next().unwrap_or(&doc.name);
+    let words = name_words(own);
+    let first = first_sentence(&doc.description, EMBED_SENTENCE_CHARS);
+    match (words.is_empty(), first.is_empty()) {
+        (_, true) => words,
+        (true, false) => first,
+        (false, false) => format!("{words}: {first}"),
     }
-    let description = collapse(&doc.description, EMBED_DESCRIPTION_CHARS);
-    let description = description.trim_end_matches(['.', '。']);
-    if !description.is_empty() {
-        out.push_str(". ");
-        out.push_str(description);
-    }
-    let parameters: Vec<String> = doc
-        .parameters
-        .iter()
-        .take(EMBED_PARAMETERS)
-        .filter_map(|(n, d)| {
-            let n = collapse(n, 64);
-            let d = collapse(d, EMBED_PARAMETER_CHARS);
-            match (n.is_empty(), d.is_empty()) {
-                (true, _) => None,
-                (false, true) => Some(n),
-                (false, false) => Some(format!("{n} ({d})")),
+}
+
+/// The most characters of a tool's name, and of its description's first sentence, that
+/// [`embedding_text`] keeps.
+pub const EMBED_SENTENCE_CHARS: usize = 200;
+
+/// The words of a code name: `_`, `-`, `.` and whitespace as spaces, a space where a lower-case
+/// letter or a digit meets an upper-case one (`getFileInfo` → `get file info`), lower-cased;
+/// at most [`EMBED_SENTENCE_CHARS`] characters.
+fn name_words(name: &str) -> String {
+    let mut out = String::new();
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if out.chars().count() >= EMBED_SENTENCE_CHARS {
+            break;
+        }
+        if c == '_' || c == '-' || c == '.' || c.is_whitespace() {
+            if !out.is_empty() && !out.ends_with(' ') {
+                out.push(' ');
             }
-        })
-        .collect();
-    if !parameters.is_empty() {
-        out.push_str(". Parameters: ");
-        out.push_str(&parameters.join(", "));
+            prev_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && prev_lower {
+            out.push(' ');
+        }
+        prev_lower = c.is_lowercase() || c.is_ascii_digit();
+        out.extend(c.to_lowercase());
     }
-    out
+    collapse(&out, EMBED_SENTENCE_CHARS)
+}
+
+/// The first sentence of `s` — up to a `.`, `!` or `?` followed by whitespace or the end, a
+/// `。`, `！` or `？`, or a line break — whitespace collapsed, at most `max` characters.
+fn first_sentence(s: &str, max: usize) -> String {
+    let s = s.trim();
+    let mut end = s.len();
+    for (i, c) in s.char_indices() {
+        let stop = match c {
+            '。' | '！' | '？' | '\n' | '\r' => true,
+            '.' | '!' | '?' => s[i + c.len_utf8()..]
+                .chars()
+                .next()
+                .is_none_or(char::is_whitespace),
+            _ => false,
+        };
+        if stop {
+            end = i;
+            break;
+        }
+    }
+    collapse(&s[..end], max)
 }
 
 /// A stable 64-bit hash of `text` (FNV-1a over its UTF-8 bytes): the same on every platform and
@@ -212,16 +265,6 @@ pub fn calibrate_no_fit(
     })
 }
 
-/// `snake_case`, `kebab-case` and `a__b` separators as single spaces.
-fn humanize(name: &str) -> String {
-    let spaced: String = name
-        .chars()
-        .take(200)
-        .map(|c| if c == '_' || c == '-' { ' ' } else { c })
-        .collect();
-    collapse(&spaced, 200)
-}
-
 /// The first `max` characters of `s`, whitespace runs as one space, trimmed.
 fn collapse(s: &str, max: usize) -> String {
     let mut out = String::new();
@@ -280,6 +323,52 @@ impl Vectors {
             .map(|row| row.iter().zip(query).map(|(a, b)| a * b).sum())
             .collect()
     }
+}
+
+/// BM25's ranking (tool, score; best first) and every tool's cosine fused as `config` says:
+/// (tool, fused score), best first, ties in tool order; tools neither side credits are left out.
+fn fuse(bm25: &[(usize, f32)], cosines: &[f32], config: &HybridConfig) -> Vec<(usize, f32)> {
+    let tools = cosines.len();
+    let mut fused = vec![0.0f32; tools];
+    let mut near: Vec<(usize, f32)> = cosines.iter().copied().enumerate().collect();
+    near.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    near.truncate(config.dense_depth);
+    match config.fusion {
+        Fusion::Rank => {
+            for (rank, &(i, _)) in bm25.iter().enumerate() {
+                if let Some(f) = fused.get_mut(i) {
+                    *f += config.bm25_weight / (config.k + rank as f32 + 1.0);
+                }
+            }
+            for (rank, &(i, _)) in near.iter().enumerate() {
+                fused[i] += config.dense_weight / (config.k + rank as f32 + 1.0);
+            }
+        }
+        Fusion::Score => {
+            let best = bm25.iter().map(|b| b.1).fold(0.0f32, f32::max);
+            if best > 0.0 {
+                for &(i, s) in bm25 {
+                    if let Some(f) = fused.get_mut(i) {
+                        *f += config.bm25_weight * (s.max(0.0) / best);
+                    }
+                }
+            }
+            let hi = cosines.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let lo = cosines.iter().copied().fold(f32::INFINITY, f32::min);
+            if hi - lo > 1e-6 {
+                for &(i, c) in &near {
+                    fused[i] += config.dense_weight * (c - lo) / (hi - lo);
+                }
+            }
+        }
+    }
+    let mut ranked: Vec<(usize, f32)> = fused
+        .into_iter()
+        .enumerate()
+        .filter(|(_, s)| *s > 0.0)
+        .collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked
 }
 
 /// `v` scaled to length 1 (a zero vector stays zero: it is near nothing).
@@ -385,24 +474,7 @@ impl SearchIndex {
         {
             return Ok(Vec::new());
         }
-        let mut fused = vec![0.0f32; self.names.len()];
-        let mut touched = vec![false; self.names.len()];
-        for (rank, (i, _)) in self.bm25_ranked(query).into_iter().enumerate() {
-            fused[i] += config.bm25_weight / (config.k + rank as f32 + 1.0);
-            touched[i] = true;
-        }
-        let mut near: Vec<(usize, f32)> = cosines.into_iter().enumerate().collect();
-        near.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        for (rank, (i, _)) in near.into_iter().take(config.dense_depth).enumerate() {
-            fused[i] += config.dense_weight / (config.k + rank as f32 + 1.0);
-            touched[i] = true;
-        }
-        let mut ranked: Vec<(usize, f32)> = fused
-            .into_iter()
-            .enumerate()
-            .filter(|(i, s)| touched[*i] && *s > 0.0)
-            .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let ranked = fuse(&self.bm25_ranked(query), &cosines, &config);
         Ok(self.hits(ranked.into_iter().take(limit)))
     }
 }
@@ -462,7 +534,11 @@ mod tests {
 
     #[test]
     fn dense_finds_what_bm25_cannot_and_bm25_still_counts() {
+        let rank = HybridConfig::default()
+            .with_fusion(Fusion::Rank)
+            .with_weights(1.0, 1.0);
         let index = index()
+            .with_hybrid(rank)
             .with_vectors(vec![
                 vec![1.0, 0.0, 0.0],
                 vec![0.0, 1.0, 0.0],
@@ -483,12 +559,37 @@ mod tests {
         assert_eq!(hits[0].name, "fs__read_file");
         assert!(hits[0].score > 2.0 * hits[1].score);
         // A BM25-only weighting gives BM25's order.
-        let bm25_only = index.with_hybrid(HybridConfig::default().with_weights(1.0, 0.0));
+        let bm25_only = index.with_hybrid(rank.with_weights(1.0, 0.0));
         let hits = bm25_only
             .search_hybrid("read a file", &[0.0, 0.0, 1.0], 5)
             .unwrap();
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].name, "fs__read_file");
+    }
+
+    #[test]
+    fn score_fusion_keeps_the_gaps_that_rank_fusion_drops() {
+        // BM25: tool 0 far ahead of tool 1; cosines: tool 1 just nearer than tool 0.
+        let bm25 = [(0, 10.0), (1, 1.0)];
+        let cosines = [0.89, 0.9, 0.5];
+        let score = HybridConfig::default()
+            .with_fusion(Fusion::Score)
+            .with_weights(1.0, 1.0);
+        let fused = fuse(&bm25, &cosines, &score);
+        // Tool 0: 1 + 0.39/0.4; tool 1: 0.1 + 1; tool 2 (farthest, no word): 0, left out.
+        assert_eq!(fused.iter().map(|f| f.0).collect::<Vec<_>>(), [0, 1]);
+        assert!((fused[0].1 - 1.975).abs() < 1e-5, "{fused:?}");
+        assert!((fused[1].1 - 1.1).abs() < 1e-5, "{fused:?}");
+        // Ranks alone: 1st + 2nd against 2nd + 1st, a tie (index order); tool 2 still counts.
+        let fused = fuse(&bm25, &cosines, &score.with_fusion(Fusion::Rank));
+        assert_eq!(fused.iter().map(|f| f.0).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(fused[0].1, fused[1].1);
+        // All cosines equal: the cosine side says nothing; BM25's order stands.
+        let fused = fuse(&bm25, &[0.5; 3], &score);
+        assert_eq!(fused.iter().map(|f| f.0).collect::<Vec<_>>(), [0, 1]);
+        // A BM25 index past the cosines (a caller's mistake) is ignored, not a panic.
+        assert_eq!(fuse(&[(7, 1.0)], &[], &score), []);
+        assert_eq!(HybridConfig::default().fusion, Fusion::Score);
     }
 
     #[test]
@@ -516,21 +617,27 @@ mod tests {
     }
 
     #[test]
-    fn embedding_text_reads_name_description_and_parameters() {
+    fn embedding_text_is_the_names_words_and_the_first_sentence() {
         let doc = ToolDoc::new("fs__read_text_file", "Read   a file.\n\nAs text.")
             .with_group("fs", "Files")
             .with_parameters([("path", "Where the file is"), ("head", "")]);
+        assert_eq!(embedding_text(&doc), "read text file: Read a file");
+        let doc = ToolDoc::new("everything__getTinyImage", "Returns the MCP_TINY_IMAGE");
         assert_eq!(
             embedding_text(&doc),
-            "fs read text file. Read a file. As text. Parameters: path (Where the file is), head"
+            "get tiny image: Returns the MCP_TINY_IMAGE"
         );
-        // The group is said when the name does not say it.
-        let doc = ToolDoc::new("create_issue", "Open an issue").with_group("github", "");
-        assert_eq!(embedding_text(&doc), "github: create issue. Open an issue");
-        // Bounded whatever the description's length.
-        let doc = ToolDoc::new("x", "word ".repeat(10_000))
-            .with_parameters((0..100).map(|i| (format!("p{i}"), "d ".repeat(1000))));
-        assert!(embedding_text(&doc).chars().count() < 3_000);
+        // A dot inside a word ("v1.2") does not end the sentence; a line break does.
+        let doc = ToolDoc::new("x-y.z", "Use v1.2 of the API!?\nSecond line");
+        assert_eq!(embedding_text(&doc), "x y z: Use v1.2 of the API!");
+        // Chinese full stops end it too; a name or a description alone is the text.
+        let doc = ToolDoc::new("截图", "截取页面。然后保存");
+        assert_eq!(embedding_text(&doc), "截图: 截取页面");
+        assert_eq!(embedding_text(&ToolDoc::new("a_b", "")), "a b");
+        assert_eq!(embedding_text(&ToolDoc::new("__", "Hi.")), "Hi");
+        // Bounded whatever the lengths.
+        let doc = ToolDoc::new("x".repeat(10_000), "word ".repeat(10_000));
+        assert!(embedding_text(&doc).chars().count() <= 2 * EMBED_SENTENCE_CHARS + 2);
     }
 
     #[test]

@@ -44,7 +44,7 @@
 //! ];
 //! // What the encoder reads for each tool, and the key its vector is cached under.
 //! let text = embedding_text(&docs[0]);
-//! assert!(text.starts_with("maps elevation"));
+//! assert_eq!(text, "elevation: Get elevation data for locations on the earth");
 //! assert_eq!(text_hash(&text), text_hash(&embedding_text(&docs[0])));
 //! // Vectors from the caller's encoder (toy 3-d ones here), one per tool, in order.
 //! let index = SearchIndex::new(docs)
@@ -61,7 +61,8 @@ mod dense;
 
 pub use analyzer::{Analyzer, MAX_INPUT_CHARS};
 pub use dense::{
-    HybridConfig, MAX_DIMENSIONS, VectorError, calibrate_no_fit, embedding_text, text_hash,
+    EMBED_SENTENCE_CHARS, Fusion, HybridConfig, MAX_DIMENSIONS, VectorError, calibrate_no_fit,
+    embedding_text, text_hash,
 };
 
 const _: () = assert!((3 + 4) * MAX_FIELD_CHARS < MAX_INPUT_CHARS);

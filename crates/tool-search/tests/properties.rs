@@ -4,8 +4,8 @@
 
 use proptest::prelude::*;
 use tool_search::{
-    Analyzer, HybridConfig, MAX_LIMIT, SearchIndex, ToolDoc, calibrate_no_fit, embedding_text,
-    text_hash,
+    Analyzer, Fusion, HybridConfig, MAX_LIMIT, SearchIndex, ToolDoc, calibrate_no_fit,
+    embedding_text, text_hash,
 };
 
 /// Text mixing ASCII identifiers, Chinese, punctuation, full-width forms and odd code points.
@@ -99,10 +99,12 @@ proptest! {
         limit in 0usize..80,
         k in 1.0f32..100.0,
         w in 0.0f32..3.0,
+        by_score in any::<bool>(),
     ) {
         let n = docs.len();
         let vectors: Vec<Vec<f32>> = seed.into_iter().take(n).collect();
-        let config = HybridConfig::default().with_k(k).with_weights(1.0, w);
+        let fusion = if by_score { Fusion::Score } else { Fusion::Rank };
+        let config = HybridConfig::default().with_k(k).with_weights(1.0, w).with_fusion(fusion);
         let index = SearchIndex::new(docs.clone()).with_vectors(vectors.clone()).unwrap().with_hybrid(config);
         let hits = index.search_hybrid(&q, &qv, limit).unwrap();
         prop_assert!(hits.len() <= limit.min(MAX_LIMIT).min(n));
@@ -124,21 +126,42 @@ proptest! {
     }
 
     #[test]
-    fn hybrid_with_no_dense_weight_is_bm25s_order(docs in docs(), seed in prop::collection::vec(vector(), 20), q in text(), qv in vector()) {
+    fn hybrid_with_no_dense_weight_is_bm25s_order(docs in docs(), seed in prop::collection::vec(vector(), 20), q in text(), qv in vector(), by_score in any::<bool>()) {
         let n = docs.len();
         let vectors: Vec<Vec<f32>> = seed.into_iter().take(n).collect();
+        let fusion = if by_score { Fusion::Score } else { Fusion::Rank };
         let index = SearchIndex::new(docs).with_vectors(vectors).unwrap()
-            .with_hybrid(HybridConfig::default().with_weights(1.0, 0.0));
+            .with_hybrid(HybridConfig::default().with_weights(1.0, 0.0).with_fusion(fusion));
         let bm25: Vec<usize> = index.search(&q, MAX_LIMIT).into_iter().map(|h| h.index).collect();
         let fused: Vec<usize> = index.search_hybrid(&q, &qv, MAX_LIMIT).unwrap().into_iter().map(|h| h.index).collect();
         prop_assert_eq!(bm25, fused);
     }
 
     #[test]
+    fn hybrid_with_no_bm25_weight_is_the_cosine_order(docs in docs(), seed in prop::collection::vec(vector(), 20), q in text(), qv in vector(), by_score in any::<bool>()) {
+        let n = docs.len();
+        let vectors: Vec<Vec<f32>> = seed.into_iter().take(n).collect();
+        let fusion = if by_score { Fusion::Score } else { Fusion::Rank };
+        let index = SearchIndex::new(docs).with_vectors(vectors.clone()).unwrap()
+            .with_hybrid(HybridConfig::default().with_weights(0.0, 1.0).with_fusion(fusion));
+        let fused: Vec<usize> = index.search_hybrid(&q, &qv, MAX_LIMIT).unwrap().into_iter().map(|h| h.index).collect();
+        // Each returned tool is at least as near the query as the next one.
+        let unit = |v: &[f32]| {
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter().map(|x| if n > 0.0 { x / n } else { 0.0 }).collect::<Vec<f32>>()
+        };
+        let qn = unit(&qv);
+        let cos = |i: usize| unit(&vectors[i]).iter().zip(&qn).map(|(a, b)| a * b).sum::<f32>();
+        for w in fused.windows(2) {
+            prop_assert!(cos(w[0]) >= cos(w[1]) - 1e-5, "{} before {}", cos(w[0]), cos(w[1]));
+        }
+    }
+
+    #[test]
     fn embedding_text_is_bounded_single_line_and_stable(docs in docs()) {
         for d in &docs {
             let t = embedding_text(d);
-            prop_assert!(t.chars().count() <= 200 + 2 + 200 + 2 + 600 + 16 + 12 * (64 + 80 + 5));
+            prop_assert!(t.chars().count() <= 2 * tool_search::EMBED_SENTENCE_CHARS + 2);
             prop_assert!(!t.contains('\n'));
             prop_assert_eq!(text_hash(&t), text_hash(&embedding_text(&d.clone())));
         }

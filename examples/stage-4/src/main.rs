@@ -1,8 +1,9 @@
 //! Stage 4 — mcp-bridge: a real MCP server (the official server-everything, run with node over
 //! stdio) and a remote one (the same server in its Streamable HTTP mode, on 127.0.0.1) registered
 //! from a Claude-Desktop-style `mcpServers` file and started in the background; discovery; an
-//! intent; the
-//! level-1 section injected into the prompt; a call through tool-system's loop with 004's
+//! search by
+//! meaning (the embedded sentence encoder finds a tool from a request that shares no word
+//! with it); an intent; the level-1 section injected into the prompt; a call through tool-system's loop with 004's
 //! `tool_call` answer and a `tool` message back; and the friendly message once the service is
 //! stopped. Runs offline: an in-process scripted model shows the 004 wire form, then the same
 //! turn is decided by a real model — the configured provider, or with none the embedded local
@@ -174,6 +175,58 @@ async fn main() {
         println!("   - {}", t.exposed_name);
     }
     println!("   …");
+
+    // Search by meaning (#41): a request that shares no word with its tool's name or
+    // description. BM25 alone finds nothing (not even through its glossary); the embedded
+    // sentence encoder finds it.
+    let ask = "how much is 17 and 25 combined";
+    println!(
+        "\n== 3b. Search by meaning: {ask:?} (the tool says \"get-sum: Returns the sum of two numbers\")"
+    );
+    let names = |hits: Vec<mcp_bridge::search::SearchResult>| {
+        hits.into_iter()
+            .map(|h| h.tool.exposed_name)
+            .collect::<Vec<_>>()
+    };
+    println!(
+        "   by words alone (BM25): {:?}",
+        names(bridge.search_tools(ask, 3).await)
+    );
+    // multilingual-e5-small at 4 bits on the CPU; `cargo xtask stage 4` fetched it once into
+    // the toolkit cache (the same fetcher and file as the tests), so this runs offline.
+    let started = std::time::Instant::now();
+    let encoder = local_model::E5Embedder::fetch()
+        .await
+        .expect("the sentence encoder (72 MB, fetched once into the toolkit cache)");
+    bridge.set_semantic_search(Some(mcp_bridge::search::SemanticSearch::new(Arc::new(
+        encoder,
+    ))));
+    let by_meaning = names(bridge.search_tools(ask, 3).await);
+    println!(
+        "   by words and meaning (BM25 + the encoder): {by_meaning:?} ({} tools encoded and searched in {:.1?})",
+        tools.len(),
+        started.elapsed()
+    );
+    let found = by_meaning.first().is_some_and(|n| n.ends_with("__get-sum"));
+    println!(
+        "   → {}",
+        if found {
+            "found by meaning: get-sum first"
+        } else {
+            "get-sum was not first"
+        }
+    );
+    assert!(
+        found,
+        "search by meaning should put get-sum first for {ask:?}"
+    );
+    let ask_zh = "十七加二十五等于多少";
+    println!(
+        "   the same in Chinese, {ask_zh:?} → {:?}",
+        names(bridge.search_tools(ask_zh, 3).await)
+    );
+    // The rest of the demo as before: BM25 alone.
+    bridge.set_semantic_search(None);
 
     let user = "用 echo 工具 把「你好，MCP」回显给我";
     println!("\n== 4. Intent for: {user}");

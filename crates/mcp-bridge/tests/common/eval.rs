@@ -177,6 +177,8 @@ pub struct Hybrid {
     /// Encoding one request, p50 over dev and test.
     pub query_p50: Duration,
     pub vectors: HashMap<String, Vec<f32>>,
+    /// The tools' vectors, in catalog order.
+    pub tool_vectors: Vec<Vec<f32>>,
 }
 
 impl Hybrid {
@@ -189,11 +191,23 @@ impl Hybrid {
         config: HybridConfig,
     ) -> Result<Self, ModelError> {
         let texts: Vec<String> = docs.iter().map(embedding_text).collect();
+        Self::with_texts(docs, &texts, e, dev, test, config).await
+    }
+
+    /// [`Hybrid::new`] with the tools' texts given (one per doc): to compare text recipes.
+    pub async fn with_texts(
+        docs: Vec<ToolDoc>,
+        texts: &[String],
+        e: Arc<dyn Embedder>,
+        dev: &[Labelled],
+        test: &[Labelled],
+        config: HybridConfig,
+    ) -> Result<Self, ModelError> {
         let start = Instant::now();
-        let tool_vectors = embed(e.as_ref(), &texts, EmbedKind::Document).await?;
+        let tool_vectors = embed(e.as_ref(), texts, EmbedKind::Document).await?;
         let build = start.elapsed();
         let index = SearchIndex::new(docs)
-            .with_vectors(tool_vectors)
+            .with_vectors(tool_vectors.clone())
             .expect("one vector per tool, one width");
         let mut vectors = HashMap::new();
         let mut times = Vec::new();
@@ -226,6 +240,7 @@ impl Hybrid {
             build,
             query_p50,
             vectors,
+            tool_vectors,
         })
     }
 
@@ -236,6 +251,19 @@ impl Hybrid {
             .unwrap()
             .into_iter()
             .map(|h| h.name)
+            .collect()
+    }
+
+    /// The cosine of `q`'s vector with every tool's (both normalised first).
+    pub fn cosines(&self, q: &Labelled) -> Vec<f32> {
+        let unit = |v: &[f32]| {
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+            v.iter().map(|x| x / n).collect::<Vec<f32>>()
+        };
+        let qv = unit(&self.vectors[&q.query]);
+        self.tool_vectors
+            .iter()
+            .map(|t| unit(t).iter().zip(&qv).map(|(a, b)| a * b).sum())
             .collect()
     }
 
