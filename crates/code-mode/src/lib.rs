@@ -40,8 +40,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_engine::{EstimateCounter, TokenCounter};
-use llm_core::{ToolSpec, TurnInfo};
+use llm_core::{EstimateCounter, TokenCounter, ToolSpec, TurnInfo};
 use sandbox::{Program, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 use tool_search::{Hit, SearchIndex, ToolDoc, embedding_text};

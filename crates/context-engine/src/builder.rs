@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use llm_core::{Message, ToolCall};
 
 use crate::history::History;
-use crate::tokens::{EstimateCounter, REPLY_PRIMING_TOKENS, TokenCounter};
+use llm_core::{EstimateCounter, REPLY_PRIMING_TOKENS, TokenCounter};
 
 /// Why the budget cannot be met.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -193,7 +193,8 @@ impl ContextBuilder {
         self
     }
 
-    /// The token counter (see [`crate::counter_for_model`]).
+    /// The token counter (see `counter_for_model`, feature `tiktoken`, for the best one for a
+    /// model).
     pub fn with_counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
         self.counter = counter;
         self.system = OnceLock::new();

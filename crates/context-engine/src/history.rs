@@ -5,7 +5,7 @@ use std::sync::Arc;
 use llm_core::Message;
 use serde::{Deserialize, Serialize};
 
-use crate::tokens::TokenCounter;
+use llm_core::TokenCounter;
 
 /// A conversation by id: its messages in order (C1).
 ///

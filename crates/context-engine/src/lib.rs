@@ -7,6 +7,12 @@
 //! `PostgresStore` for several processes sharing one PostgreSQL database (what each promises:
 //! `docs/stores.md`).
 //!
+//! Token counts: [`TokenCounter`] and [`EstimateCounter`] (from `llm-core`, re-exported here)
+//! always; the exact tokenizer for OpenAI-family models, `TiktokenCounter`, and
+//! `counter_for_model` (it, or the estimate for other models) with the cargo feature
+//! `tiktoken`, on by default (its BPE tables are a few MB of the binary: a crate that needs only
+//! the estimate and the in-memory store can leave it out with `default-features = false`).
+//!
 //! Messages are [`llm_core::Message`]s. A tool loop needs three things from this crate:
 //!
 //! 1. load a session's history: [`SessionStore::load`] (or [`SessionStore::load_or_create`]);
@@ -14,7 +20,7 @@
 //! 3. build the messages of one request: [`ContextBuilder::build`] on a [`History`].
 //!
 //! ```
-//! # #[cfg(feature = "sqlite")]
+//! # #[cfg(all(feature = "sqlite", feature = "tiktoken"))]
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use context_engine::{counter_for_model, ContextBuilder, History, SessionStore, SqliteStore};
@@ -37,12 +43,13 @@
 //!     .build(&history)?;
 //! assert_eq!(ctx.messages.len(), 2);                  // system + user
 //! # Ok(()) }
-//! # #[cfg(not(feature = "sqlite"))] fn main() {}
+//! # #[cfg(not(all(feature = "sqlite", feature = "tiktoken")))] fn main() {}
 //! ```
 
 mod builder;
 mod history;
 mod store;
+#[cfg(feature = "tiktoken")]
 mod tokens;
 
 pub use builder::{BuiltContext, ContextBuilder, ContextError, DropReason, Dropped};
@@ -54,7 +61,10 @@ pub use store::{
 pub use store::{Durability, SqliteStore};
 #[cfg(feature = "postgres")]
 pub use store::{POSTGRES_SCHEMA_VERSION, PostgresStore};
-pub use tokens::{
-    EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TiktokenCounter,
-    TokenCounter, TokenizerError, counter_for_model,
+// The trait and the estimate live in llm-core (the bottom crate); re-exported at their old
+// paths so `context_engine::{TokenCounter, EstimateCounter}` keep working.
+pub use llm_core::{
+    EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TokenCounter,
 };
+#[cfg(feature = "tiktoken")]
+pub use tokens::{TiktokenCounter, TokenizerError, counter_for_model};

@@ -14,6 +14,8 @@
 //!   tool search by meaning.
 //! * Rules shared by every source: [`ToolCallAssembler`] (streamed deltas → calls),
 //!   [`normalize_schema`], [`is_valid_tool_name`], [`cap_result`].
+//! * Token counts: [`TokenCounter`] (plug in a tokenizer) and [`EstimateCounter`] (an honest
+//!   estimate for any model, no tables); `context-engine` adds tiktoken's exact counts.
 //!
 //! A backend of your own is one `impl`:
 //!
@@ -41,6 +43,7 @@ mod error;
 mod model;
 mod schema;
 pub mod telemetry;
+mod tokens;
 mod tool;
 mod types;
 
@@ -51,6 +54,9 @@ pub use embed::{EmbedKind, Embedder};
 pub use error::ModelError;
 pub use model::{ChatModel, ChatStream, ModelInfo, collect_stream, response_stream};
 pub use schema::{MAX_TOOL_NAME, is_valid_tool_name, normalize_schema};
+pub use tokens::{
+    EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TokenCounter,
+};
 pub use tool::{
     ApprovalGate, Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider, TurnInfo,
     first_sentence,

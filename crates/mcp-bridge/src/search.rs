@@ -25,8 +25,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use context_engine::{EstimateCounter, TokenCounter};
-use llm_core::{Embedder, ToolSpec};
+use llm_core::{Embedder, EstimateCounter, TokenCounter, ToolSpec};
 use serde_json::json;
 use tool_search::HybridConfig;
 
@@ -47,7 +46,7 @@ pub(crate) const RESULT_CHARS: usize = 120;
 #[non_exhaustive]
 pub struct ToolSearchConfig {
     /// The most tokens the level-1 list of a turn may take (counted with
-    /// [`context_engine::EstimateCounter`], which errs high); past it, the turn gets
+    /// [`llm_core::EstimateCounter`], which errs high); past it, the turn gets
     /// [`SEARCH_TOOL`] instead of the list. `0`: always search; `usize::MAX`: never.
     /// Default 2,000 (about 80 tools).
     pub budget_tokens: usize,

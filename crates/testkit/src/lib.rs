@@ -6,6 +6,11 @@
 //! with controllable chunking and delays, records every request, and injects faults
 //! (error statuses with `Retry-After`, a stream cut mid-way, a malformed SSE line, a hang).
 //!
+//! The workspace's one MCP test server is here too, written once (`mcp_server.rs`) and served
+//! two ways: over Streamable HTTP in the test's process (`McpHttpServer`, feature `mcp-http`)
+//! and over stdio as a process of its own that misbehaves on request (`run_mcp_stdio_server`,
+//! feature `mcp-stdio`, the `main` of mcp-bridge's `misbehaving-mcp-server`).
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use testkit::{Reply, ScriptedServer};
@@ -20,10 +25,16 @@
 
 #[cfg(feature = "mcp-http")]
 mod mcp_http;
+#[cfg(any(feature = "mcp-http", feature = "mcp-stdio"))]
+mod mcp_server;
+#[cfg(feature = "mcp-stdio")]
+mod mcp_stdio;
 mod npm;
 
 #[cfg(feature = "mcp-http")]
 pub use mcp_http::{McpHttpServer, TOOLS_TTL_MS};
+#[cfg(feature = "mcp-stdio")]
+pub use mcp_stdio::run_mcp_stdio_server;
 pub use npm::{npm_mcp_server, python_mcp_sdk, toolkit_cache_dir};
 
 use std::collections::VecDeque;
