@@ -38,6 +38,7 @@
 
 mod backend;
 mod config;
+mod decisions;
 mod elicit;
 pub mod identity;
 mod lease;

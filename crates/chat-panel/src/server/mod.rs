@@ -104,8 +104,12 @@ impl App {
 ///   `WWW-Authenticate: Bearer` when refused. A conversation is its creator's: any endpoint
 ///   answers another principal `404`, as for one that does not exist.
 /// * `GET /api/sessions/{id}` — `{"sessionId", "busy", "entries": [Entry...], "pending",
-///   "lastEventId"}`; an unknown session has no entries (a `GET` never creates one).
-///   `lastEventId` is the number of the last stored row (see the events stream).
+///   "decisions", "lastEventId"}`; an unknown session has no entries (a `GET` never creates one).
+///   `lastEventId` is the number of the last stored row (see the events stream). `pending`'s
+///   tokens are bound to the caller (#44: a token copied to another account is refused);
+///   `decisions` is who decided what, oldest first — approvals (`kind: "approval"`, with the
+///   principal, `atMs`, the tool and the exact arguments) and answers to MCP servers' questions
+///   (`kind: "answer"`).
 /// * `GET /api/sessions/{id}/events` — an SSE stream of the conversation as it is stored, from
 ///   any worker sharing the store: one `row` event per stored message that shows something,
 ///   `{"row", "events": [{"event": "entry" | "update", "entry": Entry}]}`, with the SSE id
