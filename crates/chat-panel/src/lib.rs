@@ -42,6 +42,7 @@ mod decisions;
 mod elicit;
 pub mod identity;
 mod lease;
+pub mod login;
 mod net;
 mod server;
 mod state;

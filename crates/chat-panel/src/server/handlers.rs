@@ -24,7 +24,18 @@ use crate::identity::Principal;
 use crate::lease::{self, Acquired};
 use crate::state::entries_from_history;
 
-pub(super) async fn page() -> Response {
+pub(super) async fn page(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    // with a browser login, a person without a session signs in first (#44)
+    if let Some(login) = &app.config.login
+        && !matches!(login.session(&headers), Some(Ok(_)))
+    {
+        let mut r = StatusCode::SEE_OTHER.into_response();
+        r.headers_mut()
+            .insert(header::LOCATION, HeaderValue::from_static("/login"));
+        r.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return r;
+    }
     let mut r = axum::response::Html(PAGE).into_response();
     let h = r.headers_mut();
     h.insert(
