@@ -25,17 +25,26 @@ pub type EventStream = Pin<Box<dyn Stream<Item = LoopEvent> + Send>>;
 /// The agent behind the panel: answers `text` in session `session_id`, as a stream of events,
 /// keeping the conversation in [`store`](Self::store). Dropping the stream may cancel the
 /// answer.
+///
+/// `principal` is who the request is ([`Principal::id`](crate::identity::Principal::id), #44):
+/// the approval tokens an answer hands out are bound to it, and decisions are taken and
+/// recorded as its ([`tool_system::LoopOptions::principal`]).
 pub trait ChatBackend: Send + Sync + 'static {
-    /// Answers one user message.
-    fn reply(&self, session_id: &str, text: &str) -> EventStream;
+    /// Answers one user message of `principal`.
+    fn reply(&self, session_id: &str, principal: &str, text: &str) -> EventStream;
     /// Where the conversations live: the panel rebuilds a conversation from it (after a
     /// restart), and deletes the conversations it evicts (its `max_sessions` cap) and the oldest
     /// messages of a long one (its `max_history_messages` cap).
     fn store(&self) -> Arc<dyn SessionStore>;
-    /// Decides calls held for approval in session `session_id` and goes on with the answer
-    /// ([`Agent::resume_stream`]). A backend that holds no calls fails the stream.
-    fn resume(&self, session_id: &str, decisions: Vec<ApprovalDecision>) -> EventStream {
-        let _ = decisions;
+    /// `principal` decides calls held for approval in session `session_id` and the answer goes
+    /// on ([`Agent::resume_stream`]). A backend that holds no calls fails the stream.
+    fn resume(
+        &self,
+        session_id: &str,
+        principal: &str,
+        decisions: Vec<ApprovalDecision>,
+    ) -> EventStream {
+        let _ = (principal, decisions);
         let session = session_id.to_owned();
         Box::pin(futures::stream::once(async move {
             LoopEvent::Failed(LoopError::Approval(ApprovalError::NothingPending {
@@ -43,10 +52,10 @@ pub trait ChatBackend: Send + Sync + 'static {
             }))
         }))
     }
-    /// The calls of session `session_id` waiting for approval, with fresh tokens (after a
-    /// reload or a restart); `None` when nothing waits (the default).
-    fn pending_approval(&self, session_id: &str) -> PendingFuture {
-        let _ = session_id;
+    /// The calls of session `session_id` waiting for approval, with fresh tokens for
+    /// `principal` (after a reload or a restart); `None` when nothing waits (the default).
+    fn pending_approval(&self, session_id: &str, principal: &str) -> PendingFuture {
+        let _ = (session_id, principal);
         Box::pin(async { None })
     }
 }
@@ -140,9 +149,10 @@ impl AgentBackend {
 }
 
 impl ChatBackend for AgentBackend {
-    fn reply(&self, session_id: &str, text: &str) -> EventStream {
+    fn reply(&self, session_id: &str, principal: &str, text: &str) -> EventStream {
         Box::pin(
             self.agent
+                .acting_as(principal)
                 .run_stream(session_id.to_owned(), text.to_owned()),
         )
     }
@@ -151,12 +161,21 @@ impl ChatBackend for AgentBackend {
         Arc::clone(self.agent.store())
     }
 
-    fn resume(&self, session_id: &str, decisions: Vec<ApprovalDecision>) -> EventStream {
-        Box::pin(self.agent.resume_stream(session_id.to_owned(), decisions))
+    fn resume(
+        &self,
+        session_id: &str,
+        principal: &str,
+        decisions: Vec<ApprovalDecision>,
+    ) -> EventStream {
+        Box::pin(
+            self.agent
+                .acting_as(principal)
+                .resume_stream(session_id.to_owned(), decisions),
+        )
     }
 
-    fn pending_approval(&self, session_id: &str) -> PendingFuture {
-        let agent = self.agent.clone();
+    fn pending_approval(&self, session_id: &str, principal: &str) -> PendingFuture {
+        let agent = self.agent.acting_as(principal);
         let session = session_id.to_owned();
         Box::pin(async move {
             match agent.pending_approval(&session).await {

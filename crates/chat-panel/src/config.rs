@@ -230,6 +230,9 @@ pub struct PanelConfig {
     /// Who is calling (#44): every `/api/` request is authenticated by it, and a refusal is
     /// `401` (default [`NoAuth`](crate::identity::NoAuth), loopback only).
     pub authenticator: std::sync::Arc<dyn crate::identity::Authenticator>,
+    /// The browser login (#44, [`crate::login`]): `/login`, `/callback`, `/logout`, and the
+    /// page sends a browser without a session to `/login` (default none).
+    pub login: Option<std::sync::Arc<crate::login::OidcLogin>>,
     /// Open connections at most; beyond it the longest idle connection is closed, or the new
     /// one refused with `503` when none is idle (default 512).
     pub max_connections: usize,
@@ -273,6 +276,7 @@ impl Default for PanelConfig {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             authenticator: std::sync::Arc::new(crate::identity::NoAuth),
+            login: None,
             max_connections: 512,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
@@ -461,6 +465,16 @@ impl PanelConfig {
     /// an address other than loopback.
     pub fn with_authenticator(mut self, auth: impl crate::identity::Authenticator) -> Self {
         self.authenticator = std::sync::Arc::new(auth);
+        self
+    }
+    /// Signs people in through their OIDC provider in the browser ([`crate::login`]): serves
+    /// `/login`, `/callback` and `/logout`, and authenticates every `/api/` request by its
+    /// session cookie (or an ID token as `Authorization: Bearer`, for API clients). Replaces
+    /// the authenticator.
+    pub fn with_oidc_login(mut self, login: crate::login::OidcLogin) -> Self {
+        let login = std::sync::Arc::new(login);
+        self.authenticator = login.clone();
+        self.login = Some(login);
         self
     }
     /// Accepts requests from `origin` (e.g. `https://chat.example.com`) too.

@@ -50,7 +50,7 @@ struct SessionAsks {
     /// The running turn's channel into its SSE stream.
     live: Option<mpsc::UnboundedSender<Value>>,
     /// Questions waiting for the person, by number.
-    waiting: HashMap<u64, oneshot::Sender<ElicitationAnswer>>,
+    waiting: HashMap<u64, Claimed>,
     next: u64,
 }
 
@@ -72,13 +72,29 @@ impl Asks {
         lock(&self.sessions).remove(session);
     }
 
-    /// The person's answer to question `n` of `session`; `false` when there is no such
-    /// question waiting (answered already, or gone).
-    pub(crate) fn answer(&self, session: &str, n: u64, answer: ElicitationAnswer) -> bool {
-        let tx = lock(&self.sessions)
+    /// Takes question `n` of `session` to answer it (nobody else can from here on); `None`
+    /// when there is no such question waiting (answered already, or gone). Dropping the claim
+    /// unanswered cancels the question.
+    pub(crate) fn claim(&self, session: &str, n: u64) -> Option<Claimed> {
+        lock(&self.sessions)
             .get_mut(session)
-            .and_then(|s| s.waiting.remove(&n));
-        tx.is_some_and(|tx| tx.send(answer).is_ok())
+            .and_then(|s| s.waiting.remove(&n))
+    }
+}
+
+/// A question taken to be answered ([`Asks::claim`]).
+pub(crate) struct Claimed {
+    tx: oneshot::Sender<ElicitationAnswer>,
+    /// The MCP server that asked.
+    pub(crate) service: String,
+    /// What it asked.
+    pub(crate) message: String,
+}
+
+impl Claimed {
+    /// Gives the asker the answer; `false` when it stopped waiting meanwhile.
+    pub(crate) fn answer(self, answer: ElicitationAnswer) -> bool {
+        self.tx.send(answer).is_ok()
     }
 }
 
@@ -141,7 +157,12 @@ impl Elicitor for PanelElicitor {
             if live.send(event).is_err() {
                 return ElicitationAnswer::Decline;
             }
-            s.waiting.insert(n, tx);
+            let claimed = Claimed {
+                tx,
+                service: request.service.clone(),
+                message: request.message.clone(),
+            };
+            s.waiting.insert(n, claimed);
             n
         };
         let _waiting = Waiting {

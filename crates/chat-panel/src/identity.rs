@@ -139,6 +139,9 @@ pub enum Refusal {
     /// The provider's key set could not be fetched, so no token can be checked now.
     #[error("the identity provider's keys cannot be fetched just now; try again shortly")]
     KeysUnavailable,
+    /// A browser without a session: sign in at `/login` ([`crate::login`]).
+    #[error("sign in first: open /login")]
+    SignIn,
     /// The identity header came from an address that is not a trusted proxy, or is missing.
     #[error("this panel is reached through its proxy only; sign in there")]
     NotFromTrustedProxy,
@@ -167,6 +170,9 @@ pub enum IdentityError {
     /// The HTTP client for the JWKS could not be built (TLS set-up).
     #[error("JwtBearer: no HTTP client for the JWKS ({0}); check the TLS set-up")]
     Http(String),
+    /// The browser login's configuration ([`crate::login::OidcLogin::new`]).
+    #[error("OidcLogin: {0}")]
+    Login(String),
     /// [`TrustedProxyHeader`] without proxy addresses, or with a header name that is not one.
     #[error("TrustedProxyHeader: {0}")]
     Proxy(String),
@@ -452,6 +458,18 @@ impl Authenticator for JwtBearer {
             .or_else(|| value.strip_prefix("bearer "))
             .ok_or_else(|| Refusal::Malformed("not `Bearer <token>`".into()))?
             .trim();
+        Principal::new(self.verify::<Claims>(token).await?.sub)
+    }
+}
+
+impl JwtBearer {
+    /// The claims of `token` once its signature (against the provider's keys), `iss`, `aud`,
+    /// `exp` and `sub` are checked: for the bearer tokens of API clients, and the ID tokens of
+    /// the browser login ([`crate::login`]).
+    pub(crate) async fn verify<T: serde::de::DeserializeOwned>(
+        &self,
+        token: &str,
+    ) -> Result<T, Refusal> {
         // `alg: none` and unknown names fail here (jsonwebtoken has no such algorithm)
         let header =
             jsonwebtoken::decode_header(token).map_err(|e| Refusal::Malformed(e.to_string()))?;
@@ -462,7 +480,7 @@ impl Authenticator for JwtBearer {
             .kid
             .ok_or_else(|| Refusal::Malformed("no `kid` in the token's header".into()))?;
         let key = self.key(&kid).await?;
-        let data = jsonwebtoken::decode::<Claims>(token, &key, validation).map_err(|e| {
+        let data = jsonwebtoken::decode::<T>(token, &key, validation).map_err(|e| {
             use jsonwebtoken::errors::ErrorKind as K;
             match e.kind() {
                 K::ExpiredSignature | K::ImmatureSignature => Refusal::Expired,
@@ -477,6 +495,6 @@ impl Authenticator for JwtBearer {
                 _ => Refusal::BadSignature,
             }
         })?;
-        Principal::new(data.claims.sub)
+        Ok(data.claims)
     }
 }

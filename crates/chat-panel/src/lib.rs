@@ -38,9 +38,11 @@
 
 mod backend;
 mod config;
+mod decisions;
 mod elicit;
 pub mod identity;
 mod lease;
+pub mod login;
 mod net;
 mod server;
 mod state;

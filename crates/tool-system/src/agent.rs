@@ -141,6 +141,23 @@ impl Agent {
         pending_approval(&*self.store, session_id, &self.options).await
     }
 
+    /// Who decided the held calls of session `session_id` (see [`crate::approval_log`]).
+    pub async fn approval_log(
+        &self,
+        session_id: &str,
+    ) -> Result<Vec<crate::DecisionRecord>, LoopError> {
+        crate::runner::approval_log(&*self.store, session_id).await
+    }
+
+    /// This agent acting for `principal` ([`LoopOptions::principal`]): the approval tokens its
+    /// runs hand out are bound to `principal`, and its decisions are taken and recorded as
+    /// `principal`'s. Cheap (the model, tools and store are shared); make one per request.
+    pub fn acting_as(&self, principal: impl Into<String>) -> Self {
+        let mut agent = self.clone();
+        agent.options.principal = principal.into();
+        agent
+    }
+
     /// The session store.
     pub fn store(&self) -> &Arc<dyn SessionStore> {
         &self.store

@@ -104,8 +104,9 @@ mod typed;
 
 pub use agent::{Agent, AgentBuilder};
 pub use approval::{
-    APPROVAL_KEY_ENV, APPROVAL_STATE_KEY, ApprovalDecision, ApprovalError, ApprovalKey,
-    ApprovalPolicy, ApprovalPredicate, HeldCall, PendingApproval,
+    APPROVAL_KEY_ENV, APPROVAL_LOG_KEY, APPROVAL_STATE_KEY, ApprovalDecision, ApprovalError,
+    ApprovalKey, ApprovalPolicy, ApprovalPredicate, DecisionRecord, HeldCall, MAX_DECISION_RECORDS,
+    PendingApproval,
 };
 pub use async_trait::async_trait;
 pub use dispatch::{DEFAULT_TOOL_TIMEOUT, Dispatcher, ToolOutcome};
@@ -124,8 +125,8 @@ pub use protocol::{
 };
 pub use registry::{RegistryError, ToolRegistry};
 pub use runner::{
-    LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, pending_approval, resume_tool_loop,
-    resume_tool_loop_stream, run_tool_loop, run_tool_loop_stream,
+    LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, approval_log, pending_approval,
+    resume_tool_loop, resume_tool_loop_stream, run_tool_loop, run_tool_loop_stream,
 };
 pub use turn::TurnSections;
 pub use typed::{FnTool, schema_for, to_openai_tool};

@@ -49,6 +49,14 @@ pub struct LoopOptions {
     /// request was dropped — is put to the person again, each call marked as possibly run. Set
     /// it above your slowest round of approved calls.
     pub approval_lease: Duration,
+    /// Who acts in this run (#44): an opaque id — a login's subject, a user name — or empty
+    /// (the default) for a program with one person. The approval tokens a run hands out are
+    /// bound to it, a decision is accepted only from it ([`ApprovalError::OtherPrincipal`]
+    /// otherwise), and each decision is recorded under it ([`crate::DecisionRecord`]). Set it
+    /// per request ([`crate::Agent::acting_as`]) from what authenticated the request.
+    ///
+    /// [`ApprovalError::OtherPrincipal`]: crate::ApprovalError::OtherPrincipal
+    pub principal: String,
 }
 
 impl Default for LoopOptions {
@@ -66,6 +74,7 @@ impl Default for LoopOptions {
             approval: ApprovalPolicy::new(),
             approval_key: None,
             approval_lease: DEFAULT_APPROVAL_LEASE,
+            principal: String::new(),
         }
     }
 }
@@ -116,6 +125,9 @@ macro_rules! loop_settings {
             /// Set how long a request that went on with approved calls may take
             /// ([`LoopOptions::approval_lease`]).
             approval_lease / with_approval_lease(lease: Duration) => |o| o.approval_lease = lease;
+            /// Set who acts ([`LoopOptions::principal`]): approval tokens are bound to it and
+            /// decisions recorded under it.
+            principal / with_principal(principal: impl Into<String>) => |o| o.principal = principal.into();
         }
     };
 }

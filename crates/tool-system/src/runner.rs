@@ -97,14 +97,27 @@ pub async fn resume_tool_loop(
     resume(run, decisions).await
 }
 
-/// The calls of session `session_id` waiting for approval, with fresh tokens (for a page
-/// reloaded, or a process restarted since the run stopped); `None` when nothing waits.
+/// The calls of session `session_id` waiting for approval, with fresh tokens for
+/// [`LoopOptions::principal`] (for a page reloaded, or a process restarted since the run
+/// stopped); `None` when nothing waits.
 pub async fn pending_approval(
     store: &dyn SessionStore,
     session_id: &str,
     options: &LoopOptions,
 ) -> Result<Option<PendingApproval>, LoopError> {
-    Ok(approval::current(store, session_id, options.approval_key.as_ref()).await?)
+    let key = options.approval_key.as_ref();
+    Ok(approval::current(store, session_id, key, &options.principal).await?)
+}
+
+/// Who decided the held calls of session `session_id`, oldest first: each decision's
+/// principal, time, tool and arguments ([`DecisionRecord`](crate::DecisionRecord)), kept in the
+/// session's state slot [`APPROVAL_LOG_KEY`](crate::APPROVAL_LOG_KEY). Empty when none was
+/// made (or the store keeps no state slots).
+pub async fn approval_log(
+    store: &dyn SessionStore,
+    session_id: &str,
+) -> Result<Vec<crate::DecisionRecord>, LoopError> {
+    Ok(approval::log(store, session_id).await?)
 }
 
 /// The streaming variant of [`resume_tool_loop`] (see [`run_tool_loop_stream`]).
@@ -180,7 +193,8 @@ async fn resume(run: Run<'_>, decisions: &[ApprovalDecision]) -> Result<LoopOutp
         run.options.approval_key.as_ref(),
         run.options.approval_lease,
     );
-    match approval::decide(run.store, run.session_id, decisions, key, lease).await? {
+    let who = &run.options.principal;
+    match approval::decide(run.store, run.session_id, decisions, key, lease, who).await? {
         Claim::StillPending(view, progress) => {
             emit(run.sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
             let protocol = protocol_of(run.options, &run.model.info());
@@ -546,7 +560,15 @@ async fn tool_round(
     };
     let key = run.options.approval_key.as_ref();
     Ok(
-        match approval::hold(run.store, run.session_id, round, key).await? {
+        match approval::hold(
+            run.store,
+            run.session_id,
+            round,
+            key,
+            &run.options.principal,
+        )
+        .await?
+        {
             Held::Pending(view) => ToolRound::Held(view),
             Held::Unsupported(round) => ToolRound::Recorded(round),
         },

@@ -1172,3 +1172,120 @@ async fn approval_a_round_cut_off_while_running_is_asked_again_after_its_lease()
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     checked_session(&*store, "s").await;
 }
+
+/// #44 item 3: a token is bound to the principal it was shown to — alice's token presented by
+/// bob is refused and changes nothing — and each decision is recorded with who made it, when,
+/// and the exact arguments, in the session's store (after the round is gone, and after a
+/// restart for SQLite).
+async fn who_decided(store: Arc<dyn SessionStore>, reopen: impl Fn() -> Arc<dyn SessionStore>) {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("c1", "delete_file", r#"{"path":"/tmp/a"}"#),
+        ("c2", "delete_file", r#"{"path":"/tmp/b"}"#),
+    ]));
+    server.push(Reply::text("Deleted /tmp/a."));
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    let alice = s.agent.acting_as("alice");
+    let bob = s.agent.acting_as("bob");
+    let p = pending(&alice.run("s", "clean up").await.unwrap());
+    let before = state(&*store).await;
+
+    // alice's token, copied into bob's account
+    let e = approval_error(bob.resume("s", &[p.calls[0].approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::OtherPrincipal {
+            call_id: "c1".into()
+        }
+    );
+    assert!(
+        e.to_string().contains("someone else") && !e.to_string().contains("alice"),
+        "says what happened, not whose it was: {e}"
+    );
+    assert_eq!(state(&*store).await, before, "nothing changed");
+    assert!(deleted(&s).is_empty());
+    assert!(bob.approval_log("s").await.unwrap().is_empty());
+    // the agent without a principal is someone else too
+    let e = approval_error(s.agent.resume("s", &[p.calls[0].approve()]).await);
+    assert!(matches!(e, ApprovalError::OtherPrincipal { .. }), "{e:?}");
+    // what bob is shown has tokens of his own, which do not work for alice
+    let bobs = bob.pending_approval("s").await.unwrap().unwrap();
+    assert_ne!(bobs.calls[0].token, p.calls[0].token);
+    let e = approval_error(alice.resume("s", &[bobs.calls[1].reject("")]).await);
+    assert!(matches!(e, ApprovalError::OtherPrincipal { .. }), "{e:?}");
+
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    // alice declines one, then approves the other: two records, in order
+    let out = alice
+        .resume("s", &[p.calls[1].reject("keep b")])
+        .await
+        .unwrap();
+    let p2 = pending(&out);
+    let log = alice.approval_log("s").await.unwrap();
+    assert_eq!(
+        log.len(),
+        1,
+        "recorded while the round is still held: {log:?}"
+    );
+    let out = alice.resume("s", &[p2.calls[0].approve()]).await.unwrap();
+    assert_eq!(out.answer, "Deleted /tmp/a.");
+    assert_eq!(deleted(&s), vec!["/tmp/a"]);
+    assert!(state(&*store).await.is_none(), "the round is recorded");
+    let t1 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+
+    let store = reopen();
+    let log = tool_system::approval_log(&*store, "s").await.unwrap();
+    assert_eq!(log.len(), 2, "{log:?}");
+    let (declined, approved) = (&log[0], &log[1]);
+    assert_eq!(
+        (
+            declined.call_id.as_str(),
+            declined.approved,
+            declined.reason.as_deref()
+        ),
+        ("c2", false, Some("keep b"))
+    );
+    assert_eq!(
+        (
+            approved.call_id.as_str(),
+            approved.tool.as_str(),
+            approved.approved
+        ),
+        ("c1", "delete_file", true)
+    );
+    assert_eq!(approved.arguments, json!({"path": "/tmp/a"}));
+    assert_eq!(declined.arguments, json!({"path": "/tmp/b"}));
+    for r in &log {
+        assert_eq!(r.principal, "alice");
+        assert!(
+            (t0..=t1).contains(&r.at_ms),
+            "{} not in {t0}..={t1}",
+            r.at_ms
+        );
+        assert_eq!(r.round, log[0].round, "one pending state");
+    }
+    assert!(declined.at_ms <= approved.at_ms);
+    checked_session(&*store, "s").await;
+}
+
+#[tokio::test]
+async fn approval_a_token_copied_to_another_principal_is_refused_and_the_record_names_who_decided()
+{
+    let memory: Arc<dyn SessionStore> = store();
+    let again = memory.clone();
+    who_decided(memory, move || again.clone()).await;
+}
+
+#[tokio::test]
+async fn approval_who_decided_is_kept_in_sqlite_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let first: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(&path).unwrap());
+    who_decided(first, move || Arc::new(SqliteStore::open(&path).unwrap())).await;
+}

@@ -7,7 +7,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use super::{App, error};
 use crate::identity::Principal;
@@ -59,7 +59,13 @@ pub(super) async fn check_request(
         );
     }
     let fetch_site = header_str(h, header::HeaderName::from_static("sec-fetch-site"));
+    // the browser login's two ends are reached from the provider's pages (#44): they check
+    // their own state (a sealed cookie and `state`), and change nothing but the caller's cookie
+    let login_leg = c.login.is_some()
+        && *req.method() == Method::GET
+        && matches!(req.uri().path(), "/login" | "/callback");
     if let Some(site) = fetch_site
+        && !login_leg
         && !matches!(site, "same-origin" | "none")
     {
         tracing::warn!(sec_fetch_site = %site, "chat panel: refused a cross-site request");
@@ -103,7 +109,18 @@ pub(super) async fn check_request(
             }
             Err(why) => {
                 tracing::info!(reason = %why, "chat panel: refused an unauthenticated request");
-                let mut r = error(StatusCode::UNAUTHORIZED, why.to_string());
+                let mut r = if c.login.is_some() {
+                    // the page goes there to sign in again (a session that ended)
+                    (
+                        StatusCode::UNAUTHORIZED,
+                        axum::Json(
+                            serde_json::json!({"error": why.to_string(), "login": "/login"}),
+                        ),
+                    )
+                        .into_response()
+                } else {
+                    error(StatusCode::UNAUTHORIZED, why.to_string())
+                };
                 r.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
                     axum::http::HeaderValue::from_static("Bearer"),

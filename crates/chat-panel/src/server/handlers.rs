@@ -24,7 +24,18 @@ use crate::identity::Principal;
 use crate::lease::{self, Acquired};
 use crate::state::entries_from_history;
 
-pub(super) async fn page() -> Response {
+pub(super) async fn page(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    // with a browser login, a person without a session signs in first (#44)
+    if let Some(login) = &app.config.login
+        && !matches!(login.session(&headers), Some(Ok(_)))
+    {
+        let mut r = StatusCode::SEE_OTHER.into_response();
+        r.headers_mut()
+            .insert(header::LOCATION, HeaderValue::from_static("/login"));
+        r.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return r;
+    }
     let mut r = axum::response::Html(PAGE).into_response();
     let h = r.headers_mut();
     h.insert(
@@ -58,7 +69,7 @@ pub(super) async fn get_session(
         Ok(true) => {}
         Ok(false) => {
             return axum::Json(json!({"sessionId": id, "busy": false, "entries": [],
-                "pending": null, "lastEventId": 0}))
+                "pending": null, "decisions": [], "lastEventId": 0}))
             .into_response();
         }
         Err(e) => return store_failed(&e),
@@ -88,11 +99,16 @@ pub(super) async fn get_session(
     entries.drain(..excess);
     // Calls waiting for the person's approval, from the store: a reload or a restart shows
     // the same ones (with fresh tokens).
-    let pending = app.backend.pending_approval(&id).await;
+    let pending = app.backend.pending_approval(&id, who.id()).await;
+    // who decided what (#44): approvals and answers to MCP servers' questions
+    let decisions = match crate::decisions::decisions(app.sessions.store(), &id).await {
+        Ok(d) => d,
+        Err(e) => return store_failed(&e),
+    };
     let last = base + messages.len() as u64;
     axum::Json(
         json!({"sessionId": id, "busy": busy, "entries": entries, "pending": pending,
-        "lastEventId": last}),
+        "decisions": decisions, "lastEventId": last}),
     )
     .into_response()
 }
@@ -223,7 +239,7 @@ pub(super) async fn post_approvals(
         Ok(t) => t,
         Err(r) => return r,
     };
-    let events = app.backend.resume(&id, decisions);
+    let events = app.backend.resume(&id, who.id(), decisions);
     start_turn(app, id, lease, before, events, permit)
 }
 
@@ -371,7 +387,7 @@ pub(super) async fn post_message(
         Ok(t) => t,
         Err(r) => return r,
     };
-    let events = app.backend.reply(&id, &text);
+    let events = app.backend.reply(&id, who.id(), &text);
     start_turn(app, id, lease, before, events, permit)
 }
 
@@ -456,13 +472,42 @@ pub(super) async fn post_elicitation(
         Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
         Err(r) => return r,
     }
-    if app.asks.answer(&id, n, answer) {
-        axum::Json(json!({"ok": true})).into_response()
-    } else {
+    let gone = || {
         error(
             StatusCode::NOT_FOUND,
             "no such question is waiting (it was answered already, or its answer ended)",
         )
+    };
+    let Some(question) = app.asks.claim(&id, n) else {
+        return gone();
+    };
+    // Recorded before the asker gets it (#44): an answer nobody could later attribute is not
+    // given — the question is cancelled instead.
+    let (action, content) = match &answer {
+        mcp_bridge::elicitation::ElicitationAnswer::Accept(c) => ("accept", Some(c.clone())),
+        mcp_bridge::elicitation::ElicitationAnswer::Decline => ("decline", None),
+        _ => ("cancel", None),
+    };
+    let record = crate::decisions::AnswerRecord {
+        question: n,
+        service: question.service.clone(),
+        message: question.message.clone(),
+        action: action.into(),
+        content,
+        principal: who.id().to_owned(),
+        at_ms: crate::decisions::now_ms(),
+    };
+    if let Err(e) = crate::decisions::record_answer(app.sessions.store(), &id, &record).await {
+        tracing::error!(session = %id, error = %e, "chat panel: could not record an answer to an MCP question; the question is cancelled");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "your answer could not be recorded, so it was not given: the question was cancelled; try the request again",
+        );
+    }
+    if question.answer(answer) {
+        axum::Json(json!({"ok": true})).into_response()
+    } else {
+        gone()
     }
 }
 

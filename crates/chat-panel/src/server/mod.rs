@@ -21,6 +21,7 @@ use crate::{ChatBackend, PanelConfig};
 mod events;
 mod guard;
 mod handlers;
+mod signin;
 mod translate;
 mod turn;
 
@@ -104,8 +105,12 @@ impl App {
 ///   `WWW-Authenticate: Bearer` when refused. A conversation is its creator's: any endpoint
 ///   answers another principal `404`, as for one that does not exist.
 /// * `GET /api/sessions/{id}` — `{"sessionId", "busy", "entries": [Entry...], "pending",
-///   "lastEventId"}`; an unknown session has no entries (a `GET` never creates one).
-///   `lastEventId` is the number of the last stored row (see the events stream).
+///   "decisions", "lastEventId"}`; an unknown session has no entries (a `GET` never creates one).
+///   `lastEventId` is the number of the last stored row (see the events stream). `pending`'s
+///   tokens are bound to the caller (#44: a token copied to another account is refused);
+///   `decisions` is who decided what, oldest first — approvals (`kind: "approval"`, with the
+///   principal, `atMs`, the tool and the exact arguments) and answers to MCP servers' questions
+///   (`kind: "answer"`).
 /// * `GET /api/sessions/{id}/events` — an SSE stream of the conversation as it is stored, from
 ///   any worker sharing the store: one `row` event per stored message that shows something,
 ///   `{"row", "events": [{"event": "entry" | "update", "entry": Entry}]}`, with the SSE id
@@ -119,6 +124,10 @@ impl App {
 ///   `409` an answer is already running in this session, `413` too large, `415` not JSON,
 ///   `503` no slot free within the queue timeout.
 /// * `GET /healthz` — `ok`.
+/// * `GET /login`, `GET /callback`, `GET /logout` — the browser login, with
+///   [`PanelConfig::with_oidc_login`] ([`crate::login`]); `404` without it. `/login` and
+///   `/callback` are top-level navigations from the provider, so they are exempt from the
+///   `Sec-Fetch-Site` check below.
 /// * `403` for a request from elsewhere: a `Host` that is not the panel's (loopback, or
 ///   [`PanelConfig::allowed_hosts`]) — DNS rebinding; an `Origin` that is not the panel's own
 ///   (or in [`PanelConfig::allowed_origins`]) on a `POST`, or `Sec-Fetch-Site` other than
@@ -181,6 +190,9 @@ impl ChatPanel {
         Router::new()
             .route("/", get(page))
             .route("/healthz", get(|| async { "ok" }))
+            .route("/login", get(signin::get_login))
+            .route("/callback", get(signin::get_callback))
+            .route("/logout", get(signin::get_logout))
             .route("/api/sessions", axum::routing::post(post_session))
             .route("/api/sessions/{id}", get(get_session))
             .route("/api/sessions/{id}/events", get(get_events))

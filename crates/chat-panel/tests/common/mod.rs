@@ -128,6 +128,16 @@ pub async fn start_with_agent(
     responder: impl Fn(&Value) -> Reply + Send + Sync + 'static,
     configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
 ) -> Fixture {
+    start_with_agent_on(config, responder, configure, "127.0.0.1:0").await
+}
+
+/// [`start_with_agent`], serving on `addr`.
+pub async fn start_with_agent_on(
+    config: PanelConfig,
+    responder: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+    configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+    addr: &str,
+) -> Fixture {
     let model = ScriptedServer::start().await;
     model.respond_with(responder);
     let mut cfg = OpenAiConfig::new("scripted");
@@ -141,7 +151,7 @@ pub async fn start_with_agent(
         .expect("agent");
     let chat = ChatPanel::new(backend, bus.clone(), config);
     let panel_elicitor = chat.elicitor();
-    let panel = chat.serve("127.0.0.1:0").await.expect("serve");
+    let panel = chat.serve(addr).await.expect("serve");
     Fixture {
         model,
         panel,

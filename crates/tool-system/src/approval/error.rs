@@ -56,6 +56,15 @@ pub enum ApprovalError {
         /// The call id.
         call_id: String,
     },
+    /// The token is genuine, and was issued to another principal: a decision is taken only
+    /// from the person the call was shown to (a token copied into another account).
+    #[error(
+        "the decision for call `{call_id}` carries a token issued to someone else; only the person the call was shown to can decide it — fetch the pending approval as yourself"
+    )]
+    OtherPrincipal {
+        /// The call id.
+        call_id: String,
+    },
     /// The approved calls are running in another request.
     #[error(
         "the decided calls of session `{session}` are running in another request; wait for its result"
@@ -77,6 +86,17 @@ pub enum ApprovalError {
         "the pending approval stored for session `{session}` cannot be read ({detail}); none of its calls will run — a new message in the session closes it"
     )]
     Unreadable {
+        /// The session.
+        session: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The session's record of decisions ([`APPROVAL_LOG_KEY`](crate::APPROVAL_LOG_KEY)) cannot
+    /// be read; it is left as it is (never overwritten).
+    #[error(
+        "the record of approval decisions stored for session `{session}` cannot be read ({detail}); it is kept as it is — inspect the state slot `tool-system.approval.log`"
+    )]
+    LogUnreadable {
         /// The session.
         session: String,
         /// What is wrong.

@@ -10,10 +10,16 @@
 //! whole round is appended and the loop continues.
 //!
 //! A decision carries a token: HMAC-SHA256, under the agent's [`ApprovalKey`], over the
-//! session id, the call id, the tool name, the canonical JSON of the exact arguments and a
-//! fresh random nonce of this pending state. A token that does not verify, is for another
-//! session, call or arguments, or for an older pending state is refused with an
-//! [`ApprovalError`] and changes nothing.
+//! session id, the call id, the tool name, the canonical JSON of the exact arguments, a
+//! fresh random nonce of this pending state and a keyed tag of the principal it was shown to
+//! ([`LoopOptions::principal`](crate::LoopOptions::principal), an opaque string: this module
+//! knows nothing of HTTP or of how a principal was authenticated). A token that does not
+//! verify, is for another session, call or arguments, or for an older pending state is
+//! refused with an [`ApprovalError`] and changes nothing; a genuine token presented by another
+//! principal is [`ApprovalError::OtherPrincipal`].
+//!
+//! Each decision is recorded with who made it and when ([`DecisionRecord`], in the state slot
+//! [`APPROVAL_LOG_KEY`] of the session), and stays after the round is recorded.
 //!
 //! The files, each named for what it holds:
 //! * `token` — the HMAC tokens and the [`ApprovalKey`] (no I/O);
@@ -21,7 +27,8 @@
 //! * `pending` — what a person sees and sends back ([`PendingApproval`], [`ApprovalDecision`]);
 //! * `error` — [`ApprovalError`], and what a step that uses the store fails with;
 //! * `stored` — the stored format and the compare-and-set writes of the state slot;
-//! * `resume` — checking and applying decisions, and what each claimed call gets.
+//! * `resume` — checking and applying decisions, and what each claimed call gets;
+//! * `record` — the record of who decided ([`DecisionRecord`]).
 //!
 //! Nothing here runs a tool or sends an event: this module decides and keeps the state, and
 //! hands the runner the calls to run (and the calls to hold); the runner is the only executor.
@@ -29,6 +36,7 @@
 mod error;
 mod pending;
 mod policy;
+mod record;
 mod resume;
 mod stored;
 mod token;
@@ -36,10 +44,12 @@ mod token;
 pub use error::ApprovalError;
 pub use pending::{ApprovalDecision, HeldCall, PendingApproval};
 pub use policy::{ApprovalPolicy, ApprovalPredicate};
+pub use record::{APPROVAL_LOG_KEY, DecisionRecord, MAX_DECISION_RECORDS};
 pub use stored::APPROVAL_STATE_KEY;
 pub use token::{APPROVAL_KEY_ENV, ApprovalKey};
 
 pub(crate) use error::Failed;
+pub(crate) use record::log;
 pub(crate) use resume::{Claim, Claimed, content, decide, plan, record};
 pub(crate) use stored::{
     CallState, Held, HeldRound, RoundSlots, StoredCall, all_done, close_open, current, hold,

@@ -11,11 +11,12 @@ use llm_core::Message;
 
 use super::error::{ApprovalError, Failed};
 use super::pending::{ApprovalDecision, PendingApproval};
+use super::record::remember_or_warn;
 use super::stored::{
-    APPROVAL_STATE_KEY, CAS_ATTEMPTS, CallState, Status, Stored, StoredCall, StoredStep, millis,
-    model_error, now_ms, reask,
+    APPROVAL_STATE_KEY, CAS_ATTEMPTS, CallState, Decided, Status, Stored, StoredCall, StoredStep,
+    millis, model_error, now_ms, reask,
 };
-use super::token::{ApprovalKey, key_or_process, unhex};
+use super::token::{ApprovalKey, Verdict, key_or_process, unhex};
 use crate::machine::{CallFacts, CallPlan, LoopMachine, Planned};
 use crate::protocol::{PendingCall, Reading};
 
@@ -68,15 +69,16 @@ impl Claimed {
     }
 }
 
-/// Checks a batch of decisions against the stored pending approval and applies them
-/// (compare-and-set): all or nothing. `lease`: how long the request that claims the round may
-/// take to record it.
+/// Checks a batch of decisions by `principal` against the stored pending approval and applies
+/// them (compare-and-set): all or nothing; each decided call records who and when. `lease`: how
+/// long the request that claims the round may take to record it.
 pub(crate) async fn decide(
     store: &dyn SessionStore,
     session_id: &str,
     decisions: &[ApprovalDecision],
     key: Option<&ApprovalKey>,
     lease: Duration,
+    principal: &str,
 ) -> Result<Claim, Failed> {
     if decisions.is_empty() {
         return Err(ApprovalError::NoDecisions.into());
@@ -106,7 +108,7 @@ pub(crate) async fn decide(
             reask(store, session_id, &raw, stored).await?;
             continue;
         }
-        apply(&mut stored, session_id, decisions, key)?;
+        apply(&mut stored, session_id, decisions, key, principal)?;
         let still = stored
             .calls()
             .any(|c| matches!(c.state, CallState::Held { .. }));
@@ -123,9 +125,10 @@ pub(crate) async fn decide(
         {
             continue; // changed meanwhile: check the decisions again against what is there now
         }
+        remember_or_warn(store, session_id, &stored).await;
         return Ok(if still {
             Claim::StillPending(
-                stored.view(session_id, key),
+                stored.view(session_id, key, principal),
                 Progress {
                     model_calls: stored.model_calls,
                     answer: stored.text.clone(),
@@ -147,6 +150,7 @@ fn apply(
     session_id: &str,
     decisions: &[ApprovalDecision],
     key: &ApprovalKey,
+    principal: &str,
 ) -> Result<(), ApprovalError> {
     let nonce = stored.nonce.clone();
     let mut seen = std::collections::HashSet::new();
@@ -170,8 +174,12 @@ fn apply(
                 },
             );
         }
-        if !key.verify(&call.binding(session_id, &nonce), mac) {
-            return Err(ApprovalError::BadToken { call_id: call_id() });
+        match key.verify(&call.binding(session_id, &nonce), mac, principal) {
+            Verdict::Valid => {}
+            Verdict::OtherPrincipal => {
+                return Err(ApprovalError::OtherPrincipal { call_id: call_id() });
+            }
+            Verdict::Invalid => return Err(ApprovalError::BadToken { call_id: call_id() }),
         }
         match call.state {
             CallState::Held { .. } => {}
@@ -183,8 +191,13 @@ fn apply(
             }
         }
     }
+    let at_ms = now_ms();
     for d in decisions {
         if let Some(c) = stored.calls_mut().find(|c| c.id == d.call_id) {
+            c.decided = Some(Decided {
+                by: principal.to_owned(),
+                at_ms,
+            });
             c.state = if d.approved {
                 CallState::Approved
             } else {
@@ -250,6 +263,8 @@ pub(crate) async fn record(
     claimed: Claimed,
     round: &[Message],
 ) -> Result<(), Failed> {
+    // the record of who decided is complete before the slot that also holds it is cleared
+    remember_or_warn(store, session_id, &claimed.stored).await;
     let change = StateChange::new(APPROVAL_STATE_KEY, Some(&claimed.raw), None);
     match store.append_with_state(session_id, round, change).await? {
         Some(_) => Ok(()),

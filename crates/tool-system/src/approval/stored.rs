@@ -69,6 +69,19 @@ pub(crate) struct StoredCall {
     pub(super) name: String,
     pub(super) arguments: Value,
     pub(crate) state: CallState,
+    /// Who decided it and when (set with an approval or a rejection).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) decided: Option<Decided>,
+}
+
+/// Who decided a call, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Decided {
+    /// The principal (opaque; empty when the program names none).
+    pub(super) by: String,
+    /// Unix time, ms.
+    pub(super) at_ms: u64,
 }
 
 /// Where one call of a held round stands.
@@ -163,7 +176,13 @@ impl Stored {
         }
     }
 
-    pub(super) fn view(&self, session: &str, key: &ApprovalKey) -> PendingApproval {
+    /// What `principal` is shown: the held calls, with tokens bound to them.
+    pub(super) fn view(
+        &self,
+        session: &str,
+        key: &ApprovalKey,
+        principal: &str,
+    ) -> PendingApproval {
         PendingApproval {
             session_id: session.to_owned(),
             text: self.text.clone(),
@@ -174,7 +193,7 @@ impl Stored {
                         id: c.id.clone(),
                         name: c.name.clone(),
                         arguments: c.arguments.clone(),
-                        token: key.token(&c.binding(session, &self.nonce)),
+                        token: key.token(&c.binding(session, &self.nonce), principal),
                         maybe_ran,
                     }),
                     _ => None,
@@ -265,6 +284,7 @@ pub(crate) async fn hold(
     session_id: &str,
     round: HeldRound<'_>,
     key: Option<&ApprovalKey>,
+    principal: &str,
 ) -> Result<Held, Failed> {
     let HeldRound {
         protocol,
@@ -288,6 +308,7 @@ pub(crate) async fn hold(
                         name: c.name,
                         arguments: c.arguments,
                         state,
+                        decided: None,
                     })
                     .collect(),
             },
@@ -327,7 +348,7 @@ pub(crate) async fn hold(
     };
     match written {
         Ok(Some(_)) => {
-            let view = stored.view(session_id, key_or_process(key));
+            let view = stored.view(session_id, key_or_process(key), principal);
             tracing::info!(
                 session = session_id,
                 held = view.calls.len(),
@@ -452,11 +473,13 @@ fn closing_round(
     }
 }
 
-/// The pending approval of a session, with fresh tokens; `None` when nothing waits.
+/// The pending approval of a session, with fresh tokens for `principal`; `None` when nothing
+/// waits.
 pub(crate) async fn current(
     store: &dyn SessionStore,
     session_id: &str,
     key: Option<&ApprovalKey>,
+    principal: &str,
 ) -> Result<Option<PendingApproval>, Failed> {
     let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
         Ok(Some(raw)) => raw,
@@ -471,9 +494,13 @@ pub(crate) async fn current(
             return Ok(None); // being run now
         }
         let asked = reask(store, session_id, &raw, stored).await?;
-        return Ok(asked.map(|s| s.view(session_id, key_or_process(key))));
+        return Ok(asked.map(|s| s.view(session_id, key_or_process(key), principal)));
     }
-    Ok(Some(stored.view(session_id, key_or_process(key))))
+    Ok(Some(stored.view(
+        session_id,
+        key_or_process(key),
+        principal,
+    )))
 }
 
 /// A round whose claimer stopped while running it (its lease ran out) goes back to the person:
@@ -485,9 +512,12 @@ pub(super) async fn reask(
     raw: &str,
     mut stored: Stored,
 ) -> Result<Option<Stored>, Failed> {
+    // who approved the calls the cut-off run took stays on record
+    super::record::remember_or_warn(store, session_id, &stored).await;
     for c in stored.calls_mut() {
         if matches!(c.state, CallState::Approved | CallState::Waiting) {
             c.state = CallState::Held { maybe_ran: true };
+            c.decided = None;
         }
     }
     stored.status = Status::Pending;
@@ -516,6 +546,7 @@ mod tests {
             name: "delete_file".into(),
             arguments: args,
             state: CallState::Held { maybe_ran: false },
+            decided: None,
         }
     }
 

@@ -1,6 +1,8 @@
-//! The HMAC tokens that bind a person's decision to one held call: [`ApprovalKey`] signs, with
-//! HMAC-SHA256, the session id, the call id, the tool name, the canonical JSON of the exact
-//! arguments and the pending state's random nonce. No I/O.
+//! The HMAC tokens that bind a person's decision to one held call and to the principal it was
+//! shown to: [`ApprovalKey`] signs, with HMAC-SHA256, the session id, the call id, the tool
+//! name, the canonical JSON of the exact arguments, the pending state's random nonce and a tag
+//! of the principal (itself an HMAC of the principal under the key, so the token does not show
+//! who it is for). A token is `nonce.tag.mac`. No I/O.
 
 use std::sync::{Arc, OnceLock};
 
@@ -36,7 +38,8 @@ impl std::fmt::Debug for ApprovalKey {
 }
 
 /// What one token binds: a call of a session, with its exact arguments, under the nonce of one
-/// pending state.
+/// pending state (the principal is given beside it: [`ApprovalKey::token`],
+/// [`ApprovalKey::verify`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Binding<'a> {
     pub(crate) session: &'a str,
@@ -44,6 +47,17 @@ pub(crate) struct Binding<'a> {
     pub(crate) name: &'a str,
     pub(crate) arguments: &'a Value,
     pub(crate) nonce: &'a str,
+}
+
+/// What checking a token's `tag.mac` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// It binds this call and this principal.
+    Valid,
+    /// It binds this call, for another principal (copied from another account).
+    OtherPrincipal,
+    /// It does not verify: forged, or made for another session, call or arguments.
+    Invalid,
 }
 
 impl ApprovalKey {
@@ -75,16 +89,37 @@ impl ApprovalKey {
         Self(Arc::from(&k[..]))
     }
 
-    fn mac(&self, b: &Binding<'_>) -> Option<Hmac<Sha256>> {
-        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).ok()?;
+    fn hmac(&self) -> Option<Hmac<Sha256>> {
+        <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).ok()
+    }
+
+    /// The tag of `principal`: HMAC under the key, so a token names its principal without
+    /// showing it, and nobody without the key can make the tag of another.
+    fn tag(&self, principal: &str) -> Vec<u8> {
+        let Some(mut mac) = self.hmac() else {
+            return Vec::new(); // HMAC takes keys of any length; never reached
+        };
+        for f in [
+            b"tool-system approval principal v2".as_slice(),
+            principal.as_bytes(),
+        ] {
+            mac.update(&(f.len() as u64).to_be_bytes());
+            mac.update(f);
+        }
+        mac.finalize().into_bytes()[..16].to_vec()
+    }
+
+    fn mac(&self, b: &Binding<'_>, tag: &[u8]) -> Option<Hmac<Sha256>> {
+        let mut mac = self.hmac()?;
         let args = canonical_json(b.arguments);
-        let fields: [&[u8]; 6] = [
-            b"tool-system approval v1",
+        let fields: [&[u8]; 7] = [
+            b"tool-system approval v2",
             b.session.as_bytes(),
             b.id.as_bytes(),
             b.name.as_bytes(),
             args.as_bytes(),
             b.nonce.as_bytes(),
+            tag,
         ];
         for f in fields {
             // Length-prefixed, so no two different field lists give the same bytes.
@@ -94,20 +129,47 @@ impl ApprovalKey {
         Some(mac)
     }
 
-    /// `nonce.mac`: the token a [`crate::HeldCall`] carries.
-    pub(crate) fn token(&self, b: &Binding<'_>) -> String {
-        match self.mac(b) {
-            Some(m) => format!("{}.{}", b.nonce, hex(&m.finalize().into_bytes())),
+    /// `nonce.tag.mac`: the token a [`crate::HeldCall`] shown to `principal` carries.
+    pub(crate) fn token(&self, b: &Binding<'_>, principal: &str) -> String {
+        let tag = self.tag(principal);
+        match self.mac(b, &tag) {
+            Some(m) => format!(
+                "{}.{}.{}",
+                b.nonce,
+                hex(&tag),
+                hex(&m.finalize().into_bytes())
+            ),
             None => String::new(), // HMAC takes keys of any length; never reached
         }
     }
 
-    /// Whether `mac_hex` is this key's MAC of `b` (compared in constant time).
-    pub(crate) fn verify(&self, b: &Binding<'_>, mac_hex: &str) -> bool {
-        match (self.mac(b), unhex(mac_hex)) {
-            // Constant-time comparison.
-            (Some(m), Some(tag)) => m.verify_slice(&tag).is_ok(),
-            _ => false,
+    /// Whether `tag_mac` (a token's `tag.mac`) is this key's MAC of `b` (compared in constant
+    /// time), and for `principal`.
+    pub(crate) fn verify(&self, b: &Binding<'_>, tag_mac: &str, principal: &str) -> Verdict {
+        let Some((tag_hex, mac_hex)) = tag_mac.split_once('.') else {
+            return Verdict::Invalid;
+        };
+        let (Some(tag), Some(mac_bytes)) = (unhex(tag_hex), unhex(mac_hex)) else {
+            return Verdict::Invalid;
+        };
+        if tag.len() != 16 {
+            return Verdict::Invalid;
+        }
+        let genuine = self
+            .mac(b, &tag)
+            .is_some_and(|m| m.verify_slice(&mac_bytes).is_ok());
+        if !genuine {
+            return Verdict::Invalid;
+        }
+        // The call's binding verifies: now whether it was made for this principal (the tag is
+        // authenticated by the MAC, so comparing it is enough; in constant time all the same).
+        let mine = self.tag(principal);
+        let same = mine.len() == tag.len()
+            && mine.iter().zip(&tag).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
+        if same {
+            Verdict::Valid
+        } else {
+            Verdict::OtherPrincipal
         }
     }
 }
@@ -215,41 +277,64 @@ mod tests {
         }
     }
 
+    /// `tag.mac` of a token.
+    fn rest(t: &str) -> &str {
+        t.split_once('.').unwrap().1
+    }
+
     #[test]
-    fn approval_token_binds_session_call_name_arguments_and_nonce() {
+    fn approval_token_binds_session_call_name_arguments_nonce_and_principal() {
         let key = ApprovalKey::new([1u8; 32]).unwrap();
         let args = json!({"path": "/tmp/a", "force": true});
         let c = call("s1", "c1", &args, "00ff");
-        let t = key.token(&c);
+        let t = key.token(&c, "alice");
         let (n, mac) = t.split_once('.').unwrap();
         assert_eq!(n, "00ff");
-        assert!(key.verify(&c, mac));
         assert!(
-            !key.verify(&call("s2", "c1", &args, "00ff"), mac),
-            "other session"
+            !t.contains("alice"),
+            "the token does not show its principal"
         );
-        assert!(
-            !key.verify(&call("s1", "c2", &args, "00ff"), mac),
-            "other call"
+        assert_eq!(key.verify(&c, mac, "alice"), Verdict::Valid);
+        assert_eq!(
+            key.verify(&c, mac, "bob"),
+            Verdict::OtherPrincipal,
+            "copied to another principal"
         );
+        let invalid = |b: &Binding<'_>| key.verify(b, mac, "alice");
+        assert_eq!(invalid(&call("s2", "c1", &args, "00ff")), Verdict::Invalid);
+        assert_eq!(invalid(&call("s1", "c2", &args, "00ff")), Verdict::Invalid);
         let other_args = json!({"path": "/etc", "force": true});
-        assert!(!key.verify(&call("s1", "c1", &other_args, "00ff"), mac));
-        assert!(
-            !key.verify(&call("s1", "c1", &args, "00fe"), mac),
+        assert_eq!(
+            invalid(&call("s1", "c1", &other_args, "00ff")),
+            Verdict::Invalid
+        );
+        assert_eq!(
+            invalid(&call("s1", "c1", &args, "00fe")),
+            Verdict::Invalid,
             "other pending state"
         );
         let renamed = Binding {
             name: "read_file",
             ..c
         };
-        assert!(!key.verify(&renamed, mac), "other tool");
+        assert_eq!(invalid(&renamed), Verdict::Invalid, "other tool");
         let other_key = ApprovalKey::new([2u8; 32]).unwrap();
-        assert!(!other_key.verify(&c, mac), "other key");
-        assert!(!key.verify(&c, "zz"), "not hex");
-        assert!(!key.verify(&c, ""), "empty");
+        assert_eq!(other_key.verify(&c, mac, "alice"), Verdict::Invalid);
+        // bob's tag put into alice's token: the MAC covers the tag
+        let bobs = key.token(&c, "bob");
+        let bob_tag = rest(&bobs).split_once('.').unwrap().0;
+        let alice_mac = mac.split_once('.').unwrap().1;
+        let spliced = format!("{bob_tag}.{alice_mac}");
+        assert_eq!(key.verify(&c, &spliced, "bob"), Verdict::Invalid);
+        for bad in ["zz", "", "00.zz", ".", "ab.cd"] {
+            assert_eq!(key.verify(&c, bad, "alice"), Verdict::Invalid, "{bad:?}");
+        }
         // the same arguments written in another key order sign the same
         let reordered = json!({"force": true, "path": "/tmp/a"});
-        assert!(key.verify(&call("s1", "c1", &reordered, "00ff"), mac));
+        assert_eq!(
+            key.verify(&call("s1", "c1", &reordered, "00ff"), mac, "alice"),
+            Verdict::Valid
+        );
     }
 
     #[test]

@@ -1,0 +1,118 @@
+//! The browser login's endpoints (#44, [`crate::login`]): `/login`, `/callback`, `/logout`.
+
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::App;
+use crate::login::LoginError;
+
+/// A plain-text answer (what a provider said is never HTML here).
+fn text(status: StatusCode, body: String) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn no_login() -> Response {
+    text(
+        StatusCode::NOT_FOUND,
+        "this panel has no browser login (PanelConfig::with_oidc_login)".into(),
+    )
+}
+
+fn with_cookies(mut r: Response, cookies: &[String]) -> Response {
+    for c in cookies {
+        if let Ok(v) = HeaderValue::from_str(c) {
+            r.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    r
+}
+
+/// `GET /login`: to the provider, with state, nonce and PKCE.
+pub(super) async fn get_login(State(app): State<Arc<App>>) -> Response {
+    let Some(login) = app.config.login.clone() else {
+        return no_login();
+    };
+    match login.start().await {
+        Ok((location, cookie)) => {
+            let mut r = StatusCode::SEE_OTHER.into_response();
+            match HeaderValue::from_str(&location) {
+                Ok(v) => {
+                    r.headers_mut().insert(header::LOCATION, v);
+                }
+                Err(_) => {
+                    return text(
+                        StatusCode::BAD_GATEWAY,
+                        "the provider's authorization endpoint is not a usable URL".into(),
+                    );
+                }
+            }
+            r.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            with_cookies(r, &[cookie])
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "chat panel: could not start a sign-in");
+            text(StatusCode::BAD_GATEWAY, e.to_string())
+        }
+    }
+}
+
+/// `GET /callback`: the code exchanged, the ID token verified, the session cookie set; then
+/// a page that goes on to `/` by itself (a same-origin navigation: the redirect chain from the
+/// provider is cross-site, which the panel's own page refuses).
+pub(super) async fn get_callback(
+    State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let Some(login) = app.config.login.clone() else {
+        return no_login();
+    };
+    match login.finish(query.as_deref().unwrap_or(""), &headers).await {
+        Ok((who, cookies)) => {
+            tracing::info!(principal = %who, "chat panel: signed in");
+            let mut r = axum::response::Html(
+                "<!doctype html><meta charset=utf-8><title>Signed in</title>\
+                 <p>Signed in. <a id=go href=\"/\">Open the chat</a>.</p>\
+                 <script>location.replace('/');</script>",
+            )
+            .into_response();
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(
+                    "default-src 'none'; script-src 'unsafe-inline'; frame-ancestors 'none'",
+                ),
+            );
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            with_cookies(r, &cookies)
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "chat panel: a sign-in did not complete");
+            let status = match e {
+                LoginError::Provider(_) => StatusCode::BAD_GATEWAY,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            text(status, e.to_string())
+        }
+    }
+}
+
+/// `GET /logout`: the session cookie cleared.
+pub(super) async fn get_logout(State(app): State<Arc<App>>) -> Response {
+    let Some(login) = app.config.login.clone() else {
+        return no_login();
+    };
+    let r = text(StatusCode::OK, "Signed out.".into());
+    with_cookies(r, &[login.logout_cookie()])
+}
