@@ -202,6 +202,23 @@ fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// Runs `cmd` to its end, its output kept for the error when it fails.
+pub(crate) fn run_quiet(what: &str, cmd: &mut Command) -> Result<(), String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{what}: could not start: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 /// A stage's demo package: `examples/stage-N`, whose binary is `stage-N`. Each has only the
 /// dependencies its demo uses, so a stage builds nothing another stage needs (#40).
 fn demo_package(n: u8) -> String {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::services::run_quiet;
+use crate::run_quiet;
 
 /// A virtualenv of the project's: `NAME` in the toolkit cache ([`crate::toolkit_cache`]),
 /// outside the clone, kept between runs.

@@ -311,23 +311,6 @@ fn as_service_user(program: &Path) -> Command {
     }
 }
 
-/// Runs `cmd` to its end, its output kept for the error when it fails.
-pub(crate) fn run_quiet(what: &str, cmd: &mut Command) -> Result<(), String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("{what}: could not start: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
 /// Stops servers a killed earlier run left behind (their owner process is gone).
 fn reap_stale() {
     let Ok(entries) = std::fs::read_dir(service_root()) else {

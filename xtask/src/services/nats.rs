@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Role, Server, free_port, fresh_dir, run_quiet, wait_for_port, with_log};
+use super::{Role, Server, free_port, fresh_dir, wait_for_port, with_log};
+use crate::run_quiet;
 
 /// The shared server's URL (`nats://127.0.0.1:PORT`).
 pub const TEST_NATS_URL: &str = "TEST_NATS_URL";

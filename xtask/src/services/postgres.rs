@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{
-    Role, SERVICE_USER, Server, as_service_user, free_port, fresh_dir, run_quiet, wait_for_port,
-    with_log,
+    Role, SERVICE_USER, Server, as_service_user, free_port, fresh_dir, wait_for_port, with_log,
 };
 use crate::is_root;
+use crate::run_quiet;
 
 /// The variable the PostgreSQL tests read: a superuser URL of the private cluster
 /// (`postgres://postgres@127.0.0.1:PORT/postgres`). Not `DATABASE_URL`, so that a developer's

@@ -50,7 +50,7 @@ pub use token::{APPROVAL_KEY_ENV, ApprovalKey};
 
 pub(crate) use error::Failed;
 pub(crate) use record::log;
-pub(crate) use resume::{Claim, Claimed, content, decide, plan, record};
+pub(crate) use resume::{Claim, Claimed, content, current, decide, plan, record};
 pub(crate) use stored::{
-    CallState, Held, HeldRound, RoundSlots, StoredCall, all_done, close_open, current, hold,
+    CallState, Held, HeldRound, RoundSlots, StoredCall, all_done, close_open, hold,
 };

@@ -473,68 +473,6 @@ fn closing_round(
     }
 }
 
-/// The pending approval of a session, with fresh tokens for `principal`; `None` when nothing
-/// waits.
-pub(crate) async fn current(
-    store: &dyn SessionStore,
-    session_id: &str,
-    key: Option<&ApprovalKey>,
-    principal: &str,
-) -> Result<Option<PendingApproval>, Failed> {
-    let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
-        Ok(Some(raw)) => raw,
-        Ok(None) | Err(StoreError::Unsupported { .. } | StoreError::NotFound { .. }) => {
-            return Ok(None);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let stored = Stored::parse(session_id, &raw)?;
-    if stored.status == Status::Running {
-        if !stored.lease_expired() {
-            return Ok(None); // being run now
-        }
-        let asked = reask(store, session_id, &raw, stored).await?;
-        return Ok(asked.map(|s| s.view(session_id, key_or_process(key), principal)));
-    }
-    Ok(Some(stored.view(
-        session_id,
-        key_or_process(key),
-        principal,
-    )))
-}
-
-/// A round whose claimer stopped while running it (its lease ran out) goes back to the person:
-/// every call without a result that was not declined is held again, marked as possibly run,
-/// under a fresh nonce (older tokens are stale). `None` when the slot changed meanwhile.
-pub(super) async fn reask(
-    store: &dyn SessionStore,
-    session_id: &str,
-    raw: &str,
-    mut stored: Stored,
-) -> Result<Option<Stored>, Failed> {
-    // who approved the calls the cut-off run took stays on record
-    super::record::remember_or_warn(store, session_id, &stored).await;
-    for c in stored.calls_mut() {
-        if matches!(c.state, CallState::Approved | CallState::Waiting) {
-            c.state = CallState::Held { maybe_ran: true };
-            c.decided = None;
-        }
-    }
-    stored.status = Status::Pending;
-    stored.lease_until_ms = None;
-    stored.nonce = nonce();
-    tracing::warn!(
-        session = session_id,
-        "a round of approved tool calls was cut off while running (its lease ran out); asking the person again"
-    );
-    let json = stored.to_json()?;
-    let change = StateChange::new(APPROVAL_STATE_KEY, Some(raw), Some(&json));
-    Ok(store
-        .append_with_state(session_id, &[], change)
-        .await?
-        .map(|_| stored))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
