@@ -466,6 +466,42 @@ fn check_layers() -> Result<(), String> {
             }
         }
     }
+    // #43: the database drivers and the broker client are features; with its default features
+    // off no crate compiles them (chat-panel, context-engine and messaging turn them on by name:
+    // `postgres`, `nats`, `sqlite`). tiktoken is context-engine's feature too, but tool-system
+    // always turns it on: the loop's default counter is exact for OpenAI-family models.
+    const DRIVERS: &[&str] = &["tokio-postgres", "async-nats", "rusqlite"];
+    eprintln!("==> layer check: with default features off, no crate builds {DRIVERS:?}");
+    for c in &all {
+        let out = cargo()
+            .args(["tree", "-p", c, "-e", "normal", "--prefix", "none"])
+            .arg("--no-default-features")
+            .output()
+            .map_err(|e| format!("cargo tree: could not start: {e}"))?;
+        let tree = String::from_utf8_lossy(&out.stdout);
+        let found = DRIVERS
+            .iter()
+            .find(|d| tree.lines().any(|l| l.starts_with(&format!("{d} v"))));
+        if !out.status.success() || found.is_some() {
+            return Err(format!(
+                "layer check: {c} without default features builds {} (or cargo tree failed: {}); put it behind a feature, `cargo tree -p {c} --no-default-features -i DEP` shows the path",
+                found.unwrap_or(&"?"),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    // The panel's store and broker switches compile with the features off (their refusal,
+    // `PanelError::FeatureOff`, is the code that runs then).
+    run(
+        "cargo check -p chat-panel --no-default-features",
+        cargo().args([
+            "check",
+            "-p",
+            "chat-panel",
+            "--no-default-features",
+            "--lib",
+        ]),
+    )?;
     // #40: no stage's demo builds a tensor library (the local model has its own GGUF reader and
     // kernels; candle is its tests' oracle): candle-core alone was 252 s of a cold Stage 3.
     for stage in STAGES {

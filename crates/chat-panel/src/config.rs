@@ -4,8 +4,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_engine::{MemoryStore, PostgresStore, SessionStore, SqliteStore, StoreError};
-use messaging::{BusError, MessageBus, NatsConfig};
+#[cfg(feature = "postgres")]
+use context_engine::PostgresStore;
+#[cfg(feature = "sqlite")]
+use context_engine::SqliteStore;
+use context_engine::{MemoryStore, SessionStore, StoreError};
+#[cfg(feature = "nats")]
+use messaging::NatsConfig;
+use messaging::{BusError, MessageBus};
 use tool_system::RegistryError;
 
 /// The variable naming the PostgreSQL database that keeps the panel's conversations
@@ -63,6 +69,20 @@ pub enum PanelError {
         url: String,
         /// The bus's error.
         source: BusError,
+    },
+    /// The configuration names a store or a broker this build of the panel leaves out (#43:
+    /// SQLite, PostgreSQL and NATS are features of the `chat-panel` crate).
+    #[error(
+        "{what} needs the chat panel's `{feature}` feature, which this build leaves out; add \
+         `features = [\"{feature}\"]` to the chat-panel dependency, or {instead}"
+    )]
+    FeatureOff {
+        /// The crate feature that is off.
+        feature: &'static str,
+        /// What asked for it.
+        what: &'static str,
+        /// The other way out.
+        instead: &'static str,
     },
     /// A setting from the environment cannot be used.
     #[error("{name}={value:?} cannot be used: {expected}; fix or unset {name}")]
@@ -129,7 +149,15 @@ impl HistoryStore {
     pub async fn open(&self) -> Result<Arc<dyn SessionStore>, PanelError> {
         match self {
             Self::Memory => Ok(Arc::new(MemoryStore::new())),
+            #[cfg(feature = "postgres")]
             Self::Postgres(url) => Ok(Arc::new(PostgresStore::connect(url).await?)),
+            #[cfg(not(feature = "postgres"))]
+            Self::Postgres(_) => Err(PanelError::FeatureOff {
+                feature: "postgres",
+                what: "a PostgreSQL session store (DATABASE_URL)",
+                instead: "unset DATABASE_URL",
+            }),
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir).map_err(|source| PanelError::StoreDir {
@@ -139,6 +167,12 @@ impl HistoryStore {
                 }
                 Ok(Arc::new(SqliteStore::open(path)?))
             }
+            #[cfg(not(feature = "sqlite"))]
+            Self::Sqlite(_) => Err(PanelError::FeatureOff {
+                feature: "sqlite",
+                what: "an SQLite session store (the default)",
+                instead: "keep conversations in memory (PanelConfig::with_memory_history) or in PostgreSQL (DATABASE_URL)",
+            }),
         }
     }
 }
@@ -374,6 +408,13 @@ impl PanelConfig {
         }
         match &self.broker {
             None => Ok(MessageBus::new()),
+            #[cfg(not(feature = "nats"))]
+            Some(_) => Err(PanelError::FeatureOff {
+                feature: "nats",
+                what: "a bus over NATS (NATS_URL)",
+                instead: "unset NATS_URL to run with the in-process bus",
+            }),
+            #[cfg(feature = "nats")]
             Some(url) => {
                 let mut nats = NatsConfig::new(url.clone()).ack_wait(self.broker_ack_wait);
                 if let Some(file) = &self.broker_credentials {

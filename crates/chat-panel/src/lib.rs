@@ -20,6 +20,12 @@
 //! conversation belongs to the principal that created it (another gets `404`). Without one the
 //! panel listens on loopback only. Example: [`identity`]; deployment: `docs/deploy.md`.
 //!
+//! Features: `sqlite` (default) keeps conversations in an SQLite file; `postgres` and `nats`
+//! compile the PostgreSQL store and the NATS bus that several workers share
+//! (`chat-panel = { version = "…", features = ["postgres", "nats"] }`). A `DATABASE_URL` or
+//! `NATS_URL` that names a left-out one is [`PanelError::FeatureOff`] at start, never a silent
+//! fallback to one process.
+//!
 //! ```no_run
 //! # async fn demo(model: impl llm_core::ChatModel + 'static) -> Result<(), Box<dyn std::error::Error>> {
 //! use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
