@@ -131,6 +131,19 @@ async fn recv_within(
         .flatten()
 }
 
+/// Sends `text` to `to` over `bus` and asserts the bus's own subscription to `to` receives it
+/// within 10 s: the proof, for each way of signing in, that the connection carries messages.
+async fn round_trip(bus: &MessageBus, to: &str, text: &str) {
+    let mut inbox = bus.subscribe(to);
+    bus.send(OutgoingMessage::new("agent", to, text))
+        .await
+        .unwrap();
+    let got = recv_within(&mut inbox, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("nothing received on {to}; problem: {:?}", inbox.problem()));
+    assert_eq!(got.text, text);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i42_6_worker_with_the_documented_permissions_sends_and_receives_a_conversation_message() {
     let broker = Broker::start(&documented_authorization());
@@ -308,17 +321,7 @@ async fn i42_6_token_in_the_url() {
     let bus = MessageBus::connect_nats(&broker.url("t0ken-abc@"))
         .await
         .unwrap();
-    let mut inbox = bus.subscribe("user:conv0002");
-    bus.send(OutgoingMessage::new("agent", "user:conv0002", "hi"))
-        .await
-        .unwrap();
-    assert_eq!(
-        recv_within(&mut inbox, Duration::from_secs(10))
-            .await
-            .unwrap()
-            .text,
-        "hi"
-    );
+    round_trip(&bus, "user:conv0002", "hi").await;
     let e = MessageBus::connect_nats(&broker.url("wrong-token@"))
         .await
         .err()
@@ -342,17 +345,7 @@ async fn i42_6_nkey_seed_file_in_credentials() {
     let bus = MessageBus::connect_nats_with(NatsConfig::new(broker.url("")).credentials(&good))
         .await
         .unwrap();
-    let mut inbox = bus.subscribe("user:conv0003");
-    bus.send(OutgoingMessage::new("agent", "user:conv0003", "signed in"))
-        .await
-        .unwrap();
-    assert_eq!(
-        recv_within(&mut inbox, Duration::from_secs(10))
-            .await
-            .unwrap()
-            .text,
-        "signed in"
-    );
+    round_trip(&bus, "user:conv0003", "signed in").await;
 
     let stranger = seeds.join("other.nk");
     std::fs::write(&stranger, other.seed().unwrap()).unwrap();
@@ -518,17 +511,7 @@ async fn i42_6_tls_with_the_operators_root_certificate() {
     let bus = MessageBus::connect_nats_with(NatsConfig::new(&url).tls_ca(certs.join("ca.pem")))
         .await
         .unwrap();
-    let mut inbox = bus.subscribe("user:conv0004");
-    bus.send(OutgoingMessage::new("agent", "user:conv0004", "over TLS"))
-        .await
-        .unwrap();
-    assert_eq!(
-        recv_within(&mut inbox, Duration::from_secs(10))
-            .await
-            .unwrap()
-            .text,
-        "over TLS"
-    );
+    round_trip(&bus, "user:conv0004", "over TLS").await;
 
     // a certificate no trusted root signed: refused, typed, and saying where to look
     let e = MessageBus::connect_nats(&url)
@@ -572,21 +555,7 @@ async fn i42_6_mutual_tls_a_worker_is_known_by_its_certificate() {
     )
     .await
     .unwrap();
-    let mut inbox = bus.subscribe("user:conv0005");
-    bus.send(OutgoingMessage::new(
-        "agent",
-        "user:conv0005",
-        "over mutual TLS",
-    ))
-    .await
-    .unwrap();
-    assert_eq!(
-        recv_within(&mut inbox, Duration::from_secs(10))
-            .await
-            .unwrap()
-            .text,
-        "over mutual TLS"
-    );
+    round_trip(&bus, "user:conv0005", "over mutual TLS").await;
 
     // no client certificate: refused, typed, naming what to set
     let e = MessageBus::connect_nats_with(NatsConfig::new(&url).tls_ca(certs.join("ca.pem")))
@@ -725,21 +694,7 @@ async fn i42_6_operator_mode_a_worker_signs_in_with_a_creds_file() {
     let bus = MessageBus::connect_nats_with(NatsConfig::new(broker.url("")).credentials(&good))
         .await
         .unwrap();
-    let mut inbox = bus.subscribe("user:conv0006");
-    bus.send(OutgoingMessage::new(
-        "agent",
-        "user:conv0006",
-        "signed by the operator's account",
-    ))
-    .await
-    .unwrap();
-    assert_eq!(
-        recv_within(&mut inbox, Duration::from_secs(10))
-            .await
-            .unwrap()
-            .text,
-        "signed by the operator's account"
-    );
+    round_trip(&bus, "user:conv0006", "signed by the operator's account").await;
 
     // a user signed by an account the operator never signed
     let rogue_account = nkeys::KeyPair::new_account();
