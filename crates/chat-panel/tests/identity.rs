@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod common;
+#[path = "common/oidc.rs"]
+mod oidc;
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,21 +18,11 @@ use chat_panel::identity::{
     TrustedProxyHeader,
 };
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use oidc::{b64, fixture, jwk, token};
 use serde_json::{Value, json};
 
 const ISS: &str = "https://id.example.test";
 const AUD: &str = "chat-panel";
-const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/identity/");
-
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{FIX}{name}")).expect("fixture")
-}
-
-fn jwk(kid: &str) -> Value {
-    let all: Value = serde_json::from_slice(&fixture("jwks.json")).unwrap();
-    all[kid].clone()
-}
-
 /// The test's token issuer: serves `{"keys": [...]}` at `/jwks`, counting fetches.
 struct Issuer {
     url: String,
@@ -92,41 +84,6 @@ fn now() -> u64 {
 
 fn claims(sub: &str) -> Value {
     json!({"sub": sub, "iss": ISS, "aud": AUD, "exp": now() + 600, "iat": now()})
-}
-
-/// A token signed with the fixture key `key` (`rsa-a`, `rsa-b`: RS256; `ec-a`: ES256), header
-/// `kid` as given.
-fn token(key: &str, kid: &str, claims: &Value) -> String {
-    let (alg, enc) = if key.starts_with("ec") {
-        (
-            Algorithm::ES256,
-            EncodingKey::from_ec_pem(&fixture(&format!("{key}.pem"))).unwrap(),
-        )
-    } else {
-        (
-            Algorithm::RS256,
-            EncodingKey::from_rsa_pem(&fixture(&format!("{key}.pem"))).unwrap(),
-        )
-    };
-    let mut h = Header::new(alg);
-    h.kid = Some(kid.into());
-    jsonwebtoken::encode(&h, claims, &enc).unwrap()
-}
-
-/// base64url without padding (JWS).
-fn b64(v: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for c in v.chunks(3) {
-        let n = c
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..=c.len() {
-            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
 }
 
 fn head_with(auth: Option<&str>) -> HeaderMap {
@@ -476,19 +433,10 @@ async fn as_user(
     url: String,
     body: Option<Value>,
 ) -> (u16, String) {
-    let mut r = reqwest::Client::new()
+    let r = reqwest::Client::new()
         .request(method, url)
         .header("x-forwarded-user", who);
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let r = r.send().await.unwrap();
-    let status = r.status().as_u16();
-    let text = tokio::time::timeout(Duration::from_secs(20), r.text())
-        .await
-        .expect("the response ends")
-        .unwrap();
-    (status, text)
+    common::send(r, body).await
 }
 
 #[tokio::test]
