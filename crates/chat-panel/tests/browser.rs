@@ -734,6 +734,12 @@ async fn i44_browser_a_and_b_each_see_only_their_own_and_the_record_names_a() {
     op.sign_in_as("alice");
     let a = Browser::start().await;
     a.open_signed_in(&base).await;
+    // a fresh page's id was never given out: nothing to show, and no error either
+    assert_eq!(
+        a.js("return document.querySelectorAll('.entry').length;")
+            .await,
+        json!(0)
+    );
     a.type_and_send("please delete my notes").await;
     a.wait_until(
         "alice's approval box",

@@ -347,7 +347,26 @@ async fn panel_answers_401_without_a_valid_token_and_serves_the_tokens_subject()
     let r = client.get(&url).bearer_auth(bad).send().await.unwrap();
     assert_eq!(r.status(), 401);
     let good = token("rsa-a", "rsa-a", &claims("alice"));
+    // let in: an id nobody was given is not found (#44 item 5); one alice starts is hers
     let r = client.get(&url).bearer_auth(&good).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = client
+        .post(format!("{}api/sessions", fx.url()))
+        .bearer_auth(&good)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let id = r.json::<Value>().await.unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = client
+        .get(format!("{}api/sessions/{id}", fx.url()))
+        .bearer_auth(&good)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     // the page and the health check need no token (they show nothing of anyone's)
     assert_eq!(client.get(fx.url()).send().await.unwrap().status(), 200);
@@ -371,7 +390,7 @@ async fn panel_behind_a_proxy_takes_the_header_from_the_proxy_only() {
         )
         .await;
         let r = reqwest::Client::new()
-            .get(format!("{}api/sessions/conv-00000001", fx.url()))
+            .post(format!("{}api/sessions", fx.url()))
             .header("x-forwarded-user", "alice")
             .send()
             .await
@@ -568,10 +587,80 @@ async fn ownership_the_server_mints_unguessable_ids_and_refuses_client_chosen_on
     .await;
     assert_eq!(s, 404, "{text}");
     assert!(text.contains("POST /api/sessions"), "{text}");
-    let (s, state) = as_user("alice", reqwest::Method::GET, chosen, None).await;
+    let (s, text) = as_user("alice", reqwest::Method::GET, chosen, None).await;
+    assert_eq!(s, 404, "nothing was created under it: {text}");
+}
+
+/// `method url` as `who`: the status, the headers but `date`, and the body's bytes.
+async fn exactly(
+    who: &str,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&Value>,
+) -> (u16, Vec<(String, Vec<u8>)>, Vec<u8>) {
+    let mut r = reqwest::Client::new()
+        .request(method, url)
+        .header("x-forwarded-user", who);
+    if let Some(b) = body {
+        r = r.json(b);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let mut headers: Vec<(String, Vec<u8>)> = r
+        .headers()
+        .iter()
+        .filter(|(n, _)| *n != "date")
+        .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    headers.sort();
+    let bytes = tokio::time::timeout(Duration::from_secs(20), r.bytes())
+        .await
+        .expect("the response ends")
+        .unwrap();
+    (status, headers, bytes.to_vec())
+}
+
+/// #44 item 5: behind authentication, another's conversation and one that does not exist get
+/// the same answer to the byte (status, headers but `date`, body) on every endpoint, so a caller
+/// cannot even learn that an id is in use.
+#[tokio::test]
+async fn i44_anothers_conversation_and_one_that_does_not_exist_answer_byte_identically() {
+    let fx = proxied_panel().await;
+    let id = mint(&fx, "alice").await;
+    let api = format!("{}api/sessions", fx.url());
+    let (s, _) = as_user(
+        "alice",
+        reqwest::Method::POST,
+        format!("{api}/{id}/messages"),
+        Some(json!({"text": "hello"})),
+    )
+    .await;
     assert_eq!(s, 200);
-    assert_eq!(
-        serde_json::from_str::<Value>(&state).unwrap()["entries"],
-        json!([])
-    );
+    // an id of the same shape that nobody was given
+    let nobodys = format!("{:032x}", u128::from_str_radix(&id, 16).unwrap() ^ 1);
+    use reqwest::Method as M;
+    let message = json!({"text": "hello"});
+    let approve = json!({"decisions": [{"call_id": "call_1", "token": "t", "approved": true}]});
+    let answer = json!({"action": "cancel"});
+    for (what, method, tail, body) in [
+        ("state", M::GET, "", None),
+        ("events", M::GET, "/events", None),
+        ("message", M::POST, "/messages", Some(&message)),
+        ("approvals", M::POST, "/approvals", Some(&approve)),
+        ("elicitation", M::POST, "/elicitations/1", Some(&answer)),
+    ] {
+        let anothers = exactly("bob", method.clone(), &format!("{api}/{id}{tail}"), body).await;
+        let none = exactly("bob", method, &format!("{api}/{nobodys}{tail}"), body).await;
+        assert_eq!(anothers.0, 404, "{what}");
+        assert_eq!(
+            anothers,
+            none,
+            "{what}: {} vs {}",
+            String::from_utf8_lossy(&anothers.2),
+            String::from_utf8_lossy(&none.2)
+        );
+    }
+    // and nothing was created under the unknown id
+    let (s, _) = as_user("alice", M::GET, format!("{api}/{nobodys}"), None).await;
+    assert_eq!(s, 404);
 }
