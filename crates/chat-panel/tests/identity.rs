@@ -46,11 +46,9 @@ impl Issuer {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
+        let (listener, base) = oidc::bind_local().await;
+        let url = format!("{base}/jwks");
+        let task = oidc::serve_app(listener, app);
         Self {
             url,
             keys,

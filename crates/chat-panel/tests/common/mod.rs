@@ -140,11 +140,22 @@ pub async fn start_with_agent_on(
 ) -> Fixture {
     let model = ScriptedServer::start().await;
     model.respond_with(responder);
+    let dir = tempfile::tempdir().expect("tempdir");
+    serve_fixture(model, MessageBus::new(), dir, config, configure, addr).await
+}
+
+/// A panel over `model`, `bus` and the history file in `dir`, served on `addr`.
+async fn serve_fixture(
+    model: ScriptedServer,
+    bus: MessageBus,
+    dir: tempfile::TempDir,
+    config: PanelConfig,
+    configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+    addr: &str,
+) -> Fixture {
     let mut cfg = OpenAiConfig::new("scripted");
     cfg.base_url = model.base_url();
     let llm = OpenAiModel::new(cfg).expect("model");
-    let bus = MessageBus::new();
-    let dir = tempfile::tempdir().expect("tempdir");
     let config = config.with_history_path(dir.path().join("panel.sqlite3"));
     let backend = AgentBackend::build(llm, bus.clone(), &config, configure)
         .await
@@ -177,23 +188,7 @@ impl Fixture {
             ..
         } = self;
         panel.shutdown().await;
-        let config = config.with_history_path(dir.path().join("panel.sqlite3"));
-        let mut cfg = OpenAiConfig::new("scripted");
-        cfg.base_url = model.base_url();
-        let llm = OpenAiModel::new(cfg).expect("model");
-        let backend = AgentBackend::build(llm, bus.clone(), &config, configure)
-            .await
-            .expect("agent");
-        let chat = ChatPanel::new(backend, bus.clone(), config);
-        let panel_elicitor = chat.elicitor();
-        let panel = chat.serve("127.0.0.1:0").await.expect("serve");
-        Fixture {
-            model,
-            panel,
-            panel_elicitor,
-            bus,
-            dir,
-        }
+        serve_fixture(model, bus, dir, config, configure, "127.0.0.1:0").await
     }
 }
 

@@ -48,6 +48,23 @@ pub fn jwk(kid: &str) -> Value {
     all[kid].clone()
 }
 
+/// A listener on 127.0.0.1 (a free port) and its base URL, `http://127.0.0.1:PORT`.
+pub async fn bind_local() -> (tokio::net::TcpListener, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    (listener, base)
+}
+
+/// Serves `app` on `listener` in the background (until the task is dropped with the runtime).
+pub fn serve_app(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    })
+}
+
 /// A token signed with the fixture key `key` (`rsa-a`, `rsa-b`: RS256; `ec-a`: ES256), header
 /// `kid` as given.
 pub fn token(key: &str, kid: &str, claims: &Value) -> String {
@@ -95,8 +112,7 @@ pub struct Provider {
 
 impl Provider {
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let issuer = format!("http://{}", listener.local_addr().unwrap());
+        let (listener, issuer) = bind_local().await;
         let op = Op {
             issuer: issuer.clone(),
             user: Arc::new(Mutex::new("alice".into())),
@@ -121,9 +137,7 @@ impl Provider {
             .route("/authorize", axum::routing::get(authorize))
             .route("/token", axum::routing::post(token_endpoint))
             .with_state(op);
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
+        let task = serve_app(listener, app);
         Self {
             issuer,
             user,
