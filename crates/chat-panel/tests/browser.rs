@@ -8,6 +8,8 @@
 #[path = "common/browser.rs"]
 mod chrome;
 mod common;
+#[path = "common/oidc.rs"]
+mod oidc;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -684,4 +686,178 @@ async fn elicitation_url_in_the_panel_is_a_link_only_for_https() {
         "the tool got the four answers: {sent}"
     );
     b.close().await;
+}
+
+/// Runs `fetch(path, init)` in the page (its own origin, its own cookie); `[status, body]`.
+async fn page_fetch(b: &Browser, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
+    let v = b
+        .client
+        .execute(
+            "const [method, path, body] = arguments;
+             const ctl = new AbortController();
+             const init = { method, signal: ctl.signal };
+             if (body !== null) {
+               init.headers = { 'content-type': 'application/json' };
+               init.body = JSON.stringify(body);
+             }
+             return fetch(path, init).then(async r => {
+               // a stream that was let through would never end: read only what is not one
+               const text = r.headers.get('content-type') === 'text/event-stream'
+                 ? '(an event stream)' : await r.text();
+               ctl.abort();
+               return [r.status, text];
+             });",
+            vec![json!(method), json!(path), body.unwrap_or(Value::Null)],
+        )
+        .await
+        .unwrap();
+    (
+        u16::try_from(v[0].as_u64().unwrap()).unwrap(),
+        v[1].as_str().unwrap().to_owned(),
+    )
+}
+
+/// #44 "Must show", in a real browser: two people sign in at the test's OpenID provider, each in
+/// a browser of their own (own profile, own cookies). Alice starts a conversation and the agent
+/// asks her to approve a call; Bob, in his page, tries every endpoint of her conversation —
+/// reading it, following its events, writing in it, approving with her token, answering a
+/// question in it — and gets 404 each time, learning nothing; alice approves in her page and
+/// the recorded decision names her.
+#[tokio::test]
+async fn i44_browser_a_and_b_each_see_only_their_own_and_the_record_names_a() {
+    let _one = BROWSER_LOCK.lock().await;
+    let op = oidc::Provider::start().await;
+    let fx = oidc::panel_with_login(&op).await;
+    let base = fx.url();
+
+    // alice: the page sends her to /login, the provider, /callback, and back to the page
+    op.sign_in_as("alice");
+    let a = Browser::start().await;
+    a.open_signed_in(&base).await;
+    // a fresh page's id was never given out: nothing to show, and no error either
+    assert_eq!(
+        a.js("return document.querySelectorAll('.entry').length;")
+            .await,
+        json!(0)
+    );
+    a.type_and_send("please delete my notes").await;
+    a.wait_until(
+        "alice's approval box",
+        "document.querySelectorAll('.entry-approval button.approve').length === 1",
+    )
+    .await;
+    a.idle().await;
+    let sid = a.session_id().await;
+    let (s, mine) = page_fetch(&a, "GET", &format!("/api/sessions/{sid}"), None).await;
+    assert_eq!(s, 200, "{mine}");
+    let mine: Value = serde_json::from_str(&mine).unwrap();
+    let call = mine["pending"]["calls"][0].clone();
+    assert_eq!(call["name"], "delete_file", "{mine}");
+    let token = call["token"].as_str().unwrap().to_owned();
+    let approve = json!({"decisions": [{"call_id": call["id"], "token": token, "approved": true}]});
+    // the elicitation endpoint, checked by alice: her conversation has no question waiting
+    let question = format!("/api/sessions/{sid}/elicitations/1");
+    let (s, not_waiting) =
+        page_fetch(&a, "POST", &question, Some(json!({"action": "decline"}))).await;
+    assert_eq!(s, 404, "{not_waiting}");
+    assert!(not_waiting.contains("no such question"), "{not_waiting}");
+
+    // bob, in a browser of his own
+    op.sign_in_as("bob");
+    let b = Browser::start().await;
+    b.open_signed_in(&base).await;
+    b.type_and_send("hello").await;
+    b.wait_until(
+        "bob's approval box",
+        "document.querySelectorAll('.entry-approval button.approve').length === 1",
+    )
+    .await;
+    b.idle().await;
+    let his = b.session_id().await;
+    assert_ne!(his, sid);
+    let shown = b
+        .js("return document.getElementById('log').innerText;")
+        .await;
+    assert!(
+        !shown.as_str().unwrap().contains("please delete my notes"),
+        "bob's page shows only his conversation: {shown}"
+    );
+    let conv = format!("/api/sessions/{sid}");
+    for (what, method, path, body) in [
+        ("read it", "GET", conv.clone(), None),
+        ("follow its events", "GET", format!("{conv}/events"), None),
+        (
+            "write in it",
+            "POST",
+            format!("{conv}/messages"),
+            Some(json!({"text": "delete everything"})),
+        ),
+        (
+            "approve with alice's token",
+            "POST",
+            format!("{conv}/approvals"),
+            Some(approve.clone()),
+        ),
+        (
+            "answer a question in it",
+            "POST",
+            question.clone(),
+            Some(json!({"action": "accept", "content": {}})),
+        ),
+    ] {
+        let (s, text) = page_fetch(&b, method, &path, body).await;
+        assert_eq!(s, 404, "bob may not {what}: {text}");
+        assert!(
+            text.contains("no such conversation")
+                && !text.contains(&token)
+                && !text.contains("notes")
+                && !text.contains("alice"),
+            "bob learns nothing when he tries to {what}: {text}"
+        );
+    }
+    // the copied token decides nothing in his own conversation either
+    let (_, text) = page_fetch(
+        &b,
+        "POST",
+        &format!("/api/sessions/{his}/approvals"),
+        Some(approve),
+    )
+    .await;
+    assert!(!text.contains("\"deleted\""), "{text}");
+    let model_calls = fx.model.request_count();
+
+    // alice's call still waits; she approves in her page
+    a.open_signed_in(&base).await;
+    a.wait_until(
+        "alice's approval box after bob's tries",
+        "document.querySelectorAll('.entry-approval button.approve').length === 1",
+    )
+    .await;
+    a.click(".entry-approval button.approve").await;
+    a.wait_for_text(".entry-assistant .text", "Deleted the file.", false)
+        .await;
+    a.idle().await;
+    assert_eq!(
+        fx.model.request_count(),
+        model_calls + 1,
+        "her call ran once"
+    );
+    let (s, after) = page_fetch(&a, "GET", &conv, None).await;
+    assert_eq!(s, 200, "{after}");
+    let after: Value = serde_json::from_str(&after).unwrap();
+    let decisions = after["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 1, "{after}");
+    assert_eq!(decisions[0]["principal"], "alice", "{after}");
+    assert_eq!(decisions[0]["tool"], "delete_file");
+    assert_eq!(decisions[0]["approved"], true);
+    // and it is still hers alone
+    let (s, text) = page_fetch(&b, "GET", &conv, None).await;
+    assert_eq!(s, 404, "{text}");
+    let (s, his_state) = page_fetch(&b, "GET", &format!("/api/sessions/{his}"), None).await;
+    assert_eq!(s, 200, "{his_state}");
+    let his_state: Value = serde_json::from_str(&his_state).unwrap();
+    assert_eq!(his_state["decisions"], json!([]), "{his_state}");
+    assert_eq!(his_state["pending"]["calls"][0]["name"], "delete_file");
+    b.close().await;
+    a.close().await;
 }

@@ -397,24 +397,10 @@ async fn approval_pending_survives_a_panel_restart() {
     );
 
     // The panel restarts on the same history file.
-    let history = fx.dir.path().join("panel.sqlite3");
-    fx.panel.shutdown().await;
-    let config = PanelConfig::default().with_history_path(&history);
-    let mut model_cfg = model_gateway::OpenAiConfig::new("scripted");
-    model_cfg.base_url = fx.model.base_url();
-    let backend = chat_panel::AgentBackend::build(
-        model_gateway::OpenAiModel::new(model_cfg).unwrap(),
-        fx.bus.clone(),
-        &config,
-        common::with_gated_delete,
-    )
-    .await
-    .unwrap();
-    let panel = chat_panel::ChatPanel::new(backend, fx.bus.clone(), config)
-        .serve("127.0.0.1:0")
-        .await
-        .unwrap();
-    let base = panel.url();
+    let fx = fx
+        .restart(PanelConfig::default(), common::with_gated_delete)
+        .await;
+    let base = fx.url();
     let s = common::session_state(&base, SID).await;
     let call = s["pending"]["calls"][0].clone();
     assert_eq!(call["name"], "delete_file", "{s}");
@@ -455,7 +441,7 @@ async fn approval_pending_survives_a_panel_restart() {
         .map(|e| e["text"].clone())
         .collect();
     assert!(answers.contains(&json!("Deleted the file.")), "{s}");
-    panel.shutdown().await;
+    fx.panel.shutdown().await;
 }
 
 /// A failed answer is kept like any other (#28 item 3: never silence): the person sees the

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod common;
+#[path = "common/oidc.rs"]
+mod oidc;
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,21 +18,11 @@ use chat_panel::identity::{
     TrustedProxyHeader,
 };
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use oidc::{b64, fixture, jwk, token};
 use serde_json::{Value, json};
 
 const ISS: &str = "https://id.example.test";
 const AUD: &str = "chat-panel";
-const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/identity/");
-
-fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{FIX}{name}")).expect("fixture")
-}
-
-fn jwk(kid: &str) -> Value {
-    let all: Value = serde_json::from_slice(&fixture("jwks.json")).unwrap();
-    all[kid].clone()
-}
-
 /// The test's token issuer: serves `{"keys": [...]}` at `/jwks`, counting fetches.
 struct Issuer {
     url: String,
@@ -54,11 +46,9 @@ impl Issuer {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
+        let (listener, base) = oidc::bind_local().await;
+        let url = format!("{base}/jwks");
+        let task = oidc::serve_app(listener, app);
         Self {
             url,
             keys,
@@ -92,41 +82,6 @@ fn now() -> u64 {
 
 fn claims(sub: &str) -> Value {
     json!({"sub": sub, "iss": ISS, "aud": AUD, "exp": now() + 600, "iat": now()})
-}
-
-/// A token signed with the fixture key `key` (`rsa-a`, `rsa-b`: RS256; `ec-a`: ES256), header
-/// `kid` as given.
-fn token(key: &str, kid: &str, claims: &Value) -> String {
-    let (alg, enc) = if key.starts_with("ec") {
-        (
-            Algorithm::ES256,
-            EncodingKey::from_ec_pem(&fixture(&format!("{key}.pem"))).unwrap(),
-        )
-    } else {
-        (
-            Algorithm::RS256,
-            EncodingKey::from_rsa_pem(&fixture(&format!("{key}.pem"))).unwrap(),
-        )
-    };
-    let mut h = Header::new(alg);
-    h.kid = Some(kid.into());
-    jsonwebtoken::encode(&h, claims, &enc).unwrap()
-}
-
-/// base64url without padding (JWS).
-fn b64(v: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for c in v.chunks(3) {
-        let n = c
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..=c.len() {
-            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
 }
 
 fn head_with(auth: Option<&str>) -> HeaderMap {
@@ -390,7 +345,26 @@ async fn panel_answers_401_without_a_valid_token_and_serves_the_tokens_subject()
     let r = client.get(&url).bearer_auth(bad).send().await.unwrap();
     assert_eq!(r.status(), 401);
     let good = token("rsa-a", "rsa-a", &claims("alice"));
+    // let in: an id nobody was given is not found (#44 item 5); one alice starts is hers
     let r = client.get(&url).bearer_auth(&good).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = client
+        .post(format!("{}api/sessions", fx.url()))
+        .bearer_auth(&good)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let id = r.json::<Value>().await.unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = client
+        .get(format!("{}api/sessions/{id}", fx.url()))
+        .bearer_auth(&good)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     // the page and the health check need no token (they show nothing of anyone's)
     assert_eq!(client.get(fx.url()).send().await.unwrap().status(), 200);
@@ -414,7 +388,7 @@ async fn panel_behind_a_proxy_takes_the_header_from_the_proxy_only() {
         )
         .await;
         let r = reqwest::Client::new()
-            .get(format!("{}api/sessions/conv-00000001", fx.url()))
+            .post(format!("{}api/sessions", fx.url()))
             .header("x-forwarded-user", "alice")
             .send()
             .await
@@ -476,19 +450,10 @@ async fn as_user(
     url: String,
     body: Option<Value>,
 ) -> (u16, String) {
-    let mut r = reqwest::Client::new()
+    let r = reqwest::Client::new()
         .request(method, url)
         .header("x-forwarded-user", who);
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let r = r.send().await.unwrap();
-    let status = r.status().as_u16();
-    let text = tokio::time::timeout(Duration::from_secs(20), r.text())
-        .await
-        .expect("the response ends")
-        .unwrap();
-    (status, text)
+    common::send(r, body).await
 }
 
 #[tokio::test]
@@ -620,10 +585,80 @@ async fn ownership_the_server_mints_unguessable_ids_and_refuses_client_chosen_on
     .await;
     assert_eq!(s, 404, "{text}");
     assert!(text.contains("POST /api/sessions"), "{text}");
-    let (s, state) = as_user("alice", reqwest::Method::GET, chosen, None).await;
+    let (s, text) = as_user("alice", reqwest::Method::GET, chosen, None).await;
+    assert_eq!(s, 404, "nothing was created under it: {text}");
+}
+
+/// `method url` as `who`: the status, the headers but `date`, and the body's bytes.
+async fn exactly(
+    who: &str,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&Value>,
+) -> (u16, Vec<(String, Vec<u8>)>, Vec<u8>) {
+    let mut r = reqwest::Client::new()
+        .request(method, url)
+        .header("x-forwarded-user", who);
+    if let Some(b) = body {
+        r = r.json(b);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let mut headers: Vec<(String, Vec<u8>)> = r
+        .headers()
+        .iter()
+        .filter(|(n, _)| *n != "date")
+        .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    headers.sort();
+    let bytes = tokio::time::timeout(Duration::from_secs(20), r.bytes())
+        .await
+        .expect("the response ends")
+        .unwrap();
+    (status, headers, bytes.to_vec())
+}
+
+/// #44 item 5: behind authentication, another's conversation and one that does not exist get
+/// the same answer to the byte (status, headers but `date`, body) on every endpoint, so a caller
+/// cannot even learn that an id is in use.
+#[tokio::test]
+async fn i44_anothers_conversation_and_one_that_does_not_exist_answer_byte_identically() {
+    let fx = proxied_panel().await;
+    let id = mint(&fx, "alice").await;
+    let api = format!("{}api/sessions", fx.url());
+    let (s, _) = as_user(
+        "alice",
+        reqwest::Method::POST,
+        format!("{api}/{id}/messages"),
+        Some(json!({"text": "hello"})),
+    )
+    .await;
     assert_eq!(s, 200);
-    assert_eq!(
-        serde_json::from_str::<Value>(&state).unwrap()["entries"],
-        json!([])
-    );
+    // an id of the same shape that nobody was given
+    let nobodys = format!("{:032x}", u128::from_str_radix(&id, 16).unwrap() ^ 1);
+    use reqwest::Method as M;
+    let message = json!({"text": "hello"});
+    let approve = json!({"decisions": [{"call_id": "call_1", "token": "t", "approved": true}]});
+    let answer = json!({"action": "cancel"});
+    for (what, method, tail, body) in [
+        ("state", M::GET, "", None),
+        ("events", M::GET, "/events", None),
+        ("message", M::POST, "/messages", Some(&message)),
+        ("approvals", M::POST, "/approvals", Some(&approve)),
+        ("elicitation", M::POST, "/elicitations/1", Some(&answer)),
+    ] {
+        let anothers = exactly("bob", method.clone(), &format!("{api}/{id}{tail}"), body).await;
+        let none = exactly("bob", method, &format!("{api}/{nobodys}{tail}"), body).await;
+        assert_eq!(anothers.0, 404, "{what}");
+        assert_eq!(
+            anothers,
+            none,
+            "{what}: {} vs {}",
+            String::from_utf8_lossy(&anothers.2),
+            String::from_utf8_lossy(&none.2)
+        );
+    }
+    // and nothing was created under the unknown id
+    let (s, _) = as_user("alice", M::GET, format!("{api}/{nobodys}"), None).await;
+    assert_eq!(s, 404);
 }

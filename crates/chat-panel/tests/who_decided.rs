@@ -30,19 +30,10 @@ fn proxied() -> PanelConfig {
 }
 
 async fn call(who: &str, method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, String) {
-    let mut r = reqwest::Client::new()
+    let r = reqwest::Client::new()
         .request(method, url)
         .header("x-forwarded-user", who);
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let r = r.send().await.unwrap();
-    let status = r.status().as_u16();
-    let text = tokio::time::timeout(Duration::from_secs(20), r.text())
-        .await
-        .expect("the response ends")
-        .unwrap();
-    (status, text)
+    common::send(r, body).await
 }
 
 async fn mint(base: &str, who: &str) -> String {
@@ -179,26 +170,10 @@ async fn who_decided_an_approval_names_its_principal_and_a_copied_token_gets_404
     assert!((t0..=t1).contains(&at), "{at} not in {t0}..={t1}");
 
     // kept in the conversation's store: a new panel over the same history file shows it
-    let history = fx.dir.path().join("panel.sqlite3");
-    fx.panel.shutdown().await;
-    let config = proxied().with_history_path(&history);
-    let mut model_cfg = model_gateway::OpenAiConfig::new("scripted");
-    model_cfg.base_url = fx.model.base_url();
-    let backend = chat_panel::AgentBackend::build(
-        model_gateway::OpenAiModel::new(model_cfg).unwrap(),
-        fx.bus.clone(),
-        &config,
-        common::with_gated_delete,
-    )
-    .await
-    .unwrap();
-    let panel = chat_panel::ChatPanel::new(backend, fx.bus.clone(), config)
-        .serve("127.0.0.1:0")
-        .await
-        .unwrap();
-    let s = state(&panel.url(), "alice", &id).await;
+    let fx = fx.restart(proxied(), common::with_gated_delete).await;
+    let s = state(&fx.url(), "alice", &id).await;
     assert_eq!(s["decisions"], json!(decisions), "{s}");
-    panel.shutdown().await;
+    fx.panel.shutdown().await;
 }
 
 /// A tool that asks the person a question through the panel's own elicitor, for the call's

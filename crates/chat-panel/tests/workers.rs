@@ -15,6 +15,8 @@ mod chrome;
 mod common;
 #[path = "common/fleet.rs"]
 mod fleet;
+#[path = "common/oidc.rs"]
+mod oidc;
 /// context-engine's PostgreSQL test helpers: a fresh database, and a TCP proxy that takes the
 /// database away and brings it back.
 #[path = "../../context-engine/tests/common/mod.rs"]
@@ -42,7 +44,11 @@ fn main() {
     if std::env::var_os(fleet::CHILD).is_some() {
         return fleet::worker_child();
     }
-    let tests: [(&str, fn()); 10] = [
+    let tests: [(&str, fn()); 11] = [
+        (
+            "i44_workers_a_conversation_stays_its_owners_on_both_workers",
+            i44_workers_a_conversation_stays_its_owners_on_both_workers,
+        ),
         (
             "workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_last_event_id",
             workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_last_event_id,
@@ -1219,5 +1225,176 @@ fn workers_config_unreachable_broker_is_a_typed_error() {
         assert!(!embedded.history.is_shared());
         assert!(embedded.broker.is_none());
         assert!(embedded.bus().await.is_ok());
+    });
+}
+
+/// `method url` with `Authorization: Bearer token` (none without one) and a JSON body: the
+/// status and the whole body (a turn's stream read to its end).
+async fn as_bearer(
+    token: Option<&str>,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<Value>,
+) -> (u16, String) {
+    let mut r = reqwest::Client::new().request(method, url);
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    common::send(r, body).await
+}
+
+/// #44 with two workers: both verify bearer tokens of the same issuer (the test's OpenID
+/// provider, its JWKS over HTTP) over one PostgreSQL. Alice's conversation, started on worker 1
+/// and waiting for her approval, is read, approved (with the token worker 1 gave her) and
+/// continued on worker 2, and stays hers: Bob gets 404 on every endpoint of it on both workers,
+/// before and after; the decision recorded names her; no token, no access.
+fn i44_workers_a_conversation_stays_its_owners_on_both_workers() {
+    use reqwest::Method;
+    runtime().block_on(async {
+        let url = fresh_database("chat_panel_identity").await;
+        let op = oidc::Provider::start().await;
+        let model = ScriptedServer::start().await;
+        model.respond_with(common::delete_responder);
+        let w1 = Worker::start_with_identity(&model, &url, &op.issuer);
+        let w2 = Worker::start_with_identity(&model, &url, &op.issuer);
+        let alice = oidc::signed_token(&op.issuer, "alice", None);
+        let bob = oidc::signed_token(&op.issuer, "bob", None);
+        let a = Some(alice.as_str());
+        let b = Some(bob.as_str());
+
+        let (s, body) =
+            as_bearer(a, Method::POST, &format!("{}api/sessions", w1.url()), None).await;
+        assert_eq!(s, 200, "{body}");
+        let sid = serde_json::from_str::<Value>(&body).unwrap()["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let on = |w: &Worker| format!("{}api/sessions/{sid}", w.url());
+        let (s, body) = as_bearer(
+            a,
+            Method::POST,
+            &format!("{}/messages", on(&w1)),
+            Some(json!({"text": "delete my notes"})),
+        )
+        .await;
+        assert_eq!(s, 200, "{body}");
+        let events = common::sse_events(&body);
+        let (_, pending) = events
+            .iter()
+            .find(|(e, _)| e == "approval")
+            .unwrap_or_else(|| panic!("no approval event on worker 1: {body}"));
+        let call_id = pending["calls"][0]["id"].as_str().unwrap().to_owned();
+        let token = pending["calls"][0]["token"].as_str().unwrap().to_owned();
+        let approve =
+            json!({"decisions": [{"call_id": call_id, "token": token, "approved": true}]});
+
+        // Bob, and nobody at all, on either worker
+        let refused = async |when: &str| {
+            for w in [&w1, &w2] {
+                let conv = on(w);
+                for (what, method, url, body) in [
+                    ("read", Method::GET, conv.clone(), None),
+                    ("follow", Method::GET, format!("{conv}/events"), None),
+                    (
+                        "write",
+                        Method::POST,
+                        format!("{conv}/messages"),
+                        Some(json!({"text": "mine now"})),
+                    ),
+                    (
+                        "approve",
+                        Method::POST,
+                        format!("{conv}/approvals"),
+                        Some(approve.clone()),
+                    ),
+                    (
+                        "answer",
+                        Method::POST,
+                        format!("{conv}/elicitations/1"),
+                        Some(json!({"action": "decline"})),
+                    ),
+                ] {
+                    let (s, text) = as_bearer(b, method.clone(), &url, body.clone()).await;
+                    assert_eq!(s, 404, "{when}: bob may not {what} on {}: {text}", w.url());
+                    assert!(
+                        text.contains("no such conversation")
+                            && !text.contains("notes")
+                            && !text.contains(&token),
+                        "{when}: {what} on {}: {text}",
+                        w.url()
+                    );
+                    let (s, text) = as_bearer(None, method, &url, body).await;
+                    assert_eq!(
+                        s,
+                        401,
+                        "{when}: {what} without a token on {}: {text}",
+                        w.url()
+                    );
+                }
+            }
+        };
+        refused("while the call waits").await;
+
+        // alice reads it on worker 2: the same call waits
+        let (s, body) = as_bearer(a, Method::GET, &on(&w2), None).await;
+        assert_eq!(s, 200, "{body}");
+        let state: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            state["pending"]["calls"][0]["id"],
+            json!(call_id),
+            "{state}"
+        );
+        assert_eq!(state["decisions"], json!([]), "{state}");
+        // and approves it there, with the token worker 1 handed out
+        let (s, body) = as_bearer(
+            a,
+            Method::POST,
+            &format!("{}/approvals", on(&w2)),
+            Some(approve.clone()),
+        )
+        .await;
+        assert_eq!(s, 200, "{body}");
+        assert!(
+            body.contains("Deleted the file."),
+            "the call ran on worker 2: {body}"
+        );
+        // and goes on there: the next turn is hers too (a new call held for her)
+        let (s, body) = as_bearer(
+            a,
+            Method::POST,
+            &format!("{}/messages", on(&w2)),
+            Some(json!({"text": "and the backup"})),
+        )
+        .await;
+        assert_eq!(s, 200, "{body}");
+        assert!(
+            common::sse_events(&body)
+                .iter()
+                .any(|(e, _)| e == "approval"),
+            "{body}"
+        );
+        refused("after she went on on worker 2").await;
+        // both workers show her the same record: one decision, hers
+        for w in [&w1, &w2] {
+            let (s, body) = as_bearer(a, Method::GET, &on(w), None).await;
+            assert_eq!(s, 200, "{body}");
+            let state: Value = serde_json::from_str(&body).unwrap();
+            let decisions = state["decisions"].as_array().unwrap();
+            assert_eq!(decisions.len(), 1, "on {}: {state}", w.url());
+            assert_eq!(decisions[0]["principal"], "alice");
+            assert_eq!(decisions[0]["callId"], json!(call_id));
+            assert_eq!(decisions[0]["approved"], true);
+            assert_eq!(
+                state["pending"]["calls"].as_array().map(Vec::len),
+                Some(1),
+                "{state}"
+            );
+        }
+        // the turn she continued on worker 2 is stored
+        let rows = stored_texts(&url, &sid).await;
+        assert!(
+            rows.iter().any(|r| r.contains("and the backup")),
+            "{rows:?}"
+        );
     });
 }

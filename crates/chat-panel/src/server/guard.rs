@@ -149,8 +149,10 @@ pub(super) fn check_session_id(
 }
 
 /// Whether `who` may use conversation `id` (#44): `Ok(true)` it is theirs, `Ok(false)` there is
-/// no such conversation; `404` when it is another principal's — the answer for a conversation
-/// that does not exist, so a caller learns nothing of others' conversations from it. A
+/// no such conversation yet (without authentication only: the page names its conversations);
+/// [`not_found`] when it is another principal's, and — with authentication, where the server
+/// names conversations (`POST /api/sessions`) — when there is none: the same bytes either way,
+/// so a caller learns nothing of others' conversations, not even that one exists. A
 /// conversation with no owner recorded (created before #44, or by a bus message to a person)
 /// is [`Principal::local`]'s only: without authentication everything stays as it was, and with
 /// it nobody takes over an old conversation by knowing its id.
@@ -160,7 +162,8 @@ pub(super) async fn access(app: &App, id: &str, who: &Principal) -> Result<bool,
         Err(e) => return Err(store_failed(&e)),
     };
     let ok = match owner {
-        None => return Ok(false),
+        None if app.config.authenticator.loopback_only() => return Ok(false),
+        None => return Err(not_found()),
         Some(Some(o)) => o == who.id(),
         Some(None) => *who == Principal::local(),
     };
@@ -168,8 +171,17 @@ pub(super) async fn access(app: &App, id: &str, who: &Principal) -> Result<bool,
         Ok(true)
     } else {
         tracing::info!(session = %id, principal = %who, "chat panel: refused another principal's conversation");
-        Err(error(StatusCode::NOT_FOUND, "no such conversation"))
+        Err(not_found())
     }
+}
+
+/// `404` for a conversation the caller may not see: one that does not exist and another's
+/// answer alike, to the byte (#44).
+pub(super) fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "no such conversation: start one with POST /api/sessions",
+    )
 }
 
 /// The answer when the session store failed: logged, and `503` saying to try again.

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::events::follow;
-use super::guard::access;
+use super::guard::{access, not_found};
 use super::guard::{check_session_id, header_str, session_id, store_failed};
 use super::turn::start_turn;
 use super::{App, PAGE, error};
@@ -227,12 +227,12 @@ pub(super) async fn post_approvals(
     };
     match access(&app, &id, &who).await {
         Ok(true) => {}
-        Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
+        Ok(false) => return not_found(),
         Err(r) => return r,
     }
     match app.sessions.find(&id).await {
         Ok(true) => {}
-        Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
+        Ok(false) => return not_found(),
         Err(e) => return store_failed(&e),
     }
     let (lease, before) = match take_turn(&app, &id).await {
@@ -361,16 +361,10 @@ pub(super) async fn post_message(
         Err(r) => return r,
     };
     match access(&app, &id, &who).await {
-        Ok(true) => {}
         // With authentication the server names conversations (`POST /api/sessions`): an id a
-        // client proposes is never used as a key, so nobody can pick, or guess, another's.
-        Ok(false) if !app.config.authenticator.loopback_only() => {
-            return error(
-                StatusCode::NOT_FOUND,
-                "no such conversation: start one with POST /api/sessions (the server names conversations)",
-            );
-        }
-        Ok(false) => {}
+        // client proposes is never used as a key (`access` answers 404), so nobody can pick,
+        // or guess, another's; without, the page's first message creates it.
+        Ok(_) => {}
         Err(r) => return r,
     }
     if let Err(e) = app.sessions.find_or_create(&id, who.id()).await {
@@ -469,7 +463,7 @@ pub(super) async fn post_elicitation(
     };
     match access(&app, &id, &who).await {
         Ok(true) => {}
-        Ok(false) => return error(StatusCode::NOT_FOUND, "no such conversation"),
+        Ok(false) => return not_found(),
         Err(r) => return r,
     }
     let gone = || {

@@ -99,13 +99,15 @@ impl App {
 /// * `GET /` — the page.
 /// * `POST /api/sessions` — `{"sessionId"}`: a new conversation owned by the caller, with an
 ///   id the server mints (128 random bits). With an authenticator other than
-///   [`NoAuth`](crate::identity::NoAuth) this is the only way to start one: a message to an id
-///   that does not exist is `404`.
+///   [`NoAuth`](crate::identity::NoAuth) this is the only way to start one: every endpoint
+///   answers an id that does not exist `404`.
 /// * Every `/api/` request is authenticated ([`PanelConfig::authenticator`]): `401` with
 ///   `WWW-Authenticate: Bearer` when refused. A conversation is its creator's: any endpoint
-///   answers another principal `404`, as for one that does not exist.
+///   answers another principal `404` — with authentication, the very bytes it answers for one
+///   that does not exist.
 /// * `GET /api/sessions/{id}` — `{"sessionId", "busy", "entries": [Entry...], "pending",
-///   "decisions", "lastEventId"}`; an unknown session has no entries (a `GET` never creates one).
+///   "decisions", "lastEventId"}`; without authentication an unknown session has no entries (a
+///   `GET` never creates one).
 ///   `lastEventId` is the number of the last stored row (see the events stream). `pending`'s
 ///   tokens are bound to the caller (#44: a token copied to another account is refused);
 ///   `decisions` is who decided what, oldest first — approvals (`kind: "approval"`, with the

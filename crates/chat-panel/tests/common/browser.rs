@@ -138,6 +138,32 @@ impl Browser {
             .await;
     }
 
+    /// Opens the page at `url` behind a browser login: the panel sends the browser to `/login`,
+    /// the provider and `/callback`, which goes on to the page; waits until the page has loaded
+    /// its conversation (scripts may fail while the browser is between pages: tried again).
+    pub async fn open_signed_in(&self, url: &str) {
+        self.client.goto(url).await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let ready = self
+                .client
+                .execute(
+                    "return location.pathname === '/' && document.body.dataset.ready === '1';",
+                    vec![],
+                )
+                .await;
+            if matches!(ready, Ok(Value::Bool(true))) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the page did not load after signing in (last: {ready:?}, at {:?})",
+                self.client.current_url().await.map(|u| u.to_string())
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The conversation id the page keeps (`localStorage['chatPanelSession']`).
     pub async fn session_id(&self) -> String {
         let v = self

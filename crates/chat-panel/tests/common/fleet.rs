@@ -15,6 +15,11 @@ pub const CHILD: &str = "PANEL_WORKER_CHILD";
 /// A worker's store poll in milliseconds (absent: the panel's default).
 const FOLLOW_POLL: &str = "PANEL_WORKER_FOLLOW_POLL_MS";
 
+/// Set in a worker's environment to `ISSUER`: the worker authenticates every API request with
+/// `JwtBearer` against `ISSUER/jwks` (audience `chat-panel`), and its agent holds `delete_file`
+/// for the person's approval (the approval tests' tool and key, the same on every worker).
+const IDENTITY: &str = "PANEL_WORKER_JWT_ISSUER";
+
 /// What the panel stores when a turn's answer was lost (kept in step with the panel).
 pub const INTERRUPTED_START: &str = "The answer to your last message was interrupted";
 
@@ -36,7 +41,24 @@ pub fn worker_child() {
             config = config.with_follow_poll(Duration::from_millis(ms));
         }
         assert!(config.history.is_shared(), "DATABASE_URL was not read");
-        let server = crate::common::serve_child_panel(config).await;
+        let server = match std::env::var(IDENTITY) {
+            Ok(issuer) => {
+                let verifier = chat_panel::identity::JwtBearer::new(
+                    chat_panel::identity::JwtBearerConfig::new(
+                        format!("{issuer}/jwks"),
+                        issuer,
+                        "chat-panel",
+                    ),
+                )
+                .unwrap();
+                crate::common::serve_child_panel_with(
+                    config.with_authenticator(verifier),
+                    crate::common::with_gated_delete,
+                )
+                .await
+            }
+            Err(_) => crate::common::serve_child_panel(config).await,
+        };
         println!("listening {}", server.addr());
         let _ = tokio::task::spawn_blocking(|| {
             let mut sink = String::new();
@@ -68,6 +90,18 @@ impl Worker {
         Self::spawn(model, database_url, broker, Duration::from_millis(50))
     }
 
+    /// A worker on `database_url` (in-process bus) that knows who calls: bearer tokens of
+    /// `issuer` (see [`IDENTITY`]), and `delete_file` held for approval.
+    pub fn start_with_identity(model: &ScriptedServer, database_url: &str, issuer: &str) -> Self {
+        Self::spawn_with(
+            model,
+            database_url,
+            None,
+            Duration::from_millis(50),
+            Some(issuer),
+        )
+    }
+
     /// A worker on `database_url` (in-process bus) that reads the store on a timer every
     /// `poll` only (the others: every 50 ms, so a test does not wait on the timer).
     pub fn start_with_poll(model: &ScriptedServer, database_url: &str, poll: Duration) -> Self {
@@ -80,7 +114,21 @@ impl Worker {
         broker: Option<&str>,
         poll: Duration,
     ) -> Self {
+        Self::spawn_with(model, database_url, broker, poll, None)
+    }
+
+    fn spawn_with(
+        model: &ScriptedServer,
+        database_url: &str,
+        broker: Option<&str>,
+        poll: Duration,
+        issuer: Option<&str>,
+    ) -> Self {
         let mut command = Command::new(std::env::current_exe().unwrap());
+        match issuer {
+            Some(i) => command.env(IDENTITY, i),
+            None => command.env_remove(IDENTITY),
+        };
         match broker {
             Some(url) => command.env("NATS_URL", url),
             None => command.env_remove("NATS_URL"),

@@ -140,11 +140,22 @@ pub async fn start_with_agent_on(
 ) -> Fixture {
     let model = ScriptedServer::start().await;
     model.respond_with(responder);
+    let dir = tempfile::tempdir().expect("tempdir");
+    serve_fixture(model, MessageBus::new(), dir, config, configure, addr).await
+}
+
+/// A panel over `model`, `bus` and the history file in `dir`, served on `addr`.
+async fn serve_fixture(
+    model: ScriptedServer,
+    bus: MessageBus,
+    dir: tempfile::TempDir,
+    config: PanelConfig,
+    configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+    addr: &str,
+) -> Fixture {
     let mut cfg = OpenAiConfig::new("scripted");
     cfg.base_url = model.base_url();
     let llm = OpenAiModel::new(cfg).expect("model");
-    let bus = MessageBus::new();
-    let dir = tempfile::tempdir().expect("tempdir");
     let config = config.with_history_path(dir.path().join("panel.sqlite3"));
     let backend = AgentBackend::build(llm, bus.clone(), &config, configure)
         .await
@@ -159,6 +170,41 @@ pub async fn start_with_agent_on(
         bus,
         dir,
     }
+}
+
+impl Fixture {
+    /// The panel restarted: this one shut down, a new one with `config` over the same history
+    /// file, model and bus, its agent built with `configure`.
+    pub async fn restart(
+        self,
+        config: PanelConfig,
+        configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+    ) -> Fixture {
+        let Fixture {
+            model,
+            panel,
+            bus,
+            dir,
+            ..
+        } = self;
+        panel.shutdown().await;
+        serve_fixture(model, bus, dir, config, configure, "127.0.0.1:0").await
+    }
+}
+
+/// Sends `request`, with `body` as JSON when given: the status and the whole body (a turn's
+/// stream read to its end, within 30 s).
+pub async fn send(mut request: reqwest::RequestBuilder, body: Option<Value>) -> (u16, String) {
+    if let Some(b) = body {
+        request = request.json(&b);
+    }
+    let r = request.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = tokio::time::timeout(Duration::from_secs(30), r.text())
+        .await
+        .expect("the response ends")
+        .unwrap();
+    (status, text)
 }
 
 pub async fn start() -> Fixture {
@@ -193,6 +239,15 @@ pub fn sse_events(body: &str) -> Vec<(String, Value)> {
 /// config names, served on 127.0.0.1:0 (warnings to stderr). The caller prints its address.
 #[allow(dead_code)] // used by the tests that run the panel as a process
 pub async fn serve_child_panel(config: PanelConfig) -> PanelServer {
+    serve_child_panel_with(config, |b| b).await
+}
+
+/// [`serve_child_panel`] with an agent built with `configure` on top of the default one.
+#[allow(dead_code)] // used by the tests that run the panel as a process
+pub async fn serve_child_panel_with(
+    config: PanelConfig,
+    configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+) -> PanelServer {
     let _ = tracing_subscriber::fmt()
         .with_env_filter("chat_panel=warn")
         .with_writer(std::io::stderr)
@@ -201,7 +256,7 @@ pub async fn serve_child_panel(config: PanelConfig) -> PanelServer {
     cfg.base_url = std::env::var("CHAT_PANEL_MODEL_URL").unwrap();
     let model = OpenAiModel::new(cfg).unwrap();
     let bus = config.bus().await.unwrap();
-    let backend = AgentBackend::build(model, bus.clone(), &config, |b| b)
+    let backend = AgentBackend::build(model, bus.clone(), &config, configure)
         .await
         .unwrap();
     ChatPanel::new(backend, bus, config)
