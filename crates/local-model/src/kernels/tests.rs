@@ -5,21 +5,7 @@ use candle_core::{Device, Tensor};
 use proptest::prelude::*;
 
 use super::*;
-
-/// Deterministic pseudo-random values in [-scale, scale].
-fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
+use crate::test_support::{candle_values, values};
 
 /// candle's type for ours.
 fn candle_type(t: GgmlType) -> GgmlDType {
@@ -42,14 +28,7 @@ fn candle_type(t: GgmlType) -> GgmlDType {
 fn candle_quantized(dtype: GgmlType, rows: usize, cols: usize, w: &[f32]) -> (Vec<u8>, Vec<f32>) {
     let t = Tensor::from_slice(w, (rows, cols), &Device::Cpu).unwrap();
     let q = QTensor::quantize(&t, candle_type(dtype)).unwrap();
-    let back = q
-        .dequantize(&Device::Cpu)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    (q.data().unwrap().into_owned(), back)
+    (q.data().unwrap().into_owned(), candle_values(&q))
 }
 
 fn weight(dtype: GgmlType, rows: usize, cols: usize, w: &[f32]) -> Weight {
