@@ -22,9 +22,11 @@ use crate::kernels::{KernelError, QuantizedActivations, Weight, dot_f32};
 /// about 10 KiB per token).
 pub(crate) const TOKENS_PER_PASS: usize = 4096;
 
-/// The one place that names the kernels' block type: a Q4_1 matrix from its GGUF bytes.
+/// The one place that names the kernels' block type: a Q4_1 matrix from its GGUF bytes, its
+/// rows side by side (every pass of the encoder is a batch of tokens).
 fn q4_1_weight(rows: usize, cols: usize, bytes: &[u8]) -> Result<Weight, KernelError> {
     Weight::from_gguf_bytes(crate::kernels::GgmlType::Q4_1, rows, cols, bytes)
+        .map(Weight::with_rows_side_by_side)
 }
 
 /// Q4_0 blocks (`f16 d`, 16 bytes of nibbles; value `(q − 8)·d`) as Q4_1 blocks (`f16 d`,
