@@ -3,6 +3,10 @@
 //! * `embed/query` — one short query (`切换到分支 main`, 12 tokens with `query: `), encoded.
 //! * `embed/index_360_tools` — the 360 tools of `crates/tool-search/fixtures/tools.json`, each
 //!   `name: description` as a passage, in one call (what a first index build costs).
+//! * `embed/index_360_short_b32` — the same 360 tools as the MCP bridge encodes them since #41's
+//!   recipe change (`tool_search::embedding_text`: the name's words and the description's first
+//!   sentence; 7,667 tokens with `passage: `), 32 texts per call as the bridge's `ENCODE_BATCH`:
+//!   #41's "first index build" target (≤ 5 s).
 //! * `embed/load` — `E5Embedder::load` of the cached file (read, SHA-256 for the id, parse,
 //!   Q4_0 → Q4_1, the vocabulary index).
 //!
@@ -31,8 +35,8 @@ fn model_path() -> std::path::PathBuf {
         .unwrap()
 }
 
-/// `name: description` of every tool in tool-search's fixture catalog.
-fn tool_texts() -> Vec<String> {
+/// `(name, description)` of every tool in tool-search's fixture catalog.
+fn tools() -> Vec<(String, String)> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../tool-search/fixtures/tools.json"
@@ -45,11 +49,76 @@ fn tool_texts() -> Vec<String> {
         .iter()
         .flat_map(|s| s["tools"].as_array().unwrap())
         .map(|t| {
-            format!(
-                "{}: {}",
-                t["name"].as_str().unwrap_or_default(),
-                t["description"].as_str().unwrap_or_default()
+            (
+                t["name"].as_str().unwrap_or_default().to_owned(),
+                t["description"].as_str().unwrap_or_default().to_owned(),
             )
+        })
+        .collect()
+}
+
+/// `name: description` of every tool.
+fn tool_texts() -> Vec<String> {
+    tools()
+        .into_iter()
+        .map(|(n, d)| format!("{n}: {d}"))
+        .collect()
+}
+
+/// What the bridge encodes per tool, as `tool_search::embedding_text` makes it (local-model does
+/// not depend on tool-search, so this mirrors it for the fixture's names: the words of the
+/// name, then the first sentence of the description; the printed token total, 7,667, checks
+/// the copy).
+fn short_texts() -> Vec<String> {
+    tools()
+        .into_iter()
+        .map(|(name, desc)| {
+            let mut words = String::new();
+            let mut prev_lower = false;
+            for c in name.rsplit("__").next().unwrap_or(&name).chars() {
+                if c == '_' || c == '-' || c == '.' || c.is_whitespace() {
+                    if !words.is_empty() && !words.ends_with(' ') {
+                        words.push(' ');
+                    }
+                    prev_lower = false;
+                    continue;
+                }
+                if c.is_uppercase() && prev_lower {
+                    words.push(' ');
+                }
+                prev_lower = c.is_lowercase() || c.is_ascii_digit();
+                words.extend(c.to_lowercase());
+            }
+            let d = desc.trim();
+            let mut end = d.len();
+            for (i, c) in d.char_indices() {
+                let stop = match c {
+                    '。' | '！' | '？' | '\n' | '\r' => true,
+                    '.' | '!' | '?' => d[i + c.len_utf8()..]
+                        .chars()
+                        .next()
+                        .is_none_or(char::is_whitespace),
+                    _ => false,
+                };
+                if stop {
+                    end = i;
+                    break;
+                }
+            }
+            let collapse = |s: &str| {
+                s.split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            };
+            let (words, first) = (collapse(&words), collapse(&d[..end]));
+            match (words.is_empty(), first.is_empty()) {
+                (_, true) => words,
+                (true, false) => first,
+                (false, false) => format!("{words}: {first}"),
+            }
         })
         .collect()
 }
@@ -85,6 +154,21 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     g.bench_function("index_360_tools", |b| {
         b.iter(|| e5.embed_blocking(black_box(&tools), EmbedKind::Document))
+    });
+    let short = short_texts();
+    eprintln!(
+        "the bridge's short texts: {} tokens in all",
+        short
+            .iter()
+            .map(|t| e5.token_ids(t, EmbedKind::Document).len())
+            .sum::<usize>()
+    );
+    g.bench_function("index_360_short_b32", |b| {
+        b.iter(|| {
+            for batch in short.chunks(32) {
+                black_box(e5.embed_blocking(black_box(batch), EmbedKind::Document));
+            }
+        })
     });
     g.measurement_time(Duration::from_secs(5));
     g.bench_function("load", |b| {

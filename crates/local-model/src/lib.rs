@@ -54,6 +54,8 @@ pub mod kernels;
 mod merge;
 mod model;
 mod template;
+#[cfg(test)]
+mod test_support;
 mod tokenizer;
 
 use std::path::{Path, PathBuf};

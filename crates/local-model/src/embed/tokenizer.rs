@@ -14,6 +14,54 @@ use super::format::Vocabulary;
 /// Content tokens kept per text: the model's 512 positions less `<s>` and `</s>`.
 pub const MAX_CONTENT_TOKENS: usize = 510;
 
+/// The piece table's hasher: Viterbi looks up every substring up to the longest piece at every
+/// character, and SipHash (std's default, built against collision attacks on tables that
+/// attackers fill) made tokenizing a visible part of encoding. This table is the vocabulary's,
+/// fixed at load: text only looks up. `rustc`'s Fx hash, eight bytes a step.
+#[derive(Debug, Clone, Copy, Default)]
+struct BuildFx;
+
+impl std::hash::BuildHasher for BuildFx {
+    type Hasher = Fx;
+    fn build_hasher(&self) -> Fx {
+        Fx(0)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Fx(u64);
+
+impl Fx {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for Fx {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes([
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+            ]));
+        }
+        let mut last = [0u8; 8];
+        let rest = chunks.remainder();
+        last[..rest.len()].copy_from_slice(rest);
+        self.add(u64::from_le_bytes(last) ^ rest.len() as u64);
+    }
+    #[inline]
+    fn write_u8(&mut self, b: u8) {
+        self.add(u64::from(b));
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// SentencePiece's word-boundary marker.
 const META: char = '\u{2581}';
 
@@ -22,7 +70,7 @@ const META: char = '\u{2581}';
 pub struct E5Tokenizer {
     vocab: Vocabulary,
     /// Piece → its first id (the id that wins when a piece is stored twice).
-    ids: HashMap<Box<str>, u32>,
+    ids: HashMap<Box<str>, u32, BuildFx>,
     /// The longest piece, in bytes.
     max_piece_bytes: usize,
     unk_score: f64,
@@ -39,7 +87,7 @@ impl std::fmt::Debug for E5Tokenizer {
 impl E5Tokenizer {
     pub(crate) fn new(vocab: Vocabulary) -> Self {
         let n = vocab.scores.len();
-        let mut ids = HashMap::with_capacity(n);
+        let mut ids = HashMap::with_capacity_and_hasher(n, BuildFx);
         let mut max_piece_bytes = 1;
         for i in 0..n {
             let p = piece_of(&vocab, i);

@@ -69,6 +69,17 @@ impl Q8_0Block {
 /// From this many activation values on, quantisation is split over the threads.
 const PARALLEL_MIN_VALUES: usize = 1 << 14;
 
+/// `x.round()` (half away from zero, C's `roundf`) for `|x| < 2²³`, NaN → 0, without the
+/// call to libm's `roundf` that `f32::round` is on x86-64's baseline (no SSE4.1): it was ~5 %
+/// of the sentence encoder's time. `x − trunc(x)` is exact in that range, so this is `roundf`
+/// exactly.
+#[inline]
+fn round_small(x: f32) -> i32 {
+    let i = x as i32;
+    let f = x - i as f32;
+    i + i32::from(f >= 0.5) - i32::from(f <= -0.5)
+}
+
 /// One 32-value block: `d = max|x| / 127`, `q = round(x / d)`, and `[d, d·Σq]` at f16
 /// precision, as ggml's q8_1 stores them (and candle's): the same sums as llama.cpp and candle,
 /// not only the same scheme.
@@ -80,7 +91,7 @@ fn quantize_block(b: &[f32]) -> ([i8; BLOCK], [f32; 2]) {
     let mut sum = 0i32;
     for (o, v) in q.iter_mut().zip(b) {
         // |v·id| ≤ 127 (NaN → 0): the cast cannot wrap.
-        *o = (v * id).round() as i8;
+        *o = round_small(v * id) as i8;
         sum += i32::from(*o);
     }
     (q, [f16_round(d), f16_round(d * sum as f32)])
@@ -188,5 +199,23 @@ pub(crate) fn dot_q8_0(
             sum += b.d * xd[0] * i as f32;
         }
         *a = sum;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_small;
+
+    #[test]
+    fn round_small_is_roundf() {
+        let mut cases = vec![
+            0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, 126.5, -126.5, 127.0, -127.0,
+        ];
+        cases.extend([0.49999997f32, -0.49999997, 1.4999999, 0.50000006, 126.49999]);
+        cases.extend(crate::test_support::values(10_000, 9, 127.0));
+        for x in cases {
+            assert_eq!(round_small(x), x.round() as i32, "{x}");
+        }
+        assert_eq!(round_small(f32::NAN), 0);
     }
 }

@@ -5,21 +5,7 @@ use candle_core::{Device, Tensor};
 use proptest::prelude::*;
 
 use super::*;
-
-/// Deterministic pseudo-random values in [-scale, scale].
-fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
+use crate::test_support::{candle_values, values};
 
 /// candle's type for ours.
 fn candle_type(t: GgmlType) -> GgmlDType {
@@ -42,14 +28,7 @@ fn candle_type(t: GgmlType) -> GgmlDType {
 fn candle_quantized(dtype: GgmlType, rows: usize, cols: usize, w: &[f32]) -> (Vec<u8>, Vec<f32>) {
     let t = Tensor::from_slice(w, (rows, cols), &Device::Cpu).unwrap();
     let q = QTensor::quantize(&t, candle_type(dtype)).unwrap();
-    let back = q
-        .dequantize(&Device::Cpu)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    (q.data().unwrap().into_owned(), back)
+    (q.data().unwrap().into_owned(), candle_values(&q))
 }
 
 fn weight(dtype: GgmlType, rows: usize, cols: usize, w: &[f32]) -> Weight {
@@ -147,6 +126,78 @@ fn q4_1_and_q8_0_match_the_reference_at_decode_and_prefill_sizes() {
             }
         }
     }
+}
+
+/// Whichever way a matmul is split (rows or token tiles over the threads, by its size), every
+/// token's outputs are bit for bit those of the token alone: the encoder's vectors and the
+/// chat model's logits must not depend on the batch.
+#[test]
+fn a_tokens_outputs_do_not_depend_on_the_batch_or_its_split() {
+    let big = rayon::current_num_threads().max(1) * ROW_SPLIT_MAX_TOKENS + 3;
+    for dtype in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        let (rows, cols) = (96, 384);
+        let w = weight(dtype, rows, cols, &values(rows * cols, 7, 0.1));
+        for tokens in [2, 5, PREFILL_MIN_TOKENS, 12, 37, big] {
+            let x = values(tokens * cols, 40 + tokens as u64, 2.0);
+            let mut out = vec![0f32; tokens * rows];
+            w.matmul(&x, tokens, &mut out).unwrap();
+            for t in 0..tokens {
+                let mut alone = vec![0f32; rows];
+                w.matmul(&x[t * cols..(t + 1) * cols], 1, &mut alone)
+                    .unwrap();
+                assert_eq!(
+                    out[t * rows..(t + 1) * rows],
+                    alone[..],
+                    "{dtype:?}, token {t} of {tokens}"
+                );
+            }
+        }
+        // And both splits against the reference.
+        check(&w, &values(big * cols, 3, 2.0), big);
+    }
+}
+
+/// Q4_1 rows side by side (the encoder's layout): the same values, the same bounds against the
+/// reference, the plain Q4_1 kernel's results up to f32 order, batch-independent outputs; rows
+/// that are not a multiple of eight keep the plain layout.
+#[test]
+fn q4_1_rows_side_by_side_match_the_plain_layout() {
+    let big = rayon::current_num_threads().max(1) * ROW_SPLIT_MAX_TOKENS + 3;
+    // (192, 384): the rows split in two chunks of whole groups; (8, 32): the token split too.
+    for (rows, cols) in [(8, 32), (192, 384), (32, 1536)] {
+        let plain = weight(GgmlType::Q4_1, rows, cols, &values(rows * cols, 21, 0.1));
+        let w8 = plain.clone().with_rows_side_by_side();
+        assert!(matches!(w8.repr, Repr::Q4_1x8(_)));
+        assert_eq!(w8.dequantize(), plain.dequantize());
+        assert_eq!(w8.size_in_bytes(), plain.size_in_bytes());
+        let mut row = Vec::new();
+        w8.extend_with_row(rows - 1, &mut row).unwrap();
+        assert_eq!(row, plain.dequantize()[(rows - 1) * cols..]);
+        for tokens in [1, 3, 12, if rows == 8 { big } else { 37 }] {
+            let x = values(tokens * cols, 60 + tokens as u64, 2.0);
+            check(&w8, &x, tokens);
+            let (mut a, mut b) = (vec![0f32; tokens * rows], vec![0f32; tokens * rows]);
+            w8.matmul(&x, tokens, &mut a).unwrap();
+            plain.matmul(&x, tokens, &mut b).unwrap();
+            for t in 0..tokens {
+                for r in 0..rows {
+                    let i = t * rows + r;
+                    let tol = 1e-5 * magnitude(&plain, &x, t, r) + 1e-6;
+                    assert!((a[i] - b[i]).abs() <= tol, "{rows}x{cols} t{t} r{r}");
+                }
+                let mut alone = vec![0f32; rows];
+                w8.matmul(&x[t * cols..(t + 1) * cols], 1, &mut alone)
+                    .unwrap();
+                assert_eq!(
+                    a[t * rows..(t + 1) * rows],
+                    alone[..],
+                    "token {t} of {tokens}"
+                );
+            }
+        }
+    }
+    let odd = weight(GgmlType::Q4_1, 12, 64, &values(12 * 64, 5, 0.1)).with_rows_side_by_side();
+    assert!(matches!(odd.repr, Repr::Q4_1(_)));
 }
 
 #[test]

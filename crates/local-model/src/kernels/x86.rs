@@ -7,6 +7,7 @@ use std::arch::x86_64::{__m128i, __m256, __m256i};
 
 use super::TOKEN_TILE;
 use super::quant::{Q4_1Block, Q8_0Block, QuantizedActivations};
+use super::rows8::{ROWS, Rows8};
 
 /// One token's quantised blocks and their `[d, s]` scales.
 type TokenBlocks<'a> = (&'a [[i8; 32]], &'a [[f32; 2]]);
@@ -135,6 +136,82 @@ fn q8_0_tile<const N: usize>(
             }
             for j in 0..N {
                 acc[j] = hsum(simd, vacc[j]);
+            }
+        },
+    )
+}
+
+/// [`Rows8`] blocks × quantised activations: eight rows for `tile` tokens from `t` (see
+/// `rows8`; the same sums as `rows8::dot_portable`, fused).
+pub(crate) fn dot_rows8(
+    simd: V3,
+    w: &[Rows8],
+    q: &QuantizedActivations,
+    t: usize,
+    tile: usize,
+    acc: &mut [[f32; ROWS]; TOKEN_TILE],
+) {
+    match tile {
+        4 => rows8_tile::<4>(simd, w, q, t, acc),
+        3 => rows8_tile::<3>(simd, w, q, t, acc),
+        2 => rows8_tile::<2>(simd, w, q, t, acc),
+        _ => rows8_tile::<1>(simd, w, q, t, acc),
+    }
+}
+
+#[inline(always)]
+fn rows8_tile<const N: usize>(
+    simd: V3,
+    w: &[Rows8],
+    q: &QuantizedActivations,
+    t: usize,
+    acc: &mut [[f32; ROWS]; TOKEN_TILE],
+) {
+    simd.vectorize(
+        #[inline(always)]
+        || {
+            let mask = simd.avx._mm256_set1_epi8(0x0F);
+            let ones = simd.avx._mm256_set1_epi16(1);
+            let mut vacc = [simd.avx._mm256_setzero_ps(); N];
+            let toks: [TokenBlocks; N] = std::array::from_fn(|j| q.token(t + j));
+            for (i, b) in w.iter().enumerate() {
+                // Group g's four values of each row: the low nibbles of qs[g] (values 4g..),
+                // then the high nibbles (values 16 + 4g..).
+                let mut wv = [simd.avx._mm256_setzero_si256(); 8];
+                for v in 0..4 {
+                    let raw: __m256i = cast(b.qs[v]);
+                    wv[v] = simd.avx2._mm256_and_si256(raw, mask);
+                    wv[v + 4] = simd
+                        .avx2
+                        ._mm256_and_si256(simd.avx2._mm256_srli_epi16::<4>(raw), mask);
+                }
+                let d: __m256 = cast(b.d);
+                let m: __m256 = cast(b.m);
+                for j in 0..N {
+                    let (xq, xd) = toks[j];
+                    // The token's 32 bytes as eight 4-byte groups, each broadcast to the rows.
+                    let xw: [i32; 8] = cast(xq[i]);
+                    let mut s = simd
+                        .avx2
+                        ._mm256_maddubs_epi16(wv[0], simd.avx._mm256_set1_epi32(xw[0]));
+                    for g in 1..8 {
+                        let p = simd
+                            .avx2
+                            ._mm256_maddubs_epi16(wv[g], simd.avx._mm256_set1_epi32(xw[g]));
+                        s = simd.avx2._mm256_add_epi16(s, p);
+                    }
+                    let isum = simd.avx2._mm256_madd_epi16(s, ones);
+                    let scale = simd.avx._mm256_mul_ps(d, simd.avx._mm256_set1_ps(xd[i][0]));
+                    vacc[j] =
+                        simd.fma
+                            ._mm256_fmadd_ps(simd.avx._mm256_cvtepi32_ps(isum), scale, vacc[j]);
+                    vacc[j] =
+                        simd.fma
+                            ._mm256_fmadd_ps(m, simd.avx._mm256_set1_ps(xd[i][1]), vacc[j]);
+                }
+            }
+            for j in 0..N {
+                acc[j] = cast(vacc[j]);
             }
         },
     )

@@ -5,6 +5,7 @@
 use super::load::matrix;
 use super::*;
 use crate::gguf::Content;
+use crate::test_support::{candle_values, fetched, max_diff};
 use crate::tokenizer::LocalTokenizer;
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
@@ -52,20 +53,6 @@ fn theirs(bytes: &[u8]) -> ModelWeights {
     ModelWeights::from_gguf(ct, &mut r, &Device::Cpu).unwrap()
 }
 
-/// `env` when set, else `source` fetched into the cache; fails, never skips.
-fn fetched(env: &str, source: crate::ModelSource) -> std::path::PathBuf {
-    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
-        return p.into();
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let dir = crate::default_cache_dir().expect("no cache dir");
-    rt.block_on(crate::ensure_model(&source, &dir))
-        .unwrap_or_else(|e| panic!("the model tests need {}: {e}", source.file_name))
-}
-
 /// The default model (LOCAL_MODEL_PATH, else fetched into the cache).
 fn model_path() -> std::path::PathBuf {
     fetched(
@@ -111,13 +98,6 @@ fn candle_step(m: &mut ModelWeights, tokens: &[u32], pos: usize) -> Vec<f32> {
         .unwrap()
         .to_vec1()
         .unwrap()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
 }
 
 #[test]
@@ -285,13 +265,7 @@ fn gemma3_q8_0_embedding_rows_equal_candles_dequantisation() {
         .unwrap();
     assert_eq!(t.dtype(), GgmlDType::Q8_0);
     let dim = t.shape().dims2().unwrap().1;
-    let all = t
-        .dequantize(&Device::Cpu)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
+    let all = candle_values(&t);
     // Kept in its Q8_0 blocks (262,144 × 640 would take 671 MB as f32), one row expanded
     // per token looked up.
     let ct = Content::read(&mut r).unwrap();
