@@ -37,7 +37,11 @@ fn bench(c: &mut Criterion) {
     };
     g.bench_function("bare_2_rounds", |b| {
         b.iter_custom(|iters| {
-            loop_common::fresh_runs(iters, || loop_common::noop_agent(loop_common::Instant, |b| b), run)
+            loop_common::fresh_runs(
+                iters,
+                || loop_common::noop_agent(loop_common::Instant, |b| b),
+                run,
+            )
         })
     });
     g.bench_function("with_360_mcp_tools_2_rounds", |b| {
