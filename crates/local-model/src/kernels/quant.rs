@@ -12,6 +12,18 @@ fn f16_round(v: f32) -> f32 {
     half::f16::from_f32(v).to_f32()
 }
 
+/// Rows per [`Rows8`] block (the encoder's layout, `rows8.rs`).
+pub(crate) const ROWS: usize = 8;
+
+/// One 32-value block of eight consecutive rows. `qs[v]` byte `4·r + b` is row `r`'s Q4_1 byte
+/// `4·v + b`: its low nibble is value `4·v + b`, its high nibble value `16 + 4·v + b`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rows8 {
+    pub qs: [[u8; 32]; 4],
+    pub d: [f32; ROWS],
+    pub m: [f32; ROWS],
+}
+
 /// ggml's `block_q4_1` (`d: f16, m: f16, qs: [u8; 16]`; value `j` is `d·(qs[j] & 15) + m`,
 /// value `j + 16` is `d·(qs[j] >> 4) + m`), with the scales widened to f32 once at load.
 #[derive(Debug, Clone, Copy)]

@@ -16,17 +16,9 @@
 use super::quant::{Q4_1Block, QuantizedActivations};
 use super::{BLOCK, TOKEN_TILE};
 
-/// Rows per [`Rows8`] block.
-pub(crate) const ROWS: usize = 8;
-
-/// One 32-value block of eight consecutive rows. `qs[v]` byte `4·r + b` is row `r`'s Q4_1 byte
-/// `4·v + b`: its low nibble is value `4·v + b`, its high nibble value `16 + 4·v + b`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Rows8 {
-    pub qs: [[u8; 32]; 4],
-    pub d: [f32; ROWS],
-    pub m: [f32; ROWS],
-}
+// The block layout lives beside Q4_1's in `quant.rs`, so the x86 kernel and this module both
+// read it from there (no import circle between them).
+pub(crate) use super::quant::{ROWS, Rows8};
 
 /// Q4_1 blocks (`rows` a multiple of [`ROWS`], `nb` blocks per row, row-major) regrouped: block
 /// `g · nb + i` holds block `i` of rows `8·g .. 8·g + 8`.

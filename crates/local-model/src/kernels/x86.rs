@@ -6,8 +6,7 @@ use pulp::x86::V3;
 use std::arch::x86_64::{__m128i, __m256, __m256i};
 
 use super::TOKEN_TILE;
-use super::quant::{Q4_1Block, Q8_0Block, QuantizedActivations};
-use super::rows8::{ROWS, Rows8};
+use super::quant::{Q4_1Block, Q8_0Block, QuantizedActivations, ROWS, Rows8};
 
 /// One token's quantised blocks and their `[d, s]` scales.
 type TokenBlocks<'a> = (&'a [[i8; 32]], &'a [[f32; 2]]);
