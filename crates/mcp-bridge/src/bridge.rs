@@ -18,6 +18,7 @@ use crate::config::{ConfigFile, ServiceConfig};
 use crate::connection::{Connection, lock};
 use crate::elicitation::{ElicitationHub, Elicitor};
 use crate::error::BridgeError;
+use crate::intent::IntentChain;
 use crate::search::{SemanticSearch, ToolSearchConfig};
 use crate::turns::DescribedTools;
 
@@ -62,6 +63,8 @@ pub(crate) struct Inner {
     pub(crate) changed: watch::Sender<u64>,
     /// When turns search instead of listing ([`crate::search`]).
     pub(crate) search_config: Mutex<ToolSearchConfig>,
+    /// What every turn's view reads of the catalog, built once per catalog and search settings.
+    pub(crate) turn_cache: Mutex<Option<Arc<TurnCache>>>,
     /// The search index and the catalog it was built from.
     pub(crate) search_index: Mutex<Option<SearchIndexCache>>,
     /// Search by meaning, when set ([`crate::search::SemanticSearch`]).
@@ -70,6 +73,26 @@ pub(crate) struct Inner {
     pub(crate) vectors: Mutex<crate::vectors::VectorCache>,
     /// Servers' questions for the person ([`crate::elicitation`]).
     pub(crate) elicitation: Arc<ElicitationHub>,
+}
+
+/// What a turn's view of MCP tools (`descriptions.rs`) reads of the catalog and the services'
+/// configs, built once per catalog and search settings rather than on every request: with 360
+/// tools, recognizing over them and writing and counting their whole level-1 list twice a
+/// round made `Agent::run` hundreds of times the bare loop (#41). A config change moves the
+/// catalog epoch, so the next catalog is a new one and this is built again.
+pub(crate) struct TurnCache {
+    /// The catalog it was built from (compared by pointer).
+    pub(crate) catalog: Arc<Vec<McpTool>>,
+    /// The search settings it was built with.
+    pub(crate) config: ToolSearchConfig,
+    /// The standard intent chain over the services' keywords and the catalog's names.
+    pub(crate) chain: IntentChain,
+    /// Each service's description, by service name.
+    pub(crate) descriptions: BTreeMap<String, String>,
+    /// Every tool's level-1 line: what a turn without an MCP intent lists.
+    pub(crate) all: String,
+    /// Whether [`TurnCache::all`] passes the search budget.
+    pub(crate) all_over_budget: bool,
 }
 
 /// A search index with the catalog it indexes.
@@ -161,6 +184,7 @@ impl McpBridge {
                 described: Mutex::new(DescribedTools::default()),
                 changed: watch::channel(0).0,
                 search_config: Mutex::new(ToolSearchConfig::default()),
+                turn_cache: Mutex::new(None),
                 search_index: Mutex::new(None),
                 semantic: Mutex::new(None),
                 vectors: Mutex::new(crate::vectors::VectorCache::default()),

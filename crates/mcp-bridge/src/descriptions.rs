@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tool_search::{Hit, SearchIndex, ToolDoc, embedding_text, text_hash};
 
 use crate::bridge::McpBridge;
-use crate::bridge::SearchIndexCache;
+use crate::bridge::{SearchIndexCache, TurnCache};
 use crate::catalog::{self, McpTool};
 use crate::config::ServiceConfig;
 use crate::connection::lock;
@@ -38,77 +38,109 @@ struct TurnView {
     search: bool,
 }
 
+/// What a turn with `intent` shows of MCP tools; `None` without an MCP intent, unless
+/// [`crate::ToolSearchConfig::every_turn`] is on (every running tool, or past the budget the
+/// search tool) or the whole catalog is past the budget
+/// ([`crate::ToolSearchConfig::search_past_budget`]: the search tool).
+fn turn_view(cache: &TurnCache, intent: &Intent) -> Option<TurnView> {
+    let config = cache.config;
+    let tools = cache.catalog.as_slice();
+    let (section, over_budget) = match inject::level1_section(intent, tools, &cache.descriptions) {
+        Some(section) => {
+            let over =
+                !inject::matching_tools(intent, tools).is_empty() && config.over_budget(&section);
+            (section, over)
+        }
+        None if tools.is_empty() => return None,
+        None => {
+            let searching = config.search_past_budget && cache.all_over_budget;
+            if !config.every_turn && !searching {
+                return None;
+            }
+            if cache.all_over_budget {
+                return Some(TurnView {
+                    section: inject::search_section(intent, tools.len()),
+                    search: true,
+                });
+            }
+            (cache.all.clone(), false)
+        }
+    };
+    if over_budget {
+        let matching = inject::matching_tools(intent, tools).len();
+        return Some(TurnView {
+            section: inject::search_section(intent, matching),
+            search: true,
+        });
+    }
+    Some(TurnView {
+        section,
+        search: false,
+    })
+}
+
 impl McpBridge {
     /// The prompt section for `intent` (see [`crate::inject`]): the matching tools' level-1
     /// lines, or, when those would pass the tool-search budget, how to search for them
     /// ([`crate::search`]).
     pub async fn prompt_section(&self, intent: &Intent) -> Option<String> {
-        let tools = self.tools().await;
-        self.turn_view(&tools, intent).map(|v| v.section)
-    }
-
-    /// What a turn with `intent` shows of MCP tools; `None` without an MCP intent, unless
-    /// [`crate::ToolSearchConfig::every_turn`] is on (every running tool, or past the budget the
-    /// search tool) or the whole catalog is past the budget
-    /// ([`crate::ToolSearchConfig::search_past_budget`]: the search tool).
-    fn turn_view(&self, tools: &[McpTool], intent: &Intent) -> Option<TurnView> {
-        let config = self.tool_search();
-        let descriptions = self.service_descriptions();
-        let (section, matching) = match inject::level1_section(intent, tools, &descriptions) {
-            Some(section) => (section, inject::matching_tools(intent, tools).len()),
-            None if tools.is_empty() => return None,
-            None => {
-                let all: Vec<&McpTool> = tools.iter().collect();
-                let list = inject::level1_list(&all, &descriptions);
-                let searching = config.search_past_budget && config.over_budget(&list);
-                if !config.every_turn && !searching {
-                    return None;
-                }
-                (list, all.len())
-            }
-        };
-        if matching > 0 && config.over_budget(&section) {
-            return Some(TurnView {
-                section: inject::search_section(intent, matching),
-                search: true,
-            });
-        }
-        Some(TurnView {
-            section,
-            search: false,
-        })
+        let catalog = self.catalog().await;
+        turn_view(&self.turn_cache(&catalog), intent).map(|v| v.section)
     }
 
     /// A layer-1 recognizer for the services and running tools as they are now.
     pub async fn recognizer(&self) -> McpRecognizer {
-        let tools = self.tools().await;
-        self.recognizer_for(&tools)
+        let tools = self.catalog().await;
+        McpRecognizer::new(&self.service_configs(), &tools)
     }
 
-    fn recognizer_for(&self, tools: &[McpTool]) -> McpRecognizer {
-        let configs: Vec<ServiceConfig> = lock(&self.inner.services)
+    fn service_configs(&self) -> Vec<ServiceConfig> {
+        lock(&self.inner.services)
             .values()
             .map(|s| s.config.clone())
-            .collect();
-        McpRecognizer::new(&configs, tools)
+            .collect()
+    }
+
+    /// What turns read of `catalog` ([`TurnCache`]): the one built last when it was built
+    /// from `catalog` with the search settings in force, else built now.
+    fn turn_cache(&self, catalog: &Arc<Vec<McpTool>>) -> Arc<TurnCache> {
+        let config = self.tool_search();
+        if let Some(c) = lock(&self.inner.turn_cache).as_ref()
+            && Arc::ptr_eq(&c.catalog, catalog)
+            && c.config == config
+        {
+            return c.clone();
+        }
+        let descriptions = self.service_descriptions();
+        let all = inject::level1_list(&catalog.iter().collect::<Vec<_>>(), &descriptions);
+        let built = Arc::new(TurnCache {
+            catalog: catalog.clone(),
+            config,
+            chain: IntentChain::standard(McpRecognizer::new(&self.service_configs(), catalog)),
+            descriptions,
+            all_over_budget: config.over_budget(&all),
+            all,
+        });
+        *lock(&self.inner.turn_cache) = Some(built.clone());
+        built
     }
 
     /// The level-1 section for the turn opened by `user_text`: the standard intent chain (MCP,
     /// Memory, HITL, Normal) reads it; `None` unless the intent is MCP.
     pub(crate) async fn turn_section(&self, user_text: &str) -> Option<String> {
-        let (tools, intent) = self.turn_intent(user_text).await;
-        self.turn_view(&tools, &intent).map(|v| v.section)
+        let (cache, intent) = self.turn_intent(user_text).await;
+        turn_view(&cache, &intent).map(|v| v.section)
     }
 
-    /// The running tools and the intent of `user_text`. When the intent names a service that is
-    /// not running — still starting, not started yet, or crashed — it is waited for or started
-    /// first, at most its startup timeout ([`crate::recovery`]); a turn with any other intent
-    /// never waits for a service.
-    async fn turn_intent(&self, user_text: &str) -> (Vec<McpTool>, Intent) {
-        let tools = self.tools().await;
-        let intent = IntentChain::standard(self.recognizer_for(&tools)).recognize(user_text);
+    /// What turns read of the running tools, and the intent of `user_text`. When the intent
+    /// names a service that is not running — still starting, not started yet, or crashed — it
+    /// is waited for or started first, at most its startup timeout ([`crate::recovery`]); a
+    /// turn with any other intent never waits for a service.
+    async fn turn_intent(&self, user_text: &str) -> (Arc<TurnCache>, Intent) {
+        let cache = self.turn_cache(&self.catalog().await);
+        let intent = cache.chain.recognize(user_text);
         let Intent::Mcp(m) = &intent else {
-            return (tools, intent);
+            return (cache, intent);
         };
         let service = m
             .service
@@ -116,12 +148,11 @@ impl McpBridge {
             .or_else(|| m.tool.as_deref().and_then(|t| self.service_of(t)));
         match service {
             Some(s) if !self.is_running(&s) && self.ensure_running(&s).await => {
-                let tools = self.tools().await;
-                let intent =
-                    IntentChain::standard(self.recognizer_for(&tools)).recognize(user_text);
-                (tools, intent)
+                let cache = self.turn_cache(&self.catalog().await);
+                let intent = cache.chain.recognize(user_text);
+                (cache, intent)
             }
-            _ => (tools, intent),
+            _ => (cache, intent),
         }
     }
 
@@ -150,8 +181,9 @@ impl McpBridge {
     /// one. Calls to any running tool still route (the dispatcher routes by `list`).
     pub async fn advertised_tools(&self, turn: &TurnInfo) -> Vec<ToolSpec> {
         let session = turn.session_id.as_deref();
-        let (tools, intent) = self.turn_intent(&turn.user_text).await;
-        let view = match self.turn_view(&tools, &intent) {
+        let (cache, intent) = self.turn_intent(&turn.user_text).await;
+        let tools = cache.catalog.as_slice();
+        let view = match turn_view(&cache, &intent) {
             Some(view) if !tools.is_empty() => view,
             _ => {
                 lock(&self.inner.described).forget(session);

@@ -135,3 +135,73 @@ async fn m1_list_revision_holds_until_the_catalog_changes() {
     // A stopped service changes the catalog: no stale revision.
     assert_ne!(b.list_revision(), Some(r2));
 }
+
+/// What a turn shows is built once per catalog and search settings (#41: not on every request,
+/// which made a run over 360 tools hundreds of times the bare loop), so it must follow every
+/// change of either: a service's new trigger keyword, a tool a `list_changed` added, new search
+/// settings, a stopped service.
+#[tokio::test]
+async fn m3_a_turns_view_follows_the_keywords_the_catalog_and_the_search_settings() {
+    use tool_system::TurnSections;
+    let b = started().await;
+    let section = |text: &'static str| {
+        let b = b.clone();
+        async move {
+            let s: String = b.sections(text).await.into_iter().map(|(_, t)| t).collect();
+            s
+        }
+    };
+    let plain = "what is the forecast for tomorrow";
+    assert_eq!(
+        section(plain).await,
+        "",
+        "no keyword, a small catalog: M3 shows nothing"
+    );
+    assert!(
+        b.advertised(&llm_core::TurnInfo::new(plain))
+            .await
+            .is_empty()
+    );
+
+    b.update(
+        "misb",
+        mcp_bridge::ServiceUpdate::default().trigger_keywords(["forecast"]),
+    )
+    .await
+    .unwrap();
+    let listed = section(plain).await;
+    assert!(listed.contains("misb__echo"), "{listed}");
+    assert!(!listed.contains("misb__weather"), "{listed}");
+
+    add_tool(&b, "weather").await;
+    let listed = section(plain).await;
+    assert!(listed.contains("misb__weather"), "{listed}");
+    let explicit = section("please use misb__weather now").await;
+    assert!(explicit.contains("misb__weather"), "{explicit}");
+
+    b.set_tool_search(mcp_bridge::ToolSearchConfig::default().with_budget_tokens(0));
+    let searching = section(plain).await;
+    assert!(searching.contains(mcp_bridge::SEARCH_TOOL), "{searching}");
+    assert!(!searching.contains("misb__echo"), "{searching}");
+    let offered: Vec<String> = b
+        .advertised(&llm_core::TurnInfo::new(plain))
+        .await
+        .into_iter()
+        .map(|s| s.name.to_string())
+        .collect();
+    assert_eq!(
+        offered,
+        [mcp_bridge::SEARCH_TOOL, mcp_bridge::DESCRIBE_TOOL]
+    );
+    b.set_tool_search(mcp_bridge::ToolSearchConfig::default());
+    assert!(section(plain).await.contains("misb__weather"));
+
+    b.stop("misb").await.unwrap();
+    let stopped = section("please use misb__weather now").await;
+    assert!(!stopped.contains("- misb__weather"), "{stopped}");
+    assert!(
+        b.advertised(&llm_core::TurnInfo::new(plain))
+            .await
+            .is_empty()
+    );
+}

@@ -43,8 +43,16 @@ impl ToolOutcome {
 struct Route {
     provider: usize,
     spec: ToolSpec,
-    /// `None` when the schema does not compile (the tool then runs unchecked; logged).
-    validator: Option<Arc<Validator>>,
+    /// Compiled at the tool's first call, not at listing: an agent over hundreds of MCP tools
+    /// pays only for the schemas of the tools it calls (#41). `None` when the schema does not
+    /// compile (the tool then runs unchecked; logged).
+    validator: std::sync::OnceLock<Option<Validator>>,
+}
+
+impl Route {
+    fn validator(&self) -> Option<&Validator> {
+        self.validator.get_or_init(|| compile(&self.spec)).as_ref()
+    }
 }
 
 /// Routes calls to [`ToolProvider`]s (built-ins, skills, MCP) with schema validation, a
@@ -164,7 +172,7 @@ impl Dispatcher {
     }
 
     /// Every tool of every provider (first provider wins on a name clash), refreshing the
-    /// routing table. Schemas are compiled once per tool and reused while they are unchanged.
+    /// routing table. Schemas are compiled at a tool's first call and reused while they are unchanged.
     pub async fn specs(&self) -> Vec<ToolSpec> {
         self.refresh_listing(true).await
     }
@@ -237,7 +245,7 @@ impl Dispatcher {
                     Some(r) if r.provider == provider && r.spec == spec => Arc::clone(r),
                     _ => Arc::new(Route {
                         provider,
-                        validator: compile(&spec),
+                        validator: std::sync::OnceLock::new(),
                         spec: spec.clone(),
                     }),
                 };
@@ -394,7 +402,7 @@ impl Dispatcher {
                 .await;
         };
         let provider = Arc::clone(&self.providers[route.provider]);
-        if let Some(v) = &route.validator {
+        if let Some(v) = route.validator() {
             v.validate(&args)
                 .map_err(|e| provider.invalid_arguments(name, &schema_problems(&e)))?;
         }
@@ -493,9 +501,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn compile(spec: &ToolSpec) -> Option<Arc<Validator>> {
+fn compile(spec: &ToolSpec) -> Option<Validator> {
     match Validator::new(&spec.parameters) {
-        Ok(v) => Some(Arc::new(v)),
+        Ok(v) => Some(v),
         Err(e) => {
             tracing::error!(tool = %spec.name, error = %e, "tool schema does not compile; its arguments are not checked");
             None
