@@ -68,6 +68,26 @@ pub fn user_address(session_id: &str) -> String {
     format!("user:{session_id}")
 }
 
+/// The bus address of a principal (#44): `person:PRINCIPAL`, the id their authenticator gives
+/// them ([`crate::identity::Principal::id`]; `local` without authentication). A message sent
+/// there is stored in that principal's inbox conversation, theirs alone, which their page
+/// opens with the Inbox button (`GET /api/inbox`): address people, not conversation ids.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use messaging::{MessageBus, OutgoingMessage};
+/// let bus = MessageBus::new(); // the panel's bus (with workers, `MessageBus::connect_nats`)
+/// # let mut panels = bus.subscribe_group("person").unwrap(); // what a serving panel holds
+/// let to = chat_panel::person_address("alice@example.com");
+/// assert_eq!(to, "person:alice@example.com");
+/// bus.send(OutgoingMessage::new("billing-bot", to, "Your invoice is ready")).await.unwrap();
+/// # assert_eq!(panels.recv().await.unwrap().to, "person:alice@example.com");
+/// # }
+/// ```
+pub fn person_address(principal: &str) -> String {
+    format!("person:{principal}")
+}
+
 /// The system prompt [`AgentBackend::build`] starts from.
 pub const AGENT_SYSTEM_PROMPT: &str = "You are a helpful assistant in a chat panel. \
 To ask the person a question with suggested answers, call send_message with recipient \"user\", \

@@ -54,7 +54,8 @@ mod server;
 mod state;
 
 pub use backend::{
-    AGENT_SYSTEM_PROMPT, AgentBackend, ChatBackend, EventStream, USER_RECIPIENT, user_address,
+    AGENT_SYSTEM_PROMPT, AgentBackend, ChatBackend, EventStream, USER_RECIPIENT, person_address,
+    user_address,
 };
 pub use config::{
     DATABASE_URL, HistoryStore, NATS_CREDS, NATS_INBOX_PREFIX, NATS_TLS_CA, NATS_TLS_CERT,

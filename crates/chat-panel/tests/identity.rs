@@ -662,3 +662,220 @@ async fn i44_anothers_conversation_and_one_that_does_not_exist_answer_byte_ident
     let (s, _) = as_user("alice", M::GET, format!("{api}/{nobodys}"), None).await;
     assert_eq!(s, 404);
 }
+
+/// `who`'s inbox conversation on `fx` (`GET /api/inbox`).
+async fn inbox_of(fx: &common::Fixture, who: &str) -> String {
+    let (s, body) = as_user(
+        who,
+        reqwest::Method::GET,
+        format!("{}api/inbox", fx.url()),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    serde_json::from_str::<Value>(&body).unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Waits until `who`'s view of conversation `id` shows a message `text` from `from`, and
+/// gives that entry.
+async fn message_shown(fx: &common::Fixture, who: &str, id: &str, from: &str, text: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, body) = as_user(
+            who,
+            reqwest::Method::GET,
+            format!("{}api/sessions/{id}", fx.url()),
+            None,
+        )
+        .await;
+        if s == 200 {
+            let state: Value = serde_json::from_str(&body).unwrap();
+            if let Some(e) = state["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["kind"] == "message" && e["from"] == from && e["text"] == text)
+            {
+                return e.clone();
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{who} never saw {text:?} in {id}: {s} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// #44 item 4: a service addresses a person (`person:PRINCIPAL`, `chat_panel::person_address`),
+/// not a conversation id. The message lands in that principal's inbox conversation — created as
+/// theirs by the message itself when they never opened it — which `GET /api/inbox` gives them
+/// (the same id every time, and on any worker); another principal has an inbox of their own and
+/// gets 404 on theirs, byte for byte as for an id nobody has; an answer to the message's quick
+/// reply runs a turn there. Under an authenticator that lets clients pick ids, nobody starts a
+/// conversation under another's inbox id. Without authentication the one person is `local`.
+#[tokio::test]
+async fn i44_bus_messages_to_a_principal_reach_their_inbox_and_nobody_elses() {
+    use reqwest::Method as M;
+    let fx = proxied_panel().await;
+    let q = messaging::QuickReplies::new(vec!["Pay now".into(), "Later".into()]).unwrap();
+    // before alice ever opened her inbox
+    fx.bus
+        .send(
+            messaging::OutgoingMessage::new(
+                "billing-bot",
+                chat_panel::person_address("alice"),
+                "Invoice 42 is ready",
+            )
+            .with_quick_replies(q),
+        )
+        .await
+        .unwrap();
+    let alices = inbox_of(&fx, "alice").await;
+    assert_eq!(
+        inbox_of(&fx, "alice").await,
+        alices,
+        "one inbox, the same id"
+    );
+    let shown = message_shown(&fx, "alice", &alices, "billing-bot", "Invoice 42 is ready").await;
+    assert_eq!(
+        shown["quickReplies"],
+        json!(["Pay now", "Later"]),
+        "{shown}"
+    );
+    // after: the same conversation
+    fx.bus
+        .send(messaging::OutgoingMessage::new(
+            "billing-bot",
+            chat_panel::person_address("alice"),
+            "Reminder: invoice 42",
+        ))
+        .await
+        .unwrap();
+    message_shown(&fx, "alice", &alices, "billing-bot", "Reminder: invoice 42").await;
+
+    let bobs = inbox_of(&fx, "bob").await;
+    assert_ne!(bobs, alices);
+    let (_, bob_view) = as_user(
+        "bob",
+        M::GET,
+        format!("{}api/sessions/{bobs}", fx.url()),
+        None,
+    )
+    .await;
+    assert!(!bob_view.contains("invoice 42"), "{bob_view}");
+    let api = format!("{}api/sessions", fx.url());
+    // an inbox id of the same shape that nobody has
+    let last = if alices.ends_with('0') { '1' } else { '0' };
+    let nobodys = format!("{}{last}", &alices[..alices.len() - 1]);
+    let message = json!({"text": "Pay now"});
+    for (what, method, tail, body) in [
+        ("state", M::GET, "", None),
+        ("events", M::GET, "/events", None),
+        ("message", M::POST, "/messages", Some(&message)),
+    ] {
+        let anothers = exactly(
+            "bob",
+            method.clone(),
+            &format!("{api}/{alices}{tail}"),
+            body,
+        )
+        .await;
+        let none = exactly("bob", method, &format!("{api}/{nobodys}{tail}"), body).await;
+        assert_eq!(anothers.0, 404, "{what}");
+        assert_eq!(anothers, none, "{what}");
+    }
+    // alice answers with a quick reply: a turn in her inbox
+    let (s, body) = as_user(
+        "alice",
+        M::POST,
+        format!("{api}/{alices}/messages"),
+        Some(message),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let (_, view) = as_user("alice", M::GET, format!("{api}/{alices}"), None).await;
+    let view: Value = serde_json::from_str(&view).unwrap();
+    let answered = view["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["text"] == "Invoice 42 is ready")
+        .unwrap();
+    assert_eq!(answered["answered"], true, "{answered}");
+    assert_eq!(answered["chosen"], "Pay now", "{answered}");
+
+    // an authenticator that lets clients pick ids (loopback only): bob cannot start a
+    // conversation under carol's inbox id before she has one, and carol's messages reach her
+    let picky = common::start_with(
+        PanelConfig::default().with_authenticator(LocalUsers),
+        common::demo_responder,
+    )
+    .await;
+    let carols = inbox_of(&fx, "carol").await; // the same id on every panel
+    let (s, body) = as_user(
+        "bob",
+        M::POST,
+        format!("{}api/sessions/{carols}/messages", picky.url()),
+        Some(json!({"text": "mine now"})),
+    )
+    .await;
+    assert_eq!(s, 404, "{body}");
+    picky
+        .bus
+        .send(messaging::OutgoingMessage::new(
+            "hr-bot",
+            chat_panel::person_address("carol"),
+            "Your leave is approved",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(inbox_of(&picky, "carol").await, carols);
+    message_shown(&picky, "carol", &carols, "hr-bot", "Your leave is approved").await;
+    let (_, view) = as_user(
+        "carol",
+        M::GET,
+        format!("{}api/sessions/{carols}", picky.url()),
+        None,
+    )
+    .await;
+    assert!(!view.contains("mine now"), "{view}");
+
+    // without authentication the one person is `local`
+    let open = common::start().await;
+    open.bus
+        .send(messaging::OutgoingMessage::new(
+            "ops-bot",
+            chat_panel::person_address("local"),
+            "Backup done",
+        ))
+        .await
+        .unwrap();
+    let (s, body) = common::send(
+        reqwest::Client::new().get(format!("{}api/inbox", open.url())),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let state = common::session_state(&open.url(), &id).await;
+        if state["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["text"] == "Backup done")
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{state}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

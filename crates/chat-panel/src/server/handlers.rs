@@ -363,7 +363,15 @@ pub(super) async fn post_message(
     match access(&app, &id, &who).await {
         // With authentication the server names conversations (`POST /api/sessions`): an id a
         // client proposes is never used as a key (`access` answers 404), so nobody can pick,
-        // or guess, another's; without, the page's first message creates it.
+        // or guess, another's; without, the page's first message creates it — but never as
+        // someone else's inbox (a loopback-only authenticator of the operator's own names
+        // several principals and lets clients pick ids: one could take another's inbox id).
+        Ok(false)
+            if id.starts_with(crate::state::INBOX_PREFIX)
+                && id != crate::state::inbox_id(who.id()) =>
+        {
+            return not_found();
+        }
         Ok(_) => {}
         Err(r) => return r,
     }
@@ -507,6 +515,20 @@ pub(super) async fn post_elicitation(
 
 /// `POST /api/sessions`: a new conversation, owned by the caller, named by the server —
 /// `{"sessionId"}`: 128 random bits as 32 hex digits, so nobody can guess another's.
+/// `GET /api/inbox`: the caller's inbox conversation (#44), where bus messages addressed to
+/// them (`person:PRINCIPAL`, [`crate::person_address`]) are stored; created as theirs when it
+/// does not exist yet.
+pub(super) async fn get_inbox(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+) -> Response {
+    match app.sessions.open_inbox(who.id()).await {
+        Ok(Some(id)) => axum::Json(json!({"sessionId": id})).into_response(),
+        Ok(None) => not_found(),
+        Err(e) => store_failed(&e),
+    }
+}
+
 pub(super) async fn post_session(
     State(app): State<Arc<App>>,
     axum::Extension(who): axum::Extension<Principal>,

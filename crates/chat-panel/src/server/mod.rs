@@ -27,7 +27,8 @@ mod turn;
 
 use guard::check_request;
 use handlers::{
-    get_events, get_session, page, post_approvals, post_elicitation, post_message, post_session,
+    get_events, get_inbox, get_session, page, post_approvals, post_elicitation, post_message,
+    post_session,
 };
 
 const PAGE: &str = include_str!("../page.html");
@@ -101,6 +102,9 @@ impl App {
 ///   id the server mints (128 random bits). With an authenticator other than
 ///   [`NoAuth`](crate::identity::NoAuth) this is the only way to start one: every endpoint
 ///   answers an id that does not exist `404`.
+/// * `GET /api/inbox` — `{"sessionId"}`: the caller's inbox conversation, where bus messages
+///   addressed to them (`person:PRINCIPAL`, [`crate::person_address`]) are stored; created as
+///   theirs when new, read and answered like any conversation of theirs.
 /// * Every `/api/` request is authenticated ([`PanelConfig::authenticator`]): `401` with
 ///   `WWW-Authenticate: Bearer` when refused. A conversation is its creator's: any endpoint
 ///   answers another principal `404` — with authentication, the very bytes it answers for one
@@ -151,7 +155,9 @@ impl std::fmt::Debug for ChatPanel {
 }
 
 impl ChatPanel {
-    /// A panel whose person in session `S` receives bus messages sent to `user:S`.
+    /// A panel whose person in session `S` receives bus messages sent to `user:S`, and whose
+    /// principal `P` receives those sent to `person:P` ([`crate::person_address`]) in their inbox
+    /// conversation (`GET /api/inbox`).
     pub fn new(backend: impl ChatBackend, bus: MessageBus, config: PanelConfig) -> Self {
         let permits = Arc::new(Semaphore::new(config.max_concurrent_turns.max(1)));
         let store = backend.store();
@@ -195,6 +201,7 @@ impl ChatPanel {
             .route("/login", get(signin::get_login))
             .route("/callback", get(signin::get_callback))
             .route("/logout", get(signin::get_logout))
+            .route("/api/inbox", get(get_inbox))
             .route("/api/sessions", axum::routing::post(post_session))
             .route("/api/sessions/{id}", get(get_session))
             .route("/api/sessions/{id}/events", get(get_events))

@@ -1,12 +1,49 @@
 //! The persons' bus inbox: messages to `user:ID` from other senders, stored once as rows of
-//! conversation `ID` by whichever worker takes them.
+//! conversation `ID`, and messages to `person:PRINCIPAL` (#44), stored once in that principal's
+//! inbox conversation ([`inbox_id`]), owned by them — by whichever worker takes them.
 
 use context_engine::{SessionStore, StateChange, StoreError};
 use messaging::{BusMessage, Subscription};
 
 use std::sync::Arc;
 
-use super::{AGENT_SENDER, PERSONS, foreign_message_round, is_session_id};
+use super::{AGENT_SENDER, OWNER_KEY, PERSONS, PRINCIPALS, foreign_message_round, is_session_id};
+
+/// How the id of a principal's inbox conversation starts ([`inbox_id`]).
+pub(crate) const INBOX_PREFIX: &str = "inbox-";
+
+/// The id of `principal`'s inbox conversation (#44): `inbox-` and 40 hex digits of the SHA-256
+/// of the principal's id. Any worker finds it from the principal alone, with no table to share;
+/// the conversation is the principal's (its owner is recorded when it is created, by whichever
+/// comes first: the principal's `GET /api/inbox` or a message), so knowing the id shows nothing.
+pub(crate) fn inbox_id(principal: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(principal.as_bytes());
+    let hex: String = digest[..20].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{INBOX_PREFIX}{hex}")
+}
+
+/// Where a bus message to a person goes: the conversation, and the owner it must have (a
+/// message to a principal goes to their inbox, which must be theirs).
+struct Destination {
+    id: String,
+    owner: Option<String>,
+}
+
+fn destination(to: &str) -> Option<Destination> {
+    let (family, rest) = to.split_once(':')?;
+    match family {
+        PERSONS => Some(Destination {
+            id: rest.to_owned(),
+            owner: None,
+        }),
+        PRINCIPALS if crate::identity::Principal::new(rest).is_ok() => Some(Destination {
+            id: inbox_id(rest),
+            owner: Some(rest.to_owned()),
+        }),
+        _ => None,
+    }
+}
 
 /// The state slot of a conversation that remembers the bus messages stored into it, so that a
 /// message the broker hands out again (to this worker or another) is stored once: a JSON array
@@ -54,7 +91,8 @@ fn remember(value: Option<&str>, msg_id: &str, now: u64, memory: BusMemory) -> O
 
 /// Stores what arrives for the persons (`user:ID`) from senders other than the panel's own
 /// agent (whose messages are stored as its `send_message` calls) into the conversation `ID`,
-/// creating it when it is new; the store's change feed wakes the streams of every worker.
+/// creating it when it is new, and what arrives for a principal (`person:PRINCIPAL`), from
+/// anyone, into their inbox; the store's change feed wakes the streams of every worker.
 /// A store that cannot be reached is retried (backoff to 5 s) until the message is stored: the
 /// group's next message waits meanwhile, so the order holds and nothing taken is dropped.
 /// A message is confirmed to the bus only once it is stored (or deliberately dropped, with a
@@ -68,7 +106,7 @@ pub(super) async fn inbox_task(
 ) {
     while let Some(received) = inbox.recv_unconfirmed().await {
         let m = received.message();
-        if m.from != AGENT_SENDER {
+        if m.from != AGENT_SENDER || !m.to.starts_with(&format!("{PERSONS}:")) {
             store_person_message(&*store, m, memory).await;
         }
         let msg_id = m.msg_id.clone();
@@ -87,10 +125,12 @@ pub(super) async fn store_person_message(
     m: &BusMessage,
     memory: BusMemory,
 ) {
-    let id =
-        m.to.strip_prefix(PERSONS)
-            .and_then(|r| r.strip_prefix(':'))
-            .unwrap_or_default();
+    let Some(Destination { id, owner }) = destination(&m.to) else {
+        tracing::warn!(to = %m.to, msg_id = %m.msg_id, from = %m.from,
+            "chat panel: a message for a principal whose id is empty, longer than 256 bytes or has control characters was dropped");
+        return;
+    };
+    let id = id.as_str();
     if !is_session_id(id) {
         tracing::warn!(to = %m.to, msg_id = %m.msg_id, from = %m.from,
             "chat panel: a message for a person whose address is not a conversation id was dropped (8 to 64 of A-Z a-z 0-9 - _)");
@@ -101,23 +141,22 @@ pub(super) async fn store_person_message(
     let round = foreign_message_round(m);
     let mut wait = std::time::Duration::from_millis(100);
     loop {
-        let attempt = match store.get_state(id, BUS_SEEN_KEY).await {
-            Ok(before) => match remember(before.as_deref(), &m.msg_id, now_ms(), memory) {
-                None => {
-                    tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
+        let attempt = match owner.as_deref() {
+            None => store_once(store, id, m, &round, memory).await,
+            Some(owner) => match own_inbox(store, id, owner).await {
+                Ok(true) => store_once(store, id, m, &round, memory).await,
+                Ok(false) => {
+                    tracing::error!(session = %id, msg_id = %m.msg_id, from = %m.from,
+                        "chat panel: a principal's inbox is recorded as someone else's; the message was dropped");
                     return;
                 }
-                Some(after) => {
-                    let change = StateChange::new(BUS_SEEN_KEY, before.as_deref(), Some(&after));
-                    store.append_with_state(id, &round, change).await
-                }
+                Err(e) => Err(e),
             },
-            Err(e) => Err(e),
         };
         match attempt {
-            Ok(Some(_)) => return,
+            Ok(Stored::Now | Stored::Before) => return,
             // another worker changed the memory meanwhile: read it again
-            Ok(None) => continue,
+            Ok(Stored::Raced) => continue,
             Err(StoreError::NotFound { .. }) => match store.create(id).await {
                 Ok(()) | Err(StoreError::AlreadyExists { .. }) => continue,
                 Err(e) => {
@@ -136,5 +175,59 @@ pub(super) async fn store_person_message(
         }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(std::time::Duration::from_secs(5));
+    }
+}
+
+enum Stored {
+    Now,
+    /// A repeat: stored before.
+    Before,
+    /// Another worker changed the conversation's memory of bus messages meanwhile.
+    Raced,
+}
+
+/// Appends `round` unless the conversation remembers `m`'s id, in one compare-and-set with
+/// the memory.
+async fn store_once(
+    store: &dyn SessionStore,
+    id: &str,
+    m: &BusMessage,
+    round: &[llm_core::Message],
+    memory: BusMemory,
+) -> Result<Stored, StoreError> {
+    let before = store.get_state(id, BUS_SEEN_KEY).await?;
+    let Some(after) = remember(before.as_deref(), &m.msg_id, now_ms(), memory) else {
+        tracing::debug!(session = %id, msg_id = %m.msg_id, "chat panel: a bus message stored already was dropped");
+        return Ok(Stored::Before);
+    };
+    let change = StateChange::new(BUS_SEEN_KEY, before.as_deref(), Some(&after));
+    Ok(match store.append_with_state(id, round, change).await? {
+        Some(_) => Stored::Now,
+        None => Stored::Raced,
+    })
+}
+
+/// Whether inbox `id` is `owner`'s, creating it as theirs when it does not exist and
+/// recording them as its owner when nobody is (#44).
+pub(super) async fn own_inbox(
+    store: &dyn SessionStore,
+    id: &str,
+    owner: &str,
+) -> Result<bool, StoreError> {
+    loop {
+        match store.get_state(id, OWNER_KEY).await {
+            Ok(Some(o)) => return Ok(o == owner),
+            // set now, or by another worker meanwhile: read again
+            Ok(None) => {
+                store
+                    .append_with_state(id, &[], StateChange::new(OWNER_KEY, None, Some(owner)))
+                    .await?;
+            }
+            Err(StoreError::NotFound { .. }) => match store.create(id).await {
+                Ok(()) | Err(StoreError::AlreadyExists { .. }) => {}
+                Err(e) => return Err(e),
+            },
+            Err(e) => return Err(e),
+        }
     }
 }

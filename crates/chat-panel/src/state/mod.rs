@@ -28,6 +28,7 @@ pub(crate) use inbox::BusMemory;
 use inbox::inbox_task;
 #[cfg(test)]
 use inbox::{BUS_SEEN_KEY, store_person_message};
+pub(crate) use inbox::{INBOX_PREFIX, inbox_id};
 
 /// The state slot holding how many messages were trimmed off the conversation's front.
 pub(crate) const BASE_KEY: &str = "chat-panel.base";
@@ -351,6 +352,10 @@ struct Slot {
 /// takes every message to any person, whichever worker holds their connection.
 const PERSONS: &str = "user";
 
+/// The bus family of the principals' addresses (`person:PRINCIPAL`, #44): a message to a
+/// principal is stored in their inbox conversation ([`inbox_id`]), whichever worker takes it.
+const PRINCIPALS: &str = "person";
+
 /// The conversations this worker has open, at most `max_sessions`. Nothing here is conversation
 /// state: the messages, the entries' ids and whether an answer runs are in the store (any worker
 /// rebuilds them); this holds the process's own resources — a wake-up for the streams following
@@ -368,8 +373,9 @@ pub(crate) struct Sessions {
     store: Arc<dyn SessionStore>,
     shared: bool,
     max_sessions: usize,
-    /// The group subscription's task (started with the first conversation opened here).
-    inbox: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The group subscriptions' tasks, `user:*` and `person:*` (started with the first
+    /// conversation opened here).
+    inbox: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// How many conversations a store of this process's own holds (known after the first
     /// listing, then counted), so a new conversation lists the store only near the limit.
     stored: Mutex<Option<usize>>,
@@ -399,7 +405,7 @@ impl Sessions {
             shared,
             max_sessions: max_sessions.max(1),
             stored: Mutex::new(None),
-            inbox: Mutex::new(None),
+            inbox: Mutex::new(Vec::new()),
             bus_memory: BusMemory {
                 max_age: std::time::Duration::from_secs(7 * 24 * 3600),
                 max_ids: 1000,
@@ -414,24 +420,26 @@ impl Sessions {
         self
     }
 
-    /// Starts taking the persons' bus messages (once; needs a Tokio runtime). A family name the
-    /// bus refuses cannot happen (`user` is valid); a broker that cannot be reached is retried
-    /// by the subscription itself.
+    /// Starts taking the persons' and the principals' bus messages (once; needs a Tokio
+    /// runtime). A family name the bus refuses cannot happen (`user` and `person` are valid); a
+    /// broker that cannot be reached is retried by the subscription itself.
     pub fn start_inbox(&self) {
         let mut inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
-        if inbox.is_some() {
+        if !inbox.is_empty() {
             return;
         }
-        match self.bus.subscribe_group(PERSONS) {
-            Ok(sub) => {
-                *inbox = Some(tokio::spawn(inbox_task(
-                    sub,
-                    self.store.clone(),
-                    self.bus_memory,
-                )));
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "chat panel: could not subscribe to the persons' messages")
+        for family in [PERSONS, PRINCIPALS] {
+            match self.bus.subscribe_group(family) {
+                Ok(sub) => {
+                    inbox.push(tokio::spawn(inbox_task(
+                        sub,
+                        self.store.clone(),
+                        self.bus_memory,
+                    )));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, family, "chat panel: could not subscribe to the persons' messages")
+                }
             }
         }
     }
@@ -548,6 +556,18 @@ impl Sessions {
             .await?;
         self.open(id).await;
         Ok(true)
+    }
+
+    /// `principal`'s inbox conversation ([`inbox_id`], #44), created as theirs when new and
+    /// opened here; `None` when the store holds it as someone else's (a collision of 160 bits
+    /// of SHA-256, or a store edited by hand).
+    pub async fn open_inbox(&self, principal: &str) -> Result<Option<String>, StoreError> {
+        let id = inbox_id(principal);
+        if !inbox::own_inbox(&*self.store, &id, principal).await? {
+            return Ok(None);
+        }
+        self.open(&id).await;
+        Ok(Some(id))
     }
 
     /// Whom the conversation belongs to: `None` when it does not exist, `Some(None)` when it
