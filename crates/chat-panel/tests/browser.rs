@@ -861,3 +861,77 @@ async fn i44_browser_a_and_b_each_see_only_their_own_and_the_record_names_a() {
     b.close().await;
     a.close().await;
 }
+
+/// #44 item 4 in the page: a service's message to alice (`person:alice` on the bus) is in her
+/// Inbox — the header button — with its quick replies, and her click answers it there; bob's
+/// Inbox is his own, without her message, and hers answers him 404.
+#[tokio::test]
+async fn i44_browser_the_inbox_button_shows_what_was_addressed_to_that_person_only() {
+    let _one = BROWSER_LOCK.lock().await;
+    let op = oidc::Provider::start().await;
+    let fx = oidc::panel_with_login(&op).await;
+    let base = fx.url();
+    let q = messaging::QuickReplies::new(vec!["Pay now".into(), "Later".into()]).unwrap();
+    fx.bus
+        .send(
+            messaging::OutgoingMessage::new(
+                "billing-bot",
+                chat_panel::person_address("alice"),
+                "Invoice 42 is ready",
+            )
+            .with_quick_replies(q),
+        )
+        .await
+        .unwrap();
+
+    op.sign_in_as("alice");
+    let a = Browser::start().await;
+    a.open_signed_in(&base).await;
+    a.click("#inbox").await;
+    a.wait_for_text(".entry-message .text", "Invoice 42 is ready", false)
+        .await;
+    assert_eq!(labels(&a.buttons(0).await), ["Pay now", "Later"]);
+    let inbox = a.session_id().await;
+    assert!(inbox.starts_with("inbox-"), "{inbox}");
+    a.click(".entry-message .quick-reply").await;
+    a.wait_until(
+        "the quick replies answered",
+        "Array.from(document.querySelectorAll('.entry-message .quick-reply')).every(b => b.disabled)",
+    )
+    .await;
+    a.idle().await;
+    let (s, state) = page_fetch(&a, "GET", &format!("/api/sessions/{inbox}"), None).await;
+    assert_eq!(s, 200, "{state}");
+    let state: Value = serde_json::from_str(&state).unwrap();
+    let asked = state["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["text"] == "Invoice 42 is ready")
+        .cloned()
+        .unwrap();
+    assert_eq!(asked["chosen"], "Pay now", "{asked}");
+
+    op.sign_in_as("bob");
+    let b = Browser::start().await;
+    b.open_signed_in(&base).await;
+    b.click("#inbox").await;
+    b.wait_until(
+        "bob's inbox",
+        "(localStorage.getItem('chatPanelSession') || '').startsWith('inbox-')",
+    )
+    .await;
+    let his = b.session_id().await;
+    assert_ne!(his, inbox);
+    let shown = b
+        .js("return document.getElementById('log').innerText;")
+        .await;
+    assert!(
+        !shown.as_str().unwrap().contains("Invoice 42"),
+        "bob's inbox is his: {shown}"
+    );
+    let (s, text) = page_fetch(&b, "GET", &format!("/api/sessions/{inbox}"), None).await;
+    assert_eq!(s, 404, "{text}");
+    b.close().await;
+    a.close().await;
+}

@@ -776,6 +776,44 @@ fn workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every
             4 + 4,
             "the first turn's 4 rows and 2 pairs: {texts:#?}"
         );
+
+        // #44 item 4: addressed to a principal (here `local`, the one person without
+        // authentication), not to a conversation id: both workers give the same inbox, the
+        // message is stored in it once and shows on both
+        let note = format!("Nightly backup done ({sid})");
+        bus.send(messaging::OutgoingMessage::new(
+            "ops-bot",
+            chat_panel::person_address("local"),
+            note.clone(),
+        ))
+        .await
+        .unwrap();
+        let inbox = async |base: &str| {
+            let r = c.get(format!("{base}api/inbox")).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()["sessionId"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let on_a = inbox(&a.url()).await;
+        assert_eq!(inbox(&b.url()).await, on_a, "one inbox on every worker");
+        for w in [&a, &b] {
+            wait_for("the note in the inbox", async || {
+                common::session_state(&w.url(), &on_a).await["entries"]
+                    .as_array()
+                    .is_some_and(|es| es.iter().any(|e| e["text"] == note.as_str()))
+            })
+            .await;
+        }
+        let stored = db
+            .query(
+                "SELECT count(*) FROM ce_messages WHERE session_id = $1 AND message LIKE '%' || $2 || '%'",
+                &[&on_a, &note],
+            )
+            .await
+            .unwrap();
+        assert_eq!(stored[0].get::<_, i64>(0), 1, "stored once");
         drop((a, b));
     });
 }
