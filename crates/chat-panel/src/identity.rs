@@ -145,6 +145,12 @@ pub enum Refusal {
     /// The identity header came from an address that is not a trusted proxy, or is missing.
     #[error("this panel is reached through its proxy only; sign in there")]
     NotFromTrustedProxy,
+    /// The session was signed out (`/logout`, or by the operator) after it began.
+    #[error("this session was signed out; sign in again at /login")]
+    SignedOut,
+    /// Whether the session was signed out cannot be checked just now (the session store).
+    #[error("the session cannot be checked just now; try again shortly")]
+    CannotCheck,
 }
 
 /// A configuration the panel refuses.

@@ -51,6 +51,7 @@ mod lease;
 pub mod login;
 mod net;
 mod server;
+mod signout;
 mod state;
 
 pub use backend::{

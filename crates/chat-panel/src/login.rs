@@ -13,7 +13,9 @@
 //!   cookie key — `HttpOnly; SameSite=Lax; Path=/`, and `Secure` unless the redirect URL is
 //!   `http://` on a loopback address. No session is kept in memory: every worker with the same
 //!   cookie key and provider agrees on who a cookie is.
-//! * `GET /logout` clears the cookie.
+//! * `GET /logout` clears the cookie and signs the person out on every browser and worker: the
+//!   panel's store records the time, and a session cookie issued before it is refused
+//!   ([`crate::ChatPanel::sign_out`] does the same for an operator; see `signout.rs`).
 //!
 //! [`OidcLogin`] is also the panel's [`Authenticator`]: a request is the principal of its
 //! session cookie, else of its `Authorization: Bearer` ID token (API clients), else refused —
@@ -88,6 +90,10 @@ pub struct OidcLoginConfig {
     pub algorithms: Vec<Algorithm>,
     /// Timeout of each request to the provider (default 10 s).
     pub http_timeout: Duration,
+    /// How often a worker reads a principal's sign-out record again (default 5 s): a sign-out
+    /// on another worker takes effect here within this time (on the worker that took it, at
+    /// once). Each read is one query to the session store.
+    pub revocation_recheck: Duration,
 }
 
 impl OidcLoginConfig {
@@ -107,7 +113,14 @@ impl OidcLoginConfig {
             session_ttl: Duration::from_secs(8 * 3600),
             algorithms: vec![Algorithm::RS256, Algorithm::ES256],
             http_timeout: Duration::from_secs(10),
+            revocation_recheck: Duration::from_secs(5),
         }
+    }
+
+    /// Sets [`OidcLoginConfig::revocation_recheck`].
+    pub fn with_revocation_recheck(mut self, every: Duration) -> Self {
+        self.revocation_recheck = every;
+        self
     }
 
     /// With a client secret (a confidential client).
@@ -158,6 +171,8 @@ pub struct OidcLogin {
     secure: bool,
     http: reqwest::Client,
     provider: tokio::sync::OnceCell<Provider>,
+    /// Who signed out, and when (`signout.rs`).
+    pub(crate) sign_outs: crate::signout::SignOuts,
 }
 
 impl std::fmt::Debug for OidcLogin {
@@ -187,6 +202,10 @@ struct LoginState {
 struct SessionClaims {
     sub: String,
     exp: u64,
+    /// When it was issued, ms since the Unix epoch: a sign-out after it ends it. A cookie of
+    /// before this field counts as issued at 0 (ended by any sign-out).
+    #[serde(default)]
+    iat_ms: u64,
 }
 
 #[derive(Deserialize)]
@@ -264,6 +283,7 @@ impl OidcLogin {
             .build()
             .map_err(|e| IdentityError::Http(e.to_string()))?;
         Ok(Self {
+            sign_outs: crate::signout::SignOuts::new(config.revocation_recheck),
             config,
             cookie_key: Arc::from(key),
             secure,
@@ -438,6 +458,7 @@ impl OidcLogin {
         let session = SessionClaims {
             sub: who.id().to_owned(),
             exp: now_s() + ttl,
+            iat_ms: now_ms(),
         };
         let sealed = self.seal(b"chat-panel session v1", &session);
         let cookies = vec![
@@ -453,8 +474,9 @@ impl OidcLogin {
     }
 
     /// The principal of the request's session cookie: `None` without one, a refusal for one
-    /// that is forged, altered or expired.
-    pub(crate) fn session(&self, headers: &HeaderMap) -> Option<Result<Principal, Refusal>> {
+    /// that is forged, altered, expired or signed out (or when the sign-outs cannot be read:
+    /// closed, not open).
+    pub(crate) async fn session(&self, headers: &HeaderMap) -> Option<Result<Principal, Refusal>> {
         let raw = cookie_value(headers, SESSION_COOKIE)?;
         let Some(s) = self.open::<SessionClaims>(b"chat-panel session v1", raw) else {
             return Some(Err(Refusal::BadSignature));
@@ -462,7 +484,28 @@ impl OidcLogin {
         if s.exp <= now_s() {
             return Some(Err(Refusal::Expired));
         }
+        match self.sign_outs.signed_out(&s.sub, s.iat_ms).await {
+            Ok(false) => {}
+            Ok(true) => return Some(Err(Refusal::SignedOut)),
+            Err(e) => {
+                tracing::warn!(error = %e, "chat panel: the sign-outs could not be read; the session is refused");
+                return Some(Err(Refusal::CannotCheck));
+            }
+        }
         Some(Principal::new(s.sub))
+    }
+
+    /// `GET /logout`'s work: the principal of the request's (valid) session cookie signed out
+    /// everywhere; `Ok(None)` without one.
+    pub(crate) async fn sign_out_request(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<Option<Principal>, context_engine::StoreError> {
+        let Some(Ok(who)) = self.session(headers).await else {
+            return Ok(None);
+        };
+        self.sign_outs.sign_out(who.id(), now_ms()).await?;
+        Ok(Some(who))
     }
 
     fn cookie(&self, name: &str, value: &str, max_age: u64) -> String {
@@ -499,7 +542,7 @@ impl OidcLogin {
 #[async_trait::async_trait]
 impl Authenticator for OidcLogin {
     async fn authenticate(&self, head: RequestHead<'_>) -> Result<Principal, Refusal> {
-        if let Some(who) = self.session(head.headers) {
+        if let Some(who) = self.session(head.headers).await {
             return who;
         }
         if head.headers.contains_key(header::AUTHORIZATION) {
@@ -533,6 +576,12 @@ fn constant_eq(a: &[u8], b: &[u8]) -> bool {
 /// At most 200 printable characters of what a provider said, for the person's page.
 fn printable(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(200).collect()
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn now_s() -> u64 {
@@ -605,8 +654,8 @@ mod tests {
         assert_eq!(base64url(b"foo"), "Zm9v");
     }
 
-    #[test]
-    fn login_session_cookies_are_sealed_and_expire() {
+    #[tokio::test]
+    async fn login_session_cookies_are_sealed_and_expire() {
         let l = login();
         let headers = |c: &str| {
             let mut h = HeaderMap::new();
@@ -618,15 +667,19 @@ mod tests {
             &SessionClaims {
                 sub: "alice".into(),
                 exp: now_s() + 60,
+                iat_ms: now_ms(),
             },
         );
-        let who = l.session(&headers(&format!("a=b; {SESSION_COOKIE}={good}")));
+        let who = l
+            .session(&headers(&format!("a=b; {SESSION_COOKIE}={good}")))
+            .await;
         assert_eq!(who, Some(Ok(Principal::new("alice").unwrap())));
         // altered: another subject under the same MAC
         let (_, tag) = good.split_once('.').unwrap();
         let forged = format!("{}.{tag}", hex(br#"{"sub":"bob","exp":99999999999}"#));
         assert_eq!(
-            l.session(&headers(&format!("{SESSION_COOKIE}={forged}"))),
+            l.session(&headers(&format!("{SESSION_COOKIE}={forged}")))
+                .await,
             Some(Err(Refusal::BadSignature))
         );
         // sealed by another key
@@ -644,10 +697,12 @@ mod tests {
             &SessionClaims {
                 sub: "alice".into(),
                 exp: now_s() + 60,
+                iat_ms: now_ms(),
             },
         );
         assert_eq!(
-            l.session(&headers(&format!("{SESSION_COOKIE}={theirs}"))),
+            l.session(&headers(&format!("{SESSION_COOKIE}={theirs}")))
+                .await,
             Some(Err(Refusal::BadSignature))
         );
         // a login cookie is no session cookie
@@ -656,10 +711,12 @@ mod tests {
             &SessionClaims {
                 sub: "alice".into(),
                 exp: now_s() + 60,
+                iat_ms: now_ms(),
             },
         );
         assert_eq!(
-            l.session(&headers(&format!("{SESSION_COOKIE}={login_state}"))),
+            l.session(&headers(&format!("{SESSION_COOKIE}={login_state}")))
+                .await,
             Some(Err(Refusal::BadSignature))
         );
         let expired = l.seal(
@@ -667,18 +724,24 @@ mod tests {
             &SessionClaims {
                 sub: "alice".into(),
                 exp: now_s() - 1,
+                iat_ms: now_ms(),
             },
         );
         assert_eq!(
-            l.session(&headers(&format!("{SESSION_COOKIE}={expired}"))),
+            l.session(&headers(&format!("{SESSION_COOKIE}={expired}")))
+                .await,
             Some(Err(Refusal::Expired))
         );
-        assert_eq!(l.session(&headers("other=1")), None);
+        assert_eq!(l.session(&headers("other=1")).await, None);
         // not ASCII: no cookie the panel can read
-        assert_eq!(l.session(&headers(&format!("{SESSION_COOKIE}=é.é"))), None);
+        assert_eq!(
+            l.session(&headers(&format!("{SESSION_COOKIE}=é.é"))).await,
+            None
+        );
         for junk in ["x", ".", "zz.zz", "00."] {
             assert_eq!(
-                l.session(&headers(&format!("{SESSION_COOKIE}={junk}"))),
+                l.session(&headers(&format!("{SESSION_COOKIE}={junk}")))
+                    .await,
                 Some(Err(Refusal::BadSignature)),
                 "{junk}"
             );

@@ -125,3 +125,58 @@ async fn login_a_callback_without_its_login_or_with_another_state_or_a_used_code
             .starts_with("text/plain")
     );
 }
+
+/// #44: signing out ends the session before its expiry — in every browser, not only the one
+/// that asked (a copied cookie included) — and a new sign-in after it works; an operator signs
+/// a person out the same way (`ChatPanel::sign_out`), leaving everyone else signed in. The
+/// record is in the panel's session store, which every worker shares (the per-worker recheck:
+/// `signout::tests`).
+#[tokio::test]
+async fn login_signing_out_ends_every_copy_of_the_session_and_a_new_sign_in_works() {
+    let op = Provider::start().await;
+    let fx = panel_with_login(&op).await;
+    let base = fx.url();
+    let c = client();
+    let status = |cookie: String| {
+        let c = c.clone();
+        let url = format!("{base}api/sessions");
+        async move {
+            let r = c.post(url).header("cookie", cookie).send().await.unwrap();
+            let s = r.status().as_u16();
+            (s, r.text().await.unwrap())
+        }
+    };
+    let first = sign_in(&op, &base, "alice").await;
+    let other_browser = sign_in(&op, &base, "alice").await;
+    let copied = first.clone();
+    let bob = sign_in(&op, &base, "bob").await;
+    for cookie in [&first, &other_browser, &bob] {
+        assert_eq!(status(cookie.clone()).await.0, 200);
+    }
+
+    let r = c
+        .get(format!("{base}logout"))
+        .header("cookie", &first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (cleared, _) = set_cookie(&r, "chat_session");
+    assert_eq!(cleared, "chat_session=");
+    for cookie in [&copied, &other_browser] {
+        let (s, body) = status(cookie.clone()).await;
+        assert_eq!(s, 401, "{body}");
+        assert!(body.contains("signed out"), "{body}");
+        // the page sends a signed-out browser to sign in again
+        let r = c.get(&base).header("cookie", cookie).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 303);
+    }
+    assert_eq!(status(bob.clone()).await.0, 200, "only alice signed out");
+    let again = sign_in(&op, &base, "alice").await;
+    assert_eq!(status(again.clone()).await.0, 200, "a new sign-in is good");
+
+    fx.chat.sign_out("bob").await.unwrap();
+    let (s, body) = status(bob).await;
+    assert_eq!(s, 401, "{body}");
+    assert_eq!(status(again).await.0, 200);
+}

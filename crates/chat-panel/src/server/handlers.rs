@@ -27,7 +27,7 @@ use crate::state::entries_from_history;
 pub(super) async fn page(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     // with a browser login, a person without a session signs in first (#44)
     if let Some(login) = &app.config.login
-        && !matches!(login.session(&headers), Some(Ok(_)))
+        && !matches!(login.session(&headers).await, Some(Ok(_)))
     {
         let mut r = StatusCode::SEE_OTHER.into_response();
         r.headers_mut()

@@ -161,6 +161,10 @@ impl ChatPanel {
     pub fn new(backend: impl ChatBackend, bus: MessageBus, config: PanelConfig) -> Self {
         let permits = Arc::new(Semaphore::new(config.max_concurrent_turns.max(1)));
         let store = backend.store();
+        if let Some(login) = &config.login {
+            // sign-outs live beside the conversations: every worker of the store sees them
+            login.sign_outs.attach(store.clone());
+        }
         Self {
             app: Arc::new(App {
                 backend: Arc::new(backend),
@@ -181,6 +185,22 @@ impl ChatPanel {
                 feed: tokio::sync::OnceCell::new(),
                 watcher: std::sync::Mutex::new(None),
             }),
+        }
+    }
+
+    /// Signs `principal` out of every browser (with [`crate::PanelConfig::with_oidc_login`]): their
+    /// session cookies issued until now are refused — on this worker at once, on the others
+    /// sharing the session store within [`OidcLoginConfig::revocation_recheck`](crate::login::OidcLoginConfig::revocation_recheck);
+    /// they may sign in again. What a person's `GET /logout` does for themselves. Bearer
+    /// tokens are the identity provider's to revoke (keep them short-lived). Without a browser
+    /// login there are no sessions: nothing to do.
+    pub async fn sign_out(&self, principal: &str) -> Result<(), crate::PanelError> {
+        match &self.app.config.login {
+            Some(login) => Ok(login
+                .sign_outs
+                .sign_out(principal, crate::login::now_ms())
+                .await?),
+            None => Ok(()),
         }
     }
 

@@ -108,11 +108,27 @@ pub(super) async fn get_callback(
     }
 }
 
-/// `GET /logout`: the session cookie cleared.
-pub(super) async fn get_logout(State(app): State<Arc<App>>) -> Response {
+/// `GET /logout`: the session cookie cleared, and the person signed out on every browser and
+/// worker (their sessions issued until now are refused); `503` with the cookie cleared when
+/// that could not be recorded.
+pub(super) async fn get_logout(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let Some(login) = app.config.login.clone() else {
         return no_login();
     };
-    let r = text(StatusCode::OK, "Signed out.".into());
+    let r = match login.sign_out_request(&headers).await {
+        Ok(who) => {
+            if let Some(who) = who {
+                tracing::info!(principal = %who, "chat panel: signed out everywhere");
+            }
+            text(StatusCode::OK, "Signed out.".into())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "chat panel: a sign-out could not be recorded");
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Signed out in this browser only: the sign-out could not be recorded for your other browsers just now; try again shortly.".into(),
+            )
+        }
+    };
     with_cookies(r, &[login.logout_cookie()])
 }

@@ -74,6 +74,8 @@ pub struct Fixture {
     pub bus: MessageBus,
     /// Holds the SQLite session store.
     pub dir: tempfile::TempDir,
+    /// The panel itself (what an operator holds: `sign_out`, `elicitor`).
+    pub chat: ChatPanel,
 }
 
 impl Fixture {
@@ -169,6 +171,7 @@ async fn serve_fixture(
         panel_elicitor,
         bus,
         dir,
+        chat,
     }
 }
 
