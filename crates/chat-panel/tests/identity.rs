@@ -411,13 +411,17 @@ async fn proxied_panel() -> common::Fixture {
 
 /// A new conversation of `who`'s, named by the server.
 async fn mint(fx: &common::Fixture, who: &str) -> String {
-    let (s, body) = as_user(
-        who,
-        reqwest::Method::POST,
-        format!("{}api/sessions", fx.url()),
-        None,
-    )
-    .await;
+    named_by_the_server(fx, who, reqwest::Method::POST, "api/sessions").await
+}
+
+/// The `sessionId` that `method path` answers `who` (`200`).
+async fn named_by_the_server(
+    fx: &common::Fixture,
+    who: &str,
+    method: reqwest::Method,
+    path: &str,
+) -> String {
+    let (s, body) = as_user(who, method, format!("{}{path}", fx.url()), None).await;
     assert_eq!(s, 200, "{body}");
     serde_json::from_str::<Value>(&body).unwrap()["sessionId"]
         .as_str()
@@ -665,18 +669,7 @@ async fn i44_anothers_conversation_and_one_that_does_not_exist_answer_byte_ident
 
 /// `who`'s inbox conversation on `fx` (`GET /api/inbox`).
 async fn inbox_of(fx: &common::Fixture, who: &str) -> String {
-    let (s, body) = as_user(
-        who,
-        reqwest::Method::GET,
-        format!("{}api/inbox", fx.url()),
-        None,
-    )
-    .await;
-    assert_eq!(s, 200, "{body}");
-    serde_json::from_str::<Value>(&body).unwrap()["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    named_by_the_server(fx, who, reqwest::Method::GET, "api/inbox").await
 }
 
 /// Waits until `who`'s view of conversation `id` shows a message `text` from `from`, and
