@@ -871,18 +871,7 @@ async fn i44_browser_the_inbox_button_shows_what_was_addressed_to_that_person_on
     let op = oidc::Provider::start().await;
     let fx = oidc::panel_with_login(&op).await;
     let base = fx.url();
-    let q = messaging::QuickReplies::new(vec!["Pay now".into(), "Later".into()]).unwrap();
-    fx.bus
-        .send(
-            messaging::OutgoingMessage::new(
-                "billing-bot",
-                chat_panel::person_address("alice"),
-                "Invoice 42 is ready",
-            )
-            .with_quick_replies(q),
-        )
-        .await
-        .unwrap();
+    common::invoice_for_alice(&fx.bus).await;
 
     op.sign_in_as("alice");
     let a = Browser::start().await;

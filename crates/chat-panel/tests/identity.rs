@@ -714,19 +714,8 @@ async fn message_shown(fx: &common::Fixture, who: &str, id: &str, from: &str, te
 async fn i44_bus_messages_to_a_principal_reach_their_inbox_and_nobody_elses() {
     use reqwest::Method as M;
     let fx = proxied_panel().await;
-    let q = messaging::QuickReplies::new(vec!["Pay now".into(), "Later".into()]).unwrap();
     // before alice ever opened her inbox
-    fx.bus
-        .send(
-            messaging::OutgoingMessage::new(
-                "billing-bot",
-                chat_panel::person_address("alice"),
-                "Invoice 42 is ready",
-            )
-            .with_quick_replies(q),
-        )
-        .await
-        .unwrap();
+    common::invoice_for_alice(&fx.bus).await;
     let alices = inbox_of(&fx, "alice").await;
     assert_eq!(
         inbox_of(&fx, "alice").await,

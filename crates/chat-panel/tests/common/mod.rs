@@ -340,3 +340,19 @@ pub async fn session_state(base: &str, sid: &str) -> serde_json::Value {
         .await
         .unwrap()
 }
+
+/// A service's message to the principal `alice` (#44 item 4): "Invoice 42 is ready" from
+/// `billing-bot`, with the quick replies "Pay now" and "Later".
+pub async fn invoice_for_alice(bus: &MessageBus) {
+    let q = messaging::QuickReplies::new(vec!["Pay now".into(), "Later".into()]).unwrap();
+    bus.send(
+        messaging::OutgoingMessage::new(
+            "billing-bot",
+            chat_panel::person_address("alice"),
+            "Invoice 42 is ready",
+        )
+        .with_quick_replies(q),
+    )
+    .await
+    .unwrap();
+}
