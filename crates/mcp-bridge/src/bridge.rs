@@ -69,6 +69,8 @@ pub(crate) struct Inner {
     pub(crate) search_index: Mutex<Option<SearchIndexCache>>,
     /// Search by meaning, when set ([`crate::search::SemanticSearch`]).
     pub(crate) semantic: Mutex<Option<SemanticSearch>>,
+    /// A chat model's second look at the search's candidates, when set.
+    pub(crate) judge: Mutex<Option<crate::search::SearchJudge>>,
     /// The tools' vectors by text hash ([`crate::vectors`]).
     pub(crate) vectors: Mutex<crate::vectors::VectorCache>,
     /// Servers' questions for the person ([`crate::elicitation`]).
@@ -187,6 +189,7 @@ impl McpBridge {
                 turn_cache: Mutex::new(None),
                 search_index: Mutex::new(None),
                 semantic: Mutex::new(None),
+                judge: Mutex::new(None),
                 vectors: Mutex::new(crate::vectors::VectorCache::default()),
                 elicitation: ElicitationHub::new(),
             }),

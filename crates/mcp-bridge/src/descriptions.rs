@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use llm_core::{EmbedKind, ToolError, ToolSpec, TurnInfo};
+use llm_core::{ChatRequest, EmbedKind, Message, ResponseFormat, ToolError, ToolSpec, TurnInfo};
 use serde_json::{Value, json};
 use tokio::time::Instant;
+use tool_search::judge::Verdict;
 use tool_search::{Hit, SearchIndex, ToolDoc, embedding_text, text_hash};
 
 use crate::bridge::McpBridge;
@@ -20,8 +21,8 @@ use crate::inject::{self, DESCRIBE_TOOL};
 use crate::intent::{Intent, IntentChain, McpRecognizer};
 use crate::names;
 use crate::search::{
-    self, MAX_RESULTS, RESULT_CHARS, SEARCH_TOOL, SearchResult, SemanticSearch, ToolSearchConfig,
-    search_tool_spec,
+    self, MAX_RESULTS, RESULT_CHARS, SEARCH_TOOL, SearchJudge, SearchResult, SemanticSearch,
+    ToolSearchConfig, search_tool_spec,
 };
 
 /// After the encoder failed while building the index, how long the search is BM25's alone
@@ -254,6 +255,17 @@ impl McpBridge {
         lock(&self.inner.semantic).clone()
     }
 
+    /// Sets a chat model's second look at the search's candidates ([`SearchJudge`]); `None`
+    /// turns it off.
+    pub fn set_search_judge(&self, judge: Option<SearchJudge>) {
+        *lock(&self.inner.judge) = judge;
+    }
+
+    /// The search judge in force, when any.
+    pub fn search_judge(&self) -> Option<SearchJudge> {
+        lock(&self.inner.judge).clone()
+    }
+
     /// The running tools that best match `query`, best first, at most `limit` (and at most
     /// [`MAX_RESULTS`]): what [`SEARCH_TOOL`] answers the model. With [`SemanticSearch`], by
     /// words and by meaning, and empty when no tool fits (its threshold); when the encoder
@@ -261,12 +273,21 @@ impl McpBridge {
     pub async fn search_tools(&self, query: &str, limit: usize) -> Vec<SearchResult> {
         let catalog = self.catalog().await;
         let semantic = self.semantic_search();
+        let judge = self.search_judge();
         let index = self.search_index(&catalog, semantic.as_ref()).await;
         let limit = limit.min(MAX_RESULTS);
-        let hits = match semantic {
-            Some(s) if index.has_vectors() => self.hybrid_hits(&s, &index, query, limit).await,
-            _ => index.search(query, limit),
+        let wanted = judge.as_ref().map_or(limit, |j| j.candidates.max(limit));
+        let mut hits = match semantic {
+            Some(s) if index.has_vectors() => self.hybrid_hits(&s, &index, query, wanted).await,
+            _ => index.search(query, wanted),
         };
+        if let Some(j) = judge
+            && limit > 0
+            && !hits.is_empty()
+        {
+            hits = judged(&j, query, &catalog, hits).await;
+        }
+        hits.truncate(limit);
         hits.into_iter()
             .filter_map(|h| {
                 catalog.get(h.index).map(|t| SearchResult {
@@ -502,3 +523,66 @@ impl McpBridge {
         }))
     }
 }
+
+/// `hits` (the search's candidates, best first) after `judge`'s second look: its picks first,
+/// then the other candidates in their order; none when it says no candidate fits; `hits` as
+/// they were when it errs, times out or answers something unreadable (with a warning).
+async fn judged(judge: &SearchJudge, query: &str, catalog: &[McpTool], hits: Vec<Hit>) -> Vec<Hit> {
+    let candidates: Vec<(&str, &str)> = hits
+        .iter()
+        .filter_map(|h| catalog.get(h.index))
+        .map(|t| (t.exposed_name.as_str(), t.description.as_str()))
+        .collect();
+    if candidates.len() != hits.len() {
+        return hits;
+    }
+    let prompt = tool_search::judge::prompt(query, &candidates);
+    let request = ChatRequest::new(vec![
+        Message::system(prompt.system),
+        Message::user(prompt.user),
+    ])
+    .with_temperature(0.0)
+    .with_max_tokens(JUDGE_MAX_TOKENS)
+    .with_response_format(ResponseFormat::JsonSchema {
+        name: tool_search::judge::SCHEMA_NAME.to_owned(),
+        schema: prompt.schema,
+        strict: true,
+    });
+    let model = judge.model.info().model;
+    let answer = match tokio::time::timeout(judge.timeout, judge.model.chat(request)).await {
+        Ok(Ok(r)) => r.content,
+        Ok(Err(e)) => {
+            tracing::warn!(judge = %model, "the search judge failed ({e}); keeping the search's order");
+            return hits;
+        }
+        Err(_) => {
+            tracing::warn!(judge = %model, timeout = ?judge.timeout, "the search judge did not answer in time; keeping the search's order");
+            return hits;
+        }
+    };
+    let names: Vec<&str> = candidates.iter().map(|(n, _)| *n).collect();
+    match tool_search::judge::read(&answer, &names) {
+        Some(Verdict::NoneFits) => {
+            tracing::debug!(judge = %model, "the search judge found no tool for the request");
+            Vec::new()
+        }
+        Some(Verdict::Picks(picks)) => {
+            let mut out: Vec<Hit> = picks.iter().map(|&i| hits[i].clone()).collect();
+            out.extend(
+                hits.into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| !picks.contains(i))
+                    .map(|(_, h)| h),
+            );
+            out
+        }
+        None => {
+            let shown: String = answer.chars().take(200).collect();
+            tracing::warn!(judge = %model, answer = %shown, "the search judge's answer names no candidate; keeping the search's order");
+            hits
+        }
+    }
+}
+
+/// The most tokens the search judge may write (a list of at most a few tool names).
+const JUDGE_MAX_TOKENS: u32 = 256;

@@ -74,4 +74,4 @@ pub use intent::{Intent, IntentChain, IntentRecognizer, McpIntent, McpTrigger};
 pub use llm_core::DEFAULT_MAX_RESULT_BYTES;
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};
-pub use search::{SEARCH_TOOL, SemanticSearch, ToolSearchConfig};
+pub use search::{SEARCH_TOOL, SearchJudge, SemanticSearch, ToolSearchConfig};

@@ -24,8 +24,9 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use llm_core::{Embedder, EstimateCounter, TokenCounter, ToolSpec};
+use llm_core::{ChatModel, Embedder, EstimateCounter, TokenCounter, ToolSpec};
 use serde_json::json;
 use tool_search::HybridConfig;
 
@@ -182,6 +183,80 @@ impl SemanticSearch {
     /// The fusion settings.
     pub fn fusion(&self) -> HybridConfig {
         self.fusion
+    }
+}
+
+/// A chat model's second look at the search's best candidates (#41), set with
+/// [`crate::McpBridge::set_search_judge`]: the search (BM25, with [`SemanticSearch`] by meaning
+/// too) finds [`SearchJudge::candidates`] tools, the model reads the request and each
+/// candidate's name and first sentence ([`tool_search::judge`]) and answers which serve it, best
+/// first — or none. Its picks come first, the other candidates after them in the search's order;
+/// when it answers that no candidate fits, the search returns no tool and the model that searched
+/// is told so. The judge can only reorder or turn down: a name it makes up is ignored.
+///
+/// What it costs: one chat request per search (about 30 tokens per candidate and 10 out), so
+/// use a fast, cheap model. What it never does: fail a search. A judge that errs, times out
+/// ([`SearchJudge::timeout`]) or answers something unreadable leaves the search's own order
+/// (with a `tracing` warning).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::{sync::Arc, time::Duration};
+/// use mcp_bridge::{McpBridge, search::SearchJudge};
+/// // Any ChatModel: here an OpenAI-compatible endpoint (a hosted mini model, vLLM, Ollama…).
+/// let judge = model_gateway::OpenAiModel::new(
+///     model_gateway::OpenAiConfig::new("gpt-4o-mini").with_api_key(std::env::var("OPENAI_API_KEY")?),
+/// )?;
+/// let bridge = McpBridge::new();
+/// bridge.set_search_judge(Some(
+///     SearchJudge::new(Arc::new(judge)).with_candidates(20).with_timeout(Duration::from_secs(5)),
+/// ));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SearchJudge {
+    pub(crate) model: Arc<dyn ChatModel>,
+    pub(crate) candidates: usize,
+    pub(crate) timeout: Duration,
+}
+
+impl std::fmt::Debug for SearchJudge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SearchJudge")
+            .field("model", &self.model.info().model)
+            .field("candidates", &self.candidates)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl SearchJudge {
+    /// A judge on `model`: 20 candidates, a 10 s timeout.
+    pub fn new(model: Arc<dyn ChatModel>) -> Self {
+        Self {
+            model,
+            candidates: 20,
+            timeout: Duration::from_secs(10),
+        }
+    }
+    /// How many of the search's best tools the judge reads (clamped to 1..=
+    /// [`tool_search::MAX_LIMIT`]; at least the results asked for are always read).
+    pub fn with_candidates(mut self, n: usize) -> Self {
+        self.candidates = n.clamp(1, tool_search::MAX_LIMIT);
+        self
+    }
+    /// How long a search waits for the judge before it keeps its own order.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// How many candidates the judge reads.
+    pub fn candidates(&self) -> usize {
+        self.candidates
+    }
+    /// How long a search waits for the judge.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 }
 

@@ -187,7 +187,7 @@ fn name_words(name: &str) -> String {
 
 /// The first sentence of `s` — up to a `.`, `!` or `?` followed by whitespace or the end, a
 /// `。`, `！` or `？`, or a line break — whitespace collapsed, at most `max` characters.
-fn first_sentence(s: &str, max: usize) -> String {
+pub(crate) fn first_sentence(s: &str, max: usize) -> String {
     let s = s.trim();
     let mut end = s.len();
     for (i, c) in s.char_indices() {

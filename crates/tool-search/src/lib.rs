@@ -55,9 +55,16 @@
 //! let hits = index.search_hybrid("how high is Everest", &[0.9, 0.2, 0.1], 2).unwrap();
 //! assert_eq!(hits[0].name, "maps__elevation");
 //! ```
+//!
+//! ## A chat model's second look (the judge)
+//!
+//! [`judge`] holds what a caller needs to let a chat model reorder the best candidates and turn
+//! them all down when none fits: the prompt, the answer's JSON Schema (only the candidates'
+//! names allowed) and [`judge::read`], which reads the answer as models write it.
 
 mod analyzer;
 mod dense;
+pub mod judge;
 
 pub use analyzer::{Analyzer, MAX_INPUT_CHARS};
 pub use dense::{

@@ -189,3 +189,47 @@ fn empty_index_and_empty_query() {
     assert!(index.search("   ,,, ", 5).is_empty());
     assert!(index.search("read", 0).is_empty());
 }
+
+/// The judge's answer (#41), whatever a model writes: [`tool_search::judge::read`] never panics,
+/// and what it returns is only candidates, each once; a list the model wrote is read back
+/// exactly, with any words (no brackets) around it.
+mod judge {
+    use super::*;
+    use tool_search::judge::{Verdict, read};
+
+    const NAMES: [&str; 4] = [
+        "fs__read_file",
+        "maps__elevation",
+        "git__stash",
+        "读取__文件",
+    ];
+
+    proptest! {
+        #[test]
+        fn any_answer_reads_as_known_candidates_each_once(answer in text(), tail in text()) {
+            for a in [answer.clone(), format!("{{\"tools\": [\"{answer}\", \"git__stash\"]}}{tail}")] {
+                if let Some(Verdict::Picks(p)) = read(&a, &NAMES) {
+                    prop_assert!(!p.is_empty());
+                    prop_assert!(p.iter().all(|&i| i < NAMES.len()));
+                    let mut seen = p.clone();
+                    seen.sort_unstable();
+                    seen.dedup();
+                    prop_assert_eq!(seen.len(), p.len());
+                }
+            }
+        }
+
+        #[test]
+        fn a_written_list_is_read_back(
+            order in Just((0..NAMES.len()).collect::<Vec<_>>()).prop_shuffle(),
+            n in 0..=NAMES.len(),
+            before in "[a-zA-Z 。，:\n`]{0,20}",
+            after in "[a-zA-Z 。，:\n`]{0,20}",
+        ) {
+            let picked: Vec<&str> = order[..n].iter().map(|&i| NAMES[i]).collect();
+            let answer = format!("{before}{}{after}", serde_json::json!({"tools": picked}));
+            let want = if n == 0 { Verdict::NoneFits } else { Verdict::Picks(order[..n].to_vec()) };
+            prop_assert_eq!(read(&answer, &NAMES), Some(want));
+        }
+    }
+}
