@@ -231,3 +231,34 @@ pub(super) async fn own_inbox(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_principal_addresses_go_nowhere_and_good_ones_to_their_own_inbox() {
+        let long = format!("{PRINCIPALS}:{}", "a".repeat(257));
+        for to in [
+            format!("{PRINCIPALS}:"),
+            format!("{PRINCIPALS}:alice\u{0}"),
+            format!("{PRINCIPALS}:bob\nX-Injected: 1"),
+            long,
+            "nobody:alice".to_owned(),
+            "alice".to_owned(),
+            String::new(),
+        ] {
+            assert!(destination(&to).is_none(), "{to:?}");
+        }
+        let d = destination(&format!("{PRINCIPALS}:alice@example.com")).unwrap();
+        assert_eq!(d.owner.as_deref(), Some("alice@example.com"));
+        assert_eq!(d.id, inbox_id("alice@example.com"));
+        assert!(d.id.starts_with(INBOX_PREFIX) && d.id.len() == INBOX_PREFIX.len() + 40);
+        // A principal whose name is another's inbox id still gets an inbox of its own.
+        let other = destination(&format!("{PRINCIPALS}:{}", d.id)).unwrap();
+        assert_ne!(other.id, d.id);
+        // `user:ID` is the conversation ID itself, with no owner to check.
+        let d = destination(&format!("{PERSONS}:conv-1234")).unwrap();
+        assert_eq!((d.id.as_str(), d.owner), ("conv-1234", None));
+    }
+}
