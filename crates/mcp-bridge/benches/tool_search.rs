@@ -16,8 +16,10 @@
 //! (tests/common/embedders.rs; its figures check the plumbing and are never the product's);
 //! the real encoder plugs in through the same `Arc<dyn Embedder>` once merged. `--sweep`
 //! compares fusion weightings on **dev only**; `--eval-only` skips the token measurements.
-//! `--judge-local` adds the bridge's own search with and without a `SearchJudge` on the
-//! embedded local model (the only chat model reachable here); `--cached-build` times a bridge's
+//! `--judge local` adds the bridge's own search with and without a `SearchJudge` on the
+//! embedded local model (the only chat model reachable here); `--judge MODEL@BASE_URL` on any
+//! OpenAI-compatible endpoint instead (key from `OPENAI_API_KEY`, none when unset), e.g.
+//! `--judge qwen2.5-7b-instruct@http://127.0.0.1:8000/v1`; `--cached-build` times a bridge's
 //! index build from the vectors' cache file (#41: ≤ 100 ms).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -406,11 +408,13 @@ async fn evaluation(
 }
 
 /// The bridge's own search (`McpBridge::search_tools`: hybrid with `embedder` when given, else
-/// BM25) with and without a [`SearchJudge`] on the embedded local model, on dev (and test
-/// unless `dev_only`). The local model is the only chat model this machine reaches: its rows
-/// say what a 135M-parameter judge does, not what a user's model would.
+/// BM25) with and without a [`SearchJudge`] on `judge` (`local`: the embedded local model, else
+/// `MODEL@BASE_URL` of an OpenAI-compatible endpoint), on dev (and test unless `dev_only`). The
+/// local model is the only chat model this machine reaches: its rows say what a 135M-parameter
+/// judge does, not what a user's model would.
 async fn judged_evaluation(
     b: &McpBridge,
+    judge: &str,
     embedder: Option<Arc<dyn Embedder>>,
     dev_only: bool,
     show_misses: bool,
@@ -421,9 +425,21 @@ async fn judged_evaluation(
         splits.push(("test", eval::load(eval::TEST, &catalog)));
     }
     b.set_semantic_search(embedder.map(|e| SemanticSearch::new(e).with_cache_dir(None)));
-    let model = local_model::default_model()
-        .await
-        .expect("the local model (fetched once into the toolkit cache)");
+    let model: Arc<dyn llm_core::ChatModel> = match judge {
+        "local" => local_model::default_model()
+            .await
+            .expect("the local model (fetched once into the toolkit cache)"),
+        endpoint => {
+            let (name, url) = endpoint
+                .split_once('@')
+                .expect("--judge local, or --judge MODEL@BASE_URL");
+            let mut config = model_gateway::OpenAiConfig::new(name).with_base_url(url);
+            if let Ok(key) = std::env::var("OPENAI_API_KEY") {
+                config = config.with_api_key(key);
+            }
+            Arc::new(model_gateway::OpenAiModel::new(config).expect("the judge's endpoint"))
+        }
+    };
     let label = model.info().model;
     println!(
         "\n#41 through the bridge's search, with and without a judge ({label}):\n| split | method | queries | n | recall@1 | recall@5 | MRR |\n|---|---|---|---|---|---|---|"
@@ -526,7 +542,11 @@ fn main() {
     let eval_only = args.iter().any(|a| a == "--eval-only");
     let dev_only = args.iter().any(|a| a == "--dev-only");
     let recipes = args.iter().any(|a| a == "--recipes");
-    let judge_local = args.iter().any(|a| a == "--judge-local");
+    let judge = args.iter().position(|a| a == "--judge").map(|i| {
+        args.get(i + 1)
+            .expect("--judge local, or --judge MODEL@BASE_URL")
+            .clone()
+    });
     let cached_build = args.iter().any(|a| a == "--cached-build");
     let embedder: Option<Arc<dyn Embedder>> = match args
         .iter()
@@ -574,8 +594,8 @@ fn main() {
             index_from_cache(e).await;
             return;
         }
-        if judge_local {
-            judged_evaluation(&b, embedder, dev_only, misses).await;
+        if let Some(judge) = &judge {
+            judged_evaluation(&b, judge, embedder, dev_only, misses).await;
         }
         if eval_only {
             return;

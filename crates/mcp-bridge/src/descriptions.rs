@@ -46,11 +46,16 @@ struct TurnView {
 fn turn_view(cache: &TurnCache, intent: &Intent) -> Option<TurnView> {
     let config = cache.config;
     let tools = cache.catalog.as_slice();
-    let (section, over_budget) = match inject::level1_section(intent, tools, &cache.descriptions) {
+    let section = match inject::level1_section(intent, tools, &cache.descriptions) {
         Some(section) => {
-            let over =
-                !inject::matching_tools(intent, tools).is_empty() && config.over_budget(&section);
-            (section, over)
+            let matching = inject::matching_tools(intent, tools).len();
+            if matching > 0 && config.over_budget(&section) {
+                return Some(TurnView {
+                    section: inject::search_section(intent, matching),
+                    search: true,
+                });
+            }
+            section
         }
         None if tools.is_empty() => return None,
         None => {
@@ -64,16 +69,9 @@ fn turn_view(cache: &TurnCache, intent: &Intent) -> Option<TurnView> {
                     search: true,
                 });
             }
-            (cache.all.clone(), false)
+            cache.all.clone()
         }
     };
-    if over_budget {
-        let matching = inject::matching_tools(intent, tools).len();
-        return Some(TurnView {
-            section: inject::search_section(intent, matching),
-            search: true,
-        });
-    }
     Some(TurnView {
         section,
         search: false,
