@@ -909,7 +909,19 @@ fn run_unprivileged(name: &str) -> serde_json::Value {
     if unsafe { libc::geteuid() } == 0 {
         cmd.uid(65534).gid(65534);
     }
-    let out = cmd.output().unwrap();
+    // Another test thread's fork may still hold the copy's write descriptor (between its fork
+    // and exec): exec then fails with ETXTBSY ("Text file busy") until that child has exec'd.
+    // CI failed once on exactly that; try again for up to 5 s.
+    let mut tries = 0;
+    let out = loop {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 250 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other.unwrap(),
+        }
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
