@@ -1,9 +1,9 @@
-//! A judge model's answer (#41: its second look at the tool search's candidates) never panics
+//! A judge model's answer (its second look at the tool search's candidates) never panics
 //! the reader, and what is read back is only candidates, each once, whatever the text.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tool_search::judge::{Verdict, read};
+use toolwright_tool_search::judge::{Verdict, read};
 
 const NAMES: [&str; 4] = ["fs__read_file", "maps__elevation", "git__stash", "读取__文件"];
 

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use libfuzzer_sys::fuzz_target;
-use output_control::{StreamParser, TagEvent, TagOptions, parse_tool_actions_with};
+use toolwright_output_control::{StreamParser, TagEvent, TagOptions, parse_tool_actions_with};
 
 fn merged(events: impl IntoIterator<Item = TagEvent>) -> Vec<TagEvent> {
     let mut out: Vec<TagEvent> = Vec::new();

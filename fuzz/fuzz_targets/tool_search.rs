@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tool_search::{SearchIndex, ToolDoc};
+use toolwright_tool_search::{SearchIndex, ToolDoc};
 
 fn index() -> &'static SearchIndex {
     static INDEX: OnceLock<SearchIndex> = OnceLock::new();

@@ -1,4 +1,4 @@
-//! The crate graph of `docs/architecture.md`, drawn from `cargo metadata` (#43 item 5):
+//! The crate graph of `docs/architecture.md`, drawn from `cargo metadata`:
 //! `cargo xtask graph` writes it between two markers, and `cargo xtask test` fails when what is
 //! there differs from what the manifests say, so the page cannot go stale.
 
@@ -168,18 +168,18 @@ mod tests {
 
     fn meta() -> Value {
         serde_json::json!({"packages": [
-            {"name": "llm-core", "manifest_path": "/w/crates/llm-core/Cargo.toml", "dependencies": [
+            {"name": "toolwright-core", "manifest_path": "/w/crates/llm-core/Cargo.toml", "dependencies": [
                 {"name": "serde", "kind": null, "optional": false}]},
-            {"name": "tool-system", "manifest_path": "/w/crates/tool-system/Cargo.toml", "dependencies": [
-                {"name": "llm-core", "kind": null, "optional": false},
-                {"name": "telemetry", "kind": null, "optional": true},
-                {"name": "llm-core", "kind": "dev", "optional": false},
+            {"name": "toolwright-tool-system", "manifest_path": "/w/crates/tool-system/Cargo.toml", "dependencies": [
+                {"name": "toolwright-core", "kind": null, "optional": false},
+                {"name": "toolwright-telemetry", "kind": null, "optional": true},
+                {"name": "toolwright-core", "kind": "dev", "optional": false},
                 {"name": "testkit", "kind": "dev", "optional": false}]},
-            {"name": "telemetry", "manifest_path": "/w/crates/telemetry/Cargo.toml", "dependencies": [
-                {"name": "llm-core", "kind": null, "optional": false}]},
+            {"name": "toolwright-telemetry", "manifest_path": "/w/crates/telemetry/Cargo.toml", "dependencies": [
+                {"name": "toolwright-core", "kind": null, "optional": false}]},
             {"name": "testkit", "manifest_path": "/w/crates/testkit/Cargo.toml", "dependencies": []},
             {"name": "stage-3", "manifest_path": "/w/examples/stage-3/Cargo.toml", "dependencies": [
-                {"name": "tool-system", "kind": null, "optional": false}]}
+                {"name": "toolwright-tool-system", "kind": null, "optional": false}]}
         ]})
     }
 
@@ -188,20 +188,27 @@ mod tests {
         let c = crates(&meta()).unwrap();
         assert_eq!(
             c.keys().collect::<Vec<_>>(),
-            ["llm-core", "telemetry", "testkit", "tool-system"]
+            [
+                "testkit",
+                "toolwright-core",
+                "toolwright-telemetry",
+                "toolwright-tool-system"
+            ]
         );
-        let ts = &c["tool-system"];
-        assert_eq!(ts.normal.get("telemetry"), Some(&true));
-        assert_eq!(ts.normal.get("llm-core"), Some(&false));
+        let ts = &c["toolwright-tool-system"];
+        assert_eq!(ts.normal.get("toolwright-telemetry"), Some(&true));
+        assert_eq!(ts.normal.get("toolwright-core"), Some(&false));
         assert_eq!(ts.dev, ["testkit"]);
         assert!(
-            c["llm-core"].normal.is_empty(),
+            c["toolwright-core"].normal.is_empty(),
             "serde is not a workspace crate"
         );
         let r = render(&c);
-        assert!(r.contains("  tool_system -.-> telemetry\n"));
-        assert!(r.contains("  tool_system --> llm_core\n"));
-        assert!(r.contains("| `tool-system` | llm-core, telemetry (optional) | testkit |"));
+        assert!(r.contains("  toolwright_tool_system -.-> toolwright_telemetry\n"));
+        assert!(r.contains("  toolwright_tool_system --> toolwright_core\n"));
+        assert!(r.contains(
+            "| `toolwright-tool-system` | toolwright-core, toolwright-telemetry (optional) | testkit |"
+        ));
         assert!(!r.contains("stage"));
     }
 

@@ -1,5 +1,5 @@
 //! `cargo xtask bench langchain [--pairs N]`: our loop against LangChain core's, side by side
-//! (#27: "keep tracing off at ≥ 100× LangChain's round").
+//! ("keep tracing off at ≥ 100× LangChain's round").
 //!
 //! This VM's clock drifts by up to 2× between hours, so an absolute µs target cannot be shown;
 //! a ratio measured on the same machine at the same time can. Each pair runs our
@@ -293,9 +293,15 @@ fn ours(criterion_home: &Path, log: &Path) -> Result<(Estimate, f64, f64), Strin
     let _ = std::fs::remove_file(&estimates); // never read a previous run's
     let _ = std::fs::remove_file(&samples);
     run_bounded(
-        "cargo bench -p tool-system --bench loop_overhead",
+        "cargo bench -p toolwright-tool-system --bench loop_overhead",
         cargo()
-            .args(["bench", "-p", "tool-system", "--bench", "loop_overhead"])
+            .args([
+                "bench",
+                "-p",
+                "toolwright-tool-system",
+                "--bench",
+                "loop_overhead",
+            ])
             .args(["--", &format!("{BENCH}$"), "--noplot"])
             .env("CRITERION_HOME", criterion_home),
         log,
@@ -381,7 +387,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         cargo().args([
             "bench",
             "-p",
-            "tool-system",
+            "toolwright-tool-system",
             "--bench",
             "loop_overhead",
             "--no-run",
@@ -457,7 +463,7 @@ pub fn bench(args: &[String]) -> Result<(), String> {
         let mut ratios = ratios;
         let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
         println!(
-            "ratio, {what}: min {min:.0}×, median {:.0}× (#27's target: ≥ 100×)",
+            "ratio, {what}: min {min:.0}×, median {:.0}× (target: ≥ 100×)",
             median(&mut ratios)
         );
     }

@@ -2,16 +2,19 @@
 //!
 //! - `cargo xtask stage N`: builds and runs the Stage N demo, then that stage's tests.
 //! - `cargo xtask test`: everything CI runs: installs/checks test dependencies, `cargo fmt
-//!   --check`, `cargo clippy -D warnings`, every test, and every stage demo.
+//!   --check`, `cargo clippy -D warnings`, every test, the official MCP conformance suite's
+//!   client scenarios against the bridge, and every stage demo.
+//! - `cargo xtask conformance`: those conformance scenarios alone.
 //! - `cargo xtask bench`: the criterion benchmarks.
 //! - `cargo xtask bench langchain [--pairs N]`: the tool loop against LangChain core's same
-//!   round, alternating on this machine, and their ratio (#27).
+//!   round, alternating on this machine, and their ratio.
 //!
 //! Under `CI=true` a test dependency that cannot be installed is a failure, never a skip.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod conformance;
 mod graph;
 mod langchain;
 mod needs;
@@ -29,12 +32,13 @@ fn main() -> ExitCode {
         },
         Some("test") => test_all(),
         Some("bench") => bench(&args[1..]),
-        Some("deps") => needs::ensure(&needs::all()),
+        Some("deps") => needs::ensure(&needs::all()).and_then(|()| conformance::ensure().map(drop)),
+        Some("conformance") => conformance::run_all(),
         Some("graph") => graph::write(),
         Some("layers") => check_layers(),
         Some("with-services") => services::run_with(&args[1..]),
         _ => Err(
-            "usage: cargo xtask <stage N | test | bench | deps | graph | layers | with-services CMD…>"
+            "usage: cargo xtask <stage N | test | conformance | bench | deps | graph | layers | with-services CMD…>"
                 .into(),
         ),
     };
@@ -170,7 +174,7 @@ fn dir_size(path: &Path) -> u64 {
 /// The toolkit's cache: `$XDG_CACHE_HOME/llm-toolkit`, else `~/.cache/llm-toolkit` (npm MCP
 /// servers, the local model, Python virtualenvs; the same rule as the model fetcher and
 /// `testkit::toolkit_cache_dir`). CI's first-run check points `XDG_CACHE_HOME` at an empty
-/// directory (#40).
+/// directory.
 fn toolkit_cache() -> PathBuf {
     let base = match std::env::var_os("XDG_CACHE_HOME") {
         Some(x) if !x.is_empty() => PathBuf::from(x),
@@ -220,7 +224,7 @@ pub(crate) fn run_quiet(what: &str, cmd: &mut Command) -> Result<(), String> {
 }
 
 /// A stage's demo package: `examples/stage-N`, whose binary is `stage-N`. Each has only the
-/// dependencies its demo uses, so a stage builds nothing another stage needs (#40).
+/// dependencies its demo uses, so a stage builds nothing another stage needs.
 fn demo_package(n: u8) -> String {
     format!("stage-{n}")
 }
@@ -248,12 +252,12 @@ fn stage(n: u8) -> Result<(), String> {
     }
     // The same table and code as `cargo xtask test`: what the demo and the tests need. The
     // installs (npm, pip, apt: mostly waiting on the network) run beside the build (CPU), which
-    // needs none of them: a first run is a minute shorter (#40).
+    // needs none of them: a first run is a minute shorter.
     let needs = stage.needs;
     let installs = std::thread::spawn(move || needs::ensure(needs));
     // The demo and the tests in one build and one feature resolution: built apart, every
     // dependency whose features differ between the two (tokio, serde_json, hyper, reqwest, …)
-    // was compiled twice, a third of a cold stage's build (#40).
+    // was compiled twice, a third of a cold stage's build.
     let demo = demo_package(n);
     let mut packages = vec!["-p", demo.as_str()];
     for p in stage.packages {
@@ -339,6 +343,7 @@ fn test_all() -> Result<(), String> {
     graph::check()?;
     let needs: Vec<Need> = needs::all();
     needs::ensure(&needs)?;
+    let conformance_suite = conformance::ensure()?;
     run(
         "cargo fmt --check",
         cargo().args(["fmt", "--all", "--check"]),
@@ -353,7 +358,7 @@ fn test_all() -> Result<(), String> {
             "--workspace",
             "--all-targets",
             "--features",
-            "messaging/nats,tool-system/bench-traced",
+            "toolwright-messaging/nats,toolwright-tool-system/bench-traced",
             "--",
             "-D",
             "warnings",
@@ -368,12 +373,16 @@ fn test_all() -> Result<(), String> {
     // messaging's bus on NATS JetStream is behind its `nats` feature (no broker client in the
     // embedded build), so `--workspace` does not build those tests: run them here, on the broker.
     run(
-        "cargo test -p messaging --features nats (the bus across processes, on nats-server)",
+        "cargo test -p toolwright-messaging --features nats (the bus across processes, on nats-server)",
         cargo()
-            .args(["test", "-p", "messaging", "--features", "nats"])
+            .args(["test", "-p", "toolwright-messaging", "--features", "nats"])
             .args(["--test", "bus_across_processes"])
             .envs(services.env()),
     )?;
+    // The official MCP conformance suite's client scenarios against the bridge's client (an
+    // example of mcp-bridge, built by the tests above with the workspace's features).
+    conformance::build_client()?;
+    conformance::run_scenarios(&conformance_suite)?;
     // The demos' binaries with the workspace's features, as the tests above were built (only
     // the binaries link).
     run(
@@ -387,31 +396,34 @@ fn test_all() -> Result<(), String> {
     Ok(())
 }
 
-/// The layers above the backends must not compile an HTTP client or a model runtime (#12):
+/// The layers above the backends must not compile an HTTP client or a model runtime:
 /// checked on `cargo tree`'s normal dependencies, dev-dependencies aside.
 fn check_layers() -> Result<(), String> {
     const LAYERS: &[&str] = &[
-        "llm-core",
-        "context-engine",
-        "output-control",
-        "tool-system",
-        "sandbox",
-        "skills",
-        "code-mode",
-        "messaging",
-        "mcp-bridge",
+        "toolwright-core",
+        "toolwright-context-engine",
+        "toolwright-output-control",
+        "toolwright-tool-system",
+        "toolwright-sandbox",
+        "toolwright-skills",
+        "toolwright-code-mode",
+        "toolwright-messaging",
+        "toolwright-mcp-bridge",
         "seam-check",
-        "tool-search",
-        "process-guard",
+        "toolwright-tool-search",
+        "toolwright-process-guard",
     ];
-    // Every other crate, and why it may hold what the layers may not (#43: the check covers
+    // Every other crate, and why it may hold what the layers may not (the check covers
     // every crate; a new crate must be put in one list or the other).
     const EXEMPT: &[(&str, &str)] = &[
-        ("model-gateway", "a backend: HTTP to the provider"),
-        ("local-model", "a backend: the embedded model"),
-        ("telemetry", "the OpenTelemetry exporter"),
         (
-            "chat-panel",
+            "toolwright-model-gateway",
+            "a backend: HTTP to the provider",
+        ),
+        ("toolwright-local-model", "a backend: the embedded model"),
+        ("toolwright-telemetry", "the OpenTelemetry exporter"),
+        (
+            "toolwright-chat-panel",
             "the web front (axum) and remote MCP servers over HTTP",
         ),
         ("testkit", "test support: scripted HTTP servers"),
@@ -444,7 +456,7 @@ fn check_layers() -> Result<(), String> {
             .args(["tree", "-p", layer, "-e", "normal", "--prefix", "none"])
             .arg("--no-default-features")
             .args(
-                (*layer == "context-engine")
+                (*layer == "toolwright-context-engine")
                     .then_some(["--features", "postgres"])
                     .into_iter()
                     .flatten(),
@@ -466,7 +478,7 @@ fn check_layers() -> Result<(), String> {
             }
         }
     }
-    // #43: the database drivers and the broker client are features; with its default features
+    // the database drivers and the broker client are features; with its default features
     // off no crate compiles them (chat-panel, context-engine and messaging turn them on by name:
     // `postgres`, `nats`, `sqlite`). tiktoken is context-engine's feature too, but tool-system
     // always turns it on: the loop's default counter is exact for OpenAI-family models.
@@ -493,16 +505,16 @@ fn check_layers() -> Result<(), String> {
     // The panel's store and broker switches compile with the features off (their refusal,
     // `PanelError::FeatureOff`, is the code that runs then).
     run(
-        "cargo check -p chat-panel --no-default-features",
+        "cargo check -p toolwright-chat-panel --no-default-features",
         cargo().args([
             "check",
             "-p",
-            "chat-panel",
+            "toolwright-chat-panel",
             "--no-default-features",
             "--lib",
         ]),
     )?;
-    // #40: no stage's demo builds a tensor library (the local model has its own GGUF reader and
+    // no stage's demo builds a tensor library (the local model has its own GGUF reader and
     // kernels; candle is its tests' oracle): candle-core alone was 252 s of a cold Stage 3.
     for stage in STAGES {
         let pkg = format!("stage-{}", stage.n);
@@ -531,7 +543,10 @@ fn bench(extra: &[String]) -> Result<(), String> {
         cargo()
             .args(["bench", "--workspace"])
             // the benches behind features (a bench whose features are off is not run)
-            .args(["--features", "tool-system/bench-traced,messaging/nats"])
+            .args([
+                "--features",
+                "toolwright-tool-system/bench-traced,toolwright-messaging/nats",
+            ])
             .args(extra)
             .envs(services.env()),
     )

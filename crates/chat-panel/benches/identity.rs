@@ -1,10 +1,10 @@
-//! #44 item: what knowing who calls costs a request. `JwtBearer` with its keys cached (fetched
+//! What knowing who calls costs a request. `JwtBearer` with its keys cached (fetched
 //! once from a JWKS served on 127.0.0.1 by this bench, as a provider would): verifying an RS256
 //! and an ES256 token; and the whole guard path — the same `GET /api/sessions/{id}` through the
 //! panel's router (request checks, authentication, ownership, handler) without authentication
 //! and with a bearer token, whose difference is what verification adds to a request.
 //!
-//! Run: `cargo bench -p chat-panel --bench identity`. Criterion keeps the median (p50) in
+//! Run: `cargo bench -p toolwright-chat-panel --bench identity`. Criterion keeps the median (p50) in
 //! `target/criterion/<name>/new/estimates.json`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, header};
-use chat_panel::identity::{Authenticator, JwtBearer, JwtBearerConfig, RequestHead};
-use chat_panel::{ChatBackend, ChatPanel, EventStream, PanelConfig};
-use context_engine::{MemoryStore, SessionStore};
+use toolwright_chat_panel::identity::{Authenticator, JwtBearer, JwtBearerConfig, RequestHead};
+use toolwright_chat_panel::{ChatBackend, ChatPanel, EventStream, PanelConfig};
+use toolwright_context_engine::{MemoryStore, SessionStore};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use tower::ServiceExt;
@@ -112,7 +112,7 @@ fn bench(c: &mut Criterion) {
     ] {
         let router = rt.block_on(async {
             let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-            ChatPanel::new(Reader(store), messaging::MessageBus::new(), config).router()
+            ChatPanel::new(Reader(store), toolwright_messaging::MessageBus::new(), config).router()
         });
         // the caller's own conversation (minted as with any client: `POST /api/sessions`)
         let minted = rt

@@ -24,7 +24,7 @@
 //!
 //! Bounded: every phase has a time limit and the bench exits by itself. Needs `TEST_DATABASE_URL`
 //! and `TEST_NATS_URL` (`cargo xtask bench` or `cargo xtask with-services` start both on
-//! 127.0.0.1). Run: `cargo xtask with-services cargo bench -p chat-panel --bench sessions_10k`;
+//! 127.0.0.1). Run: `cargo xtask with-services cargo bench -p toolwright-chat-panel --bench sessions_10k`;
 //! `SESSIONS=2000` for a smaller run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -40,7 +40,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chat_panel::PanelConfig;
+use toolwright_chat_panel::PanelConfig;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
@@ -64,7 +64,7 @@ fn main() {
     raise_fd_limit();
     pg::pg_base_url(); // fails loudly when not set
     let nats = std::env::var("TEST_NATS_URL").unwrap_or_else(|_| {
-        panic!("TEST_NATS_URL is not set: run `cargo xtask with-services cargo bench -p chat-panel --bench sessions_10k`")
+        panic!("TEST_NATS_URL is not set: run `cargo xtask with-services cargo bench -p toolwright-chat-panel --bench sessions_10k`")
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -325,15 +325,15 @@ async fn run(
 /// process would be the same to the broker). Delivery is the send to the second of the
 /// message's two rows on that conversation's stream.
 async fn bus_messages(url: &str, ids: &[String], rows: &Rows, n: usize, m: usize) -> BusPhase {
-    let bus = messaging::MessageBus::connect_nats(url).await.unwrap();
+    let bus = toolwright_messaging::MessageBus::connect_nats(url).await.unwrap();
     let start = Instant::now();
     let sends = futures::stream::iter(ids.iter().enumerate())
         .map(|(i, id)| {
             let bus = bus.clone();
-            let to = chat_panel::user_address(id);
+            let to = toolwright_chat_panel::user_address(id);
             async move {
                 let t0 = Instant::now();
-                bus.send(messaging::OutgoingMessage::new(
+                bus.send(toolwright_messaging::OutgoingMessage::new(
                     "bench-bot",
                     to,
                     format!("bus note {i}"),
@@ -543,8 +543,8 @@ async fn count_postgres(url: &str, n: usize, m: usize, bus: i64) -> String {
 }
 
 async fn count_sqlite(path: &std::path::Path, n: usize, m: usize) -> String {
-    use context_engine::SessionStore;
-    let store = context_engine::SqliteStore::open(path).unwrap();
+    use toolwright_context_engine::SessionStore;
+    let store = toolwright_context_engine::SqliteStore::open(path).unwrap();
     let mut counts = HashMap::new();
     for id in store.list().await.unwrap() {
         let len = store.load(&id).await.unwrap().messages.len() as i64;

@@ -1,7 +1,7 @@
 //! SSE under load: 200 concurrent clients each POST one message to its own session on a panel
 //! over the offline scripted agent (send_message with quick replies, then a streamed answer).
 //! Prints time to first SSE event and time to `done` (p50/p95/max) per round. Bounded: a fixed
-//! number of rounds, each with a 120 s limit. Run: `cargo bench -p chat-panel --bench sse_load`.
+//! number of rounds, each with a 120 s limit. Run: `cargo bench -p toolwright-chat-panel --bench sse_load`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 #[path = "../tests/common/mod.rs"]

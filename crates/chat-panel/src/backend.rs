@@ -4,11 +4,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use context_engine::SessionStore;
+use toolwright_context_engine::SessionStore;
 use futures::Stream;
-use llm_core::ChatModel;
-use messaging::{MessageBus, SendMessageTool};
-use tool_system::{
+use toolwright_core::ChatModel;
+use toolwright_messaging::{MessageBus, SendMessageTool};
+use toolwright_tool_system::{
     Agent, AgentBuilder, ApprovalDecision, ApprovalError, LoopError, LoopEvent, PendingApproval,
 };
 
@@ -26,9 +26,9 @@ pub type EventStream = Pin<Box<dyn Stream<Item = LoopEvent> + Send>>;
 /// keeping the conversation in [`store`](Self::store). Dropping the stream may cancel the
 /// answer.
 ///
-/// `principal` is who the request is ([`Principal::id`](crate::identity::Principal::id), #44):
+/// `principal` is who the request is ([`Principal::id`](crate::identity::Principal::id)):
 /// the approval tokens an answer hands out are bound to it, and decisions are taken and
-/// recorded as its ([`tool_system::LoopOptions::principal`]).
+/// recorded as its ([`toolwright_tool_system::LoopOptions::principal`]).
 pub trait ChatBackend: Send + Sync + 'static {
     /// Answers one user message of `principal`.
     fn reply(&self, session_id: &str, principal: &str, text: &str) -> EventStream;
@@ -68,17 +68,17 @@ pub fn user_address(session_id: &str) -> String {
     format!("user:{session_id}")
 }
 
-/// The bus address of a principal (#44): `person:PRINCIPAL`, the id their authenticator gives
+/// The bus address of a principal: `person:PRINCIPAL`, the id their authenticator gives
 /// them ([`crate::identity::Principal::id`]; `local` without authentication). A message sent
 /// there is stored in that principal's inbox conversation, theirs alone, which their page
 /// opens with the Inbox button (`GET /api/inbox`): address people, not conversation ids.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// use messaging::{MessageBus, OutgoingMessage};
+/// use toolwright_messaging::{MessageBus, OutgoingMessage};
 /// let bus = MessageBus::new(); // the panel's bus (with workers, `MessageBus::connect_nats`)
 /// # let mut panels = bus.subscribe_group("person").unwrap(); // what a serving panel holds
-/// let to = chat_panel::person_address("alice@example.com");
+/// let to = toolwright_chat_panel::person_address("alice@example.com");
 /// assert_eq!(to, "person:alice@example.com");
 /// bus.send(OutgoingMessage::new("billing-bot", to, "Your invoice is ready")).await.unwrap();
 /// # assert_eq!(panels.recv().await.unwrap().to, "person:alice@example.com");
@@ -126,10 +126,10 @@ impl AgentBackend {
     /// `config.context_budget`; `configure` may add tools or change options.
     ///
     /// ```no_run
-    /// # async fn demo(model: impl llm_core::ChatModel + 'static) -> Result<(), chat_panel::PanelError> {
-    /// use chat_panel::{AgentBackend, PanelConfig};
+    /// # async fn demo(model: impl toolwright_core::ChatModel + 'static) -> Result<(), toolwright_chat_panel::PanelError> {
+    /// use toolwright_chat_panel::{AgentBackend, PanelConfig};
     /// let config = PanelConfig::default().with_history_path("/var/lib/my-app/panel.sqlite3");
-    /// let backend = AgentBackend::build(model, messaging::MessageBus::new(), &config, |b| b).await?;
+    /// let backend = AgentBackend::build(model, toolwright_messaging::MessageBus::new(), &config, |b| b).await?;
     /// # Ok(()) }
     /// ```
     pub async fn build(

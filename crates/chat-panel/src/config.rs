@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(feature = "postgres")]
-use context_engine::PostgresStore;
+use toolwright_context_engine::PostgresStore;
 #[cfg(feature = "sqlite")]
-use context_engine::SqliteStore;
-use context_engine::{MemoryStore, SessionStore, StoreError};
+use toolwright_context_engine::SqliteStore;
+use toolwright_context_engine::{MemoryStore, SessionStore, StoreError};
 #[cfg(feature = "nats")]
-use messaging::NatsConfig;
-use messaging::{BusError, MessageBus};
-use tool_system::RegistryError;
+use toolwright_messaging::NatsConfig;
+use toolwright_messaging::{BusError, MessageBus};
+use toolwright_tool_system::RegistryError;
 
 /// The variable naming the PostgreSQL database that keeps the panel's conversations
 /// ([`PanelConfig::from_env`]).
@@ -70,7 +70,7 @@ pub enum PanelError {
         /// The bus's error.
         source: BusError,
     },
-    /// The configuration names a store or a broker this build of the panel leaves out (#43:
+    /// The configuration names a store or a broker this build of the panel leaves out (
     /// SQLite, PostgreSQL and NATS are features of the `chat-panel` crate).
     #[error(
         "{what} needs the chat panel's `{feature}` feature, which this build leaves out; add \
@@ -182,7 +182,7 @@ impl HistoryStore {
 ///
 /// ```
 /// use std::time::Duration;
-/// use chat_panel::PanelConfig;
+/// use toolwright_chat_panel::PanelConfig;
 /// let config = PanelConfig::default()
 ///     .with_history_path("/tmp/panel-doc-example.sqlite3")
 ///     .with_allowed_host("chat.example.com")
@@ -261,10 +261,10 @@ pub struct PanelConfig {
     pub allowed_hosts: Vec<String>,
     /// Origins (`scheme://host[:port]`) accepted besides the panel's own (default none).
     pub allowed_origins: Vec<String>,
-    /// Who is calling (#44): every `/api/` request is authenticated by it, and a refusal is
+    /// Who is calling: every `/api/` request is authenticated by it, and a refusal is
     /// `401` (default [`NoAuth`](crate::identity::NoAuth), loopback only).
     pub authenticator: std::sync::Arc<dyn crate::identity::Authenticator>,
-    /// The browser login (#44, [`crate::login`]): `/login`, `/callback`, `/logout`, and the
+    /// The browser login ([`crate::login`]): `/login`, `/callback`, `/logout`, and the
     /// page sends a browser without a session to `/login` (default none).
     pub login: Option<std::sync::Arc<crate::login::OidcLogin>>,
     /// Open connections at most; beyond it the longest idle connection is closed, or the new
@@ -333,7 +333,7 @@ impl PanelConfig {
     /// [`bus`](Self::bus), at start.
     ///
     /// ```
-    /// let config = chat_panel::PanelConfig::from_env();
+    /// let config = toolwright_chat_panel::PanelConfig::from_env();
     /// assert_eq!(config.history.is_shared(), std::env::var("DATABASE_URL").is_ok_and(|u| !u.trim().is_empty()));
     /// ```
     pub fn from_env() -> Self {
@@ -578,7 +578,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn i42_6_a_client_certificate_without_its_key_is_a_setting_error_at_start() {
+    async fn a_client_certificate_without_its_key_is_a_setting_error_at_start() {
         const CERT_ONLY: [(&str, &str); 2] = [
             (NATS_URL, "tls://127.0.0.1:1"),
             (NATS_TLS_CERT, "/etc/nats/half.pem"),
@@ -604,7 +604,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn i42_6_broker_credentials_come_from_the_environment_and_no_error_shows_the_password() {
+    async fn broker_credentials_come_from_the_environment_and_no_error_shows_the_password() {
         let c = PanelConfig::from_vars(vars(&[
             (NATS_URL, "nats://worker:hunter2@127.0.0.1:1"),
             (NATS_CREDS, "/etc/nats/worker.creds"),

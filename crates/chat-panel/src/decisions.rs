@@ -1,11 +1,11 @@
-//! Who decided (#44 item 3): the record of a conversation's decisions, kept in its session
+//! Who decided: the record of a conversation's decisions, kept in its session
 //! store beside it (memory, SQLite, PostgreSQL) — the tool-system's approval decisions
-//! ([`tool_system::DecisionRecord`], state slot [`tool_system::APPROVAL_LOG_KEY`]) and the
+//! ([`toolwright_tool_system::DecisionRecord`], state slot [`toolwright_tool_system::APPROVAL_LOG_KEY`]) and the
 //! person's answers to MCP servers' questions ([`AnswerRecord`], state slot [`ANSWERS_KEY`]),
 //! each with the principal, the time and what was decided on. `GET /api/sessions/{id}` shows
 //! them as `decisions`, oldest first, and the page shows them in the conversation.
 
-use context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -82,9 +82,9 @@ pub(crate) async fn record_answer(
 /// "callId", "tool", "arguments", "approved", "reason"?}` and `{"kind": "answer", "principal",
 /// "atMs", "question", "service", "message", "action", "content"?}`.
 pub(crate) async fn decisions(store: &dyn SessionStore, id: &str) -> Result<Value, StoreError> {
-    let approvals = match tool_system::approval_log(store, id).await {
+    let approvals = match toolwright_tool_system::approval_log(store, id).await {
         Ok(l) => l,
-        Err(tool_system::LoopError::Store(e)) => return Err(e),
+        Err(toolwright_tool_system::LoopError::Store(e)) => return Err(e),
         Err(e) => return Err(unreadable(id, e)),
     };
     let answers: Vec<AnswerRecord> = match store.get_state(id, ANSWERS_KEY).await {

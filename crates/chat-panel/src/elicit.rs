@@ -1,23 +1,25 @@
-//! MCP elicitation in the panel (#27): [`PanelElicitor`] is the [`Elicitor`] to hand to
+//! MCP elicitation in the panel: [`PanelElicitor`] is the [`Elicitor`] to hand to
 //! `McpBridge::set_elicitor`. A server's question during a tool call of a panel turn is shown in
 //! that turn's SSE stream as an `elicitation` event (the page builds a form of the schema's
 //! primitive fields, buttons for enums and booleans, or a link for URL mode — never opened for
 //! the person, and a link only when [`url_may_be_link`] says so: the server chooses the URL,
 //! and a `javascript:` one would run in the page); `POST /api/sessions/{id}/elicitations/{n}` with `{"action": "accept" | "decline"
-//! | "cancel", "content"?}` answers it, once. A question for a session with no turn running in
-//! this panel (or none at all) is declined: nobody could see it.
+//! | "cancel", "content"?}` answers it, once. A turn is registered for questions before its model
+//! or any tool runs, so a question asked at a turn's first instant waits for the turn's stream
+//! and is shown. A question for a session with no turn running in this panel (or none at all) is
+//! declined: nobody could see it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use mcp_bridge::elicitation::{ElicitationAnswer, ElicitationMode, ElicitationRequest, Elicitor};
+use toolwright_mcp_bridge::elicitation::{ElicitationAnswer, ElicitationMode, ElicitationRequest, Elicitor};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 /// Whether a URL-mode question's URL may become a link in the page: only `https:`, and `http:`
 /// to this machine (`127.0.0.1`, `localhost`, `[::1]`), where a local consent page may run.
-/// Anything else — `javascript:` (the page allows inline script), `data:`, `vbscript:`,
-/// `file:`, a relative or unparsable URL — is shown as text (#42 item 1).
+/// Anything else — `javascript:` (script; the page's policy would not run it either),
+/// `data:`, `vbscript:`, `file:`, a relative or unparsable URL — is shown as text.
 ///
 /// The URL is parsed as the browser parses it (WHATWG, the `url` crate): leading and trailing
 /// spaces and control characters are dropped, tabs and newlines anywhere removed, the scheme
@@ -43,12 +45,16 @@ pub(crate) fn url_may_be_link(url: &str) -> bool {
 #[derive(Default)]
 pub(crate) struct Asks {
     sessions: Mutex<HashMap<String, SessionAsks>>,
+    /// Numbers the turns, so a turn that ends late cannot end its successor's questions.
+    turns: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
 struct SessionAsks {
     /// The running turn's channel into its SSE stream.
     live: Option<mpsc::UnboundedSender<Value>>,
+    /// Which turn `live` is.
+    turn: u64,
     /// Questions waiting for the person, by number.
     waiting: HashMap<u64, Claimed>,
     next: u64,
@@ -58,18 +64,57 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A turn's questions: what its stream shows (`rx`), from the moment it was registered — before
+/// the model or any tool of the turn runs, so a question asked at the turn's first instant waits
+/// here for the stream instead of being declined. Dropping it ends the turn's questions (the
+/// ones still waiting are cancelled).
+pub(crate) struct TurnAsks {
+    asks: Arc<Asks>,
+    session: String,
+    turn: u64,
+    /// The questions, in the order they were asked.
+    pub(crate) rx: mpsc::UnboundedReceiver<Value>,
+}
+
+impl Drop for TurnAsks {
+    fn drop(&mut self) {
+        self.asks.turn_ended(&self.session, self.turn);
+    }
+}
+
 impl Asks {
-    /// A turn of `session` starts: questions go to `tx` until [`Asks::turn_ended`].
-    pub(crate) fn turn_started(&self, session: &str, tx: mpsc::UnboundedSender<Value>) {
-        lock(&self.sessions)
-            .entry(session.to_owned())
-            .or_default()
-            .live = Some(tx);
+    /// A turn of `session` starts: its questions go to the returned [`TurnAsks`] until it is
+    /// dropped. Call it before the turn's model or tools can run.
+    pub(crate) fn turn_started(self: &Arc<Self>, session: &str) -> TurnAsks {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let turn = self
+            .turns
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let mut map = lock(&self.sessions);
+        let s = map.entry(session.to_owned()).or_default();
+        s.live = Some(tx);
+        s.turn = turn;
+        TurnAsks {
+            asks: self.clone(),
+            session: session.to_owned(),
+            turn,
+            rx,
+        }
     }
 
-    /// The turn ended: questions still waiting are cancelled (their senders dropped).
-    pub(crate) fn turn_ended(&self, session: &str) {
-        lock(&self.sessions).remove(session);
+    /// Turn `turn` of `session` ended: its questions still waiting are cancelled (their senders
+    /// dropped). A later turn of the session that started meanwhile keeps its own.
+    fn turn_ended(&self, session: &str, turn: u64) {
+        let mut map = lock(&self.sessions);
+        let Some(s) = map.get_mut(session) else {
+            return;
+        };
+        if s.turn == turn {
+            map.remove(session);
+        } else {
+            s.waiting.retain(|_, q| q.turn != turn);
+        }
     }
 
     /// Takes question `n` of `session` to answer it (nobody else can from here on); `None`
@@ -85,6 +130,8 @@ impl Asks {
 /// A question taken to be answered ([`Asks::claim`]).
 pub(crate) struct Claimed {
     tx: oneshot::Sender<ElicitationAnswer>,
+    /// The turn it was asked in.
+    turn: u64,
     /// The MCP server that asked.
     pub(crate) service: String,
     /// What it asked.
@@ -135,10 +182,12 @@ impl Elicitor for PanelElicitor {
         let (tx, rx) = oneshot::channel();
         let n = {
             let mut map = lock(&self.asks.sessions);
-            let Some(s) = map.get_mut(&session) else {
+            let Some(live) = map.get_mut(&session).and_then(|s| s.live.clone()) else {
+                tracing::info!(service = %request.service, session = %session,
+                    "chat panel: an MCP question for a session with no answer running here declined");
                 return ElicitationAnswer::Decline;
             };
-            let Some(live) = s.live.clone() else {
+            let Some(s) = map.get_mut(&session) else {
                 return ElicitationAnswer::Decline;
             };
             s.next += 1;
@@ -151,7 +200,7 @@ impl Elicitor for PanelElicitor {
                 _ => return ElicitationAnswer::Decline,
             };
             // `link`: whether the page may make the URL a link (it checks again itself);
-            // otherwise it shows the URL as text (#42).
+            // otherwise it shows the URL as text.
             let event = json!({"id": n, "service": request.service, "message": request.message,
                                "mode": mode, "schema": schema, "url": url, "link": link});
             if live.send(event).is_err() {
@@ -159,6 +208,7 @@ impl Elicitor for PanelElicitor {
             }
             let claimed = Claimed {
                 tx,
+                turn: s.turn,
                 service: request.service.clone(),
                 message: request.message.clone(),
             };
@@ -179,7 +229,7 @@ impl Elicitor for PanelElicitor {
 mod tests {
     use super::*;
 
-    /// #42 item 1: only https (and http to this machine) may be a link; everything a hostile
+    /// only https (and http to this machine) may be a link; everything a hostile
     /// server could use to run script or read files is text.
     #[test]
     fn elicitation_url_may_be_a_link_only_for_https_and_loopback_http() {

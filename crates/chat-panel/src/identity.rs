@@ -1,4 +1,4 @@
-//! Who is calling (#44): the narrow seam between a request's head and a [`Principal`].
+//! Who is calling: the narrow seam between a request's head and a [`Principal`].
 //!
 //! An [`Authenticator`] looks at the request head (its headers and the peer address of the TCP
 //! connection) and answers with the principal or a typed [`Refusal`]; the panel answers a
@@ -10,8 +10,9 @@
 //! * [`TrustedProxyHeader`] — a reverse proxy that authenticated the person names them in a
 //!   header (`X-Forwarded-User`…); the header is believed only on connections from the proxy
 //!   addresses the operator lists, and a request from anywhere else is refused.
-//! * [`JwtBearer`] — an OIDC/JWT bearer token (`Authorization: Bearer …`) whose signature,
-//!   issuer, audience and expiry are checked against the provider's JWKS, fetched over HTTP(S)
+//! * [`JwtBearer`] — an OIDC/JWT bearer token (`Authorization: Bearer …`, the scheme in any
+//!   case) whose signature, issuer, audience, expiry, not-before (`nbf`) and issue time (`iat`,
+//!   never in the future) are checked against the provider's JWKS, fetched over HTTP(S)
 //!   and cached; a token signed with a key the cache does not know makes one refetch (at most
 //!   one per [`JwtBearerConfig::refetch_interval`]), so a rotated key is used without a restart.
 //!   Only the asymmetric algorithms configured are accepted: `alg: none` and HMAC tokens (an
@@ -22,8 +23,8 @@
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use chat_panel::PanelConfig;
-//! use chat_panel::identity::{
+//! use toolwright_chat_panel::PanelConfig;
+//! use toolwright_chat_panel::identity::{
 //!     Algorithm, IdentityError, JwtBearer, JwtBearerConfig, TrustedProxyHeader,
 //! };
 //! // behind a proxy at 10.0.0.2 that names the person in X-Forwarded-User
@@ -111,9 +112,12 @@ pub enum Refusal {
     /// The `Authorization` header is not a bearer token, or the token is not a JWT.
     #[error("the bearer token is malformed ({0}); sign in again")]
     Malformed(String),
-    /// The token's `alg` is not one this panel accepts (`none`, HMAC, or not configured).
+    /// The token's `alg` is not one this panel accepts (HMAC, unknown, or not configured).
     #[error("tokens signed with {0} are not accepted here; use your identity provider's token")]
     AlgorithmNotAllowed(String),
+    /// The token is not signed at all (`alg: none`).
+    #[error("the token's `alg` is none; only signed tokens are accepted")]
+    Unsigned,
     /// No key with the token's `kid` in the provider's key set, even after refetching it.
     #[error(
         "the token was signed with a key the identity provider does not publish; sign in again"
@@ -122,9 +126,38 @@ pub enum Refusal {
     /// The signature does not verify.
     #[error("the token's signature does not verify; sign in again")]
     BadSignature,
-    /// The token has expired (or has no `exp`).
+    /// The token has expired.
     #[error("the token has expired; sign in again")]
     Expired,
+    /// The token's `nbf` (not before) is later than now, beyond the allowed clock skew.
+    #[error(
+        "the token is not valid yet (its `nbf` is in the future); check the clocks of the identity provider and of this server"
+    )]
+    NotYetValid,
+    /// The token's `iat` (issued at) is later than now, beyond the allowed clock skew.
+    #[error(
+        "the token says it was issued in the future (its `iat`); check the clocks of the identity provider and of this server"
+    )]
+    IssuedInFuture,
+    /// A claim the panel needs is not in the (correctly signed) token.
+    #[error("the token has no `{claim}` claim ({required} is required)")]
+    MissingClaim {
+        /// The claim's name (`sub`, `exp`, `iss`, `aud`).
+        claim: String,
+        /// What it must hold.
+        required: &'static str,
+    },
+    /// A claim of the (correctly signed) token is of the wrong type (a numeric `sub`, a string
+    /// `exp`…).
+    #[error("the token's `{claim}` claim is {found} ({required} is required)")]
+    ClaimType {
+        /// The claim's name.
+        claim: String,
+        /// What it holds: "a number", "a string", "an array"…
+        found: &'static str,
+        /// What it must hold.
+        required: &'static str,
+    },
     /// The token was issued by another issuer.
     #[error("the token was issued by another identity provider than this panel trusts")]
     WrongIssuer,
@@ -134,7 +167,9 @@ pub enum Refusal {
     )]
     WrongAudience,
     /// The token's subject (or the proxy header) cannot be a principal.
-    #[error("the token names no usable subject (`sub`)")]
+    #[error(
+        "the identity named (the token's `sub`, or the proxy's header) is not usable: 1 to 256 characters, no control characters"
+    )]
     BadPrincipal,
     /// The provider's key set could not be fetched, so no token can be checked now.
     #[error("the identity provider's keys cannot be fetched just now; try again shortly")]
@@ -264,7 +299,8 @@ pub struct JwtBearerConfig {
     pub audience: Vec<String>,
     /// The accepted algorithms; asymmetric only (default `RS256`, `ES256`).
     pub algorithms: Vec<Algorithm>,
-    /// Clock skew allowed on `exp`/`nbf` (default 30 s).
+    /// Clock skew allowed on `exp`, `nbf` and `iat` (default 30 s): a token is refused once
+    /// expired longer than this, or when its `nbf` or `iat` is further than this in the future.
     pub leeway: Duration,
     /// How long fetched keys are used before they are fetched again (default 1 h).
     pub cache_for: Duration,
@@ -345,7 +381,10 @@ impl JwtBearer {
                 v.set_issuer(&[&config.issuer]);
                 v.set_audience(&config.audience);
                 v.leeway = config.leeway.as_secs();
-                v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+                v.validate_nbf = true;
+                // `sub` is checked by `check_claims`, which can say whether it is missing or
+                // not a string (jsonwebtoken says "missing" for both)
+                v.set_required_spec_claims(&["exp", "iss", "aud"]);
                 (*a, v)
             })
             .collect();
@@ -444,9 +483,19 @@ impl JwtBearer {
     }
 }
 
-#[derive(serde::Deserialize)]
-struct Claims {
-    sub: String,
+/// The token of an `Authorization` header value: `Bearer <token>`, the scheme in any case
+/// (RFC 9110: authentication schemes are case-insensitive), one or more spaces before the token.
+fn bearer_token(value: &str) -> Result<&str, Refusal> {
+    let not_bearer = || Refusal::Malformed("not `Bearer <token>`".into());
+    let (scheme, token) = value
+        .trim()
+        .split_once([' ', '\t'])
+        .ok_or_else(not_bearer)?;
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || token.contains([' ', '\t']) {
+        return Err(not_bearer());
+    }
+    Ok(token)
 }
 
 #[async_trait::async_trait]
@@ -459,48 +508,224 @@ impl Authenticator for JwtBearer {
         let value = value
             .to_str()
             .map_err(|_| Refusal::Malformed("not ASCII".into()))?;
-        let token = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
-            .ok_or_else(|| Refusal::Malformed("not `Bearer <token>`".into()))?
-            .trim();
+        let token = bearer_token(value)?;
         Principal::new(self.verify::<Claims>(token).await?.sub)
     }
 }
 
+#[derive(serde::Deserialize)]
+struct Claims {
+    sub: String,
+}
+
+/// What a JSON value is, for a refusal's sentence.
+fn kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value as V;
+    match v {
+        V::Null => "null",
+        V::Bool(_) => "a boolean",
+        V::Number(_) => "a number",
+        V::String(_) => "a string",
+        V::Array(_) => "an array",
+        V::Object(_) => "an object",
+    }
+}
+
+/// The first of the registered claims jsonwebtoken reads that is present with the wrong type.
+fn mistyped(claims: &serde_json::Map<String, serde_json::Value>) -> Option<Refusal> {
+    use serde_json::Value as V;
+    ["exp", "nbf", "sub", "iss", "aud"].into_iter().find_map(|c| {
+        let ok = match (c, claims.get(c)?) {
+            (_, V::Null) => true,
+            ("exp" | "nbf", v) => v.is_number(),
+            ("sub" | "iss", v) => v.is_string(),
+            (_, V::Array(a)) => a.iter().all(V::is_string),
+            (_, v) => v.is_string(),
+        };
+        (!ok).then(|| Refusal::ClaimType {
+            claim: c.to_owned(),
+            found: kind(&claims[c]),
+            required: required(c),
+        })
+    })
+}
+
+/// What claim `c` must hold, for a refusal's sentence.
+fn required(c: &str) -> &'static str {
+    match c {
+        "sub" => "a string",
+        "iss" => "an issuer string",
+        "aud" => "an audience naming this panel's client id",
+        _ => "a time in seconds since 1970",
+    }
+}
+
+/// base64url without padding (a JWS part) → bytes; `None` when it is not.
+fn b64url(part: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(part.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in part.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// The token's `alg`, read before anything else: `none` (an unsigned token) and names that are
+/// no signature algorithm at all are refused here, each with a sentence of its own.
+fn token_alg(token: &str) -> Result<Algorithm, Refusal> {
+    let mut parts = token.split('.');
+    let (Some(head), Some(_), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Refusal::Malformed(
+            "not a JWT: expected three base64url parts separated by dots".into(),
+        ));
+    };
+    let header: serde_json::Value = b64url(head)
+        .and_then(|h| serde_json::from_slice(&h).ok())
+        .filter(serde_json::Value::is_object)
+        .ok_or_else(|| Refusal::Malformed("its header is not base64url-encoded JSON".into()))?;
+    let alg = match header.get("alg") {
+        Some(serde_json::Value::String(a)) => a,
+        Some(_) => return Err(Refusal::Malformed("its header's `alg` is not a string".into())),
+        None => return Err(Refusal::Malformed("its header has no `alg`".into())),
+    };
+    if alg.eq_ignore_ascii_case("none") {
+        return Err(Refusal::Unsigned);
+    }
+    alg.parse::<Algorithm>()
+        .map_err(|_| Refusal::AlgorithmNotAllowed(printable(alg)))
+}
+
+/// At most 40 characters of `s`, control characters dropped: a client's text in a sentence.
+fn printable(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(40).collect()
+}
+
 impl JwtBearer {
     /// The claims of `token` once its signature (against the provider's keys), `iss`, `aud`,
-    /// `exp` and `sub` are checked: for the bearer tokens of API clients, and the ID tokens of
-    /// the browser login ([`crate::login`]).
+    /// `exp`, `nbf`, `iat` and `sub` are checked: for the bearer tokens of API clients, and the ID
+    /// tokens of the browser login ([`crate::login`]).
     pub(crate) async fn verify<T: serde::de::DeserializeOwned>(
         &self,
         token: &str,
     ) -> Result<T, Refusal> {
-        // `alg: none` and unknown names fail here (jsonwebtoken has no such algorithm)
-        let header =
-            jsonwebtoken::decode_header(token).map_err(|e| Refusal::Malformed(e.to_string()))?;
-        let Some(validation) = self.validation.get(&header.alg) else {
-            return Err(Refusal::AlgorithmNotAllowed(format!("{:?}", header.alg)));
+        let alg = token_alg(token)?;
+        let Some(validation) = self.validation.get(&alg) else {
+            return Err(Refusal::AlgorithmNotAllowed(format!("{alg:?}")));
         };
+        let header = jsonwebtoken::decode_header(token).map_err(|e| {
+            Refusal::Malformed(format!("its header is not a JWS header ({e})"))
+        })?;
         let kid = header
             .kid
             .ok_or_else(|| Refusal::Malformed("no `kid` in the token's header".into()))?;
         let key = self.key(&kid).await?;
-        let data = jsonwebtoken::decode::<T>(token, &key, validation).map_err(|e| {
-            use jsonwebtoken::errors::ErrorKind as K;
-            match e.kind() {
-                K::ExpiredSignature | K::ImmatureSignature => Refusal::Expired,
-                K::InvalidIssuer => Refusal::WrongIssuer,
-                K::InvalidAudience => Refusal::WrongAudience,
-                // the key is of another family than the token's algorithm
-                K::InvalidAlgorithm => Refusal::BadSignature,
-                K::MissingRequiredClaim(c) if c == "exp" => Refusal::Expired,
-                K::MissingRequiredClaim(c) if c == "iss" => Refusal::WrongIssuer,
-                K::MissingRequiredClaim(c) if c == "aud" => Refusal::WrongAudience,
-                K::MissingRequiredClaim(_) => Refusal::BadPrincipal,
-                _ => Refusal::BadSignature,
+        type Map = serde_json::Map<String, serde_json::Value>;
+        let claims = match jsonwebtoken::decode::<Map>(token, &key, validation) {
+            Ok(data) => data.claims,
+            Err(e) => return Err(refusal(token, e.kind())),
+        };
+        self.check_claims(&claims)?;
+        serde_json::from_value(serde_json::Value::Object(claims))
+            .map_err(|e| Refusal::Malformed(format!("its claims are not what was expected ({e})")))
+    }
+
+    /// What jsonwebtoken leaves unchecked: `sub` a string, `iat` (when present) a time not in
+    /// the future beyond the leeway.
+    fn check_claims(&self, claims: &serde_json::Map<String, serde_json::Value>) -> Result<(), Refusal> {
+        match claims.get("sub") {
+            Some(serde_json::Value::String(_)) => {}
+            None | Some(serde_json::Value::Null) => {
+                return Err(Refusal::MissingClaim {
+                    claim: "sub".into(),
+                    required: required("sub"),
+                });
             }
-        })?;
-        Ok(data.claims)
+            Some(other) => {
+                return Err(Refusal::ClaimType {
+                    claim: "sub".into(),
+                    found: kind(other),
+                    required: required("sub"),
+                });
+            }
+        }
+        match claims.get("iat") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Number(n)) => {
+                let now = jsonwebtoken::get_current_timestamp() as f64;
+                let latest = now + self.config.leeway.as_secs_f64();
+                if n.as_f64().is_none_or(|iat| iat > latest) {
+                    return Err(Refusal::IssuedInFuture);
+                }
+            }
+            Some(other) => {
+                return Err(Refusal::ClaimType {
+                    claim: "iat".into(),
+                    found: kind(other),
+                    required: required("iat"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// jsonwebtoken's error → the refusal that says what is wrong. Claims are looked at only after
+/// the signature verified (jsonwebtoken validates them after it checked the signature), so
+/// reading them again here for the sentence trusts nothing unsigned.
+fn refusal(token: &str, e: &jsonwebtoken::errors::ErrorKind) -> Refusal {
+    use jsonwebtoken::errors::ErrorKind as K;
+    // whether claim `c` is there at all (it is, when jsonwebtoken found it unusable)
+    let present = |c: &str| {
+        jsonwebtoken::dangerous::insecure_decode::<serde_json::Value>(token)
+            .ok()
+            .and_then(|d| d.claims.get(c).filter(|v| !v.is_null()).map(kind))
+    };
+    let about = |c: &str| match present(c) {
+        Some(found) => Refusal::ClaimType {
+            claim: c.to_owned(),
+            found,
+            required: required(c),
+        },
+        None => Refusal::MissingClaim {
+            claim: c.to_owned(),
+            required: required(c),
+        },
+    };
+    match e {
+        K::ExpiredSignature => Refusal::Expired,
+        K::ImmatureSignature => Refusal::NotYetValid,
+        K::InvalidIssuer => Refusal::WrongIssuer,
+        K::InvalidAudience => Refusal::WrongAudience,
+        K::MissingRequiredClaim(c) | K::InvalidClaimFormat(c) => about(c),
+        K::InvalidToken => Refusal::Malformed(
+            "not a JWT: expected three base64url parts separated by dots".into(),
+        ),
+        K::Base64(_) | K::Utf8(_) => {
+            Refusal::Malformed("its claims are not base64url-encoded UTF-8".into())
+        }
+        // a claim jsonwebtoken reads that is of a type it cannot read at all (an object as
+        // `sub`) fails its whole reading: say which
+        K::Json(_) => jsonwebtoken::dangerous::insecure_decode::<serde_json::Value>(token)
+            .ok()
+            .and_then(|d| d.claims.as_object().and_then(mistyped))
+            .unwrap_or_else(|| Refusal::Malformed("its claims are not a JSON object".into())),
+        // a bad signature, or a key of another family than the token's algorithm
+        _ => Refusal::BadSignature,
     }
 }

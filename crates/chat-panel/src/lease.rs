@@ -11,14 +11,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use context_engine::{SessionStore, StateChange, StoreError};
-use llm_core::Message;
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_core::Message;
 
 /// The state slot holding the lease.
 pub(crate) const TURN_KEY: &str = "chat-panel.turn";
 
 /// What the person reads when their answer's lease expired before the answer finished: the
-/// worker running it died, or it lost the database and could not save it (#42 item 7). The
+/// worker running it died, or it lost the database and could not save it. The
 /// text names both, since the worker that stores it cannot tell which happened.
 pub(crate) const INTERRUPTED: &str = "The answer to your last message was interrupted: the server \
 handling it stopped, or could not save it, before it finished. Your message is kept; please send \
@@ -266,7 +266,7 @@ impl SessionStore for FencedStore {
         self.inner.create(id).await
     }
 
-    async fn load(&self, id: &str) -> Result<context_engine::Session, StoreError> {
+    async fn load(&self, id: &str) -> Result<toolwright_context_engine::Session, StoreError> {
         self.inner.load(id).await
     }
 
@@ -305,11 +305,11 @@ impl SessionStore for FencedStore {
         &self,
         id: &str,
         key: &str,
-    ) -> Result<(context_engine::Session, Option<String>), StoreError> {
+    ) -> Result<(toolwright_context_engine::Session, Option<String>), StoreError> {
         self.inner.load_with_state(id, key).await
     }
 
-    async fn watch(&self) -> Result<context_engine::ChangeFeed, StoreError> {
+    async fn watch(&self) -> Result<toolwright_context_engine::ChangeFeed, StoreError> {
         self.inner.watch().await
     }
 
@@ -339,7 +339,7 @@ impl SessionStore for FencedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use context_engine::MemoryStore;
+    use toolwright_context_engine::MemoryStore;
 
     #[tokio::test]
     async fn workers_a_worker_that_lost_its_lease_cannot_store_a_round() {

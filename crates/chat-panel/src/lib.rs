@@ -7,15 +7,15 @@
 //! restart keeps them (C4).
 //!
 //! The agent sits behind [`ChatBackend`]; [`AgentBackend`] runs the tool-system's streaming
-//! tool loop ([`tool_system::Agent`]), which can call `send_message`, with a context budget
+//! tool loop ([`toolwright_tool_system::Agent`]), which can call `send_message`, with a context budget
 //! so a conversation of any length keeps fitting the model.
 //!
-//! Hardened for a browser on the same machine (issue 14): only its own page may post to it
+//! Hardened for a browser on the same machine: only its own page may post to it
 //! (`Host`, `Origin`, `Sec-Fetch-Site`, `application/json`), every connection has timeouts and
 //! the number of connections is capped. Details: [`ChatPanel`] and [`PanelConfig`].
 //!
 //! Reached by other people (behind a reverse proxy, several workers), it knows who calls
-//! (issue 44): an [`identity::Authenticator`] — OIDC/JWT bearer tokens checked against the
+//!: an [`identity::Authenticator`] — OIDC/JWT bearer tokens checked against the
 //! provider's JWKS, or a trusted proxy's header — authenticates every API request, and each
 //! conversation belongs to the principal that created it (another gets `404`). Without one the
 //! panel listens on loopback only. Example: [`identity`]; deployment: `docs/deploy.md`.
@@ -27,9 +27,9 @@
 //! fallback to one process.
 //!
 //! ```no_run
-//! # async fn demo(model: impl llm_core::ChatModel + 'static) -> Result<(), Box<dyn std::error::Error>> {
-//! use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
-//! use messaging::MessageBus;
+//! # async fn demo(model: impl toolwright_core::ChatModel + 'static) -> Result<(), Box<dyn std::error::Error>> {
+//! use toolwright_chat_panel::{AgentBackend, ChatPanel, PanelConfig};
+//! use toolwright_messaging::MessageBus;
 //! // SQLite in ~/.local/share/llm-toolkit/ and the in-process bus, unless DATABASE_URL
 //! // (PostgreSQL) or NATS_URL (NATS JetStream) say otherwise
 //! let config = PanelConfig::from_env();

@@ -1,4 +1,4 @@
-//! Browser login (#44): the OpenID Connect authorization code flow with PKCE, so the page works
+//! Browser login: the OpenID Connect authorization code flow with PKCE, so the page works
 //! for a person, not only for API clients that bring a bearer token.
 //!
 //! * `GET /login` sends the browser to the provider's authorization endpoint with a fresh
@@ -22,8 +22,8 @@
 //! and the page itself sends a browser without a session to `/login`.
 //!
 //! ```
-//! use chat_panel::PanelConfig;
-//! use chat_panel::login::{OidcLogin, OidcLoginConfig};
+//! use toolwright_chat_panel::PanelConfig;
+//! use toolwright_chat_panel::login::{OidcLogin, OidcLoginConfig};
 //! let login = OidcLogin::new(
 //!     OidcLoginConfig::new("https://id.example.com", "chat-panel", "https://chat.example.com/callback"),
 //!     [7u8; 32], // the same secret on every worker, e.g. from `openssl rand -hex 32`
@@ -32,7 +32,7 @@
 //!     .with_allowed_host("chat.example.com")
 //!     .with_oidc_login(login);
 //! # let _ = config;
-//! # Ok::<(), chat_panel::identity::IdentityError>(())
+//! # Ok::<(), toolwright_chat_panel::identity::IdentityError>(())
 //! ```
 
 use std::sync::Arc;
@@ -90,6 +90,9 @@ pub struct OidcLoginConfig {
     pub algorithms: Vec<Algorithm>,
     /// Timeout of each request to the provider (default 10 s).
     pub http_timeout: Duration,
+    /// Clock skew allowed on the ID token's `exp`, `nbf` and `iat` (default 30 s), as
+    /// [`JwtBearerConfig::leeway`] for bearer tokens.
+    pub leeway: Duration,
     /// How often a worker reads a principal's sign-out record again (default 5 s): a sign-out
     /// on another worker takes effect here within this time (on the worker that took it, at
     /// once). Each read is one query to the session store.
@@ -113,6 +116,7 @@ impl OidcLoginConfig {
             session_ttl: Duration::from_secs(8 * 3600),
             algorithms: vec![Algorithm::RS256, Algorithm::ES256],
             http_timeout: Duration::from_secs(10),
+            leeway: Duration::from_secs(30),
             revocation_recheck: Duration::from_secs(5),
         }
     }
@@ -308,6 +312,7 @@ impl OidcLogin {
                 );
                 bearer.algorithms = self.config.algorithms.clone();
                 bearer.fetch_timeout = self.config.http_timeout;
+                bearer.leeway = self.config.leeway;
                 let verifier =
                     JwtBearer::new(bearer).map_err(|e| LoginError::Provider(e.to_string()))?;
                 Ok(Provider {
@@ -500,7 +505,7 @@ impl OidcLogin {
     pub(crate) async fn sign_out_request(
         &self,
         headers: &HeaderMap,
-    ) -> Result<Option<Principal>, context_engine::StoreError> {
+    ) -> Result<Option<Principal>, toolwright_context_engine::StoreError> {
         let Some(Ok(who)) = self.session(headers).await else {
             return Ok(None);
         };

@@ -1,4 +1,4 @@
-//! Signing out before a session cookie expires (#44): who signed out, and when, kept in the
+//! Signing out before a session cookie expires: who signed out, and when, kept in the
 //! panel's session store — the one every worker shares (PostgreSQL) or the process's own
 //! (SQLite, memory) — so a copy of a signed-out cookie is refused on every worker.
 //!
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
 
 /// The store record that holds the sign-outs: not a conversation id (it has a `.`), so no
 /// request or bus message can name it.
@@ -131,7 +131,7 @@ fn parse(v: Option<&str>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use context_engine::MemoryStore;
+    use toolwright_context_engine::MemoryStore;
 
     #[tokio::test]
     async fn a_sign_out_ends_the_sessions_issued_before_it_only_and_reaches_another_worker_after_recheck()

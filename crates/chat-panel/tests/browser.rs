@@ -292,7 +292,7 @@ Promise.allSettled(tries).then(r => {{
 }
 
 #[tokio::test]
-async fn finding1_a_cross_origin_page_in_chromium_cannot_run_a_turn() {
+async fn a_cross_origin_page_in_chromium_cannot_run_a_turn() {
     let _one = BROWSER_LOCK.lock().await;
     let fx = start().await;
     // the attacker's site: another port on the same machine is another origin
@@ -334,14 +334,14 @@ async fn finding1_a_cross_origin_page_in_chromium_cannot_run_a_turn() {
     );
 }
 
-/// #27 item 2: a call held for approval shows the tool and its arguments as text with Approve /
+/// a call held for approval shows the tool and its arguments as text with Approve /
 /// Reject buttons; a click disables them at once and resumes the turn over SSE; a reload shows
 /// the same pending call; a decision sent twice (a second tab) changes nothing.
 #[tokio::test]
 async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
     let _one = BROWSER_LOCK.lock().await;
     let fx = common::start_with_agent(
-        chat_panel::PanelConfig::default(),
+        toolwright_chat_panel::PanelConfig::default(),
         common::delete_responder,
         common::with_gated_delete,
     )
@@ -451,7 +451,7 @@ async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
     b.close().await;
 }
 
-/// #27 item 3 in the panel: server-everything's `trigger-elicitation-request`, called by the
+/// MCP elicitation in the panel: server-everything's `trigger-elicitation-request`, called by the
 /// agent during a turn, asks the person; the page shows a form of the schema's fields (buttons
 /// for the booleans and enums), the person fills in a name and accepts, and the server gets it
 /// (it echoes the answer in the tool's result). A second answer to the same question is a 404.
@@ -459,10 +459,10 @@ async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
 async fn elicitation_form_in_the_panel_answers_server_everything() {
     let _one = BROWSER_LOCK.lock().await;
     let entry = testkit::npm_mcp_server("server-everything").unwrap();
-    let bridge = mcp_bridge::McpBridge::new();
+    let bridge = toolwright_mcp_bridge::McpBridge::new();
     bridge
         .register(
-            mcp_bridge::ServiceConfig::new("everything", "node")
+            toolwright_mcp_bridge::ServiceConfig::new("everything", "node")
                 .with_args([entry.to_string_lossy().into_owned(), "stdio".into()])
                 .with_call_timeout(Duration::from_secs(60))
                 .with_startup_timeout(Duration::from_secs(30)),
@@ -471,7 +471,7 @@ async fn elicitation_form_in_the_panel_answers_server_everything() {
     bridge.start("everything").await.unwrap();
     let provider = std::sync::Arc::new(bridge.clone());
     let fx = common::start_with_agent(
-        chat_panel::PanelConfig::default(),
+        toolwright_chat_panel::PanelConfig::default(),
         |body: &Value| {
             let messages = body["messages"].as_array().cloned().unwrap_or_default();
             let last = messages.last().cloned().unwrap_or(Value::Null);
@@ -545,7 +545,7 @@ const ELICITATION_URLS: [&str; 4] = [
     "https://example.com/consent",
 ];
 
-/// #42 item 1 in the panel: URL-mode questions (asked by an in-process tool of the agent
+/// Hostile elicitation URLs in the panel: URL-mode questions (asked by an in-process tool of the agent
 /// through the panel's own elicitor, for the running session) whose URL is `javascript:`,
 /// `data:` or a spaced, mixed-case `javascript:` are shown as text — no `<a>`, no attribute
 /// holding them, nothing run even when the text is clicked — and only the `https:` one is a
@@ -555,23 +555,23 @@ const ELICITATION_URLS: [&str; 4] = [
 async fn elicitation_url_in_the_panel_is_a_link_only_for_https() {
     use std::sync::{Arc, OnceLock};
 
-    use mcp_bridge::elicitation::{ElicitationMode, ElicitationRequest, Elicitor};
+    use toolwright_mcp_bridge::elicitation::{ElicitationMode, ElicitationRequest, Elicitor};
 
     let _one = BROWSER_LOCK.lock().await;
-    let slot: Arc<OnceLock<chat_panel::PanelElicitor>> = Arc::default();
+    let slot: Arc<OnceLock<toolwright_chat_panel::PanelElicitor>> = Arc::default();
     let for_tool = slot.clone();
     // Asks the four questions at once, for the session of the call, and reports the answers.
-    let tool = tool_system::FnTool::new(
+    let tool = toolwright_tool_system::FnTool::new(
         "open_pages",
         "Asks the person to open pages",
         json!({"type": "object", "properties": {}}),
-        move |_args, ctx: llm_core::ToolContext| {
+        move |_args, ctx: toolwright_core::ToolContext| {
             let slot = for_tool.clone();
             async move {
                 let elicitor = slot
                     .get()
                     .cloned()
-                    .ok_or_else(|| llm_core::ToolError::failed("no elicitor yet"))?;
+                    .ok_or_else(|| toolwright_core::ToolError::failed("no elicitor yet"))?;
                 let asks = ELICITATION_URLS.iter().enumerate().map(|(i, url)| {
                     let request = ElicitationRequest::new(
                         "hostile",
@@ -591,7 +591,7 @@ async fn elicitation_url_in_the_panel_is_a_link_only_for_https() {
     )
     .with_timeout(Duration::from_secs(120));
     let fx = common::start_with_agent(
-        chat_panel::PanelConfig::default(),
+        toolwright_chat_panel::PanelConfig::default(),
         |body: &Value| {
             let messages = body["messages"].as_array().cloned().unwrap_or_default();
             let last = messages.last().cloned().unwrap_or(Value::Null);
@@ -717,14 +717,14 @@ async fn page_fetch(b: &Browser, method: &str, path: &str, body: Option<Value>) 
     )
 }
 
-/// #44 "Must show", in a real browser: two people sign in at the test's OpenID provider, each in
+/// Identity in a real browser: two people sign in at the test's OpenID provider, each in
 /// a browser of their own (own profile, own cookies). Alice starts a conversation and the agent
 /// asks her to approve a call; Bob, in his page, tries every endpoint of her conversation —
 /// reading it, following its events, writing in it, approving with her token, answering a
 /// question in it — and gets 404 each time, learning nothing; alice approves in her page and
 /// the recorded decision names her.
 #[tokio::test]
-async fn i44_browser_a_and_b_each_see_only_their_own_and_the_record_names_a() {
+async fn browser_a_and_b_each_see_only_their_own_and_the_record_names_a() {
     let _one = BROWSER_LOCK.lock().await;
     let op = oidc::Provider::start().await;
     let fx = oidc::panel_with_login(&op).await;
@@ -862,11 +862,11 @@ async fn i44_browser_a_and_b_each_see_only_their_own_and_the_record_names_a() {
     a.close().await;
 }
 
-/// #44 item 4 in the page: a service's message to alice (`person:alice` on the bus) is in her
+/// Messages to a person, in the page: a service's message to alice (`person:alice` on the bus) is in her
 /// Inbox — the header button — with its quick replies, and her click answers it there; bob's
 /// Inbox is his own, without her message, and hers answers him 404.
 #[tokio::test]
-async fn i44_browser_the_inbox_button_shows_what_was_addressed_to_that_person_only() {
+async fn browser_the_inbox_button_shows_what_was_addressed_to_that_person_only() {
     let _one = BROWSER_LOCK.lock().await;
     let op = oidc::Provider::start().await;
     let fx = oidc::panel_with_login(&op).await;
@@ -923,4 +923,256 @@ async fn i44_browser_the_inbox_button_shows_what_was_addressed_to_that_person_on
     assert_eq!(s, 404, "{text}");
     b.close().await;
     a.close().await;
+}
+
+/// Records every Content-Security-Policy violation of a page in `window.__csp`, from before the
+/// page's first script runs.
+const RECORD_CSP_VIOLATIONS: &str = "window.__csp = [];
+document.addEventListener('securitypolicyviolation',
+  e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI), true);";
+
+/// The page's Content-Security-Policy allows no inline script or style (`script-src 'self';
+/// style-src 'self'`): the page has no `<script>` or `<style>` of its own, no event-handler or
+/// `style` attribute, and its script and style come from `/app.js` and `/app.css`. In Chromium
+/// the page still does its work — a message, the agent's quick replies, a click on one, the
+/// streamed answer, a reload, a new chat — without a single violation reported, and the policy
+/// is in force: an inline script put in the page is refused (and reported).
+#[tokio::test]
+async fn the_page_runs_with_no_inline_script_or_style_allowed_and_no_violation() {
+    let _one = BROWSER_LOCK.lock().await;
+    let fx = start().await;
+    let r = reqwest::get(fx.url()).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    assert!(!csp.contains("unsafe-eval"), "{csp}");
+    let directives: Vec<&str> = csp.split(';').map(str::trim).collect();
+    for d in ["default-src 'none'", "script-src 'self'", "style-src 'self'"] {
+        assert!(directives.contains(&d), "{d} in {csp}");
+    }
+    let html = r.text().await.unwrap();
+    assert!(!html.contains("<style"), "{html}");
+    assert_eq!(
+        html.matches("<script").count(),
+        html.matches("<script src=\"/app.js\"></script>").count(),
+        "no inline script: {html}"
+    );
+    assert!(html.contains("<link rel=\"stylesheet\" href=\"/app.css\">"));
+    assert!(!html.contains(" style="), "{html}");
+    for handler in [" onclick=", " onload=", " onsubmit=", " onerror=", " oninput="] {
+        assert!(!html.contains(handler), "{handler} in {html}");
+    }
+    for (path, kind) in [("app.js", "text/javascript"), ("app.css", "text/css")] {
+        let r = reqwest::get(format!("{}{path}", fx.url())).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let h = r.headers();
+        assert!(
+            h["content-type"].to_str().unwrap().starts_with(kind),
+            "{path}: {h:?}"
+        );
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+    }
+
+    let b = Browser::start().await;
+    b.before_every_page(RECORD_CSP_VIOLATIONS).await;
+    b.open(&fx).await;
+    // the style came from /app.css (the page is a column, the buttons have the accent colour)
+    let styled = b
+        .js("return [getComputedStyle(document.body).display,
+                     getComputedStyle(document.getElementById('send')).backgroundColor];")
+        .await;
+    assert_eq!(styled, json!(["flex", "rgb(47, 111, 222)"]), "{styled}");
+    b.type_and_send("hello").await;
+    b.wait_until(
+        "the quick replies",
+        "document.querySelectorAll('.entry-message .quick-reply').length === 3",
+    )
+    .await;
+    b.idle().await;
+    let options = b
+        .client
+        .find_all(Locator::Css(".entry-message .quick-reply"))
+        .await
+        .unwrap();
+    options[1].click().await.unwrap();
+    b.wait_for_text(
+        ".entry-assistant .text",
+        &format!("You said: {}", OPTIONS[1]),
+        false,
+    )
+    .await;
+    b.idle().await;
+    let users = b.js("return Array.from(document.querySelectorAll('.entry-user .text')).map(e => e.textContent);").await;
+    assert_eq!(users, json!(["hello", OPTIONS[1]]));
+    // a reload shows the conversation again, a new chat starts empty
+    b.open(&fx).await;
+    b.wait_for_text(".entry-user .text", OPTIONS[1], false).await;
+    b.click("#new-chat").await;
+    b.wait_until(
+        "an empty log",
+        "document.querySelectorAll('.entry').length === 0",
+    )
+    .await;
+    assert_eq!(
+        b.js("return window.__csp;").await,
+        json!([]),
+        "no violation while the page worked"
+    );
+    // the policy is in force (and the violations are seen): an inline script is refused
+    let _ = b
+        .js("const s = document.createElement('script');
+             s.textContent = 'window.__inline = 1;';
+             document.body.append(s);
+             return 1;")
+        .await;
+    b.wait_until("the violation report", "window.__csp.length > 0")
+        .await;
+    let seen = b
+        .js("return [window.__inline === undefined, window.__csp];")
+        .await;
+    assert_eq!(seen[0], json!(true), "the inline script did not run: {seen}");
+    assert!(
+        seen[1][0].as_str().unwrap().starts_with("script-src"),
+        "{seen}"
+    );
+    b.close().await;
+}
+
+/// A form question whose schema has `default`s shows them filled in — the text, email, date,
+/// integer and number boxes hold theirs, the default of a boolean, an enum (with `enumNames` or
+/// without), a titled enum (`oneOf`) and the defaults of the multi-selects (`items.enum`,
+/// `items.anyOf`) are the chosen buttons, marked so (`aria-pressed`, and another colour) — and
+/// Accept without a change sends exactly those values; a field without a default is left out.
+#[tokio::test]
+async fn an_elicitation_forms_defaults_are_shown_filled_in_and_sent_as_shown() {
+    use std::sync::{Arc, OnceLock};
+
+    use toolwright_mcp_bridge::elicitation::{ElicitationMode, ElicitationRequest, Elicitor};
+
+    let _one = BROWSER_LOCK.lock().await;
+    let schema = json!({"type": "object", "properties": {
+        "name": {"type": "string", "title": "Name", "default": "Ada"},
+        "email": {"type": "string", "format": "email", "default": "ada@example.com"},
+        "day": {"type": "string", "format": "date", "default": "2024-05-01"},
+        "count": {"type": "integer", "minimum": 1, "maximum": 9, "default": 3},
+        "ratio": {"type": "number", "default": 0.5},
+        "agree": {"type": "boolean", "default": true},
+        "color": {"type": "string", "enum": ["red", "green", "blue"], "default": "green"},
+        "pet": {"type": "string", "enum": ["p1", "p2"], "enumNames": ["Cat", "Dog"], "default": "p2"},
+        "hero": {"type": "string", "oneOf": [{"const": "h1", "title": "Superman"},
+                                             {"const": "h2", "title": "Wonder Woman"}],
+                 "default": "h2"},
+        "tools": {"type": "array", "items": {"type": "string", "enum": ["saw", "drill", "plane"]},
+                  "default": ["saw", "plane"]},
+        "fish": {"type": "array", "items": {"anyOf": [{"const": "f1", "title": "Tuna"},
+                                                      {"const": "f2", "title": "Trout"}]},
+                 "default": ["f2"]},
+        "note": {"type": "string", "title": "Anything else"}
+    }});
+    let defaults = json!({"name": "Ada", "email": "ada@example.com", "day": "2024-05-01",
+        "count": 3, "ratio": 0.5, "agree": true, "color": "green", "pet": "p2", "hero": "h2",
+        "tools": ["saw", "plane"], "fish": ["f2"]});
+    let slot: Arc<OnceLock<toolwright_chat_panel::PanelElicitor>> = Arc::default();
+    let for_tool = slot.clone();
+    let asked = schema.clone();
+    let tool = toolwright_tool_system::FnTool::new(
+        "ask_preferences",
+        "Asks the person for their preferences",
+        json!({"type": "object", "properties": {}}),
+        move |_args, ctx: toolwright_core::ToolContext| {
+            let (slot, schema) = (for_tool.clone(), asked.clone());
+            async move {
+                let elicitor = slot
+                    .get()
+                    .cloned()
+                    .ok_or_else(|| toolwright_core::ToolError::failed("no elicitor yet"))?;
+                let request = ElicitationRequest::new(
+                    "settings",
+                    ctx.session_id.clone(),
+                    "Your preferences?",
+                    ElicitationMode::Form { schema },
+                );
+                Ok(json!(format!("{:?}", elicitor.elicit(request).await)))
+            }
+        },
+    )
+    .with_timeout(Duration::from_secs(120));
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        |body: &Value| {
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            if messages.last().is_some_and(|m| m["role"] == "tool") {
+                testkit::Reply::text("Thanks.")
+            } else {
+                testkit::Reply::tool_call("p1", "ask_preferences", "{}")
+            }
+        },
+        move |b| b.tool(tool),
+    )
+    .await;
+    slot.set(fx.panel_elicitor.clone()).unwrap();
+    let b = Browser::start().await;
+    b.before_every_page(RECORD_CSP_VIOLATIONS).await;
+    b.open(&fx).await;
+    b.type_and_send("set me up").await;
+    b.wait_until(
+        "the question form",
+        "document.querySelectorAll('.entry-elicitation input[name=name]').length === 1",
+    )
+    .await;
+    let boxes = b
+        .js("const f = document.querySelector('.entry-elicitation');
+             return Object.fromEntries(Array.from(f.querySelectorAll('input'))
+               .map(i => [i.name, [i.type, i.value]]));")
+        .await;
+    assert_eq!(
+        boxes,
+        json!({"name": ["text", "Ada"], "email": ["email", "ada@example.com"],
+               "day": ["date", "2024-05-01"], "count": ["number", "3"],
+               "ratio": ["number", "0.5"], "note": ["text", ""]}),
+        "{boxes}"
+    );
+    let chosen = b
+        .js("const f = document.querySelector('.entry-elicitation');
+             return Object.fromEntries(Array.from(f.querySelectorAll('[data-field]')).map(row => [
+               row.dataset.field,
+               Array.from(row.querySelectorAll('button.chosen')).map(b => b.textContent)]));")
+        .await;
+    assert_eq!(
+        chosen,
+        json!({"agree": ["Yes"], "color": ["green"], "pet": ["Dog"], "hero": ["Wonder Woman"],
+               "tools": ["saw", "plane"], "fish": ["Trout"]}),
+        "{chosen}"
+    );
+    // marked for everyone: pressed, and another colour than the choices not made
+    let marked = b
+        .js("const row = document.querySelector('.entry-elicitation [data-field=color]');
+             const [red, green] = row.querySelectorAll('button');
+             return [red.getAttribute('aria-pressed'), green.getAttribute('aria-pressed'),
+                     getComputedStyle(red).backgroundColor !== getComputedStyle(green).backgroundColor];")
+        .await;
+    assert_eq!(marked, json!(["false", "true", true]), "{marked}");
+    b.click(".entry-elicitation button.accept").await;
+    b.wait_for_text(".entry-assistant .text", "Thanks.", false)
+        .await;
+    b.idle().await;
+    // what the person was shown is what was answered, and recorded
+    let sid = b.session_id().await;
+    let state = common::session_state(fx.url().trim_end_matches('/'), &sid).await;
+    let answer = state["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "answer")
+        .cloned()
+        .unwrap_or_else(|| panic!("the answer is recorded: {state}"));
+    assert_eq!(answer["action"], "accept", "{answer}");
+    assert_eq!(answer["content"], defaults, "{answer}");
+    let sent = fx.model.requests().last().unwrap().body.to_string();
+    assert!(sent.contains("Accept("), "the tool got the answer: {sent}");
+    assert_eq!(b.js("return window.__csp;").await, json!([]));
+    b.close().await;
 }

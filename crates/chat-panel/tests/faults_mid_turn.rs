@@ -1,4 +1,4 @@
-//! Issue 42, item 7: faults in the middle of a turn, against a worker process. The database
+//! faults in the middle of a turn, against a worker process. The database
 //! SERVER is stopped (`pg_ctl stop -m immediate`: every PostgreSQL process killed, no shutdown
 //! checkpoint) while a turn on a `chat-panel` worker process waits for the model, and started
 //! again: the turn ends with a clear message, no row is half written or lost, and the next turn
@@ -30,12 +30,12 @@ fn main() {
     }
     let tests: [(&str, fn()); 2] = [
         (
-            "i42_7_database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on",
-            i42_7_database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on,
+            "database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on",
+            database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on,
         ),
         (
-            "i42_7_broker_killed_with_messages_in_flight_none_lost_none_shown_twice",
-            i42_7_broker_killed_with_messages_in_flight_none_lost_none_shown_twice,
+            "broker_killed_with_messages_in_flight_none_lost_none_shown_twice",
+            broker_killed_with_messages_in_flight_none_lost_none_shown_twice,
         ),
     ];
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -78,7 +78,7 @@ async fn stored(url: &str, sid: &str) -> Vec<Value> {
         .collect()
 }
 
-fn i42_7_database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on() {
+fn database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on() {
     runtime().block_on(async {
         let db = fresh_database("chat_panel_mid_turn").await;
         let model = ScriptedServer::start().await;
@@ -172,12 +172,12 @@ fn i42_7_database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on()
 }
 
 /// Sends `note {k}` for each `k` to the person of `sid` at once; the ones the broker accepted.
-async fn burst(bus: &messaging::MessageBus, sid: &str, ks: std::ops::Range<usize>) -> Vec<usize> {
-    let to = chat_panel::user_address(sid);
+async fn burst(bus: &toolwright_messaging::MessageBus, sid: &str, ks: std::ops::Range<usize>) -> Vec<usize> {
+    let to = toolwright_chat_panel::user_address(sid);
     let sends = ks.map(|k| {
         let (bus, to) = (bus.clone(), to.clone());
         async move {
-            bus.send(messaging::OutgoingMessage::new(
+            bus.send(toolwright_messaging::OutgoingMessage::new(
                 "ops-bot",
                 to,
                 format!("note {k}"),
@@ -244,7 +244,7 @@ fn string_leaves(v: &Value, out: &mut Vec<String>) {
     }
 }
 
-fn i42_7_broker_killed_with_messages_in_flight_none_lost_none_shown_twice() {
+fn broker_killed_with_messages_in_flight_none_lost_none_shown_twice() {
     runtime().block_on(async {
         let broker = fault_env("TEST_NATS_FAULT_URL");
         let db = fresh_database("chat_panel_broker_in_flight").await;
@@ -265,7 +265,7 @@ fn i42_7_broker_killed_with_messages_in_flight_none_lost_none_shown_twice() {
 
         // 30 messages at once; the broker is killed as soon as it has accepted them, while the
         // worker is still storing them.
-        let bus = messaging::MessageBus::connect_nats(&broker).await.unwrap();
+        let bus = toolwright_messaging::MessageBus::connect_nats(&broker).await.unwrap();
         let mut accepted = burst(&bus, &sid, 0..30).await;
         kill_broker();
         let (stored_before, _) = notes(&db, &worker.url(), &sid, 30).await;

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use chat_panel::PanelConfig;
+use toolwright_chat_panel::PanelConfig;
 use common::{OPTIONS, sse_events, start, start_with};
 use serde_json::{Value, json};
 use testkit::Reply;
@@ -371,7 +371,7 @@ async fn two_hundred_concurrent_sse_clients_all_answered() {
     assert_eq!(status, 200);
 }
 
-/// #27 item 2: a call held for approval survives a restart of the panel (same SQLite history,
+/// a call held for approval survives a restart of the panel (same SQLite history,
 /// same approval key): the new server shows the same pending call with a fresh token, and
 /// deciding there finishes the turn. A malformed or empty decision is a 400.
 #[tokio::test]
@@ -444,7 +444,7 @@ async fn approval_pending_survives_a_panel_restart() {
     fx.panel.shutdown().await;
 }
 
-/// A failed answer is kept like any other (#28 item 3: never silence): the person sees the
+/// A failed answer is kept like any other (never silence): the person sees the
 /// error live, a reload shows it after their message (from the store, so any worker shows it),
 /// and the conversation goes on.
 #[tokio::test]
@@ -494,4 +494,75 @@ async fn q13_a_failed_answer_is_stored_and_shown_after_a_reload() {
     );
     let s = common::session_state(&fx.url(), SID).await;
     assert!(entries_of(&s, "assistant").len() >= 2, "{s}");
+}
+
+/// Every `/api/` answer — conversation text, approval tokens, streams, errors, and the request
+/// checks' refusals (`401`, `403`) — says `Cache-Control: no-store` (no cache, shared or the
+/// browser's, keeps it) and `X-Content-Type-Options: nosniff` (never read as another type).
+#[tokio::test]
+async fn every_api_answer_is_kept_by_no_cache_and_never_sniffed() {
+    let fx = start().await;
+    let base = fx.url();
+    let c = reqwest::Client::new();
+    let (s, _) = post(&c, &base, SID, json!({"text": "hello"})).await;
+    assert_eq!(s, 200);
+    let conv = format!("{base}api/sessions/{SID}");
+    let requests = vec![
+        ("state", c.get(&conv)),
+        (
+            "a message (its stream)",
+            c.post(format!("{conv}/messages")).json(&json!({"text": "again"})),
+        ),
+        (
+            "a malformed message",
+            c.post(format!("{conv}/messages")).json(&json!(["no"])),
+        ),
+        (
+            "an answer to no question",
+            c.post(format!("{conv}/elicitations/9"))
+                .json(&json!({"action": "decline"})),
+        ),
+        ("a new conversation", c.post(format!("{base}api/sessions"))),
+        ("the inbox", c.get(format!("{base}api/inbox"))),
+        ("no such endpoint", c.get(format!("{base}api/nothing-here"))),
+        ("a wrong method", c.delete(&conv)),
+        (
+            "a cross-site request (refused by the request checks)",
+            c.get(&conv).header("sec-fetch-site", "cross-site"),
+        ),
+    ];
+    for (what, request) in requests {
+        let r = request.send().await.unwrap();
+        let h = r.headers().clone();
+        assert_eq!(h["cache-control"], "no-store", "{what} ({}): {h:?}", r.status());
+        assert_eq!(h["x-content-type-options"], "nosniff", "{what}: {h:?}");
+        let _ = r.text().await;
+    }
+    // the events stream (its headers only: it does not end)
+    let r = c.get(format!("{conv}/events")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["cache-control"], "no-store");
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    drop(r);
+    // a refused caller's 401
+    let elsewhere: std::net::IpAddr = "10.0.0.7".parse().unwrap();
+    let guarded = start_with(
+        PanelConfig::default().with_authenticator(
+            toolwright_chat_panel::identity::TrustedProxyHeader::new(
+                "x-forwarded-user",
+                [elsewhere],
+            )
+            .unwrap(),
+        ),
+        common::demo_responder,
+    )
+    .await;
+    let r = c
+        .post(format!("{}api/sessions", guarded.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.headers()["cache-control"], "no-store");
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
 }

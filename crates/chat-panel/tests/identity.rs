@@ -1,4 +1,4 @@
-//! Identity (#44): the authenticators against a real token issuer — a JWKS served over HTTP on
+//! Identity: the authenticators against a real token issuer — a JWKS served over HTTP on
 //! 127.0.0.1 by this test, whose keys it rotates — and the panel's `401`s over real HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderValue};
-use chat_panel::PanelConfig;
-use chat_panel::identity::{
+use toolwright_chat_panel::PanelConfig;
+use toolwright_chat_panel::identity::{
     Authenticator, IdentityError, JwtBearer, JwtBearerConfig, Principal, Refusal, RequestHead,
     TrustedProxyHeader,
 };
@@ -149,7 +149,14 @@ async fn jwt_expired_wrong_audience_wrong_issuer_unknown_key_alg_none_and_hmac_a
             token("rsa-a", "rsa-a", &expired),
             Refusal::Expired,
         ),
-        ("no exp", token("rsa-a", "rsa-a", &no_exp), Refusal::Expired),
+        (
+            "no exp",
+            token("rsa-a", "rsa-a", &no_exp),
+            Refusal::MissingClaim {
+                claim: "exp".into(),
+                required: "a time in seconds since 1970",
+            },
+        ),
         (
             "wrong audience",
             token("rsa-a", "rsa-a", &wrong_aud),
@@ -184,10 +191,7 @@ async fn jwt_expired_wrong_audience_wrong_issuer_unknown_key_alg_none_and_hmac_a
     for (what, t, want) in cases {
         assert_eq!(check(&b, &t).await, Err(want), "{what}");
     }
-    assert!(
-        matches!(check(&b, &none).await, Err(Refusal::Malformed(_))),
-        "alg none"
-    );
+    assert_eq!(check(&b, &none).await, Err(Refusal::Unsigned), "alg none");
     let missing = head_with(None);
     let r = b
         .authenticate(RequestHead {
@@ -204,6 +208,238 @@ async fn jwt_expired_wrong_audience_wrong_issuer_unknown_key_alg_none_and_hmac_a
         })
         .await;
     assert!(matches!(r, Err(Refusal::Malformed(_))), "{r:?}");
+}
+
+/// `claims("alice")` with `changes` applied (a `null` removes the claim).
+fn claims_with(changes: Value) -> Value {
+    let mut c = claims("alice");
+    for (k, v) in changes.as_object().unwrap() {
+        if v.is_null() {
+            c.as_object_mut().unwrap().remove(k);
+        } else {
+            c[k] = v.clone();
+        }
+    }
+    c
+}
+
+#[tokio::test]
+async fn a_token_not_yet_valid_is_refused() {
+    let issuer = Issuer::start(&["rsa-a"]).await;
+    let b = issuer.bearer(); // leeway 30 s
+    for (what, nbf) in [("an hour ahead", now() + 3600), ("a day ahead", now() + 86_400)] {
+        let t = token("rsa-a", "rsa-a", &claims_with(json!({"nbf": nbf})));
+        let r = check(&b, &t).await;
+        assert_eq!(r, Err(Refusal::NotYetValid), "nbf {what}");
+        assert!(
+            r.unwrap_err().to_string().contains("not valid yet"),
+            "the refusal says why"
+        );
+    }
+    // within the leeway (clock skew), or already valid: accepted
+    for nbf in [now() + 10, now(), now() - 3600] {
+        let t = token("rsa-a", "rsa-a", &claims_with(json!({"nbf": nbf})));
+        assert_eq!(check(&b, &t).await.unwrap().id(), "alice", "nbf {nbf}");
+    }
+    // the configured leeway is the one applied
+    let mut wide = JwtBearerConfig::new(&issuer.url, ISS, AUD);
+    wide.leeway = Duration::from_secs(600);
+    let wide = JwtBearer::new(wide).unwrap();
+    let five_minutes = token("rsa-a", "rsa-a", &claims_with(json!({"nbf": now() + 300})));
+    assert_eq!(check(&wide, &five_minutes).await.unwrap().id(), "alice");
+    assert_eq!(check(&b, &five_minutes).await, Err(Refusal::NotYetValid));
+    let mut none = JwtBearerConfig::new(&issuer.url, ISS, AUD);
+    none.leeway = Duration::ZERO;
+    let none = JwtBearer::new(none).unwrap();
+    let ten_seconds = token("rsa-a", "rsa-a", &claims_with(json!({"nbf": now() + 10})));
+    assert_eq!(check(&none, &ten_seconds).await, Err(Refusal::NotYetValid));
+    // an `nbf` that is no time at all
+    let t = token("rsa-a", "rsa-a", &claims_with(json!({"nbf": "tomorrow"})));
+    assert_eq!(
+        check(&b, &t).await.unwrap_err().to_string(),
+        "the token's `nbf` claim is a string (a time in seconds since 1970 is required)"
+    );
+
+    // over HTTP: 401, saying why
+    let fx = common::start_with(
+        PanelConfig::default().with_authenticator(issuer.bearer()),
+        common::demo_responder,
+    )
+    .await;
+    let early = token("rsa-a", "rsa-a", &claims_with(json!({"nbf": now() + 3600})));
+    let r = reqwest::Client::new()
+        .post(format!("{}api/sessions", fx.url()))
+        .bearer_auth(&early)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("not valid yet"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_token_issued_in_the_future_is_refused() {
+    let issuer = Issuer::start(&["rsa-a"]).await;
+    let b = issuer.bearer(); // leeway 30 s
+    for iat in [now() + 3600, now() + 86_400] {
+        let t = token("rsa-a", "rsa-a", &claims_with(json!({"iat": iat})));
+        let r = check(&b, &t).await;
+        assert_eq!(r, Err(Refusal::IssuedInFuture), "iat {iat}");
+        assert!(r.unwrap_err().to_string().contains("`iat`"));
+    }
+    // clock skew within the leeway, an old one, or none at all: accepted
+    for iat in [json!(now() + 10), json!(now() - 86_400), Value::Null] {
+        let t = token("rsa-a", "rsa-a", &claims_with(json!({"iat": iat})));
+        assert_eq!(check(&b, &t).await.unwrap().id(), "alice", "iat {iat}");
+    }
+    let t = token("rsa-a", "rsa-a", &claims_with(json!({"iat": "now"})));
+    assert_eq!(
+        check(&b, &t).await.unwrap_err().to_string(),
+        "the token's `iat` claim is a string (a time in seconds since 1970 is required)"
+    );
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_matched_in_any_case() {
+    let issuer = Issuer::start(&["rsa-a"]).await;
+    let b = issuer.bearer();
+    let t = token("rsa-a", "rsa-a", &claims("alice"));
+    for scheme in ["Bearer", "bearer", "BEARER", "BeArEr"] {
+        for gap in [" ", "  ", "\t"] {
+            let h = head_with(Some(&format!("{scheme}{gap}{t}")));
+            let r = b
+                .authenticate(RequestHead {
+                    headers: &h,
+                    peer: None,
+                })
+                .await;
+            assert_eq!(r.unwrap().id(), "alice", "{scheme:?} {gap:?}");
+        }
+    }
+    for bad in [
+        format!("Bearer{t}"),
+        format!("Basic {t}"),
+        format!("Bearers {t}"),
+        "Bearer".to_owned(),
+        "Bearer   ".to_owned(),
+        format!("Bearer {t} {t}"),
+    ] {
+        let h = head_with(Some(&bad));
+        let r = b
+            .authenticate(RequestHead {
+                headers: &h,
+                peer: None,
+            })
+            .await;
+        assert!(matches!(r, Err(Refusal::Malformed(_))), "{bad:?}: {r:?}");
+    }
+    // over HTTP, as a client that writes the scheme in capitals sends it
+    let fx = common::start_with(
+        PanelConfig::default().with_authenticator(issuer.bearer()),
+        common::demo_responder,
+    )
+    .await;
+    for scheme in ["BEARER", "bearer"] {
+        let r = reqwest::Client::new()
+            .post(format!("{}api/sessions", fx.url()))
+            .header("authorization", format!("{scheme} {t}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{scheme}");
+    }
+}
+
+#[tokio::test]
+async fn refusals_say_what_is_wrong_with_the_token() {
+    let issuer = Issuer::start(&["rsa-a"]).await;
+    let b = issuer.bearer();
+    let signed = |changes: Value| token("rsa-a", "rsa-a", &claims_with(changes));
+    let unsigned = |alg: &str| {
+        format!(
+            "{}.{}.",
+            b64(format!(r#"{{"alg":"{alg}","typ":"JWT","kid":"rsa-a"}}"#).as_bytes()),
+            b64(claims("alice").to_string().as_bytes())
+        )
+    };
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "no sub",
+            signed(json!({"sub": null})),
+            "the token has no `sub` claim (a string is required)",
+        ),
+        (
+            "a numeric sub",
+            signed(json!({"sub": 42})),
+            "the token's `sub` claim is a number (a string is required)",
+        ),
+        (
+            "an object as sub",
+            signed(json!({"sub": {"id": "alice"}})),
+            "the token's `sub` claim is an object (a string is required)",
+        ),
+        (
+            "alg none",
+            unsigned("none"),
+            "the token's `alg` is none; only signed tokens are accepted",
+        ),
+        (
+            "alg NONE",
+            unsigned("NONE"),
+            "the token's `alg` is none; only signed tokens are accepted",
+        ),
+        (
+            "an algorithm nobody knows",
+            unsigned("XY999"),
+            "tokens signed with XY999 are not accepted here; use your identity provider's token",
+        ),
+        (
+            "no exp",
+            signed(json!({"exp": null})),
+            "the token has no `exp` claim (a time in seconds since 1970 is required)",
+        ),
+        (
+            "exp as text",
+            signed(json!({"exp": "soon"})),
+            "the token's `exp` claim is a string (a time in seconds since 1970 is required)",
+        ),
+        (
+            "no iss",
+            signed(json!({"iss": null})),
+            "the token has no `iss` claim (an issuer string is required)",
+        ),
+        (
+            "a numeric aud",
+            signed(json!({"aud": 7})),
+            "the token's `aud` claim is a number (an audience naming this panel's client id is required)",
+        ),
+        (
+            "not a JWT",
+            "not-a-token".to_owned(),
+            "the bearer token is malformed (not a JWT: expected three base64url parts separated by dots); sign in again",
+        ),
+        (
+            "a header that is not JSON",
+            format!("{}.{}.x", b64(b"{alg"), b64(b"{}")),
+            "the bearer token is malformed (its header is not base64url-encoded JSON); sign in again",
+        ),
+    ];
+    for (what, t, want) in cases {
+        let got = check(&b, &t).await.unwrap_err().to_string();
+        assert_eq!(got, want, "{what}");
+    }
+    // an empty sub is a string, but names nobody
+    let r = check(&b, &signed(json!({"sub": ""})))
+        .await
+        .unwrap_err();
+    assert_eq!(r, Refusal::BadPrincipal);
+    // a signature that does not verify is still just that (and its claims are not looked at)
+    let forged = token("rsa-b", "rsa-a", &claims_with(json!({"sub": 42})));
+    assert_eq!(check(&b, &forged).await, Err(Refusal::BadSignature));
 }
 
 #[tokio::test]
@@ -304,15 +540,15 @@ async fn proxy_header_is_believed_only_from_the_named_proxies_and_only_once() {
 async fn panel_without_authentication_refuses_to_listen_off_loopback() {
     let backend_dir = tempfile::tempdir().unwrap();
     let config = PanelConfig::default().with_history_path(backend_dir.path().join("p.sqlite3"));
-    let bus = messaging::MessageBus::new();
+    let bus = toolwright_messaging::MessageBus::new();
     let model = testkit::ScriptedServer::start().await;
-    let mut cfg = model_gateway::OpenAiConfig::new("scripted");
+    let mut cfg = toolwright_model_gateway::OpenAiConfig::new("scripted");
     cfg.base_url = model.base_url();
-    let llm = model_gateway::OpenAiModel::new(cfg).unwrap();
-    let backend = chat_panel::AgentBackend::build(llm, bus.clone(), &config, |b| b)
+    let llm = toolwright_model_gateway::OpenAiModel::new(cfg).unwrap();
+    let backend = toolwright_chat_panel::AgentBackend::build(llm, bus.clone(), &config, |b| b)
         .await
         .unwrap();
-    let panel = chat_panel::ChatPanel::new(backend, bus, config);
+    let panel = toolwright_chat_panel::ChatPanel::new(backend, bus, config);
     let err = panel.serve("0.0.0.0:0").await.unwrap_err();
     let inner = err
         .get_ref()
@@ -345,7 +581,7 @@ async fn panel_answers_401_without_a_valid_token_and_serves_the_tokens_subject()
     let r = client.get(&url).bearer_auth(bad).send().await.unwrap();
     assert_eq!(r.status(), 401);
     let good = token("rsa-a", "rsa-a", &claims("alice"));
-    // let in: an id nobody was given is not found (#44 item 5); one alice starts is hers
+    // let in: an id nobody was given is not found; one alice starts is hers
     let r = client.get(&url).bearer_auth(&good).send().await.unwrap();
     assert_eq!(r.status(), 404);
     let r = client
@@ -622,11 +858,11 @@ async fn exactly(
     (status, headers, bytes.to_vec())
 }
 
-/// #44 item 5: behind authentication, another's conversation and one that does not exist get
+/// behind authentication, another's conversation and one that does not exist get
 /// the same answer to the byte (status, headers but `date`, body) on every endpoint, so a caller
 /// cannot even learn that an id is in use.
 #[tokio::test]
-async fn i44_anothers_conversation_and_one_that_does_not_exist_answer_byte_identically() {
+async fn anothers_conversation_and_one_that_does_not_exist_answer_byte_identically() {
     let fx = proxied_panel().await;
     let id = mint(&fx, "alice").await;
     let api = format!("{}api/sessions", fx.url());
@@ -703,7 +939,7 @@ async fn message_shown(fx: &common::Fixture, who: &str, id: &str, from: &str, te
     }
 }
 
-/// #44 item 4: a service addresses a person (`person:PRINCIPAL`, `chat_panel::person_address`),
+/// a service addresses a person (`person:PRINCIPAL`, `toolwright_chat_panel::person_address`),
 /// not a conversation id. The message lands in that principal's inbox conversation — created as
 /// theirs by the message itself when they never opened it — which `GET /api/inbox` gives them
 /// (the same id every time, and on any worker); another principal has an inbox of their own and
@@ -711,7 +947,7 @@ async fn message_shown(fx: &common::Fixture, who: &str, id: &str, from: &str, te
 /// reply runs a turn there. Under an authenticator that lets clients pick ids, nobody starts a
 /// conversation under another's inbox id. Without authentication the one person is `local`.
 #[tokio::test]
-async fn i44_bus_messages_to_a_principal_reach_their_inbox_and_nobody_elses() {
+async fn bus_messages_to_a_principal_reach_their_inbox_and_nobody_elses() {
     use reqwest::Method as M;
     let fx = proxied_panel().await;
     // before alice ever opened her inbox
@@ -730,9 +966,9 @@ async fn i44_bus_messages_to_a_principal_reach_their_inbox_and_nobody_elses() {
     );
     // after: the same conversation
     fx.bus
-        .send(messaging::OutgoingMessage::new(
+        .send(toolwright_messaging::OutgoingMessage::new(
             "billing-bot",
-            chat_panel::person_address("alice"),
+            toolwright_chat_panel::person_address("alice"),
             "Reminder: invoice 42",
         ))
         .await
@@ -808,9 +1044,9 @@ async fn i44_bus_messages_to_a_principal_reach_their_inbox_and_nobody_elses() {
     assert_eq!(s, 404, "{body}");
     picky
         .bus
-        .send(messaging::OutgoingMessage::new(
+        .send(toolwright_messaging::OutgoingMessage::new(
             "hr-bot",
-            chat_panel::person_address("carol"),
+            toolwright_chat_panel::person_address("carol"),
             "Your leave is approved",
         ))
         .await
@@ -829,9 +1065,9 @@ async fn i44_bus_messages_to_a_principal_reach_their_inbox_and_nobody_elses() {
     // without authentication the one person is `local`
     let open = common::start().await;
     open.bus
-        .send(messaging::OutgoingMessage::new(
+        .send(toolwright_messaging::OutgoingMessage::new(
             "ops-bot",
-            chat_panel::person_address("local"),
+            toolwright_chat_panel::person_address("local"),
             "Backup done",
         ))
         .await

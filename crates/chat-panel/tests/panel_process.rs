@@ -1,7 +1,7 @@
 //! The panel in its own process (this test binary started again in "panel" mode), for what
-//! needs a process: a restart that must keep the conversation (C4, issue 13 point 6), a low
-//! file-descriptor limit under 1,100 idle sockets (issue 14 finding 2), and the resident memory
-//! of a 400-turn conversation of 4,000-character messages (issue 14 finding 3).
+//! needs a process: a restart that must keep the conversation (C4), a low
+//! file-descriptor limit under 1,100 idle sockets, and the resident memory
+//! of a 400-turn conversation of 4,000-character messages.
 //!
 //! `harness = false`: `main` runs the tests below one after another (a name given on the
 //! command line selects those containing it); with `CHAT_PANEL_CHILD` set, it is the panel.
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use chat_panel::PanelConfig;
+use toolwright_chat_panel::PanelConfig;
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
 
@@ -32,12 +32,12 @@ fn main() {
             c4_panel_restart_reloads_the_conversation_from_sqlite,
         ),
         (
-            "finding2_1100_idle_sockets_under_a_low_fd_limit_and_healthz_answers",
-            finding2_1100_idle_sockets_under_a_low_fd_limit_and_healthz_answers,
+            "eleven_hundred_idle_sockets_under_a_low_fd_limit_leave_healthz_answering",
+            eleven_hundred_idle_sockets_under_a_low_fd_limit_leave_healthz_answering,
         ),
         (
-            "finding3_400_turns_of_4000_chars_keep_answering_with_bounded_rss",
-            finding3_400_turns_of_4000_chars_keep_answering_with_bounded_rss,
+            "four_hundred_long_turns_keep_answering_with_bounded_rss",
+            four_hundred_long_turns_keep_answering_with_bounded_rss,
         ),
     ];
     // libtest's options that take a value; the first other bare word is a name filter
@@ -232,7 +232,7 @@ fn open_fds(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
-fn finding2_1100_idle_sockets_under_a_low_fd_limit_and_healthz_answers() {
+fn eleven_hundred_idle_sockets_under_a_low_fd_limit_leave_healthz_answering() {
     raise_own_fd_limit();
     runtime().block_on(async {
         let model = ScriptedServer::start().await;
@@ -290,7 +290,7 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-fn finding3_400_turns_of_4000_chars_keep_answering_with_bounded_rss() {
+fn four_hundred_long_turns_keep_answering_with_bounded_rss() {
     runtime().block_on(async {
         let model = ScriptedServer::start().await;
         model.set_recording(false);

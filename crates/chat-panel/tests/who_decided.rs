@@ -1,4 +1,4 @@
-//! #44 item 3 over real HTTP: an approval and an answer to an MCP server's question record who
+//! Who decided, over real HTTP: an approval and an answer to an MCP server's question record who
 //! decided (the principal), when, and on what (the exact arguments, the answer given), in the
 //! conversation's store — `decisions` of `GET /api/sessions/{id}` — and another principal
 //! holding the first one's approval token gets `404` wherever they present it, learning nothing.
@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use chat_panel::PanelConfig;
-use chat_panel::identity::TrustedProxyHeader;
+use toolwright_chat_panel::PanelConfig;
+use toolwright_chat_panel::identity::TrustedProxyHeader;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -178,19 +178,19 @@ async fn who_decided_an_approval_names_its_principal_and_a_copied_token_gets_404
 
 /// A tool that asks the person a question through the panel's own elicitor, for the call's
 /// session, and returns the answer it got.
-fn asking_tool(slot: Arc<OnceLock<chat_panel::PanelElicitor>>) -> tool_system::FnTool {
-    use mcp_bridge::elicitation::{ElicitationMode, ElicitationRequest, Elicitor};
-    tool_system::FnTool::new(
+fn asking_tool(slot: Arc<OnceLock<toolwright_chat_panel::PanelElicitor>>) -> toolwright_tool_system::FnTool {
+    use toolwright_mcp_bridge::elicitation::{ElicitationMode, ElicitationRequest, Elicitor};
+    toolwright_tool_system::FnTool::new(
         "ask_budget",
         "Asks the person for a budget",
         json!({"type": "object", "properties": {}}),
-        move |_args, ctx: llm_core::ToolContext| {
+        move |_args, ctx: toolwright_core::ToolContext| {
             let slot = slot.clone();
             async move {
                 let elicitor = slot
                     .get()
                     .cloned()
-                    .ok_or_else(|| llm_core::ToolError::failed("no elicitor yet"))?;
+                    .ok_or_else(|| toolwright_core::ToolError::failed("no elicitor yet"))?;
                 let request = ElicitationRequest::new(
                     "planner",
                     ctx.session_id.clone(),
@@ -209,7 +209,7 @@ fn asking_tool(slot: Arc<OnceLock<chat_panel::PanelElicitor>>) -> tool_system::F
 
 #[tokio::test]
 async fn who_decided_an_answer_to_an_mcp_question_names_its_principal() {
-    let slot: Arc<OnceLock<chat_panel::PanelElicitor>> = Arc::default();
+    let slot: Arc<OnceLock<toolwright_chat_panel::PanelElicitor>> = Arc::default();
     let tool = asking_tool(slot.clone());
     let fx = common::start_with_agent(
         proxied(),

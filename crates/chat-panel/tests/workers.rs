@@ -1,4 +1,4 @@
-//! Issue 28 item 3: stateless panel workers. Two real `chat-panel` worker processes (this test
+//! stateless panel workers. Two real `chat-panel` worker processes (this test
 //! binary started again in worker mode) on different ports over one PostgreSQL database
 //! (`TEST_DATABASE_URL`, set by `cargo xtask test`), the scripted model, and a real SSE client
 //! reading `GET /api/sessions/{id}/events` over HTTP: a conversation starts on worker A,
@@ -26,10 +26,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use chat_panel::{AgentBackend, ChatPanel, HistoryStore, PanelConfig, PanelError};
-use context_engine::StoreError;
+use toolwright_chat_panel::{AgentBackend, ChatPanel, HistoryStore, PanelConfig, PanelError};
+use toolwright_context_engine::StoreError;
 use futures::StreamExt;
-use model_gateway::{OpenAiConfig, OpenAiModel};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
 
@@ -46,8 +46,8 @@ fn main() {
     }
     let tests: [(&str, fn()); 11] = [
         (
-            "i44_workers_a_conversation_stays_its_owners_on_both_workers",
-            i44_workers_a_conversation_stays_its_owners_on_both_workers,
+            "workers_a_conversation_stays_its_owners_on_both_workers",
+            workers_a_conversation_stays_its_owners_on_both_workers,
         ),
         (
             "workers_the_page_follows_the_conversation_on_any_worker_and_reconnects_with_last_event_id",
@@ -108,7 +108,7 @@ fn pg_base_url() -> String {
         _ => panic!(
             "{PG_ENV} is not set, so the two-worker test cannot run: run `cargo xtask test` (it \
              starts a private PostgreSQL on 127.0.0.1 and sets it), or `cargo xtask with-services \
-             cargo test -p chat-panel --test workers`, or set {PG_ENV}=postgres://USER@HOST:PORT/postgres \
+             cargo test -p toolwright-chat-panel --test workers`, or set {PG_ENV}=postgres://USER@HOST:PORT/postgres \
              for a server where USER may create databases"
         ),
     }
@@ -713,14 +713,14 @@ fn workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every
         })
         .await;
 
-        let bus = messaging::MessageBus::connect_nats(&nats).await.unwrap();
-        let to = chat_panel::user_address(&sid);
-        let q = messaging::QuickReplies::new(vec!["Yes".into(), "No".into()]).unwrap();
-        let first = messaging::OutgoingMessage::new("ops-bot", to.clone(), "Deploy finished?")
+        let bus = toolwright_messaging::MessageBus::connect_nats(&nats).await.unwrap();
+        let to = toolwright_chat_panel::user_address(&sid);
+        let q = toolwright_messaging::QuickReplies::new(vec!["Yes".into(), "No".into()]).unwrap();
+        let first = toolwright_messaging::OutgoingMessage::new("ops-bot", to.clone(), "Deploy finished?")
             .with_quick_replies(q);
         bus.send(first.clone()).await.unwrap();
         bus.send(first).await.unwrap(); // the same message again: dropped by its id
-        bus.send(messaging::OutgoingMessage::new(
+        bus.send(toolwright_messaging::OutgoingMessage::new(
             "ops-bot",
             to,
             "second note",
@@ -777,13 +777,13 @@ fn workers_nats_a_message_from_another_process_is_stored_once_and_shown_on_every
             "the first turn's 4 rows and 2 pairs: {texts:#?}"
         );
 
-        // #44 item 4: addressed to a principal (here `local`, the one person without
+        // addressed to a principal (here `local`, the one person without
         // authentication), not to a conversation id: both workers give the same inbox, the
         // message is stored in it once and shows on both
         let note = format!("Nightly backup done ({sid})");
-        bus.send(messaging::OutgoingMessage::new(
+        bus.send(toolwright_messaging::OutgoingMessage::new(
             "ops-bot",
-            chat_panel::person_address("local"),
+            toolwright_chat_panel::person_address("local"),
             note.clone(),
         ))
         .await
@@ -842,7 +842,7 @@ async fn wait_for(what: &str, mut f: impl AsyncFnMut() -> bool) {
     }
 }
 
-/// At least once through the panel (#28: "no message may be lost when one dies"): worker A takes
+/// At least once through the panel ("no message may be lost when one dies"): worker A takes
 /// a person's message from the bus but cannot store it (its database is away, so it retries,
 /// holding the message unconfirmed) and is SIGKILLed. Worker B, started after, gets the message
 /// from the broker (after `ack_wait`) and stores it — once; a message sent after it is stored
@@ -868,10 +868,10 @@ fn workers_nats_a_worker_killed_between_taking_and_storing_a_message_another_sto
                 .unwrap()
                 .as_millis()
         );
-        let to = chat_panel::user_address(&sid);
-        let bus = messaging::MessageBus::connect_nats(&nats).await.unwrap();
+        let to = toolwright_chat_panel::user_address(&sid);
+        let bus = toolwright_messaging::MessageBus::connect_nats(&nats).await.unwrap();
         let send = |text: &str| {
-            let m = messaging::OutgoingMessage::new("ops-bot", to.clone(), text);
+            let m = toolwright_messaging::OutgoingMessage::new("ops-bot", to.clone(), text);
             let bus = bus.clone();
             async move { bus.send(m).await.unwrap() }
         };
@@ -990,14 +990,14 @@ fn workers_broker_down_mid_conversation_typed_errors_then_nothing_lost() {
                 .unwrap()
                 .as_millis()
         );
-        let bus = messaging::MessageBus::connect_nats(&broker).await.unwrap();
-        let to = chat_panel::user_address(&sid);
+        let bus = toolwright_messaging::MessageBus::connect_nats(&broker).await.unwrap();
+        let to = toolwright_chat_panel::user_address(&sid);
 
         // 1. up: the agent's message and another process's message both arrive
         let (status, body) = post(&c, &a.url(), &sid, "ask one").await;
         assert_eq!(status, 200, "{body}");
         assert!(body.contains("Question for ask one"), "{body}");
-        bus.send(messaging::OutgoingMessage::new(
+        bus.send(toolwright_messaging::OutgoingMessage::new(
             "ops-bot",
             to.clone(),
             "note before",
@@ -1011,7 +1011,7 @@ fn workers_broker_down_mid_conversation_typed_errors_then_nothing_lost() {
         assert_eq!(status, 200, "{body}");
         assert!(body.contains("event: done"), "the turn completes: {body}");
         let e = bus
-            .send(messaging::OutgoingMessage::new(
+            .send(toolwright_messaging::OutgoingMessage::new(
                 "ops-bot",
                 to.clone(),
                 "note lost?",
@@ -1021,8 +1021,8 @@ fn workers_broker_down_mid_conversation_typed_errors_then_nothing_lost() {
         assert!(
             matches!(
                 e,
-                messaging::BusError::BrokerUnavailable { .. }
-                    | messaging::BusError::NotConfirmed { .. }
+                toolwright_messaging::BusError::BrokerUnavailable { .. }
+                    | toolwright_messaging::BusError::NotConfirmed { .. }
             ),
             "{e:?}"
         );
@@ -1085,7 +1085,7 @@ fn workers_broker_down_mid_conversation_typed_errors_then_nothing_lost() {
         }
         loop {
             match bus
-                .send(messaging::OutgoingMessage::new(
+                .send(toolwright_messaging::OutgoingMessage::new(
                     "ops-bot",
                     to.clone(),
                     "note after",
@@ -1281,12 +1281,12 @@ async fn as_bearer(
     common::send(r, body).await
 }
 
-/// #44 with two workers: both verify bearer tokens of the same issuer (the test's OpenID
+/// Identity with two workers: both verify bearer tokens of the same issuer (the test's OpenID
 /// provider, its JWKS over HTTP) over one PostgreSQL. Alice's conversation, started on worker 1
 /// and waiting for her approval, is read, approved (with the token worker 1 gave her) and
 /// continued on worker 2, and stays hers: Bob gets 404 on every endpoint of it on both workers,
 /// before and after; the decision recorded names her; no token, no access.
-fn i44_workers_a_conversation_stays_its_owners_on_both_workers() {
+fn workers_a_conversation_stays_its_owners_on_both_workers() {
     use reqwest::Method;
     runtime().block_on(async {
         let url = fresh_database("chat_panel_identity").await;

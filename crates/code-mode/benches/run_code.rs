@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use code_mode::{CodeModeProvider, RUN_CODE};
+use toolwright_code_mode::{CodeModeProvider, RUN_CODE};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
-use tool_system::{Dispatcher, FnTool, ToolContext, ToolProvider, ToolRegistry};
+use toolwright_tool_system::{Dispatcher, FnTool, ToolContext, ToolProvider, ToolRegistry};
 
 fn provider() -> CodeModeProvider {
     let mut r = ToolRegistry::new();

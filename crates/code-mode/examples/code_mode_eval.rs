@@ -1,5 +1,5 @@
-//! The code-mode evaluation (#29 item 5), rerunnable:
-//! `cargo run -p code-mode --example code_mode_eval` (a binary: it prints, asserts nothing;
+//! The code-mode evaluation, rerunnable:
+//! `cargo run -p toolwright-code-mode --example code_mode_eval` (a binary: it prints, asserts nothing;
 //! an example rather than a bench because it measures calls and tokens, not time, so the
 //! test profile's build is enough).
 //!

@@ -19,10 +19,10 @@
 //! JSON decision, tags) and the local model. Design and threat model: `docs/code-mode.md`.
 //!
 //! ```no_run
-//! # async fn demo(model: impl llm_core::ChatModel + 'static, registry: tool_system::ToolRegistry) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(model: impl toolwright_core::ChatModel + 'static, registry: toolwright_tool_system::ToolRegistry) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use code_mode::{CodeLimits, CodeModeProvider};
-//! use tool_system::{Agent, Dispatcher};
+//! use toolwright_code_mode::{CodeLimits, CodeModeProvider};
+//! use toolwright_tool_system::{Agent, Dispatcher};
 //! // The tools scripts may call, behind their own dispatcher (limits, caps, validation).
 //! let tools = Arc::new(Dispatcher::from_registry(registry));
 //! // Blocking (it checks the sandbox once): at start-up, or in `spawn_blocking`.
@@ -40,11 +40,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm_core::{EstimateCounter, TokenCounter, ToolSpec, TurnInfo};
-use sandbox::{Program, Sandbox, SandboxConfig};
+use toolwright_core::{EstimateCounter, TokenCounter, ToolSpec, TurnInfo};
+use toolwright_sandbox::{Program, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
-use tool_search::{Hit, SearchIndex, ToolDoc, embedding_text};
-use tool_system::{ApprovalPolicy, Dispatcher, ToolContext, ToolError, ToolProvider};
+use toolwright_tool_search::{Hit, SearchIndex, ToolDoc, embedding_text};
+use toolwright_tool_system::{ApprovalPolicy, Dispatcher, ToolContext, ToolError, ToolProvider};
 
 use crate::signature::Function;
 
@@ -69,7 +69,7 @@ const RUNNER: &str = include_str!("runner.py");
 /// The bounds of one script.
 ///
 /// ```
-/// use code_mode::CodeLimits;
+/// use toolwright_code_mode::CodeLimits;
 /// use std::time::Duration;
 /// let l = CodeLimits::default().with_max_calls(5).with_time_limit(Duration::from_secs(10));
 /// assert_eq!((l.max_calls, l.shown_output_bytes), (5, 8 * 1024));
@@ -159,7 +159,7 @@ pub struct CodeModeBuilder {
 
 /// The encoder for search by meaning, shown by its id in `Debug`.
 #[derive(Clone)]
-struct EmbedderSlot(Option<Arc<dyn llm_core::Embedder>>);
+struct EmbedderSlot(Option<Arc<dyn toolwright_core::Embedder>>);
 
 impl std::fmt::Debug for EmbedderSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -168,12 +168,12 @@ impl std::fmt::Debug for EmbedderSlot {
 }
 
 impl CodeModeBuilder {
-    /// Search by meaning (#41): past the search budget, the functions listed for a turn and
+    /// Search by meaning: past the search budget, the functions listed for a turn and
     /// [`SEARCH_FUNCTIONS`]' answers rank by BM25 fused with `embedder`'s vectors (the same
-    /// hybrid search as the MCP bridge, `tool_search::SearchIndex::search_hybrid`). The
+    /// hybrid search as the MCP bridge, `toolwright_tool_search::SearchIndex::search_hybrid`). The
     /// functions are encoded once per list of functions. An encoder that fails leaves the search
     /// to BM25, with a `tracing` warning (until the list of functions changes).
-    pub fn embedder(mut self, embedder: Arc<dyn llm_core::Embedder>) -> Self {
+    pub fn embedder(mut self, embedder: Arc<dyn toolwright_core::Embedder>) -> Self {
         self.embedder = EmbedderSlot(Some(embedder));
         self
     }
@@ -320,7 +320,7 @@ pub struct CodeModeProvider {
     /// [`CodeModeBuilder::search_budget_tokens`].
     search_budget_tokens: usize,
     /// [`CodeModeBuilder::embedder`].
-    embedder: Option<Arc<dyn llm_core::Embedder>>,
+    embedder: Option<Arc<dyn toolwright_core::Embedder>>,
     /// The search index over the functions, with the names it was built from.
     index: std::sync::Mutex<Option<(Vec<String>, Arc<SearchIndex>)>>,
     /// The runner's files, removed with the provider.
@@ -419,7 +419,7 @@ impl CodeModeProvider {
                 let texts: Vec<String> = docs.iter().map(embedding_text).collect();
                 let mut vectors = Ok(Vec::with_capacity(texts.len()));
                 for chunk in texts.chunks(32) {
-                    match e.embed(chunk, llm_core::EmbedKind::Document).await {
+                    match e.embed(chunk, toolwright_core::EmbedKind::Document).await {
                         Ok(v) if v.len() == chunk.len() => {
                             if let Ok(all) = vectors.as_mut() {
                                 all.extend(v);
@@ -467,8 +467,8 @@ impl CodeModeProvider {
         let index = self.index(functions).await;
         let hits: Vec<Hit> = match &self.embedder {
             Some(e) if index.has_vectors() => {
-                let text: String = query.chars().take(tool_search::MAX_QUERY_CHARS).collect();
-                match e.embed(&[text], llm_core::EmbedKind::Query).await {
+                let text: String = query.chars().take(toolwright_tool_search::MAX_QUERY_CHARS).collect();
+                match e.embed(&[text], toolwright_core::EmbedKind::Query).await {
                     Ok(v) if v.len() == 1 => index
                         .search_hybrid(query, &v[0], limit)
                         .unwrap_or_else(|err| {
@@ -500,7 +500,7 @@ impl CodeModeProvider {
         let l = &self.limits;
         let mut s = format!(
             "Run a short Python 3 script (standard library only) in a sandbox (no network, no host files). In it, the tools below are functions: call several, combine their results in code, and print() only what you need. You get back only the printed text (at most {}) and the list of calls made. A failed call raises ToolError (.kind, .message; subclasses ToolTimeout, InvalidArguments, ToolNotFound, ToolUnavailable, ToolCrashed, ResultTooLarge, ApprovalRequired, CallLimitExceeded), which the script can catch. Limits per script: {} tool calls, {} s. Full description of one function: call {DESCRIBE_FUNCTION}.",
-            sandbox::human_bytes(l.shown_output_bytes),
+            toolwright_sandbox::human_bytes(l.shown_output_bytes),
             l.max_calls,
             l.time_limit.as_secs_f64()
         );

@@ -3,10 +3,10 @@
 
 use std::collections::HashSet;
 
-use llm_core::{ToolErrorKind, cap_result};
-use sandbox::{FrameHandler, FrameReply, RunError, human_bytes};
+use toolwright_core::{ToolErrorKind, cap_result};
+use toolwright_sandbox::{FrameHandler, FrameReply, RunError, human_bytes};
 use serde_json::{Value, json};
-use tool_system::{ToolContext, ToolError};
+use toolwright_tool_system::{ToolContext, ToolError};
 
 use crate::CodeModeProvider;
 use crate::signature::Function;

@@ -3,7 +3,7 @@
 //! `run_code`'s description; the full docstring (every parameter, nested keys, the whole
 //! description) is level 2, given on demand by `describe_function` and by `help()` in a script.
 
-use llm_core::ToolSpec;
+use toolwright_core::ToolSpec;
 use serde_json::{Map, Value, json};
 
 /// Length of a level-1 line, as for MCP tools (mcp-bridge's catalog).
@@ -58,7 +58,7 @@ pub(crate) fn python_name(tool: &str) -> String {
     name
 }
 
-pub(crate) use llm_core::first_sentence;
+pub(crate) use toolwright_core::first_sentence;
 
 /// One parameter of a function.
 #[derive(Debug, Clone)]
@@ -151,7 +151,7 @@ impl Function {
 
     /// The level-1 entry of `run_code`'s description: the signature without its `-> Any`
     /// (every function returns its tool's JSON result, which the description says once; the
-    /// suffix cost about 3 tokens a function, 7 % of the list — docs/benchmarks.md, #29 item 5).
+    /// suffix cost about 3 tokens a function, 7 % of the list — docs/benchmarks-archive.md).
     pub fn brief(&self) -> String {
         let signature = self.signature();
         let signature = signature.strip_suffix(" -> Any").unwrap_or(&signature);

@@ -1,4 +1,4 @@
-//! Code mode (#29 items 1-3) with the real parts: the skills sandbox (bubblewrap), the real
+//! Code mode with the real parts: the skills sandbox (bubblewrap), the real
 //! dispatcher with real tools, and the agent over real HTTP with the scripted model.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use code_mode::{
+use toolwright_code_mode::{
     CodeLimits, CodeModeBuilder, CodeModeProvider, DESCRIBE_FUNCTION, RUN_CODE, SEARCH_FUNCTIONS,
 };
-use llm_core::{Message, Tool, ToolSpec, TurnInfo};
-use sandbox::SandboxConfig;
+use toolwright_core::{Message, Tool, ToolSpec, TurnInfo};
+use toolwright_sandbox::SandboxConfig;
 use serde_json::{Value, json};
-use tool_system::{
+use toolwright_tool_system::{
     ApprovalPolicy, Dispatcher, FnTool, ToolContext, ToolError, ToolErrorKind, ToolProvider,
     ToolRegistry,
 };
@@ -140,11 +140,11 @@ fn code_over(
 fn code_agent(
     code: CodeModeProvider,
     server: &testkit::ScriptedServer,
-) -> (tool_system::Agent, Arc<context_engine::MemoryStore>) {
-    use model_gateway::{OpenAiConfig, OpenAiModel};
+) -> (toolwright_tool_system::Agent, Arc<toolwright_context_engine::MemoryStore>) {
+    use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
     let model = OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
-    let store = Arc::new(context_engine::MemoryStore::new());
-    let agent = tool_system::Agent::builder(model)
+    let store = Arc::new(toolwright_context_engine::MemoryStore::new());
+    let agent = toolwright_tool_system::Agent::builder(model)
         .provider(Arc::new(code))
         .store(store.clone())
         .build()
@@ -593,7 +593,7 @@ async fn code_mode_an_agent_runs_a_script_and_the_conversation_goes_on() {
     );
 
     // What the session keeps: the scripts as the calls' arguments, the call lists as results.
-    use context_engine::SessionStore;
+    use toolwright_context_engine::SessionStore;
     let session = store.load("s1").await.unwrap();
     let scripts: Vec<String> = session
         .messages
@@ -787,7 +787,7 @@ async fn code_mode_a_script_that_calls_final_answer_ends_the_turn_in_one_model_c
     assert_eq!(server.requests().len(), 1, "one model call for the turn");
     assert_eq!(ran.load(Ordering::SeqCst), 2);
     // The session keeps the script, its result, and the reply; the next turn sends them.
-    use context_engine::SessionStore;
+    use toolwright_context_engine::SessionStore;
     let session = store.load("s1").await.unwrap().messages;
     assert_eq!(session.len(), 4, "{session:?}");
     assert_eq!(
@@ -910,7 +910,7 @@ async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_s
             .call(SEARCH_FUNCTIONS, bad.clone(), ToolContext::new("c3"))
             .await
             .unwrap_err();
-        assert_eq!(e.kind, llm_core::ToolErrorKind::InvalidArguments, "{bad}");
+        assert_eq!(e.kind, toolwright_core::ToolErrorKind::InvalidArguments, "{bad}");
     }
     let none = provider
         .call(
@@ -936,14 +936,14 @@ async fn code_mode_under_the_search_budget_every_function_is_listed() {
     assert_eq!(shown, f.provider.list().await);
 }
 
-/// #42 item 4: the safe path is the default. The operator gates `wire` on the agent
+/// the safe path is the default. The operator gates `wire` on the agent
 /// (`require_approval`) and builds code mode over the same tools *without* giving it that
 /// policy. A script's call to `wire` is still refused with `approval_required` — the agent's
 /// rules come with the call (`ToolContext::approval_gate`) — and `wire` never runs. Only an
 /// operator who says so (`inherit_agent_approvals(false)`) lets scripts make that call.
 #[tokio::test]
 async fn code_mode_forgetting_the_agents_approval_policy_cannot_open_its_gate() {
-    use model_gateway::{OpenAiConfig, OpenAiModel};
+    use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
     use testkit::{Reply, ScriptedServer};
 
     async fn turn(inherit: bool) -> (usize, Value) {
@@ -974,7 +974,7 @@ async fn code_mode_forgetting_the_agents_approval_policy_cannot_open_its_gate() 
         server.push(Reply::text("done"));
         let model =
             OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
-        let agent = tool_system::Agent::builder(model)
+        let agent = toolwright_tool_system::Agent::builder(model)
             .provider(Arc::new(code))
             .require_approval("wire")
             .build()
@@ -1007,7 +1007,7 @@ async fn code_mode_forgetting_the_agents_approval_policy_cannot_open_its_gate() 
     assert_eq!(result["printed"], "sent\n", "{result}");
 }
 
-/// #42 item 5, in code mode: without bubblewrap, building code mode is refused with the
+/// in code mode: without bubblewrap, building code mode is refused with the
 /// sandbox's message (what to install, which option accepts the weaker boundary).
 #[test]
 fn s2_code_mode_without_bubblewrap_is_refused_with_what_to_install() {
@@ -1028,7 +1028,7 @@ fn s2_code_mode_without_bubblewrap_is_refused_with_what_to_install() {
     }
 }
 
-/// #42 item 5, in code mode: under the accepted fallback (no container), a script still runs
+/// in code mode: under the accepted fallback (no container), a script still runs
 /// as PID 1 of a PID namespace of its own: its `kill(pid, 0)` scan over every pid finds only
 /// itself, never the agent or any other host process. (Where not even that namespace can be
 /// made, the sandbox refuses unless `allow_host_pids(true)`: the skills sandbox's
@@ -1083,7 +1083,7 @@ print("found", found)
     );
 }
 
-/// A test-only encoder (#41): a vector of concept counts over a fixed table of words in English
+/// A test-only encoder: a vector of concept counts over a fixed table of words in English
 /// and Chinese (plus a constant component, so that no text is the zero vector). Real in that
 /// it maps texts to vectors by what they mention; a toy next to a model. Counts what it encodes.
 struct Concepts {
@@ -1098,7 +1098,7 @@ const CONCEPTS: &[&[&str]] = &[
 ];
 
 #[async_trait::async_trait]
-impl llm_core::Embedder for Concepts {
+impl toolwright_core::Embedder for Concepts {
     fn id(&self) -> &str {
         "test-only-concepts"
     }
@@ -1108,12 +1108,12 @@ impl llm_core::Embedder for Concepts {
     async fn embed(
         &self,
         texts: &[String],
-        kind: llm_core::EmbedKind,
-    ) -> Result<Vec<Vec<f32>>, llm_core::ModelError> {
+        kind: toolwright_core::EmbedKind,
+    ) -> Result<Vec<Vec<f32>>, toolwright_core::ModelError> {
         if self.fail {
-            return Err(llm_core::ModelError::Inference("broken on purpose".into()));
+            return Err(toolwright_core::ModelError::Inference("broken on purpose".into()));
         }
-        if kind == llm_core::EmbedKind::Document {
+        if kind == toolwright_core::EmbedKind::Document {
             self.documents.fetch_add(texts.len(), Ordering::SeqCst);
         }
         Ok(texts

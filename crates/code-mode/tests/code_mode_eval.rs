@@ -1,4 +1,4 @@
-//! #29 item 5: the evaluation cannot rot. A few of its tasks (the ones over the in-process
+//! the evaluation cannot rot. A few of its tasks (the ones over the in-process
 //! tools and server-everything, which the workspace's test dependencies install) run in both
 //! modes through the real agent, the recording proxy and the scripted model; the answers must
 //! pass their checks and code mode must use fewer model calls. The real-model path (the
@@ -6,7 +6,7 @@
 //! a scripted server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-// reqwest on rustls with ring (#40): `model_gateway::ensure_crypto_provider` before a client.
+// reqwest on rustls with ring: `toolwright_model_gateway::ensure_crypto_provider` before a client.
 extern crate reqwest_ring as reqwest;
 
 mod eval;
@@ -96,7 +96,7 @@ async fn code_mode_eval_the_real_model_path_goes_through_the_proxy_with_the_key(
     // (`OpenAiConfig::from_env`, tested in model-gateway; setting the variables here would
     // need `unsafe`, which the workspace forbids).
     let player = Player::Real(
-        model_gateway::OpenAiConfig::new("eval-model")
+        toolwright_model_gateway::OpenAiConfig::new("eval-model")
             .with_base_url(upstream.base_url())
             .with_api_key("sk-eval-test"),
     );
@@ -137,7 +137,7 @@ async fn code_mode_eval_the_real_model_path_goes_through_the_proxy_with_the_key(
     // The proxy passes the model server's status and headers back (Retry-After included).
     upstream.push(testkit::Reply::status(429, "slow down").retry_after("7"));
     let proxy = eval::proxy::Proxy::start(upstream.base_url()).await;
-    model_gateway::ensure_crypto_provider();
+    toolwright_model_gateway::ensure_crypto_provider();
     let r = reqwest::Client::new()
         .post(format!("{}/chat/completions", proxy.base_url()))
         .header("content-type", "application/json")

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_engine::{
+use toolwright_context_engine::{
     ContextBuilder, Durability, History, SessionStore, SqliteStore, TiktokenCounter, TokenCounter,
 };
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use llm_core::{Message, ToolCall};
+use toolwright_core::{Message, ToolCall};
 use serde_json::json;
 
 /// A realistic 4-message round: question, tool call, tool result, answer.
@@ -157,7 +157,7 @@ fn postgres_appends(c: &mut Criterion) {
         format!("{server}/ce_bench{query}")
     });
     let store = rt
-        .block_on(context_engine::PostgresStore::connect(&url))
+        .block_on(toolwright_context_engine::PostgresStore::connect(&url))
         .unwrap();
     let mut g = c.benchmark_group("postgres_append");
     g.measurement_time(Duration::from_secs(4))

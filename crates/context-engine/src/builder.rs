@@ -4,10 +4,10 @@
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
-use llm_core::{Message, ToolCall};
+use toolwright_core::{Message, ToolCall};
 
 use crate::history::History;
-use llm_core::{EstimateCounter, REPLY_PRIMING_TOKENS, TokenCounter};
+use toolwright_core::{EstimateCounter, REPLY_PRIMING_TOKENS, TokenCounter};
 
 /// Why the budget cannot be met.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,8 +100,8 @@ impl BuiltContext {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use context_engine::{ContextBuilder, EstimateCounter, History};
-/// use llm_core::{Message, Role, ToolCall};
+/// use toolwright_context_engine::{ContextBuilder, EstimateCounter, History};
+/// use toolwright_core::{Message, Role, ToolCall};
 ///
 /// let mut history = History::new(Arc::new(EstimateCounter));
 /// history.push(Message::user("a long question from long ago ".repeat(20)));
@@ -122,7 +122,7 @@ impl BuiltContext {
 /// assert_eq!(ctx.kept, vec![2, 3, 4]);            // the old turn did not fit
 /// assert_eq!(ctx.dropped.len(), 2);
 /// assert!(ctx.tokens <= 120);
-/// # Ok::<(), context_engine::ContextError>(())
+/// # Ok::<(), toolwright_context_engine::ContextError>(())
 /// ```
 #[derive(Clone)]
 pub struct ContextBuilder {

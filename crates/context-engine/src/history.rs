@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use llm_core::Message;
+use toolwright_core::Message;
 use serde::{Deserialize, Serialize};
 
-use llm_core::TokenCounter;
+use toolwright_core::TokenCounter;
 
 /// A conversation by id: its messages in order (C1).
 ///
@@ -14,8 +14,8 @@ use llm_core::TokenCounter;
 /// with tool calls) and tool results (`tool_call_id`, `name`, `content`).
 ///
 /// ```
-/// use context_engine::Session;
-/// use llm_core::{Message, ToolCall};
+/// use toolwright_context_engine::Session;
+/// use toolwright_core::{Message, ToolCall};
 /// let mut s = Session::new("chat-42");
 /// s.messages.push(Message::user("Weather in Paris?"));
 /// s.messages.push(Message::assistant_with_tool_calls(
@@ -51,8 +51,8 @@ impl Session {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use context_engine::{EstimateCounter, History};
-/// use llm_core::Message;
+/// use toolwright_context_engine::{EstimateCounter, History};
+/// use toolwright_core::Message;
 /// let mut h = History::new(Arc::new(EstimateCounter));
 /// h.push(Message::user("hi"));
 /// assert_eq!(h.token_counts(), &[5]); // 3 framing + 1 role + 1 text

@@ -13,7 +13,7 @@
 //! `tiktoken`, on by default (its BPE tables are a few MB of the binary: a crate that needs only
 //! the estimate and the in-memory store can leave it out with `default-features = false`).
 //!
-//! Messages are [`llm_core::Message`]s. A tool loop needs three things from this crate:
+//! Messages are [`toolwright_core::Message`]s. A tool loop needs three things from this crate:
 //!
 //! 1. load a session's history: [`SessionStore::load`] (or [`SessionStore::load_or_create`]);
 //! 2. append a finished round atomically: [`SessionStore::append`];
@@ -23,8 +23,8 @@
 //! # #[cfg(all(feature = "sqlite", feature = "tiktoken"))]
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use context_engine::{counter_for_model, ContextBuilder, History, SessionStore, SqliteStore};
-//! use llm_core::Message;
+//! use toolwright_context_engine::{counter_for_model, ContextBuilder, History, SessionStore, SqliteStore};
+//! use toolwright_core::Message;
 //!
 //! let dir = tempfile::tempdir()?;
 //! let store: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(dir.path().join("s.db"))?);
@@ -62,8 +62,8 @@ pub use store::{Durability, SqliteStore};
 #[cfg(feature = "postgres")]
 pub use store::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 // The trait and the estimate live in llm-core (the bottom crate); re-exported at their old
-// paths so `context_engine::{TokenCounter, EstimateCounter}` keep working.
-pub use llm_core::{
+// paths so `toolwright_context_engine::{TokenCounter, EstimateCounter}` keep working.
+pub use toolwright_core::{
     EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TokenCounter,
 };
 #[cfg(feature = "tiktoken")]

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use llm_core::{EstimateCounter, TokenCounter};
+use toolwright_core::{EstimateCounter, TokenCounter};
 use tiktoken_rs::CoreBPE;
 use tiktoken_rs::tokenizer::Tokenizer;
 
@@ -135,12 +135,12 @@ fn encoding_for_model(model: &str) -> Option<Encoding> {
 /// them. Cloning is cheap.
 ///
 /// ```
-/// use context_engine::{TiktokenCounter, TokenCounter};
+/// use toolwright_context_engine::{TiktokenCounter, TokenCounter};
 /// let counter = TiktokenCounter::for_model("gpt-4o-mini")?;
 /// assert_eq!(counter.id(), "tiktoken/o200k_base");
 /// assert_eq!(counter.count_text("hello world"), 2);
 /// assert!(TiktokenCounter::for_model("qwen2.5-7b-instruct").is_err());
-/// # Ok::<(), context_engine::TokenizerError>(())
+/// # Ok::<(), toolwright_context_engine::TokenizerError>(())
 /// ```
 #[derive(Clone)]
 pub struct TiktokenCounter {
@@ -213,7 +213,7 @@ impl TokenCounter for TiktokenCounter {
 /// estimate as well.
 ///
 /// ```
-/// use context_engine::counter_for_model;
+/// use toolwright_context_engine::counter_for_model;
 /// assert_eq!(counter_for_model("gpt-4o").id(), "tiktoken/o200k_base");
 /// assert_eq!(counter_for_model("gpt-4").id(), "tiktoken/cl100k_base");
 /// assert_eq!(counter_for_model("qwen2.5-72b-instruct").id(), "estimate/v1");

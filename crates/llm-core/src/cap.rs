@@ -7,10 +7,10 @@ pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024;
 /// so in a note the model can act on. Returns the text and whether it was cut.
 ///
 /// ```
-/// let (short, cut) = llm_core::cap_result("x".repeat(10_000), 1_000);
+/// let (short, cut) = toolwright_core::cap_result("x".repeat(10_000), 1_000);
 /// assert!(cut && short.len() <= 1_000);
 /// assert!(short.contains("10000 bytes"));
-/// assert_eq!(llm_core::cap_result("ok".into(), 1_000), ("ok".to_string(), false));
+/// assert_eq!(toolwright_core::cap_result("ok".into(), 1_000), ("ok".to_string(), false));
 /// ```
 pub fn cap_result(text: String, max: usize) -> (String, bool) {
     if text.len() <= max {

@@ -19,7 +19,7 @@ pub enum EmbedKind {
 /// need not be normalised; callers compare them by cosine.
 ///
 /// ```
-/// use llm_core::{async_trait, EmbedKind, Embedder, ModelError};
+/// use toolwright_core::{async_trait, EmbedKind, Embedder, ModelError};
 /// /// Counts of a few letters: a toy, but a whole encoder.
 /// struct Letters;
 /// #[async_trait]

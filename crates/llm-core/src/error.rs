@@ -102,7 +102,7 @@ impl ModelError {
     /// or status codes. The operator's log gets the `Display` text.
     ///
     /// ```
-    /// let e = llm_core::ModelError::Api { status: 401, message: "bad key sk-123".into(), code: None };
+    /// let e = toolwright_core::ModelError::Api { status: 401, message: "bad key sk-123".into(), code: None };
     /// assert!(!e.user_message().contains("sk-123"));
     /// ```
     pub fn user_message(&self) -> &'static str {

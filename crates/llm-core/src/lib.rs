@@ -20,7 +20,7 @@
 //! A backend of your own is one `impl`:
 //!
 //! ```
-//! use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, FinishReason, ModelError, ModelInfo, Message};
+//! use toolwright_core::{async_trait, ChatModel, ChatRequest, ChatResponse, FinishReason, ModelError, ModelInfo, Message};
 //! struct Echo;
 //! #[async_trait]
 //! impl ChatModel for Echo {

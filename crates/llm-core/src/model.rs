@@ -46,7 +46,7 @@ impl ModelInfo {
 /// Implement this to plug in any backend; everything above Stage 0 talks to this trait only.
 ///
 /// ```
-/// use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, FinishReason, ModelError, ModelInfo};
+/// use toolwright_core::{async_trait, ChatModel, ChatRequest, ChatResponse, FinishReason, ModelError, ModelInfo};
 /// struct Echo;
 /// #[async_trait]
 /// impl ChatModel for Echo {
@@ -58,7 +58,7 @@ impl ModelInfo {
 /// }
 /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
 /// # rt.block_on(async {
-/// let r = Echo.chat(ChatRequest::new(vec![llm_core::Message::user("hi")])).await.unwrap();
+/// let r = Echo.chat(ChatRequest::new(vec![toolwright_core::Message::user("hi")])).await.unwrap();
 /// assert_eq!(r.content, "hi");
 /// # });
 /// ```

@@ -9,10 +9,10 @@ pub const MAX_TOOL_NAME: usize = 64;
 /// Whether `name` is a valid tool name for providers: `^[a-zA-Z0-9_-]{1,64}$`.
 ///
 /// ```
-/// assert!(llm_core::is_valid_tool_name("get_weather"));
-/// assert!(llm_core::is_valid_tool_name("vector-search"));
-/// assert!(!llm_core::is_valid_tool_name("get weather"));
-/// assert!(!llm_core::is_valid_tool_name(""));
+/// assert!(toolwright_core::is_valid_tool_name("get_weather"));
+/// assert!(toolwright_core::is_valid_tool_name("vector-search"));
+/// assert!(!toolwright_core::is_valid_tool_name("get weather"));
+/// assert!(!toolwright_core::is_valid_tool_name(""));
 /// ```
 pub fn is_valid_tool_name(name: &str) -> bool {
     (1..=MAX_TOOL_NAME).contains(&name.len())
@@ -28,9 +28,9 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 ///
 /// ```
 /// use serde_json::json;
-/// let s = llm_core::normalize_schema(json!({"$schema": "x", "type": "object"}));
+/// let s = toolwright_core::normalize_schema(json!({"$schema": "x", "type": "object"}));
 /// assert_eq!(s, json!({"type": "object", "properties": {}}));
-/// assert_eq!(llm_core::normalize_schema(json!(true)), json!({"type": "object", "properties": {}}));
+/// assert_eq!(toolwright_core::normalize_schema(json!(true)), json!({"type": "object", "properties": {}}));
 /// ```
 pub fn normalize_schema(schema: Value) -> Value {
     let mut obj = match schema {

@@ -12,9 +12,9 @@
 //!
 //! ```
 //! fn none() -> Option<String> { None }
-//! llm_core::telemetry::set_traceparent_source(none);
-//! assert_eq!(llm_core::telemetry::current_traceparent(), None);
-//! assert!(!llm_core::telemetry::capture_message_content());
+//! toolwright_core::telemetry::set_traceparent_source(none);
+//! assert_eq!(toolwright_core::telemetry::current_traceparent(), None);
+//! assert!(!toolwright_core::telemetry::capture_message_content());
 //! ```
 
 use std::sync::OnceLock;

@@ -27,7 +27,7 @@ pub const TOOL_CALL_OVERHEAD: usize = 3;
 /// different ids.
 ///
 /// ```
-/// use llm_core::{Message, TokenCounter};
+/// use toolwright_core::{Message, TokenCounter};
 ///
 /// /// One token per whitespace-separated word.
 /// struct Words;
@@ -107,7 +107,7 @@ impl fmt::Debug for dyn TokenCounter {
 /// symbols: plug in the model's own tokenizer through [`TokenCounter`] when precision matters.
 ///
 /// ```
-/// use llm_core::{EstimateCounter, TokenCounter};
+/// use toolwright_core::{EstimateCounter, TokenCounter};
 /// let c = EstimateCounter;
 /// assert_eq!(c.count_text("hello world"), 4);   // 11 chars / 3, rounded up
 /// assert_eq!(c.count_text("你好世界"), 4);        // one per CJK character

@@ -27,7 +27,7 @@ pub struct ToolContext {
 /// a call of `tool` with `args` needs a person's approval there. Cheap to clone (an `Arc`).
 ///
 /// ```
-/// use llm_core::ApprovalGate;
+/// use toolwright_core::ApprovalGate;
 /// use serde_json::json;
 /// let gate = ApprovalGate::new(|tool, _args| tool == "delete_file");
 /// assert!(gate.requires("delete_file", &json!({})));
@@ -141,7 +141,7 @@ pub enum ToolErrorKind {
 /// (no secrets, no stack traces) and the full one for the operator's log.
 ///
 /// ```
-/// use llm_core::{ToolError, ToolErrorKind};
+/// use toolwright_core::{ToolError, ToolErrorKind};
 /// let e = ToolError::failed("city not found: Atlantis").with_detail("GET /weather?q=Atlantis -> 404");
 /// assert_eq!(e.kind, ToolErrorKind::Failed);
 /// assert_eq!(e.to_model_json()["success"], false);
@@ -215,8 +215,8 @@ fn human(d: Duration) -> String {
 /// One tool: its spec for the model and an async call.
 ///
 /// ```
-/// use llm_core::{async_trait, Tool, ToolContext, ToolError};
-/// use llm_core::ToolSpec;
+/// use toolwright_core::{async_trait, Tool, ToolContext, ToolError};
+/// use toolwright_core::ToolSpec;
 /// use serde_json::{json, Value};
 /// struct Weather;
 /// #[async_trait]
@@ -325,7 +325,7 @@ pub trait ToolProvider: Send + Sync {
 /// with `…`): 004's level-1 line of a tool (the MCP bridge's tiers, code mode's function docs).
 ///
 /// ```
-/// use llm_core::first_sentence;
+/// use toolwright_core::first_sentence;
 /// assert_eq!(first_sentence("Adds two numbers. Returns the sum.", 100), "Adds two numbers.");
 /// assert_eq!(first_sentence("查询天气。返回温度", 100), "查询天气。");
 /// ```

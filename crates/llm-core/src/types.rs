@@ -46,7 +46,7 @@ impl ToolCall {
     /// text that is not JSON gives an [`InvalidToolCall`] (G5) that keeps it.
     ///
     /// ```
-    /// use llm_core::ToolCall;
+    /// use toolwright_core::ToolCall;
     /// assert_eq!(ToolCall::parse("c1", "f", " ").unwrap().arguments, serde_json::json!({}));
     /// let bad = ToolCall::parse("c2", "get_weather", "{city:").unwrap_err();
     /// assert_eq!((bad.name.as_str(), bad.raw.as_str()), ("get_weather", "{city:"));
@@ -78,7 +78,7 @@ impl ToolCall {
 /// A call whose arguments are not valid JSON (G5): what the model wrote, kept as it was.
 ///
 /// ```
-/// let bad = llm_core::InvalidToolCall::new("call_2", "get_weather", "{city:", "key must be a string");
+/// let bad = toolwright_core::InvalidToolCall::new("call_2", "get_weather", "{city:", "key must be a string");
 /// assert!(bad.model_message().contains("get_weather"));
 /// assert!(bad.model_message().contains("{city:"));
 /// ```
@@ -138,7 +138,7 @@ impl InvalidToolCall {
 /// One message of a conversation.
 ///
 /// ```
-/// use llm_core::{Message, Role, ToolCall};
+/// use toolwright_core::{Message, Role, ToolCall};
 /// let call = ToolCall::new("call_1", "get_weather", serde_json::json!({"city": "Beijing"}));
 /// let history = vec![
 ///     Message::system("You are helpful."),
@@ -326,7 +326,7 @@ pub enum ResponseFormat {
 /// One chat completion request.
 ///
 /// ```
-/// use llm_core::{ChatRequest, Message, ToolSpec};
+/// use toolwright_core::{ChatRequest, Message, ToolSpec};
 /// let req = ChatRequest::new(vec![Message::user("hi")])
 ///     .with_tools(vec![ToolSpec::new("noop", "does nothing", serde_json::json!({"type":"object","properties":{}}))])
 ///     .with_temperature(0.2);

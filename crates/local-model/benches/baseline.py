@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""llama.cpp baseline for `cargo bench -p local-model --bench local` (issue 15).
+"""llama.cpp baseline for `cargo bench -p toolwright-local-model --bench local` (issue 15).
 
 Measures the same GGUF with llama.cpp through its Python binding, 2 threads:
 load time, prompt processing tok/s (the bench's ~300-token prompt, chat-templated)

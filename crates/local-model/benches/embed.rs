@@ -1,12 +1,12 @@
-//! The sentence encoder of tool search (#41): `cargo bench -p local-model --bench embed`.
+//! The sentence encoder of tool search: `cargo bench -p toolwright-local-model --bench embed`.
 //!
 //! * `embed/query` — one short query (`切换到分支 main`, 12 tokens with `query: `), encoded.
 //! * `embed/index_360_tools` — the 360 tools of `crates/tool-search/fixtures/tools.json`, each
 //!   `name: description` as a passage, in one call (what a first index build costs).
-//! * `embed/index_360_short_b32` — the same 360 tools as the MCP bridge encodes them since #41's
-//!   recipe change (`tool_search::embedding_text`: the name's words and the description's first
+//! * `embed/index_360_short_b32` — the same 360 tools as the MCP bridge encodes them for its
+//!   recipe change (`toolwright_tool_search::embedding_text`: the name's words and the description's first
 //!   sentence; 7,667 tokens with `passage: `), 32 texts per call as the bridge's `ENCODE_BATCH`:
-//!   #41's "first index build" target (≤ 5 s).
+//!   "first index build" target (≤ 5 s).
 //! * `embed/load` — `E5Embedder::load` of the cached file (read, SHA-256 for the id, parse,
 //!   Q4_0 → Q4_1, the vocabulary index).
 //!
@@ -17,8 +17,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use llm_core::EmbedKind;
-use local_model::{E5Embedder, ModelSource, default_cache_dir, ensure_model};
+use toolwright_core::EmbedKind;
+use toolwright_local_model::{E5Embedder, ModelSource, default_cache_dir, ensure_model};
 
 fn model_path() -> std::path::PathBuf {
     if let Some(p) = std::env::var_os("LOCAL_EMBEDDER_PATH").filter(|p| !p.is_empty()) {
@@ -65,7 +65,7 @@ fn tool_texts() -> Vec<String> {
         .collect()
 }
 
-/// What the bridge encodes per tool, as `tool_search::embedding_text` makes it (local-model does
+/// What the bridge encodes per tool, as `toolwright_tool_search::embedding_text` makes it (local-model does
 /// not depend on tool-search, so this mirrors it for the fixture's names: the words of the
 /// name, then the first sentence of the description; the printed token total, 7,667, checks
 /// the copy).

@@ -1,5 +1,5 @@
 //! The kernels against candle 0.11.1's `QMatMul` on SmolLM2-135M's real matmul shapes
-//! (`cargo bench -p local-model --bench kernels`): attention 576×576 (q, o; k and v are 192×576),
+//! (`cargo bench -p toolwright-local-model --bench kernels`): attention 576×576 (q, o; k and v are 192×576),
 //! MLP 1536×576 (gate, up) and 576×1536 (down), the lm_head 49152×576; 1 token (decode) and
 //! 300 tokens (prompt). `rows×cols` = outputs × inputs, as GGUF stores them.
 //!
@@ -14,7 +14,7 @@ use std::time::Duration;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use local_model::kernels::{GgmlType, Weight};
+use toolwright_local_model::kernels::{GgmlType, Weight};
 
 fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     let mut s = seed;

@@ -1,4 +1,4 @@
-//! Bounded benchmark of the embedded local model (`cargo bench -p local-model --bench local`):
+//! Bounded benchmark of the embedded local model (`cargo bench -p toolwright-local-model --bench local`):
 //! load time, prompt tokens/s, generated tokens/s (free text, constrained tool calls, a long
 //! constrained string).
 //! Prints a Markdown table for docs/benchmarks.md, with a llama.cpp column measured in the same
@@ -9,8 +9,8 @@
 
 use std::time::Instant;
 
-use llm_core::{ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
-use local_model::{LocalModel, ModelSource, default_cache_dir, ensure_model};
+use toolwright_core::{ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
+use toolwright_local_model::{LocalModel, ModelSource, default_cache_dir, ensure_model};
 use serde_json::json;
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -1,12 +1,12 @@
 //! A fixed workload for a profiler (valgrind's callgrind here: `perf` has no hardware counters
-//! in this VM). `cargo bench -p local-model --bench profile --no-run`, then run the binary as
+//! in this VM). `cargo bench -p toolwright-local-model --bench profile --no-run`, then run the binary as
 //! `profile prefill` (a ~300-token prompt, one token) or `profile decode` (a short prompt,
 //! 64 generated tokens) under `valgrind --tool=callgrind --collect-atstart=no
 //! --toggle-collect='*forward*'`. Without an argument (as `cargo bench` runs it) it does nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use llm_core::{ChatRequest, Message};
-use local_model::{LocalModel, ModelSource, default_cache_dir, ensure_model};
+use toolwright_core::{ChatRequest, Message};
+use toolwright_local_model::{LocalModel, ModelSource, default_cache_dir, ensure_model};
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();

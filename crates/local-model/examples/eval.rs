@@ -1,5 +1,5 @@
-//! A small, rerunnable evaluation of the local model as a tool-calling model (issue 12):
-//! `cargo run -p local-model --release --example eval [-- --variant NAME] [--limit N]`.
+//! A small, rerunnable evaluation of the local model as a tool-calling model:
+//! `cargo run -p toolwright-local-model --release --example eval [-- --variant NAME] [--limit N]`.
 //!
 //! 32 prompts (English and Chinese) over four scripted tools. Each prompt is one loop turn as
 //! tool-system runs it: the request with the tools bound (`tool_choice` auto); the model's call
@@ -19,8 +19,8 @@
 
 use std::time::Instant;
 
-use llm_core::{ChatModel, ChatRequest, Message, ToolCall, ToolChoice, ToolSpec};
-use local_model::LocalModel;
+use toolwright_core::{ChatModel, ChatRequest, Message, ToolCall, ToolChoice, ToolSpec};
+use toolwright_local_model::LocalModel;
 use serde_json::{Value, json};
 
 fn tools() -> Vec<ToolSpec> {

@@ -1,7 +1,7 @@
 //! Load time (the first start in a fresh directory, then later starts) and aggregate decode tokens/s
-//! at 1, 2 and 4 concurrent sessions of the embedded model (issue 15).
+//! at 1, 2 and 4 concurrent sessions of the embedded model.
 //!
-//! `cargo run --release -p local-model --example throughput`. The model file is copied to a
+//! `cargo run --release -p toolwright-local-model --example throughput`. The model file is copied to a
 //! temporary directory, as a first start sees it (a file that needs converting, such as a Q5_1
 //! one, is converted and cached there); nothing in the user's cache is touched. Prints Markdown rows for docs/local-model.md.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -9,8 +9,8 @@
 use std::time::Instant;
 
 use futures::StreamExt;
-use llm_core::{ChatEvent, ChatModel, ChatRequest, Message};
-use local_model::{LocalModel, ModelSource, default_cache_dir, ensure_model};
+use toolwright_core::{ChatEvent, ChatModel, ChatRequest, Message};
+use toolwright_local_model::{LocalModel, ModelSource, default_cache_dir, ensure_model};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

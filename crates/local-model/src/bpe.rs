@@ -1,4 +1,4 @@
-//! Byte-level BPE (GPT-2 style: SmolLM2, StarCoder, Llama 3), the crate's own (#40: the
+//! Byte-level BPE (GPT-2 style: SmolLM2, StarCoder, Llama 3), the crate's own (the
 //! `tokenizers` crate was a large share of every demo's cold build; it stays the tests' oracle).
 //!
 //! Encoding a text:

@@ -26,7 +26,7 @@ use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
 
 use crate::grammar::{Grammar, MaskCache, State, TokenTrie};
-use llm_core::ModelError;
+use toolwright_core::ModelError;
 
 /// A model's vocabulary, prepared once for both engines.
 pub(crate) struct Vocabulary {

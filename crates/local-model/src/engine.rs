@@ -14,7 +14,7 @@ use crate::gguf::Content;
 use crate::grammar::{Grammar, TOOL_CALL_OPEN};
 use crate::model::{Fault, KvCache, Weights};
 use crate::tokenizer::{LocalTokenizer, Utf8Stream};
-use llm_core::ModelError;
+use toolwright_core::ModelError;
 
 fn load_err(e: Fault) -> ModelError {
     ModelError::ModelLoad(format!("the GGUF weights could not be loaded: {e}"))

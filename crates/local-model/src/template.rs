@@ -4,7 +4,7 @@
 //! render). It is this backend's own rendering of a request: the layers above send ordinary
 //! messages and tools and get ordinary tool-call events back.
 
-use llm_core::{Message, ToolCall, ToolSpec};
+use toolwright_core::{Message, ToolCall, ToolSpec};
 use serde_json::{Value, json};
 
 use crate::grammar::{TOOL_CALL_CLOSE, TOOL_CALL_OPEN};

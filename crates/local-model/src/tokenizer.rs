@@ -19,7 +19,7 @@ use crate::bpe::{Bpe, byte_chars};
 use crate::gguf::Content;
 use crate::merge::merge;
 
-use llm_core::ModelError;
+use toolwright_core::ModelError;
 
 fn meta_err(what: impl std::fmt::Display) -> ModelError {
     ModelError::ModelLoad(format!(
@@ -350,9 +350,9 @@ impl LocalTokenizer {
     /// Reads the tokenizer of a GGUF model file (its metadata only, not the weights).
     ///
     /// ```no_run
-    /// let tok = local_model::LocalTokenizer::from_file("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let tok = toolwright_local_model::LocalTokenizer::from_file("SmolLM2-135M-Instruct.Q4_1.gguf")?;
     /// let ids = tok.encode("Hello")?;
-    /// # Ok::<(), llm_core::ModelError>(())
+    /// # Ok::<(), toolwright_core::ModelError>(())
     /// ```
     pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Self, ModelError> {
         let path = path.as_ref();

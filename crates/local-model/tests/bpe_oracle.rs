@@ -1,4 +1,4 @@
-//! #40: the crate's own byte-level BPE against the `tokenizers` crate (the tokenizer it
+//! the crate's own byte-level BPE against the `tokenizers` crate (the tokenizer it
 //! replaced, built from the same GGUF metadata as it was): the same ids for a varied corpus and
 //! for arbitrary strings, and the same text back.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -8,7 +8,7 @@ mod common;
 use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file;
-use local_model::LocalTokenizer;
+use toolwright_local_model::LocalTokenizer;
 use proptest::prelude::*;
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -26,7 +26,7 @@ fn pair() -> &'static (LocalTokenizer, Tokenizer) {
     })
 }
 
-/// The `tokenizers` crate's BPE built as local-model built it before #40: the vocabulary and
+/// The `tokenizers` crate's BPE built as local-model built it before it had its own: the vocabulary and
 /// merges of the GGUF, SmolLM's digit split and GPT-2's byte-level regex, no added tokens but
 /// the user-defined ones (control tokens are never matched in text).
 fn oracle(path: &std::path::Path) -> Tokenizer {

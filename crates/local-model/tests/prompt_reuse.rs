@@ -1,4 +1,4 @@
-//! Prompt reuse and concurrent sessions of the embedded model (issue 15), on the real model.
+//! Prompt reuse and concurrent sessions of the embedded model, on the real model.
 //!
 //! These tests need the model file. It is fetched once into the user cache (or taken from
 //! LOCAL_MODEL_PATH); when that is impossible they FAIL with the reason — they never skip.
@@ -7,14 +7,14 @@
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use llm_core::{
+use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, Message, ModelError, ModelInfo,
     async_trait, response_stream,
 };
-use local_model::{GenerationStats, LocalModel};
+use toolwright_local_model::{GenerationStats, LocalModel};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tool_system::{Agent, FnTool, ToolContext, ToolError};
+use toolwright_tool_system::{Agent, FnTool, ToolContext, ToolError};
 
 mod common;
 use common::model_path;

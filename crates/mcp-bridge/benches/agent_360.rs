@@ -1,6 +1,6 @@
-//! `Agent::run` with 360 MCP tools connected against the bare loop (#41: within 2×).
+//! `Agent::run` with 360 MCP tools connected against the bare loop (within 2×).
 //!
-//! `cargo bench -p mcp-bridge --bench agent_360`. The model is tool-system's instant in-process
+//! `cargo bench -p toolwright-mcp-bridge --bench agent_360`. The model is tool-system's instant in-process
 //! bench model (it calls `noop`, then answers), so what differs between the two rows is only
 //! what the bridge adds to a run: its advertised tools for the turn (past the budget: the
 //! search tool, on every turn), its turn section and the catalog it keeps. The 360 tools are
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use mcp_bridge::ToolSearchConfig;
+use toolwright_mcp_bridge::ToolSearchConfig;
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -32,7 +32,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("agent_run");
     g.measurement_time(Duration::from_secs(5))
         .warm_up_time(Duration::from_secs(2));
-    let run = |a: &tool_system::Agent, id: String| {
+    let run = |a: &toolwright_tool_system::Agent, id: String| {
         rt.block_on(a.run(&id, "go")).unwrap();
     };
     g.bench_function("bare_2_rounds", |b| {

@@ -3,17 +3,17 @@
 //! task) against a bare JSON-RPC client on the same server (the ratio printed, with each client's
 //! context switches and CPU time per call), the same calls over Streamable HTTP, and tokens
 //! injected per turn with level-1 descriptions against full schemas for the same tools.
-//! `cargo bench -p mcp-bridge`.
+//! `cargo bench -p toolwright-mcp-bridge`.
 //! Set `MCP_BENCH_CALLS` to change the number of calls (default 2000).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use mcp_bridge::inject::level1_section;
-use mcp_bridge::intent::{Intent, IntentChain};
-use mcp_bridge::{McpBridge, McpTool, ServiceConfig};
 use serde_json::json;
+use toolwright_mcp_bridge::inject::level1_section;
+use toolwright_mcp_bridge::intent::{Intent, IntentChain};
+use toolwright_mcp_bridge::{McpBridge, McpTool, ServiceConfig};
 
 fn everything_entry() -> String {
     match testkit::npm_mcp_server("server-everything") {
@@ -372,7 +372,7 @@ async fn main() {
     )
     .unwrap_or_default();
     let kw_intent = Intent::Mcp(
-        match IntentChain::standard(mcp_bridge::intent::McpRecognizer::new(
+        match IntentChain::standard(toolwright_mcp_bridge::intent::McpRecognizer::new(
             &[ServiceConfig::new("everything", "node").with_trigger_keywords(["回显"])],
             &tools,
         ))
@@ -420,11 +420,11 @@ async fn main() {
     // On an MCP turn the request's `tools` also carries the describe tool (level 2 on demand).
     let d = tokens(
         &bpe,
-        &serde_json::to_string(&mcp_bridge::inject::describe_tool_spec()).unwrap(),
+        &serde_json::to_string(&toolwright_mcp_bridge::inject::describe_tool_spec()).unwrap(),
     );
     println!(
         "| + the `{}` spec in `tools` on an MCP turn | {d} | {:.1}% |",
-        mcp_bridge::DESCRIBE_TOOL,
+        toolwright_mcp_bridge::DESCRIBE_TOOL,
         100.0 * d as f64 / f as f64
     );
     println!(

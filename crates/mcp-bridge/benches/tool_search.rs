@@ -1,5 +1,5 @@
-//! The tool-search evaluation (#26 item 5), rerunnable: `cargo bench -p mcp-bridge --bench
-//! tool_search` (or `cargo xtask bench -p mcp-bridge --bench tool_search`).
+//! The tool-search evaluation, rerunnable: `cargo bench -p toolwright-mcp-bridge --bench
+//! tool_search` (or `cargo xtask bench -p toolwright-mcp-bridge --bench tool_search`).
 //!
 //! Every recorded tool definition of crates/tool-search/fixtures/tools.json runs as a service of
 //! a real bridge (this crate's test server replays each server's `tools/list`); the labelled
@@ -9,7 +9,7 @@
 //! counting what the provider received) and on the embedded local model (its own tokenizer).
 //! `--no-local` skips the local model; `--misses` lists the queries whose tool was not first.
 //!
-//! The #41 evaluation (fixtures/eval/dev.json and test.json, split before tuning): recall@1,
+//! The tool-search evaluation (fixtures/eval/dev.json and test.json, split before tuning): recall@1,
 //! recall@5 and MRR per split and language, BM25 alone vs hybrid, and the negatives' false
 //! hits. Hybrid needs an encoder: `--embedder e5` the product's (local-model's
 //! multilingual-e5-small); `--embedder test-hashed` plugs the test-only lexical one
@@ -20,7 +20,7 @@
 //! embedded local model (the only chat model reachable here); `--judge MODEL@BASE_URL` on any
 //! OpenAI-compatible endpoint instead (key from `OPENAI_API_KEY`, none when unset), e.g.
 //! `--judge qwen2.5-7b-instruct@http://127.0.0.1:8000/v1`; `--cached-build` times a bridge's
-//! index build from the vectors' cache file (#41: ≤ 100 ms).
+//! index build from the vectors' cache file (≤ 100 ms).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 #[path = "../tests/common/mod.rs"]
@@ -30,11 +30,11 @@ use std::sync::Arc;
 
 use common::eval::{self, Hybrid};
 use common::search::{big_bridge, full_schemas, local_search_turn, search_turn, tokens};
-use llm_core::Embedder;
-use mcp_bridge::{Intent, McpBridge, SearchJudge, SemanticSearch, ToolSearchConfig};
 use serde_json::Value;
-use tool_search::{HybridConfig, SearchIndex};
-use tool_system::ProtocolKind;
+use toolwright_core::Embedder;
+use toolwright_mcp_bridge::{Intent, McpBridge, SearchJudge, SemanticSearch, ToolSearchConfig};
+use toolwright_tool_search::{HybridConfig, SearchIndex};
+use toolwright_tool_system::ProtocolKind;
 
 const QUERIES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -113,7 +113,7 @@ async fn recall(b: &McpBridge, show_misses: bool) -> (Recall, Recall, Recall, Re
 
 /// The first cut's text (before 2026-11-27 evening): the name with its group, the first 600
 /// characters of the description, up to 12 parameters with 80 characters of each description.
-fn legacy_text(d: &tool_search::ToolDoc) -> String {
+fn legacy_text(d: &toolwright_tool_search::ToolDoc) -> String {
     let collapse = |s: &str, max: usize| -> String {
         s.split_whitespace()
             .collect::<Vec<_>>()
@@ -154,17 +154,22 @@ fn legacy_text(d: &tool_search::ToolDoc) -> String {
     out
 }
 
-/// The recipes of what the encoder reads compared on dev (#41 step 1): the first cut's and
-/// the one in use ([`tool_search::embedding_text`]: the name's words and the first sentence),
-/// and three variants of it that were measured and not taken (docs/benchmarks.md).
-fn recipe(which: &str, d: &tool_search::ToolDoc) -> String {
-    let current = tool_search::embedding_text(d);
+/// The recipes of what the encoder reads compared on dev: the first cut's and
+/// the one in use ([`toolwright_tool_search::embedding_text`]: the name's words and the first sentence),
+/// and three variants of it that were measured and not taken (docs/benchmarks-archive.md).
+fn recipe(which: &str, d: &toolwright_tool_search::ToolDoc) -> String {
+    let current = toolwright_tool_search::embedding_text(d);
     let (words, first) = current.split_once(": ").unwrap_or((&current, ""));
     let params: Vec<String> = d
         .parameters
         .iter()
         .take(8)
-        .map(|(n, _)| tool_search::embedding_text(&tool_search::ToolDoc::new(n.clone(), "")))
+        .map(|(n, _)| {
+            toolwright_tool_search::embedding_text(&toolwright_tool_search::ToolDoc::new(
+                n.clone(),
+                "",
+            ))
+        })
         .collect();
     match which {
         "legacy" => legacy_text(d),
@@ -178,7 +183,7 @@ fn recipe(which: &str, d: &tool_search::ToolDoc) -> String {
     }
 }
 
-/// The #41 evaluation: BM25 alone, and hybrid with `embedder` when one is given. With
+/// The tool-search evaluation: BM25 alone, and hybrid with `embedder` when one is given. With
 /// `dev_only`, the test split is neither scored nor printed (tuning runs).
 async fn evaluation(
     b: &McpBridge,
@@ -203,7 +208,7 @@ async fn evaluation(
     };
     let bm25 = SearchIndex::new(docs.clone());
     println!(
-        "\n#41 evaluation over {} tools: dev {} requests, test {}{}",
+        "\ntool-search evaluation over {} tools: dev {} requests, test {}{}",
         catalog.len(),
         dev.len(),
         test.len(),
@@ -237,7 +242,7 @@ async fn evaluation(
         println!(
             "| recipe | tokens (sum, median, max) | encoding | dense r@1 | dense r@5 | dense MRR | hybrid r@1 | hybrid r@5 | hybrid MRR | example |\n|---|---|---|---|---|---|---|---|---|---|"
         );
-        let e5 = local_model::E5Embedder::fetch().await.ok();
+        let e5 = toolwright_local_model::E5Embedder::fetch().await.ok();
         for which in [
             "legacy",
             "name+first (in use)",
@@ -249,7 +254,7 @@ async fn evaluation(
             let tokens = e5.as_ref().map(|m| {
                 let mut n: Vec<usize> = texts
                     .iter()
-                    .map(|t| m.token_ids(t, llm_core::EmbedKind::Document).len())
+                    .map(|t| m.token_ids(t, toolwright_core::EmbedKind::Document).len())
                     .collect();
                 n.sort();
                 (n.iter().sum::<usize>(), n[n.len() / 2], n[n.len() - 1])
@@ -334,7 +339,7 @@ async fn evaluation(
         ] {
             configs.push(
                 HybridConfig::default()
-                    .with_fusion(tool_search::Fusion::Score)
+                    .with_fusion(toolwright_tool_search::Fusion::Score)
                     .with_weights(wb, wd),
             );
         }
@@ -385,7 +390,8 @@ async fn evaluation(
                 .map(of)
                 .collect();
             let no: Vec<f32> = dev.iter().filter(|q| q.expect.is_empty()).map(of).collect();
-            let t = tool_search::calibrate_no_fit(&yes, &no, eval::MAX_ANSWERABLE_LOSS).unwrap();
+            let t = toolwright_tool_search::calibrate_no_fit(&yes, &no, eval::MAX_ANSWERABLE_LOSS)
+                .unwrap();
             println!(
                 "| {name} | {t:.4} | {} of {} | {} of {} |",
                 no.iter().filter(|&&x| x < t).count(),
@@ -425,24 +431,26 @@ async fn judged_evaluation(
         splits.push(("test", eval::load(eval::TEST, &catalog)));
     }
     b.set_semantic_search(embedder.map(|e| SemanticSearch::new(e).with_cache_dir(None)));
-    let model: Arc<dyn llm_core::ChatModel> = match judge {
-        "local" => local_model::default_model()
+    let model: Arc<dyn toolwright_core::ChatModel> = match judge {
+        "local" => toolwright_local_model::default_model()
             .await
             .expect("the local model (fetched once into the toolkit cache)"),
         endpoint => {
             let (name, url) = endpoint
                 .split_once('@')
                 .expect("--judge local, or --judge MODEL@BASE_URL");
-            let mut config = model_gateway::OpenAiConfig::new(name).with_base_url(url);
+            let mut config = toolwright_model_gateway::OpenAiConfig::new(name).with_base_url(url);
             if let Ok(key) = std::env::var("OPENAI_API_KEY") {
                 config = config.with_api_key(key);
             }
-            Arc::new(model_gateway::OpenAiModel::new(config).expect("the judge's endpoint"))
+            Arc::new(
+                toolwright_model_gateway::OpenAiModel::new(config).expect("the judge's endpoint"),
+            )
         }
     };
     let label = model.info().model;
     println!(
-        "\n#41 through the bridge's search, with and without a judge ({label}):\n| split | method | queries | n | recall@1 | recall@5 | MRR |\n|---|---|---|---|---|---|---|"
+        "\ntool search through the bridge's search, with and without a judge ({label}):\n| split | method | queries | n | recall@1 | recall@5 | MRR |\n|---|---|---|---|---|---|---|"
     );
     let mut negatives = Vec::new();
     for judge in [
@@ -491,7 +499,7 @@ async fn judged_evaluation(
     print_negatives(&negatives);
 }
 
-/// #41's "a cached index build ≤ 100 ms": what a bridge started again pays for its search index
+/// The target "a cached index build ≤ 100 ms": what a bridge started again pays for its search index
 /// when the tools' vectors are in the cache file — each round a new bridge over the 360 fixture
 /// tools (their server processes started and the catalog listed first, not timed), then its
 /// first search (the index built from the file's vectors, plus the request's encoding) and a
@@ -500,7 +508,7 @@ async fn judged_evaluation(
 async fn index_from_cache(e: Arc<dyn Embedder>) {
     let dir = tempfile::tempdir().unwrap();
     println!(
-        "\n#41 index build from the vectors' cache file ({}):\n| round | cache | first search (index build + 1 search) | second search | difference |\n|---|---|---|---|---|",
+        "\nindex build from the vectors' cache file ({}):\n| round | cache | first search (index build + 1 search) | second search | difference |\n|---|---|---|---|---|",
         e.id()
     );
     for round in 0..6 {
@@ -563,7 +571,7 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let embedder = if args.iter().any(|a| a == "e5") {
         let e = rt
-            .block_on(local_model::E5Embedder::fetch())
+            .block_on(toolwright_local_model::E5Embedder::fetch())
             .expect("the e5 encoder (fetched once into the toolkit cache)");
         Some(Arc::new(e) as Arc<dyn Embedder>)
     } else {
@@ -605,7 +613,7 @@ fn main() {
         let full = tokens(&full_schemas(&b).await);
         b.set_tool_search(ToolSearchConfig::default().with_every_turn(true).with_budget_tokens(usize::MAX));
         let level1 = b.prompt_section(&Intent::Normal).await.unwrap();
-        let describe = tool_system::to_openai_tool(&mcp_bridge::inject::describe_tool_spec());
+        let describe = toolwright_tool_system::to_openai_tool(&toolwright_mcp_bridge::inject::describe_tool_spec());
         let level1 = tokens(&level1) + tokens(&describe.to_string());
         b.set_tool_search(ToolSearchConfig::default().with_every_turn(true));
         println!("\n| tokens per turn (o200k) | tokens | of full |\n|---|---|---|");

@@ -22,14 +22,14 @@ use crate::intent::IntentChain;
 use crate::search::{SemanticSearch, ToolSearchConfig};
 use crate::turns::DescribedTools;
 
-/// Manages MCP services and offers their tools through [`llm_core::ToolProvider`].
+/// Manages MCP services and offers their tools through [`toolwright_core::ToolProvider`].
 ///
 /// Cloning is cheap; clones share the services. Dropping the last clone kills every server's
 /// process group.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), mcp_bridge::BridgeError> {
-/// use mcp_bridge::{McpBridge, ServiceConfig};
+/// # async fn demo() -> Result<(), toolwright_mcp_bridge::BridgeError> {
+/// use toolwright_mcp_bridge::{McpBridge, ServiceConfig};
 /// let bridge = McpBridge::new();
 /// bridge.register(ServiceConfig::new("everything", "npx")
 ///     .with_args(["-y", "@modelcontextprotocol/server-everything"])
@@ -80,7 +80,7 @@ pub(crate) struct Inner {
 /// What a turn's view of MCP tools (`descriptions.rs`) reads of the catalog and the services'
 /// configs, built once per catalog and search settings rather than on every request: with 360
 /// tools, recognizing over them and writing and counting their whole level-1 list twice a
-/// round made `Agent::run` hundreds of times the bare loop (#41). A config change moves the
+/// round made `Agent::run` hundreds of times the bare loop. A config change moves the
 /// catalog epoch, so the next catalog is a new one and this is built again.
 pub(crate) struct TurnCache {
     /// The catalog it was built from (compared by pointer).
@@ -100,7 +100,7 @@ pub(crate) struct TurnCache {
 /// A search index with the catalog it indexes.
 pub(crate) struct SearchIndexCache {
     pub(crate) catalog: Arc<Vec<McpTool>>,
-    pub(crate) index: Arc<tool_search::SearchIndex>,
+    pub(crate) index: Arc<toolwright_tool_search::SearchIndex>,
     /// Built without the tools' vectors because the encoder failed: built again from then on.
     pub(crate) retry_at: Option<Instant>,
 }

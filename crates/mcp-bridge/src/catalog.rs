@@ -7,8 +7,8 @@
 
 use std::collections::HashSet;
 
-use llm_core::ToolSpec;
 use serde_json::Value;
+use toolwright_core::ToolSpec;
 
 use crate::names;
 
@@ -27,7 +27,7 @@ pub struct McpTool {
     pub exposed_name: String,
     /// The server's full description (level 2).
     pub description: String,
-    /// The input schema, normalised ([`llm_core::normalize_schema`]).
+    /// The input schema, normalised ([`toolwright_core::normalize_schema`]).
     pub input_schema: Value,
 }
 
@@ -79,7 +79,7 @@ where
                 name: t.name.to_string(),
                 exposed_name: exposed,
                 description: t.description.as_deref().unwrap_or_default().to_owned(),
-                input_schema: llm_core::normalize_schema(Value::Object(
+                input_schema: toolwright_core::normalize_schema(Value::Object(
                     t.input_schema.as_ref().clone(),
                 )),
             });
@@ -129,14 +129,14 @@ mod tests {
         assert_eq!(exposed[3], "s__a__b");
         for t in &cat {
             assert_eq!(t.input_schema, json!({"type": "object", "properties": {}}));
-            assert!(llm_core::is_valid_tool_name(&t.exposed_name));
+            assert!(toolwright_core::is_valid_tool_name(&t.exposed_name));
         }
         // A clash after sanitising gets the hashed form.
         let x = [tool("a.b", json!({})), tool("a_b", json!({}))];
         let cat = build([("s", &x[..])]);
         assert_eq!(cat[0].exposed_name, "s__a_b");
         assert_ne!(cat[1].exposed_name, "s__a_b");
-        assert!(llm_core::is_valid_tool_name(&cat[1].exposed_name));
+        assert!(toolwright_core::is_valid_tool_name(&cat[1].exposed_name));
     }
 
     #[test]

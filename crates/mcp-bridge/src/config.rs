@@ -60,7 +60,7 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 /// One MCP service: how to start it and how it is offered to the model.
 ///
 /// ```
-/// use mcp_bridge::ServiceConfig;
+/// use toolwright_mcp_bridge::ServiceConfig;
 /// let cfg = ServiceConfig::new("weather", "weather-mcp").with_args(["--stdio"]);
 /// assert_eq!(cfg.description(), "weather"); // the default description is the name (M5)
 /// assert!(cfg.trigger_keywords.is_empty()); // default: explicit calls only
@@ -150,7 +150,7 @@ impl ServiceConfig {
     /// A remote server reached over MCP's Streamable HTTP transport at `url`.
     ///
     /// ```
-    /// use mcp_bridge::ServiceConfig;
+    /// use toolwright_mcp_bridge::ServiceConfig;
     /// let cfg = ServiceConfig::remote("docs", "https://mcp.example.invalid/mcp")
     ///     .with_bearer_token_env_var("DOCS_MCP_TOKEN");
     /// assert!(cfg.validate().is_ok());
@@ -333,7 +333,7 @@ impl ServiceConfig {
 /// A change to a registered service; `None` leaves a field as it is.
 ///
 /// ```
-/// use mcp_bridge::ServiceUpdate;
+/// use toolwright_mcp_bridge::ServiceUpdate;
 /// let u = ServiceUpdate::default().description("Weather by city").trigger_keywords(["天气", "weather"]);
 /// assert!(u.command.is_none());
 /// ```

@@ -16,7 +16,7 @@ use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult,
     CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest,
     ElicitRequestParams, ElicitResult, ElicitationCapability, FormElicitationCapability,
-    Implementation, RequestId, ServerResult, UrlElicitationCapability,
+    Implementation, ProtocolVersion, RequestId, ServerResult, UrlElicitationCapability,
 };
 use rmcp::service::{
     InboundStreamOrigin, NotificationContext, PeerRequestOptions, RequestContext, RunningService,
@@ -94,10 +94,10 @@ impl Connection {
     }
 
     /// A remote server over MCP's Streamable HTTP transport (rmcp's client on reqwest): the
-    /// session revision (an expired session, HTTP 404 on `Mcp-Session-Id`, is initialised again
-    /// once and the request retried) or the stateless one, whichever the server answers. The
-    /// connection ends when the transport closes; the bridge then treats it like a crashed
-    /// server ([`crate::recovery`]).
+    /// stateless revision when `server/discover` offers it, else the session revision (an
+    /// expired session, HTTP 404 on `Mcp-Session-Id`, is initialised again once and the request
+    /// retried). The connection ends when the transport closes; the bridge then treats it like
+    /// a crashed server ([`crate::recovery`]).
     #[cfg(feature = "http")]
     async fn launch_remote(
         config: &ServiceConfig,
@@ -107,18 +107,36 @@ impl Connection {
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
         // The stateless revision (2026-07-28, `server/discover`) when the server speaks it,
-        // else the session revision's `initialize` handshake: rmcp falls back when the server
-        // rejects `server/discover` (or does not answer it within 10 s). A server that answers
-        // `server/discover` but offers only session revisions (an rmcp 3 server kept in session
-        // mode) is an error to rmcp's `Auto`: that one is asked again with `initialize`.
-        let auto = rmcp::ClientLifecycleMode::Auto {
-            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-            legacy_version: None,
+        // else the session revision's `initialize` handshake, asking for the newest revision
+        // that has one. rmcp's `Auto` falls back on the same connection when the server rejects
+        // `server/discover` with a JSON-RPC error or an HTTP 4xx, or does not answer it within
+        // 10 s. Every other answer that is no usable discovery result is an error to `Auto`: a
+        // server that answers methods it does not know with an empty result (as the official
+        // conformance suite's servers do), one that offers only session revisions (an rmcp 3
+        // server kept in session mode), an answer of another shape. Those are asked again with
+        // `initialize` on a new connection, within the same startup timeout.
+        let discover_first = rmcp::ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
         };
-        let mut attempt = handshake_remote(config, url, hooks.clone(), auto).await;
-        if let Err(Handshake::SessionRevisionsOnly(_)) = &attempt {
-            attempt =
-                handshake_remote(config, url, hooks, rmcp::ClientLifecycleMode::Initialize).await;
+        let deadline = Instant::now() + config.startup_timeout;
+        let mut attempt =
+            handshake_remote(config, url, hooks.clone(), discover_first, deadline).await;
+        if let Err(Handshake::NoUsableDiscovery(why)) = &attempt {
+            tracing::info!(
+                service = %config.name,
+                "server/discover gave no usable answer ({why}); shaking hands with initialize"
+            );
+            let why = why.clone();
+            attempt = handshake_remote(
+                config,
+                url,
+                hooks,
+                rmcp::ClientLifecycleMode::Initialize,
+                deadline,
+            )
+            .await
+            .map_err(|e| Handshake::Failed(format!("{e}; server/discover before it: {why}")));
         }
         let (mut client, listed, stale) = attempt.map_err(|e| format!("{e} (server {url})"))?;
         let (connection, mut shutdown_rx, finished_tx) = Self::up(
@@ -186,11 +204,14 @@ impl Connection {
         } = spawned;
         let pid = group.pgid();
         let (handler, stale) = ClientSide::new(config, hooks);
+        // Over stdio `initialize` only, never `server/discover`: a server on the session
+        // revision is what lets calls go straight to the pipe (`process::Direct`).
         let (client, listed) = match handshake(
             handler,
             transport,
             rmcp::ClientLifecycleMode::Initialize,
             config,
+            Instant::now() + config.startup_timeout,
         )
         .await
         {
@@ -338,7 +359,7 @@ impl Connection {
 
 /// One `tools/call` through rmcp, as rmcp's `Peer::call_tool_once` makes it, except that the
 /// request's id is kept in `call` while it is pending: a server-initiated question that arrives
-/// under that request belongs to this call (#42 item 3). Dropped before the answer, it tells
+/// under that request belongs to this call. Dropped before the answer, it tells
 /// the server with `notifications/cancelled`, as rmcp's does.
 async fn call_through_rmcp(
     peer: &Peer<RoleClient>,
@@ -396,17 +417,18 @@ impl Drop for PendingCall<'_> {
     }
 }
 
-/// Why a handshake failed: a message, or a server that offers only session revisions to
-/// `server/discover` (asked again with `initialize`).
+/// Why a handshake failed: a message, or `server/discover` gave no usable answer (an empty or
+/// unexpected result, a rejection `Auto` does not fall back on, no revision in common), which
+/// `initialize` is tried after.
 enum Handshake {
     Failed(String),
-    SessionRevisionsOnly(String),
+    NoUsableDiscovery(String),
 }
 
 impl std::fmt::Display for Handshake {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Failed(m) | Self::SessionRevisionsOnly(m) => f.write_str(m),
+            Self::Failed(m) | Self::NoUsableDiscovery(m) => f.write_str(m),
         }
     }
 }
@@ -418,6 +440,7 @@ async fn handshake_remote(
     url: &str,
     hooks: Hooks,
     lifecycle: rmcp::ClientLifecycleMode,
+    deadline: Instant,
 ) -> Result<
     (
         RunningService<RoleClient, ClientSide>,
@@ -428,23 +451,25 @@ async fn handshake_remote(
 > {
     let transport = crate::http::transport(config, url).map_err(Handshake::Failed)?;
     let (handler, stale) = ClientSide::new(config, hooks);
-    let (client, listed) = handshake(handler, transport, lifecycle, config).await?;
+    let (client, listed) = handshake(handler, transport, lifecycle, config, deadline).await?;
     Ok((client, listed, stale))
 }
 
-/// The MCP handshake and the first tool list over `transport`, within the service's startup
-/// timeout; the reason when they fail.
+/// The MCP handshake and the first tool list over `transport`, by `deadline` (the service's
+/// startup timeout, shared by every attempt); the reason when they fail.
 async fn handshake<T, E, A>(
     handler: ClientSide,
     transport: T,
     lifecycle: rmcp::ClientLifecycleMode,
     config: &ServiceConfig,
+    deadline: Instant,
 ) -> Result<(RunningService<RoleClient, ClientSide>, Listed), Handshake>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let started = tokio::time::timeout(config.startup_timeout, async {
+    let discovers = !matches!(lifecycle, rmcp::ClientLifecycleMode::Initialize);
+    let started = tokio::time::timeout_at(deadline, async {
         // No span around the handshake: rmcp's service task, spawned inside it, would keep it
         // open for the connection's whole life.
         let client = handler
@@ -452,12 +477,10 @@ where
             .await
             .map_err(|e| {
                 let message = format!("MCP handshake failed: {e}");
-                match e {
-                    rmcp::service::ClientInitializeError::NoCompatibleProtocolVersion {
-                        server_supported,
-                        ..
-                    } if !server_supported.is_empty() => Handshake::SessionRevisionsOnly(message),
-                    _ => Handshake::Failed(message),
+                if discovers && discovery_was_unusable(&e) {
+                    Handshake::NoUsableDiscovery(message)
+                } else {
+                    Handshake::Failed(message)
                 }
             })?;
         let list = client
@@ -476,6 +499,19 @@ where
             config.startup_timeout.as_millis()
         ))),
     }
+}
+
+/// Whether a handshake that began with `server/discover` failed for want of a usable discovery
+/// answer, so that `initialize` is worth a try: not when `initialize` already failed after it
+/// (rmcp's own fallback), was cancelled, or the server asks for authorisation (`initialize`
+/// would meet the same challenge).
+fn discovery_was_unusable(error: &rmcp::service::ClientInitializeError) -> bool {
+    use rmcp::service::ClientInitializeError as E;
+    #[cfg(feature = "http")]
+    if error.auth_challenge().is_some() {
+        return false;
+    }
+    !matches!(error, E::LegacyFallbackFailed { .. } | E::Cancelled)
 }
 
 impl ClientSide {
@@ -535,9 +571,12 @@ impl ClientHandler for ClientSide {
                 .with_form(FormElicitationCapability::new())
                 .with_url(UrlElicitationCapability::new()),
         );
+        // `initialize` asks for the newest revision that has it: from 2026-07-28 on the
+        // lifecycle lives in each request's `_meta`, which `server/discover` negotiates.
         ClientConfig::new(
             capabilities,
             Implementation::new("llm-toolkit-mcp-bridge", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 }

@@ -6,11 +6,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use llm_core::{ChatRequest, EmbedKind, Message, ResponseFormat, ToolError, ToolSpec, TurnInfo};
 use serde_json::{Value, json};
 use tokio::time::Instant;
-use tool_search::judge::Verdict;
-use tool_search::{Hit, SearchIndex, ToolDoc, embedding_text, text_hash};
+use toolwright_core::{
+    ChatRequest, EmbedKind, Message, ResponseFormat, ToolError, ToolSpec, TurnInfo,
+};
+use toolwright_tool_search::judge::Verdict;
+use toolwright_tool_search::{Hit, SearchIndex, ToolDoc, embedding_text, text_hash};
 
 use crate::bridge::McpBridge;
 use crate::bridge::{SearchIndexCache, TurnCache};
@@ -167,7 +169,7 @@ impl McpBridge {
     ///
     /// - no running tool, or no MCP intent in the turn's text with a catalog under the budget:
     ///   none;
-    /// - no MCP intent with the whole catalog past the budget (#41,
+    /// - no MCP intent with the whole catalog past the budget (
     ///   [`ToolSearchConfig::search_past_budget`]): [`crate::SEARCH_TOOL`] and [`DESCRIBE_TOOL`];
     /// - an MCP intent: [`DESCRIBE_TOOL`] (level 2 on demand — the matching tools' level-1
     ///   lines are in the system prompt, [`McpBridge::prompt_section`]), plus the full spec of
@@ -304,7 +306,10 @@ impl McpBridge {
         query: &str,
         limit: usize,
     ) -> Vec<Hit> {
-        let text: String = query.chars().take(tool_search::MAX_QUERY_CHARS).collect();
+        let text: String = query
+            .chars()
+            .take(toolwright_tool_search::MAX_QUERY_CHARS)
+            .collect();
         let vector = match s.embedder.embed(&[text], EmbedKind::Query).await {
             Ok(v) if v.len() == 1 => v.into_iter().next(),
             Ok(v) => {
@@ -534,7 +539,7 @@ async fn judged(judge: &SearchJudge, query: &str, catalog: &[McpTool], hits: Vec
     if candidates.len() != hits.len() {
         return hits;
     }
-    let prompt = tool_search::judge::prompt(query, &candidates);
+    let prompt = toolwright_tool_search::judge::prompt(query, &candidates);
     let request = ChatRequest::new(vec![
         Message::system(prompt.system),
         Message::user(prompt.user),
@@ -542,7 +547,7 @@ async fn judged(judge: &SearchJudge, query: &str, catalog: &[McpTool], hits: Vec
     .with_temperature(0.0)
     .with_max_tokens(JUDGE_MAX_TOKENS)
     .with_response_format(ResponseFormat::JsonSchema {
-        name: tool_search::judge::SCHEMA_NAME.to_owned(),
+        name: toolwright_tool_search::judge::SCHEMA_NAME.to_owned(),
         schema: prompt.schema,
         strict: true,
     });
@@ -559,7 +564,7 @@ async fn judged(judge: &SearchJudge, query: &str, catalog: &[McpTool], hits: Vec
         }
     };
     let names: Vec<&str> = candidates.iter().map(|(n, _)| *n).collect();
-    match tool_search::judge::read(&answer, &names) {
+    match toolwright_tool_search::judge::read(&answer, &names) {
         Some(Verdict::NoneFits) => {
             tracing::debug!(judge = %model, "the search judge found no tool for the request");
             Vec::new()

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use llm_core::{ToolError, ToolSpec};
+use toolwright_core::{ToolError, ToolSpec};
 
 use crate::bridge::{McpBridge, State};
 use crate::catalog::{self, McpTool};
@@ -67,7 +67,7 @@ impl McpBridge {
     }
 
     /// The epoch of the cached catalog when it is still the one [`McpBridge::tools`] would
-    /// give (what [`llm_core::ToolProvider::list_revision`] answers); `None` when it would be
+    /// give (what [`toolwright_core::ToolProvider::list_revision`] answers); `None` when it would be
     /// built again.
     pub(crate) fn catalog_revision(&self) -> Option<u64> {
         let epoch = self.inner.catalog_epoch.load(Ordering::SeqCst);

@@ -1,4 +1,4 @@
-//! MCP elicitation (#27): a server asks the person a question in the middle of a tool call. The
+//! MCP elicitation: a server asks the person a question in the middle of a tool call. The
 //! bridge declares the capability (form and URL modes) and hands every question to the
 //! [`Elicitor`] the application attached — the chat panel shows a form or buttons — then sends
 //! the person's accept / decline / cancel back. Both ways servers ask arrive here: the
@@ -10,16 +10,16 @@
 //! takes longer than the limit ([`McpBridge::set_elicitor`](crate::McpBridge::set_elicitor)) is a cancel. URL mode hands the URL
 //! over as text: the bridge never opens it; the UI may show it as a link the person opens, and
 //! must show anything but an `https:` (or loopback `http:`) URL as plain text, since the server
-//! chooses it (the chat panel does, #42).
+//! chooses it (the chat panel does).
 //!
-//! Whose question (#42 item 3): an `input_required` result belongs to the call that got it, so
+//! Whose question: an `input_required` result belongs to the call that got it, so
 //! the question goes to that call's session. A server-initiated request belongs to the call it
 //! arrived under when the transport says so (Streamable HTTP delivers it on the SSE stream of
 //! that call's POST); over stdio nothing on the wire says, and the bridge guesses: the session
 //! of the service's running calls when they are all of one session, else none
 //! ([`ElicitationRequest::session`] is `None`).
 //!
-//! Whose time (#42 item 2): the service's call timeout counts the server's time only. While a
+//! Whose time: the service's call timeout counts the server's time only. While a
 //! question of a call waits for the person, that call's clock stands; the person's time is
 //! bounded by the elicitation limit instead, per question and for the whole call
 //! (`CallClock`). A server-initiated question the bridge cannot tie to one call stops the
@@ -28,7 +28,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use mcp_bridge::elicitation::{ElicitationAnswer, ElicitationRequest, Elicitor};
+//! use toolwright_mcp_bridge::elicitation::{ElicitationAnswer, ElicitationRequest, Elicitor};
 //! struct AlwaysDecline;
 //! #[async_trait::async_trait]
 //! impl Elicitor for AlwaysDecline {
@@ -36,7 +36,7 @@
 //!         ElicitationAnswer::Decline
 //!     }
 //! }
-//! let bridge = mcp_bridge::McpBridge::new();
+//! let bridge = toolwright_mcp_bridge::McpBridge::new();
 //! bridge.set_elicitor(Arc::new(AlwaysDecline), Duration::from_secs(300));
 //! ```
 
@@ -91,7 +91,8 @@ pub enum ElicitationMode {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ElicitationAnswer {
-    /// Accepted, with the form's values (an object; `{}` for URL mode).
+    /// Accepted, with the form's values (an object; `{}` for URL mode). A field left out gets
+    /// the `default` the form's schema gives it before the answer reaches the server.
     Accept(Value),
     /// Said no.
     Decline,
@@ -126,13 +127,13 @@ impl ElicitationRequest {
     }
 }
 
-/// The time of one tool call, split between the server and the person (#42 item 2). The
+/// The time of one tool call, split between the server and the person. The
 /// service's call timeout counts only the server's time: the clock stands while a question of
 /// the call waits for the person. The person's time for the whole call is bounded apart, by
 /// the elicitation limit the call started with (its budget): every question may wait the
 /// limit, but no longer than what is left of the budget. A call therefore ends within its
 /// call timeout plus the elicitation limit, which is what the dispatcher's own bound allows
-/// ([`llm_core::ToolProvider::timeout`] of the bridge).
+/// ([`toolwright_core::ToolProvider::timeout`] of the bridge).
 ///
 /// Pure: every method takes the moment it is asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -441,10 +442,18 @@ impl ElicitationHub {
         let limit = calls.iter().fold(limit, |limit, call| {
             call.clock.borrow().question_limit(now, limit)
         });
-        // The calls' timeouts stand while the person is asked (#42 item 2).
+        // The calls' timeouts stand while the person is asked.
         let _held: Vec<Held> = calls.into_iter().map(|c| Held::new(c, now)).collect();
+        let schema = match &request.mode {
+            ElicitationMode::Form { schema } => Some(schema.clone()),
+            ElicitationMode::Url { .. } => None,
+        };
         match tokio::time::timeout(limit, elicitor.elicit(request)).await {
             Ok(ElicitationAnswer::Accept(content)) => {
+                let content = match &schema {
+                    Some(schema) => with_defaults(content, schema),
+                    None => content,
+                };
                 ElicitResult::new(ElicitationAction::Accept).with_content(content)
             }
             Ok(ElicitationAnswer::Decline) => ElicitResult::new(ElicitationAction::Decline),
@@ -455,6 +464,38 @@ impl ElicitationHub {
             }
         }
     }
+}
+
+/// Accepted form `content` with every field it leaves out that `schema` gives a `default`
+/// set to that default, as MCP 2025-11-25 asks of a client: a person who accepts without
+/// typing answers with what the form showed. A value the person gave (`null` included) is
+/// never replaced; content that is not an object (or `null`, taken as no fields) is left as
+/// it is, and so is content the schema adds nothing to.
+pub(crate) fn with_defaults(content: Value, schema: &Value) -> Value {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return content;
+    };
+    let given = match &content {
+        Value::Object(fields) => Some(fields),
+        Value::Null => None,
+        _ => return content,
+    };
+    let missing: Vec<(&String, &Value)> = properties
+        .iter()
+        .filter_map(|(name, property)| Some((name, property.get("default")?)))
+        .filter(|(name, _)| given.is_none_or(|fields| !fields.contains_key(*name)))
+        .collect();
+    if missing.is_empty() {
+        return content;
+    }
+    let mut fields = match content {
+        Value::Object(fields) => fields,
+        _ => serde_json::Map::new(),
+    };
+    for (name, default) in missing {
+        fields.insert(name.clone(), default.clone());
+    }
+    Value::Object(fields)
 }
 
 /// A call running on a service ([`ElicitationHub::enter`]): the questions asked meanwhile find
@@ -569,13 +610,44 @@ mod tests {
         assert_eq!(of(8), None, "the round ended");
     }
 
+    #[test]
+    fn omitted_fields_get_the_schemas_defaults_and_given_ones_stay() {
+        use serde_json::json;
+        let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "verified": {"type": "boolean", "default": true},
+            "nickname": {"type": "string"}}});
+        let cases = [
+            (
+                json!({}),
+                json!({"name": "John Doe", "age": 30, "verified": true}),
+            ),
+            (
+                Value::Null,
+                json!({"name": "John Doe", "age": 30, "verified": true}),
+            ),
+            (
+                json!({"name": "Ada", "verified": false, "nickname": null}),
+                json!({"name": "Ada", "verified": false, "nickname": null, "age": 30}),
+            ),
+            (json!("not an object"), json!("not an object")),
+        ];
+        for (given, want) in cases {
+            assert_eq!(with_defaults(given.clone(), &schema), want, "{given}");
+        }
+        let no_defaults = json!({"type": "object", "properties": {"x": {"type": "string"}}});
+        assert_eq!(with_defaults(Value::Null, &no_defaults), Value::Null);
+        assert_eq!(with_defaults(json!({}), &json!({})), json!({}));
+    }
+
     #[derive(Debug, Clone, Copy)]
     enum Step {
         Open,
         Close,
     }
 
-    /// #42 item 2, the pure part: the server's deadline moves on by the time questions were
+    /// the pure part: the server's deadline moves on by the time questions were
     /// open (overlapping ones counted once), stands while one is open, and a question's limit
     /// is what is left of the call's budget for the person.
     #[test]

@@ -1,23 +1,23 @@
 //! Execution (M4): a call goes to its service over stdio within the service's call timeout (the
-//! server's time: not the time a question of the call waits for the person, #42), and
+//! server's time: not the time a question of the call waits for the person), and
 //! every way it can fail becomes a [`ToolError`] the model can act on — service not running, the
 //! tool's own error, invalid arguments (with the full schema), a timeout (the server checked and,
 //! when it no longer answers, stopped), a crash or a protocol violation mid-call.
 //!
 //! Results are not capped here: the dispatcher caps every tool result once, whatever its source
-//! ([`llm_core::cap_result`]). What a server can send is already bounded by the transport
+//! ([`toolwright_core::cap_result`]). What a server can send is already bounded by the transport
 //! ([`crate::process::MAX_MESSAGE_BYTES`] per message), so no cut is needed before the text
 //! conversion either.
 
 use std::time::Duration;
 
-use llm_core::{ToolError, ToolErrorKind};
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InputRequest,
     InputResponses,
 };
 use serde_json::{Map, Value};
+use toolwright_core::{ToolError, ToolErrorKind};
 use tracing::Instrument;
 
 use crate::bridge::McpBridge;
@@ -40,7 +40,7 @@ impl McpBridge {
     /// `inputResponses`, at most [`MAX_INPUT_ROUNDS`] times. Sampling and roots requests are
     /// not offered by this client, so a server asking for them gets the call refused.
     /// The questions go to the session of the call that got them (`call`), and the call's
-    /// timeout stands while they wait for the person (#42).
+    /// timeout stands while they wait for the person.
     async fn call_answering_input(
         &self,
         connection: &Connection,
@@ -142,7 +142,7 @@ impl McpBridge {
         crate::trace::propagate(&span, &mut params);
         // Questions the server asks during the call belong to this session (elicitation), and
         // the call timeout counts the server's time only: it stands while one waits for the
-        // person (#42).
+        // person.
         let in_flight = self
             .inner
             .elicitation

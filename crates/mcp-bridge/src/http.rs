@@ -43,7 +43,7 @@ pub(crate) fn transport(
         })?;
         cfg = cfg.auth_header(token);
     }
-    // reqwest is built without its aws-lc provider (#40): rustls' *ring* one is installed
+    // reqwest is built without its aws-lc provider: rustls' *ring* one is installed
     // unless the program installed its own.
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Err: another thread installed one in between, which serves as well.

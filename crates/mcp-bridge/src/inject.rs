@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use llm_core::ToolSpec;
+use toolwright_core::ToolSpec;
 
 use crate::catalog::McpTool;
 use crate::intent::Intent;

@@ -7,8 +7,8 @@
 //! Memory and HITL follow.
 //!
 //! ```
-//! use mcp_bridge::intent::{Intent, IntentChain, KeywordRecognizer, McpRecognizer};
-//! use mcp_bridge::ServiceConfig;
+//! use toolwright_mcp_bridge::intent::{Intent, IntentChain, KeywordRecognizer, McpRecognizer};
+//! use toolwright_mcp_bridge::ServiceConfig;
 //! let weather = ServiceConfig::new("weather", "weather-mcp").with_trigger_keywords(["天气", "Weather"]);
 //! let chain = IntentChain::new()
 //!     .with(McpRecognizer::new(&[weather], &[]))

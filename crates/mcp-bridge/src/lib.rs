@@ -16,7 +16,7 @@
 //! - **Discovery** (M1, `discovery.rs`, `catalog.rs`): [`McpBridge::tools`] lists running
 //!   services' tools only, cached and refreshed on `notifications/tools/list_changed`; names
 //!   are namespaced `service__tool` ([`names`]); schemas are normalised
-//!   ([`llm_core::normalize_schema`]).
+//!   ([`toolwright_core::normalize_schema`]).
 //! - **Intent recognition, layer 1** (M2): [`intent`].
 //! - **Tiered descriptions** (M3, [`inject`], `descriptions.rs`): [`McpBridge::prompt_section`]
 //!   (level 1), [`DESCRIBE_TOOL`] (level 2), [`McpBridge::advertised_tools`] (what a request
@@ -30,7 +30,7 @@
 //!   application's [`elicitation::Elicitor`] (both protocol revisions), declined when none is
 //!   attached, cancelled past a time limit.
 //! - **Execution** (M4, M6, `execution.rs`, `provider.rs`, [`protocol`]): [`McpBridge`]
-//!   implements [`llm_core::ToolProvider`]; every failure is a [`llm_core::ToolError`] the
+//!   implements [`toolwright_core::ToolProvider`]; every failure is a [`toolwright_core::ToolError`] the
 //!   model can act on, so the conversation goes on.
 //!
 //! Module dependencies go one way: `names`, `config`, `error`, `process` → `catalog`,
@@ -69,9 +69,9 @@ pub use config::{ConfigFile, RequireApproval, ServiceConfig, ServiceUpdate};
 pub use error::BridgeError;
 pub use inject::{DESCRIBE_TOOL, SECTION_NAME};
 pub use intent::{Intent, IntentChain, IntentRecognizer, McpIntent, McpTrigger};
-/// The default cap on a tool result the model is shown (64 KiB). The dispatcher applies it to
-/// every result, MCP ones included; the bridge does not cut results itself.
-pub use llm_core::DEFAULT_MAX_RESULT_BYTES;
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};
 pub use search::{SEARCH_TOOL, SearchJudge, SemanticSearch, ToolSearchConfig};
+/// The default cap on a tool result the model is shown (64 KiB). The dispatcher applies it to
+/// every result, MCP ones included; the bridge does not cut results itself.
+pub use toolwright_core::DEFAULT_MAX_RESULT_BYTES;

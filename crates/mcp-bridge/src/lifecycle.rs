@@ -55,8 +55,8 @@ impl McpBridge {
     /// runtime ([`BridgeError::NoRuntime`] otherwise).
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), mcp_bridge::BridgeError> {
-    /// let bridge = mcp_bridge::McpBridge::with_config_file("mcp.json")?;
+    /// # async fn demo() -> Result<(), toolwright_mcp_bridge::BridgeError> {
+    /// let bridge = toolwright_mcp_bridge::McpBridge::with_config_file("mcp.json")?;
     /// let starting = bridge.start_in_background()?; // returns at once
     /// # Ok(()) }
     /// ```

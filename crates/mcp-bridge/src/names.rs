@@ -1,5 +1,5 @@
 //! Tool names and level-1 sentences as the model sees them. (Schemas are normalised by
-//! [`llm_core::normalize_schema`], the rule every tool source shares.)
+//! [`toolwright_core::normalize_schema`], the rule every tool source shares.)
 //!
 //! **Namespacing.** Every MCP tool is offered as `SERVICE__TOOL` (two underscores), so two services
 //! exposing `search` never collide. Providers accept only `^[a-zA-Z0-9_-]{1,64}$`, so any other
@@ -8,8 +8,8 @@
 //! unique and stable across restarts. The bridge keeps a table from exposed name to
 //! (service, original tool name), so the original name always reaches the server.
 
-/// Longest tool name providers accept (the rule of [`llm_core::is_valid_tool_name`]).
-pub use llm_core::MAX_TOOL_NAME;
+/// Longest tool name providers accept (the rule of [`toolwright_core::is_valid_tool_name`]).
+pub use toolwright_core::MAX_TOOL_NAME;
 
 /// Separator between service and tool.
 pub const SEPARATOR: &str = "__";
@@ -51,7 +51,7 @@ fn fnv1a(parts: &[&str]) -> u32 {
 /// The name the model sees for `tool` of `service`.
 ///
 /// ```
-/// use mcp_bridge::names::exposed_name;
+/// use toolwright_mcp_bridge::names::exposed_name;
 /// assert_eq!(exposed_name("everything", "get-sum"), "everything__get-sum");
 /// assert_eq!(exposed_name("my server", "a.b"), "my_server__a_b");
 /// let long = exposed_name("s", &"x".repeat(100));
@@ -73,12 +73,12 @@ pub fn hashed(full: &str, service: &str, tool: &str) -> String {
     cut
 }
 
-pub use llm_core::first_sentence;
+pub use toolwright_core::first_sentence;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use llm_core::is_valid_tool_name as valid;
+    use toolwright_core::is_valid_tool_name as valid;
 
     #[test]
     fn m1_names_fit_the_provider_limit() {

@@ -2,7 +2,7 @@
 //! stderr into `tracing`, stdout checked line by line before rmcp reads it, and an end that
 //! leaves nothing behind.
 //!
-//! Containment (`process_guard::spawn`): the server runs in its own process group and is a child
+//! Containment (`toolwright_process_guard::spawn`): the server runs in its own process group and is a child
 //! subreaper, so whatever it starts — `npx` → `node`, a `setsid()` daemon, node's
 //! `detached: true` — stays in its process tree, and carries a marker in its environment; a stop,
 //! a failure or a dropped bridge freezes and kills that whole set. The agent process is made
@@ -47,7 +47,7 @@ use crate::config::ServiceConfig;
 
 /// The only variables a server's environment holds besides its service's `env`: these of the
 /// agent's (when set), so that `npx`, `uvx` or `node` can start, and `PROCESS_GUARD`
-/// (`process_guard::MARKER_VAR`: a random marker, set by the bridge for each server, by which a
+/// (`toolwright_process_guard::MARKER_VAR`: a random marker, set by the bridge for each server, by which a
 /// detached descendant is found and ended; not a secret). The agent's API keys and other
 /// secrets are never passed on, and the server cannot read them from `/proc` either (see the
 /// module docs).
@@ -60,7 +60,7 @@ pub const INHERITED_ENV: &[&str] = &[
     "LC_ALL",
     "TMPDIR",
     "TZ",
-    process_guard::MARKER_VAR,
+    toolwright_process_guard::MARKER_VAR,
 ];
 
 /// Largest JSON-RPC message (one stdout line) accepted from a server. A larger one breaks the
@@ -87,7 +87,7 @@ pub(crate) struct Spawned {
 
 /// Spawns `cfg`'s command contained (see the module docs) with a cleared environment.
 pub(crate) fn spawn(cfg: &ServiceConfig) -> std::io::Result<Spawned> {
-    if let Err(e) = process_guard::protect_this_process() {
+    if let Err(e) = toolwright_process_guard::protect_this_process() {
         tracing::warn!("MCP servers may be able to read this process's environment: {e}");
     }
     let mut cmd = Command::new(&cfg.command);
@@ -99,7 +99,7 @@ pub(crate) fn spawn(cfg: &ServiceConfig) -> std::io::Result<Spawned> {
         .kill_on_drop(true);
     for key in INHERITED_ENV
         .iter()
-        .filter(|k| **k != process_guard::MARKER_VAR)
+        .filter(|k| **k != toolwright_process_guard::MARKER_VAR)
     {
         if let Some(v) = std::env::var_os(key) {
             cmd.env(key, v);
@@ -109,8 +109,8 @@ pub(crate) fn spawn(cfg: &ServiceConfig) -> std::io::Result<Spawned> {
     if let Some(dir) = &cfg.cwd {
         cmd.current_dir(dir);
     }
-    let (mut child, guard) = process_guard::spawn(&mut cmd).map_err(|e| match e {
-        process_guard::GuardError::Spawn { source, .. } => source,
+    let (mut child, guard) = toolwright_process_guard::spawn(&mut cmd).map_err(|e| match e {
+        toolwright_process_guard::GuardError::Spawn { source, .. } => source,
         other => std::io::Error::other(other.to_string()),
     })?;
     let group = GroupGuard { guard };
@@ -545,7 +545,7 @@ async fn log_stderr(service: String, stderr: impl AsyncRead + Unpin) {
                 let text = String::from_utf8_lossy(&buf[..end]);
                 let text = text.trim_end();
                 if !text.is_empty() {
-                    tracing::info!(target: "mcp_bridge::server_stderr", service = %service, "{text}");
+                    tracing::info!(target: "toolwright_mcp_bridge::server_stderr", service = %service, "{text}");
                 }
             }
         }
@@ -603,7 +603,7 @@ async fn read_line_capped<R: AsyncRead + Unpin>(
 /// panic in a caller, a dropped bridge — leaves a server or its children running.
 #[derive(Debug)]
 pub(crate) struct GroupGuard {
-    guard: process_guard::ProcessGuard,
+    guard: toolwright_process_guard::ProcessGuard,
 }
 
 impl GroupGuard {

@@ -6,8 +6,8 @@
 //! the level-1 section ([`crate::McpBridge::prompt_section`]) of the turn, and the full schema is
 //! one [`crate::DESCRIBE_TOOL`] call away.
 
-use llm_core::{Message, ToolSpec};
-use tool_system::{
+use toolwright_core::{Message, ToolSpec};
+use toolwright_tool_system::{
     CallProtocol, JsonDecisionProtocol, PendingCall, Reading, ResponseReader, tool_message_round,
 };
 

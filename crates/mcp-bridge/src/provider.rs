@@ -1,12 +1,12 @@
-//! How the bridge plugs into the tool loop: [`llm_core::ToolProvider`] (every running MCP tool
+//! How the bridge plugs into the tool loop: [`toolwright_core::ToolProvider`] (every running MCP tool
 //! routes and runs; a request shows only what the turn's intent calls for; invalid arguments
-//! are answered with the tool's full schema) and [`tool_system::TurnSections`] (the level-1
+//! are answered with the tool's full schema) and [`toolwright_tool_system::TurnSections`] (the level-1
 //! section of each turn).
 
 use std::time::Duration;
 
-use llm_core::{ToolContext, ToolError, ToolProvider, ToolSpec, TurnInfo};
 use serde_json::Value;
+use toolwright_core::{ToolContext, ToolError, ToolProvider, ToolSpec, TurnInfo};
 
 use crate::bridge::McpBridge;
 use crate::catalog::{self, McpTool};
@@ -38,7 +38,7 @@ impl ToolProvider for McpBridge {
     /// The catalog epoch while the catalog built at it is still good (no service changed
     /// state or config, no server said its list changed, no list's cache hint ran out since);
     /// `None` otherwise, so the dispatcher lists again. With it, a run over hundreds of MCP
-    /// tools does not list and compare them all before every run (#41).
+    /// tools does not list and compare them all before every run.
     fn list_revision(&self) -> Option<u64> {
         self.catalog_revision()
     }
@@ -84,7 +84,7 @@ impl ToolProvider for McpBridge {
     }
 
     /// The service's call timeout, plus the time the call may wait for the person (the
-    /// elicitation limit: it does not count against the call timeout, #42), plus room for the
+    /// elicitation limit: it does not count against the call timeout), plus room for the
     /// health check and stop, so that the bridge's own timeout (which cancels the request and
     /// checks the server) fires first.
     fn timeout(&self, name: &str) -> Option<Duration> {
@@ -130,7 +130,7 @@ impl ToolProvider for McpBridge {
 /// prompt, any other intent adds nothing. Plug it in with
 /// `Agent::builder(model).provider(Arc::new(bridge.clone())).turn_sections(Arc::new(bridge))`.
 #[async_trait::async_trait]
-impl tool_system::TurnSections for McpBridge {
+impl toolwright_tool_system::TurnSections for McpBridge {
     async fn sections(&self, user_text: &str) -> Vec<(String, String)> {
         match self.turn_section(user_text).await {
             Some(text) => vec![(inject::SECTION_NAME.to_owned(), text)],

@@ -1,9 +1,9 @@
-//! Tool search (#26): when the level-1 lines a turn would show pass a token budget, the turn
+//! Tool search: when the level-1 lines a turn would show pass a token budget, the turn
 //! shows one search tool instead, [`SEARCH_TOOL`]; the model looks up what it needs by words
 //! (English or Chinese) and gets the best few tools back, each with one sentence, which are then
 //! callable with their full schemas for the rest of the turn. Works the same for every provider
 //! and call protocol, the embedded local model included: it is an ordinary tool advertised
-//! through [`llm_core::ToolProvider::advertised`].
+//! through [`toolwright_core::ToolProvider::advertised`].
 //!
 //! This module holds the settings and the tool's spec; the bridge's side (the index per
 //! catalog, the call) is in `descriptions.rs`.
@@ -11,11 +11,11 @@
 //! Ranking is [`tool_search`]'s BM25 over each tool's exposed name, the server's description,
 //! its service's name and configured description, and the service's trigger keywords
 //! ([`tool_doc`]). With [`SemanticSearch`] (an encoder), it is fused with the cosine ranking of
-//! the tools' and the query's vectors (#41). The index is built once per catalog and rebuilt
+//! the tools' and the query's vectors. The index is built once per catalog and rebuilt
 //! when the catalog changes.
 //!
 //! ```
-//! use mcp_bridge::{McpBridge, search::ToolSearchConfig};
+//! use toolwright_mcp_bridge::{McpBridge, search::ToolSearchConfig};
 //! let bridge = McpBridge::new();
 //! // Search when the listed tools would take more than 1,000 tokens; 5 results by default.
 //! bridge.set_tool_search(ToolSearchConfig::default().with_budget_tokens(1_000));
@@ -26,9 +26,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm_core::{ChatModel, Embedder, EstimateCounter, TokenCounter, ToolSpec};
 use serde_json::json;
-use tool_search::HybridConfig;
+use toolwright_core::{ChatModel, Embedder, EstimateCounter, TokenCounter, ToolSpec};
+use toolwright_tool_search::HybridConfig;
 
 use crate::catalog::McpTool;
 use crate::config::ServiceConfig;
@@ -47,7 +47,7 @@ pub(crate) const RESULT_CHARS: usize = 120;
 #[non_exhaustive]
 pub struct ToolSearchConfig {
     /// The most tokens the level-1 list of a turn may take (counted with
-    /// [`llm_core::EstimateCounter`], which errs high); past it, the turn gets
+    /// [`toolwright_core::EstimateCounter`], which errs high); past it, the turn gets
     /// [`SEARCH_TOOL`] instead of the list. `0`: always search; `usize::MAX`: never.
     /// Default 2,000 (about 80 tools).
     pub budget_tokens: usize,
@@ -60,12 +60,12 @@ pub struct ToolSearchConfig {
     /// (about 150 tokens whatever the number of tools).
     ///
     /// Off, a catalog whose whole level-1 list is past the budget still gets [`SEARCH_TOOL`] on
-    /// every turn (#41: a user with 300 tools and no trigger keywords must still reach them),
+    /// every turn (a user with 300 tools and no trigger keywords must still reach them),
     /// unless [`ToolSearchConfig::search_past_budget`] is off; a smaller catalog keeps M3's
     /// keyword path.
     pub every_turn: bool,
     /// Whether a turn without an MCP intent gets [`SEARCH_TOOL`] when the whole catalog's
-    /// level-1 list is past the budget (#41). On by default.
+    /// level-1 list is past the budget. On by default.
     pub search_past_budget: bool,
 }
 
@@ -107,12 +107,12 @@ impl ToolSearchConfig {
     }
 }
 
-/// Search by meaning (#41): an encoder for the tools' and the query's vectors, how its ranking
+/// Search by meaning: an encoder for the tools' and the query's vectors, how its ranking
 /// is fused with BM25's, and where the tools' vectors are kept between runs. Set it with
 /// [`crate::McpBridge::set_semantic_search`].
 ///
 /// Each tool's vector is computed once per (encoder id, hash of the tool's text —
-/// [`tool_search::embedding_text`] of [`tool_doc`]): a catalog change (`list_changed`, a service
+/// [`toolwright_tool_search::embedding_text`] of [`tool_doc`]): a catalog change (`list_changed`, a service
 /// started) encodes only the tools whose text is new, and the vectors are saved to
 /// `<cache dir>/tool-vectors-<hash of the encoder id>.bin`, so a restart encodes nothing. When
 /// the encoder fails, the search is BM25's alone for that call (a `tracing` warning says why);
@@ -120,8 +120,8 @@ impl ToolSearchConfig {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use llm_core::{async_trait, EmbedKind, Embedder, ModelError};
-/// use mcp_bridge::{McpBridge, search::SemanticSearch};
+/// use toolwright_core::{async_trait, EmbedKind, Embedder, ModelError};
+/// use toolwright_mcp_bridge::{McpBridge, search::SemanticSearch};
 ///
 /// struct MyEncoder; // e.g. a local model, or an /v1/embeddings endpoint
 /// #[async_trait]
@@ -186,10 +186,10 @@ impl SemanticSearch {
     }
 }
 
-/// A chat model's second look at the search's best candidates (#41), set with
+/// A chat model's second look at the search's best candidates, set with
 /// [`crate::McpBridge::set_search_judge`]: the search (BM25, with [`SemanticSearch`] by meaning
 /// too) finds [`SearchJudge::candidates`] tools, the model reads the request and each
-/// candidate's name and first sentence ([`tool_search::judge`]) and answers which serve it, best
+/// candidate's name and first sentence ([`toolwright_tool_search::judge`]) and answers which serve it, best
 /// first — or none. Its picks come first, the other candidates after them in the search's order;
 /// when it answers that no candidate fits, the search returns no tool and the model that searched
 /// is told so. The judge can only reorder or turn down: a name it makes up is ignored.
@@ -202,10 +202,10 @@ impl SemanticSearch {
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::{sync::Arc, time::Duration};
-/// use mcp_bridge::{McpBridge, search::SearchJudge};
+/// use toolwright_mcp_bridge::{McpBridge, search::SearchJudge};
 /// // Any ChatModel: here an OpenAI-compatible endpoint (a hosted mini model, vLLM, Ollama…).
-/// let judge = model_gateway::OpenAiModel::new(
-///     model_gateway::OpenAiConfig::new("gpt-4o-mini").with_api_key(std::env::var("OPENAI_API_KEY")?),
+/// let judge = toolwright_model_gateway::OpenAiModel::new(
+///     toolwright_model_gateway::OpenAiConfig::new("gpt-4o-mini").with_api_key(std::env::var("OPENAI_API_KEY")?),
 /// )?;
 /// let bridge = McpBridge::new();
 /// bridge.set_search_judge(Some(
@@ -240,9 +240,9 @@ impl SearchJudge {
         }
     }
     /// How many of the search's best tools the judge reads (clamped to 1..=
-    /// [`tool_search::MAX_LIMIT`]; at least the results asked for are always read).
+    /// [`toolwright_tool_search::MAX_LIMIT`]; at least the results asked for are always read).
     pub fn with_candidates(mut self, n: usize) -> Self {
-        self.candidates = n.clamp(1, tool_search::MAX_LIMIT);
+        self.candidates = n.clamp(1, toolwright_tool_search::MAX_LIMIT);
         self
     }
     /// How long a search waits for the judge before it keeps its own order.
@@ -293,21 +293,24 @@ pub fn search_tool_spec() -> ToolSpec {
 /// What the search knows of `tool`: its exposed name, the server's description, its service
 /// (name and configured description) as the group, the service's trigger keywords, and its
 /// parameters' names and descriptions (from the input schema's `properties`, in order). BM25
-/// reads all but the parameters; an encoder reads [`tool_search::embedding_text`] of it.
+/// reads all but the parameters; an encoder reads [`toolwright_tool_search::embedding_text`] of it.
 ///
 /// ```no_run
-/// # async fn demo(bridge: mcp_bridge::McpBridge) {
-/// use mcp_bridge::search::tool_doc;
+/// # async fn demo(bridge: toolwright_mcp_bridge::McpBridge) {
+/// use toolwright_mcp_bridge::search::tool_doc;
 /// let services = bridge.services();
 /// for t in bridge.tools().await.iter() {
 ///     let config = services.iter().find(|s| s.config.name == t.service).map(|s| &s.config);
 ///     // What an encoder reads for the tool, and the key its vector is cached under.
-///     let text = tool_search::embedding_text(&tool_doc(t, config));
-///     println!("{:016x} {text}", tool_search::text_hash(&text));
+///     let text = toolwright_tool_search::embedding_text(&tool_doc(t, config));
+///     println!("{:016x} {text}", toolwright_tool_search::text_hash(&text));
 /// }
 /// # }
 /// ```
-pub fn tool_doc(tool: &McpTool, service: Option<&ServiceConfig>) -> tool_search::ToolDoc {
+pub fn tool_doc(
+    tool: &McpTool,
+    service: Option<&ServiceConfig>,
+) -> toolwright_tool_search::ToolDoc {
     let parameters = tool
         .input_schema
         .get("properties")
@@ -325,7 +328,7 @@ pub fn tool_doc(tool: &McpTool, service: Option<&ServiceConfig>) -> tool_search:
                 .collect::<Vec<_>>()
         })
         .unwrap_or_default();
-    tool_search::ToolDoc::new(tool.exposed_name.clone(), tool.description.clone())
+    toolwright_tool_search::ToolDoc::new(tool.exposed_name.clone(), tool.description.clone())
         .with_group(
             tool.service.clone(),
             service
@@ -381,7 +384,10 @@ mod tests {
                 ("head".to_owned(), String::new())
             ]
         );
-        assert_eq!(tool_search::embedding_text(&doc), "read file: Read a file");
+        assert_eq!(
+            toolwright_tool_search::embedding_text(&doc),
+            "read file: Read a file"
+        );
         let bare = tool_doc(&catalog[0], None);
         assert!(bare.keywords.is_empty() && bare.group_description.is_empty());
     }

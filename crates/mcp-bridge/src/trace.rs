@@ -2,12 +2,12 @@
 //! semantic conventions name it) and the W3C `traceparent` that goes in the request's `_meta`,
 //! so a server that traces joins the agent's trace as a child of this span.
 //!
-//! Plain `tracing`: the `traceparent` comes from [`llm_core::telemetry::current_traceparent`],
+//! Plain `tracing`: the `traceparent` comes from [`toolwright_core::telemetry::current_traceparent`],
 //! which an exporter (the `telemetry` crate) sets up; without one, nothing is added.
 
-use llm_core::{ToolError, ToolErrorKind};
 use rmcp::model::{CallToolRequestParams, RequestParamsMeta};
 use serde_json::Value;
+use toolwright_core::{ToolError, ToolErrorKind};
 use tracing::Span;
 use tracing::field::Empty;
 
@@ -42,7 +42,7 @@ pub(crate) fn propagate(span: &Span, params: &mut CallToolRequestParams) {
     if span.is_disabled() {
         return;
     }
-    if let Some(tp) = span.in_scope(llm_core::telemetry::current_traceparent) {
+    if let Some(tp) = span.in_scope(toolwright_core::telemetry::current_traceparent) {
         params.set_traceparent(&tp);
     }
 }

@@ -32,7 +32,7 @@ impl VectorCache {
         let file = dir.map(|d| {
             d.join(format!(
                 "tool-vectors-{:016x}.bin",
-                tool_search::text_hash(embedder_id)
+                toolwright_tool_search::text_hash(embedder_id)
             ))
         });
         if self.embedder_id == embedder_id && self.dims == dims && self.file == file {

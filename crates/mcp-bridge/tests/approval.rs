@@ -1,4 +1,4 @@
-//! #27 item 1 for MCP tools: a service's `require_approval` config holds its tools' calls for a
+//! Approvals for MCP tools: a service's `require_approval` config holds its tools' calls for a
 //! person (tool-system's approval flow through `ToolProvider::needs_approval`). A real MCP
 //! server process, the OpenAI-compatible backend over real HTTP, the config read from an
 //! `mcpServers` file.
@@ -9,10 +9,10 @@ mod common;
 use std::sync::Arc;
 
 use common::{SERVER, init_tracing};
-use mcp_bridge::McpBridge;
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
-use tool_system::{Agent, ApprovalKey};
+use toolwright_mcp_bridge::McpBridge;
+use toolwright_tool_system::{Agent, ApprovalKey};
 
 #[tokio::test]
 async fn mcp_tool_needs_approval_by_config_then_runs_or_is_declined() {
@@ -28,8 +28,8 @@ async fn mcp_tool_needs_approval_by_config_then_runs_or_is_declined() {
     let bridge = McpBridge::with_config_file(&path).unwrap();
     bridge.start("misb").await.unwrap();
     let server = ScriptedServer::start().await;
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(server.base_url()),
+    let model = toolwright_model_gateway::OpenAiModel::new(
+        toolwright_model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(server.base_url()),
     )
     .unwrap();
     let agent = Agent::builder(model)
@@ -92,7 +92,7 @@ async fn mcp_tool_needs_approval_by_config_then_runs_or_is_declined() {
 
     // The config is written back as spelled.
     bridge
-        .update("misb", mcp_bridge::ServiceUpdate::default())
+        .update("misb", toolwright_mcp_bridge::ServiceUpdate::default())
         .await
         .unwrap();
     let saved: serde_json::Value =

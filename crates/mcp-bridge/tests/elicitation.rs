@@ -1,9 +1,9 @@
-//! #27 item 3, the bridge's side: MCP elicitation with real servers — server-everything's
+//! the bridge's side: MCP elicitation with real servers — server-everything's
 //! `trigger-elicitation-request` over stdio (the 2025-11-25 server-initiated request) and
 //! testkit's Streamable HTTP server answering `input_required` (the 2026-07-28 way). The
 //! elicitor here stands in for the person (the chat panel is the real one).
 //!
-//! #42 items 2 and 3: the person's time does not count against the call timeout (both ways of
+//! The person's time does not count against the call timeout (both ways of
 //! asking), and a question goes to the session of the call it belongs to, with two sessions
 //! calling one service at once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -14,10 +14,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{everything, init_tracing};
-use llm_core::{ToolContext, ToolProvider};
-use mcp_bridge::McpBridge;
-use mcp_bridge::elicitation::{ElicitationAnswer, ElicitationMode, ElicitationRequest, Elicitor};
 use serde_json::{Value, json};
+use toolwright_core::{ToolContext, ToolProvider};
+use toolwright_mcp_bridge::McpBridge;
+use toolwright_mcp_bridge::elicitation::{
+    ElicitationAnswer, ElicitationMode, ElicitationRequest, Elicitor,
+};
 
 /// Answers every question with `answer`, after recording it; `None` never answers.
 struct Person {
@@ -125,8 +127,11 @@ async fn elicitation_input_required_of_the_stateless_revision_is_answered() {
     init_tracing();
     let server = testkit::McpHttpServer::start().await;
     let b = McpBridge::new();
-    b.register(mcp_bridge::ServiceConfig::remote("st", server.url()))
-        .unwrap();
+    b.register(toolwright_mcp_bridge::ServiceConfig::remote(
+        "st",
+        server.url(),
+    ))
+    .unwrap();
     b.start("st").await.unwrap();
     let p = person(Some(ElicitationAnswer::Accept(json!({"name": "Grace"}))));
     b.set_elicitor(p.clone(), Duration::from_secs(30));
@@ -170,7 +175,7 @@ async fn stateless_bridge(server: &testkit::McpHttpServer) -> McpBridge {
     init_tracing();
     let b = McpBridge::new();
     b.register(
-        mcp_bridge::ServiceConfig::remote("st", server.url())
+        toolwright_mcp_bridge::ServiceConfig::remote("st", server.url())
             .with_call_timeout(Duration::from_secs(2)),
     )
     .unwrap();
@@ -178,7 +183,7 @@ async fn stateless_bridge(server: &testkit::McpHttpServer) -> McpBridge {
     b
 }
 
-/// #42 item 2, the 2026-07-28 way (`input_required`): with a call timeout of 2 s, a person who
+/// the 2026-07-28 way (`input_required`): with a call timeout of 2 s, a person who
 /// answers after 4 s gets the answer to the server and the call succeeds; one who answers
 /// after the elicitation limit (3 s) is a cancel, which reaches the server as such, the call
 /// again succeeding past its 2 s. This is the issue's "a form answered after 60 s with call
@@ -208,7 +213,7 @@ async fn elicitation_input_required_answered_after_the_call_timeout_reaches_the_
     b.stop("st").await.unwrap();
 }
 
-/// #42 item 2, the 2025-11-25 way (the server's own `elicitation/create`, over stdio with
+/// the 2025-11-25 way (the server's own `elicitation/create`, over stdio with
 /// server-everything): with a call timeout of 2 s, a person who answers after 4 s gets the
 /// answer to the server and the call succeeds; past the elicitation limit (3 s) it is a
 /// cancel and the call still succeeds. Also the dispatcher's own bound allows for it: the
@@ -282,7 +287,7 @@ async fn two_sessions_at_once(
     (answered(&one.unwrap()), answered(&two.unwrap()), asked)
 }
 
-/// #42 item 3: two sessions call one service at once and the server asks each the 2026-07-28
+/// two sessions call one service at once and the server asks each the 2026-07-28
 /// way (`input_required`); each question reaches its own session's person (the request names
 /// that session) and each call gets its own answer. The bridge used to guess the session by
 /// service, found two, and sent the questions with no session (the panel declines those).
@@ -303,7 +308,7 @@ async fn elicitation_input_required_of_two_sessions_at_once_goes_to_each_calls_s
     b.stop("st").await.unwrap();
 }
 
-/// #42 item 3, the 2025-11-25 way over Streamable HTTP: the server's own `elicitation/create`
+/// the 2025-11-25 way over Streamable HTTP: the server's own `elicitation/create`
 /// arrives on the SSE stream of the POST of the call it belongs to, which tells the bridge
 /// whose it is; with two sessions calling at once, each question reaches its own session.
 /// (Over stdio nothing on the wire says, and the bridge still guesses by service.)
@@ -313,7 +318,7 @@ async fn elicitation_server_request_over_http_goes_to_the_session_of_its_call() 
     let server = testkit::McpHttpServer::start_session_only().await;
     let b = McpBridge::new();
     b.register(
-        mcp_bridge::ServiceConfig::remote("se", server.url())
+        toolwright_mcp_bridge::ServiceConfig::remote("se", server.url())
             .with_call_timeout(Duration::from_secs(2)),
     )
     .unwrap();
@@ -327,6 +332,65 @@ async fn elicitation_server_request_over_http_goes_to_the_session_of_its_call() 
         server.protocol_versions().iter().all(|v| v == "2025-11-25"),
         "{:?}",
         server.protocol_versions()
+    );
+    b.stop("se").await.unwrap();
+}
+
+/// testkit's server in session mode, whose `ask_defaults` sends `elicitation/create` with a
+/// form whose fields have defaults (the official conformance suite's form), and answers with
+/// the client's result.
+async fn session_bridge(server: &testkit::McpHttpServer) -> McpBridge {
+    init_tracing();
+    let b = McpBridge::new();
+    b.register(toolwright_mcp_bridge::ServiceConfig::remote(
+        "se",
+        server.url(),
+    ))
+    .unwrap();
+    b.start("se").await.unwrap();
+    b
+}
+
+/// MCP 2025-11-25: a client fills the fields an accepted form leaves out from the requested
+/// schema's defaults. A person who accepts without typing anything (the application answers
+/// `{}`) sends the server every default; a field without one stays out.
+#[tokio::test]
+async fn accepted_elicitation_content_gets_the_schemas_defaults() {
+    let server = testkit::McpHttpServer::start_session_only().await;
+    let b = session_bridge(&server).await;
+    b.set_elicitor(
+        person(Some(ElicitationAnswer::Accept(json!({})))),
+        Duration::from_secs(30),
+    );
+    let out = answered(&b.call("se__ask_defaults", json!({})).await.unwrap());
+    assert_eq!(out["action"], "accept", "{out}");
+    assert_eq!(
+        out["content"],
+        json!({"name": "John Doe", "age": 30, "score": 95.5, "status": "active", "verified": true}),
+        "{out}"
+    );
+    b.stop("se").await.unwrap();
+}
+
+/// The defaults fill only what the application left out: a value it gave (a different one, a
+/// `false`, a field without a default) reaches the server as given.
+#[tokio::test]
+async fn accepted_elicitation_content_keeps_the_values_the_application_gave() {
+    let server = testkit::McpHttpServer::start_session_only().await;
+    let b = session_bridge(&server).await;
+    b.set_elicitor(
+        person(Some(ElicitationAnswer::Accept(
+            json!({"name": "Ada", "verified": false, "age": 0, "nickname": "countess"}),
+        ))),
+        Duration::from_secs(30),
+    );
+    let out = answered(&b.call("se__ask_defaults", json!({})).await.unwrap());
+    assert_eq!(out["action"], "accept", "{out}");
+    assert_eq!(
+        out["content"],
+        json!({"name": "Ada", "verified": false, "age": 0, "nickname": "countess",
+            "score": 95.5, "status": "active"}),
+        "{out}"
     );
     b.stop("se").await.unwrap();
 }

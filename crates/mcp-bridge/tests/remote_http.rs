@@ -1,4 +1,4 @@
-//! Issue 26, item 1: remote MCP servers over Streamable HTTP, against server-everything in its
+//! remote MCP servers over Streamable HTTP, against server-everything in its
 //! `streamableHttp` mode on 127.0.0.1 (pinned to loopback by a Node preload, checked with `ss`):
 //! list, call, structured content, session expiry, a server killed and restarted mid-conversation,
 //! through the bridge and through the tool loop over a real HTTP model server.
@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{HttpEverything, everything};
-use mcp_bridge::{ConfigFile, McpBridge, ServiceConfig, ServiceStatus};
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
-use tool_system::Agent;
+use toolwright_mcp_bridge::{ConfigFile, McpBridge, ServiceConfig, ServiceStatus};
+use toolwright_tool_system::Agent;
 
 fn remote(name: &str, url: &str) -> ServiceConfig {
     ServiceConfig::remote(name, url)
@@ -100,8 +100,8 @@ async fn m4_remote_server_killed_and_restarted_mid_conversation() {
 
     let model = ScriptedServer::start().await;
     let agent = Agent::builder(
-        model_gateway::OpenAiModel::new(
-            model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(model.base_url()),
+        toolwright_model_gateway::OpenAiModel::new(
+            toolwright_model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(model.base_url()),
         )
         .unwrap(),
     )

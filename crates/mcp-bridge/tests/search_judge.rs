@@ -1,4 +1,4 @@
-//! A chat model's second look at the tool search's candidates (#41, [`SearchJudge`]), against
+//! A chat model's second look at the tool search's candidates ([`SearchJudge`]), against
 //! real parts: this crate's MCP test server as a process over stdio, the judge an OpenAI-
 //! compatible model (model-gateway's backend) talking real HTTP to the scripted server on
 //! 127.0.0.1. What is checked: what the judge is sent, that its picks lead and the other
@@ -13,9 +13,11 @@ use std::time::Duration;
 
 use common::embedders::HashedNgrams;
 use common::{init_tracing, own};
-use mcp_bridge::{McpBridge, SEARCH_TOOL, SearchJudge, SemanticSearch, ToolSearchConfig};
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
+use toolwright_mcp_bridge::{
+    McpBridge, SEARCH_TOOL, SearchJudge, SemanticSearch, ToolSearchConfig,
+};
 
 const QUERY: &str = "repeat my message back to me";
 
@@ -32,8 +34,8 @@ async fn started() -> McpBridge {
 }
 
 fn judge_on(server: &ScriptedServer) -> SearchJudge {
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("judge-mini").with_base_url(server.base_url()),
+    let model = toolwright_model_gateway::OpenAiModel::new(
+        toolwright_model_gateway::OpenAiConfig::new("judge-mini").with_base_url(server.base_url()),
     )
     .unwrap();
     SearchJudge::new(Arc::new(model))
@@ -189,8 +191,8 @@ async fn m3_a_judge_that_errs_hangs_or_rambles_leaves_the_searchs_order() {
 
 #[test]
 fn the_judges_settings_are_clamped() {
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("m").with_base_url("http://127.0.0.1:9/v1"),
+    let model = toolwright_model_gateway::OpenAiModel::new(
+        toolwright_model_gateway::OpenAiConfig::new("m").with_base_url("http://127.0.0.1:9/v1"),
     )
     .unwrap();
     let j = SearchJudge::new(Arc::new(model));
@@ -199,6 +201,6 @@ fn the_judges_settings_are_clamped() {
     assert_eq!(j.clone().with_candidates(0).candidates(), 1);
     assert_eq!(
         j.with_candidates(10_000).candidates(),
-        tool_search::MAX_LIMIT
+        toolwright_tool_search::MAX_LIMIT
     );
 }

@@ -1,4 +1,4 @@
-//! Search by meaning in the bridge (#41), against a real MCP server process (this crate's test
+//! Search by meaning in the bridge, against a real MCP server process (this crate's test
 //! server over stdio): the tools' vectors are encoded once per tool text, a `list_changed`
 //! re-encodes only the changed tools, a restart reads them from the cache file, a failing
 //! encoder leaves BM25 answering, and `list_revision` holds while the catalog does.
@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use common::embedders::{Broken, Counting, HashedNgrams};
 use common::{init_tracing, own};
-use llm_core::ToolProvider;
-use mcp_bridge::{McpBridge, SemanticSearch};
 use serde_json::json;
 use tokio::time::Instant;
+use toolwright_core::ToolProvider;
+use toolwright_mcp_bridge::{McpBridge, SemanticSearch};
 
 async fn started() -> McpBridge {
     init_tracing();
@@ -110,7 +110,7 @@ async fn m4_a_failing_encoder_leaves_the_search_to_bm25() {
     // The search tool's call answers as before.
     let answer = b
         .call(
-            mcp_bridge::SEARCH_TOOL,
+            toolwright_mcp_bridge::SEARCH_TOOL,
             json!({"query": "echo the message"}),
         )
         .await
@@ -136,13 +136,13 @@ async fn m1_list_revision_holds_until_the_catalog_changes() {
     assert_ne!(b.list_revision(), Some(r2));
 }
 
-/// What a turn shows is built once per catalog and search settings (#41: not on every request,
+/// What a turn shows is built once per catalog and search settings (not on every request,
 /// which made a run over 360 tools hundreds of times the bare loop), so it must follow every
 /// change of either: a service's new trigger keyword, a tool a `list_changed` added, new search
 /// settings, a stopped service.
 #[tokio::test]
 async fn m3_a_turns_view_follows_the_keywords_the_catalog_and_the_search_settings() {
-    use tool_system::TurnSections;
+    use toolwright_tool_system::TurnSections;
     let b = started().await;
     let section = |text: &'static str| {
         let b = b.clone();
@@ -158,14 +158,14 @@ async fn m3_a_turns_view_follows_the_keywords_the_catalog_and_the_search_setting
         "no keyword, a small catalog: M3 shows nothing"
     );
     assert!(
-        b.advertised(&llm_core::TurnInfo::new(plain))
+        b.advertised(&toolwright_core::TurnInfo::new(plain))
             .await
             .is_empty()
     );
 
     b.update(
         "misb",
-        mcp_bridge::ServiceUpdate::default().trigger_keywords(["forecast"]),
+        toolwright_mcp_bridge::ServiceUpdate::default().trigger_keywords(["forecast"]),
     )
     .await
     .unwrap();
@@ -179,28 +179,34 @@ async fn m3_a_turns_view_follows_the_keywords_the_catalog_and_the_search_setting
     let explicit = section("please use misb__weather now").await;
     assert!(explicit.contains("misb__weather"), "{explicit}");
 
-    b.set_tool_search(mcp_bridge::ToolSearchConfig::default().with_budget_tokens(0));
+    b.set_tool_search(toolwright_mcp_bridge::ToolSearchConfig::default().with_budget_tokens(0));
     let searching = section(plain).await;
-    assert!(searching.contains(mcp_bridge::SEARCH_TOOL), "{searching}");
+    assert!(
+        searching.contains(toolwright_mcp_bridge::SEARCH_TOOL),
+        "{searching}"
+    );
     assert!(!searching.contains("misb__echo"), "{searching}");
     let offered: Vec<String> = b
-        .advertised(&llm_core::TurnInfo::new(plain))
+        .advertised(&toolwright_core::TurnInfo::new(plain))
         .await
         .into_iter()
         .map(|s| s.name.to_string())
         .collect();
     assert_eq!(
         offered,
-        [mcp_bridge::SEARCH_TOOL, mcp_bridge::DESCRIBE_TOOL]
+        [
+            toolwright_mcp_bridge::SEARCH_TOOL,
+            toolwright_mcp_bridge::DESCRIBE_TOOL
+        ]
     );
-    b.set_tool_search(mcp_bridge::ToolSearchConfig::default());
+    b.set_tool_search(toolwright_mcp_bridge::ToolSearchConfig::default());
     assert!(section(plain).await.contains("misb__weather"));
 
     b.stop("misb").await.unwrap();
     let stopped = section("please use misb__weather now").await;
     assert!(!stopped.contains("- misb__weather"), "{stopped}");
     assert!(
-        b.advertised(&llm_core::TurnInfo::new(plain))
+        b.advertised(&toolwright_core::TurnInfo::new(plain))
             .await
             .is_empty()
     );

@@ -6,10 +6,10 @@
 mod common;
 
 use common::{assert_group_gone, everything, init_tracing};
-use mcp_bridge::intent::IntentChain;
-use mcp_bridge::{McpBridge, ServiceStatus};
 use serde_json::json;
-use tool_system::ToolErrorKind;
+use toolwright_mcp_bridge::intent::IntentChain;
+use toolwright_mcp_bridge::{McpBridge, ServiceStatus};
+use toolwright_tool_system::ToolErrorKind;
 
 async fn bridge() -> McpBridge {
     init_tracing();
@@ -100,7 +100,7 @@ async fn m4_server_everything_gets_no_agent_secrets() {
     assert!(env.get("PATH").is_some());
     for k in &keys {
         assert!(
-            mcp_bridge::process::INHERITED_ENV.contains(&k.as_str()),
+            toolwright_mcp_bridge::process::INHERITED_ENV.contains(&k.as_str()),
             "the server got {k} from the agent: {keys:?}"
         );
     }

@@ -1,4 +1,4 @@
-//! Issue 42, item 8: a session the server expires while it keeps running. The official MCP
+//! a session the server expires while it keeps running. The official MCP
 //! Python SDK's Streamable HTTP server (pinned, `tests/python/`) ends a session after an idle
 //! period and answers its id with HTTP 404 — the path the spec gives for an expired session,
 //! which a restarted server never exercised. The bridge must open a new session and retry the
@@ -10,8 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mcp_bridge::{McpBridge, ServiceConfig, ServiceStatus};
 use serde_json::{Value, json};
+use toolwright_mcp_bridge::{McpBridge, ServiceConfig, ServiceStatus};
 
 /// The idle period the server is started with: sessions with nothing in flight this long end.
 const IDLE_SECONDS: f64 = 1.0;
@@ -92,7 +92,7 @@ async fn whoami(bridge: &McpBridge) -> (String, u64) {
 }
 
 #[tokio::test]
-async fn i42_8_a_session_the_running_server_expired_is_replaced_at_once() {
+async fn a_session_the_running_server_expired_is_replaced_at_once() {
     let server = PythonServer::start();
     let bridge = McpBridge::new();
     bridge

@@ -1,4 +1,4 @@
-//! Issue 26, items 2 and 3: startup off the critical path (background start, a bounded wait only
+//! items 2 and 3: startup off the critical path (background start, a bounded wait only
 //! for a turn that needs the service, `autostart: false`, `disabled`, `enabled_tools` /
 //! `disabled_tools`) and recovery (a crashed server restarted on the next call that needs it,
 //! with its process group reaped), against real server processes and a real HTTP model server.
@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{SERVER, assert_group_gone, everything, live_in_group, own};
-use mcp_bridge::{BridgeError, McpBridge, ServiceConfig, ServiceStatus};
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
-use tool_system::Agent;
+use toolwright_mcp_bridge::{BridgeError, McpBridge, ServiceConfig, ServiceStatus};
+use toolwright_tool_system::Agent;
 
 fn agent(server: &ScriptedServer, bridge: &McpBridge) -> Agent {
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(server.base_url()),
+    let model = toolwright_model_gateway::OpenAiModel::new(
+        toolwright_model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(server.base_url()),
     )
     .unwrap();
     Agent::builder(model)

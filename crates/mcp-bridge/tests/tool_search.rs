@@ -1,4 +1,4 @@
-//! Tool search (#26 item 4) as a user composes it: an `Agent` over an `McpBridge` whose
+//! Tool search as a user composes it: an `Agent` over an `McpBridge` whose
 //! services list the real tool definitions of many MCP servers (recorded `tools/list` output,
 //! crates/tool-search/fixtures/tools.json, each served over stdio by this crate's test server),
 //! talking to the OpenAI-compatible backend over real HTTP. Past the token budget a turn shows
@@ -9,9 +9,9 @@
 mod common;
 
 use common::search::{SearchTurn, big_bridge, local_search_turn, search_turn};
-use mcp_bridge::{DESCRIBE_TOOL, SEARCH_TOOL, ToolSearchConfig};
 use serde_json::json;
-use tool_system::ProtocolKind;
+use toolwright_mcp_bridge::{DESCRIBE_TOOL, SEARCH_TOOL, ToolSearchConfig};
+use toolwright_tool_system::ProtocolKind;
 
 #[tokio::test]
 async fn m3_tool_search_native_shows_one_search_tool_then_the_hits() {
@@ -39,7 +39,7 @@ async fn m3_tool_search_tag_shows_one_search_tool_then_the_hits() {
 #[tokio::test]
 async fn m3_tool_search_only_past_the_budget() {
     let b = big_bridge(ToolSearchConfig::default()).await;
-    use mcp_bridge::IntentRecognizer;
+    use toolwright_mcp_bridge::IntentRecognizer;
     let intent = b
         .recognizer()
         .await
@@ -48,12 +48,15 @@ async fn m3_tool_search_only_past_the_budget() {
     let section = b.prompt_section(&intent).await.unwrap();
     assert!(section.contains("everything__echo"), "{section}");
     assert!(!section.contains(SEARCH_TOOL), "{section}");
-    // #41: with the whole catalog past the budget, a turn with no MCP intent (no trigger
+    // with the whole catalog past the budget, a turn with no MCP intent (no trigger
     // keyword) still gets the search tool, by default; it shows nothing once that is off (M3).
-    let section = b.prompt_section(&mcp_bridge::Intent::Normal).await.unwrap();
+    let section = b
+        .prompt_section(&toolwright_mcp_bridge::Intent::Normal)
+        .await
+        .unwrap();
     assert!(section.contains(SEARCH_TOOL), "{section}");
     assert!(!section.contains("everything__echo"), "{section}");
-    let turn = llm_core::TurnInfo::new("plan my afternoon");
+    let turn = toolwright_core::TurnInfo::new("plan my afternoon");
     let offered: Vec<String> = b
         .advertised_tools(&turn)
         .await
@@ -62,7 +65,11 @@ async fn m3_tool_search_only_past_the_budget() {
         .collect();
     assert_eq!(offered, [SEARCH_TOOL, DESCRIBE_TOOL]);
     b.set_tool_search(ToolSearchConfig::default().with_search_past_budget(false));
-    assert_eq!(b.prompt_section(&mcp_bridge::Intent::Normal).await, None);
+    assert_eq!(
+        b.prompt_section(&toolwright_mcp_bridge::Intent::Normal)
+            .await,
+        None
+    );
     assert!(b.advertised_tools(&turn).await.is_empty());
 
     b.set_tool_search(ToolSearchConfig::default().with_budget_tokens(0));
@@ -109,7 +116,7 @@ async fn m3_tool_search_on_the_local_model() {
     let bound: Vec<&str> = first.tools.iter().map(|t| &*t.name).collect();
     assert_eq!(bound, [SEARCH_TOOL, DESCRIBE_TOOL]);
     let system = match &first.messages[0] {
-        llm_core::Message::System { content } => content.clone(),
+        toolwright_core::Message::System { content } => content.clone(),
         other => panic!("{other:?}"),
     };
     assert!(system.contains("too many to list"), "{system}");
@@ -128,11 +135,9 @@ async fn m3_tool_search_on_the_local_model() {
     );
     // When the model searched, the result reached it as a tool message and the hits were bound.
     for (req, _) in turn.seen.iter().skip(1) {
-        if req
-            .messages
-            .iter()
-            .any(|m| matches!(m, llm_core::Message::Tool { name, .. } if name == SEARCH_TOOL))
-        {
+        if req.messages.iter().any(
+            |m| matches!(m, toolwright_core::Message::Tool { name, .. } if name == SEARCH_TOOL),
+        ) {
             assert!(req.tools.len() > 2, "{:?}", req.tools);
         }
     }

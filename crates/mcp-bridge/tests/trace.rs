@@ -1,4 +1,4 @@
-//! #27 item 4 for MCP: each MCP request has its client span (`tools/call {tool}`, a child of
+//! Traces for MCP: each MCP request has its client span (`tools/call {tool}`, a child of
 //! the tool call's `execute_tool` span) and carries that span's W3C `traceparent` in its
 //! `_meta`, so the server's own trace joins the agent's. Tool lists (`tools/list`) have
 //! client spans too. A real MCP server process reports the
@@ -8,17 +8,18 @@
 mod common;
 
 use common::{SERVER, agent_over_http};
-use llm_core::Message;
-use mcp_bridge::McpBridge;
 use opentelemetry::trace::SpanKind;
 use opentelemetry_sdk::trace::InMemorySpanExporter;
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
+use toolwright_core::Message;
+use toolwright_mcp_bridge::McpBridge;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_request_span_and_its_traceparent_reach_the_server() {
     let exporter = InMemorySpanExporter::default();
-    let telemetry = telemetry::Telemetry::with_exporter(exporter.clone(), "mcp-trace-test");
+    let telemetry =
+        toolwright_telemetry::Telemetry::with_exporter(exporter.clone(), "mcp-trace-test");
     telemetry.init().unwrap();
 
     let dir = tempfile::tempdir().unwrap();

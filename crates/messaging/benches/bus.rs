@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use messaging::{MessageBus, OutgoingMessage, QuickReplies};
+use toolwright_messaging::{MessageBus, OutgoingMessage, QuickReplies};
 
 const BATCH: usize = 10_000;
 

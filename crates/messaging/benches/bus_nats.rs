@@ -11,7 +11,7 @@
 //!   that holds a single group subscription for them all, neither receiving anything: its CPU
 //!   time per second and resident memory over `IDLE`.
 //!
-//! `cargo xtask with-services cargo bench -p messaging --features nats --bench bus_nats`
+//! `cargo xtask with-services cargo bench -p toolwright-messaging --features nats --bench bus_nats`
 //! (needs `TEST_NATS_URL`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -19,7 +19,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use messaging::{MessageBus, NatsConfig, OutgoingMessage, QuickReplies};
+use toolwright_messaging::{MessageBus, NatsConfig, OutgoingMessage, QuickReplies};
 
 const BURST: usize = 2000;
 const PACED: usize = 300;
@@ -58,7 +58,7 @@ async fn idle(url: &str, stream: &str, mode: &str, n: usize) {
         .await
         .unwrap();
     let (_, rss_before) = cpu_ms_and_rss_kib();
-    let subs: Vec<messaging::Subscription> = if mode == "group" {
+    let subs: Vec<toolwright_messaging::Subscription> = if mode == "group" {
         vec![bus.subscribe_group("user").unwrap()]
     } else {
         (0..n).map(|i| bus.subscribe(format!("user:{i}"))).collect()
@@ -160,7 +160,7 @@ async fn main() {
     }
     let url = std::env::var("TEST_NATS_URL").unwrap_or_else(|_| {
         panic!(
-            "TEST_NATS_URL is not set: run `cargo xtask with-services cargo bench -p messaging \
+            "TEST_NATS_URL is not set: run `cargo xtask with-services cargo bench -p toolwright-messaging \
              --features nats --bench bus_nats`"
         )
     });

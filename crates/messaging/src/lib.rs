@@ -17,8 +17,8 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! use messaging::{MessageBus, SendMessageTool};
-//! use llm_core::{Tool, ToolContext};
+//! use toolwright_messaging::{MessageBus, SendMessageTool};
+//! use toolwright_core::{Tool, ToolContext};
 //! use serde_json::json;
 //!
 //! let bus = MessageBus::new();

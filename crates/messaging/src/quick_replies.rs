@@ -10,7 +10,7 @@ pub const MAX_QUICK_REPLIES: usize = 10;
 /// in the order given (Q8).
 ///
 /// ```
-/// use messaging::QuickReplies;
+/// use toolwright_messaging::QuickReplies;
 /// let q = QuickReplies::new(vec!["Yes".into(), "No".into()]).unwrap().unwrap();
 /// assert_eq!(q.as_slice(), ["Yes", "No"]);
 /// assert!(QuickReplies::new(vec![]).unwrap().is_none()); // empty counts as absent (Q4)
@@ -116,7 +116,7 @@ fn json_type(v: &Value) -> &'static str {
 /// * an empty string → [`QuickRepliesError::EmptyItem`] (Q6), first offending index
 ///
 /// ```
-/// use messaging::validate_quick_replies;
+/// use toolwright_messaging::validate_quick_replies;
 /// use serde_json::json;
 /// let err = validate_quick_replies(Some(&json!(["a", 2]))).unwrap_err();
 /// assert_eq!(err.to_string(), "quickReplies[1] is not a string (it is a number)");

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use llm_core::ToolSpec;
-use llm_core::{Tool, ToolContext, ToolError};
+use toolwright_core::ToolSpec;
+use toolwright_core::{Tool, ToolContext, ToolError};
 use serde_json::{Map, Value, json};
 
 use crate::{BusError, MessageBus, OutgoingMessage, quick_replies_schema, validate_quick_replies};
@@ -58,7 +58,7 @@ impl SendMessageTool {
     /// `"user"` to the address of the person in this call's session.
     ///
     /// ```
-    /// use messaging::{MessageBus, SendMessageTool};
+    /// use toolwright_messaging::{MessageBus, SendMessageTool};
     /// let tool = SendMessageTool::new(MessageBus::new(), "agent").with_recipient_resolver(|id, ctx| {
     ///     match (id, &ctx.session_id) {
     ///         ("user", Some(s)) => format!("user:{s}"),
@@ -243,7 +243,7 @@ mod tests {
         assert_eq!(id, call_msg_id(&long, "c 1"));
         assert_ne!(id, call_msg_id(&long, "c 2"));
     }
-    use llm_core::ToolErrorKind;
+    use toolwright_core::ToolErrorKind;
 
     fn setup() -> (SendMessageTool, crate::Subscription) {
         let bus = MessageBus::new();
@@ -466,10 +466,10 @@ mod tests {
 
     /// Through the dispatcher, which checks the schema before the tool runs: `null` was
     /// accepted by the tool but refused by its schema.
-    fn dispatcher(tool: SendMessageTool) -> tool_system::Dispatcher {
-        let mut r = tool_system::ToolRegistry::new();
+    fn dispatcher(tool: SendMessageTool) -> toolwright_tool_system::Dispatcher {
+        let mut r = toolwright_tool_system::ToolRegistry::new();
         r.register(tool).unwrap();
-        tool_system::Dispatcher::from_registry(r)
+        toolwright_tool_system::Dispatcher::from_registry(r)
     }
 
     #[tokio::test]

@@ -1,4 +1,4 @@
-//! #42 item 6, "the broker trusts everyone": the bus against a `nats-server` started with
+//! "the broker trusts everyone": the bus against a `nats-server` started with
 //! authorization. Each test starts its own broker (a config file it writes, a free port on
 //! 127.0.0.1, JetStream in a directory of its own), killed when the test ends. The users and
 //! permissions are the block `docs/bus.md` offers to paste, read from that page, so the page is
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use messaging::{BusError, MessageBus, NatsConfig, OutgoingMessage};
+use toolwright_messaging::{BusError, MessageBus, NatsConfig, OutgoingMessage};
 
 const WORKER_PASSWORD: &str = "w0rker-s3cret";
 const PUBLISHER_PASSWORD: &str = "pub-s3cret";
@@ -122,9 +122,9 @@ fn publisher(broker: &Broker) -> NatsConfig {
 }
 
 async fn recv_within(
-    inbox: &mut messaging::Subscription,
+    inbox: &mut toolwright_messaging::Subscription,
     limit: Duration,
-) -> Option<messaging::BusMessage> {
+) -> Option<toolwright_messaging::BusMessage> {
     tokio::time::timeout(limit, inbox.recv())
         .await
         .ok()
@@ -145,7 +145,7 @@ async fn round_trip(bus: &MessageBus, to: &str, text: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_worker_with_the_documented_permissions_sends_and_receives_a_conversation_message() {
+async fn worker_with_the_documented_permissions_sends_and_receives_a_conversation_message() {
     let broker = Broker::start(&documented_authorization());
     let receiving = MessageBus::connect_nats_with(worker(&broker))
         .await
@@ -182,7 +182,7 @@ async fn i42_6_worker_with_the_documented_permissions_sends_and_receives_a_conve
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_wrong_password_is_a_typed_error_at_once_that_hides_the_password() {
+async fn wrong_password_is_a_typed_error_at_once_that_hides_the_password() {
     let broker = Broker::start(&documented_authorization());
     for login in ["worker:not-the-password@", "", "nobody:x@"] {
         let started = Instant::now();
@@ -214,7 +214,7 @@ async fn i42_6_wrong_password_is_a_typed_error_at_once_that_hides_the_password()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_a_publisher_without_permission_cannot_reach_a_conversation() {
+async fn a_publisher_without_permission_cannot_reach_a_conversation() {
     let broker = Broker::start(&documented_authorization());
     let workers = MessageBus::connect_nats_with(worker(&broker))
         .await
@@ -288,7 +288,7 @@ async fn i42_6_a_publisher_without_permission_cannot_reach_a_conversation() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_a_user_without_consumer_permissions_is_told_so_by_its_subscription() {
+async fn a_user_without_consumer_permissions_is_told_so_by_its_subscription() {
     let broker = Broker::start(&documented_authorization());
     // the stream exists (made by a worker); the publisher may look at it, not take from it
     let _workers = MessageBus::connect_nats_with(worker(&broker))
@@ -316,7 +316,7 @@ async fn i42_6_a_user_without_consumer_permissions_is_told_so_by_its_subscriptio
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_token_in_the_url() {
+async fn token_in_the_url() {
     let broker = Broker::start("authorization { token: \"t0ken-abc\" }");
     let bus = MessageBus::connect_nats(&broker.url("t0ken-abc@"))
         .await
@@ -331,7 +331,7 @@ async fn i42_6_token_in_the_url() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_nkey_seed_file_in_credentials() {
+async fn nkey_seed_file_in_credentials() {
     let user = nkeys::KeyPair::new_user();
     let other = nkeys::KeyPair::new_user();
     let broker = Broker::start(&format!(
@@ -374,7 +374,7 @@ async fn i42_6_nkey_seed_file_in_credentials() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_a_tls_url_never_falls_back_to_plain_text() {
+async fn a_tls_url_never_falls_back_to_plain_text() {
     let broker = Broker::start("");
     let started = Instant::now();
     let e = MessageBus::connect_nats(&format!("tls://127.0.0.1:{}", broker.port))
@@ -497,7 +497,7 @@ fn cert_dir(test: &str) -> PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_tls_with_the_operators_root_certificate() {
+async fn tls_with_the_operators_root_certificate() {
     let certs = cert_dir("i42-6-tls");
     make_ca(&certs, "ca");
     issue(&certs, "ca", "server", "/CN=127.0.0.1", SERVER_EXT);
@@ -531,7 +531,7 @@ async fn i42_6_tls_with_the_operators_root_certificate() {
 /// certificate the operator's root signed connects and its messages go through; one with no
 /// certificate, or one another root signed, gets a typed error that says what to set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_mutual_tls_a_worker_is_known_by_its_certificate() {
+async fn mutual_tls_a_worker_is_known_by_its_certificate() {
     let certs = cert_dir("i42-6-mtls");
     make_ca(&certs, "ca");
     issue(&certs, "ca", "server", "/CN=127.0.0.1", SERVER_EXT);
@@ -642,7 +642,7 @@ fn creds_file(jwt: &str, seed: &str) -> String {
 /// a user. A worker with that user's `.creds` file (`NATS_CREDS`) connects and its messages go
 /// through; a user another account signed — one the operator never signed — is `Unauthorized`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i42_6_operator_mode_a_worker_signs_in_with_a_creds_file() {
+async fn operator_mode_a_worker_signs_in_with_a_creds_file() {
     let operator = nkeys::KeyPair::new_operator();
     let account = nkeys::KeyPair::new_account();
     let user = nkeys::KeyPair::new_user();

@@ -1,16 +1,16 @@
-//! The bus across processes on a real NATS JetStream broker (#28): one OS process sends, another
+//! The bus across processes on a real NATS JetStream broker: one OS process sends, another
 //! receives — this test binary run again as its second process (the ignored test `peer`).
 //! Needs `TEST_NATS_URL` and `TEST_NATS_FAULT_*` (set by `cargo xtask test`, or
-//! `cargo xtask with-services cargo test -p messaging --features nats --test bus_across_processes`).
+//! `cargo xtask with-services cargo test -p toolwright-messaging --features nats --test bus_across_processes`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use messaging::{BusError, MessageBus, NatsConfig, OutgoingMessage, QuickReplies, SendMessageTool};
+use toolwright_messaging::{BusError, MessageBus, NatsConfig, OutgoingMessage, QuickReplies, SendMessageTool};
 use serde_json::{Value, json};
-use tool_system::{Tool, ToolContext, ToolErrorKind};
+use toolwright_tool_system::{Tool, ToolContext, ToolErrorKind};
 
 /// A broker URL from the environment, or a failure saying how to get one (never a silent pass).
 fn env(name: &str) -> String {
@@ -19,7 +19,7 @@ fn env(name: &str) -> String {
         _ => panic!(
             "{name} is not set, so the bus tests cannot reach a NATS broker: run `cargo xtask test` \
              (it starts a private nats-server with JetStream on 127.0.0.1 and sets it), or `cargo \
-             xtask with-services cargo test -p messaging --features nats --test bus_across_processes`"
+             xtask with-services cargo test -p toolwright-messaging --features nats --test bus_across_processes`"
         ),
     }
 }
@@ -672,7 +672,7 @@ fn messages_of(lines: Vec<Value>) -> Vec<Value> {
 }
 
 /// Waits (at most 60 s: a hang guard) until `sub` reports a problem.
-async fn problem_of(sub: &messaging::Subscription) -> BusError {
+async fn problem_of(sub: &toolwright_messaging::Subscription) -> BusError {
     for _ in 0..3000 {
         if let Some(p) = sub.problem() {
             return p;
@@ -836,7 +836,7 @@ fn kill_holder(first: &mut Peer, other: &mut Peer, hold: Duration) -> (Vec<Value
     (before, killed_at)
 }
 
-/// At least once across a crash (#28): a group subscriber takes a message with
+/// At least once across a crash: a group subscriber takes a message with
 /// `recv_unconfirmed` and is SIGKILLed before it confirms (a worker killed between taking a
 /// message and storing it). While it lives it holds the message past `ack_wait` (2 s here) and
 /// the broker keeps it (the pump's progress notes), so the other process's group subscription,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
-use model_gateway::{ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel, collect_stream};
+use toolwright_model_gateway::{ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel, collect_stream};
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
 
@@ -30,7 +30,7 @@ fn bench(c: &mut Criterion) {
     let url = format!("{}/chat/completions", server.base_url());
     let model =
         OpenAiModel::new(OpenAiConfig::new("bench").with_base_url(server.base_url())).unwrap();
-    model_gateway::ensure_crypto_provider();
+    toolwright_model_gateway::ensure_crypto_provider();
     let http = reqwest_ring::Client::new();
     let req = ChatRequest::new(vec![
         Message::system("You are terse."),

@@ -7,9 +7,9 @@
 //! needs to know `async-openai`.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), model_gateway::GatewayError> {
+//! # async fn demo() -> Result<(), toolwright_model_gateway::GatewayError> {
 //! use futures::StreamExt;
-//! use model_gateway::{ChatEvent, ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel};
+//! use toolwright_model_gateway::{ChatEvent, ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel};
 //! let cfg = OpenAiConfig::from_env()?.unwrap_or_else(|| OpenAiConfig::new("gpt-4o-mini"));
 //! let model = OpenAiModel::new(cfg)?;
 //! let mut stream = model.stream(ChatRequest::new(vec![Message::user("Count to 3")])).await?;
@@ -22,12 +22,12 @@
 mod openai;
 
 // reqwest on rustls without a built-in provider (the workspace's `reqwest-ring`): no aws-lc C
-// in the build (#40). Named `reqwest` here, as everywhere else.
+// in the build. Named `reqwest` here, as everywhere else.
 extern crate reqwest_ring as reqwest;
 
 /// Installs rustls' *ring* provider as the process's default when none is installed yet.
 ///
-/// reqwest (built without its aws-lc provider, #40) panics in `Client::build` when the process
+/// reqwest (built without its aws-lc provider) panics in `Client::build` when the process
 /// has no provider; [`OpenAiModel::new`] and [`OpenAiEmbedder::new`] call this first, so a
 /// program needs it only to build its own reqwest client before either. A provider the program
 /// installed itself is kept.
@@ -39,10 +39,10 @@ pub fn ensure_crypto_provider() {
 }
 
 // The shared vocabulary lives in `llm-core`; it is re-exported here so code written against
-// `model_gateway::Message` and friends keeps compiling.
+// `toolwright_model_gateway::Message` and friends keeps compiling.
 /// The error of every [`ChatModel`]; the gateway's former name for [`ModelError`].
-pub use llm_core::ModelError as GatewayError;
-pub use llm_core::{
+pub use toolwright_core::ModelError as GatewayError;
+pub use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, InvalidToolCall,
     Message, ModelError, ModelInfo, ResponseFormat, Role, ToolCall, ToolCallAssembler, ToolChoice,
     ToolSpec, Usage, async_trait, collect_stream, response_stream,

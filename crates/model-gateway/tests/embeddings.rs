@@ -1,4 +1,4 @@
-//! The OpenAI-compatible embeddings backend (#41 item 2: "or any OpenAI-compatible
+//! The OpenAI-compatible embeddings backend ("or any OpenAI-compatible
 //! `/v1/embeddings` endpoint"), proved over real HTTP against the scripted server on 127.0.0.1:
 //! the request body a provider receives, the order of the answer, batching, retries and typed
 //! errors.
@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use llm_core::{EmbedKind, Embedder};
-use model_gateway::{GatewayError, OpenAiConfig, OpenAiEmbedder, RetryPolicy};
+use toolwright_core::{EmbedKind, Embedder};
+use toolwright_model_gateway::{GatewayError, OpenAiConfig, OpenAiEmbedder, RetryPolicy};
 use testkit::{EMBEDDING_WIDTH, Reply, ScriptedServer, scripted_embedding};
 
 fn config(server: &ScriptedServer) -> OpenAiConfig {
@@ -23,7 +23,7 @@ fn config(server: &ScriptedServer) -> OpenAiConfig {
 }
 
 #[tokio::test]
-async fn i41_embeddings_reach_the_server_as_openai_asks_and_come_back_in_order() {
+async fn embeddings_reach_the_server_as_openai_asks_and_come_back_in_order() {
     let server = ScriptedServer::start().await;
     let e = OpenAiEmbedder::detect(config(&server))
         .await
@@ -72,7 +72,7 @@ async fn i41_embeddings_reach_the_server_as_openai_asks_and_come_back_in_order()
 }
 
 #[tokio::test]
-async fn i41_embeddings_retry_a_429_and_report_a_4xx_and_a_bad_answer_as_typed_errors() {
+async fn embeddings_retry_a_429_and_report_a_4xx_and_a_bad_answer_as_typed_errors() {
     let server = ScriptedServer::start().await;
     let e = OpenAiEmbedder::new(config(&server), EMBEDDING_WIDTH).unwrap();
     server.push(Reply::status(429, "slow down").retry_after("0"));

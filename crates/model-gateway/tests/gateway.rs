@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use model_gateway::{
+use toolwright_model_gateway::{
     ChatEvent, ChatModel, ChatRequest, FinishReason, GatewayError, Message, OpenAiConfig,
     OpenAiModel, RetryPolicy, ToolSpec, collect_stream,
 };
@@ -69,7 +69,7 @@ async fn g1_config_base_url_key_model_and_headers_reach_the_server() {
 }
 
 /// An `https://` provider is reached over TLS: the client is built without a panic (reqwest
-/// panics when rustls has no crypto provider, #40), its first bytes on the wire are a TLS
+/// panics when rustls has no crypto provider), its first bytes on the wire are a TLS
 /// handshake record, and a server that hangs up mid-handshake is a typed error.
 #[tokio::test]
 async fn g1_an_https_provider_is_reached_over_tls_and_a_broken_handshake_is_a_typed_error() {
@@ -163,7 +163,7 @@ async fn g3_native_tool_calls_are_parsed_to_json_objects() {
 async fn g3_history_with_tool_calls_and_results_round_trips_on_the_wire() {
     let server = ScriptedServer::start().await;
     server.push(Reply::text("It is 22 degrees."));
-    let call = model_gateway::ToolCall::new("call_1", "get_weather", json!({"city": "Beijing"}));
+    let call = toolwright_model_gateway::ToolCall::new("call_1", "get_weather", json!({"city": "Beijing"}));
     let req = ChatRequest::new(vec![
         Message::system("sys"),
         Message::user("Weather?"),
@@ -222,7 +222,7 @@ fn rejects_null_content(body: &serde_json::Value) -> Reply {
 async fn g3_interop_a_call_without_text_goes_out_as_empty_content_whole_and_streamed() {
     let server = ScriptedServer::start().await;
     server.respond_with(rejects_null_content);
-    let call = model_gateway::ToolCall::new("call_1", "get_weather", json!({"city": "Beijing"}));
+    let call = toolwright_model_gateway::ToolCall::new("call_1", "get_weather", json!({"city": "Beijing"}));
     let history = vec![
         Message::user("Weather in Beijing?"),
         Message::assistant_with_tool_calls("", vec![call]),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use criterion::{
     BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
-use output_control::{StreamParser, TagEventRef, extract_json};
+use toolwright_output_control::{StreamParser, TagEventRef, extract_json};
 
 const KIB: usize = 1024;
 

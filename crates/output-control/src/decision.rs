@@ -7,7 +7,7 @@ use crate::json::{JsonError, extract_json};
 /// What the model decided: call a tool, or reply to the user.
 ///
 /// ```
-/// use output_control::{parse_tool_decision, ToolDecision};
+/// use toolwright_output_control::{parse_tool_decision, ToolDecision};
 /// use serde_json::json;
 /// // 002 shape
 /// let d = parse_tool_decision(r#"{"tool": "get_weather", "arguments": {"city": "北京"}}"#)?;
@@ -15,7 +15,7 @@ use crate::json::{JsonError, extract_json};
 /// // 004 shape, with a reply asking nothing
 /// let d = parse_tool_decision(r#"{"tool_call": null, "reply": "你好"}"#)?;
 /// assert_eq!(d, ToolDecision::Reply { text: "你好".into() });
-/// # Ok::<(), output_control::DecisionError>(())
+/// # Ok::<(), toolwright_output_control::DecisionError>(())
 /// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,14 +114,14 @@ fn type_name(v: &Value) -> &'static str {
 /// * `{"reply": "..."}` alone is a reply.
 ///
 /// ```
-/// use output_control::{parse_tool_decision, ToolDecision};
+/// use toolwright_output_control::{parse_tool_decision, ToolDecision};
 /// let answer = "我来查一下。\n```json\n{\"tool_call\": {\"name\": \"search\", \"arguments\": \"{\\\"q\\\": \\\"rust\\\"}\"}}\n```";
 /// let ToolDecision::Call { name, arguments } = parse_tool_decision(answer)? else { panic!() };
 /// assert_eq!(name, "search");
 /// assert_eq!(arguments["q"], "rust");
 /// let err = parse_tool_decision(r#"{"tool": "search", "arguments": [1]}"#).unwrap_err();
 /// assert!(err.to_string().contains("must be a JSON object"));
-/// # Ok::<(), output_control::DecisionError>(())
+/// # Ok::<(), toolwright_output_control::DecisionError>(())
 /// ```
 pub fn parse_tool_decision(text: &str) -> Result<ToolDecision, DecisionError> {
     let value = extract_json(text)?;

@@ -65,12 +65,12 @@ impl JsonError {
 /// tried once and serde_json stops at the first error or at depth 128).
 ///
 /// ```
-/// use output_control::extract_json;
+/// use toolwright_output_control::extract_json;
 /// let answer = "Sure! Here is the call:\n```json\n{\"tool\": \"get_weather\", \"arguments\": {\"city\": \"北京\"}}\n```\nAnything else?";
 /// let v = extract_json(answer)?;
 /// assert_eq!(v["arguments"]["city"], "北京");
 /// assert!(extract_json("no json here").is_err());
-/// # Ok::<(), output_control::JsonError>(())
+/// # Ok::<(), toolwright_output_control::JsonError>(())
 /// ```
 pub fn extract_json(text: &str) -> Result<Value, JsonError> {
     let trimmed = text.trim();

@@ -15,7 +15,7 @@
 //!   suffix that could still become a `<tool_action …>…</tool_action>` tag.
 //!
 //! ```
-//! use output_control::{StreamParser, TagEvent};
+//! use toolwright_output_control::{StreamParser, TagEvent};
 //! let mut parser = StreamParser::new();
 //! let mut events = Vec::new();
 //! for chunk in ["思考: 我需要搜索...<tool_action name=\"",

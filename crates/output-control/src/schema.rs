@@ -73,7 +73,7 @@ impl SchemaError {
     /// ```
     /// use serde_json::json;
     /// let schema = json!({"type": "object", "required": ["city"]});
-    /// let err = output_control::validate(&json!({}), &schema).unwrap_err();
+    /// let err = toolwright_output_control::validate(&json!({}), &schema).unwrap_err();
     /// assert!(err.for_model().contains("city"));
     /// ```
     pub fn for_model(&self) -> String {
@@ -99,7 +99,7 @@ impl SchemaError {
 /// A compiled JSON Schema, for callers that validate many values against one schema.
 ///
 /// ```
-/// use output_control::Validator;
+/// use toolwright_output_control::Validator;
 /// use serde_json::json;
 /// let v = Validator::new(&json!({
 ///     "type": "object",
@@ -109,7 +109,7 @@ impl SchemaError {
 /// assert!(v.validate(&json!({"city": "北京"})).is_ok());
 /// let err = v.validate(&json!({"city": 3})).unwrap_err();
 /// assert_eq!(err.violations()[0].path, "/city");
-/// # Ok::<(), output_control::InvalidSchema>(())
+/// # Ok::<(), toolwright_output_control::InvalidSchema>(())
 /// ```
 pub struct Validator {
     inner: jsonschema::Validator,
@@ -174,8 +174,8 @@ impl Validator {
 /// ```
 /// use serde_json::json;
 /// let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "maximum": 10}}});
-/// assert!(output_control::validate(&json!({"n": 3}), &schema).is_ok());
-/// let err = output_control::validate(&json!({"n": 30}), &schema).unwrap_err();
+/// assert!(toolwright_output_control::validate(&json!({"n": 3}), &schema).is_ok());
+/// let err = toolwright_output_control::validate(&json!({"n": 30}), &schema).unwrap_err();
 /// assert_eq!(err.violations()[0].path, "/n");
 /// assert_eq!(err.violations()[0].keyword, "maximum");
 /// ```
@@ -224,11 +224,11 @@ impl ParseError {
 /// #[derive(serde::Deserialize, schemars::JsonSchema, Debug)]
 /// struct Weather { city: String, days: u8 }
 ///
-/// let w: Weather = output_control::parse_as("好的：{\"city\": \"上海\", \"days\": 3}")?;
+/// let w: Weather = toolwright_output_control::parse_as("好的：{\"city\": \"上海\", \"days\": 3}")?;
 /// assert_eq!(w.city, "上海");
-/// let err = output_control::parse_as::<Weather>("{\"city\": \"上海\"}").unwrap_err();
+/// let err = toolwright_output_control::parse_as::<Weather>("{\"city\": \"上海\"}").unwrap_err();
 /// assert!(err.to_string().contains("days"));
-/// # Ok::<(), output_control::ParseError>(())
+/// # Ok::<(), toolwright_output_control::ParseError>(())
 /// ```
 pub fn parse_as<T: DeserializeOwned + JsonSchema>(text: &str) -> Result<T, ParseError> {
     Validator::for_type::<T>()?.parse(text)

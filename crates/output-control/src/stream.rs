@@ -13,7 +13,7 @@ pub const MIN_MAX_TAG_BYTES: usize = 64;
 /// How the tag parsers behave.
 ///
 /// ```
-/// use output_control::{StreamParser, TagEvent, TagOptions};
+/// use toolwright_output_control::{StreamParser, TagEvent, TagOptions};
 /// let off = TagOptions { enabled: false, ..TagOptions::default() };
 /// let mut p = StreamParser::with_options(off);
 /// let events = p.push(r#"<tool_action name="x"></tool_action>"#);
@@ -56,7 +56,7 @@ impl Default for TagOptions {
 /// Tags inside Markdown code fences are calls like any other (see the crate docs).
 ///
 /// ```
-/// use output_control::{StreamParser, TagEvent};
+/// use toolwright_output_control::{StreamParser, TagEvent};
 /// let mut p = StreamParser::new();
 /// let a = p.push("思考: 我需要搜索...<tool_action name=\"");
 /// assert_eq!(a, vec![TagEvent::Text("思考: 我需要搜索...".into())]);
@@ -113,7 +113,7 @@ impl StreamParser {
     /// (or the parser's buffer), so a chunk of plain text costs one `memchr` and no allocation.
     ///
     /// ```
-    /// use output_control::{StreamParser, TagEventRef};
+    /// use toolwright_output_control::{StreamParser, TagEventRef};
     /// let mut p = StreamParser::new();
     /// let mut shown = String::new();
     /// p.push_with("plain text, no tags", |ev| {
@@ -249,7 +249,7 @@ fn push_merged(out: &mut Vec<TagEvent>, ev: TagEventRef<'_>) {
 /// open at the end is [`TagEvent::Unclosed`] and must not be executed. Adjacent text is merged.
 ///
 /// ```
-/// use output_control::{parse_tool_actions, TagEvent};
+/// use toolwright_output_control::{parse_tool_actions, TagEvent};
 /// let text = "先搜索 <tool_action name='a'><q value=\"1\"/></tool_action> 再读 \
 ///             <tool_action name=\"b\"></tool_action> 完";
 /// let events = parse_tool_actions(text);
@@ -267,7 +267,7 @@ pub fn parse_tool_actions(text: &str) -> Vec<TagEvent> {
 /// [`parse_tool_actions`] with explicit [`TagOptions`].
 ///
 /// ```
-/// use output_control::{parse_tool_actions_with, TagEvent, TagOptions};
+/// use toolwright_output_control::{parse_tool_actions_with, TagEvent, TagOptions};
 /// let off = TagOptions { enabled: false, ..TagOptions::default() };
 /// let t = r#"<tool_action name="x"></tool_action>"#;
 /// assert_eq!(parse_tool_actions_with(t, off), vec![TagEvent::Text(t.into())]);

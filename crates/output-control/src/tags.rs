@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 /// decoding); converting `"5"` to a number is the tool's business, guided by its schema.
 ///
 /// ```
-/// use output_control::{parse_tool_actions, TagEvent};
+/// use toolwright_output_control::{parse_tool_actions, TagEvent};
 /// let events = parse_tool_actions(
 ///     r#"<tool_action name="vector-search"><query value="读取文件" /><limit value="5" /></tool_action>"#,
 /// );

@@ -2,7 +2,7 @@
 //! JSON extraction round trips (O1).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use output_control::{
+use toolwright_output_control::{
     StreamParser, TagEvent, TagOptions, extract_json, parse_tool_actions_with, parse_tool_decision,
 };
 use proptest::prelude::*;

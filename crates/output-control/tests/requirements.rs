@@ -1,7 +1,7 @@
 //! Tests named by requirement ID (O1–O7); `grep -r o6_ crates/` finds the proof of O6.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use output_control::{
+use toolwright_output_control::{
     DecisionError, JsonError, SchemaError, StreamParser, TagEvent, TagOptions, ToolAction,
     ToolDecision, Validator, extract_json, parse_as, parse_tool_actions, parse_tool_actions_with,
     parse_tool_decision, validate,
@@ -457,7 +457,7 @@ fn o2_non_object_ambiguous_and_prose_are_errors() {
 // ---------- O3: one tag, name and arguments ----------
 
 #[test]
-fn o3_spec_000_example_with_newlines() {
+fn o3_example_with_newlines() {
     let t = "<tool_action name=\"vector-search\">\n  <query value=\"读取文件\" />\n  <limit value=\"5\" />\n</tool_action>";
     assert_eq!(
         parse_tool_actions(t),
@@ -714,7 +714,7 @@ fn o5_oversized_tag_is_released_and_flagged() {
 // ---------- O6: streaming ----------
 
 #[test]
-fn o6_spec_000_three_chunk_example() {
+fn o6_three_chunk_example() {
     let mut p = StreamParser::new();
     assert_eq!(
         p.push("思考: 我需要搜索...<tool_action name=\""),

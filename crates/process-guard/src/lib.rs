@@ -27,11 +27,11 @@
 //! cover is listed on [`ProcessGuard`].
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), process_guard::GuardError> {
+//! # async fn demo() -> Result<(), toolwright_process_guard::GuardError> {
 //! use std::time::Duration;
 //! let mut cmd = tokio::process::Command::new("sh");
 //! cmd.arg("-c").arg("setsid sleep 600 & sleep 600");
-//! let (mut child, guard) = process_guard::spawn(&mut cmd)?;
+//! let (mut child, guard) = toolwright_process_guard::spawn(&mut cmd)?;
 //! // … later: SIGTERM to the group, 2 s grace, then everything it started is killed.
 //! guard.terminate(&mut child, Duration::from_secs(2)).await;
 //! # Ok(()) }
@@ -102,9 +102,9 @@ pub enum GuardError {
 /// this process. Idempotent. `exec` resets it for children, so they stay dumpable.
 ///
 /// ```
-/// process_guard::protect_this_process()?;
-/// assert!(!process_guard::is_dumpable());
-/// # Ok::<(), process_guard::GuardError>(())
+/// toolwright_process_guard::protect_this_process()?;
+/// assert!(!toolwright_process_guard::is_dumpable());
+/// # Ok::<(), toolwright_process_guard::GuardError>(())
 /// ```
 pub fn protect_this_process() -> Result<(), GuardError> {
     sys::set_dumpable(false).map_err(|source| GuardError::Prctl {
@@ -123,7 +123,7 @@ pub fn is_dumpable() -> bool {
 ///
 /// ```
 /// // a group that does not exist: nothing happens
-/// process_guard::kill_group(999_999_999);
+/// toolwright_process_guard::kill_group(999_999_999);
 /// ```
 pub fn kill_group(pgid: u32) {
     let Ok(pgid) = i32::try_from(pgid) else {
@@ -151,10 +151,10 @@ static NEXT: AtomicU64 = AtomicU64::new(1);
 /// you like before; this overrides the process group and adds a `pre_exec` hook.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), process_guard::GuardError> {
+/// # async fn demo() -> Result<(), toolwright_process_guard::GuardError> {
 /// let mut cmd = tokio::process::Command::new("sleep");
 /// cmd.arg("60");
-/// let (_child, guard) = process_guard::spawn(&mut cmd)?;
+/// let (_child, guard) = toolwright_process_guard::spawn(&mut cmd)?;
 /// assert_eq!(guard.pgid(), guard.pid());
 /// drop(guard); // kills it and everything it started
 /// # Ok(()) }

@@ -47,7 +47,7 @@ pub(crate) struct Bwrap {
 
 /// Where the call's directory is in the container (as root): `/tmp`, `/dev` and `/skill` are
 /// links into it, so the container binds it once, not once per directory (bwrap parses the
-/// whole mount table after every bind: #29 item 4).
+/// whole mount table after every bind).
 pub(crate) const CALL_DIR: &str = "/.call";
 
 /// The device nodes of a container's `/dev` (those of bwrap's `--dev`), `(name, major, minor)`:

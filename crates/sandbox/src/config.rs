@@ -10,7 +10,7 @@ use std::time::Duration;
 /// What the operator grants one program beyond the global grants of [`SandboxConfig`].
 ///
 /// ```
-/// use sandbox::{SandboxConfig, Grant};
+/// use toolwright_sandbox::{SandboxConfig, Grant};
 /// use std::time::Duration;
 /// let cfg = SandboxConfig::default().with_grant(
 ///     "weather",
@@ -43,7 +43,7 @@ impl Grant {
 /// Limits, grants and switches of the sandbox: the operator's side of the threat model.
 ///
 /// ```
-/// use sandbox::SandboxConfig;
+/// use toolwright_sandbox::SandboxConfig;
 /// use std::time::Duration;
 /// let cfg = SandboxConfig::default().with_timeout(Duration::from_secs(5)).with_max_processes(16);
 /// assert_eq!(cfg.output_limit, 1024 * 1024);

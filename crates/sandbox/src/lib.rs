@@ -13,7 +13,7 @@
 //! the operator is trusted, the program and whoever chose its input are not (`docs/skills.md`).
 //!
 //! ```no_run
-//! use sandbox::{Program, Sandbox, SandboxConfig};
+//! use toolwright_sandbox::{Program, Sandbox, SandboxConfig};
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! // Blocking (it checks bubblewrap once): at start-up, or in `spawn_blocking`.
 //! let sandbox = Sandbox::new(SandboxConfig::default());

@@ -221,7 +221,7 @@ pub(crate) fn probe(config: &SandboxConfig) -> Probed {
     };
     let own_namespaces = !container && (root || user_maps.is_some());
     // Without a container and without namespaces of its own, a skill sees the host's pids:
-    // refused unless the operator accepted exactly that (#42).
+    // refused unless the operator accepted exactly that.
     let refused = refused.or_else(|| {
             (!container && !own_namespaces && !config.allow_host_pids).then(|| {
                 format!(

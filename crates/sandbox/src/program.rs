@@ -10,7 +10,7 @@ use std::time::Duration;
 /// ([`crate::SandboxConfig::timeout_for`]).
 ///
 /// ```
-/// use sandbox::Program;
+/// use toolwright_sandbox::Program;
 /// use std::time::Duration;
 /// let p = Program::new("count", "/opt/count", ["python3", "run.py"])
 ///     .with_env("LANGUAGE")

@@ -45,9 +45,9 @@ impl std::fmt::Debug for Sandbox {
 /// a caller's own messages about the same limits read alike.
 ///
 /// ```
-/// assert_eq!(sandbox::human_bytes(64 << 20), "64 MiB");
-/// assert_eq!(sandbox::human_bytes(3 << 10), "3 KiB");
-/// assert_eq!(sandbox::human_bytes(1500), "1500 bytes");
+/// assert_eq!(toolwright_sandbox::human_bytes(64 << 20), "64 MiB");
+/// assert_eq!(toolwright_sandbox::human_bytes(3 << 10), "3 KiB");
+/// assert_eq!(toolwright_sandbox::human_bytes(1500), "1500 bytes");
 /// ```
 pub fn human_bytes(n: usize) -> String {
     if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
@@ -255,9 +255,9 @@ impl Sandbox {
     /// ([`RunError::NotJson`]); [`FrameReply::Stop`](crate::FrameReply::Stop) ends it ([`RunError::Stopped`]).
     ///
     /// ```no_run
-    /// # async fn demo(sandbox: &sandbox::Sandbox, program: &sandbox::Program) -> Result<(), sandbox::RunError> {
+    /// # async fn demo(sandbox: &toolwright_sandbox::Sandbox, program: &toolwright_sandbox::Program) -> Result<(), toolwright_sandbox::RunError> {
     /// use serde_json::{json, Value};
-    /// use sandbox::{FrameHandler, FrameReply};
+    /// use toolwright_sandbox::{FrameHandler, FrameReply};
     /// /// Answers every `{"add": [a, b]}` frame with the sum.
     /// struct Adder;
     /// #[async_trait::async_trait]

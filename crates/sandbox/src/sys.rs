@@ -616,7 +616,7 @@ pub(crate) fn unmount(at: &Path) -> io::Result<()> {
 /// Sends SIGKILL to a whole process group (process-guard's, shared with mcp-bridge); a group
 /// that is already gone is not an error.
 pub(crate) fn kill_group(pgid: u32) {
-    process_guard::kill_group(pgid);
+    toolwright_process_guard::kill_group(pgid);
 }
 
 /// Whether `at` is a directory on a tmpfs.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use sandbox::{FrameHandler, FrameReply, Program, RunError, Sandbox, SandboxConfig};
+use toolwright_sandbox::{FrameHandler, FrameReply, Program, RunError, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
 /// A program directory anyone may read (as root calls run as a uid of their own).

@@ -1,17 +1,17 @@
-//! A user-written backend (the seam of #12): it depends on `llm-core` only, implements
+//! A user-written backend proves the seam: it depends on `llm-core` only, implements
 //! `chat` (streaming comes from the trait's default), and runs the tool loop with a typed tool.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Mutex;
 
 use futures::StreamExt;
-use llm_core::{
+use toolwright_core::{
     ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelError, ModelInfo, ToolCall,
     async_trait,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tool_system::{Agent, FnTool, LoopEvent, ToolContext, ToolError};
+use toolwright_tool_system::{Agent, FnTool, LoopEvent, ToolContext, ToolError};
 
 /// A rule-based "model": asks for the weather of the city it sees, then reports the tool's
 /// facts. It records every request it gets.

@@ -3,14 +3,14 @@
 //! it the skill) per call — less sensitive than wall time to other work on the machine. Work the
 //! kernel does in its own threads for a call (a network namespace's teardown) is not counted.
 //!
-//! `cargo bench -p skills --bench back_to_back_cpu [-- CALLS]` (default 400 calls, after 20
+//! `cargo bench -p toolwright-skills --bench back_to_back_cpu [-- CALLS]` (default 400 calls, after 20
 //! untimed). Prints one line per run.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, unsafe_code)]
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use skills::{Sandbox, SandboxConfig, load_skills};
+use toolwright_skills::{Sandbox, SandboxConfig, load_skills};
 
 /// User + system CPU time of this process and of its waited-for descendants.
 fn cpu() -> Duration {

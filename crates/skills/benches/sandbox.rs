@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
-use skills::{Sandbox, SandboxConfig, Skill, load_skills};
+use toolwright_skills::{Sandbox, SandboxConfig, Skill, load_skills};
 use std::time::Instant;
 
 fn find(root: &Path, name: &str) -> Skill {

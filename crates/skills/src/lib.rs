@@ -17,7 +17,7 @@
 //! model are not.
 //!
 //! ```
-//! use skills::parse_skill;
+//! use toolwright_skills::parse_skill;
 //! let md = "---\nname: word_count\ndescription: Count words.\nentry: python3 run.py\nparameters:\n  type: object\n  properties:\n    text: {type: string}\n---\nCounts words.\n";
 //! let skill = parse_skill(md, "/skills/wc".as_ref(), "/skills/wc/SKILL.md".as_ref()).unwrap();
 //! assert_eq!(skill.entry, ["python3", "run.py"]);

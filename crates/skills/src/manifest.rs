@@ -272,7 +272,7 @@ pub fn parse_skill(text: &str, dir: &Path, file: &Path) -> Result<Skill, SkillLo
             .position(|l| l.starts_with(&format!("{key}:")))
             .map_or(0, |i| i + 2)
     };
-    if !llm_core::is_valid_tool_name(&fm.name) {
+    if !toolwright_core::is_valid_tool_name(&fm.name) {
         return Err(err(
             line_of("name"),
             format!(
@@ -462,7 +462,7 @@ fn check_skill_tree(dir: &Path) -> Result<(), String> {
 /// Whether `word` is a relative path made of plain names (`run.py`, `./bin/tool`; not
 /// `/bin/sh`, not `../other/run.py`): the sandbox's own rule for the entry words it passes as
 /// files of the skill, so what is checked here is what runs.
-pub(crate) use sandbox::is_plain_relative;
+pub(crate) use toolwright_sandbox::is_plain_relative;
 
 /// Loads every `*/SKILL.md` under `root`. Bad skills are reported with file and line; the
 /// others load. Two skills with the same name: the first (in directory order) wins, the second

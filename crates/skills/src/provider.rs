@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm_core::ToolSpec;
-use llm_core::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
+use toolwright_core::ToolSpec;
+use toolwright_core::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
 use serde_json::Value;
 
 use crate::{LoadOutcome, Sandbox, SandboxConfig, Skill, SkillError, SkillLoadError, load_skills};
@@ -16,8 +16,8 @@ use crate::{LoadOutcome, Sandbox, SandboxConfig, Skill, SkillError, SkillLoadErr
 ///
 /// ```no_run
 /// # async fn demo() {
-/// use skills::{SandboxConfig, SkillsProvider};
-/// use llm_core::ToolProvider;
+/// use toolwright_skills::{SandboxConfig, SkillsProvider};
+/// use toolwright_core::ToolProvider;
 /// let (provider, errors) = SkillsProvider::load("./skills", SandboxConfig::default());
 /// for e in &errors { eprintln!("skipped: {e}"); }       // file:line: what to fix
 /// println!("{}", provider.sandbox().protections());     // what is in force on this machine

@@ -1,5 +1,5 @@
 //! Running one skill call on the [`sandbox`] crate: a skill's manifest becomes a
-//! [`sandbox::Program`] (its directory, `entry`, the variables and time limit it asks for), its
+//! [`toolwright_sandbox::Program`] (its directory, `entry`, the variables and time limit it asks for), its
 //! JSON arguments the program's stdin, and its stdout the JSON result. What a skill asks for and
 //! will not get is reported at load ([`Sandbox::check_requests`]).
 //!
@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use sandbox::{Program, RunError};
+use toolwright_sandbox::{Program, RunError};
 use serde_json::Value;
 
-pub use sandbox::{FrameHandler, FrameReply, Grant as SkillGrant, Protections, SandboxConfig};
+pub use toolwright_sandbox::{FrameHandler, FrameReply, Grant as SkillGrant, Protections, SandboxConfig};
 
 use crate::manifest::is_plain_relative;
 use crate::{Skill, SkillLoadError};
@@ -115,14 +115,14 @@ impl SkillError {
     }
 }
 
-/// Runs skills, one sandboxed child process per call ([`sandbox::Sandbox`], which this wraps).
+/// Runs skills, one sandboxed child process per call ([`toolwright_sandbox::Sandbox`], which this wraps).
 ///
 /// With bubblewrap, the container of a skill's next call is made ahead of time, right after a
 /// call of that skill starts (see [`SandboxConfig::ready_containers`]): making it — namespaces,
 /// mounts, the uid lease, the call's tmpfs — is then off the next call's path. Dropping the
 /// sandbox kills every container it made ahead of time.
 pub struct Sandbox {
-    inner: sandbox::Sandbox,
+    inner: toolwright_sandbox::Sandbox,
 }
 
 /// As before the split: the configuration, the protections and the containers waiting.
@@ -198,13 +198,13 @@ impl Sandbox {
     /// Blocking (tens of milliseconds): call it at start-up, or through `spawn_blocking`.
     pub fn new(config: SandboxConfig) -> Self {
         Self {
-            inner: sandbox::Sandbox::new(config),
+            inner: toolwright_sandbox::Sandbox::new(config),
         }
     }
 
     /// The program-level sandbox underneath (to run programs that are not skills with the same
     /// limits, pool and protections).
-    pub fn programs(&self) -> &sandbox::Sandbox {
+    pub fn programs(&self) -> &toolwright_sandbox::Sandbox {
         &self.inner
     }
 
@@ -331,9 +331,9 @@ impl Sandbox {
     /// ([`SkillError::NotJson`]); [`FrameReply::Stop`] ends it ([`SkillError::Stopped`]).
     ///
     /// ```no_run
-    /// # async fn demo(sandbox: &skills::Sandbox, skill: &skills::Skill) -> Result<(), skills::SkillError> {
+    /// # async fn demo(sandbox: &toolwright_skills::Sandbox, skill: &toolwright_skills::Skill) -> Result<(), toolwright_skills::SkillError> {
     /// use serde_json::{json, Value};
-    /// use skills::{FrameHandler, FrameReply};
+    /// use toolwright_skills::{FrameHandler, FrameReply};
     /// /// Answers every `{"add": [a, b]}` frame with the sum.
     /// struct Adder;
     /// #[async_trait::async_trait]

@@ -1,4 +1,4 @@
-//! S2 against a hostile skill (issue 21): one test per root of what got through before, each a
+//! S2 against a hostile skill: one test per root of what got through before, each a
 //! skill that succeeded then and is refused now with a clear message, after which the host is
 //! clean and the next call works. Where it says so, a test runs twice: with the container and
 //! without it (what holds where bubblewrap is missing).
@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use common::{both_modes, env_with, fixtures, processes_with, require_root, within};
 use serde_json::json;
-use skills::{
+use toolwright_skills::{
     LoadOutcome, MAX_MODEL_DESCRIPTION_CHARS, Sandbox, SandboxConfig, SkillGrant, SkillsProvider,
     load_skills,
 };
-use tool_system::{ToolErrorKind, ToolProvider};
+use toolwright_tool_system::{ToolErrorKind, ToolProvider};
 
 /// A skills root with one skill: `echo`'s files plus whatever `extra` adds.
 fn skill_root_with(extra: impl FnOnce(&Path)) -> tempfile::TempDir {
@@ -34,7 +34,7 @@ fn skill_root_with(extra: impl FnOnce(&Path)) -> tempfile::TempDir {
 // Root 1: the skill granted itself secrets and time.
 
 #[tokio::test]
-async fn root1_an_ungranted_secret_is_reported_at_load_and_not_passed_a_granted_one_is() {
+async fn an_ungranted_secret_is_reported_at_load_and_not_passed_a_granted_one_is() {
     // SAFETY: set before any sandbox call of this test binary that reads them; unique names.
     unsafe {
         std::env::set_var("OPENAI_API_KEY", "sk-must-not-leak");
@@ -65,7 +65,7 @@ async fn root1_an_ungranted_secret_is_reported_at_load_and_not_passed_a_granted_
     );
 
     let r = provider
-        .call("greedy", json!({}), tool_system::ToolContext::new("c"))
+        .call("greedy", json!({}), toolwright_tool_system::ToolContext::new("c"))
         .await
         .unwrap();
     assert_eq!(r["OPENAI_API_KEY"], serde_json::Value::Null, "{r}");
@@ -73,7 +73,7 @@ async fn root1_an_ungranted_secret_is_reported_at_load_and_not_passed_a_granted_
 }
 
 #[tokio::test]
-async fn root1_a_day_long_timeout_request_is_cut_to_the_operators_cap() {
+async fn a_day_long_timeout_request_is_cut_to_the_operators_cap() {
     let config = SandboxConfig::default().with_max_timeout(Duration::from_secs(1));
     let (provider, reports) = SkillsProvider::load(fixtures().join("skills"), config);
     let cut = reports
@@ -95,7 +95,7 @@ async fn root1_a_day_long_timeout_request_is_cut_to_the_operators_cap() {
         .call(
             "greedy",
             json!({"sleep": 60}),
-            tool_system::ToolContext::new("c"),
+            toolwright_tool_system::ToolContext::new("c"),
         )
         .await
         .unwrap_err();
@@ -120,7 +120,7 @@ async fn root1_a_day_long_timeout_request_is_cut_to_the_operators_cap() {
 // the files as data and each call sees the skill through a read-only bind.
 
 #[test]
-fn root2_a_skill_dir_that_is_a_symlink_out_of_the_skills_root_is_refused() {
+fn a_skill_dir_that_is_a_symlink_out_of_the_skills_root_is_refused() {
     let elsewhere = skill_root_with(|_| {});
     let root = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(elsewhere.path().join("victim"), root.path().join("linked"))
@@ -142,7 +142,7 @@ fn root2_a_skill_dir_that_is_a_symlink_out_of_the_skills_root_is_refused() {
 }
 
 #[test]
-fn root2_a_link_inside_the_skill_that_leads_out_is_refused() {
+fn a_link_inside_the_skill_that_leads_out_is_refused() {
     let root = skill_root_with(|dir| {
         std::os::unix::fs::symlink("/etc/shadow", dir.join("loot")).unwrap();
     });
@@ -156,7 +156,7 @@ fn root2_a_link_inside_the_skill_that_leads_out_is_refused() {
 }
 
 #[tokio::test]
-async fn root2_a_hard_link_to_a_root_only_file_is_refused_and_never_made_readable() {
+async fn a_hard_link_to_a_root_only_file_is_refused_and_never_made_readable() {
     // The secret lives beside the skills root (a hard link needs the same filesystem).
     let base = tempfile::tempdir().unwrap();
     let secret = base.path().join("secret");
@@ -211,7 +211,7 @@ async fn root2_a_hard_link_to_a_root_only_file_is_refused_and_never_made_readabl
 }
 
 #[test]
-fn root2_a_sparse_gigabyte_is_refused_by_its_length_before_a_byte_is_read() {
+fn a_sparse_gigabyte_is_refused_by_its_length_before_a_byte_is_read() {
     let root = skill_root_with(|dir| {
         let f = std::fs::File::create(dir.join("model.bin")).unwrap();
         f.set_len(1 << 30).unwrap();
@@ -232,7 +232,7 @@ fn root2_a_sparse_gigabyte_is_refused_by_its_length_before_a_byte_is_read() {
 }
 
 #[test]
-fn root2_fifos_and_sockets_in_a_skill_are_refused() {
+fn fifos_and_sockets_in_a_skill_are_refused() {
     let root = skill_root_with(|dir| {
         let _l = std::os::unix::net::UnixListener::bind(dir.join("sock")).unwrap();
     });
@@ -244,7 +244,7 @@ fn root2_fifos_and_sockets_in_a_skill_are_refused() {
 // Root 3: kernel objects outlived a call.
 
 #[tokio::test]
-async fn root3_a_sysv_segment_made_by_one_call_is_gone_for_the_next() {
+async fn a_sysv_segment_made_by_one_call_is_gone_for_the_next() {
     for (mode, config) in both_modes() {
         let e = env_with(config);
         if !e.container() {
@@ -272,7 +272,7 @@ async fn root3_a_sysv_segment_made_by_one_call_is_gone_for_the_next() {
 // Root 4: filesystem sockets were reachable.
 
 #[tokio::test]
-async fn root4_a_0666_unix_socket_under_tmp_is_not_reachable() {
+async fn a_0666_unix_socket_under_tmp_is_not_reachable() {
     for (mode, config) in both_modes() {
         let e = env_with(config);
         let path = std::env::temp_dir().join(format!(
@@ -301,7 +301,7 @@ async fn root4_a_0666_unix_socket_under_tmp_is_not_reachable() {
 // Root 5: inherited descriptors passed through.
 
 #[tokio::test]
-async fn root5_a_descriptor_the_agent_left_inheritable_does_not_reach_the_skill() {
+async fn a_descriptor_the_agent_left_inheritable_does_not_reach_the_skill() {
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "secret-through-an-fd").unwrap();
@@ -333,7 +333,7 @@ async fn root5_a_descriptor_the_agent_left_inheritable_does_not_reach_the_skill(
 // Root 6: disk had no total.
 
 #[tokio::test]
-async fn root6_a_disk_filler_is_stopped_at_the_calls_total() {
+async fn a_disk_filler_is_stopped_at_the_calls_total() {
     for (mode, config) in both_modes() {
         let e = env_with(config.with_disk(32 << 20, 1000));
         require_root(&e, "a disk total (a tmpfs per call)");
@@ -348,7 +348,7 @@ async fn root6_a_disk_filler_is_stopped_at_the_calls_total() {
     }
 }
 
-/// What [`root6_outside_the_calls_directories_nothing_is_writable_in_the_container`] runs: it
+/// What [`outside_the_calls_directories_nothing_is_writable_in_the_container`] runs: it
 /// tries to write where a call must not (bwrap's root and `/dev` were tmpfs mounts the call's
 /// user owned, with no size limit: a way around the call's disk total), and checks that what a
 /// program needs of `/dev` still works.
@@ -422,13 +422,13 @@ fn place_writer_root() -> tempfile::TempDir {
     root
 }
 
-/// #29 item 4: the container binds the call's directory once (`/tmp`, `/dev`, `/skill` are links
+/// the container binds the call's directory once (`/tmp`, `/dev`, `/skill` are links
 /// into it) and makes `/` read-only. Before, bwrap's root and its `/dev` were tmpfs mounts owned
 /// by the call's user without a size limit: a skill could write there past its disk total (this
 /// test failed then with "ok" for `/` and `/dev`). Every place but the call's own directories is
 /// refused; `/dev`'s nodes and links, and the working directory `/work`, work as before.
 #[tokio::test]
-async fn root6_outside_the_calls_directories_nothing_is_writable_in_the_container() {
+async fn outside_the_calls_directories_nothing_is_writable_in_the_container() {
     let root = place_writer_root();
     let temp = tempfile::tempdir().unwrap();
     let mut config = SandboxConfig::default().with_timeout(Duration::from_secs(10));
@@ -504,7 +504,7 @@ async fn root6_outside_the_calls_directories_nothing_is_writable_in_the_containe
 /// directory and its own `--dev`: `/` and `/dev` (tmpfs mounts that user owned, unlimited) are
 /// read-only there too, and the call's directories work. Runs as uid 65534 (nobody).
 #[test]
-fn root6_without_root_the_containers_root_and_dev_are_read_only_too() {
+fn without_root_the_containers_root_and_dev_are_read_only_too() {
     if std::env::var_os(AS_UNPRIVILEGED).is_some() {
         let root = place_writer_root();
         let mut config = SandboxConfig::default().with_timeout(Duration::from_secs(20));
@@ -525,7 +525,7 @@ fn root6_without_root_the_containers_root_and_dev_are_read_only_too() {
         println!("FALLBACK REPORT {}", json!({"uid": uid, "skill": r}));
         return;
     }
-    let r = run_unprivileged("root6_without_root_the_containers_root_and_dev_are_read_only_too");
+    let r = run_unprivileged("without_root_the_containers_root_and_dev_are_read_only_too");
     assert_ne!(r["uid"], 0, "{r}");
     let s = &r["skill"];
     for place in ["/", "/dev", "/etc", "/usr", "/skill"] {
@@ -551,7 +551,7 @@ fn root6_without_root_the_containers_root_and_dev_are_read_only_too() {
 // Root 7: loading was unbounded.
 
 #[test]
-fn root7_deeply_nested_front_matter_is_refused_quickly_with_file_and_line() {
+fn deeply_nested_front_matter_is_refused_quickly_with_file_and_line() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("nested");
     std::fs::create_dir(&dir).unwrap();
@@ -577,7 +577,7 @@ fn root7_deeply_nested_front_matter_is_refused_quickly_with_file_and_line() {
 }
 
 #[test]
-fn root7_a_front_matter_over_64_kib_is_refused_before_parsing() {
+fn a_front_matter_over_64_kib_is_refused_before_parsing() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("big-yaml");
     std::fs::create_dir(&dir).unwrap();
@@ -597,7 +597,7 @@ fn root7_a_front_matter_over_64_kib_is_refused_before_parsing() {
 }
 
 #[tokio::test]
-async fn root7_a_30_mb_description_is_refused_and_a_long_one_is_cut_for_the_model() {
+async fn a_30_mb_description_is_refused_and_a_long_one_is_cut_for_the_model() {
     let root = tempfile::tempdir().unwrap();
     let huge = root.path().join("huge");
     std::fs::create_dir(&huge).unwrap();
@@ -646,7 +646,7 @@ async fn root7_a_30_mb_description_is_refused_and_a_long_one_is_cut_for_the_mode
 }
 
 #[tokio::test]
-async fn root7_loading_from_async_code_runs_off_the_runtime_threads() {
+async fn loading_from_async_code_runs_off_the_runtime_threads() {
     let (provider, errors) =
         SkillsProvider::load_async(fixtures().join("skills"), SandboxConfig::default()).await;
     assert!(
@@ -677,14 +677,14 @@ async fn s2_the_container_hides_host_pids_and_etc_and_refuses_user_namespaces() 
         }
         if e.provider.sandbox().protections().pid_namespace {
             // With or without a container: `kill(pid, 0)` over every pid finds only the
-            // skill itself (PID 1 of its namespace) — not the agent, not the host (#29 item 4).
+            // skill itself (PID 1 of its namespace) — not the agent, not the host.
             assert_eq!(r["pids_seen"].as_u64().unwrap(), 1, "{mode}: {r}");
         }
         e.assert_clean_and_working().await;
     }
 }
 
-/// #29 item 4: calls share one empty network namespace (made once, not per call), yet two
+/// calls share one empty network namespace (made once, not per call), yet two
 /// concurrent calls of two skills cannot meet: not over an abstract unix socket (each call is a
 /// Landlock domain of its own, scoped), not over 127.0.0.1 (no IP socket can be made), not over
 /// netlink; nor can a call reach the agent's abstract socket or its 127.0.0.1 port. The listener
@@ -756,7 +756,7 @@ async fn s2_concurrent_calls_of_two_skills_cannot_meet_over_abstract_sockets_or_
     e.assert_clean_and_working().await;
 }
 
-/// #29 item 4: with the weaker boundary accepted (no container) and the agent as root, a skill
+/// with the weaker boundary accepted (no container) and the agent as root, a skill
 /// still cannot find the host's processes: it runs as PID 1 of a PID namespace of its own.
 #[tokio::test]
 async fn s2_without_a_container_host_pids_are_not_discoverable() {
@@ -773,7 +773,7 @@ async fn s2_without_a_container_host_pids_are_not_discoverable() {
     e.assert_clean_and_working().await;
 }
 
-/// #29 item 4: where bubblewrap is missing, calls are refused by default — the typed report
+/// where bubblewrap is missing, calls are refused by default — the typed report
 /// says so and names the package and the option — and nothing runs.
 #[tokio::test]
 async fn s2_without_bubblewrap_calls_are_refused_naming_the_package_and_the_option() {
@@ -936,7 +936,7 @@ fn run_unprivileged(name: &str) -> serde_json::Value {
     serde_json::from_str(report).unwrap()
 }
 
-/// #29 item 4 must-show: with the fallback accepted (no bubblewrap) and the agent NOT root, a
+/// With the fallback accepted (no bubblewrap) and the agent NOT root, a
 /// hostile skill's `kill(pid, 0)` scan finds only the pids of its own call — not the agent, not
 /// the host — and `Protections` reports the PID namespace. The tests run as root, so this test
 /// runs itself again in a child process as uid/gid 65534 (nobody), where the sandbox is built
@@ -956,7 +956,7 @@ fn s2_fallback_without_root_hides_host_pids() {
 
 /// Where the kernel refuses user namespaces to the agent's user, the fallback without root has
 /// no PID namespace: `Protections` says so and why (the step the kernel refused). Accepting the
-/// weaker boundary is not enough: calls are refused, saying why and naming the option (#42);
+/// weaker boundary is not enough: calls are refused, saying why and naming the option;
 /// with `allow_host_pids(true)` as well they run (the scan then does find the host's pids,
 /// which is what the report warns of). The refusal is real: the unprivileged child
 /// installs a seccomp filter on itself that answers `unshare` with EPERM, as a kernel with user
@@ -1058,7 +1058,7 @@ fn fallback_refused_inner() {
         .enable_all()
         .build()
         .unwrap();
-    // #42: accepting the weaker boundary does not accept host pids: refused, and it says why
+    // accepting the weaker boundary does not accept host pids: refused, and it says why
     // and which option accepts exactly that.
     let refusing = Sandbox::new(config.clone());
     let why = refusing.protections().refused.clone().unwrap_or_else(|| {
@@ -1194,7 +1194,7 @@ fn fallback_without_root_inner() {
     // The time limit still stops a call and everything it started, also what left its
     // process group (it dies with PID 1 of the call's namespace).
     let err = rt.block_on(sandbox.run(&stubborn, &json!({}))).unwrap_err();
-    assert!(matches!(err, skills::SkillError::Timeout { .. }), "{err:?}");
+    assert!(matches!(err, toolwright_skills::SkillError::Timeout { .. }), "{err:?}");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while !(processes_with("sleep 9871").is_empty() && processes_with("sleep 9861").is_empty()) {
         assert!(

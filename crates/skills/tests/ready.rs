@@ -1,4 +1,4 @@
-//! Containers made ahead of time (issue 21, Deliver 5): the container of a skill's next call is
+//! Containers made ahead of time: the container of a skill's next call is
 //! made while nothing needs it, so bubblewrap's set-up is off the call's path. These tests prove
 //! that this takes nothing away: each container serves one call (its own namespaces, uid and
 //! tmpfs; nothing of an earlier call in it), the call's arguments, environment and time limit
@@ -16,8 +16,8 @@ use common::{
     wait_ready,
 };
 use serde_json::{Value, json};
-use skills::{LoadOutcome, SandboxConfig, SkillsProvider};
-use tool_system::{ToolContext, ToolProvider};
+use toolwright_skills::{LoadOutcome, SandboxConfig, SkillsProvider};
+use toolwright_tool_system::{ToolContext, ToolProvider};
 
 fn env() -> Env {
     let e = env_with(SandboxConfig::default().with_timeout(Duration::from_secs(10)));
@@ -268,9 +268,9 @@ async fn s2_a_skill_file_the_sandbox_uid_cannot_read_is_refused_at_load_with_the
     assert_eq!(r["args"]["tag"], "readable");
 }
 
-/// #29 item 4: calls of one skill back to back (a script calling a skill in a loop) each take
+/// calls of one skill back to back (a script calling a skill in a loop) each take
 /// the container being made for them instead of making their own beside it: only the first
-/// call makes one. (The time this saves is in `cargo bench -p skills --bench sandbox`,
+/// call makes one. (The time this saves is in `cargo bench -p toolwright-skills --bench sandbox`,
 /// `sandboxed_cat_back_to_back`.)
 #[tokio::test]
 async fn s2_calls_back_to_back_take_the_container_being_made_for_them() {

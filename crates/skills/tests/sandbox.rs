@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::{env, env_with, fixtures, processes_with};
 use serde_json::{Value, json};
-use skills::{SandboxConfig, SkillError, load_skills};
-use tool_system::{ToolErrorKind, ToolProvider};
+use toolwright_skills::{SandboxConfig, SkillError, load_skills};
+use toolwright_tool_system::{ToolErrorKind, ToolProvider};
 
 #[test]
 fn s1_loading_reports_bad_skills_with_file_and_line_and_loads_the_rest() {
@@ -337,7 +337,7 @@ elif mode == "exit":
 "#;
 
 /// A skill speaking frames, in a root of its own readable by the sandbox's uid.
-fn talker() -> (tempfile::TempDir, skills::Skill) {
+fn talker() -> (tempfile::TempDir, toolwright_skills::Skill) {
     use std::os::unix::fs::PermissionsExt;
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("talker");
@@ -369,16 +369,16 @@ struct Doubler {
 }
 
 #[async_trait::async_trait]
-impl skills::FrameHandler for Doubler {
-    async fn frame(&mut self, frame: Value) -> skills::FrameReply {
+impl toolwright_skills::FrameHandler for Doubler {
+    async fn frame(&mut self, frame: Value) -> toolwright_skills::FrameReply {
         self.frames.push(frame.clone());
         if self.frames.len() >= self.stop_after {
-            return skills::FrameReply::Stop("enough frames".into());
+            return toolwright_skills::FrameReply::Stop("enough frames".into());
         }
         tokio::time::sleep(self.delay).await;
         match frame.get("double").and_then(Value::as_i64) {
-            Some(x) => skills::FrameReply::Answer(json!(2 * x)),
-            None => skills::FrameReply::Continue,
+            Some(x) => toolwright_skills::FrameReply::Answer(json!(2 * x)),
+            None => toolwright_skills::FrameReply::Continue,
         }
     }
 }

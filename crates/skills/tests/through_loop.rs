@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use model_gateway::{OpenAiConfig, OpenAiModel};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 use serde_json::Value;
-use skills::{SandboxConfig, SkillsProvider};
+use toolwright_skills::{SandboxConfig, SkillsProvider};
 use testkit::{Reply, ScriptedServer};
-use tool_system::{Agent, ProtocolKind};
+use toolwright_tool_system::{Agent, ProtocolKind};
 
 #[tokio::test]
 async fn s1_t3_tag_call_to_a_skill_is_dispatched_to_the_sandbox_and_answered() {
@@ -29,7 +29,7 @@ async fn s1_t3_tag_call_to_a_skill_is_dispatched_to_the_sandbox_and_answered() {
     assert!(
         errors
             .iter()
-            .all(|e| e.outcome == skills::LoadOutcome::Restricted),
+            .all(|e| e.outcome == toolwright_skills::LoadOutcome::Restricted),
         "{errors:?}"
     );
     let agent = Agent::builder(model)

@@ -18,9 +18,9 @@
 //!   traces joins the agent's trace.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), telemetry::TelemetryError> {
+//! # fn main() -> Result<(), toolwright_telemetry::TelemetryError> {
 //! // At start-up: OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, off otherwise.
-//! let telemetry = telemetry::Telemetry::from_env("my-agent")?;
+//! let telemetry = toolwright_telemetry::Telemetry::from_env("my-agent")?;
 //! if let Some(t) = &telemetry {
 //!     t.init()?; // the global subscriber: these spans + log lines filtered by RUST_LOG
 //! }
@@ -147,14 +147,14 @@ impl Telemetry {
         }
         let provider = builder.with_resource(resource.build()).build();
         let tracer = provider.tracer("llm-toolkit");
-        llm_core::telemetry::set_traceparent_source(current_traceparent);
+        toolwright_core::telemetry::set_traceparent_source(current_traceparent);
         Self { provider, tracer }
     }
 
     /// Lets spans carry message text, tool arguments and results (or forbids it: the
     /// default). Applies to the whole process.
     pub fn capture_message_content(self, on: bool) -> Self {
-        llm_core::telemetry::set_capture_message_content(on);
+        toolwright_core::telemetry::set_capture_message_content(on);
         self
     }
 
@@ -182,7 +182,7 @@ impl Telemetry {
         );
         // Off: source location, thread, target and busy/idle time on every span — attributes
         // the GenAI conventions do not ask for, measured at ~40 % of tracing's cost per run
-        // (docs/benchmarks.md); the OpenTelemetry context is not activated on every span
+        // (docs/benchmarks-archive.md); the OpenTelemetry context is not activated on every span
         // entry either (the layers read it only for a `traceparent`, from the span itself).
         tracing_opentelemetry::layer()
             .with_tracer(self.tracer.clone())

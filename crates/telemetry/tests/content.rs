@@ -1,4 +1,4 @@
-//! Issue 27 item 4: message contents go on spans only when enabled — here they are
+//! message contents go on spans only when enabled — here they are
 //! (`capture_message_content(true)`, what `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`
 //! does): the model call's input and output messages and the tool's arguments and result.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -7,7 +7,7 @@ mod common;
 
 use opentelemetry::Key;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
-use telemetry::Telemetry;
+use toolwright_telemetry::Telemetry;
 
 fn text(span: &SpanData, key: &str) -> String {
     span.attributes

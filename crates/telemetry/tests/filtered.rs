@@ -1,4 +1,4 @@
-//! Issue 27 item 4: a model call's span is the child of its run's span, given directly rather
+//! a model call's span is the child of its run's span, given directly rather
 //! than looked up; when a filter leaves the run's span out, the model call's span falls back to
 //! the current span (here the application's own request span), as any span would.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -7,7 +7,7 @@ mod common;
 
 use opentelemetry::trace::SpanId;
 use opentelemetry_sdk::trace::InMemorySpanExporter;
-use telemetry::Telemetry;
+use toolwright_telemetry::Telemetry;
 use tracing::Instrument;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;

@@ -1,4 +1,4 @@
-//! Issue 27 item 5: traces in a real trace viewer. An agent with a tool runs against the
+//! traces in a real trace viewer. An agent with a tool runs against the
 //! scripted OpenAI-compatible server; its spans go over OTLP/HTTP to Arize Phoenix, and the
 //! test reads them back from Phoenix's REST API: the tree (run → model calls, tool call), the
 //! GenAI attributes, and nothing of the message text (content capture is off).
@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use telemetry::Telemetry;
+use toolwright_telemetry::Telemetry;
 
 const INSIDE: &str = "TEST_PHOENIX_INSIDE";
 const PID: &str = "TEST_PHOENIX_PID";
@@ -30,7 +30,7 @@ fn var(name: &str) -> String {
         _ => panic!(
             "{name} is not set, so the Phoenix trace test cannot run: run `cargo xtask test` (it \
              installs Arize Phoenix and starts it in a private network namespace), or `cargo \
-             xtask with-services cargo test -p telemetry --test phoenix`"
+             xtask with-services cargo test -p toolwright-telemetry --test phoenix`"
         ),
     }
 }

@@ -1,4 +1,4 @@
-//! Issue 27 item 4: the spans of a run, as an OpenTelemetry exporter receives them — the tree
+//! the spans of a run, as an OpenTelemetry exporter receives them — the tree
 //! (run → model calls and tool call), the GenAI semantic-convention attributes, usage and
 //! elapsed time in the run's result, and no message text (content capture is off by default).
 //! The agent talks to a real HTTP server; the exporter is the SDK's in-memory one (the OTLP
@@ -10,7 +10,7 @@ mod common;
 use opentelemetry::trace::{SpanId, SpanKind, Status};
 use opentelemetry::{Key, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
-use telemetry::Telemetry;
+use toolwright_telemetry::Telemetry;
 
 fn attr<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
     span.attributes

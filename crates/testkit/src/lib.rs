@@ -9,7 +9,10 @@
 //! The workspace's one MCP test server is here too, written once (`mcp_server.rs`) and served
 //! two ways: over Streamable HTTP in the test's process (`McpHttpServer`, feature `mcp-http`)
 //! and over stdio as a process of its own that misbehaves on request (`run_mcp_stdio_server`,
-//! feature `mcp-stdio`, the `main` of mcp-bridge's `misbehaving-mcp-server`).
+//! feature `mcp-stdio`, the `main` of mcp-bridge's `misbehaving-mcp-server`). Beside it, a
+//! hand-written MCP server with no SDK, as the official conformance suite writes its own
+//! (`PlainMcpHttpServer`, `run_plain_mcp_stdio_server`): what a client's handshake meets
+//! outside the SDKs.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -26,6 +29,8 @@
 #[cfg(feature = "mcp-http")]
 mod mcp_http;
 #[cfg(any(feature = "mcp-http", feature = "mcp-stdio"))]
+mod mcp_plain;
+#[cfg(any(feature = "mcp-http", feature = "mcp-stdio"))]
 mod mcp_server;
 #[cfg(feature = "mcp-stdio")]
 mod mcp_stdio;
@@ -33,6 +38,10 @@ mod npm;
 
 #[cfg(feature = "mcp-http")]
 pub use mcp_http::{McpHttpServer, TOOLS_TTL_MS};
+#[cfg(feature = "mcp-stdio")]
+pub use mcp_plain::run_plain_mcp_stdio_server;
+#[cfg(feature = "mcp-http")]
+pub use mcp_plain::{DiscoverAnswer, PlainMcpHttpServer};
 #[cfg(feature = "mcp-stdio")]
 pub use mcp_stdio::run_mcp_stdio_server;
 pub use npm::{npm_mcp_server, python_mcp_sdk, toolkit_cache_dir};

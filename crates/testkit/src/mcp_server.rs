@@ -19,7 +19,9 @@
 //! elicitation, `"who"`; called again with `inputResponses`, it answers `answered: <the
 //! response as JSON>`), `ask_now` (the 2025-11-25 way, in a session only: the server sends
 //! `elicitation/create` during the call and answers `answered: <the client's result as
-//! JSON>`).
+//! JSON>`), `ask_defaults` (as `ask_now`, with a form whose fields have defaults, as the
+//! official conformance suite asks: `name` "John Doe", `age` 30, `score` 95.5, `status`
+//! "active" of an enum, `verified` true, and `nickname` with none).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -44,7 +46,7 @@ pub(crate) enum ToolSet {
     /// `crash`, `garbage`, `huge`, `add_tool`, `env`, `traceparent`, `request_id`, `cancelled`.
     #[cfg_attr(not(feature = "mcp-stdio"), allow(dead_code))]
     Process,
-    /// Over HTTP, in the test's process: `echo`, `ask`, `ask_now`, `add_tool`.
+    /// Over HTTP, in the test's process: `echo`, `ask`, `ask_now`, `ask_defaults`, `add_tool`.
     #[default]
     InProcess,
 }
@@ -65,7 +67,7 @@ const PROCESS_TOOLS: &[&str] = &[
     "request_id",
     "cancelled",
 ];
-const IN_PROCESS_TOOLS: &[&str] = &["echo", "ask", "ask_now", "add_tool"];
+const IN_PROCESS_TOOLS: &[&str] = &["echo", "ask", "ask_now", "ask_defaults", "add_tool"];
 
 impl ToolSet {
     fn names(self) -> &'static [&'static str] {
@@ -176,6 +178,10 @@ fn definition(name: &str) -> Option<Tool> {
             "Asks the person their name with elicitation/create mid-call (session revisions only) and answers with it.",
             object(json!({"type": "object"})),
         ),
+        "ask_defaults" => (
+            "Asks the person a form whose fields have defaults with elicitation/create mid-call (session revisions only) and answers with what came back.",
+            object(json!({"type": "object"})),
+        ),
         _ => return None,
     };
     Some(Tool::new(name.to_owned(), description, schema))
@@ -186,6 +192,21 @@ fn name_form() -> Value {
     json!({"mode": "form", "message": "What is your name?",
         "requestedSchema": {"type": "object",
             "properties": {"name": {"type": "string"}}, "required": ["name"]}})
+}
+
+/// The form `ask_defaults` asks for: every field has a default but `nickname`, none is
+/// required (the official conformance suite's form, plus one field without a default).
+fn defaults_form() -> Value {
+    json!({"mode": "form", "message": "Accept with the defaults",
+        "requestedSchema": {"type": "object", "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "score": {"type": "number", "default": 95.5},
+            "status": {"type": "string", "enum": ["active", "inactive", "pending"],
+                "default": "active"},
+            "verified": {"type": "boolean", "default": true},
+            "nickname": {"type": "string"}},
+        "required": []}})
 }
 
 impl Handler {
@@ -413,8 +434,13 @@ impl ServerHandler for Handler {
                     responses.get("who").cloned().unwrap_or(Value::Null)
                 )),
             },
-            "ask_now" => {
-                let params: ElicitRequestParams = serde_json::from_value(name_form())
+            "ask_now" | "ask_defaults" => {
+                let form = if name == "ask_now" {
+                    name_form()
+                } else {
+                    defaults_form()
+                };
+                let params: ElicitRequestParams = serde_json::from_value(form)
                     .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
                 // The request itself (rmcp's `create_elicitation` needs its `elicitation`
                 // feature, which would rebuild rmcp for every test build that has testkit).

@@ -8,6 +8,8 @@
 //!   prove that stopping the service ends the whole process group.
 //! - `--garbage-at-start`: write a non-JSON line to stdout before serving.
 //! - `--tools-ttl-ms N`: tool lists carry the cache hint `ttlMs: N` (2026-07-28).
+//! - `--plain`: instead of all this, the hand-written server with no SDK
+//!   ([`crate::run_plain_mcp_stdio_server`]).
 //! - `--tools-file PATH --tools-of NAME`: serve, instead of its own tools, the tools another
 //!   server listed: PATH holds recorded `tools/list` results (`{"servers": [{"name": NAME,
 //!   "tools": [...]}]}`, crates/tool-search/fixtures/tools.json); a call of one answers
@@ -45,6 +47,10 @@ fn recorded_tools(path: &str, name: &str) -> Vec<Tool> {
 /// blocks it, and with it the whole server.
 pub fn run_mcp_stdio_server() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--plain") {
+        crate::run_plain_mcp_stdio_server();
+        return;
+    }
     let mut grandchild = None;
     let (mut tools_file, mut tools_of, mut ttl_ms) = (None, None, None);
     let mut i = 0;

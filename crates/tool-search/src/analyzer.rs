@@ -78,7 +78,7 @@ const ENGLISH_SYNONYMS: &[(&str, &[&str])] = &[
 /// Splits text into search terms (see the module docs). Cheap to clone.
 ///
 /// ```
-/// use tool_search::Analyzer;
+/// use toolwright_tool_search::Analyzer;
 /// let a = Analyzer::default();
 /// assert_eq!(a.terms("readFile"), ["read", "file"]);
 /// assert!(a.terms("读取文件").contains(&"read".to_owned()));

@@ -1,7 +1,7 @@
-//! The dense half of the search (#41): each tool's text for an encoder and its cache key, the
+//! The dense half of the search: each tool's text for an encoder and its cache key, the
 //! tools' vectors, reciprocal-rank fusion with BM25, and "no tool fits".
 //!
-//! Pure like the rest of the crate: the caller runs the encoder (an `llm_core::Embedder`) and
+//! Pure like the rest of the crate: the caller runs the encoder (an `toolwright_core::Embedder`) and
 //! hands the vectors in.
 
 use crate::{Hit, MAX_LIMIT, SearchIndex, ToolDoc};
@@ -65,7 +65,7 @@ pub enum Fusion {
 /// How BM25's ranking and the cosine ranking are fused, and when no tool fits.
 ///
 /// By default score fusion ([`Fusion::Score`]) with the cosine weighted 3 to BM25's 1 (chosen
-/// on the #41 dev split with multilingual-e5-small; weights 1.5 to 4 did as well: tune on
+/// on the evaluation's dev split with multilingual-e5-small; weights 1.5 to 4 did as well: tune on
 /// labelled requests of your own for another encoder). With [`Fusion::Rank`], reciprocal-rank
 /// fusion: a tool scores `bm25_weight / (k + its BM25 rank)` plus
 /// `dense_weight / (k + its cosine rank)` (ranks from 1; a tool BM25 did not match adds nothing
@@ -140,7 +140,7 @@ impl HybridConfig {
 /// of its description (at most [`EMBED_SENTENCE_CHARS`] characters):
 /// `fs__read_text_file` "Read a file. As text." → `read text file: Read a file`.
 ///
-/// Short on purpose (#41): mean pooling over a whole description blurs the one sentence that
+/// Short on purpose: mean pooling over a whole description blurs the one sentence that
 /// says what a tool does; on the dev split the short text raised the encoder's own recall@1
 /// from 0.30 to 0.53, and it is a fifth of the tokens to encode. The same tool always gives the
 /// same text: hash it with [`text_hash`] for the vector cache.
@@ -225,7 +225,7 @@ pub fn text_hash(text: &str) -> u64 {
 /// measured value. `None` when `answerable` holds no finite fit.
 ///
 /// ```
-/// use tool_search::calibrate_no_fit;
+/// use toolwright_tool_search::calibrate_no_fit;
 /// let answerable = [3.1, 4.0, 5.2, 3.6];
 /// let unanswerable = [1.9, 2.4, 3.3];
 /// let t = calibrate_no_fit(&answerable, &unanswerable, 0.0).unwrap();

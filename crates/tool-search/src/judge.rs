@@ -1,4 +1,4 @@
-//! A second look at the search's candidates by a chat model (#41): the prompt, the schema of
+//! A second look at the search's candidates by a chat model: the prompt, the schema of
 //! its answer, and the reading of that answer. Pure: the caller sends the prompt to its model.
 //!
 //! Retrieval (BM25 and an encoder) is fast and recall-oriented, but a small encoder does not
@@ -9,7 +9,7 @@
 //! fits"); a name it makes up, or repeats, is ignored, so it never adds a tool.
 //!
 //! ```
-//! use tool_search::judge::{self, Verdict};
+//! use toolwright_tool_search::judge::{self, Verdict};
 //! let candidates = [
 //!     ("maps__elevation", "Get elevation data for locations on the earth"),
 //!     ("git__stash", "Save local changes away"),

@@ -12,7 +12,7 @@
 //!   from a shipped glossary that also adds their English, so `读取文件内容` finds `read_file`.
 //!
 //! ```
-//! use tool_search::{SearchIndex, ToolDoc};
+//! use toolwright_tool_search::{SearchIndex, ToolDoc};
 //! let index = SearchIndex::new(vec![
 //!     ToolDoc::new("fs__read_file", "Read the complete contents of a file from the file system."),
 //!     ToolDoc::new("fs__list_directory", "Get a detailed listing of all files and directories in a specified path."),
@@ -23,10 +23,10 @@
 //! assert_eq!(index.search("现在几点", 1)[0].name, "time__get_current_time");
 //! ```
 //!
-//! ## Search by meaning (the dense half, #41)
+//! ## Search by meaning (the dense half)
 //!
 //! BM25 finds a tool only by shared words. A sentence encoder (an
-//! [`llm_core::Embedder`](https://docs.rs/llm-core), run by the caller: this crate does no I/O)
+//! [`toolwright_core::Embedder`](https://docs.rs/llm-core), run by the caller: this crate does no I/O)
 //! gives each tool a vector of [`embedding_text`] and the query a vector; the index then fuses
 //! BM25's ranking with the cosine ranking by **reciprocal rank** ([`HybridConfig`]), so a
 //! request that shares no word with its tool still finds it. Cosines of small encoders sit in a
@@ -36,7 +36,7 @@
 //! on labelled requests with [`calibrate_no_fit`].
 //!
 //! ```
-//! use tool_search::{HybridConfig, SearchIndex, ToolDoc, embedding_text, text_hash};
+//! use toolwright_tool_search::{HybridConfig, SearchIndex, ToolDoc, embedding_text, text_hash};
 //! let docs = vec![
 //!     ToolDoc::new("maps__elevation", "Get elevation data for locations on the earth"),
 //!     ToolDoc::new("git__stash", "Save local changes away and restore them later"),

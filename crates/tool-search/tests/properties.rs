@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use proptest::prelude::*;
-use tool_search::{
+use toolwright_tool_search::{
     Analyzer, Fusion, HybridConfig, MAX_LIMIT, SearchIndex, ToolDoc, calibrate_no_fit,
     embedding_text, text_hash,
 };
@@ -161,7 +161,7 @@ proptest! {
     fn embedding_text_is_bounded_single_line_and_stable(docs in docs()) {
         for d in &docs {
             let t = embedding_text(d);
-            prop_assert!(t.chars().count() <= 2 * tool_search::EMBED_SENTENCE_CHARS + 2);
+            prop_assert!(t.chars().count() <= 2 * toolwright_tool_search::EMBED_SENTENCE_CHARS + 2);
             prop_assert!(!t.contains('\n'));
             prop_assert_eq!(text_hash(&t), text_hash(&embedding_text(&d.clone())));
         }
@@ -190,12 +190,12 @@ fn empty_index_and_empty_query() {
     assert!(index.search("read", 0).is_empty());
 }
 
-/// The judge's answer (#41), whatever a model writes: [`tool_search::judge::read`] never panics,
+/// The judge's answer, whatever a model writes: [`toolwright_tool_search::judge::read`] never panics,
 /// and what it returns is only candidates, each once; a list the model wrote is read back
 /// exactly, with any words (no brackets) around it.
 mod judge {
     use super::*;
-    use tool_search::judge::{Verdict, read};
+    use toolwright_tool_search::judge::{Verdict, read};
 
     const NAMES: [&str; 4] = [
         "fs__read_file",

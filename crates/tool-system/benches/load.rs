@@ -8,10 +8,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
 use serde_json::Value;
 use testkit::{Reply, ScriptedServer};
-use tool_system::Agent;
+use toolwright_tool_system::Agent;
 
 const LOOPS: usize = 1000;
 const LATENCY: Duration = Duration::from_millis(20);
@@ -32,23 +32,23 @@ fn responder(body: &Value) -> Reply {
 /// (sessions, dispatcher, tasks) from the HTTP stack.
 struct Sleepy;
 
-#[llm_core::async_trait]
-impl llm_core::ChatModel for Sleepy {
-    fn info(&self) -> llm_core::ModelInfo {
-        llm_core::ModelInfo::new("sleepy", true)
+#[toolwright_core::async_trait]
+impl toolwright_core::ChatModel for Sleepy {
+    fn info(&self) -> toolwright_core::ModelInfo {
+        toolwright_core::ModelInfo::new("sleepy", true)
     }
     async fn chat(
         &self,
-        req: llm_core::ChatRequest,
-    ) -> Result<llm_core::ChatResponse, llm_core::ModelError> {
+        req: toolwright_core::ChatRequest,
+    ) -> Result<toolwright_core::ChatResponse, toolwright_core::ModelError> {
         tokio::time::sleep(LATENCY).await;
         Ok(common::noop_round(&req))
     }
     async fn stream(
         &self,
-        req: llm_core::ChatRequest,
-    ) -> Result<llm_core::ChatStream, llm_core::ModelError> {
-        Ok(llm_core::response_stream(self.chat(req).await?))
+        req: toolwright_core::ChatRequest,
+    ) -> Result<toolwright_core::ChatStream, toolwright_core::ModelError> {
+        Ok(toolwright_core::response_stream(self.chat(req).await?))
     }
 }
 
@@ -124,12 +124,12 @@ fn main() {
             .map(|_| {
                 let model = Arc::clone(&model);
                 tokio::spawn(async move {
-                    use llm_core::{ChatModel, ChatRequest, Message, collect_stream};
+                    use toolwright_core::{ChatModel, ChatRequest, Message, collect_stream};
                     for _ in 0..2 {
                         let s = model.stream(ChatRequest::new(vec![Message::user("go")])).await?;
                         collect_stream(s).await?;
                     }
-                    Ok::<(), llm_core::ModelError>(())
+                    Ok::<(), toolwright_core::ModelError>(())
                 })
             })
             .collect();

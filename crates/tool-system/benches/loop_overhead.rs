@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
-use tool_system::{Agent, ProtocolKind};
+use toolwright_tool_system::{Agent, ProtocolKind};
 
 fn agent(protocol: ProtocolKind) -> Agent {
     common::noop_agent(common::Instant, |b| b.protocol(protocol))
@@ -37,7 +37,7 @@ fn bench(c: &mut Criterion) {
         common::noop_agent(common::Instant, |b| {
             b.protocol(ProtocolKind::Native)
                 .require_approval("noop")
-                .approval_key(tool_system::ApprovalKey::new([7u8; 32]).unwrap())
+                .approval_key(toolwright_tool_system::ApprovalKey::new([7u8; 32]).unwrap())
         })
     };
     g.bench_function("native_run_held_and_resumed", |b| {
@@ -59,7 +59,7 @@ fn bench(c: &mut Criterion) {
             rt.block_on(dispatcher.dispatch(
                 "noop",
                 json!({"x": 1}),
-                tool_system::ToolContext::new("c"),
+                toolwright_tool_system::ToolContext::new("c"),
             ))
         })
     });

@@ -3,7 +3,7 @@
 //! loop's cost). The run is `loop_overhead`'s `native_run_2_rounds`: an instant in-process model,
 //! two rounds, one no-op tool, a fresh `MemoryStore` session per run.
 //!
-//! `cargo bench -p tool-system --bench loop_profile --no-run`, then run the binary as
+//! `cargo bench -p toolwright-tool-system --bench loop_profile --no-run`, then run the binary as
 //! `loop_profile off N`, `loop_profile traced N` (a subscriber that takes every span and
 //! exports nothing, set for the scope of the runs as the criterion bench does) or
 //! `loop_profile traced-global N` (the same subscriber set as the process's default, as an
@@ -18,7 +18,7 @@
 
 mod common;
 
-use tool_system::ProtocolKind;
+use toolwright_tool_system::ProtocolKind;
 
 fn main() {
     let mut args = std::env::args().skip(1);

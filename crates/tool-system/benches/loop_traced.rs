@@ -1,8 +1,8 @@
-//! The loop with tracing on against off (#27): the same run as `loop_overhead`'s
+//! The loop with tracing on against off: the same run as `loop_overhead`'s
 //! `native_run_2_rounds` with no subscriber, with a subscriber that takes every span and exports
 //! nothing, with the OpenTelemetry layer and no exporter, and with the OTLP/HTTP exporter
 //! sending to a receiver on 127.0.0.1. Behind the feature `bench-traced` (`cargo xtask bench`
-//! turns it on), so the tests of tool-system build no OpenTelemetry exporter (#40).
+//! turns it on), so the tests of tool-system build no OpenTelemetry exporter.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod common;
@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use tool_system::{Agent, ProtocolKind};
+use toolwright_tool_system::{Agent, ProtocolKind};
 
 fn agent(protocol: ProtocolKind) -> Agent {
     common::noop_agent(common::Instant, |b| b.protocol(protocol))
@@ -31,15 +31,15 @@ fn bench(c: &mut Criterion) {
     g.bench_function("native_run_2_rounds", |b| {
         b.iter_custom(|iters| common::fresh_runs(iters, || agent(ProtocolKind::Native), plain))
     });
-    // Tracing on (#27). Off is `native_run_2_rounds` above (no subscriber: each span is one
+    // Tracing on. Off is `native_run_2_rounds` above (no subscriber: each span is one
     // callsite check). Then: a subscriber that takes every span and exports nothing (the
     // layers' own cost: spans made, fields recorded, entered and closed); the OpenTelemetry
     // layer making every OpenTelemetry span, with no exporter; and the OTLP/HTTP exporter
     // sending them (batched, from its own thread) to a receiver on 127.0.0.1 that accepts
     // everything.
-    let no_exporter = telemetry::Telemetry::without_exporter("bench");
+    let no_exporter = toolwright_telemetry::Telemetry::without_exporter("bench");
     let sink = otlp_sink();
-    let otlp = telemetry::Telemetry::otlp(&sink, "bench").unwrap();
+    let otlp = toolwright_telemetry::Telemetry::otlp(&sink, "bench").unwrap();
     {
         let subscriber = tracing_subscriber::registry();
         tracing::subscriber::with_default(subscriber, || {

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_engine::{MemoryStore, SessionStore, TokenCounter};
-use llm_core::ChatModel;
+use toolwright_context_engine::{MemoryStore, SessionStore, TokenCounter};
+use toolwright_core::ChatModel;
 
 use crate::approval::{ApprovalDecision, ApprovalKey, PendingApproval};
 use crate::protocol::ProtocolKind;
@@ -19,10 +19,10 @@ use crate::{Dispatcher, RegistryError, Tool, ToolProvider, ToolRegistry};
 ///
 /// ```
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, Message, ModelInfo, ToolCall, response_stream};
+/// use toolwright_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, Message, ModelInfo, ToolCall, response_stream};
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
-/// use tool_system::{Agent, FnTool, ToolContext};
+/// use toolwright_tool_system::{Agent, FnTool, ToolContext};
 ///
 /// #[derive(Deserialize, JsonSchema)]
 /// struct Args { city: String }
@@ -256,10 +256,10 @@ impl AgentBuilder {
             d = d.with_max_result_bytes(n);
         }
         // What this agent holds for approval, handed to every call it makes: a tool that calls
-        // other tools (code mode) refuses those calls without being told the policy (#42).
+        // other tools (code mode) refuses those calls without being told the policy.
         let policy = self.options.approval.clone();
         let providers = d.providers_need_approval();
-        d = d.with_approval_gate(llm_core::ApprovalGate::new(move |name, args| {
+        d = d.with_approval_gate(toolwright_core::ApprovalGate::new(move |name, args| {
             policy.requires(name, args) || providers(name, args)
         }));
         Ok(Agent {

@@ -5,14 +5,14 @@ use futures::FutureExt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use llm_core::{DEFAULT_MAX_RESULT_BYTES, ToolSpec, cap_result as cap};
-use output_control::Validator;
+use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, ToolSpec, cap_result as cap};
+use toolwright_output_control::Validator;
 use serde_json::Value;
 use tracing::Instrument;
 
 use crate::registry::{ToolRegistry, schema_problems};
 use crate::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
-use llm_core::TurnInfo;
+use toolwright_core::TurnInfo;
 
 /// Default time limit of one tool call (000): 30 s.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -44,7 +44,7 @@ struct Route {
     provider: usize,
     spec: ToolSpec,
     /// Compiled at the tool's first call, not at listing: an agent over hundreds of MCP tools
-    /// pays only for the schemas of the tools it calls (#41). `None` when the schema does not
+    /// pays only for the schemas of the tools it calls. `None` when the schema does not
     /// compile (the tool then runs unchecked; logged).
     validator: std::sync::OnceLock<Option<Validator>>,
 }
@@ -61,7 +61,7 @@ impl Route {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use tool_system::{Dispatcher, FnTool, ToolRegistry, ToolContext};
+/// use toolwright_tool_system::{Dispatcher, FnTool, ToolRegistry, ToolContext};
 /// use serde_json::json;
 /// let mut registry = ToolRegistry::new();
 /// registry.register(FnTool::new("add", "Add two numbers",
@@ -77,7 +77,7 @@ impl Route {
 ///     let invalid = dispatcher.dispatch("add", json!({"a": "x"}), ToolContext::new("c3")).await;
 ///     assert!(!invalid.is_ok());
 /// });
-/// # Ok::<(), tool_system::RegistryError>(())
+/// # Ok::<(), toolwright_tool_system::RegistryError>(())
 /// ```
 pub struct Dispatcher {
     providers: Vec<Arc<dyn ToolProvider>>,
@@ -88,7 +88,7 @@ pub struct Dispatcher {
     default_timeout: Duration,
     max_result_bytes: usize,
     /// Handed to every call whose context has none ([`Dispatcher::with_approval_gate`]).
-    approval_gate: Option<llm_core::ApprovalGate>,
+    approval_gate: Option<toolwright_core::ApprovalGate>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -131,7 +131,7 @@ impl Dispatcher {
     /// [`ToolContext`] carries no gate gets this one, so that a tool which calls other tools
     /// (code mode) refuses what the agent would hold. [`crate::AgentBuilder::build`] sets it
     /// from the agent's policy and its tools' own `needs_approval`.
-    pub fn with_approval_gate(mut self, gate: llm_core::ApprovalGate) -> Self {
+    pub fn with_approval_gate(mut self, gate: toolwright_core::ApprovalGate) -> Self {
         self.approval_gate = Some(gate);
         self
     }

@@ -2,8 +2,8 @@
 //! error ([`LoopError`]), and where the events go ([`Sink`], [`emit`]). Below both the runner
 //! and the step executor, so they speak of these without importing one another.
 
-use context_engine::{ContextError, StoreError};
-use llm_core::{Message, ModelError, Usage};
+use toolwright_context_engine::{ContextError, StoreError};
+use toolwright_core::{Message, ModelError, Usage};
 use serde_json::Value;
 use tokio::sync::mpsc;
 

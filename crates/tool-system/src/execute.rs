@@ -3,8 +3,8 @@
 //! calls once decided. What each call gets is planned before (the machine, or the approval
 //! module for a held round), with no I/O.
 
-use context_engine::SessionStore;
-use llm_core::{ChatModel, DEFAULT_MAX_RESULT_BYTES, cap_result};
+use toolwright_context_engine::SessionStore;
+use toolwright_core::{ChatModel, DEFAULT_MAX_RESULT_BYTES, cap_result};
 use tracing::Span;
 
 use crate::dispatch::Dispatcher;
@@ -12,7 +12,7 @@ use crate::event::{LoopError, LoopEvent, Sink, emit};
 use crate::machine::{CallPlan, LoopMachine, Planned};
 use crate::options::LoopOptions;
 use crate::protocol::{CallProtocol, PendingCall};
-use llm_core::{ToolContext, ToolError};
+use toolwright_core::{ToolContext, ToolError};
 
 /// One run as each of its parts sees it, given once instead of a list of parameters.
 pub(crate) struct Run<'a> {
@@ -34,7 +34,7 @@ pub(crate) struct Ran {
     /// The result text the model gets.
     pub(crate) content: String,
     pub(crate) is_error: bool,
-    /// The turn's answer the tool gave ([`llm_core::Tool::final_answer`]).
+    /// The turn's answer the tool gave ([`toolwright_core::Tool::final_answer`]).
     pub(crate) answer: Option<String>,
 }
 

@@ -23,8 +23,8 @@
 //! ```
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use futures::StreamExt;
-//! use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, ModelInfo, response_stream};
-//! use tool_system::{Agent, LoopEvent};
+//! use toolwright_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, ModelInfo, response_stream};
+//! use toolwright_tool_system::{Agent, LoopEvent};
 //! # struct Hello;
 //! # #[async_trait]
 //! # impl ChatModel for Hello {
@@ -48,9 +48,9 @@
 //!
 //! ```
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelError, ModelInfo, ToolCall};
+//! use toolwright_core::{async_trait, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelError, ModelInfo, ToolCall};
 //! use serde_json::json;
-//! use tool_system::{Agent, ApprovalKey, FnTool};
+//! use toolwright_tool_system::{Agent, ApprovalKey, FnTool};
 //! # /// Asks to delete a file; answers once it has the result.
 //! # struct Demo;
 //! # #[async_trait]
@@ -110,7 +110,7 @@ pub use approval::{
 };
 pub use async_trait::async_trait;
 pub use dispatch::{DEFAULT_TOOL_TIMEOUT, Dispatcher, ToolOutcome};
-pub use llm_core::{
+pub use toolwright_core::{
     ApprovalGate, DEFAULT_MAX_RESULT_BYTES, Tool, ToolContext, ToolError, ToolErrorKind,
     ToolProvider, is_valid_tool_name, normalize_schema,
 };

@@ -67,9 +67,9 @@ pub struct CallFacts<'a> {
     /// Why the call cannot run as written, if it cannot (G5 text).
     pub invalid: Option<&'a str>,
     /// Whether the tool declared that a repeat with the same arguments gives the same result
-    /// and changes nothing ([`llm_core::Tool::idempotent`]).
+    /// and changes nothing ([`toolwright_core::Tool::idempotent`]).
     pub idempotent: bool,
-    /// Whether the call needs a person's approval ([`llm_core::Tool::needs_approval`], the
+    /// Whether the call needs a person's approval ([`toolwright_core::Tool::needs_approval`], the
     /// provider's, or the agent's approval policy).
     pub needs_approval: bool,
     /// Whether an earlier call of this round is held and the protocol runs calls in order.
@@ -92,7 +92,7 @@ pub(crate) struct Planned<'a> {
 /// The loop's state.
 ///
 /// ```
-/// use tool_system::{Decision, LoopMachine, ResponseFacts};
+/// use toolwright_tool_system::{Decision, LoopMachine, ResponseFacts};
 /// let calls = ResponseFacts { has_calls: true, ..Default::default() };
 /// let mut m = LoopMachine::new(2);
 /// assert_eq!(m.after_response(calls), Decision::RunTools); // round 1
@@ -111,7 +111,7 @@ pub struct LoopMachine {
     idempotent_results: HashMap<(String, String), String>,
     /// A call was answered from an earlier result in the last round.
     reused: bool,
-    /// The turn's answer a tool gave in the last round ([`llm_core::Tool::final_answer`]).
+    /// The turn's answer a tool gave in the last round ([`toolwright_core::Tool::final_answer`]).
     tool_answer: Option<String>,
 }
 
@@ -263,7 +263,7 @@ impl LoopMachine {
 
     /// Records how a planned call ended: a successful idempotent call's result is kept for
     /// repeats; a reused one makes the next request ask for an answer; `answer` is the turn's
-    /// answer the tool gave with a successful result ([`llm_core::Tool::final_answer`]) — the
+    /// answer the tool gave with a successful result ([`toolwright_core::Tool::final_answer`]) — the
     /// first one of a round is kept for [`LoopMachine::take_tool_answer`].
     pub fn call_done(
         &mut self,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_engine::TokenCounter;
+use toolwright_context_engine::TokenCounter;
 
 use crate::approval::{ApprovalKey, ApprovalPolicy};
 use crate::machine::DEFAULT_MAX_ITERATIONS;
@@ -33,7 +33,7 @@ pub struct LoopOptions {
     pub tool_action_parsing: bool,
     /// The request's token budget (default: unlimited); trims the oldest history first.
     pub context_budget: Option<usize>,
-    /// Token counter for the budget (default: `context_engine::counter_for_model` of the model).
+    /// Token counter for the budget (default: `toolwright_context_engine::counter_for_model` of the model).
     pub counter: Option<Arc<dyn TokenCounter>>,
     /// Fixed extra sections of the system prompt, `(name, text)`, after the tool section.
     pub sections: Vec<(String, String)>,
@@ -49,7 +49,7 @@ pub struct LoopOptions {
     /// request was dropped — is put to the person again, each call marked as possibly run. Set
     /// it above your slowest round of approved calls.
     pub approval_lease: Duration,
-    /// Who acts in this run (#44): an opaque id — a login's subject, a user name — or empty
+    /// Who acts in this run: an opaque id — a login's subject, a user name — or empty
     /// (the default) for a program with one person. The approval tokens a run hands out are
     /// bound to it, a decision is accepted only from it ([`ApprovalError::OtherPrincipal`]
     /// otherwise), and each decision is recorded under it ([`crate::DecisionRecord`]). Set it

@@ -3,23 +3,23 @@
 
 use std::fmt::Write as _;
 
-use llm_core::ToolSpec;
+use toolwright_core::ToolSpec;
 use serde_json::Value;
 
 /// The `<tool_action>` tool prompt of 000 (T8): every tool's name, description and parameters,
 /// with a usage example; with no tools, a prompt saying that no tools are available.
 ///
 /// ```
-/// use llm_core::ToolSpec;
+/// use toolwright_core::ToolSpec;
 /// use serde_json::json;
 /// let tools = [ToolSpec::new("vector-search", "Search the knowledge base",
 ///     json!({"type": "object", "properties": {"query": {"type": "string", "description": "what to find"},
 ///            "limit": {"type": "integer"}}, "required": ["query"]}))];
-/// let p = tool_system::generate_tool_prompt(&tools);
+/// let p = toolwright_tool_system::generate_tool_prompt(&tools);
 /// assert!(p.contains("vector-search") && p.contains("Search the knowledge base"));
 /// assert!(p.contains("query") && p.contains("limit"));
 /// assert!(p.contains(r#"<tool_action name="vector-search">"#));
-/// assert!(tool_system::generate_tool_prompt(&[]).contains("No tools are available"));
+/// assert!(toolwright_tool_system::generate_tool_prompt(&[]).contains("No tools are available"));
 /// ```
 pub fn generate_tool_prompt(tools: &[ToolSpec]) -> String {
     if tools.is_empty() {
@@ -68,11 +68,11 @@ pub fn generate_tool_prompt(tools: &[ToolSpec]) -> String {
 /// The system-prompt section of 002's JSON decision loop: tool list plus the answer format.
 ///
 /// ```
-/// use llm_core::ToolSpec;
+/// use toolwright_core::ToolSpec;
 /// use serde_json::json;
 /// let tools = [ToolSpec::new("get_weather", "Get current weather for a city",
 ///     json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}))];
-/// let p = tool_system::json_decision_prompt(&tools);
+/// let p = toolwright_tool_system::json_decision_prompt(&tools);
 /// assert!(p.contains("get_weather") && p.contains(r#""tool": null"#));
 /// ```
 pub fn json_decision_prompt(tools: &[ToolSpec]) -> String {

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use llm_core::{InvalidToolCall, Message, ToolCall, ToolSpec};
-use output_control::{
+use toolwright_core::{InvalidToolCall, Message, ToolCall, ToolSpec};
+use toolwright_output_control::{
     DecisionError, JsonError, StreamParser, TagEvent, TagOptions, ToolAction, ToolDecision,
     parse_tool_decision,
 };

@@ -5,13 +5,13 @@ use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm_core::{ToolSpec, TurnInfo};
-use output_control::{SchemaError, Validator};
+use toolwright_core::{ToolSpec, TurnInfo};
+use toolwright_output_control::{SchemaError, Validator};
 use serde_json::Value;
 
 use crate::typed::to_openai_tool;
 use crate::{Tool, ToolContext, ToolError, ToolProvider};
-use llm_core::is_valid_tool_name;
+use toolwright_core::is_valid_tool_name;
 
 /// Why a tool could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,7 +42,7 @@ struct Entry {
 /// Built-in tools by name, in registration order.
 ///
 /// ```
-/// use tool_system::{FnTool, ToolRegistry, ToolContext};
+/// use toolwright_tool_system::{FnTool, ToolRegistry, ToolContext};
 /// use serde_json::json;
 /// let mut registry = ToolRegistry::new();
 /// registry.register(FnTool::new("get_weather", "Get current weather for a city",
@@ -54,7 +54,7 @@ struct Entry {
 /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
 /// let out = rt.block_on(registry.execute("get_weather", json!({"city": "Beijing"}), ToolContext::new("c1")));
 /// assert_eq!(out.unwrap()["temp"], 22);
-/// # Ok::<(), tool_system::RegistryError>(())
+/// # Ok::<(), toolwright_tool_system::RegistryError>(())
 /// ```
 #[derive(Default)]
 pub struct ToolRegistry {

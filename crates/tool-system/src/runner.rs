@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use context_engine::{ContextBuilder, History, SessionStore, TokenCounter};
+use toolwright_context_engine::{ContextBuilder, History, SessionStore, TokenCounter};
 use futures::{Stream, StreamExt};
-use llm_core::{
+use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatStream, Message, ModelError, ModelInfo, ToolError,
     TurnInfo, Usage,
 };
@@ -37,9 +37,9 @@ use crate::protocol::{CallProtocol, PendingCall, Reading, ResponseReader, Step, 
 /// ```
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
-/// use context_engine::{MemoryStore, SessionStore};
-/// use llm_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, Message, ModelInfo, ToolCall, response_stream};
-/// use tool_system::{Dispatcher, FnTool, LoopOptions, ToolRegistry, run_tool_loop};
+/// use toolwright_context_engine::{MemoryStore, SessionStore};
+/// use toolwright_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, Message, ModelInfo, ToolCall, response_stream};
+/// use toolwright_tool_system::{Dispatcher, FnTool, LoopOptions, ToolRegistry, run_tool_loop};
 /// use serde_json::json;
 ///
 /// /// Calls get_weather once, then answers with the result it finds.
@@ -276,7 +276,7 @@ async fn drive(run: Run<'_>, start: Start<'_>) -> Result<LoopOutput, LoopError> 
 
 /// The counter of runs without a budget: one for every run (it holds no state).
 static ESTIMATE: std::sync::LazyLock<Arc<dyn TokenCounter>> =
-    std::sync::LazyLock::new(|| Arc::new(context_engine::EstimateCounter));
+    std::sync::LazyLock::new(|| Arc::new(toolwright_context_engine::EstimateCounter));
 
 fn protocol_of(options: &LoopOptions, info: &ModelInfo) -> Arc<dyn CallProtocol> {
     resolve_protocol(
@@ -404,7 +404,7 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
             request = request.with_tools(tools.clone());
         }
         if machine.wants_answer() {
-            request = request.with_tool_choice(llm_core::ToolChoice::None);
+            request = request.with_tool_choice(toolwright_core::ToolChoice::None);
         }
         let reader = protocol.reader(&tools, history.len());
         let (mut reading, call_usage) = ask_model(run, &info, request, reader).await?;
@@ -470,7 +470,7 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
 fn counter_of(options: &LoopOptions, info: &ModelInfo) -> Arc<dyn TokenCounter> {
     match (&options.counter, options.context_budget) {
         (Some(c), _) => Arc::clone(c),
-        (None, Some(_)) => context_engine::counter_for_model(&info.model),
+        (None, Some(_)) => toolwright_context_engine::counter_for_model(&info.model),
         (None, None) => Arc::clone(&ESTIMATE),
     }
 }
@@ -480,7 +480,7 @@ fn counter_of(options: &LoopOptions, info: &ModelInfo) -> Arc<dyn TokenCounter> 
 async fn context_builder(
     options: &LoopOptions,
     protocol: &dyn CallProtocol,
-    tools: &[llm_core::ToolSpec],
+    tools: &[toolwright_core::ToolSpec],
     user_text: &str,
     counter: Arc<dyn TokenCounter>,
 ) -> ContextBuilder {

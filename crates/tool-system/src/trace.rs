@@ -8,17 +8,17 @@
 //! behind [`Span::is_disabled`]).
 //!
 //! Message text, tool arguments and results go on spans only when
-//! [`llm_core::telemetry::capture_message_content`] is on (the `telemetry` crate turns it on
+//! [`toolwright_core::telemetry::capture_message_content`] is on (the `telemetry` crate turns it on
 //! for `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`).
 
-use llm_core::{ChatRequest, Message, ModelInfo, Usage};
+use toolwright_core::{ChatRequest, Message, ModelInfo, Usage};
 use serde_json::{Value, json};
 use std::pin::Pin;
 
 use tracing::Span;
 use tracing::field::Empty;
 
-use llm_core::ToolErrorKind;
+use toolwright_core::ToolErrorKind;
 
 use crate::protocol::{Reading, Step};
 
@@ -133,7 +133,7 @@ pub(crate) fn chat_span(run: &Span, info: &ModelInfo, request: &ChatRequest) -> 
     } else {
         chat_span!(parent: run,)
     };
-    if !span.is_disabled() && llm_core::telemetry::capture_message_content() {
+    if !span.is_disabled() && toolwright_core::telemetry::capture_message_content() {
         let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
         span.record(
             "gen_ai.input.messages",
@@ -158,7 +158,7 @@ pub(crate) fn chat_done(span: &Span, result: Result<&Reading, &str>, usage: Opti
                 r#"["stop"]"#
             };
             span.record("gen_ai.response.finish_reasons", reason);
-            if llm_core::telemetry::capture_message_content() {
+            if toolwright_core::telemetry::capture_message_content() {
                 span.record(
                     "gen_ai.output.messages",
                     json!([output_json(reading)]).to_string().as_str(),
@@ -198,7 +198,7 @@ pub(crate) fn tool_span(
         Some(run) if !run.is_disabled() => tool_span!(parent: run,),
         _ => tool_span!(),
     };
-    if !span.is_disabled() && llm_core::telemetry::capture_message_content() {
+    if !span.is_disabled() && toolwright_core::telemetry::capture_message_content() {
         span.record("gen_ai.tool.call.arguments", arguments.to_string().as_str());
     }
     span
@@ -212,7 +212,7 @@ pub(crate) fn tool_done(span: &Span, error: Option<ToolErrorKind>, content: &str
     if let Some(kind) = error {
         record_error(span, snake(&format!("{kind:?}")).as_str());
     }
-    if llm_core::telemetry::capture_message_content() {
+    if toolwright_core::telemetry::capture_message_content() {
         span.record("gen_ai.tool.call.result", content);
     }
 }

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm_core::{ToolSpec, normalize_schema};
+use toolwright_core::{ToolSpec, normalize_schema};
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde::Serialize;
@@ -27,7 +27,7 @@ type Handler = Arc<dyn Fn(Value, ToolContext) -> BoxFut + Send + Sync>;
 /// ```
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
-/// use tool_system::{FnTool, Tool, ToolContext};
+/// use toolwright_tool_system::{FnTool, Tool, ToolContext};
 ///
 /// /// Arguments of get_weather.
 /// #[derive(Deserialize, JsonSchema)]
@@ -72,7 +72,7 @@ impl FnTool {
     /// A tool with a hand-written JSON Schema, taking the raw JSON arguments.
     ///
     /// ```
-    /// use tool_system::{FnTool, Tool};
+    /// use toolwright_tool_system::{FnTool, Tool};
     /// use serde_json::json;
     /// let echo = FnTool::new("echo", "Echo the text back",
     ///     json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
@@ -161,7 +161,7 @@ impl FnTool {
     /// text as is; any other JSON is given as JSON text.
     ///
     /// ```
-    /// use tool_system::{FnTool, Tool};
+    /// use toolwright_tool_system::{FnTool, Tool};
     /// use serde_json::json;
     /// let done = FnTool::new("submit", "Submit the final report",
     ///     json!({"type": "object", "properties": {"report": {"type": "string"}}, "required": ["report"]}),
@@ -214,7 +214,7 @@ impl Tool for FnTool {
 /// struct Inner { n: u32 }
 /// #[derive(schemars::JsonSchema, serde::Deserialize)]
 /// struct Args { inner: Inner }
-/// let s = tool_system::schema_for::<Args>();
+/// let s = toolwright_tool_system::schema_for::<Args>();
 /// assert_eq!(s["properties"]["inner"]["properties"]["n"]["type"], "integer");
 /// assert!(s.get("$defs").is_none());
 /// ```
@@ -233,10 +233,10 @@ pub fn schema_for<A: JsonSchema>() -> Value {
 /// `{"type": "function", "function": {"name", "description", "parameters"}}`.
 ///
 /// ```
-/// use llm_core::{ToolSpec, normalize_schema};
+/// use toolwright_core::{ToolSpec, normalize_schema};
 /// use serde_json::json;
 /// let spec = ToolSpec::new("get_weather", "Weather", json!({"type": "object", "properties": {}}));
-/// let t = tool_system::to_openai_tool(&spec);
+/// let t = toolwright_tool_system::to_openai_tool(&spec);
 /// assert_eq!(t["type"], "function");
 /// assert_eq!(t["function"]["name"], "get_weather");
 /// ```
@@ -270,8 +270,8 @@ mod tests {
         assert!(s.get("$schema").is_none());
         // recursion cannot be inlined: refs point at the root or at kept definitions
         assert_eq!(s["properties"]["children"]["items"]["$ref"], "#");
-        assert!(output_control::Validator::new(&s).is_ok());
-        let v = output_control::Validator::new(&s).unwrap();
+        assert!(toolwright_output_control::Validator::new(&s).is_ok());
+        let v = toolwright_output_control::Validator::new(&s).unwrap();
         assert!(
             v.validate(
                 &serde_json::json!({"name": "a", "children": [{"name": "b", "children": []}]})

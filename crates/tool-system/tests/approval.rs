@@ -1,4 +1,4 @@
-//! Issue 27 item 1: tool calls held for a person's approval, over real HTTP (the scripted
+//! tool calls held for a person's approval, over real HTTP (the scripted
 //! OpenAI-compatible server), with the memory and SQLite session stores.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use context_engine::{MemoryStore, Session, SessionStore, SqliteStore, StateChange, StoreError};
+use toolwright_context_engine::{MemoryStore, Session, SessionStore, SqliteStore, StateChange, StoreError};
 use futures::StreamExt;
-use llm_core::{Message, Tool, ToolSpec};
+use toolwright_core::{Message, Tool, ToolSpec};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
-use tool_system::{
+use toolwright_tool_system::{
     APPROVAL_STATE_KEY, Agent, ApprovalDecision, ApprovalError, ApprovalKey, FnTool, LoopError,
     LoopEvent, PendingApproval, ProtocolKind, ToolContext, ToolError, ToolProvider,
 };
@@ -75,13 +75,13 @@ fn deleted(s: &Setup) -> Vec<String> {
     s.deleted.lock().unwrap().clone()
 }
 
-fn pending(out: &tool_system::LoopOutput) -> PendingApproval {
+fn pending(out: &toolwright_tool_system::LoopOutput) -> PendingApproval {
     out.pending_approval
         .clone()
         .unwrap_or_else(|| panic!("the run should wait for approval: {out:?}"))
 }
 
-fn approval_error(r: Result<tool_system::LoopOutput, LoopError>) -> ApprovalError {
+fn approval_error(r: Result<toolwright_tool_system::LoopOutput, LoopError>) -> ApprovalError {
     match r {
         Err(LoopError::Approval(e)) => e,
         other => panic!("expected a refused decision, got {other:?}"),
@@ -744,7 +744,7 @@ struct Payments {
     paid: Arc<Mutex<Vec<f64>>>,
 }
 
-#[tool_system::async_trait]
+#[toolwright_tool_system::async_trait]
 impl ToolProvider for Payments {
     fn provider_name(&self) -> &str {
         "payments"
@@ -776,7 +776,7 @@ struct SendMail {
     sent: Arc<AtomicUsize>,
 }
 
-#[tool_system::async_trait]
+#[toolwright_tool_system::async_trait]
 impl Tool for SendMail {
     fn spec(&self) -> ToolSpec {
         ToolSpec::new(
@@ -939,7 +939,7 @@ async fn approval_streams_show_the_pending_state_and_the_resumed_calls() {
 #[derive(Default)]
 struct NoSlots(MemoryStore);
 
-#[tool_system::async_trait]
+#[toolwright_tool_system::async_trait]
 impl SessionStore for NoSlots {
     async fn create(&self, id: &str) -> Result<(), StoreError> {
         self.0.create(id).await
@@ -979,16 +979,16 @@ async fn approval_with_a_store_without_state_slots_a_gated_call_is_not_run() {
 /// one speaks through the `ChatModel` seam directly).
 struct SameIdTwice;
 
-#[tool_system::async_trait]
-impl llm_core::ChatModel for SameIdTwice {
-    fn info(&self) -> llm_core::ModelInfo {
-        llm_core::ModelInfo::new("same-id", true)
+#[toolwright_tool_system::async_trait]
+impl toolwright_core::ChatModel for SameIdTwice {
+    fn info(&self) -> toolwright_core::ModelInfo {
+        toolwright_core::ModelInfo::new("same-id", true)
     }
     async fn chat(
         &self,
-        req: llm_core::ChatRequest,
-    ) -> Result<llm_core::ChatResponse, llm_core::ModelError> {
-        use llm_core::{ChatResponse, FinishReason, ToolCall};
+        req: toolwright_core::ChatRequest,
+    ) -> Result<toolwright_core::ChatResponse, toolwright_core::ModelError> {
+        use toolwright_core::{ChatResponse, FinishReason, ToolCall};
         Ok(match req.messages.last() {
             Some(Message::Tool { .. }) => {
                 ChatResponse::new("I could not delete it.", vec![], FinishReason::Stop, None)
@@ -1173,7 +1173,7 @@ async fn approval_a_round_cut_off_while_running_is_asked_again_after_its_lease()
     checked_session(&*store, "s").await;
 }
 
-/// #44 item 3: a token is bound to the principal it was shown to — alice's token presented by
+/// a token is bound to the principal it was shown to — alice's token presented by
 /// bob is refused and changes nothing — and each decision is recorded with who made it, when,
 /// and the exact arguments, in the session's store (after the round is gone, and after a
 /// restart for SQLite).
@@ -1240,7 +1240,7 @@ async fn who_decided(store: Arc<dyn SessionStore>, reopen: impl Fn() -> Arc<dyn 
         .as_millis() as u64;
 
     let store = reopen();
-    let log = tool_system::approval_log(&*store, "s").await.unwrap();
+    let log = toolwright_tool_system::approval_log(&*store, "s").await.unwrap();
     assert_eq!(log.len(), 2, "{log:?}");
     let (declined, approved) = (&log[0], &log[1]);
     assert_eq!(

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
-use context_engine::SessionStore;
-use llm_core::Message;
+use toolwright_context_engine::SessionStore;
+use toolwright_core::Message;
 use testkit::{Reply, ScriptedServer};
-use tool_system::{Agent, Dispatcher, LoopOptions, ProtocolKind, ToolRegistry, run_tool_loop};
+use toolwright_tool_system::{Agent, Dispatcher, LoopOptions, ProtocolKind, ToolRegistry, run_tool_loop};
 
 #[tokio::test]
 async fn t6_json_decision_loop_get_weather_end_to_end() {

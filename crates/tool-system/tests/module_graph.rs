@@ -1,10 +1,10 @@
-//! The crate's modules import one another without a circle (issue 43): every `crate::…` (and
+//! The crate's modules import one another without a circle: every `crate::…` (and
 //! `super::…`) path in `src/` is an edge from the file's module to the module it names, and the
 //! edges must form a DAG, both between top-level modules (`crate::x`) and between files. A
 //! name re-exported by `lib.rs` (`crate::Dispatcher`) counts as an edge to the module that
 //! defines it. Comments are not read (doc links are not imports); `#[cfg(test)]` modules are.
 //!
-//! `cargo test -p tool-system --test module_graph -- --nocapture` prints the edges;
+//! `cargo test -p toolwright-tool-system --test module_graph -- --nocapture` prints the edges;
 //! `MODULE_GRAPH_SRC=<dir>` reads another `src/` (another checkout) instead of this crate's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -202,7 +202,7 @@ fn edges() -> BTreeSet<(String, String)> {
                         .map(|n| p[..n].join("::"))
                         .find(|m| modules.contains(m))
                         .or_else(|| p.first().and_then(|n| names.get(n)).cloned())
-                        .filter(|t| modules.contains(t)); // not `llm_core::…` re-exported
+                        .filter(|t| modules.contains(t)); // not `toolwright_core::…` re-exported
                     if let Some(t) = target
                         && t != *module
                         && t != "crate"

@@ -11,7 +11,7 @@ use common::*;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
-use tool_system::{Agent, FnTool, LoopEvent, ProtocolKind};
+use toolwright_tool_system::{Agent, FnTool, LoopEvent, ProtocolKind};
 
 /// vector-search that records the arguments it got.
 fn vector_search(seen: Arc<Mutex<Vec<Value>>>) -> FnTool {

@@ -10,7 +10,7 @@
 use std::io::Write;
 
 use futures::StreamExt;
-use model_gateway::{
+use toolwright_model_gateway::{
     ChatEvent, ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel, ToolSpec,
 };
 use serde_json::json;
@@ -18,7 +18,7 @@ use testkit::{Reply, ScriptedServer};
 
 /// The embedded local model: a streamed answer, then a native tool call with valid arguments.
 async fn local_demo() -> Result<(), Box<dyn std::error::Error>> {
-    let model = local_model::LocalModel::builder().seed(1).build().await?;
+    let model = toolwright_local_model::LocalModel::builder().seed(1).build().await?;
     println!("\n1) Streamed chat (local model):");
     let stream = model
         .stream(
@@ -47,7 +47,7 @@ async fn local_demo() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Prints text deltas as they arrive, then the finish reason and usage.
 async fn print_stream(
-    mut stream: model_gateway::ChatStream,
+    mut stream: toolwright_model_gateway::ChatStream,
 ) -> Result<(), Box<dyn std::error::Error>> {
     while let Some(event) = stream.next().await {
         match event? {

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use context_engine::{ContextBuilder, History, SessionStore, SqliteStore, counter_for_model};
-use model_gateway::{ChatRequest, Message, ToolCall};
+use toolwright_context_engine::{ContextBuilder, History, SessionStore, SqliteStore, counter_for_model};
+use toolwright_model_gateway::{ChatRequest, Message, ToolCall};
 use serde_json::json;
 
 fn preview(m: &Message) -> String {

@@ -12,14 +12,14 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use context_engine::{MemoryStore, SessionStore};
+use toolwright_context_engine::{MemoryStore, SessionStore};
 use futures::StreamExt;
-use model_gateway::{OpenAiConfig, OpenAiModel};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
-use tool_system::{Agent, FnTool, LoopEvent, ProtocolKind, ToolContext};
+use toolwright_tool_system::{Agent, FnTool, LoopEvent, ProtocolKind, ToolContext};
 
 /// Arguments of get_weather.
 #[derive(Deserialize, JsonSchema)]
@@ -71,7 +71,7 @@ fn offline_model(body: &Value) -> Reply {
     let offers_code = body["tools"].as_array().is_some_and(|tools| {
         tools
             .iter()
-            .any(|t| t["function"]["name"] == code_mode::RUN_CODE)
+            .any(|t| t["function"]["name"] == toolwright_code_mode::RUN_CODE)
     });
     if offers_code {
         // code mode: one script calls get_weather three times and ends the turn with its
@@ -80,7 +80,7 @@ fn offline_model(body: &Value) -> Reply {
         return match messages.iter().rev().find(|m| m["role"] == "tool") {
             None => Reply::tool_call(
                 "call_code",
-                code_mode::RUN_CODE,
+                toolwright_code_mode::RUN_CODE,
                 &json!({ "code": CODE_MODE_SCRIPT }).to_string(),
             ),
             Some(m) => {
@@ -118,7 +118,7 @@ fn offline_model(body: &Value) -> Reply {
 }
 
 /// Prints a run's events as they arrive.
-async fn show(mut events: tool_system::LoopStream) -> Result<(), Box<dyn std::error::Error>> {
+async fn show(mut events: toolwright_tool_system::LoopStream) -> Result<(), Box<dyn std::error::Error>> {
     let mut in_text = false;
     while let Some(event) = events.next().await {
         match event {
@@ -186,7 +186,7 @@ fn weather_tool() -> FnTool {
 
 /// 002's question answered by the embedded local model, deciding for real.
 async fn local_model_run() -> Result<(), Box<dyn std::error::Error>> {
-    use local_model::LocalModel;
+    use toolwright_local_model::LocalModel;
     let started = std::time::Instant::now();
     let model = LocalModel::builder()
         // A fixed seed keeps the demo reproducible.
@@ -271,18 +271,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     code_mode_turn(model, store).await
 }
 
-/// Code mode (#29): the model writes one script that calls get_weather as a function in the
+/// Code mode: the model writes one script that calls get_weather as a function in the
 /// skills sandbox; three tool calls, one model call: the script's `final_answer` is the reply. Without bubblewrap code mode refuses to run, and the demo prints why.
 async fn code_mode_turn(
     model: Arc<OpenAiModel>,
     store: Arc<dyn SessionStore>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     println!("\n=== code mode: one script calls the tools as functions (run_code) ===");
-    let mut registry = tool_system::ToolRegistry::new();
+    let mut registry = toolwright_tool_system::ToolRegistry::new();
     registry.register(weather_tool())?;
-    let tools = Arc::new(tool_system::Dispatcher::from_registry(registry));
+    let tools = Arc::new(toolwright_tool_system::Dispatcher::from_registry(registry));
     let built =
-        tokio::task::spawn_blocking(move || code_mode::CodeModeProvider::builder(tools).build())
+        tokio::task::spawn_blocking(move || toolwright_code_mode::CodeModeProvider::builder(tools).build())
             .await?;
     let code = match built {
         Ok(code) => code,

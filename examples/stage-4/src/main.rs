@@ -16,14 +16,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use mcp_bridge::intent::IntentChain;
-use mcp_bridge::{McpBridge, ToolCallProtocol};
-use model_gateway::{
+use toolwright_mcp_bridge::intent::IntentChain;
+use toolwright_mcp_bridge::{McpBridge, ToolCallProtocol};
+use toolwright_model_gateway::{
     ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message,
     ModelInfo, async_trait, response_stream,
 };
 use serde_json::json;
-use tool_system::{Agent, ProtocolKind, ToolProvider};
+use toolwright_tool_system::{Agent, ProtocolKind, ToolProvider};
 
 /// The model's part, scripted: it asks for the echo tool with 004's `tool_call` JSON, then
 /// answers with what the `tool` message said.
@@ -80,7 +80,7 @@ async fn main() {
         std::process::exit(1);
     };
 
-    match model_gateway::OpenAiConfig::from_env() {
+    match toolwright_model_gateway::OpenAiConfig::from_env() {
         Ok(Some(cfg)) => println!(
             "Stage 4 demo: using the configured provider {} (model {}) for the model turn (6b); the scripted model shows the protocol first (6)",
             cfg.base_url, cfg.model
@@ -176,14 +176,14 @@ async fn main() {
     }
     println!("   …");
 
-    // Search by meaning (#41): a request that shares no word with its tool's name or
+    // Search by meaning: a request that shares no word with its tool's name or
     // description. BM25 alone finds nothing (not even through its glossary); the embedded
     // sentence encoder finds it.
     let ask = "how much is 17 and 25 combined";
     println!(
         "\n== 3b. Search by meaning: {ask:?} (the tool says \"get-sum: Returns the sum of two numbers\")"
     );
-    let names = |hits: Vec<mcp_bridge::search::SearchResult>| {
+    let names = |hits: Vec<toolwright_mcp_bridge::search::SearchResult>| {
         hits.into_iter()
             .map(|h| h.tool.exposed_name)
             .collect::<Vec<_>>()
@@ -195,10 +195,10 @@ async fn main() {
     // multilingual-e5-small at 4 bits on the CPU; `cargo xtask stage 4` fetched it once into
     // the toolkit cache (the same fetcher and file as the tests), so this runs offline.
     let started = std::time::Instant::now();
-    let encoder = local_model::E5Embedder::fetch()
+    let encoder = toolwright_local_model::E5Embedder::fetch()
         .await
         .expect("the sentence encoder (72 MB, fetched once into the toolkit cache)");
-    bridge.set_semantic_search(Some(mcp_bridge::search::SemanticSearch::new(Arc::new(
+    bridge.set_semantic_search(Some(toolwright_mcp_bridge::search::SemanticSearch::new(Arc::new(
         encoder,
     ))));
     let by_meaning = names(bridge.search_tools(ask, 3).await);
@@ -291,20 +291,20 @@ async fn main() {
 
     // The same turn decided by a real model: the configured provider, or with none the
     // embedded local model, which calls the tools the agent binds natively under its grammar.
-    let real: Arc<dyn ChatModel> = match model_gateway::OpenAiConfig::from_env() {
+    let real: Arc<dyn ChatModel> = match toolwright_model_gateway::OpenAiConfig::from_env() {
         Ok(Some(cfg)) => {
             println!(
                 "\n== 6b. The same turn decided by the configured provider ({})",
                 cfg.model
             );
-            Arc::new(model_gateway::OpenAiModel::new(cfg).unwrap())
+            Arc::new(toolwright_model_gateway::OpenAiModel::new(cfg).unwrap())
         }
         _ => {
             println!(
                 "\n== 6b. The same turn decided by the embedded local model SmolLM2-135M (no provider configured; native tool calls under its grammar)"
             );
             Arc::new(
-                local_model::LocalModel::builder()
+                toolwright_local_model::LocalModel::builder()
                     .seed(1)
                     .build()
                     .await

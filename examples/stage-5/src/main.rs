@@ -20,8 +20,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chat_panel::{AgentBackend, ChatPanel, PanelConfig};
-use model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
+use toolwright_chat_panel::{AgentBackend, ChatPanel, PanelConfig};
+use toolwright_model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
 
@@ -199,7 +199,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // Native tool calls: the agent binds send_message like any tool, and the model's
             // decoding is held to its schema (or a plain-text answer) by the model's grammar.
             let started = std::time::Instant::now();
-            let model = local_model::LocalModel::builder()
+            let model = toolwright_local_model::LocalModel::builder()
                 // A fixed seed keeps the demo reproducible; the n-gram ban keeps a small model
                 // out of "I am a chatbot. I am a chatbot. …" loops; answers stay short.
                 .seed(5)
@@ -221,9 +221,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         None if smoke => {
             std::env::temp_dir().join(format!("stage5-smoke-{}.sqlite3", std::process::id()))
         }
-        None => chat_panel::HistoryStore::default_path(),
+        None => toolwright_chat_panel::HistoryStore::default_path(),
     };
-    let config = if let chat_panel::HistoryStore::Postgres(_) = &env_config.history {
+    let config = if let toolwright_chat_panel::HistoryStore::Postgres(_) = &env_config.history {
         println!("Conversations are kept in PostgreSQL (DATABASE_URL)");
         env_config
     } else {

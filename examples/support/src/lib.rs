@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use local_model::LocalModel;
-use model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
+use toolwright_local_model::LocalModel;
+use toolwright_model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
 
 /// The configured provider (`OPENAI_API_KEY` / `OPENAI_BASE_URL`, see the README), or else the
 /// embedded local model (SmolLM2-135M-Instruct on the CPU, fetched once into the cache; native
@@ -43,7 +43,7 @@ pub async fn demo_model() -> Result<(Arc<dyn ChatModel>, String), Box<dyn std::e
 #[must_use]
 pub struct Traces {
     #[cfg(feature = "otlp")]
-    _telemetry: Option<telemetry::Telemetry>,
+    _telemetry: Option<toolwright_telemetry::Telemetry>,
 }
 
 /// Sets up the demo's `tracing`: log lines by `RUST_LOG` (default `warn`). Built with the `otlp`
@@ -54,13 +54,13 @@ pub struct Traces {
 pub fn init_tracing(service_name: &str) -> Traces {
     #[cfg(feature = "otlp")]
     {
-        match telemetry::Telemetry::from_env(service_name) {
+        match toolwright_telemetry::Telemetry::from_env(service_name) {
             Ok(Some(t)) => match t.init() {
                 Ok(()) => {
                     println!(
                         "traces: exported over OTLP to {}",
-                        std::env::var(telemetry::TRACES_ENDPOINT_VAR)
-                            .or_else(|_| std::env::var(telemetry::ENDPOINT_VAR))
+                        std::env::var(toolwright_telemetry::TRACES_ENDPOINT_VAR)
+                            .or_else(|_| std::env::var(toolwright_telemetry::ENDPOINT_VAR))
                             .unwrap_or_default()
                     );
                     return Traces {

@@ -1,4 +1,4 @@
-//! Servers the tests need, started privately for one run and stopped after (#27, #28), one
+//! Servers the tests need, started privately for one run and stopped after, one
 //! module each, all in one shape ([`Server`]: start, ready, stop; and reap, for what a killed
 //! run left): PostgreSQL for context-engine's `PostgresStore` tests (`postgres.rs`) and
 //! nats-server (JetStream) for messaging's bus tests (`nats.rs`), on 127.0.0.1; Arize Phoenix
@@ -199,7 +199,7 @@ pub fn status_in_own_group(cmd: &mut Command) -> std::io::Result<std::process::E
 }
 
 /// On SIGINT, SIGTERM or SIGHUP: passes the signal on to the running command's process group,
-/// stops every server this process started, and exits with 128 + the signal's number (#40: a
+/// stops every server this process started, and exits with 128 + the signal's number (a
 /// `cargo xtask test` ended by a time limit left PostgreSQL and Phoenix running for as long as
 /// the machine lived). Installed once; before it, a signal ends xtask as usual.
 pub fn watch_signals() {
@@ -235,7 +235,7 @@ pub fn watch_signals() {
 pub fn run_with(cmd: &[String]) -> Result<(), String> {
     let Some((program, args)) = cmd.split_first() else {
         return Err(
-            "usage: cargo xtask with-services CMD [ARGS…]   (e.g. cargo test -p context-engine)"
+            "usage: cargo xtask with-services CMD [ARGS…]   (e.g. cargo test -p toolwright-context-engine)"
                 .into(),
         );
     };

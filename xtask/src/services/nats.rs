@@ -1,4 +1,4 @@
-//! NATS JetStream for messaging's bus tests (#28): `nats-server` (Debian's package, installed
+//! NATS JetStream for messaging's bus tests: `nats-server` (Debian's package, installed
 //! when missing) on 127.0.0.1 only, at a free port, no monitoring port, its JetStream store in
 //! the service's own directory. Two servers: one the tests share (`TEST_NATS_URL`) and one a
 //! fault test kills and starts again (`TEST_NATS_FAULT_*`).

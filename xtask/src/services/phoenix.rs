@@ -1,4 +1,4 @@
-//! Arize Phoenix, the trace viewer the telemetry test exports to (#27 item 5).
+//! Arize Phoenix, the trace viewer the telemetry test exports to.
 //!
 //! Phoenix's gRPC receiver listens on every interface whatever `PHOENIX_HOST` says, so it runs
 //! in a network namespace of its own where only loopback exists (`unshare -n`, `lo` up; as a

@@ -1,4 +1,4 @@
-//! PostgreSQL for context-engine's `PostgresStore` tests (#27): Debian's `postgresql`
+//! PostgreSQL for context-engine's `PostgresStore` tests: Debian's `postgresql`
 //! (installed when missing), a private cluster made with `initdb` in the service's own directory,
 //! listening only on 127.0.0.1 at a free port (and a Unix socket in that directory), trusting
 //! local connections only. Two clusters: one the tests share (`TEST_DATABASE_URL`) and one a

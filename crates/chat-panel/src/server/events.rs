@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::sse::Event;
-use llm_core::Message;
+use toolwright_core::Message;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -60,7 +60,7 @@ pub(super) fn follow(
 pub(super) struct Follow {
     app: Arc<App>,
     id: String,
-    /// Who follows: the conversation must be theirs (#44), checked once it exists.
+    /// Who follows: the conversation must be theirs, checked once it exists.
     who: crate::identity::Principal,
     /// Whether the conversation is `who`'s (`None`: not known yet; `Some(false)` ends the
     /// stream).
@@ -94,7 +94,7 @@ impl Follow {
         });
         match app.sessions.find(&self.id).await {
             Ok(true) if self.owned.is_none() => {
-                // created after the stream started: by whom? (#44)
+                // created after the stream started: by whom?
                 self.owned = Some(super::guard::access(app, &self.id, &self.who).await.is_ok());
                 return self.owned == Some(true);
             }

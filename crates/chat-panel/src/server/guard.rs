@@ -59,7 +59,7 @@ pub(super) async fn check_request(
         );
     }
     let fetch_site = header_str(h, header::HeaderName::from_static("sec-fetch-site"));
-    // the browser login's two ends are reached from the provider's pages (#44): they check
+    // the browser login's two ends are reached from the provider's pages: they check
     // their own state (a sealed cookie and `state`), and change nothing but the caller's cookie
     let login_leg = c.login.is_some()
         && *req.method() == Method::GET
@@ -148,12 +148,12 @@ pub(super) fn check_session_id(
     }
 }
 
-/// Whether `who` may use conversation `id` (#44): `Ok(true)` it is theirs, `Ok(false)` there is
+/// Whether `who` may use conversation `id`: `Ok(true)` it is theirs, `Ok(false)` there is
 /// no such conversation yet (without authentication only: the page names its conversations);
 /// [`not_found`] when it is another principal's, and — with authentication, where the server
 /// names conversations (`POST /api/sessions`) — when there is none: the same bytes either way,
 /// so a caller learns nothing of others' conversations, not even that one exists. A
-/// conversation with no owner recorded (created before #44, or by a bus message to a person)
+/// conversation with no owner recorded (created before owners were recorded, or by a bus message to a person)
 /// is [`Principal::local`]'s only: without authentication everything stays as it was, and with
 /// it nobody takes over an old conversation by knowing its id.
 pub(super) async fn access(app: &App, id: &str, who: &Principal) -> Result<bool, Response> {
@@ -176,7 +176,7 @@ pub(super) async fn access(app: &App, id: &str, who: &Principal) -> Result<bool,
 }
 
 /// `404` for a conversation the caller may not see: one that does not exist and another's
-/// answer alike, to the byte (#44).
+/// answer alike, to the byte.
 pub(super) fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
@@ -185,7 +185,7 @@ pub(super) fn not_found() -> Response {
 }
 
 /// The answer when the session store failed: logged, and `503` saying to try again.
-pub(super) fn store_failed(e: &context_engine::StoreError) -> Response {
+pub(super) fn store_failed(e: &toolwright_context_engine::StoreError) -> Response {
     tracing::error!(error = %e, "chat panel: the session store failed");
     error(
         StatusCode::SERVICE_UNAVAILABLE,

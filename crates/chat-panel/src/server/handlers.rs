@@ -18,14 +18,14 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::events::follow;
 use super::guard::{access, not_found};
 use super::guard::{check_session_id, header_str, session_id, store_failed};
-use super::turn::start_turn;
-use super::{App, PAGE, error};
+use super::turn::{Turn, start_turn};
+use super::{APP_CSS, APP_JS, App, PAGE, error};
 use crate::identity::Principal;
 use crate::lease::{self, Acquired};
 use crate::state::entries_from_history;
 
 pub(super) async fn page(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    // with a browser login, a person without a session signs in first (#44)
+    // with a browser login, a person without a session signs in first
     if let Some(login) = &app.config.login
         && !matches!(login.session(&headers).await, Some(Ok(_)))
     {
@@ -40,16 +40,68 @@ pub(super) async fn page(State(app): State<Arc<App>>, headers: HeaderMap) -> Res
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; \
-             img-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-        ),
+        HeaderValue::from_static(PAGE_CSP),
     );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The page's Content-Security-Policy: its script and style only from the panel's own files
+/// (`/app.js`, `/app.css`), nothing inline — no `<script>` or `<style>` in the page, no event
+/// handler or `style` attribute —, requests to the panel only, no images, no frames.
+pub(super) const PAGE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// One of the page's own files: `body` as `content_type`, never sniffed as anything else. Not
+/// secret (the same for everyone, signed in or not); revalidated rather than kept, so a new
+/// version of the panel is picked up at the next load.
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut r = body.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// `GET /app.js`: the page's script.
+pub(super) async fn app_js() -> Response {
+    asset("text/javascript; charset=utf-8", APP_JS)
+}
+
+/// `GET /app.css`: the page's style.
+pub(super) async fn app_css() -> Response {
+    asset("text/css; charset=utf-8", APP_CSS)
+}
+
+/// `GET /signed-in.js`: the script of the page `/callback` answers after a sign-in (it goes on
+/// to the panel's page).
+pub(super) async fn signed_in_js() -> Response {
+    asset("text/javascript; charset=utf-8", "location.replace('/');\n")
+}
+
+/// Every `/api/` answer (conversation text, approval tokens, errors — the refusals of the
+/// request checks included) is kept by no cache (`Cache-Control: no-store`) and never sniffed as
+/// another type than it says (`X-Content-Type-Options: nosniff`).
+pub(super) async fn api_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let path = req.uri().path();
+    let api = path == "/api" || path.starts_with("/api/");
+    let mut r = next.run(req).await;
+    if api {
+        let h = r.headers_mut();
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        h.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+    }
     r
 }
 
@@ -100,7 +152,7 @@ pub(super) async fn get_session(
     // Calls waiting for the person's approval, from the store: a reload or a restart shows
     // the same ones (with fresh tokens).
     let pending = app.backend.pending_approval(&id, who.id()).await;
-    // who decided what (#44): approvals and answers to MCP servers' questions
+    // who decided what: approvals and answers to MCP servers' questions
     let decisions = match crate::decisions::decisions(app.sessions.store(), &id).await {
         Ok(d) => d,
         Err(e) => return store_failed(&e),
@@ -193,7 +245,7 @@ pub(super) async fn post_approvals(
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Decisions {
-        decisions: Vec<tool_system::ApprovalDecision>,
+        decisions: Vec<toolwright_tool_system::ApprovalDecision>,
     }
     const MAX_DECISIONS: usize = 64;
     let id = match session_id(path) {
@@ -239,8 +291,17 @@ pub(super) async fn post_approvals(
         Ok(t) => t,
         Err(r) => return r,
     };
+    // questions asked by the calls it runs are shown from the first instant
+    let asks = app.asks.turn_started(&id);
     let events = app.backend.resume(&id, who.id(), decisions);
-    start_turn(app, id, lease, before, events, permit)
+    let turn = Turn {
+        id,
+        lease,
+        before,
+        asks,
+        permit,
+    };
+    start_turn(app, turn, events)
 }
 
 /// Takes the session's turn lease for this worker: `(lease, the last stored row before)`;
@@ -389,8 +450,19 @@ pub(super) async fn post_message(
         Ok(t) => t,
         Err(r) => return r,
     };
+    // registered for MCP servers' questions before the model or any tool can run (the backend
+    // may start the answer at once): a question asked at the first instant is shown, not
+    // declined for want of a turn
+    let asks = app.asks.turn_started(&id);
     let events = app.backend.reply(&id, who.id(), &text);
-    start_turn(app, id, lease, before, events, permit)
+    let turn = Turn {
+        id,
+        lease,
+        before,
+        asks,
+        permit,
+    };
+    start_turn(app, turn, events)
 }
 
 /// A free answer slot within the queue timeout, or `503`.
@@ -450,11 +522,11 @@ pub(super) async fn post_elicitation(
     let answer = match serde_json::from_slice::<Answer>(&body) {
         Ok(a) => match (a.action.as_str(), a.content) {
             ("accept", Some(c @ Value::Object(_))) => {
-                mcp_bridge::elicitation::ElicitationAnswer::Accept(c)
+                toolwright_mcp_bridge::elicitation::ElicitationAnswer::Accept(c)
             }
-            ("accept", None) => mcp_bridge::elicitation::ElicitationAnswer::Accept(json!({})),
-            ("decline", _) => mcp_bridge::elicitation::ElicitationAnswer::Decline,
-            ("cancel", _) => mcp_bridge::elicitation::ElicitationAnswer::Cancel,
+            ("accept", None) => toolwright_mcp_bridge::elicitation::ElicitationAnswer::Accept(json!({})),
+            ("decline", _) => toolwright_mcp_bridge::elicitation::ElicitationAnswer::Decline,
+            ("cancel", _) => toolwright_mcp_bridge::elicitation::ElicitationAnswer::Cancel,
             _ => {
                 return error(
                     StatusCode::BAD_REQUEST,
@@ -483,11 +555,11 @@ pub(super) async fn post_elicitation(
     let Some(question) = app.asks.claim(&id, n) else {
         return gone();
     };
-    // Recorded before the asker gets it (#44): an answer nobody could later attribute is not
+    // Recorded before the asker gets it: an answer nobody could later attribute is not
     // given — the question is cancelled instead.
     let (action, content) = match &answer {
-        mcp_bridge::elicitation::ElicitationAnswer::Accept(c) => ("accept", Some(c.clone())),
-        mcp_bridge::elicitation::ElicitationAnswer::Decline => ("decline", None),
+        toolwright_mcp_bridge::elicitation::ElicitationAnswer::Accept(c) => ("accept", Some(c.clone())),
+        toolwright_mcp_bridge::elicitation::ElicitationAnswer::Decline => ("decline", None),
         _ => ("cancel", None),
     };
     let record = crate::decisions::AnswerRecord {
@@ -515,7 +587,7 @@ pub(super) async fn post_elicitation(
 
 /// `POST /api/sessions`: a new conversation, owned by the caller, named by the server —
 /// `{"sessionId"}`: 128 random bits as 32 hex digits, so nobody can guess another's.
-/// `GET /api/inbox`: the caller's inbox conversation (#44), where bus messages addressed to
+/// `GET /api/inbox`: the caller's inbox conversation, where bus messages addressed to
 /// them (`person:PRINCIPAL`, [`crate::person_address`]) are stored; created as theirs when it
 /// does not exist yet.
 pub(super) async fn get_inbox(

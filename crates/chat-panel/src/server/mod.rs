@@ -9,8 +9,8 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use context_engine::StoreChange;
-use messaging::MessageBus;
+use toolwright_context_engine::StoreChange;
+use toolwright_messaging::MessageBus;
 use serde_json::json;
 use tokio::sync::{Semaphore, watch};
 
@@ -27,11 +27,15 @@ mod turn;
 
 use guard::check_request;
 use handlers::{
-    get_events, get_inbox, get_session, page, post_approvals, post_elicitation, post_message,
-    post_session,
+    api_headers, app_css, app_js, get_events, get_inbox, get_session, page, post_approvals,
+    post_elicitation, post_message, post_session, signed_in_js,
 };
 
 const PAGE: &str = include_str!("../page.html");
+/// The page's script and style, served as files: its Content-Security-Policy allows nothing
+/// inline.
+const APP_JS: &str = include_str!("../app.js");
+const APP_CSS: &str = include_str!("../app.css");
 
 struct App {
     backend: Arc<dyn ChatBackend>,
@@ -97,7 +101,11 @@ impl App {
 /// The chat panel: a backend, a bus and the per-session conversation state.
 ///
 /// HTTP API (every error is JSON `{"error": "..."}`):
-/// * `GET /` — the page.
+/// * `GET /` — the page, with a Content-Security-Policy that allows no inline script or style
+///   (`script-src 'self'; style-src 'self'`); its script and style are `GET /app.js` and
+///   `GET /app.css` (`/signed-in.js` is the sign-in callback page's).
+/// * Every `/api/` answer carries `Cache-Control: no-store` and
+///   `X-Content-Type-Options: nosniff`.
 /// * `POST /api/sessions` — `{"sessionId"}`: a new conversation owned by the caller, with an
 ///   id the server mints (128 random bits). With an authenticator other than
 ///   [`NoAuth`](crate::identity::NoAuth) this is the only way to start one: every endpoint
@@ -113,7 +121,7 @@ impl App {
 ///   "decisions", "lastEventId"}`; without authentication an unknown session has no entries (a
 ///   `GET` never creates one).
 ///   `lastEventId` is the number of the last stored row (see the events stream). `pending`'s
-///   tokens are bound to the caller (#44: a token copied to another account is refused);
+///   tokens are bound to the caller (a token copied to another account is refused);
 ///   `decisions` is who decided what, oldest first — approvals (`kind: "approval"`, with the
 ///   principal, `atMs`, the tool and the exact arguments) and answers to MCP servers' questions
 ///   (`kind: "answer"`).
@@ -204,7 +212,7 @@ impl ChatPanel {
         }
     }
 
-    /// The [`mcp_bridge::elicitation::Elicitor`] that shows MCP servers' questions in this
+    /// The [`toolwright_mcp_bridge::elicitation::Elicitor`] that shows MCP servers' questions in this
     /// panel: `bridge.set_elicitor(Arc::new(panel.elicitor()), limit)`.
     pub fn elicitor(&self) -> crate::elicit::PanelElicitor {
         crate::elicit::PanelElicitor {
@@ -217,6 +225,9 @@ impl ChatPanel {
     pub fn router(&self) -> Router {
         Router::new()
             .route("/", get(page))
+            .route("/app.js", get(app_js))
+            .route("/app.css", get(app_css))
+            .route("/signed-in.js", get(signed_in_js))
             .route("/healthz", get(|| async { "ok" }))
             .route("/login", get(signin::get_login))
             .route("/callback", get(signin::get_callback))
@@ -248,6 +259,8 @@ impl ChatPanel {
                 self.app.clone(),
                 check_request,
             ))
+            // outside the request checks: their refusals of /api/ requests get the headers too
+            .layer(axum::middleware::from_fn(api_headers))
             .with_state(self.app.clone())
     }
 

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use axum::response::sse::Event;
 use serde_json::{Value, json};
-use tool_system::{LoopEvent, PendingApproval};
+use toolwright_tool_system::{LoopEvent, PendingApproval};
 
 use crate::backend::user_sentence;
 use crate::state::{Entry, EntryKind, ToolActivity, live_id};
@@ -187,7 +187,7 @@ pub(super) fn ev(name: &str, data: &impl serde::Serialize) -> Option<Event> {
 mod tests {
     use super::*;
     use crate::state::LIVE_IDS;
-    use tool_system::LoopError;
+    use toolwright_tool_system::LoopError;
 
     /// `(name, data)` of each event, with live ids replaced by `L0`, `L1`… in order of first
     /// appearance (they come from a process-wide counter).

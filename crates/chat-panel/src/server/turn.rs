@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
-use tool_system::LoopEvent;
+use toolwright_tool_system::LoopEvent;
 
 use super::App;
 use super::events::{Out, Rows};
@@ -17,32 +17,31 @@ use super::translate::{ev, live_entry, translate};
 use crate::lease::{self};
 use crate::state::{Entry, EntryKind};
 
-/// Runs `events` as the session's answer (this worker holds its `lease`) and streams it as SSE:
-/// the stored rows after `before` as they are stored, and what streams live.
+/// What a turn runs with: the session's lease held by this worker, the last stored row before
+/// it, its questions (registered before `events` was started) and its answer slot.
+pub(super) struct Turn {
+    pub(super) id: String,
+    pub(super) lease: String,
+    pub(super) before: u64,
+    pub(super) asks: crate::elicit::TurnAsks,
+    pub(super) permit: OwnedSemaphorePermit,
+}
+
+/// Runs `events` as the session's answer and streams it as SSE: the stored rows after
+/// `turn.before` as they are stored, and what streams live — its questions among them, from
+/// the first one asked.
 pub(super) fn start_turn(
     app: Arc<App>,
-    id: String,
-    lease: String,
-    before: u64,
+    turn: Turn,
     events: crate::backend::EventStream,
-    permit: OwnedSemaphorePermit,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<Event>(256);
-    app.sessions.set_running(&id, true);
-    tokio::spawn(run_turn(app, id, lease, before, events, tx, permit));
+    app.sessions.set_running(&turn.id, true);
+    tokio::spawn(run_turn(app, turn, events, tx));
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>);
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
-}
-
-/// Ends a turn's questions however the turn ends (the ones still waiting are cancelled).
-pub(super) struct AsksGuard(Arc<crate::elicit::Asks>, String);
-
-impl Drop for AsksGuard {
-    fn drop(&mut self) {
-        self.0.turn_ended(&self.1);
-    }
 }
 
 /// Clears the lease however the turn ends (a panic, a dropped task): the next answer may start.
@@ -78,13 +77,17 @@ impl Drop for TurnGuard {
 #[allow(clippy::too_many_lines)] // one match over the loop's events
 pub(super) async fn run_turn(
     app: Arc<App>,
-    session_id: String,
-    held: String,
-    before: u64,
+    turn: Turn,
     mut events: crate::backend::EventStream,
     tx: mpsc::Sender<Event>,
-    permit: OwnedSemaphorePermit,
 ) {
+    let Turn {
+        id: session_id,
+        lease: held,
+        before,
+        asks: mut turn_asks,
+        permit,
+    } = turn;
     let mut guard = TurnGuard {
         app: app.clone(),
         id: session_id.clone(),
@@ -100,10 +103,9 @@ pub(super) async fn run_turn(
     let mut look = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // MCP servers' questions during this turn come in here (elicitation).
-    let (ask_tx, mut asks) = mpsc::unbounded_channel();
-    app.asks.turn_started(&session_id, ask_tx);
-    let _asks = AsksGuard(app.asks.clone(), session_id.clone());
+    // MCP servers' questions during this turn come in here (elicitation); registered before
+    // the turn started, they end when `turn_asks` is dropped, with this task
+    let asks = &mut turn_asks.rx;
     let mut ended = false;
     // The error entry shown live when the answer failed: kept in the store too (below), so a
     // reload or another worker shows it instead of the person's message with no reply.

@@ -1,9 +1,9 @@
 //! The persons' bus inbox: messages to `user:ID` from other senders, stored once as rows of
-//! conversation `ID`, and messages to `person:PRINCIPAL` (#44), stored once in that principal's
+//! conversation `ID`, and messages to `person:PRINCIPAL`, stored once in that principal's
 //! inbox conversation ([`inbox_id`]), owned by them — by whichever worker takes them.
 
-use context_engine::{SessionStore, StateChange, StoreError};
-use messaging::{BusMessage, Subscription};
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_messaging::{BusMessage, Subscription};
 
 use std::sync::Arc;
 
@@ -12,7 +12,7 @@ use super::{AGENT_SENDER, OWNER_KEY, PERSONS, PRINCIPALS, foreign_message_round,
 /// How the id of a principal's inbox conversation starts ([`inbox_id`]).
 pub(crate) const INBOX_PREFIX: &str = "inbox-";
 
-/// The id of `principal`'s inbox conversation (#44): `inbox-` and 40 hex digits of the SHA-256
+/// The id of `principal`'s inbox conversation: `inbox-` and 40 hex digits of the SHA-256
 /// of the principal's id. Any worker finds it from the principal alone, with no table to share;
 /// the conversation is the principal's (its owner is recorded when it is created, by whichever
 /// comes first: the principal's `GET /api/inbox` or a message), so knowing the id shows nothing.
@@ -192,7 +192,7 @@ async fn store_once(
     store: &dyn SessionStore,
     id: &str,
     m: &BusMessage,
-    round: &[llm_core::Message],
+    round: &[toolwright_core::Message],
     memory: BusMemory,
 ) -> Result<Stored, StoreError> {
     let before = store.get_state(id, BUS_SEEN_KEY).await?;
@@ -208,7 +208,7 @@ async fn store_once(
 }
 
 /// Whether inbox `id` is `owner`'s, creating it as theirs when it does not exist and
-/// recording them as its owner when nobody is (#44).
+/// recording them as its owner when nobody is.
 pub(super) async fn own_inbox(
     store: &dyn SessionStore,
     id: &str,

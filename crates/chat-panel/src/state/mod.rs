@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use context_engine::{SessionStore, StateChange, StoreError};
-use llm_core::{Message, ToolCall};
-use messaging::{BusMessage, MessageBus};
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_core::{Message, ToolCall};
+use toolwright_messaging::{BusMessage, MessageBus};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -32,7 +32,7 @@ pub(crate) use inbox::{INBOX_PREFIX, inbox_id};
 
 /// The state slot holding how many messages were trimmed off the conversation's front.
 pub(crate) const BASE_KEY: &str = "chat-panel.base";
-/// The state slot naming the principal a conversation belongs to (#44): set once, when the
+/// The state slot naming the principal a conversation belongs to: set once, when the
 /// conversation is created, in the store itself, so every worker agrees without shared memory.
 pub(crate) const OWNER_KEY: &str = "chat-panel.owner";
 /// Entry ids per row.
@@ -352,7 +352,7 @@ struct Slot {
 /// takes every message to any person, whichever worker holds their connection.
 const PERSONS: &str = "user";
 
-/// The bus family of the principals' addresses (`person:PRINCIPAL`, #44): a message to a
+/// The bus family of the principals' addresses (`person:PRINCIPAL`): a message to a
 /// principal is stored in their inbox conversation ([`inbox_id`]), whichever worker takes it.
 const PRINCIPALS: &str = "person";
 
@@ -558,7 +558,7 @@ impl Sessions {
         Ok(true)
     }
 
-    /// `principal`'s inbox conversation ([`inbox_id`], #44), created as theirs when new and
+    /// `principal`'s inbox conversation ([`inbox_id`]), created as theirs when new and
     /// opened here; `None` when the store holds it as someone else's (a collision of 160 bits
     /// of SHA-256, or a store edited by hand).
     pub async fn open_inbox(&self, principal: &str) -> Result<Option<String>, StoreError> {
@@ -571,7 +571,7 @@ impl Sessions {
     }
 
     /// Whom the conversation belongs to: `None` when it does not exist, `Some(None)` when it
-    /// has no owner recorded (created before #44, or by a bus message to a person).
+    /// has no owner recorded (created before owners were recorded, or by a bus message to a person).
     pub async fn owner(&self, id: &str) -> Result<Option<Option<String>>, StoreError> {
         match self.store.get_state(id, OWNER_KEY).await {
             Ok(o) => Ok(Some(o)),
@@ -716,7 +716,7 @@ impl Sessions {
         self.store.delete(id).await?;
         self.store.create(id).await?;
         if let Some(o) = owner.as_deref() {
-            // the conversation stays its owner's (#44)
+            // the conversation stays its owner's
             self.store
                 .append_with_state(id, &[], StateChange::new(OWNER_KEY, None, Some(o)))
                 .await?;

@@ -1,7 +1,7 @@
 //! The conversation state's unit tests.
 
 use super::*;
-use messaging::{OutgoingMessage, QuickReplies};
+use toolwright_messaging::{OutgoingMessage, QuickReplies};
 
 fn ask(call: &str, text: &str, replies: &[&str]) -> [Message; 2] {
     [
@@ -33,8 +33,8 @@ async fn wait_rows(store: &dyn SessionStore, id: &str, n: usize) -> Vec<Message>
 }
 
 #[tokio::test]
-async fn i42_6_bus_rows_are_kept_for_their_retention_then_go() {
-    let store = context_engine::MemoryStore::new();
+async fn bus_rows_are_kept_for_their_retention_then_go() {
+    let store = toolwright_context_engine::MemoryStore::new();
     let memory = BusMemory {
         max_age: std::time::Duration::from_millis(800),
         max_ids: 2,
@@ -86,7 +86,7 @@ async fn i42_6_bus_rows_are_kept_for_their_retention_then_go() {
 #[tokio::test]
 async fn q10_a_bus_message_from_another_sender_is_stored_and_shown_with_its_quick_replies() {
     let bus = MessageBus::new();
-    let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
+    let store: Arc<dyn SessionStore> = Arc::new(toolwright_context_engine::MemoryStore::new());
     let sessions = Sessions::new(bus.clone(), store.clone(), false, 10);
     sessions.find_or_create("sid-0001", "local").await.unwrap();
     let q = QuickReplies::new(vec!["A".into(), "B".into()]).unwrap();
@@ -159,7 +159,7 @@ fn workers_entry_ids_and_rows_come_from_stored_positions() {
 #[tokio::test]
 async fn sessions_are_capped_evicted_history_is_freed_and_get_never_creates() {
     let bus = MessageBus::new();
-    let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
+    let store: Arc<dyn SessionStore> = Arc::new(toolwright_context_engine::MemoryStore::new());
     let sessions = Sessions::new(bus.clone(), store.clone(), false, 2);
     assert!(!sessions.find("aaaaaaaa").await.unwrap());
     assert!(
@@ -192,7 +192,7 @@ async fn sessions_are_capped_evicted_history_is_freed_and_get_never_creates() {
 #[tokio::test]
 async fn workers_a_shared_store_is_never_trimmed_or_evicted_from() {
     let bus = MessageBus::new();
-    let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
+    let store: Arc<dyn SessionStore> = Arc::new(toolwright_context_engine::MemoryStore::new());
     let sessions = Sessions::new(bus, store.clone(), true, 1);
     sessions.find_or_create("aaaaaaaa", "local").await.unwrap();
     sessions.find_or_create("bbbbbbbb", "local").await.unwrap();
@@ -213,7 +213,7 @@ async fn workers_a_shared_store_is_never_trimmed_or_evicted_from() {
 #[tokio::test]
 async fn c4_a_conversation_is_rebuilt_from_the_store() {
     let bus = MessageBus::new();
-    let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
+    let store: Arc<dyn SessionStore> = Arc::new(toolwright_context_engine::MemoryStore::new());
     store.create("restored1").await.unwrap();
     let mut round = vec![Message::user("hello")];
     round.extend(ask("c1", "pick", &["A", "B"]));
@@ -250,9 +250,9 @@ async fn c4_a_conversation_is_rebuilt_from_the_store() {
 }
 
 #[tokio::test]
-async fn finding3_stored_history_is_trimmed_to_whole_turns_and_row_numbers_go_on() {
+async fn stored_history_is_trimmed_to_whole_turns_and_row_numbers_go_on() {
     let bus = MessageBus::new();
-    let store: Arc<dyn SessionStore> = Arc::new(context_engine::MemoryStore::new());
+    let store: Arc<dyn SessionStore> = Arc::new(toolwright_context_engine::MemoryStore::new());
     let sessions = Sessions::new(bus, store.clone(), false, 10);
     sessions.find_or_create("long-one", "local").await.unwrap();
     for i in 0..50 {

@@ -29,6 +29,31 @@ fn binary(env: &str, default: &str) -> PathBuf {
     p
 }
 
+/// A command of chromedriver's own: one Chrome DevTools Protocol call.
+#[derive(Debug)]
+struct Cdp {
+    cmd: &'static str,
+    params: Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Cdp {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
+        let body = json!({"cmd": self.cmd, "params": self.params});
+        (axum::http::Method::POST, Some(body.to_string()))
+    }
+}
+
 pub struct Browser {
     pub client: Client,
     driver: tokio::process::Child,
@@ -40,7 +65,7 @@ pub struct Browser {
 impl Drop for Browser {
     fn drop(&mut self) {
         if let Some(pid) = self.driver.id() {
-            process_guard::kill_group(pid);
+            toolwright_process_guard::kill_group(pid);
         }
     }
 }
@@ -106,6 +131,18 @@ impl Browser {
     pub async fn close(mut self) {
         let _ = self.client.clone().close().await;
         let _ = self.driver.kill().await;
+    }
+
+    /// Runs `script` in every page this browser opens from now on, before any script of the
+    /// page's own (and whatever the page's Content-Security-Policy says).
+    pub async fn before_every_page(&self, script: &str) {
+        self.client
+            .issue_cmd(Cdp {
+                cmd: "Page.addScriptToEvaluateOnNewDocument",
+                params: json!({"source": script}),
+            })
+            .await
+            .unwrap();
     }
 
     pub async fn js(&self, script: &str) -> Value {

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use chat_panel::PanelConfig;
+use toolwright_chat_panel::PanelConfig;
 use testkit::ScriptedServer;
 
 /// Set in a worker process's environment: the test binary is then a worker, not the tests.
@@ -43,8 +43,8 @@ pub fn worker_child() {
         assert!(config.history.is_shared(), "DATABASE_URL was not read");
         let server = match std::env::var(IDENTITY) {
             Ok(issuer) => {
-                let verifier = chat_panel::identity::JwtBearer::new(
-                    chat_panel::identity::JwtBearerConfig::new(
+                let verifier = toolwright_chat_panel::identity::JwtBearer::new(
+                    toolwright_chat_panel::identity::JwtBearerConfig::new(
                         format!("{issuer}/jwks"),
                         issuer,
                         "chat-panel",
@@ -232,7 +232,7 @@ pub fn fault_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!(
             "{name} is not set: run `cargo xtask test`, or `cargo xtask with-services cargo test \
-             -p chat-panel --test NAME` (they start a fault-test PostgreSQL cluster and \
+             -p toolwright-chat-panel --test NAME` (they start a fault-test PostgreSQL cluster and \
              nats-server on 127.0.0.1 and set TEST_PG_FAULT_* and TEST_NATS_FAULT_*)"
         )
     })

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use chat_panel::{AgentBackend, ChatPanel, PanelConfig, PanelServer};
-use messaging::MessageBus;
-use model_gateway::{OpenAiConfig, OpenAiModel};
+use toolwright_chat_panel::{AgentBackend, ChatPanel, PanelConfig, PanelServer};
+use toolwright_messaging::MessageBus;
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
 
@@ -70,7 +70,7 @@ pub struct Fixture {
     pub model: ScriptedServer,
     pub panel: PanelServer,
     /// The panel's MCP elicitor (hand it to a bridge).
-    pub panel_elicitor: chat_panel::PanelElicitor,
+    pub panel_elicitor: toolwright_chat_panel::PanelElicitor,
     pub bus: MessageBus,
     /// Holds the SQLite session store.
     pub dir: tempfile::TempDir,
@@ -92,15 +92,15 @@ pub async fn start_with(
 }
 
 /// A gated tool for the approval tests: `delete_file {"path"}`, held for the person's approval.
-pub fn with_gated_delete(b: tool_system::AgentBuilder) -> tool_system::AgentBuilder {
-    b.tool(tool_system::FnTool::new(
+pub fn with_gated_delete(b: toolwright_tool_system::AgentBuilder) -> toolwright_tool_system::AgentBuilder {
+    b.tool(toolwright_tool_system::FnTool::new(
         "delete_file",
         "Delete a file",
         json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
         |args, _| async move { Ok(json!({"deleted": args["path"]})) },
     ))
     .require_approval("delete_file")
-    .approval_key(tool_system::ApprovalKey::new([42u8; 32]).unwrap())
+    .approval_key(toolwright_tool_system::ApprovalKey::new([42u8; 32]).unwrap())
 }
 
 /// The model of the approval tests: asked anything, it calls `delete_file` on a path whose
@@ -128,7 +128,7 @@ pub fn delete_responder(body: &Value) -> Reply {
 pub async fn start_with_agent(
     config: PanelConfig,
     responder: impl Fn(&Value) -> Reply + Send + Sync + 'static,
-    configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+    configure: impl FnOnce(toolwright_tool_system::AgentBuilder) -> toolwright_tool_system::AgentBuilder,
 ) -> Fixture {
     start_with_agent_on(config, responder, configure, "127.0.0.1:0").await
 }
@@ -137,7 +137,7 @@ pub async fn start_with_agent(
 pub async fn start_with_agent_on(
     config: PanelConfig,
     responder: impl Fn(&Value) -> Reply + Send + Sync + 'static,
-    configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+    configure: impl FnOnce(toolwright_tool_system::AgentBuilder) -> toolwright_tool_system::AgentBuilder,
     addr: &str,
 ) -> Fixture {
     let model = ScriptedServer::start().await;
@@ -152,7 +152,7 @@ async fn serve_fixture(
     bus: MessageBus,
     dir: tempfile::TempDir,
     config: PanelConfig,
-    configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+    configure: impl FnOnce(toolwright_tool_system::AgentBuilder) -> toolwright_tool_system::AgentBuilder,
     addr: &str,
 ) -> Fixture {
     let mut cfg = OpenAiConfig::new("scripted");
@@ -181,7 +181,7 @@ impl Fixture {
     pub async fn restart(
         self,
         config: PanelConfig,
-        configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+        configure: impl FnOnce(toolwright_tool_system::AgentBuilder) -> toolwright_tool_system::AgentBuilder,
     ) -> Fixture {
         let Fixture {
             model,
@@ -249,10 +249,10 @@ pub async fn serve_child_panel(config: PanelConfig) -> PanelServer {
 #[allow(dead_code)] // used by the tests that run the panel as a process
 pub async fn serve_child_panel_with(
     config: PanelConfig,
-    configure: impl FnOnce(tool_system::AgentBuilder) -> tool_system::AgentBuilder,
+    configure: impl FnOnce(toolwright_tool_system::AgentBuilder) -> toolwright_tool_system::AgentBuilder,
 ) -> PanelServer {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter("chat_panel=warn")
+        .with_env_filter("toolwright_chat_panel=warn")
         .with_writer(std::io::stderr)
         .try_init();
     let mut cfg = OpenAiConfig::new("scripted");
@@ -341,14 +341,14 @@ pub async fn session_state(base: &str, sid: &str) -> serde_json::Value {
         .unwrap()
 }
 
-/// A service's message to the principal `alice` (#44 item 4): "Invoice 42 is ready" from
+/// A service's message to the principal `alice`: "Invoice 42 is ready" from
 /// `billing-bot`, with the quick replies "Pay now" and "Later".
 pub async fn invoice_for_alice(bus: &MessageBus) {
-    let q = messaging::QuickReplies::new(vec!["Pay now".into(), "Later".into()]).unwrap();
+    let q = toolwright_messaging::QuickReplies::new(vec!["Pay now".into(), "Later".into()]).unwrap();
     bus.send(
-        messaging::OutgoingMessage::new(
+        toolwright_messaging::OutgoingMessage::new(
             "billing-bot",
-            chat_panel::person_address("alice"),
+            toolwright_chat_panel::person_address("alice"),
             "Invoice 42 is ready",
         )
         .with_quick_replies(q),

@@ -1,4 +1,4 @@
-//! The tests' own OpenID provider on 127.0.0.1 (#44): discovery, JWKS, an authorization
+//! The tests' own OpenID provider on 127.0.0.1: discovery, JWKS, an authorization
 //! endpoint that approves as the person the test chooses, a token endpoint that checks the PKCE
 //! verifier; a panel that signs people in there, and the whole sign-in over HTTP. Shared by
 //! `login.rs`, `browser.rs` and `workers.rs`.
@@ -11,8 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Form, Query, State};
 use axum::response::{IntoResponse, Redirect};
-use chat_panel::PanelConfig;
-use chat_panel::login::{OidcLogin, OidcLoginConfig};
+use toolwright_chat_panel::PanelConfig;
+use toolwright_chat_panel::login::{OidcLogin, OidcLoginConfig};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use sha2::Digest;
@@ -100,6 +100,8 @@ struct Op {
     grants: Arc<Mutex<HashMap<String, Grant>>>,
     /// What the authorization endpoint was asked (the last time).
     asked: Arc<Mutex<HashMap<String, String>>>,
+    /// Claims set (or, `null`, removed) in the ID tokens the token endpoint issues.
+    changes: Arc<Mutex<Value>>,
 }
 
 /// The test's OpenID provider.
@@ -107,6 +109,7 @@ pub struct Provider {
     pub issuer: String,
     user: Arc<Mutex<String>>,
     pub asked: Arc<Mutex<HashMap<String, String>>>,
+    changes: Arc<Mutex<Value>>,
     _task: tokio::task::JoinHandle<()>,
 }
 
@@ -118,8 +121,9 @@ impl Provider {
             user: Arc::new(Mutex::new("alice".into())),
             grants: Arc::default(),
             asked: Arc::default(),
+            changes: Arc::new(Mutex::new(json!({}))),
         };
-        let (user, asked) = (op.user.clone(), op.asked.clone());
+        let (user, asked, changes) = (op.user.clone(), op.asked.clone(), op.changes.clone());
         let app = axum::Router::new()
             .route(
                 "/.well-known/openid-configuration",
@@ -142,8 +146,15 @@ impl Provider {
             issuer,
             user,
             asked,
+            changes,
             _task: task,
         }
+    }
+
+    /// The ID tokens issued from now on have these claims set (`null`: removed), e.g. an `nbf`
+    /// in the future.
+    pub fn id_tokens_with(&self, changes: Value) {
+        *self.changes.lock().unwrap() = changes;
     }
 
     /// The authorization endpoint signs in as `who` from now on.
@@ -219,7 +230,8 @@ async fn token_endpoint(
     {
         return refuse("invalid_grant");
     }
-    let id_token = signed_token(&op.issuer, &grant.user, Some(&grant.nonce));
+    let changes = op.changes.lock().unwrap().clone();
+    let id_token = signed_token_with(&op.issuer, &grant.user, Some(&grant.nonce), &changes);
     axum::Json(json!({"access_token": "at", "token_type": "Bearer", "id_token": id_token}))
         .into_response()
 }
@@ -228,6 +240,11 @@ async fn token_endpoint(
 /// provider's JWKS publishes as `rsa-a`): the provider's ID tokens, and the bearer tokens of the
 /// tests that check `JwtBearer`.
 pub fn signed_token(issuer: &str, sub: &str, nonce: Option<&str>) -> String {
+    signed_token_with(issuer, sub, nonce, &json!({}))
+}
+
+/// [`signed_token`] with `changes` applied to its claims (a `null` removes the claim).
+pub fn signed_token_with(issuer: &str, sub: &str, nonce: Option<&str>, changes: &Value) -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -236,6 +253,13 @@ pub fn signed_token(issuer: &str, sub: &str, nonce: Option<&str>) -> String {
         json!({"iss": issuer, "aud": CLIENT, "sub": sub, "exp": now + 300, "iat": now});
     if let Some(n) = nonce {
         claims["nonce"] = json!(n);
+    }
+    for (k, v) in changes.as_object().into_iter().flatten() {
+        if v.is_null() {
+            claims.as_object_mut().unwrap().remove(k);
+        } else {
+            claims[k] = v.clone();
+        }
     }
     token("rsa-a", "rsa-a", &claims)
 }

@@ -1,4 +1,4 @@
-//! The code-mode evaluation (#29 item 5): multi-step tasks over the project's own tools and
+//! The code-mode evaluation: multi-step tasks over the project's own tools and
 //! real MCP servers, each run by a real `Agent` over real HTTP in native tool calling and in
 //! code mode, with the model's requests recorded and counted. Used by
 //! `examples/code_mode_eval.rs` (the table in docs/benchmarks.md) and by
@@ -25,13 +25,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use code_mode::{CodeLimits, CodeModeProvider, RUN_CODE};
-use llm_core::{ToolProvider, ToolSpec};
-use mcp_bridge::{DESCRIBE_TOOL, McpBridge, SEARCH_TOOL, ServiceConfig};
-use model_gateway::{OpenAiConfig, OpenAiModel};
+use toolwright_code_mode::{CodeLimits, CodeModeProvider, RUN_CODE};
+use toolwright_core::{ToolProvider, ToolSpec};
+use toolwright_mcp_bridge::{DESCRIBE_TOOL, McpBridge, SEARCH_TOOL, ServiceConfig};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
-use tool_system::{Agent, Dispatcher, ToolContext, ToolError};
+use toolwright_tool_system::{Agent, Dispatcher, ToolContext, ToolError};
 
 pub use tasks::{Needs, Task};
 
@@ -50,7 +50,7 @@ pub enum Mode {
     /// Only `run_code` and `describe_function`; the model writes one script that ends with
     /// `final_answer(...)`: the script's reply ends the turn.
     Code,
-    /// Code mode without `final_answer` ([`code_mode::CodeModeBuilder::final_answer`] off): the
+    /// Code mode without `final_answer` ([`toolwright_code_mode::CodeModeBuilder::final_answer`] off): the
     /// script prints, and the model answers from what it printed in a second call.
     CodePrinted,
     /// Code mode with a more careful model: it first asks `describe_function` for every
@@ -150,7 +150,7 @@ pub fn scripted_move(task: &Task, mode: Mode, turns: &[Turn]) -> Move {
         Mode::CodeDescribeFirst if turns.is_empty() => Move::Calls(
             functions_called(&task.script)
                 .into_iter()
-                .map(|f| call(code_mode::DESCRIBE_FUNCTION, json!({"name": f})))
+                .map(|f| call(toolwright_code_mode::DESCRIBE_FUNCTION, json!({"name": f})))
                 .collect(),
         ),
         Mode::Code | Mode::CodeDescribeFirst | Mode::CodePrinted => match turns
@@ -260,7 +260,7 @@ pub struct Env {
     pub fixture: tempfile::TempDir,
     pub bridge: McpBridge,
     graph_dir: tempfile::TempDir,
-    own: Arc<tool_system::ToolRegistry>,
+    own: Arc<toolwright_tool_system::ToolRegistry>,
     plain: Arc<PlainBridge>,
     /// The sandbox's temporary files.
     sandbox_temp: tempfile::TempDir,
@@ -360,7 +360,7 @@ impl Env {
         let tools = Dispatcher::new()
             .with_provider(self.own.clone())
             .with_provider(self.plain.clone() as Arc<dyn ToolProvider>);
-        let mut config = sandbox::SandboxConfig::default();
+        let mut config = toolwright_sandbox::SandboxConfig::default();
         config.temp_root = Some(self.sandbox_temp.path().to_path_buf());
         CodeModeProvider::builder(Arc::new(tools))
             .limits(CodeLimits::default().with_time_limit(Duration::from_secs(60)))

@@ -39,7 +39,7 @@ impl Proxy {
     /// `https://api.openai.com/v1`).
     pub async fn start(upstream: String) -> Proxy {
         let requests: Arc<Mutex<Vec<Value>>> = Arc::default();
-        model_gateway::ensure_crypto_provider();
+        toolwright_model_gateway::ensure_crypto_provider();
         let shared = Shared {
             upstream: upstream.trim_end_matches('/').to_owned(),
             client: reqwest::Client::builder()

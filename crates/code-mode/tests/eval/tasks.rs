@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tool_system::{FnTool, ToolError, ToolRegistry};
+use toolwright_tool_system::{FnTool, ToolError, ToolRegistry};
 
 use super::fixture::{self as fx, revenue};
 use super::{Move, Turn, call, text};

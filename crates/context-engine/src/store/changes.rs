@@ -28,8 +28,8 @@ pub enum StoreChange {
 /// [`StoreChange::Missed`].
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
-/// use context_engine::{MemoryStore, SessionStore, StoreChange};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), toolwright_context_engine::StoreError> {
+/// use toolwright_context_engine::{MemoryStore, SessionStore, StoreChange};
 /// let store = MemoryStore::new();
 /// let mut feed = store.watch().await?;
 /// store.create("s1").await?;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use llm_core::Message;
+use toolwright_core::Message;
 
 use super::{ChangeFeed, ChangeSender, SessionStore, StateChange, StoreError, check_id};
 use crate::history::Session;
@@ -13,9 +13,9 @@ use crate::history::Session;
 /// demos and short-lived agents.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
-/// use context_engine::{MemoryStore, SessionStore};
-/// use llm_core::Message;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), toolwright_context_engine::StoreError> {
+/// use toolwright_context_engine::{MemoryStore, SessionStore};
+/// use toolwright_core::Message;
 /// let store = MemoryStore::new();
 /// let s = store.load_or_create("s1").await?;
 /// assert!(s.messages.is_empty());

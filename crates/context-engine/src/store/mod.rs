@@ -18,7 +18,7 @@ pub use sqlite::{Durability, SqliteStore};
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use llm_core::Message;
+use toolwright_core::Message;
 
 use crate::history::Session;
 
@@ -245,10 +245,10 @@ pub(crate) fn check_id(id: &str) -> Result<(), StoreError> {
 ///   [`append_with_state`](Self::append_with_state)); `delete` removes them with the session.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), toolwright_context_engine::StoreError> {
 /// use std::sync::Arc;
-/// use context_engine::{MemoryStore, SessionStore};
-/// use llm_core::Message;
+/// use toolwright_context_engine::{MemoryStore, SessionStore};
+/// use toolwright_core::Message;
 /// let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
 /// store.create("s1").await?;
 /// store.append("s1", &[Message::user("hi")]).await?;
@@ -318,9 +318,9 @@ pub trait SessionStore: Send + Sync {
     /// trip instead of two).
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
-    /// use context_engine::{MemoryStore, SessionStore, StateChange};
-    /// use llm_core::Message;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), toolwright_context_engine::StoreError> {
+    /// use toolwright_context_engine::{MemoryStore, SessionStore, StateChange};
+    /// use toolwright_core::Message;
     /// let store = MemoryStore::new();
     /// store.create("s1").await?;
     /// store.append_with_state("s1", &[Message::user("hi")], StateChange::new("turn", None, Some("w1"))).await?;

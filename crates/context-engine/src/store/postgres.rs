@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use deadpool_postgres::{
     Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
 };
-use llm_core::Message;
+use toolwright_core::Message;
 use tokio_postgres::config::Host;
 use tokio_postgres::{AsyncMessage, NoTls};
 
@@ -97,9 +97,9 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 ///   opened again (backoff up to 5 s) and every feed gets [`StoreChange::Missed`](super::StoreChange::Missed).
 ///
 /// ```no_run
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), context_engine::StoreError> {
-/// use context_engine::{PostgresStore, SessionStore};
-/// use llm_core::Message;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), toolwright_context_engine::StoreError> {
+/// use toolwright_context_engine::{PostgresStore, SessionStore};
+/// use toolwright_core::Message;
 /// let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://app@127.0.0.1/app".into());
 /// let store = PostgresStore::connect(&url).await?;
 /// store.load_or_create("s1").await?;

@@ -5,7 +5,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use llm_core::Message;
+use toolwright_core::Message;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::oneshot;
 
@@ -80,8 +80,8 @@ pub enum Durability {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use context_engine::{SessionStore, SqliteStore};
-/// use llm_core::Message;
+/// use toolwright_context_engine::{SessionStore, SqliteStore};
+/// use toolwright_core::Message;
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("sessions.db");
 /// {

@@ -18,7 +18,7 @@ pub fn pg_base_url() -> String {
         _ => panic!(
             "{PG_ENV} is not set, so the PostgreSQL store tests cannot run: run `cargo xtask test` \
              (it starts a private PostgreSQL on 127.0.0.1 and sets it), or `cargo xtask \
-             with-services cargo test -p context-engine`, or set {PG_ENV}=postgres://USER@HOST:PORT/postgres \
+             with-services cargo test -p toolwright-context-engine`, or set {PG_ENV}=postgres://USER@HOST:PORT/postgres \
              for a server where USER may create databases"
         ),
     }

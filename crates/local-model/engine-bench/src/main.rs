@@ -1,5 +1,5 @@
 //! The hand-written grammar against llguidance (the constraint engine of llama.cpp, vLLM and
-//! SGLang), on the same runs (issue 12):
+//! SGLang), on the same runs:
 //! `cargo run --release --manifest-path crates/local-model/engine-bench/Cargo.toml`.
 //!
 //! 1. Which schemas each engine can enforce: the tool schemas of this repository's tests and
@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
-use llm_core::{ChatRequest, Message, ResponseFormat, ToolSpec};
-use local_model::{Grammar, LocalModel, MaskCache, ModelSource, TokenTrie, default_cache_dir};
+use toolwright_core::{ChatRequest, Message, ResponseFormat, ToolSpec};
+use toolwright_local_model::{Grammar, LocalModel, MaskCache, ModelSource, TokenTrie, default_cache_dir};
 use serde_json::{Value, json};
 
 /// The tool schemas of this repository's tests (local-model, tool-system, messaging).
@@ -96,7 +96,7 @@ fn main() {
     let path = match std::env::var_os("LOCAL_MODEL_PATH") {
         Some(p) => p.into(),
         None => rt
-            .block_on(local_model::ensure_model(
+            .block_on(toolwright_local_model::ensure_model(
                 &ModelSource::smollm2_135m_instruct(),
                 &default_cache_dir().unwrap(),
             ))
@@ -145,7 +145,7 @@ fn main() {
     let (mut own_n, mut llg_n) = (0, 0);
     for (name, schema) in &schemas {
         let spec = ToolSpec::new("t", "", schema.clone());
-        let own = Grammar::tool_call(&[spec], local_model::AnswerChoice::CallOnly)
+        let own = Grammar::tool_call(&[spec], toolwright_local_model::AnswerChoice::CallOnly)
             .map(|_| ())
             .map_err(|e| e.to_string());
         let llg = llg_parser(schema).map(|_| ());

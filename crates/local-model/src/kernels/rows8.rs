@@ -1,4 +1,4 @@
-//! Q4_1 weights with eight rows side by side, for batches (#41: the sentence encoder).
+//! Q4_1 weights with eight rows side by side, for batches (the sentence encoder).
 //!
 //! [`Q4_1Block`]s are dotted one row at a time: every 32 products cost an integer dot, its
 //! horizontal conversion to f32 and a scaled add. Here a [`Rows8`] block holds one 32-value block

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use local_model::{ModelSource, default_cache_dir, ensure_model};
+use toolwright_local_model::{ModelSource, default_cache_dir, ensure_model};
 
 /// `env` when set, else `source` fetched once into the user's cache (on a thread of its own: the
 /// caller may be inside a test's runtime). A test that cannot get it fails with the reason; it

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Which calls of a service's tools wait for a person's approval (tool-system's approval flow,
-/// through [`llm_core::ToolProvider::needs_approval`]): the `require_approval` key, spelled as
+/// through [`toolwright_core::ToolProvider::needs_approval`]): the `require_approval` key, spelled as
 /// OpenAI's hosted MCP tool spells it — `"always"`, `"never"`, or per tool
 /// `{"always": ["delete_file"], "never": ["read_file"]}` (each list may also be written
 /// `{"tool_names": [...]}`); with the object form, a tool in neither list needs none. Tool
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// entry malformed (kept in the file, not run): never silently ungated.
 ///
 /// ```
-/// let f = mcp_bridge::ConfigFile::parse(r#"{"mcpServers": {
+/// let f = toolwright_mcp_bridge::ConfigFile::parse(r#"{"mcpServers": {
 ///   "fs": {"command": "x", "require_approval": {"always": ["write_file"]}},
 ///   "shell": {"command": "y", "require_approval": "always"}}}"#).unwrap();
 /// assert!(f.services[0].requires_approval("write_file"));

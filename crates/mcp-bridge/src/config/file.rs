@@ -99,7 +99,7 @@ impl ConfigFile {
     /// Parses the `mcpServers` JSON format.
     ///
     /// ```
-    /// let f = mcp_bridge::ConfigFile::parse(r#"{"mcpServers": {
+    /// let f = toolwright_mcp_bridge::ConfigFile::parse(r#"{"mcpServers": {
     ///     "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]},
     ///     "remote": {"url": "https://example.invalid/mcp", "bearer_token_env_var": "TOKEN"},
     ///     "old": {"url": "https://example.invalid/sse", "type": "sse"}}}"#).unwrap();

@@ -1,4 +1,4 @@
-//! Embedders behind [`llm_core::Embedder`] for tests and the evaluation's plumbing ONLY.
+//! Embedders behind [`toolwright_core::Embedder`] for tests and the evaluation's plumbing ONLY.
 //!
 //! [`HashedNgrams`] is a real, deterministic encoder, but a lexical one: words, character
 //! trigrams and Chinese character bigrams hashed into 384 dimensions. It knows nothing of
@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use llm_core::{EmbedKind, Embedder, ModelError, async_trait};
+use toolwright_core::{EmbedKind, Embedder, ModelError, async_trait};
 
 /// See the module docs: a lexical test encoder, not a model.
 pub struct HashedNgrams;

@@ -1,4 +1,4 @@
-//! The #41 evaluation over crates/tool-search/fixtures/eval/{dev,test}.json: recall@1,
+//! The tool-search evaluation over crates/tool-search/fixtures/eval/{dev,test}.json: recall@1,
 //! recall@5 and MRR (of the first right tool in the top 10), all / English / Chinese / the
 //! requests one tool answers, and the negatives' false hits; BM25 alone, and hybrid with any
 //! [`Embedder`] (its "no tool fits" threshold derived on dev only, then applied to both).
@@ -8,10 +8,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llm_core::{EmbedKind, Embedder, ModelError};
-use mcp_bridge::{McpBridge, McpTool, search::tool_doc};
 use serde_json::Value;
-use tool_search::{HybridConfig, SearchIndex, ToolDoc, calibrate_no_fit, embedding_text};
+use toolwright_core::{EmbedKind, Embedder, ModelError};
+use toolwright_mcp_bridge::{McpBridge, McpTool, search::tool_doc};
+use toolwright_tool_search::{
+    HybridConfig, SearchIndex, ToolDoc, calibrate_no_fit, embedding_text,
+};
 
 pub const DEV: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

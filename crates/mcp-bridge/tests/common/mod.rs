@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mcp_bridge::ServiceConfig;
+use toolwright_mcp_bridge::ServiceConfig;
 
 pub mod embedders;
 pub mod eval;
@@ -80,7 +80,7 @@ pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "mcp_bridge=info".into()),
+                .unwrap_or_else(|_| "toolwright_mcp_bridge=info".into()),
         )
         .with_test_writer()
         .try_init();
@@ -90,13 +90,13 @@ pub fn init_tracing() {
 /// pointed at the scripted `server`, with `bridge` as tool provider and turn-sections hook.
 pub fn agent_over_http(
     server: &testkit::ScriptedServer,
-    bridge: &mcp_bridge::McpBridge,
-) -> tool_system::Agent {
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("m").with_base_url(server.base_url()),
+    bridge: &toolwright_mcp_bridge::McpBridge,
+) -> toolwright_tool_system::Agent {
+    let model = toolwright_model_gateway::OpenAiModel::new(
+        toolwright_model_gateway::OpenAiConfig::new("m").with_base_url(server.base_url()),
     )
     .unwrap();
-    tool_system::Agent::builder(model)
+    toolwright_tool_system::Agent::builder(model)
         .provider(std::sync::Arc::new(bridge.clone()))
         .turn_sections(std::sync::Arc::new(bridge.clone()))
         .system_prompt("You are helpful.")

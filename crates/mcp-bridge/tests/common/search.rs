@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use testkit::{Reply, ScriptedServer};
-use tool_system::{Agent, ProtocolKind, ToolProvider};
+use toolwright_tool_system::{Agent, ProtocolKind, ToolProvider};
 
-use mcp_bridge::{DESCRIBE_TOOL, McpBridge, SEARCH_TOOL, ToolSearchConfig};
+use toolwright_mcp_bridge::{DESCRIBE_TOOL, McpBridge, SEARCH_TOOL, ToolSearchConfig};
 
 use super::{init_tracing, own};
 
@@ -131,7 +131,7 @@ pub async fn full_schemas(b: &McpBridge) -> String {
         .await
         .iter()
         .filter(|s| *s.name != *SEARCH_TOOL && *s.name != *DESCRIBE_TOOL)
-        .map(tool_system::to_openai_tool)
+        .map(toolwright_tool_system::to_openai_tool)
         .collect();
     Value::Array(all).to_string()
 }
@@ -164,8 +164,8 @@ pub async fn search_turn(protocol: ProtocolKind) -> SearchTurn {
     let args = arguments_for(&target.input_schema);
 
     let server = ScriptedServer::start().await;
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(server.base_url()),
+    let model = toolwright_model_gateway::OpenAiModel::new(
+        toolwright_model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(server.base_url()),
     )
     .unwrap();
     let agent = Agent::builder(model)
@@ -248,8 +248,8 @@ pub async fn search_turn(protocol: ProtocolKind) -> SearchTurn {
 /// The embedded local model behind a recorder: every request it receives, and the prompt
 /// tokens (its own tokenizer and chat template) it had read before each.
 pub struct Recording {
-    pub model: local_model::LocalModel,
-    pub seen: std::sync::Mutex<Vec<(llm_core::ChatRequest, u64)>>,
+    pub model: toolwright_local_model::LocalModel,
+    pub seen: std::sync::Mutex<Vec<(toolwright_core::ChatRequest, u64)>>,
 }
 
 impl Recording {
@@ -260,22 +260,22 @@ impl Recording {
 }
 
 #[async_trait::async_trait]
-impl llm_core::ChatModel for Recording {
-    fn info(&self) -> llm_core::ModelInfo {
+impl toolwright_core::ChatModel for Recording {
+    fn info(&self) -> toolwright_core::ModelInfo {
         self.model.info()
     }
     async fn chat(
         &self,
-        request: llm_core::ChatRequest,
-    ) -> Result<llm_core::ChatResponse, llm_core::ModelError> {
+        request: toolwright_core::ChatRequest,
+    ) -> Result<toolwright_core::ChatResponse, toolwright_core::ModelError> {
         let so_far = self.prompt_tokens_so_far();
         self.seen.lock().unwrap().push((request.clone(), so_far));
         self.model.chat(request).await
     }
     async fn stream(
         &self,
-        request: llm_core::ChatRequest,
-    ) -> Result<llm_core::ChatStream, llm_core::ModelError> {
+        request: toolwright_core::ChatRequest,
+    ) -> Result<toolwright_core::ChatStream, toolwright_core::ModelError> {
         let so_far = self.prompt_tokens_so_far();
         self.seen.lock().unwrap().push((request.clone(), so_far));
         self.model.stream(request).await
@@ -290,14 +290,14 @@ pub struct LocalTurn {
     /// Every full schema in its tokenizer.
     pub full: u64,
     /// Every request it received, with the prompt tokens read before it.
-    pub seen: Vec<(llm_core::ChatRequest, u64)>,
+    pub seen: Vec<(toolwright_core::ChatRequest, u64)>,
     /// The run's answer.
     pub answer: String,
 }
 
 /// Runs one turn of the local model over `b`'s tools ("Read the file notes.txt ...").
 pub async fn local_search_turn(b: &McpBridge) -> LocalTurn {
-    let model = local_model::LocalModel::builder()
+    let model = toolwright_local_model::LocalModel::builder()
         .seed(1)
         .max_tokens(64)
         .build()

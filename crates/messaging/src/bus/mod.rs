@@ -359,7 +359,7 @@ pub(crate) trait Inbox: Send + Sync {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// use messaging::{MessageBus, OutgoingMessage};
+/// use toolwright_messaging::{MessageBus, OutgoingMessage};
 /// let bus = MessageBus::with_capacity(2);
 /// let mut inbox = bus.subscribe("alice");
 /// for t in ["1", "2", "3"] {
@@ -442,7 +442,7 @@ impl MessageBus {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// use messaging::{BusError, MessageBus, OutgoingMessage};
+    /// use toolwright_messaging::{BusError, MessageBus, OutgoingMessage};
     /// let bus = MessageBus::new();
     /// let mut users = bus.subscribe_group("user").unwrap();
     /// let mut carol = bus.subscribe("user:carol"); // her own subscription comes first
@@ -550,8 +550,8 @@ impl Subscription {
     /// subscription was replaced.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), messaging::BusError> {
-    /// use messaging::{MessageBus, OutgoingMessage};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), toolwright_messaging::BusError> {
+    /// use toolwright_messaging::{MessageBus, OutgoingMessage};
     /// let bus = MessageBus::new();
     /// let mut inbox = bus.subscribe_group("user")?;
     /// bus.send(OutgoingMessage::new("agent", "user:alice", "hi")).await?;

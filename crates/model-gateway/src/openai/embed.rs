@@ -1,10 +1,10 @@
-//! Texts → vectors through an OpenAI-compatible `POST {base}/embeddings` (#41): OpenAI, Ollama,
+//! Texts → vectors through an OpenAI-compatible `POST {base}/embeddings`: OpenAI, Ollama,
 //! llama.cpp's server (`--embeddings`), vLLM, DashScope — the dense half of tool search when a
 //! user prefers a hosted or served encoder to the embedded one.
 
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
-use llm_core::{EmbedKind, Embedder};
+use toolwright_core::{EmbedKind, Embedder};
 use serde_json::{Value, json};
 
 use super::{OpenAiConfig, client, map_error};
@@ -14,9 +14,9 @@ use crate::GatewayError;
 /// retries (429, 5xx, connection errors), timeouts and typed errors.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), model_gateway::GatewayError> {
-/// use llm_core::{EmbedKind, Embedder};
-/// use model_gateway::{OpenAiConfig, OpenAiEmbedder};
+/// # async fn demo() -> Result<(), toolwright_model_gateway::GatewayError> {
+/// use toolwright_core::{EmbedKind, Embedder};
+/// use toolwright_model_gateway::{OpenAiConfig, OpenAiEmbedder};
 /// // Ollama serving an e5 model: it needs e5's prefixes; the width is asked of the server once.
 /// let cfg = OpenAiConfig::new("jeffh/intfloat-multilingual-e5-small:f16")
 ///     .with_base_url("http://127.0.0.1:11434/v1");

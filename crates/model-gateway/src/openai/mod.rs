@@ -25,12 +25,12 @@ use crate::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError,
     ModelInfo, Usage,
 };
-use llm_core::ToolCallAssembler;
+use toolwright_core::ToolCallAssembler;
 
 /// Configuration of an OpenAI-compatible endpoint.
 ///
 /// ```
-/// use model_gateway::OpenAiConfig;
+/// use toolwright_model_gateway::OpenAiConfig;
 /// use std::time::Duration;
 /// let cfg = OpenAiConfig::new("qwen2.5:7b")
 ///     .with_base_url("http://127.0.0.1:11434/v1") // Ollama
@@ -216,8 +216,8 @@ impl OpenAiConfig {
 /// A [`ChatModel`] talking to an OpenAI-compatible endpoint.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), model_gateway::GatewayError> {
-/// use model_gateway::{ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel};
+/// # async fn demo() -> Result<(), toolwright_model_gateway::GatewayError> {
+/// use toolwright_model_gateway::{ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel};
 /// let model = OpenAiModel::new(OpenAiConfig::new("gpt-4o-mini").with_api_key("sk-..."))?;
 /// let answer = model.chat(ChatRequest::new(vec![Message::user("Say hi")])).await?;
 /// println!("{}", answer.content);

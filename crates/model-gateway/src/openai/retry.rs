@@ -15,7 +15,7 @@ use reqwest::Response;
 /// How failed attempts are retried: 429, 5xx and connection errors only; never other 4xx.
 ///
 /// ```
-/// use model_gateway::RetryPolicy;
+/// use toolwright_model_gateway::RetryPolicy;
 /// use std::time::Duration;
 /// let p = RetryPolicy::default().with_max_retries(5).with_base_delay(Duration::from_millis(50));
 /// assert_eq!(p.max_retries, 5);

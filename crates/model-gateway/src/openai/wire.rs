@@ -74,7 +74,7 @@ fn message(m: &Message) -> Value {
                 })
                 .collect();
             // `""`, never `null`, for a call without text: OpenAI accepts both, but
-            // llama-cpp-python's server answers `null` with HTTP 500 (issue 13, interop).
+            // llama-cpp-python's server answers `null` with HTTP 500.
             json!({"role": "assistant", "content": content, "tool_calls": calls})
         }
         Message::Tool {

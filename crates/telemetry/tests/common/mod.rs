@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use context_engine::MemoryStore;
-use model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
+use toolwright_context_engine::MemoryStore;
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
-use tool_system::{Agent, FnTool, LoopOutput};
+use toolwright_tool_system::{Agent, FnTool, LoopOutput};
 
 /// Words that appear only in the conversation's text, never in a span unless content capture
 /// is on.

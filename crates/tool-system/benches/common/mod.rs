@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use context_engine::MemoryStore;
-use llm_core::{
+use serde_json::json;
+use toolwright_context_engine::MemoryStore;
+use toolwright_core::{
     ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, Message, ModelError, ModelInfo,
     ToolCall, async_trait, response_stream,
 };
-use serde_json::json;
-use tool_system::{Agent, AgentBuilder, FnTool};
+use toolwright_tool_system::{Agent, AgentBuilder, FnTool};
 
 /// `noop(x: integer)`, answering "ok".
 pub fn noop_tool() -> FnTool {

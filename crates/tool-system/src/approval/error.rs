@@ -2,7 +2,7 @@
 //! writes the session store fails with ([`Failed`]): the runner turns the latter into its
 //! `LoopError`, so this module needs no type of the runner's.
 
-use context_engine::StoreError;
+use toolwright_context_engine::StoreError;
 
 /// Why decisions were refused, or a pending approval could not be read. A refused batch of
 /// decisions changes nothing.

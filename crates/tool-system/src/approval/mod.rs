@@ -1,7 +1,7 @@
-//! A person in the loop: tool calls held for approval (issue 27, item 1).
+//! A person in the loop: tool calls held for approval.
 //!
-//! When the model's round has calls that need approval ([`llm_core::Tool::needs_approval`],
-//! [`llm_core::ToolProvider::needs_approval`], or the agent's [`ApprovalPolicy`]), the calls that
+//! When the model's round has calls that need approval ([`toolwright_core::Tool::needs_approval`],
+//! [`toolwright_core::ToolProvider::needs_approval`], or the agent's [`ApprovalPolicy`]), the calls that
 //! need none run at once and the run stops with a [`PendingApproval`]. The round — the
 //! assistant message, the results obtained, the held calls — is kept in the session store's
 //! state slot (compare-and-set), never as half a round in the history, so a restart loses

@@ -11,7 +11,7 @@ pub type ApprovalPredicate = Arc<dyn Fn(&serde_json::Value) -> bool + Send + Syn
 /// policy, the tool or its provider says so.
 ///
 /// ```
-/// use tool_system::ApprovalPolicy;
+/// use toolwright_tool_system::ApprovalPolicy;
 /// use serde_json::json;
 /// let policy = ApprovalPolicy::new()
 ///     .always("delete_file")

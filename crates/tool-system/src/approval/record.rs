@@ -1,4 +1,4 @@
-//! Who decided (#44): every decision on a held call — the principal, the time, the tool and the
+//! Who decided: every decision on a held call — the principal, the time, the tool and the
 //! exact arguments it was shown with, approved or declined and why — is kept in the session's
 //! state slot [`APPROVAL_LOG_KEY`], beside the conversation in the same store (memory, SQLite,
 //! PostgreSQL), after the pending approval itself is gone. Read it with
@@ -9,7 +9,7 @@
 //! round is recorded and before a cut-off round is asked again, so a process stopping between
 //! the two writes loses no record of a decision whose calls ran.
 
-use context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

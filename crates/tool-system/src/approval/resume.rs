@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use context_engine::{SessionStore, StateChange, StoreError};
-use llm_core::Message;
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_core::Message;
 
 use super::error::{ApprovalError, Failed};
 use super::pending::{ApprovalDecision, PendingApproval};

@@ -3,8 +3,8 @@
 //! runs) and the compare-and-set writes of its state slot — holding a round, closing one a new
 //! message overtook, showing it again, asking again after a cut-off run.
 
-use context_engine::{SessionStore, StateChange, StoreError};
-use llm_core::{DEFAULT_MAX_RESULT_BYTES, Message, ToolError, cap_result};
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, Message, ToolError, cap_result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -14,7 +14,7 @@ use super::token::{ApprovalKey, Binding, key_or_process, nonce};
 use crate::machine::{CallPlan, LoopMachine};
 use crate::protocol::{CallProtocol, PendingCall, Reading, Step, tool_message_round};
 
-/// The session state slot ([`context_engine::SessionStore::get_state`]) that keeps a
+/// The session state slot ([`toolwright_context_engine::SessionStore::get_state`]) that keeps a
 /// session's pending approval.
 pub const APPROVAL_STATE_KEY: &str = "tool-system.approval";
 

@@ -22,11 +22,11 @@ pub const APPROVAL_KEY_ENV: &str = "TOOL_APPROVAL_KEY";
 /// another worker, verifies only under the same key.
 ///
 /// ```
-/// use tool_system::ApprovalKey;
+/// use toolwright_tool_system::ApprovalKey;
 /// assert!(ApprovalKey::new("too short").is_err());
 /// let key = ApprovalKey::new([7u8; 32])?;
 /// assert_eq!(format!("{key:?}"), "ApprovalKey(..)"); // never printed
-/// # Ok::<(), tool_system::ApprovalError>(())
+/// # Ok::<(), toolwright_tool_system::ApprovalError>(())
 /// ```
 #[derive(Clone)]
 pub struct ApprovalKey(Arc<[u8]>);

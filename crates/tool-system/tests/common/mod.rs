@@ -4,11 +4,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use context_engine::{MemoryStore, SessionStore};
-use model_gateway::{Message, OpenAiConfig, OpenAiModel, RetryPolicy};
+use toolwright_context_engine::{MemoryStore, SessionStore};
+use toolwright_model_gateway::{Message, OpenAiConfig, OpenAiModel, RetryPolicy};
 use serde_json::{Value, json};
 use testkit::ScriptedServer;
-use tool_system::{Agent, FnTool, ToolError};
+use toolwright_tool_system::{Agent, FnTool, ToolError};
 
 pub fn model(server: &ScriptedServer) -> OpenAiModel {
     OpenAiModel::new(

@@ -240,8 +240,8 @@ impl MessageBus {
     /// or has no JetStream, and [`BusError::Broker`] when it refuses the stream.
     ///
     /// ```no_run
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), messaging::BusError> {
-    /// use messaging::{MessageBus, OutgoingMessage};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), toolwright_messaging::BusError> {
+    /// use toolwright_messaging::{MessageBus, OutgoingMessage};
     /// // process A
     /// let bus = MessageBus::connect_nats("nats://127.0.0.1:4222").await?;
     /// let m = OutgoingMessage::new("agent", "user:s1", "Deploy now?");
@@ -730,7 +730,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn i42_6_user_and_password_or_token_come_out_of_the_url_and_are_never_shown() {
+    fn user_and_password_or_token_come_out_of_the_url_and_are_never_shown() {
         let e = split_url("nats://w%40rk:p%3Ass@127.0.0.1:4222").unwrap();
         assert_eq!(e.connect_to, ["nats://127.0.0.1:4222"]);
         assert_eq!(e.login, Some(("w@rk".into(), Some("p:ss".into()))));

@@ -1,4 +1,4 @@
-//! Issue 14 finding 4: a child's detached (`setsid`) descendant outlived the owner's group kill.
+//! a child's detached (`setsid`) descendant outlived the owner's group kill.
 //! Real processes, checked in `/proc`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -71,7 +71,7 @@ fn script(pidfile: &Path, stay: bool) -> Command {
 }
 
 #[tokio::test]
-async fn finding4_reproduced_a_group_kill_leaves_the_setsid_grandchild_running() {
+async fn reproduced_a_group_kill_leaves_the_setsid_grandchild_running() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let mut cmd = script(&pidfile, true);
@@ -86,7 +86,7 @@ async fn finding4_reproduced_a_group_kill_leaves_the_setsid_grandchild_running()
         session_of(pgid as i32),
         "it left the session"
     );
-    process_guard::kill_group(pgid);
+    toolwright_process_guard::kill_group(pgid);
     child.wait().await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let survived = alive(grandchild);
@@ -102,10 +102,10 @@ async fn finding4_reproduced_a_group_kill_leaves_the_setsid_grandchild_running()
 }
 
 #[tokio::test]
-async fn finding4_setsid_grandchild_is_gone_after_terminate() {
+async fn setsid_grandchild_is_gone_after_terminate() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
-    let (mut child, guard) = process_guard::spawn(&mut script(&pidfile, true)).unwrap();
+    let (mut child, guard) = toolwright_process_guard::spawn(&mut script(&pidfile, true)).unwrap();
     let grandchild = read_pid(&pidfile).await;
     assert!(alive(grandchild));
     assert!(
@@ -120,10 +120,10 @@ async fn finding4_setsid_grandchild_is_gone_after_terminate() {
 }
 
 #[tokio::test]
-async fn finding4_grandchild_of_a_child_that_already_exited_is_found_by_its_marker() {
+async fn grandchild_of_a_child_that_already_exited_is_found_by_its_marker() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
-    let (mut child, mut guard) = process_guard::spawn(&mut script(&pidfile, false)).unwrap();
+    let (mut child, mut guard) = toolwright_process_guard::spawn(&mut script(&pidfile, false)).unwrap();
     let grandchild = read_pid(&pidfile).await;
     child.wait().await.unwrap(); // the child is gone; the grandchild was re-parented away
     assert!(alive(grandchild));
@@ -132,7 +132,7 @@ async fn finding4_grandchild_of_a_child_that_already_exited_is_found_by_its_mark
 }
 
 #[tokio::test]
-async fn finding4_double_fork_with_a_cleared_environment_stays_in_the_tree() {
+async fn double_fork_with_a_cleared_environment_stays_in_the_tree() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let mut cmd = Command::new("sh");
@@ -141,7 +141,7 @@ async fn finding4_double_fork_with_a_cleared_environment_stays_in_the_tree() {
         "(env -i setsid sleep 600 & echo $! > '{}') ; sleep 600",
         pidfile.display()
     ));
-    let (mut child, guard) = process_guard::spawn(&mut cmd).unwrap();
+    let (mut child, guard) = toolwright_process_guard::spawn(&mut cmd).unwrap();
     let orphan = read_pid(&pidfile).await;
     let child_pid = child.id().unwrap() as i32;
     // re-parented to the child (a subreaper), not to PID 1
@@ -178,7 +178,7 @@ async fn fork_storm_is_frozen_and_killed() {
     cmd.arg("-c").arg(
         "f() { while :; do (setsid sh -c 'sleep 600' &) ; sleep 0.05; done; }; f & f & sleep 600",
     );
-    let (mut child, guard) = process_guard::spawn(&mut cmd).unwrap();
+    let (mut child, guard) = toolwright_process_guard::spawn(&mut cmd).unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let before = guard.members();
     assert!(before.len() >= 4, "{before:?}");

@@ -1,4 +1,4 @@
-//! Issue 14 over real HTTP on 127.0.0.1, each attack tried first as the report did it:
+//! Hostile requests and connections over real HTTP on 127.0.0.1, each attack tried as an outside report did it:
 //! finding 1 (another web page drives the agent: a cross-origin `text/plain` POST, a foreign
 //! `Host`, a cross-site GET creating sessions), the array body and the empty 405/414 bodies,
 //! and finding 2 (slow and idle connections held forever) with short timeouts.
@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use chat_panel::PanelConfig;
+use toolwright_chat_panel::PanelConfig;
 use common::{start, start_with};
 use serde_json::{Value, json};
 use testkit::Reply;
@@ -58,7 +58,7 @@ async fn entries(base: &str, sid: &str) -> Vec<Value> {
 }
 
 #[tokio::test]
-async fn finding1_cross_origin_text_plain_post_and_foreign_host_are_rejected() {
+async fn cross_origin_text_plain_post_and_foreign_host_are_rejected() {
     let fx = start().await;
     let addr = fx.panel.addr();
     let own = addr.to_string();
@@ -178,7 +178,7 @@ async fn finding1_cross_origin_text_plain_post_and_foreign_host_are_rejected() {
 }
 
 #[tokio::test]
-async fn finding1_allow_list_for_a_deployment_behind_a_proxy() {
+async fn allow_list_for_a_deployment_behind_a_proxy() {
     let fx = start_with(
         PanelConfig::default()
             .with_allowed_host("chat.example.com")
@@ -217,7 +217,7 @@ async fn finding1_allow_list_for_a_deployment_behind_a_proxy() {
 }
 
 #[tokio::test]
-async fn finding1_get_never_creates_a_session_so_cross_site_gets_evict_nothing() {
+async fn get_never_creates_a_session_so_cross_site_gets_evict_nothing() {
     // at most 2 conversations: before the fix, two GETs for other ids evicted the real one
     let fx = start_with(
         PanelConfig::default().with_max_sessions(2),
@@ -330,7 +330,7 @@ async fn until_closed(s: &mut TcpStream) -> Option<String> {
 }
 
 #[tokio::test]
-async fn finding2_idle_and_slowloris_connections_are_closed() {
+async fn idle_and_slowloris_connections_are_closed() {
     let fx = start_with(short_limits(), common::demo_responder).await;
     let addr = fx.panel.addr();
     let host = addr.to_string();
@@ -408,7 +408,7 @@ async fn finding2_idle_and_slowloris_connections_are_closed() {
 
 // Two threads: the panel's timers (1 s) must not wait while the test parses a large state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finding2_a_client_that_stops_reading_is_cut_and_the_answer_is_kept() {
+async fn a_client_that_stops_reading_is_cut_and_the_answer_is_kept() {
     // an answer far larger than the socket buffers, to a client that never reads
     let big = "y".repeat(BIG);
     let fx = start_with(

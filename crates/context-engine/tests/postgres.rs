@@ -8,10 +8,10 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use context_engine::{
+use toolwright_context_engine::{
     POSTGRES_SCHEMA_VERSION, PostgresStore, SessionStore, StoreChange, StoreError,
 };
-use llm_core::{Message, ToolCall};
+use toolwright_core::{Message, ToolCall};
 use serde_json::json;
 
 /// Eight processes' worth of stores connecting to a fresh database at once: the schema is
@@ -311,7 +311,7 @@ async fn c4_postgres_change_feed_says_missed_after_an_outage_then_goes_on() {
 }
 
 /// The feed's next change, within 15 s.
-async fn next(feed: &mut context_engine::ChangeFeed) -> StoreChange {
+async fn next(feed: &mut toolwright_context_engine::ChangeFeed) -> StoreChange {
     tokio::time::timeout(std::time::Duration::from_secs(15), feed.next())
         .await
         .expect("the feed reported nothing within 15 s")
@@ -324,7 +324,7 @@ fn pg_ctl(args: &[&str]) {
         std::env::var(name).unwrap_or_else(|_| {
             panic!(
                 "{name} is not set: run `cargo xtask test` (it starts a private PostgreSQL cluster \
-                 for this test and sets TEST_PG_FAULT_*), or `cargo xtask with-services cargo test -p context-engine`"
+                 for this test and sets TEST_PG_FAULT_*), or `cargo xtask with-services cargo test -p toolwright-context-engine`"
             )
         })
     };
@@ -374,7 +374,7 @@ async fn c4_postgres_server_crash_and_restart() {
     let base = std::env::var("TEST_PG_FAULT_URL").unwrap_or_else(|_| {
         panic!(
             "TEST_PG_FAULT_URL is not set: run `cargo xtask test`, or `cargo xtask with-services \
-             cargo test -p context-engine`"
+             cargo test -p toolwright-context-engine`"
         )
     });
     let store = PostgresStore::connect_with_pool_size(&base, 4)

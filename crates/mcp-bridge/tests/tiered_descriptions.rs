@@ -1,4 +1,4 @@
-//! M3 as a user composes it (#13): an `Agent` with a built-in tool and an `McpBridge` over two
+//! M3 as a user composes it: an `Agent` with a built-in tool and an `McpBridge` over two
 //! real MCP processes (server-everything from npm and this crate's own server), talking to the
 //! OpenAI-compatible backend over real HTTP. Three turns in each call protocol — an MCP-intent
 //! turn, a turn that asks for one tool's details and calls it, a normal turn — and for every
@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use common::search::{answer, call, request_parts, tokens};
 use common::{everything, init_tracing, own};
-use mcp_bridge::{DESCRIBE_TOOL, McpBridge};
 use serde_json::{Value, json};
 use testkit::ScriptedServer;
-use tool_system::{Agent, FnTool, ProtocolKind, ToolProvider};
+use toolwright_mcp_bridge::{DESCRIBE_TOOL, McpBridge};
+use toolwright_tool_system::{Agent, FnTool, ProtocolKind, ToolProvider};
 
 const EVERYTHING_DESCRIPTION: &str = "The MCP reference test server: echo, sums, samples.";
 const MISB_DESCRIPTION: &str = "Echo and arithmetic for tests.";
@@ -75,8 +75,8 @@ fn sent(server: &ScriptedServer) -> Vec<Sent> {
 async fn three_turns(protocol: ProtocolKind) -> (Vec<usize>, usize) {
     let b = bridge().await;
     let server = ScriptedServer::start().await;
-    let model = model_gateway::OpenAiModel::new(
-        model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(server.base_url()),
+    let model = toolwright_model_gateway::OpenAiModel::new(
+        toolwright_model_gateway::OpenAiConfig::new("gpt-4o").with_base_url(server.base_url()),
     )
     .unwrap();
     let agent = Agent::builder(model)
@@ -170,8 +170,13 @@ async fn three_turns(protocol: ProtocolKind) -> (Vec<usize>, usize) {
     );
 
     // "Every full schema every turn": all tools' full specs in each request.
-    let mut all = vec![tool_system::to_openai_tool(&clock_spec())];
-    all.extend(b.list().await.iter().map(tool_system::to_openai_tool));
+    let mut all = vec![toolwright_tool_system::to_openai_tool(&clock_spec())];
+    all.extend(
+        b.list()
+            .await
+            .iter()
+            .map(toolwright_tool_system::to_openai_tool),
+    );
     let everything_every_turn = tokens(&Value::Array(all).to_string());
     let counts = reqs.iter().map(|r| tokens(&r.tool_text)).collect();
     for name in ["everything", "misb"] {
@@ -180,8 +185,8 @@ async fn three_turns(protocol: ProtocolKind) -> (Vec<usize>, usize) {
     (counts, everything_every_turn)
 }
 
-fn clock_spec() -> llm_core::ToolSpec {
-    use tool_system::Tool;
+fn clock_spec() -> toolwright_core::ToolSpec {
+    use toolwright_tool_system::Tool;
     clock().spec()
 }
 

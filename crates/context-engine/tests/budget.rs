@@ -4,11 +4,11 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use context_engine::{
+use toolwright_context_engine::{
     ContextBuilder, ContextError, DropReason, EstimateCounter, History, REPLY_PRIMING_TOKENS,
     TiktokenCounter, TokenCounter, TokenizerError, counter_for_model,
 };
-use llm_core::{Message, ToolCall};
+use toolwright_core::{Message, ToolCall};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -440,7 +440,7 @@ proptest! {
     fn c3_estimate_ascii_shortcut_matches_the_definition(
         text in "[ -~]{0,64}|[a-z 你好世界é]{0,64}",
     ) {
-        use context_engine::TokenCounter;
+        use toolwright_context_engine::TokenCounter;
         prop_assert_eq!(EstimateCounter.count_text(&text), estimate_reference(&text));
     }
 }

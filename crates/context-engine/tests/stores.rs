@@ -11,11 +11,11 @@ mod common;
 
 use std::sync::Arc;
 
-use context_engine::{
+use toolwright_context_engine::{
     ChangeFeed, ContextBuilder, Durability, EstimateCounter, History, MemoryStore, PostgresStore,
     SessionStore, SqliteStore, StateChange, StoreChange, StoreError,
 };
-use llm_core::{Message, ToolCall};
+use toolwright_core::{Message, ToolCall};
 use serde_json::json;
 
 /// A store under test, with whatever must live as long as it (a temporary directory).
@@ -660,7 +660,7 @@ async fn c4_store_without_state_slots_says_so() {
         async fn create(&self, id: &str) -> Result<(), StoreError> {
             self.0.create(id).await
         }
-        async fn load(&self, id: &str) -> Result<context_engine::Session, StoreError> {
+        async fn load(&self, id: &str) -> Result<toolwright_context_engine::Session, StoreError> {
             self.0.load(id).await
         }
         async fn append(&self, id: &str, round: &[Message]) -> Result<u64, StoreError> {

@@ -18,10 +18,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use context_engine::{
+use toolwright_context_engine::{
     ContextBuilder, EstimateCounter, History, PostgresStore, SessionStore, SqliteStore,
 };
-use llm_core::{Message, ToolCall};
+use toolwright_core::{Message, ToolCall};
 use serde_json::json;
 
 const ENV: &str = "CE_CRASH_CHILD_DB";

@@ -8,18 +8,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{SERVER, assert_group_gone, init_tracing, live_in_group, own};
-use llm_core::{ToolContext, ToolSpec, TurnInfo};
-use mcp_bridge::intent::{IntentChain, KeywordRecognizer, McpRecognizer};
-use mcp_bridge::{
+use serde_json::{Value, json};
+use toolwright_core::{ToolContext, ToolSpec, TurnInfo};
+use toolwright_mcp_bridge::intent::{IntentChain, KeywordRecognizer, McpRecognizer};
+use toolwright_mcp_bridge::{
     BridgeError, DESCRIBE_TOOL, Intent, McpBridge, McpTrigger, ServiceConfig, ServiceStatus,
     ServiceUpdate, ToolCallProtocol,
 };
-use model_gateway::{
+use toolwright_model_gateway::{
     ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message,
     ModelInfo, async_trait, response_stream,
 };
-use serde_json::{Value, json};
-use tool_system::{Agent, ProtocolKind, ToolErrorKind, ToolProvider};
+use toolwright_tool_system::{Agent, ProtocolKind, ToolErrorKind, ToolProvider};
 
 async fn started(cfgs: Vec<ServiceConfig>) -> McpBridge {
     init_tracing();
@@ -105,7 +105,7 @@ async fn m1_same_tool_name_in_two_services_does_not_collide() {
     all.dedup();
     assert_eq!(all.len(), tools.len());
     for n in &all {
-        assert!(llm_core::is_valid_tool_name(n), "{n}");
+        assert!(toolwright_core::is_valid_tool_name(n), "{n}");
     }
     // Each exposed name reaches its own service.
     let a = b
@@ -139,8 +139,9 @@ async fn m1_tool_list_cache_hint_ttl_is_honoured() {
         .await
         .unwrap();
     }
-    let listed =
-        |tools: &[mcp_bridge::McpTool], name: &str| tools.iter().any(|t| t.exposed_name == name);
+    let listed = |tools: &[toolwright_mcp_bridge::McpTool], name: &str| {
+        tools.iter().any(|t| t.exposed_name == name)
+    };
     // Within the hint's time the cached list stands (the hint is 1.5 s: a loaded machine has
     // the time to look before it ends; looking later only makes this step pass vacuously
     // false, so it is checked against the clock).
@@ -210,7 +211,7 @@ fn weather_and_files() -> Vec<ServiceConfig> {
     ]
 }
 
-fn chain_with(b_tools: &[mcp_bridge::McpTool]) -> IntentChain {
+fn chain_with(b_tools: &[toolwright_mcp_bridge::McpTool]) -> IntentChain {
     IntentChain::standard(McpRecognizer::new(&weather_and_files(), b_tools))
 }
 
@@ -395,7 +396,7 @@ async fn describe_in(
     b: &McpBridge,
     session: &str,
     tool: &str,
-) -> Result<Value, tool_system::ToolError> {
+) -> Result<Value, toolwright_tool_system::ToolError> {
     ToolProvider::call(
         b,
         DESCRIBE_TOOL,
@@ -558,7 +559,7 @@ async fn m4_timeout_ends_the_call_and_the_server_stays_up() {
     stop_and_check(&b, "misb").await;
 }
 
-/// Issue 26 (speed at the floor): a stdio call is written by the caller itself, beside rmcp's
+/// Speed at the floor: a stdio call is written by the caller itself, beside rmcp's
 /// service task — the server receives the bridge's own request id — and a call dropped at its
 /// timeout still reaches the server as `notifications/cancelled` for that id (the server's
 /// handler sees its cancellation token fire).
@@ -610,7 +611,7 @@ async fn m4_hung_server_is_killed_and_marked_error() {
         other => panic!("{other:?}"),
     }
     assert_group_gone(pid).await;
-    // Issue 26 (recovery): the next call that needs it restarts it, as a new process group.
+    // Recovery: the next call that needs it restarts it, as a new process group.
     let next = b.call("misb__echo", json!({"message": "x"})).await.unwrap();
     assert_eq!(next, json!("Echo: x"));
     assert_ne!(b.pid("misb").unwrap(), pid);
@@ -669,7 +670,7 @@ async fn m4_garbage_during_startup_fails_the_start() {
 }
 
 /// A huge result reaches the model cut once, by the dispatcher — the one cap every tool source
-/// shares (`llm_core::cap_result`), with its one note; the bridge returns the result whole.
+/// shares (`toolwright_core::cap_result`), with its one note; the bridge returns the result whole.
 #[tokio::test]
 async fn m4_huge_result_is_capped_once_by_the_dispatcher() {
     let b = started(vec![own("misb", &[])]).await;
@@ -679,16 +680,16 @@ async fn m4_huge_result_is_capped_once_by_the_dispatcher() {
         .await
         .unwrap();
     assert_eq!(whole.as_str().unwrap().len(), ten_mib);
-    let d = tool_system::Dispatcher::new().with_provider(Arc::new(b.clone()));
+    let d = toolwright_tool_system::Dispatcher::new().with_provider(Arc::new(b.clone()));
     let out = d
         .dispatch(
             "misb__huge",
             json!({"bytes": ten_mib}),
-            tool_system::ToolContext::new("c1"),
+            toolwright_tool_system::ToolContext::new("c1"),
         )
         .await;
     assert!(out.is_ok() && out.truncated);
-    assert!(out.content.len() <= mcp_bridge::DEFAULT_MAX_RESULT_BYTES);
+    assert!(out.content.len() <= toolwright_mcp_bridge::DEFAULT_MAX_RESULT_BYTES);
     let tail = &out.content[out.content.len() - 160..];
     assert_eq!(
         out.content.matches("truncated").count(),
@@ -1006,7 +1007,11 @@ impl ChatModel for Scripted {
     }
 }
 
-async fn run_turn(b: &McpBridge, calls: Vec<Value>, user: &str) -> tool_system::LoopOutput {
+async fn run_turn(
+    b: &McpBridge,
+    calls: Vec<Value>,
+    user: &str,
+) -> toolwright_tool_system::LoopOutput {
     let agent = Agent::builder(Scripted { calls })
         .provider(Arc::new(b.clone()))
         .turn_sections(Arc::new(b.clone()))
@@ -1050,7 +1055,7 @@ async fn m6_failures_become_tool_messages_and_the_conversation_goes_on() {
     .await;
     let pid = b.pid("misb").unwrap();
     // Round 1: a slow tool times out (server stays up). Round 2: the server hangs and is
-    // stopped. Round 3: the call that needs it again restarts it (issue 26's recovery). Then the
+    // stopped. Round 3: the call that needs it again restarts it (recovery). Then the
     // model answers.
     let out = run_turn(
         &b,
@@ -1122,12 +1127,12 @@ async fn m3_level1_section_reaches_the_request_only_for_an_mcp_intent() {
 async fn m4_stopped_service_gives_friendly_message_through_the_dispatcher() {
     let b = started(vec![own("misb", &[])]).await;
     b.stop("misb").await.unwrap();
-    let d = tool_system::Dispatcher::new().with_provider(Arc::new(b.clone()));
+    let d = toolwright_tool_system::Dispatcher::new().with_provider(Arc::new(b.clone()));
     let out = d
         .dispatch(
             "misb__echo",
             json!({"message": "hi"}),
-            tool_system::ToolContext::new("c1"),
+            toolwright_tool_system::ToolContext::new("c1"),
         )
         .await;
     assert_eq!(

@@ -1,4 +1,4 @@
-//! Issue 14 finding 5: a child of the same user read the agent's `/proc/PID/environ`.
+//! a child of the same user read the agent's `/proc/PID/environ`.
 //! One test in its own binary: `protect_this_process` changes the whole process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -35,16 +35,16 @@ async fn output(mut child: tokio::process::Child) -> String {
 const SECRET: &str = "CARGO_PKG_NAME=process-guard";
 
 #[tokio::test]
-async fn finding5_a_guarded_child_cannot_read_the_agents_environ_or_memory() {
+async fn a_guarded_child_cannot_read_the_agents_environ_or_memory() {
     use std::os::unix::fs::MetadataExt;
     let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
     // the attack, first: an ordinary child reads the agent's environment
-    assert!(process_guard::is_dumpable());
+    assert!(toolwright_process_guard::is_dumpable());
     let got = output(probe().spawn().unwrap()).await;
     assert!(got.contains(SECRET), "the finding: {got}");
 
-    process_guard::protect_this_process().unwrap();
-    assert!(!process_guard::is_dumpable());
+    toolwright_process_guard::protect_this_process().unwrap();
+    assert!(!toolwright_process_guard::is_dumpable());
 
     // measured on this machine: for a root child, non-dumpable alone is not enough (root has
     // CAP_SYS_PTRACE); for a child of an ordinary user it is
@@ -59,7 +59,7 @@ async fn finding5_a_guarded_child_cannot_read_the_agents_environ_or_memory() {
     }
 
     // a guarded child (which loses CAP_SYS_PTRACE) reads nothing
-    let (child, _guard) = process_guard::spawn(&mut probe()).unwrap();
+    let (child, _guard) = toolwright_process_guard::spawn(&mut probe()).unwrap();
     let got = output(child).await;
     assert!(!got.contains(SECRET), "{got}");
     assert!(!got.contains("MEM-READ"), "{got}");

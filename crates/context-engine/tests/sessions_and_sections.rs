@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use context_engine::{
+use toolwright_context_engine::{
     ContextBuilder, EstimateCounter, History, MemoryStore, Session, SessionStore, SqliteStore,
 };
-use llm_core::{Message, Role, ToolCall};
+use toolwright_core::{Message, Role, ToolCall};
 use serde_json::json;
 
 fn every_kind() -> Vec<Message> {

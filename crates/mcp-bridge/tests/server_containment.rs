@@ -1,4 +1,4 @@
-//! Issue 14 findings 4 and 5 through the bridge, with a real MCP server process (a small node
+//! An MCP server's detached descendants and the agent's environment, through the bridge, with a real MCP server process (a small node
 //! server speaking MCP over stdio): a `detached: true` grandchild (node calls `setsid()` for it)
 //! is gone after `stop`, checked in `/proc`; a server that reads the agent's
 //! `/proc/PID/environ` gets nothing.
@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use mcp_bridge::{McpBridge, ServiceConfig};
 use serde_json::{Value, json};
+use toolwright_mcp_bridge::{McpBridge, ServiceConfig};
 
 /// A hostile MCP server: `spawn_detached` starts `sleep 600` with `detached: true` (its own
 /// session) and returns its pid; `read_agent_environ` returns whatever `/proc/<parent>/environ`
@@ -80,7 +80,7 @@ fn session_of(pid: i32) -> Option<i32> {
 }
 
 #[tokio::test]
-async fn finding4_detached_grandchild_of_an_mcp_server_is_gone_after_stop() {
+async fn detached_grandchild_of_an_mcp_server_is_gone_after_stop() {
     let dir = tempfile::tempdir().unwrap();
     let bridge = McpBridge::new();
     bridge.register(hostile(dir.path())).unwrap();
@@ -117,7 +117,7 @@ async fn finding4_detached_grandchild_of_an_mcp_server_is_gone_after_stop() {
 }
 
 #[tokio::test]
-async fn finding4_detached_grandchild_is_gone_when_the_bridge_is_dropped() {
+async fn detached_grandchild_is_gone_when_the_bridge_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let bridge = McpBridge::new();
     bridge.register(hostile(dir.path())).unwrap();
@@ -149,7 +149,7 @@ async fn finding4_detached_grandchild_is_gone_when_the_bridge_is_dropped() {
 }
 
 #[tokio::test]
-async fn finding5_an_mcp_server_cannot_read_the_agents_environ() {
+async fn an_mcp_server_cannot_read_the_agents_environ() {
     // `cargo test` puts this into the test binary's (the agent's) environment: the stand-in for
     // an API key. The agent's initial environment is what /proc/PID/environ shows.
     let secret = "CARGO_PKG_NAME=mcp-bridge";
