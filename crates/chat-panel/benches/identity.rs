@@ -18,11 +18,11 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, header};
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::json;
 use toolwright_chat_panel::identity::{Authenticator, JwtBearer, JwtBearerConfig, RequestHead};
 use toolwright_chat_panel::{ChatBackend, ChatPanel, EventStream, PanelConfig};
 use toolwright_context_engine::{MemoryStore, SessionStore};
-use criterion::{Criterion, criterion_group, criterion_main};
-use serde_json::json;
 use tower::ServiceExt;
 
 const ISS: &str = "https://id.example.test";
@@ -112,7 +112,12 @@ fn bench(c: &mut Criterion) {
     ] {
         let router = rt.block_on(async {
             let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-            ChatPanel::new(Reader(store), toolwright_messaging::MessageBus::new(), config).router()
+            ChatPanel::new(
+                Reader(store),
+                toolwright_messaging::MessageBus::new(),
+                config,
+            )
+            .router()
         });
         // the caller's own conversation (minted as with any client: `POST /api/sessions`)
         let minted = rt

@@ -40,10 +40,10 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use toolwright_chat_panel::PanelConfig;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
+use toolwright_chat_panel::PanelConfig;
 
 const CHILD: &str = "SESSIONS_BENCH_WORKER";
 const CHILD_SQLITE: &str = "SESSIONS_BENCH_SQLITE";
@@ -325,7 +325,9 @@ async fn run(
 /// process would be the same to the broker). Delivery is the send to the second of the
 /// message's two rows on that conversation's stream.
 async fn bus_messages(url: &str, ids: &[String], rows: &Rows, n: usize, m: usize) -> BusPhase {
-    let bus = toolwright_messaging::MessageBus::connect_nats(url).await.unwrap();
+    let bus = toolwright_messaging::MessageBus::connect_nats(url)
+        .await
+        .unwrap();
     let start = Instant::now();
     let sends = futures::stream::iter(ids.iter().enumerate())
         .map(|(i, id)| {

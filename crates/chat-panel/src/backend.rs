@@ -4,8 +4,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use toolwright_context_engine::SessionStore;
 use futures::Stream;
+use toolwright_context_engine::SessionStore;
 use toolwright_core::ChatModel;
 use toolwright_messaging::{MessageBus, SendMessageTool};
 use toolwright_tool_system::{

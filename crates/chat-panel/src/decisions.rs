@@ -1,13 +1,13 @@
 //! Who decided: the record of a conversation's decisions, kept in its session
 //! store beside it (memory, SQLite, PostgreSQL) — the tool-system's approval decisions
-//! ([`toolwright_tool_system::DecisionRecord`], state slot [`toolwright_tool_system::APPROVAL_LOG_KEY`]) and the
+//! ([`toolwright_tool_system::DecisionRecord`], its state slot `tool-system.approval.log`) and the
 //! person's answers to MCP servers' questions ([`AnswerRecord`], state slot [`ANSWERS_KEY`]),
 //! each with the principal, the time and what was decided on. `GET /api/sessions/{id}` shows
 //! them as `decisions`, oldest first, and the page shows them in the conversation.
 
-use toolwright_context_engine::{SessionStore, StateChange, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
 
 /// The session state slot that keeps the answers to MCP servers' questions.
 pub const ANSWERS_KEY: &str = "chat-panel.answers";
@@ -82,7 +82,7 @@ pub(crate) async fn record_answer(
 /// "callId", "tool", "arguments", "approved", "reason"?}` and `{"kind": "answer", "principal",
 /// "atMs", "question", "service", "message", "action", "content"?}`.
 pub(crate) async fn decisions(store: &dyn SessionStore, id: &str) -> Result<Value, StoreError> {
-    let approvals = match toolwright_tool_system::approval_log(store, id).await {
+    let approvals = match toolwright_tool_system::DecisionRecord::log(store, id).await {
         Ok(l) => l,
         Err(toolwright_tool_system::LoopError::Store(e)) => return Err(e),
         Err(e) => return Err(unreadable(id, e)),

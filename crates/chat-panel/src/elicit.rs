@@ -12,9 +12,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use toolwright_mcp_bridge::elicitation::{ElicitationAnswer, ElicitationMode, ElicitationRequest, Elicitor};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
+use toolwright_mcp_bridge::elicitation::{
+    ElicitationAnswer, ElicitationMode, ElicitationRequest, Elicitor,
+};
 
 /// Whether a URL-mode question's URL may become a link in the page: only `https:`, and `http:`
 /// to this machine (`127.0.0.1`, `localhost`, `[::1]`), where a local consent page may run.

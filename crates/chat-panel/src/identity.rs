@@ -534,20 +534,22 @@ fn kind(v: &serde_json::Value) -> &'static str {
 /// The first of the registered claims jsonwebtoken reads that is present with the wrong type.
 fn mistyped(claims: &serde_json::Map<String, serde_json::Value>) -> Option<Refusal> {
     use serde_json::Value as V;
-    ["exp", "nbf", "sub", "iss", "aud"].into_iter().find_map(|c| {
-        let ok = match (c, claims.get(c)?) {
-            (_, V::Null) => true,
-            ("exp" | "nbf", v) => v.is_number(),
-            ("sub" | "iss", v) => v.is_string(),
-            (_, V::Array(a)) => a.iter().all(V::is_string),
-            (_, v) => v.is_string(),
-        };
-        (!ok).then(|| Refusal::ClaimType {
-            claim: c.to_owned(),
-            found: kind(&claims[c]),
-            required: required(c),
+    ["exp", "nbf", "sub", "iss", "aud"]
+        .into_iter()
+        .find_map(|c| {
+            let ok = match (c, claims.get(c)?) {
+                (_, V::Null) => true,
+                ("exp" | "nbf", v) => v.is_number(),
+                ("sub" | "iss", v) => v.is_string(),
+                (_, V::Array(a)) => a.iter().all(V::is_string),
+                (_, v) => v.is_string(),
+            };
+            (!ok).then(|| Refusal::ClaimType {
+                claim: c.to_owned(),
+                found: kind(&claims[c]),
+                required: required(c),
+            })
         })
-    })
 }
 
 /// What claim `c` must hold, for a refusal's sentence.
@@ -601,7 +603,11 @@ fn token_alg(token: &str) -> Result<Algorithm, Refusal> {
         .ok_or_else(|| Refusal::Malformed("its header is not base64url-encoded JSON".into()))?;
     let alg = match header.get("alg") {
         Some(serde_json::Value::String(a)) => a,
-        Some(_) => return Err(Refusal::Malformed("its header's `alg` is not a string".into())),
+        Some(_) => {
+            return Err(Refusal::Malformed(
+                "its header's `alg` is not a string".into(),
+            ));
+        }
         None => return Err(Refusal::Malformed("its header has no `alg`".into())),
     };
     if alg.eq_ignore_ascii_case("none") {
@@ -628,9 +634,8 @@ impl JwtBearer {
         let Some(validation) = self.validation.get(&alg) else {
             return Err(Refusal::AlgorithmNotAllowed(format!("{alg:?}")));
         };
-        let header = jsonwebtoken::decode_header(token).map_err(|e| {
-            Refusal::Malformed(format!("its header is not a JWS header ({e})"))
-        })?;
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|e| Refusal::Malformed(format!("its header is not a JWS header ({e})")))?;
         let kid = header
             .kid
             .ok_or_else(|| Refusal::Malformed("no `kid` in the token's header".into()))?;
@@ -647,7 +652,10 @@ impl JwtBearer {
 
     /// What jsonwebtoken leaves unchecked: `sub` a string, `iat` (when present) a time not in
     /// the future beyond the leeway.
-    fn check_claims(&self, claims: &serde_json::Map<String, serde_json::Value>) -> Result<(), Refusal> {
+    fn check_claims(
+        &self,
+        claims: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), Refusal> {
         match claims.get("sub") {
             Some(serde_json::Value::String(_)) => {}
             None | Some(serde_json::Value::Null) => {
@@ -713,9 +721,9 @@ fn refusal(token: &str, e: &jsonwebtoken::errors::ErrorKind) -> Refusal {
         K::InvalidIssuer => Refusal::WrongIssuer,
         K::InvalidAudience => Refusal::WrongAudience,
         K::MissingRequiredClaim(c) | K::InvalidClaimFormat(c) => about(c),
-        K::InvalidToken => Refusal::Malformed(
-            "not a JWT: expected three base64url parts separated by dots".into(),
-        ),
+        K::InvalidToken => {
+            Refusal::Malformed("not a JWT: expected three base64url parts separated by dots".into())
+        }
         K::Base64(_) | K::Utf8(_) => {
             Refusal::Malformed("its claims are not base64url-encoded UTF-8".into())
         }

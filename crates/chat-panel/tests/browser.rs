@@ -950,7 +950,11 @@ async fn the_page_runs_with_no_inline_script_or_style_allowed_and_no_violation()
     assert!(!csp.contains("unsafe-inline"), "{csp}");
     assert!(!csp.contains("unsafe-eval"), "{csp}");
     let directives: Vec<&str> = csp.split(';').map(str::trim).collect();
-    for d in ["default-src 'none'", "script-src 'self'", "style-src 'self'"] {
+    for d in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+    ] {
         assert!(directives.contains(&d), "{d} in {csp}");
     }
     let html = r.text().await.unwrap();
@@ -962,7 +966,13 @@ async fn the_page_runs_with_no_inline_script_or_style_allowed_and_no_violation()
     );
     assert!(html.contains("<link rel=\"stylesheet\" href=\"/app.css\">"));
     assert!(!html.contains(" style="), "{html}");
-    for handler in [" onclick=", " onload=", " onsubmit=", " onerror=", " oninput="] {
+    for handler in [
+        " onclick=",
+        " onload=",
+        " onsubmit=",
+        " onerror=",
+        " oninput=",
+    ] {
         assert!(!html.contains(handler), "{handler} in {html}");
     }
     for (path, kind) in [("app.js", "text/javascript"), ("app.css", "text/css")] {
@@ -1009,7 +1019,8 @@ async fn the_page_runs_with_no_inline_script_or_style_allowed_and_no_violation()
     assert_eq!(users, json!(["hello", OPTIONS[1]]));
     // a reload shows the conversation again, a new chat starts empty
     b.open(&fx).await;
-    b.wait_for_text(".entry-user .text", OPTIONS[1], false).await;
+    b.wait_for_text(".entry-user .text", OPTIONS[1], false)
+        .await;
     b.click("#new-chat").await;
     b.wait_until(
         "an empty log",
@@ -1033,7 +1044,11 @@ async fn the_page_runs_with_no_inline_script_or_style_allowed_and_no_violation()
     let seen = b
         .js("return [window.__inline === undefined, window.__csp];")
         .await;
-    assert_eq!(seen[0], json!(true), "the inline script did not run: {seen}");
+    assert_eq!(
+        seen[0],
+        json!(true),
+        "the inline script did not run: {seen}"
+    );
     assert!(
         seen[1][0].as_str().unwrap().starts_with("script-src"),
         "{seen}"

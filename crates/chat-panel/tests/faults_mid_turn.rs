@@ -172,7 +172,11 @@ fn database_stopped_mid_turn_on_a_worker_then_started_the_worker_goes_on() {
 }
 
 /// Sends `note {k}` for each `k` to the person of `sid` at once; the ones the broker accepted.
-async fn burst(bus: &toolwright_messaging::MessageBus, sid: &str, ks: std::ops::Range<usize>) -> Vec<usize> {
+async fn burst(
+    bus: &toolwright_messaging::MessageBus,
+    sid: &str,
+    ks: std::ops::Range<usize>,
+) -> Vec<usize> {
     let to = toolwright_chat_panel::user_address(sid);
     let sends = ks.map(|k| {
         let (bus, to) = (bus.clone(), to.clone());
@@ -265,7 +269,9 @@ fn broker_killed_with_messages_in_flight_none_lost_none_shown_twice() {
 
         // 30 messages at once; the broker is killed as soon as it has accepted them, while the
         // worker is still storing them.
-        let bus = toolwright_messaging::MessageBus::connect_nats(&broker).await.unwrap();
+        let bus = toolwright_messaging::MessageBus::connect_nats(&broker)
+            .await
+            .unwrap();
         let mut accepted = burst(&bus, &sid, 0..30).await;
         kill_broker();
         let (stored_before, _) = notes(&db, &worker.url(), &sid, 30).await;

@@ -6,11 +6,11 @@ mod common;
 
 use std::time::Duration;
 
-use toolwright_chat_panel::PanelConfig;
 use common::{OPTIONS, sse_events, start, start_with};
 use serde_json::{Value, json};
 use testkit::Reply;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use toolwright_chat_panel::PanelConfig;
 
 const SID: &str = "test-session-0001";
 
@@ -511,7 +511,8 @@ async fn every_api_answer_is_kept_by_no_cache_and_never_sniffed() {
         ("state", c.get(&conv)),
         (
             "a message (its stream)",
-            c.post(format!("{conv}/messages")).json(&json!({"text": "again"})),
+            c.post(format!("{conv}/messages"))
+                .json(&json!({"text": "again"})),
         ),
         (
             "a malformed message",
@@ -534,7 +535,12 @@ async fn every_api_answer_is_kept_by_no_cache_and_never_sniffed() {
     for (what, request) in requests {
         let r = request.send().await.unwrap();
         let h = r.headers().clone();
-        assert_eq!(h["cache-control"], "no-store", "{what} ({}): {h:?}", r.status());
+        assert_eq!(
+            h["cache-control"],
+            "no-store",
+            "{what} ({}): {h:?}",
+            r.status()
+        );
         assert_eq!(h["x-content-type-options"], "nosniff", "{what}: {h:?}");
         let _ = r.text().await;
     }

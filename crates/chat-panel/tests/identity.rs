@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderValue};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use oidc::{b64, fixture, jwk, token};
+use serde_json::{Value, json};
 use toolwright_chat_panel::PanelConfig;
 use toolwright_chat_panel::identity::{
     Authenticator, IdentityError, JwtBearer, JwtBearerConfig, Principal, Refusal, RequestHead,
     TrustedProxyHeader,
 };
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use oidc::{b64, fixture, jwk, token};
-use serde_json::{Value, json};
 
 const ISS: &str = "https://id.example.test";
 const AUD: &str = "chat-panel";
@@ -227,7 +227,10 @@ fn claims_with(changes: Value) -> Value {
 async fn a_token_not_yet_valid_is_refused() {
     let issuer = Issuer::start(&["rsa-a"]).await;
     let b = issuer.bearer(); // leeway 30 s
-    for (what, nbf) in [("an hour ahead", now() + 3600), ("a day ahead", now() + 86_400)] {
+    for (what, nbf) in [
+        ("an hour ahead", now() + 3600),
+        ("a day ahead", now() + 86_400),
+    ] {
         let t = token("rsa-a", "rsa-a", &claims_with(json!({"nbf": nbf})));
         let r = check(&b, &t).await;
         assert_eq!(r, Err(Refusal::NotYetValid), "nbf {what}");
@@ -433,9 +436,7 @@ async fn refusals_say_what_is_wrong_with_the_token() {
         assert_eq!(got, want, "{what}");
     }
     // an empty sub is a string, but names nobody
-    let r = check(&b, &signed(json!({"sub": ""})))
-        .await
-        .unwrap_err();
+    let r = check(&b, &signed(json!({"sub": ""}))).await.unwrap_err();
     assert_eq!(r, Refusal::BadPrincipal);
     // a signature that does not verify is still just that (and its claims are not looked at)
     let forged = token("rsa-b", "rsa-a", &claims_with(json!({"sub": 42})));

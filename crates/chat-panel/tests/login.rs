@@ -281,7 +281,8 @@ async fn the_signed_in_page_allows_no_inline_script() {
     let html = r.text().await.unwrap();
     assert_eq!(
         html.matches("<script").count(),
-        html.matches("<script src=\"/signed-in.js\"></script>").count(),
+        html.matches("<script src=\"/signed-in.js\"></script>")
+            .count(),
         "{html}"
     );
     let js = c.get(format!("{base}signed-in.js")).send().await.unwrap();

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use toolwright_chat_panel::PanelConfig;
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
+use toolwright_chat_panel::PanelConfig;
 
 const CHILD: &str = "CHAT_PANEL_CHILD";
 

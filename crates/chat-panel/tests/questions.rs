@@ -49,11 +49,8 @@ impl ChatBackend for AsksAtOnce {
         // asked now: the first poll registers the question, or declines it
         let first = asking.as_mut().now_or_never();
         let (agent, answers) = (self.agent.clone(), self.answers.clone());
-        let (session, principal, text) = (
-            session_id.to_owned(),
-            principal.to_owned(),
-            text.to_owned(),
-        );
+        let (session, principal, text) =
+            (session_id.to_owned(), principal.to_owned(), text.to_owned());
         Box::pin(
             futures::stream::once(async move {
                 let answer = match first {
@@ -122,8 +119,7 @@ async fn ask_and_answer(base: &str, id: &str, amount: u64) -> Option<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_question_asked_at_the_first_instant_of_an_answer_is_shown_in_every_new_conversation()
-{
+async fn a_question_asked_at_the_first_instant_of_an_answer_is_shown_in_every_new_conversation() {
     let model = testkit::ScriptedServer::start().await;
     model.respond_with(|_: &Value| testkit::Reply::text("Noted."));
     let dir = tempfile::tempdir().unwrap();
@@ -255,9 +251,14 @@ async fn a_tool_that_asks_at_the_start_of_its_call_is_shown_in_every_new_convers
         .map(|r| r.body.to_string())
         .filter(|b| b.contains("\"role\":\"tool\""))
         .collect();
-    assert_eq!(sent.len(), CONVERSATIONS, "one tool result per conversation");
+    assert_eq!(
+        sent.len(),
+        CONVERSATIONS,
+        "one tool result per conversation"
+    );
     assert!(
-        sent.iter().all(|b| b.contains("Accept") && !b.contains("Decline")),
+        sent.iter()
+            .all(|b| b.contains("Accept") && !b.contains("Decline")),
         "{sent:?}"
     );
 }

@@ -8,12 +8,12 @@ mod common;
 
 use std::time::Duration;
 
-use toolwright_chat_panel::PanelConfig;
 use common::{start, start_with};
 use serde_json::{Value, json};
 use testkit::Reply;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use toolwright_chat_panel::PanelConfig;
 
 const SID: &str = "victim-session-01";
 const BIG: usize = 8 * 1024 * 1024;

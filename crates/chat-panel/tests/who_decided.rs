@@ -10,10 +10,10 @@ use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use toolwright_chat_panel::PanelConfig;
-use toolwright_chat_panel::identity::TrustedProxyHeader;
 use futures::StreamExt;
 use serde_json::{Value, json};
+use toolwright_chat_panel::PanelConfig;
+use toolwright_chat_panel::identity::TrustedProxyHeader;
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -178,7 +178,9 @@ async fn who_decided_an_approval_names_its_principal_and_a_copied_token_gets_404
 
 /// A tool that asks the person a question through the panel's own elicitor, for the call's
 /// session, and returns the answer it got.
-fn asking_tool(slot: Arc<OnceLock<toolwright_chat_panel::PanelElicitor>>) -> toolwright_tool_system::FnTool {
+fn asking_tool(
+    slot: Arc<OnceLock<toolwright_chat_panel::PanelElicitor>>,
+) -> toolwright_tool_system::FnTool {
     use toolwright_mcp_bridge::elicitation::{ElicitationMode, ElicitationRequest, Elicitor};
     toolwright_tool_system::FnTool::new(
         "ask_budget",

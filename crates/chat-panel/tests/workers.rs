@@ -26,12 +26,12 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use toolwright_chat_panel::{AgentBackend, ChatPanel, HistoryStore, PanelConfig, PanelError};
-use toolwright_context_engine::StoreError;
 use futures::StreamExt;
-use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
+use toolwright_chat_panel::{AgentBackend, ChatPanel, HistoryStore, PanelConfig, PanelError};
+use toolwright_context_engine::StoreError;
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 
 use fleet::{
     INTERRUPTED_START, Worker, fault_env, kill_broker, pg_connect, post, runtime, start_broker,
@@ -869,7 +869,9 @@ fn workers_nats_a_worker_killed_between_taking_and_storing_a_message_another_sto
                 .as_millis()
         );
         let to = toolwright_chat_panel::user_address(&sid);
-        let bus = toolwright_messaging::MessageBus::connect_nats(&nats).await.unwrap();
+        let bus = toolwright_messaging::MessageBus::connect_nats(&nats)
+            .await
+            .unwrap();
         let send = |text: &str| {
             let m = toolwright_messaging::OutgoingMessage::new("ops-bot", to.clone(), text);
             let bus = bus.clone();
@@ -990,7 +992,9 @@ fn workers_broker_down_mid_conversation_typed_errors_then_nothing_lost() {
                 .unwrap()
                 .as_millis()
         );
-        let bus = toolwright_messaging::MessageBus::connect_nats(&broker).await.unwrap();
+        let bus = toolwright_messaging::MessageBus::connect_nats(&broker)
+            .await
+            .unwrap();
         let to = toolwright_chat_panel::user_address(&sid);
 
         // 1. up: the agent's message and another process's message both arrive

@@ -9,10 +9,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use toolwright_code_mode::{CodeModeProvider, RUN_CODE};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
-use toolwright_tool_system::{Dispatcher, FnTool, ToolContext, ToolProvider, ToolRegistry};
+use toolwright_code_mode::{CodeModeProvider, RUN_CODE};
+use toolwright_core::{ToolContext, ToolProvider};
+use toolwright_tool_system::{Dispatcher, FnTool, ToolRegistry};
 
 fn provider() -> CodeModeProvider {
     let mut r = ToolRegistry::new();

@@ -40,11 +40,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwright_core::{EstimateCounter, TokenCounter, ToolSpec, TurnInfo};
-use toolwright_sandbox::{Program, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
+use toolwright_core::{EstimateCounter, TokenCounter, ToolSpec, TurnInfo};
+use toolwright_core::{ToolContext, ToolError, ToolProvider};
+use toolwright_sandbox::{Program, Sandbox, SandboxConfig};
 use toolwright_tool_search::{Hit, SearchIndex, ToolDoc, embedding_text};
-use toolwright_tool_system::{ApprovalPolicy, Dispatcher, ToolContext, ToolError, ToolProvider};
+use toolwright_tool_system::{ApprovalPolicy, Dispatcher};
 
 use crate::signature::Function;
 
@@ -467,7 +468,10 @@ impl CodeModeProvider {
         let index = self.index(functions).await;
         let hits: Vec<Hit> = match &self.embedder {
             Some(e) if index.has_vectors() => {
-                let text: String = query.chars().take(toolwright_tool_search::MAX_QUERY_CHARS).collect();
+                let text: String = query
+                    .chars()
+                    .take(toolwright_tool_search::MAX_QUERY_CHARS)
+                    .collect();
                 match e.embed(&[text], toolwright_core::EmbedKind::Query).await {
                     Ok(v) if v.len() == 1 => index
                         .search_hybrid(query, &v[0], limit)

@@ -3,10 +3,10 @@
 
 use std::collections::HashSet;
 
+use serde_json::{Value, json};
+use toolwright_core::{ToolContext, ToolError};
 use toolwright_core::{ToolErrorKind, cap_result};
 use toolwright_sandbox::{FrameHandler, FrameReply, RunError, human_bytes};
-use serde_json::{Value, json};
-use toolwright_tool_system::{ToolContext, ToolError};
 
 use crate::CodeModeProvider;
 use crate::signature::Function;

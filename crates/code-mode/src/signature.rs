@@ -3,8 +3,8 @@
 //! `run_code`'s description; the full docstring (every parameter, nested keys, the whole
 //! description) is level 2, given on demand by `describe_function` and by `help()` in a script.
 
-use toolwright_core::ToolSpec;
 use serde_json::{Map, Value, json};
+use toolwright_core::ToolSpec;
 
 /// Length of a level-1 line, as for MCP tools (mcp-bridge's catalog).
 const LEVEL1_CHARS: usize = 120;

@@ -6,16 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use serde_json::{Value, json};
 use toolwright_code_mode::{
     CodeLimits, CodeModeBuilder, CodeModeProvider, DESCRIBE_FUNCTION, RUN_CODE, SEARCH_FUNCTIONS,
 };
 use toolwright_core::{Message, Tool, ToolSpec, TurnInfo};
+use toolwright_core::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
 use toolwright_sandbox::SandboxConfig;
-use serde_json::{Value, json};
-use toolwright_tool_system::{
-    ApprovalPolicy, Dispatcher, FnTool, ToolContext, ToolError, ToolErrorKind, ToolProvider,
-    ToolRegistry,
-};
+use toolwright_tool_system::{ApprovalPolicy, Dispatcher, FnTool, ToolRegistry};
 
 /// Deletes nothing; needs a person's approval (as a real deleting tool would).
 struct DeleteFile;
@@ -140,7 +138,10 @@ fn code_over(
 fn code_agent(
     code: CodeModeProvider,
     server: &testkit::ScriptedServer,
-) -> (toolwright_tool_system::Agent, Arc<toolwright_context_engine::MemoryStore>) {
+) -> (
+    toolwright_tool_system::Agent,
+    Arc<toolwright_context_engine::MemoryStore>,
+) {
     use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
     let model = OpenAiModel::new(OpenAiConfig::new("m").with_base_url(server.base_url())).unwrap();
     let store = Arc::new(toolwright_context_engine::MemoryStore::new());
@@ -910,7 +911,11 @@ async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_s
             .call(SEARCH_FUNCTIONS, bad.clone(), ToolContext::new("c3"))
             .await
             .unwrap_err();
-        assert_eq!(e.kind, toolwright_core::ToolErrorKind::InvalidArguments, "{bad}");
+        assert_eq!(
+            e.kind,
+            toolwright_core::ToolErrorKind::InvalidArguments,
+            "{bad}"
+        );
     }
     let none = provider
         .call(
@@ -943,8 +948,8 @@ async fn code_mode_under_the_search_budget_every_function_is_listed() {
 /// operator who says so (`inherit_agent_approvals(false)`) lets scripts make that call.
 #[tokio::test]
 async fn code_mode_forgetting_the_agents_approval_policy_cannot_open_its_gate() {
-    use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
     use testkit::{Reply, ScriptedServer};
+    use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 
     async fn turn(inherit: bool) -> (usize, Value) {
         let wired = Arc::new(AtomicUsize::new(0));
@@ -1111,7 +1116,9 @@ impl toolwright_core::Embedder for Concepts {
         kind: toolwright_core::EmbedKind,
     ) -> Result<Vec<Vec<f32>>, toolwright_core::ModelError> {
         if self.fail {
-            return Err(toolwright_core::ModelError::Inference("broken on purpose".into()));
+            return Err(toolwright_core::ModelError::Inference(
+                "broken on purpose".into(),
+            ));
         }
         if kind == toolwright_core::EmbedKind::Document {
             self.documents.fetch_add(texts.len(), Ordering::SeqCst);

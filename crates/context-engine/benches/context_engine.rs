@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwright_context_engine::{
-    ContextBuilder, Durability, History, SessionStore, SqliteStore, TiktokenCounter, TokenCounter,
-};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use toolwright_core::{Message, ToolCall};
 use serde_json::json;
+use toolwright_context_engine::{
+    ContextBuilder, Durability, History, SessionStore, SqliteStore, TiktokenCounter,
+};
+use toolwright_core::TokenCounter;
+use toolwright_core::{Message, ToolCall};
 
 /// A realistic 4-message round: question, tool call, tool result, answer.
 fn round(i: usize) -> Vec<Message> {

@@ -100,7 +100,8 @@ impl BuiltContext {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use toolwright_context_engine::{ContextBuilder, EstimateCounter, History};
+/// use toolwright_context_engine::{ContextBuilder, History};
+/// use toolwright_core::{EstimateCounter};
 /// use toolwright_core::{Message, Role, ToolCall};
 ///
 /// let mut history = History::new(Arc::new(EstimateCounter));

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use toolwright_core::Message;
 use serde::{Deserialize, Serialize};
+use toolwright_core::Message;
 
 use toolwright_core::TokenCounter;
 
@@ -51,7 +51,8 @@ impl Session {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use toolwright_context_engine::{EstimateCounter, History};
+/// use toolwright_context_engine::{History};
+/// use toolwright_core::{EstimateCounter};
 /// use toolwright_core::Message;
 /// let mut h = History::new(Arc::new(EstimateCounter));
 /// h.push(Message::user("hi"));

@@ -61,10 +61,5 @@ pub use store::{
 pub use store::{Durability, SqliteStore};
 #[cfg(feature = "postgres")]
 pub use store::{POSTGRES_SCHEMA_VERSION, PostgresStore};
-// The trait and the estimate live in llm-core (the bottom crate); re-exported at their old
-// paths so `toolwright_context_engine::{TokenCounter, EstimateCounter}` keep working.
-pub use toolwright_core::{
-    EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TokenCounter,
-};
 #[cfg(feature = "tiktoken")]
 pub use tokens::{TiktokenCounter, TokenizerError, counter_for_model};

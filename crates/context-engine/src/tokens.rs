@@ -6,9 +6,9 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use toolwright_core::{EstimateCounter, TokenCounter};
 use tiktoken_rs::CoreBPE;
 use tiktoken_rs::tokenizer::Tokenizer;
+use toolwright_core::{EstimateCounter, TokenCounter};
 
 /// Why no tokenizer could be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -135,7 +135,8 @@ fn encoding_for_model(model: &str) -> Option<Encoding> {
 /// them. Cloning is cheap.
 ///
 /// ```
-/// use toolwright_context_engine::{TiktokenCounter, TokenCounter};
+/// use toolwright_context_engine::{TiktokenCounter};
+/// use toolwright_core::{TokenCounter};
 /// let counter = TiktokenCounter::for_model("gpt-4o-mini")?;
 /// assert_eq!(counter.id(), "tiktoken/o200k_base");
 /// assert_eq!(counter.count_text("hello world"), 2);

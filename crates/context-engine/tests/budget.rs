@@ -4,13 +4,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use toolwright_context_engine::{
-    ContextBuilder, ContextError, DropReason, EstimateCounter, History, REPLY_PRIMING_TOKENS,
-    TiktokenCounter, TokenCounter, TokenizerError, counter_for_model,
-};
-use toolwright_core::{Message, ToolCall};
 use proptest::prelude::*;
 use serde_json::json;
+use toolwright_context_engine::{
+    ContextBuilder, ContextError, DropReason, History, TiktokenCounter, TokenizerError,
+    counter_for_model,
+};
+use toolwright_core::{EstimateCounter, REPLY_PRIMING_TOKENS, TokenCounter};
+use toolwright_core::{Message, ToolCall};
 
 fn call(id: &str) -> ToolCall {
     ToolCall::new(id, "search", json!({"q": id}))
@@ -440,7 +441,7 @@ proptest! {
     fn c3_estimate_ascii_shortcut_matches_the_definition(
         text in "[ -~]{0,64}|[a-z 你好世界é]{0,64}",
     ) {
-        use toolwright_context_engine::TokenCounter;
+        use toolwright_core::TokenCounter;
         prop_assert_eq!(EstimateCounter.count_text(&text), estimate_reference(&text));
     }
 }

@@ -18,11 +18,12 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use toolwright_context_engine::{
-    ContextBuilder, EstimateCounter, History, PostgresStore, SessionStore, SqliteStore,
-};
-use toolwright_core::{Message, ToolCall};
 use serde_json::json;
+use toolwright_context_engine::{
+    ContextBuilder, History, PostgresStore, SessionStore, SqliteStore,
+};
+use toolwright_core::EstimateCounter;
+use toolwright_core::{Message, ToolCall};
 
 const ENV: &str = "CE_CRASH_CHILD_DB";
 const SESSIONS: usize = 4;

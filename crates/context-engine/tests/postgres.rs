@@ -8,11 +8,11 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use serde_json::json;
 use toolwright_context_engine::{
     POSTGRES_SCHEMA_VERSION, PostgresStore, SessionStore, StoreChange, StoreError,
 };
 use toolwright_core::{Message, ToolCall};
-use serde_json::json;
 
 /// Eight processes' worth of stores connecting to a fresh database at once: the schema is
 /// created exactly once (advisory lock), every connect succeeds, and they share sessions.

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use toolwright_context_engine::{
-    ContextBuilder, EstimateCounter, History, MemoryStore, Session, SessionStore, SqliteStore,
-};
-use toolwright_core::{Message, Role, ToolCall};
 use serde_json::json;
+use toolwright_context_engine::{
+    ContextBuilder, History, MemoryStore, Session, SessionStore, SqliteStore,
+};
+use toolwright_core::EstimateCounter;
+use toolwright_core::{Message, Role, ToolCall};
 
 fn every_kind() -> Vec<Message> {
     vec![

@@ -11,12 +11,13 @@ mod common;
 
 use std::sync::Arc;
 
-use toolwright_context_engine::{
-    ChangeFeed, ContextBuilder, Durability, EstimateCounter, History, MemoryStore, PostgresStore,
-    SessionStore, SqliteStore, StateChange, StoreChange, StoreError,
-};
-use toolwright_core::{Message, ToolCall};
 use serde_json::json;
+use toolwright_context_engine::{
+    ChangeFeed, ContextBuilder, Durability, History, MemoryStore, PostgresStore, SessionStore,
+    SqliteStore, StateChange, StoreChange, StoreError,
+};
+use toolwright_core::EstimateCounter;
+use toolwright_core::{Message, ToolCall};
 
 /// A store under test, with whatever must live as long as it (a temporary directory).
 struct Fixture {

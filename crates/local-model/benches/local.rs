@@ -9,9 +9,9 @@
 
 use std::time::Instant;
 
+use serde_json::json;
 use toolwright_core::{ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec};
 use toolwright_local_model::{LocalModel, ModelSource, default_cache_dir, ensure_model};
-use serde_json::json;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

@@ -19,9 +19,9 @@
 
 use std::time::Instant;
 
+use serde_json::{Value, json};
 use toolwright_core::{ChatModel, ChatRequest, Message, ToolCall, ToolChoice, ToolSpec};
 use toolwright_local_model::LocalModel;
-use serde_json::{Value, json};
 
 fn tools() -> Vec<ToolSpec> {
     vec![

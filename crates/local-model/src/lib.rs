@@ -454,8 +454,10 @@ impl LocalModel {
             repeat_penalty: opts.repeat_penalty,
             no_repeat_ngram: opts.no_repeat_ngram,
             call_bias: if tools_on
-                && matches!(req.messages.last(), Some(toolwright_core::Message::User { .. }))
-            {
+                && matches!(
+                    req.messages.last(),
+                    Some(toolwright_core::Message::User { .. })
+                ) {
                 opts.call_bias
             } else {
                 0.0
@@ -530,7 +532,12 @@ impl Output {
     }
 
     /// The text still held back, and the call, if the output was one.
-    fn finish(self) -> (String, Option<Result<ToolCall, toolwright_core::InvalidToolCall>>) {
+    fn finish(
+        self,
+    ) -> (
+        String,
+        Option<Result<ToolCall, toolwright_core::InvalidToolCall>>,
+    ) {
         match self.mode {
             Mode::Call => (String::new(), Some(parse_call(self.call_id, &self.held))),
             _ => (self.held, None),
@@ -563,7 +570,12 @@ fn parse_call(id: String, block: &str) -> Result<ToolCall, toolwright_core::Inva
             body,
             "the tool call is not a JSON object",
         )),
-        Err(e) => Err(toolwright_core::InvalidToolCall::new(id, "", body, e.to_string())),
+        Err(e) => Err(toolwright_core::InvalidToolCall::new(
+            id,
+            "",
+            body,
+            e.to_string(),
+        )),
     }
 }
 
@@ -657,7 +669,10 @@ mod tests {
     fn run(
         calls: bool,
         pieces: &[&str],
-    ) -> (String, Option<Result<ToolCall, toolwright_core::InvalidToolCall>>) {
+    ) -> (
+        String,
+        Option<Result<ToolCall, toolwright_core::InvalidToolCall>>,
+    ) {
         let mut out = Output::new(calls, "id1".into());
         let mut shown = String::new();
         for p in pieces {

@@ -4,8 +4,8 @@
 //! render). It is this backend's own rendering of a request: the layers above send ordinary
 //! messages and tools and get ordinary tool-call events back.
 
-use toolwright_core::{Message, ToolCall, ToolSpec};
 use serde_json::{Value, json};
+use toolwright_core::{Message, ToolCall, ToolSpec};
 
 use crate::grammar::{TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 

@@ -8,13 +8,13 @@ mod common;
 use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file;
-use toolwright_local_model::LocalTokenizer;
 use proptest::prelude::*;
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::{AddedToken, Tokenizer};
+use toolwright_local_model::LocalTokenizer;
 
 /// The two tokenizers of SmolLM2-135M-Instruct's GGUF: ours and the oracle.
 fn pair() -> &'static (LocalTokenizer, Tokenizer) {

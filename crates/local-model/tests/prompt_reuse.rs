@@ -7,14 +7,15 @@
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, Message, ModelError, ModelInfo,
     async_trait, response_stream,
 };
+use toolwright_core::{ToolContext, ToolError};
 use toolwright_local_model::{GenerationStats, LocalModel};
-use schemars::JsonSchema;
-use serde::Deserialize;
-use toolwright_tool_system::{Agent, FnTool, ToolContext, ToolError};
+use toolwright_tool_system::{Agent, FnTool};
 
 mod common;
 use common::model_path;

@@ -1,5 +1,5 @@
 //! Errors of the bridge's management API (register, start, …). Tool calls use
-//! [`toolwright_tool_system::ToolError`] instead, whose message is written for the model.
+//! [`toolwright_core::ToolError`] instead, whose message is written for the model.
 
 /// A management operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -72,6 +72,3 @@ pub use intent::{Intent, IntentChain, IntentRecognizer, McpIntent, McpTrigger};
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};
 pub use search::{SEARCH_TOOL, SearchJudge, SemanticSearch, ToolSearchConfig};
-/// The default cap on a tool result the model is shown (64 KiB). The dispatcher applies it to
-/// every result, MCP ones included; the bridge does not cut results itself.
-pub use toolwright_core::DEFAULT_MAX_RESULT_BYTES;

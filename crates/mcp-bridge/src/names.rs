@@ -9,7 +9,7 @@
 //! (service, original tool name), so the original name always reaches the server.
 
 /// Longest tool name providers accept (the rule of [`toolwright_core::is_valid_tool_name`]).
-pub use toolwright_core::MAX_TOOL_NAME;
+pub(crate) use toolwright_core::MAX_TOOL_NAME;
 
 /// Separator between service and tool.
 pub const SEPARATOR: &str = "__";
@@ -73,7 +73,7 @@ pub fn hashed(full: &str, service: &str, tool: &str) -> String {
     cut
 }
 
-pub use toolwright_core::first_sentence;
+pub(crate) use toolwright_core::first_sentence;
 
 #[cfg(test)]
 mod tests {

@@ -6,10 +6,8 @@
 //! the level-1 section ([`crate::McpBridge::prompt_section`]) of the turn, and the full schema is
 //! one [`crate::DESCRIBE_TOOL`] call away.
 
-use toolwright_core::{Message, ToolSpec};
-use toolwright_tool_system::{
-    CallProtocol, JsonDecisionProtocol, PendingCall, Reading, ResponseReader, tool_message_round,
-};
+use toolwright_core::ToolSpec;
+use toolwright_tool_system::protocol::{CallProtocol, JsonDecisionProtocol, ResponseReader};
 
 /// 004's `tool_call` protocol (see the module docs).
 #[derive(Debug, Clone, Copy, Default)]
@@ -38,11 +36,5 @@ impl CallProtocol for ToolCallProtocol {
     fn concurrent(&self) -> bool {
         false
     }
-    fn round_messages(
-        &self,
-        reading: &Reading,
-        results: Vec<(PendingCall, String)>,
-    ) -> Vec<Message> {
-        tool_message_round(reading, results)
-    }
+    // Each result comes back as a `tool` message: the trait's default `round_messages`.
 }

@@ -9,17 +9,18 @@ use std::time::{Duration, Instant};
 
 use common::{SERVER, assert_group_gone, init_tracing, live_in_group, own};
 use serde_json::{Value, json};
+use toolwright_core::{
+    ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, Message, ModelError, ModelInfo,
+    async_trait, response_stream,
+};
 use toolwright_core::{ToolContext, ToolSpec, TurnInfo};
+use toolwright_core::{ToolErrorKind, ToolProvider};
 use toolwright_mcp_bridge::intent::{IntentChain, KeywordRecognizer, McpRecognizer};
 use toolwright_mcp_bridge::{
     BridgeError, DESCRIBE_TOOL, Intent, McpBridge, McpTrigger, ServiceConfig, ServiceStatus,
     ServiceUpdate, ToolCallProtocol,
 };
-use toolwright_model_gateway::{
-    ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message,
-    ModelInfo, async_trait, response_stream,
-};
-use toolwright_tool_system::{Agent, ProtocolKind, ToolErrorKind, ToolProvider};
+use toolwright_tool_system::{Agent, ProtocolKind};
 
 async fn started(cfgs: Vec<ServiceConfig>) -> McpBridge {
     init_tracing();
@@ -396,7 +397,7 @@ async fn describe_in(
     b: &McpBridge,
     session: &str,
     tool: &str,
-) -> Result<Value, toolwright_tool_system::ToolError> {
+) -> Result<Value, toolwright_core::ToolError> {
     ToolProvider::call(
         b,
         DESCRIBE_TOOL,
@@ -685,11 +686,11 @@ async fn m4_huge_result_is_capped_once_by_the_dispatcher() {
         .dispatch(
             "misb__huge",
             json!({"bytes": ten_mib}),
-            toolwright_tool_system::ToolContext::new("c1"),
+            toolwright_core::ToolContext::new("c1"),
         )
         .await;
     assert!(out.is_ok() && out.truncated);
-    assert!(out.content.len() <= toolwright_mcp_bridge::DEFAULT_MAX_RESULT_BYTES);
+    assert!(out.content.len() <= toolwright_core::DEFAULT_MAX_RESULT_BYTES);
     let tail = &out.content[out.content.len() - 160..];
     assert_eq!(
         out.content.matches("truncated").count(),
@@ -987,7 +988,7 @@ impl ChatModel for Scripted {
     fn info(&self) -> ModelInfo {
         ModelInfo::new("scripted", false)
     }
-    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
         let results: Vec<String> = req
             .messages
             .iter()
@@ -1002,7 +1003,7 @@ impl ChatModel for Scripted {
         };
         Ok(ChatResponse::new(text, vec![], FinishReason::Stop, None))
     }
-    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> {
+    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, ModelError> {
         Ok(response_stream(self.chat(req).await?))
     }
 }
@@ -1132,7 +1133,7 @@ async fn m4_stopped_service_gives_friendly_message_through_the_dispatcher() {
         .dispatch(
             "misb__echo",
             json!({"message": "hi"}),
-            toolwright_tool_system::ToolContext::new("c1"),
+            toolwright_core::ToolContext::new("c1"),
         )
         .await;
     assert_eq!(

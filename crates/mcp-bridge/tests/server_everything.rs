@@ -7,9 +7,9 @@ mod common;
 
 use common::{assert_group_gone, everything, init_tracing};
 use serde_json::json;
+use toolwright_core::ToolErrorKind;
 use toolwright_mcp_bridge::intent::IntentChain;
 use toolwright_mcp_bridge::{McpBridge, ServiceStatus};
-use toolwright_tool_system::ToolErrorKind;
 
 async fn bridge() -> McpBridge {
     init_tracing();

@@ -15,8 +15,9 @@ use common::search::{answer, call, request_parts, tokens};
 use common::{everything, init_tracing, own};
 use serde_json::{Value, json};
 use testkit::ScriptedServer;
+use toolwright_core::ToolProvider;
 use toolwright_mcp_bridge::{DESCRIBE_TOOL, McpBridge};
-use toolwright_tool_system::{Agent, FnTool, ProtocolKind, ToolProvider};
+use toolwright_tool_system::{Agent, FnTool, ProtocolKind};
 
 const EVERYTHING_DESCRIPTION: &str = "The MCP reference test server: echo, sums, samples.";
 const MISB_DESCRIPTION: &str = "Echo and arithmetic for tests.";
@@ -186,7 +187,7 @@ async fn three_turns(protocol: ProtocolKind) -> (Vec<usize>, usize) {
 }
 
 fn clock_spec() -> toolwright_core::ToolSpec {
-    use toolwright_tool_system::Tool;
+    use toolwright_core::Tool;
     clock().spec()
 }
 

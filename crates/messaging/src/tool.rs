@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use serde_json::{Map, Value, json};
 use toolwright_core::ToolSpec;
 use toolwright_core::{Tool, ToolContext, ToolError};
-use serde_json::{Map, Value, json};
 
 use crate::{BusError, MessageBus, OutgoingMessage, quick_replies_schema, validate_quick_replies};
 

@@ -8,9 +8,11 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use toolwright_messaging::{BusError, MessageBus, NatsConfig, OutgoingMessage, QuickReplies, SendMessageTool};
 use serde_json::{Value, json};
-use toolwright_tool_system::{Tool, ToolContext, ToolErrorKind};
+use toolwright_core::{Tool, ToolContext, ToolErrorKind};
+use toolwright_messaging::{
+    BusError, MessageBus, NatsConfig, OutgoingMessage, QuickReplies, SendMessageTool,
+};
 
 /// A broker URL from the environment, or a failure saying how to get one (never a silent pass).
 fn env(name: &str) -> String {

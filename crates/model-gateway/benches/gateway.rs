@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
-use toolwright_model_gateway::{ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel, collect_stream};
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
+use toolwright_core::{ChatModel, ChatRequest, Message, collect_stream};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 
 const TEXT_100: &str = "0123456789";
 

@@ -7,9 +7,10 @@
 //! needs to know `async-openai`.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), toolwright_model_gateway::GatewayError> {
+//! # async fn demo() -> Result<(), toolwright_core::ModelError> {
 //! use futures::StreamExt;
-//! use toolwright_model_gateway::{ChatEvent, ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel};
+//! use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
+//! use toolwright_core::{ChatEvent, ChatModel, ChatRequest, Message};
 //! let cfg = OpenAiConfig::from_env()?.unwrap_or_else(|| OpenAiConfig::new("gpt-4o-mini"));
 //! let model = OpenAiModel::new(cfg)?;
 //! let mut stream = model.stream(ChatRequest::new(vec![Message::user("Count to 3")])).await?;
@@ -39,15 +40,12 @@ pub fn ensure_crypto_provider() {
 }
 
 // The shared vocabulary lives in `llm-core`; it is re-exported here so code written against
-// `toolwright_model_gateway::Message` and friends keeps compiling.
-/// The error of every [`ChatModel`]; the gateway's former name for [`ModelError`].
-pub use toolwright_core::ModelError as GatewayError;
-pub use toolwright_core::{
-    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, InvalidToolCall,
-    Message, ModelError, ModelInfo, ResponseFormat, Role, ToolCall, ToolCallAssembler, ToolChoice,
-    ToolSpec, Usage, async_trait, collect_stream, response_stream,
-};
+// `toolwright_core::Message` and friends keeps compiling.
 pub use openai::{OpenAiConfig, OpenAiEmbedder, OpenAiModel, RetryPolicy, env};
+pub(crate) use toolwright_core::{
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, Message, ModelError,
+    ModelInfo, ResponseFormat, ToolCall, ToolChoice, Usage,
+};
 
 /// `FinishReason` to report when a provider sent none: tool calls win.
 pub(crate) fn default_finish(has_tool_calls: bool) -> FinishReason {

@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
-use toolwright_core::{EmbedKind, Embedder};
-use toolwright_model_gateway::{GatewayError, OpenAiConfig, OpenAiEmbedder, RetryPolicy};
 use testkit::{EMBEDDING_WIDTH, Reply, ScriptedServer, scripted_embedding};
+use toolwright_core::ModelError;
+use toolwright_core::{EmbedKind, Embedder};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiEmbedder, RetryPolicy};
 
 fn config(server: &ScriptedServer) -> OpenAiConfig {
     OpenAiConfig::new("e5-small")
@@ -80,23 +81,20 @@ async fn embeddings_retry_a_429_and_report_a_4xx_and_a_bad_answer_as_typed_error
     assert_eq!(v, [scripted_embedding("x")], "the 429 was retried");
     server.push(Reply::status(400, "model not found"));
     let err = e.embed(&["x".into()], EmbedKind::Query).await.unwrap_err();
-    assert!(
-        matches!(err, GatewayError::Api { status: 400, .. }),
-        "{err}"
-    );
+    assert!(matches!(err, ModelError::Api { status: 400, .. }), "{err}");
     // A server whose vectors are not the promised width.
     let narrow = OpenAiEmbedder::new(config(&server), 3).unwrap();
     let err = narrow
         .embed(&["x".into()], EmbedKind::Query)
         .await
         .unwrap_err();
-    assert!(matches!(err, GatewayError::Malformed { .. }), "{err}");
+    assert!(matches!(err, ModelError::Malformed { .. }), "{err}");
     server.push(Reply::Raw {
         status: 200,
         content_type: "application/json".into(),
         body: r#"{"data": [{"index": 0, "embedding": "AAAA"}]}"#.into(),
     });
     let err = e.embed(&["x".into()], EmbedKind::Query).await.unwrap_err();
-    assert!(matches!(err, GatewayError::Malformed { .. }), "{err}");
+    assert!(matches!(err, ModelError::Malformed { .. }), "{err}");
     assert!(OpenAiEmbedder::new(config(&server), 0).is_err());
 }

@@ -5,12 +5,12 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use toolwright_model_gateway::{
-    ChatEvent, ChatModel, ChatRequest, FinishReason, GatewayError, Message, OpenAiConfig,
-    OpenAiModel, RetryPolicy, ToolSpec, collect_stream,
-};
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
+use toolwright_core::{
+    ChatEvent, ChatModel, ChatRequest, FinishReason, Message, ModelError, ToolSpec, collect_stream,
+};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
 
 fn fast_retry() -> RetryPolicy {
     RetryPolicy::default()
@@ -163,7 +163,7 @@ async fn g3_native_tool_calls_are_parsed_to_json_objects() {
 async fn g3_history_with_tool_calls_and_results_round_trips_on_the_wire() {
     let server = ScriptedServer::start().await;
     server.push(Reply::text("It is 22 degrees."));
-    let call = toolwright_model_gateway::ToolCall::new("call_1", "get_weather", json!({"city": "Beijing"}));
+    let call = toolwright_core::ToolCall::new("call_1", "get_weather", json!({"city": "Beijing"}));
     let req = ChatRequest::new(vec![
         Message::system("sys"),
         Message::user("Weather?"),
@@ -222,7 +222,7 @@ fn rejects_null_content(body: &serde_json::Value) -> Reply {
 async fn g3_interop_a_call_without_text_goes_out_as_empty_content_whole_and_streamed() {
     let server = ScriptedServer::start().await;
     server.respond_with(rejects_null_content);
-    let call = toolwright_model_gateway::ToolCall::new("call_1", "get_weather", json!({"city": "Beijing"}));
+    let call = toolwright_core::ToolCall::new("call_1", "get_weather", json!({"city": "Beijing"}));
     let history = vec![
         Message::user("Weather in Beijing?"),
         Message::assistant_with_tool_calls("", vec![call]),
@@ -436,7 +436,7 @@ async fn g8_retries_are_bounded_and_end_in_a_typed_error() {
     }
     let err = model(&server).chat(ask()).await.unwrap_err();
     assert!(
-        matches!(err, GatewayError::Api { status: 502, .. }),
+        matches!(err, ModelError::Api { status: 502, .. }),
         "{err:?}"
     );
     assert!(err.is_transient());
@@ -450,7 +450,7 @@ async fn g8_400_is_not_retried() {
     server.push(Reply::text("never sent"));
     let err = model(&server).chat(ask()).await.unwrap_err();
     match &err {
-        GatewayError::Api {
+        ModelError::Api {
             status, message, ..
         } => {
             assert_eq!(*status, 400);
@@ -495,7 +495,7 @@ async fn g8_timeout_gives_a_typed_error() {
     )
     .unwrap();
     let err = m.chat(ask()).await.unwrap_err();
-    assert!(matches!(err, GatewayError::Timeout(_)), "{err:?}");
+    assert!(matches!(err, ModelError::Timeout(_)), "{err:?}");
 }
 
 fn with_times(server: &ScriptedServer, attempt: Duration, deadline: Duration) -> OpenAiModel {
@@ -553,7 +553,7 @@ async fn g8_a_retry_the_deadline_cannot_wait_for_is_not_started() {
     let m = with_times(&server, Duration::from_secs(5), Duration::from_secs(1));
     let err = m.chat(ask()).await.unwrap_err();
     assert!(
-        matches!(err, GatewayError::Api { status: 429, .. }),
+        matches!(err, ModelError::Api { status: 429, .. }),
         "the server's own answer, at once: {err:?}"
     );
     assert_eq!(server.request_count(), 1);
@@ -573,7 +573,7 @@ async fn g8_stalled_stream_times_out_between_chunks() {
         Ok(s) => collect_stream(s).await.unwrap_err(),
         Err(e) => e,
     };
-    assert!(matches!(err, GatewayError::Timeout(_)), "{err:?}");
+    assert!(matches!(err, ModelError::Timeout(_)), "{err:?}");
 }
 
 #[tokio::test]
@@ -604,7 +604,7 @@ async fn g8_stream_cut_midway_is_an_error_not_a_truncated_answer() {
     assert!(!finished, "a cut stream must not report Finish");
     let err = error.expect("a cut stream must end in an error");
     assert!(
-        matches!(err, GatewayError::StreamInterrupted { .. }),
+        matches!(err, ModelError::StreamInterrupted { .. }),
         "{err:?}"
     );
     assert_eq!(
@@ -627,7 +627,7 @@ async fn g8_stream_closed_cleanly_without_finish_is_interrupted() {
         .await
         .unwrap_err();
     match err {
-        GatewayError::StreamInterrupted { partial_text, .. } => {
+        ModelError::StreamInterrupted { partial_text, .. } => {
             assert_eq!(partial_text, "half an ans")
         }
         other => panic!("{other:?}"),
@@ -646,7 +646,7 @@ async fn g8_malformed_sse_line_gives_a_typed_error() {
     assert!(
         matches!(
             err,
-            GatewayError::Malformed {
+            ModelError::Malformed {
                 what: "stream chunk",
                 ..
             }
@@ -664,7 +664,7 @@ async fn g8_malformed_json_body_gives_a_typed_error() {
         body: "<html>proxy error</html>".into(),
     });
     let err = model(&server).chat(ask()).await.unwrap_err();
-    assert!(matches!(err, GatewayError::Malformed { .. }), "{err:?}");
+    assert!(matches!(err, ModelError::Malformed { .. }), "{err:?}");
 }
 
 #[tokio::test]
@@ -681,7 +681,7 @@ async fn g8_connection_refused_is_retried_then_typed() {
     )
     .unwrap();
     let err = m.chat(ask()).await.unwrap_err();
-    assert!(matches!(err, GatewayError::Connect(_)), "{err:?}");
+    assert!(matches!(err, ModelError::Connect(_)), "{err:?}");
     assert!(err.to_string().contains("OPENAI_BASE_URL"));
 }
 
@@ -723,7 +723,7 @@ async fn g8_error_object_inside_a_200_stream_is_a_typed_error() {
         .await
         .unwrap_err();
     match err {
-        GatewayError::Api { message, code, .. } => {
+        ModelError::Api { message, code, .. } => {
             assert_eq!(message, "model overloaded");
             assert_eq!(code.as_deref(), Some("overloaded"));
         }

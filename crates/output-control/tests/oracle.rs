@@ -3,9 +3,9 @@
 //! docs/stage-2-output-control.md. The library's parser must agree with it on any input.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use toolwright_output_control::{TagEvent, ToolAction, parse_tool_actions};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
+use toolwright_output_control::{TagEvent, ToolAction, parse_tool_actions};
 
 enum Outcome {
     Done(ToolAction, usize),

@@ -2,11 +2,11 @@
 //! JSON extraction round trips (O1).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use proptest::prelude::*;
+use serde_json::Value;
 use toolwright_output_control::{
     StreamParser, TagEvent, TagOptions, extract_json, parse_tool_actions_with, parse_tool_decision,
 };
-use proptest::prelude::*;
-use serde_json::Value;
 
 /// Fragments that combine into valid, broken and cut-off tags, with multi-byte text.
 const FRAGMENTS: &[&str] = &[

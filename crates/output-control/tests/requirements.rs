@@ -1,12 +1,12 @@
 //! Tests named by requirement ID (O1–O7); `grep -r o6_ crates/` finds the proof of O6.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use serde_json::{Value, json};
 use toolwright_output_control::{
     DecisionError, JsonError, SchemaError, StreamParser, TagEvent, TagOptions, ToolAction,
     ToolDecision, Validator, extract_json, parse_as, parse_tool_actions, parse_tool_actions_with,
     parse_tool_decision, validate,
 };
-use serde_json::{Value, json};
 
 // ---------- helpers ----------
 

@@ -123,7 +123,8 @@ async fn setsid_grandchild_is_gone_after_terminate() {
 async fn grandchild_of_a_child_that_already_exited_is_found_by_its_marker() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
-    let (mut child, mut guard) = toolwright_process_guard::spawn(&mut script(&pidfile, false)).unwrap();
+    let (mut child, mut guard) =
+        toolwright_process_guard::spawn(&mut script(&pidfile, false)).unwrap();
     let grandchild = read_pid(&pidfile).await;
     child.wait().await.unwrap(); // the child is gone; the grandchild was re-parented away
     assert!(alive(grandchild));

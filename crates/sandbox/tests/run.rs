@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use toolwright_sandbox::{FrameHandler, FrameReply, Program, RunError, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
+use toolwright_sandbox::{FrameHandler, FrameReply, Program, RunError, Sandbox, SandboxConfig};
 
 /// A program directory anyone may read (as root calls run as a uid of their own).
 fn program_dir(script: &str) -> tempfile::TempDir {

@@ -5,13 +5,14 @@
 use std::sync::Mutex;
 
 use futures::StreamExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use toolwright_core::{
     ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelError, ModelInfo, ToolCall,
     async_trait,
 };
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use toolwright_tool_system::{Agent, FnTool, LoopEvent, ToolContext, ToolError};
+use toolwright_core::{ToolContext, ToolError};
+use toolwright_tool_system::{Agent, FnTool, LoopEvent};
 
 /// A rule-based "model": asks for the weather of the city it sees, then reports the tool's
 /// facts. It records every request it gets.

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
-use toolwright_skills::{Sandbox, SandboxConfig, Skill, load_skills};
 use std::time::Instant;
+use toolwright_skills::{Sandbox, SandboxConfig, Skill, load_skills};
 
 fn find(root: &Path, name: &str) -> Skill {
     let (skills, errors) = load_skills(root);

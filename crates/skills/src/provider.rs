@@ -6,9 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::Value;
 use toolwright_core::ToolSpec;
 use toolwright_core::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
-use serde_json::Value;
 
 use crate::{LoadOutcome, Sandbox, SandboxConfig, Skill, SkillError, SkillLoadError, load_skills};
 

@@ -9,10 +9,12 @@
 
 use std::time::Duration;
 
-use toolwright_sandbox::{Program, RunError};
 use serde_json::Value;
+use toolwright_sandbox::{Program, RunError};
 
-pub use toolwright_sandbox::{FrameHandler, FrameReply, Grant as SkillGrant, Protections, SandboxConfig};
+pub use toolwright_sandbox::{
+    FrameHandler, FrameReply, Grant as SkillGrant, Protections, SandboxConfig,
+};
 
 use crate::manifest::is_plain_relative;
 use crate::{Skill, SkillLoadError};

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use common::{both_modes, env_with, fixtures, processes_with, require_root, within};
 use serde_json::json;
+use toolwright_core::{ToolErrorKind, ToolProvider};
 use toolwright_skills::{
     LoadOutcome, MAX_MODEL_DESCRIPTION_CHARS, Sandbox, SandboxConfig, SkillGrant, SkillsProvider,
     load_skills,
 };
-use toolwright_tool_system::{ToolErrorKind, ToolProvider};
 
 /// A skills root with one skill: `echo`'s files plus whatever `extra` adds.
 fn skill_root_with(extra: impl FnOnce(&Path)) -> tempfile::TempDir {
@@ -65,7 +65,7 @@ async fn an_ungranted_secret_is_reported_at_load_and_not_passed_a_granted_one_is
     );
 
     let r = provider
-        .call("greedy", json!({}), toolwright_tool_system::ToolContext::new("c"))
+        .call("greedy", json!({}), toolwright_core::ToolContext::new("c"))
         .await
         .unwrap();
     assert_eq!(r["OPENAI_API_KEY"], serde_json::Value::Null, "{r}");
@@ -95,7 +95,7 @@ async fn a_day_long_timeout_request_is_cut_to_the_operators_cap() {
         .call(
             "greedy",
             json!({"sleep": 60}),
-            toolwright_tool_system::ToolContext::new("c"),
+            toolwright_core::ToolContext::new("c"),
         )
         .await
         .unwrap_err();
@@ -1194,7 +1194,10 @@ fn fallback_without_root_inner() {
     // The time limit still stops a call and everything it started, also what left its
     // process group (it dies with PID 1 of the call's namespace).
     let err = rt.block_on(sandbox.run(&stubborn, &json!({}))).unwrap_err();
-    assert!(matches!(err, toolwright_skills::SkillError::Timeout { .. }), "{err:?}");
+    assert!(
+        matches!(err, toolwright_skills::SkillError::Timeout { .. }),
+        "{err:?}"
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while !(processes_with("sleep 9871").is_empty() && processes_with("sleep 9861").is_empty()) {
         assert!(

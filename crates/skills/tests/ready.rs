@@ -16,8 +16,8 @@ use common::{
     wait_ready,
 };
 use serde_json::{Value, json};
+use toolwright_core::{ToolContext, ToolProvider};
 use toolwright_skills::{LoadOutcome, SandboxConfig, SkillsProvider};
-use toolwright_tool_system::{ToolContext, ToolProvider};
 
 fn env() -> Env {
     let e = env_with(SandboxConfig::default().with_timeout(Duration::from_secs(10)));

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::{env, env_with, fixtures, processes_with};
 use serde_json::{Value, json};
+use toolwright_core::{ToolErrorKind, ToolProvider};
 use toolwright_skills::{SandboxConfig, SkillError, load_skills};
-use toolwright_tool_system::{ToolErrorKind, ToolProvider};
 
 #[test]
 fn s1_loading_reports_bad_skills_with_file_and_line_and_loads_the_rest() {

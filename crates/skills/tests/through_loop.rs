@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 use serde_json::Value;
-use toolwright_skills::{SandboxConfig, SkillsProvider};
 use testkit::{Reply, ScriptedServer};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
+use toolwright_skills::{SandboxConfig, SkillsProvider};
 use toolwright_tool_system::{Agent, ProtocolKind};
 
 #[tokio::test]

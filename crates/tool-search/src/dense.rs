@@ -1,7 +1,7 @@
 //! The dense half of the search: each tool's text for an encoder and its cache key, the
 //! tools' vectors, reciprocal-rank fusion with BM25, and "no tool fits".
 //!
-//! Pure like the rest of the crate: the caller runs the encoder (an `toolwright_core::Embedder`) and
+//! Pure like the rest of the crate: the caller runs the encoder (a `toolwright_core::Embedder`) and
 //! hands the vectors in.
 
 use crate::{Hit, MAX_LIMIT, SearchIndex, ToolDoc};

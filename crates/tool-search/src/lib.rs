@@ -26,7 +26,7 @@
 //! ## Search by meaning (the dense half)
 //!
 //! BM25 finds a tool only by shared words. A sentence encoder (an
-//! [`toolwright_core::Embedder`](https://docs.rs/llm-core), run by the caller: this crate does no I/O)
+//! [`toolwright_core::Embedder`](https://docs.rs/toolwright-core), run by the caller: this crate does no I/O)
 //! gives each tool a vector of [`embedding_text`] and the query a vector; the index then fuses
 //! BM25's ranking with the cosine ranking by **reciprocal rank** ([`HybridConfig`]), so a
 //! request that shares no word with its tool still finds it. Cosines of small encoders sit in a

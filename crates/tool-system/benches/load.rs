@@ -8,9 +8,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use toolwright_model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
 use serde_json::Value;
 use testkit::{Reply, ScriptedServer};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
 use toolwright_tool_system::Agent;
 
 const LOOPS: usize = 1000;

@@ -59,7 +59,7 @@ fn bench(c: &mut Criterion) {
             rt.block_on(dispatcher.dispatch(
                 "noop",
                 json!({"x": 1}),
-                toolwright_tool_system::ToolContext::new("c"),
+                toolwright_core::ToolContext::new("c"),
             ))
         })
     });

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwright_context_engine::{MemoryStore, SessionStore, TokenCounter};
+use toolwright_context_engine::{MemoryStore, SessionStore};
 use toolwright_core::ChatModel;
+use toolwright_core::TokenCounter;
 
 use crate::approval::{ApprovalDecision, ApprovalKey, PendingApproval};
-use crate::protocol::ProtocolKind;
+use crate::protocols::ProtocolKind;
 use crate::runner::{
     LoopError, LoopOptions, LoopOutput, LoopStream, pending_approval, resume_tool_loop,
     resume_tool_loop_stream, run_tool_loop, run_tool_loop_stream,
@@ -22,7 +23,8 @@ use crate::{Dispatcher, RegistryError, Tool, ToolProvider, ToolRegistry};
 /// use toolwright_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, Message, ModelInfo, ToolCall, response_stream};
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
-/// use toolwright_tool_system::{Agent, FnTool, ToolContext};
+/// use toolwright_tool_system::{Agent, FnTool};
+/// use toolwright_core::{ToolContext};
 ///
 /// #[derive(Deserialize, JsonSchema)]
 /// struct Args { city: String }
@@ -141,14 +143,6 @@ impl Agent {
         pending_approval(&*self.store, session_id, &self.options).await
     }
 
-    /// Who decided the held calls of session `session_id` (see [`crate::approval_log`]).
-    pub async fn approval_log(
-        &self,
-        session_id: &str,
-    ) -> Result<Vec<crate::DecisionRecord>, LoopError> {
-        crate::runner::approval_log(&*self.store, session_id).await
-    }
-
     /// This agent acting for `principal` ([`LoopOptions::principal`]): the approval tokens its
     /// runs hand out are bound to `principal`, and its decisions are taken and recorded as
     /// `principal`'s. Cheap (the model, tools and store are shared); make one per request.
@@ -232,12 +226,90 @@ impl AgentBuilder {
         self.max_result_bytes = Some(n);
         self
     }
-    pub(crate) fn options_mut(&mut self) -> &mut LoopOptions {
-        &mut self.options
+    /// The base system prompt; the tool descriptions of prompt-based protocols follow it as a
+    /// section.
+    pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.options.system_prompt = prompt.into();
+        self
     }
-    /// Replace every loop option at once.
-    pub fn options(mut self, options: LoopOptions) -> Self {
-        self.options = options;
+    /// The call protocol (default [`ProtocolKind::Auto`]: native function calling when the
+    /// model has it, the JSON decision otherwise).
+    pub fn protocol(mut self, protocol: ProtocolKind) -> Self {
+        self.options.protocol = protocol;
+        self
+    }
+    /// Adds a fixed section to the system prompt, after the tool section.
+    pub fn section(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
+        self.options.sections.push((name.into(), text.into()));
+        self
+    }
+    /// Adds a hook that computes sections from each turn's user message (the MCP bridge's
+    /// tiered descriptions are one); they are never stored as history (C2).
+    pub fn turn_sections(mut self, hook: Arc<dyn TurnSections>) -> Self {
+        self.options.turn_sections.push(hook);
+        self
+    }
+    /// The most rounds of tool calls in one run (default 5): the response after the last round
+    /// that still asks for tools ends the run with its text and a warning (T5).
+    pub fn max_iterations(mut self, rounds: usize) -> Self {
+        self.options.max_iterations = rounds;
+        self
+    }
+    /// Whether an unreadable answer (a broken JSON decision) is sent back once with a request
+    /// to fix it (default off: it is taken as the plain answer, T9).
+    pub fn corrections(mut self, on: bool) -> Self {
+        self.options.corrections = on;
+        self
+    }
+    /// Whether the tag protocol reads `<tool_action>` tags (default on; off: tags are text, O7).
+    pub fn tool_action_parsing(mut self, on: bool) -> Self {
+        self.options.tool_action_parsing = on;
+        self
+    }
+    /// The token budget of each request (default unlimited); the oldest history goes first,
+    /// never separating a call from its result (C3).
+    pub fn context_budget(mut self, tokens: usize) -> Self {
+        self.options.context_budget = Some(tokens);
+        self
+    }
+    /// The token counter for the budget (default: the model's tokenizer where one is known).
+    pub fn counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
+        self.options.counter = Some(counter);
+        self
+    }
+    /// Every call to tool `name`, from any provider, needs a person's approval.
+    pub fn require_approval(mut self, name: impl Into<String>) -> Self {
+        self.options.approval = std::mem::take(&mut self.options.approval).always(name);
+        self
+    }
+    /// Calls to tool `name` need a person's approval when `predicate` holds for their arguments.
+    pub fn require_approval_when(
+        mut self,
+        name: impl Into<String>,
+        predicate: impl Fn(&serde_json::Value) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.options.approval = std::mem::take(&mut self.options.approval).when(name, predicate);
+        self
+    }
+    /// The key that signs approval decisions ([`ApprovalKey`]): the same in every process that
+    /// serves these sessions (default: a random key for this process, with a warning).
+    pub fn approval_key(mut self, key: ApprovalKey) -> Self {
+        self.options.approval_key = Some(key);
+        self
+    }
+    /// How long a request that went on with approved calls may take to record their round
+    /// (default 10 minutes). A round found still running past it (the process stopped, the
+    /// request was dropped) is put to the person again, each call marked as possibly run. Set
+    /// it above your slowest round of approved calls.
+    pub fn approval_lease(mut self, lease: Duration) -> Self {
+        self.options.approval_lease = lease;
+        self
+    }
+    /// Who acts: an opaque id (a login's subject, a user name), empty by default for a program
+    /// with one person. Approval tokens are bound to it, decisions accepted only from it and
+    /// recorded under it. Per request, [`Agent::acting_as`] sets it on a built agent.
+    pub fn principal(mut self, principal: impl Into<String>) -> Self {
+        self.options.principal = principal.into();
         self
     }
     /// The agent, or the first tool registration error.
@@ -270,18 +342,3 @@ impl AgentBuilder {
         })
     }
 }
-
-/// `AgentBuilder::$name` for each entry of the loop settings' list ([`LoopOptions`]' setters).
-macro_rules! agent_builder_setters {
-    ($( $(#[$doc:meta])* $name:ident / $with:ident ($($arg:ident : $ty:ty),*) => |$o:ident| $body:expr; )*) => {
-        impl AgentBuilder {
-            $( $(#[$doc])* pub fn $name(mut self, $($arg: $ty),*) -> Self {
-                let $o = self.options_mut();
-                $body;
-                self
-            } )*
-        }
-    };
-}
-
-crate::options::loop_settings!(agent_builder_setters);

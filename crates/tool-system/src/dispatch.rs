@@ -5,9 +5,9 @@ use futures::FutureExt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use serde_json::Value;
 use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, ToolSpec, cap_result as cap};
 use toolwright_output_control::Validator;
-use serde_json::Value;
 use tracing::Instrument;
 
 use crate::registry::{ToolRegistry, schema_problems};
@@ -61,7 +61,8 @@ impl Route {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use toolwright_tool_system::{Dispatcher, FnTool, ToolRegistry, ToolContext};
+/// use toolwright_tool_system::{Dispatcher, FnTool, ToolRegistry};
+/// use toolwright_core::{ToolContext};
 /// use serde_json::json;
 /// let mut registry = ToolRegistry::new();
 /// registry.register(FnTool::new("add", "Add two numbers",

@@ -2,10 +2,10 @@
 //! error ([`LoopError`]), and where the events go ([`Sink`], [`emit`]). Below both the runner
 //! and the step executor, so they speak of these without importing one another.
 
-use toolwright_context_engine::{ContextError, StoreError};
-use toolwright_core::{Message, ModelError, Usage};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use toolwright_context_engine::{ContextError, StoreError};
+use toolwright_core::{Message, ModelError, Usage};
 
 use crate::approval::{self, ApprovalError, PendingApproval};
 

@@ -11,7 +11,7 @@ use crate::dispatch::Dispatcher;
 use crate::event::{LoopError, LoopEvent, Sink, emit};
 use crate::machine::{CallPlan, LoopMachine, Planned};
 use crate::options::LoopOptions;
-use crate::protocol::{CallProtocol, PendingCall};
+use crate::protocols::{CallProtocol, PendingCall};
 use toolwright_core::{ToolContext, ToolError};
 
 /// One run as each of its parts sees it, given once instead of a list of parameters.

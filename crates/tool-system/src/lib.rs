@@ -1,6 +1,7 @@
-//! # tool-system — Stage 3
+//! # toolwright-tool-system
 //!
-//! Tools, the registry, the dispatcher, three call protocols and the tool loop.
+//! Tools, the registry, the dispatcher, three call protocols and the [`Agent`] that runs the
+//! tool loop.
 //!
 //! * [`Tool`] / [`FnTool`] (T1): a tool is a name, a description, a JSON Schema and an async
 //!   function. [`FnTool::typed`] derives the schema from the argument type (`schemars`), so
@@ -10,10 +11,11 @@
 //!   MCP); unknown name → `{"success": false, "error": "Tool not found: NAME"}`; arguments
 //!   validated against the schema first; a time limit (default 30 s) that cancels the call;
 //!   panics contained; huge results capped. Failures are results for the model, never errors.
-//! * [`CallProtocol`]: [`NativeProtocol`] (T5), [`JsonDecisionProtocol`] (T6),
-//!   [`TagProtocol`] (T7, T8); a model without function calling switches to the JSON one (T9).
-//! * [`run_tool_loop`] / [`run_tool_loop_stream`] and [`Agent`]: the loop, its decisions in a
-//!   pure [`LoopMachine`], every round appended to a `context_engine` session.
+//! * [`ProtocolKind`]: native function calling (T5), the JSON decision (T6) or `<tool_action>`
+//!   tags (T7, T8); a model without function calling switches to the JSON one (T9). A protocol
+//!   of one's own implements [`protocol::CallProtocol`].
+//! * [`Agent`]: the loop, its decisions in a pure state machine, every round appended to a
+//!   session of `toolwright-context-engine`; [`Agent::run`] or, streamed, [`Agent::run_stream`].
 //! * Approval of tool calls: a call that needs a person's approval ([`Tool::needs_approval`],
 //!   [`ToolProvider::needs_approval`], or the agent's [`ApprovalPolicy`]) is held; the run
 //!   returns a [`PendingApproval`] kept in the session store, and [`Agent::resume`] goes on
@@ -95,7 +97,7 @@ mod execute;
 mod machine;
 mod options;
 mod prompt;
-mod protocol;
+mod protocols;
 mod registry;
 mod runner;
 mod trace;
@@ -104,29 +106,25 @@ mod typed;
 
 pub use agent::{Agent, AgentBuilder};
 pub use approval::{
-    APPROVAL_KEY_ENV, APPROVAL_LOG_KEY, APPROVAL_STATE_KEY, ApprovalDecision, ApprovalError,
-    ApprovalKey, ApprovalPolicy, ApprovalPredicate, DecisionRecord, HeldCall, MAX_DECISION_RECORDS,
+    ApprovalDecision, ApprovalError, ApprovalKey, ApprovalPolicy, DecisionRecord, HeldCall,
     PendingApproval,
 };
-pub use async_trait::async_trait;
-pub use dispatch::{DEFAULT_TOOL_TIMEOUT, Dispatcher, ToolOutcome};
-pub use toolwright_core::{
-    ApprovalGate, DEFAULT_MAX_RESULT_BYTES, Tool, ToolContext, ToolError, ToolErrorKind,
-    ToolProvider, is_valid_tool_name, normalize_schema,
-};
-pub use machine::{
-    CallFacts, CallPlan, DEFAULT_MAX_ITERATIONS, Decision, LoopMachine, ResponseFacts,
-};
-pub use options::DEFAULT_APPROVAL_LEASE;
-pub use prompt::{describe_tools, generate_tool_prompt, json_decision_prompt};
-pub use protocol::{
-    CallProtocol, JsonDecisionProtocol, NativeProtocol, PendingCall, ProtocolKind, Reading,
-    ResponseReader, Step, TagProtocol, coerce_to_schema, resolve_protocol, tool_message_round,
-};
+pub use dispatch::{Dispatcher, ToolOutcome};
+pub use event::{LoopError, LoopEvent, LoopOutput};
+pub use prompt::generate_tool_prompt;
+pub use protocols::ProtocolKind;
 pub use registry::{RegistryError, ToolRegistry};
-pub use runner::{
-    LoopError, LoopEvent, LoopOptions, LoopOutput, LoopStream, approval_log, pending_approval,
-    resume_tool_loop, resume_tool_loop_stream, run_tool_loop, run_tool_loop_stream,
-};
+pub use runner::LoopStream;
 pub use turn::TurnSections;
-pub use typed::{FnTool, schema_for, to_openai_tool};
+pub use typed::{FnTool, to_openai_tool};
+
+/// For a call protocol of one's own ([`ProtocolKind::Custom`]): how tools are shown to the
+/// model and how its answer is read. The three built in are chosen with [`ProtocolKind`].
+pub mod protocol {
+    pub use crate::prompt::json_decision_prompt;
+    pub use crate::protocols::{
+        CallProtocol, JsonDecisionProtocol, PendingCall, Reading, ResponseReader, Step,
+    };
+}
+
+pub(crate) use toolwright_core::{Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider};

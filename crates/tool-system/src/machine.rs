@@ -89,17 +89,8 @@ pub(crate) struct Planned<'a> {
     pub(crate) announce: bool,
 }
 
-/// The loop's state.
-///
-/// ```
-/// use toolwright_tool_system::{Decision, LoopMachine, ResponseFacts};
-/// let calls = ResponseFacts { has_calls: true, ..Default::default() };
-/// let mut m = LoopMachine::new(2);
-/// assert_eq!(m.after_response(calls), Decision::RunTools); // round 1
-/// assert_eq!(m.after_response(calls), Decision::RunTools); // round 2
-/// assert_eq!(m.after_response(calls), Decision::StopAtLimit);
-/// assert_eq!((m.model_calls(), m.tool_rounds()), (3, 2));
-/// ```
+/// The loop's state: each response's facts in, the next step out, no I/O (the table tests
+/// below walk it through every case).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoopMachine {
     max_iterations: usize,

@@ -1,24 +1,22 @@
-//! [`LoopOptions`]: how a tool loop runs. Its setters are written once, in the list at the
-//! bottom of this file, which gives both `LoopOptions::with_x` and `AgentBuilder`'s `x` (the
-//! agent module expands the same list for its builder: this module names no agent type).
+//! [`LoopOptions`]: how a tool loop runs, as [`crate::AgentBuilder`]'s setters leave it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwright_context_engine::TokenCounter;
+use toolwright_core::TokenCounter;
 
 use crate::approval::{ApprovalKey, ApprovalPolicy};
 use crate::machine::DEFAULT_MAX_ITERATIONS;
-use crate::protocol::ProtocolKind;
+use crate::protocols::ProtocolKind;
 use crate::turn::TurnSections;
 
 /// Default [`LoopOptions::approval_lease`]: 10 minutes.
-pub const DEFAULT_APPROVAL_LEASE: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_APPROVAL_LEASE: Duration = Duration::from_secs(600);
 
 /// How a loop runs.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub struct LoopOptions {
+pub(crate) struct LoopOptions {
     /// The base system prompt (tool descriptions of prompt-based protocols are added as a section).
     pub system_prompt: String,
     /// The call protocol (default: [`ProtocolKind::Auto`]).
@@ -78,72 +76,3 @@ impl Default for LoopOptions {
         }
     }
 }
-
-impl LoopOptions {
-    /// Options with the defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-/// One list of settings; each entry becomes `LoopOptions::$with` (here) and `AgentBuilder::$name`
-/// (in `agent.rs`): `loop_settings!(callback)` hands the list to `callback!`.
-macro_rules! loop_settings {
-    ($callback:ident) => {
-        $callback! {
-            /// Set the base system prompt (tool descriptions of prompt-based protocols are added as a
-            /// section after it).
-            system_prompt / with_system_prompt(s: impl Into<String>) => |o| o.system_prompt = s.into();
-            /// Set the call protocol (default [`ProtocolKind::Auto`]).
-            protocol / with_protocol(p: ProtocolKind) => |o| o.protocol = p;
-            /// Add a fixed section to the system prompt.
-            section / with_section(name: impl Into<String>, text: impl Into<String>) =>
-                |o| o.sections.push((name.into(), text.into()));
-            /// Add a hook that computes sections from each turn's user message (C2; mcp-bridge's M3).
-            turn_sections / with_turn_sections(hook: Arc<dyn TurnSections>) => |o| o.turn_sections.push(hook);
-            /// Set the most rounds of tool calls in one run (default 5, 001).
-            max_iterations / with_max_iterations(n: usize) => |o| o.max_iterations = n;
-            /// Turn the correction round on or off ([`LoopOptions::corrections`]).
-            corrections / with_corrections(on: bool) => |o| o.corrections = on;
-            /// Turn `<tool_action>` parsing on or off (tag protocol; default on).
-            tool_action_parsing / with_tool_action_parsing(on: bool) => |o| o.tool_action_parsing = on;
-            /// Set the token budget of each request; the oldest history is trimmed first.
-            context_budget / with_context_budget(tokens: usize) => |o| o.context_budget = Some(tokens);
-            /// Set the token counter for the budget.
-            counter / with_counter(counter: Arc<dyn TokenCounter>) => |o| o.counter = Some(counter);
-            /// Every call to tool `name` needs a person's approval (any provider's tool).
-            require_approval / with_required_approval(name: impl Into<String>) =>
-                |o| o.approval = std::mem::take(&mut o.approval).always(name);
-            /// Calls to tool `name` need a person's approval when `predicate` holds for their arguments.
-            require_approval_when / with_required_approval_when(
-                name: impl Into<String>,
-                predicate: impl Fn(&serde_json::Value) -> bool + Send + Sync + 'static
-            ) => |o| o.approval = std::mem::take(&mut o.approval).when(name, predicate);
-            /// Set the key that signs approval decisions ([`ApprovalKey`]; the same in every process
-            /// that serves these sessions).
-            approval_key / with_approval_key(key: ApprovalKey) => |o| o.approval_key = Some(key);
-            /// Set how long a request that went on with approved calls may take
-            /// ([`LoopOptions::approval_lease`]).
-            approval_lease / with_approval_lease(lease: Duration) => |o| o.approval_lease = lease;
-            /// Set who acts ([`LoopOptions::principal`]): approval tokens are bound to it and
-            /// decisions recorded under it.
-            principal / with_principal(principal: impl Into<String>) => |o| o.principal = principal.into();
-        }
-    };
-}
-pub(crate) use loop_settings;
-
-/// `LoopOptions::$with` for each entry of `loop_settings!`.
-macro_rules! loop_options_setters {
-    ($( $(#[$doc:meta])* $name:ident / $with:ident ($($arg:ident : $ty:ty),*) => |$o:ident| $body:expr; )*) => {
-        impl LoopOptions {
-            $( $(#[$doc])* pub fn $with(mut self, $($arg: $ty),*) -> Self {
-                let $o = &mut self;
-                $body;
-                self
-            } )*
-        }
-    };
-}
-
-loop_settings!(loop_options_setters);

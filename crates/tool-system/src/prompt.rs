@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use toolwright_core::ToolSpec;
 use serde_json::Value;
+use toolwright_core::ToolSpec;
 
 /// The `<tool_action>` tool prompt of 000 (T8): every tool's name, description and parameters,
 /// with a usage example; with no tools, a prompt saying that no tools are available.
@@ -72,7 +72,7 @@ pub fn generate_tool_prompt(tools: &[ToolSpec]) -> String {
 /// use serde_json::json;
 /// let tools = [ToolSpec::new("get_weather", "Get current weather for a city",
 ///     json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}))];
-/// let p = toolwright_tool_system::json_decision_prompt(&tools);
+/// let p = toolwright_tool_system::protocol::json_decision_prompt(&tools);
 /// assert!(p.contains("get_weather") && p.contains(r#""tool": null"#));
 /// ```
 pub fn json_decision_prompt(tools: &[ToolSpec]) -> String {

@@ -5,9 +5,9 @@ use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::Value;
 use toolwright_core::{ToolSpec, TurnInfo};
 use toolwright_output_control::{SchemaError, Validator};
-use serde_json::Value;
 
 use crate::typed::to_openai_tool;
 use crate::{Tool, ToolContext, ToolError, ToolProvider};
@@ -42,7 +42,8 @@ struct Entry {
 /// Built-in tools by name, in registration order.
 ///
 /// ```
-/// use toolwright_tool_system::{FnTool, ToolRegistry, ToolContext};
+/// use toolwright_tool_system::{FnTool, ToolRegistry};
+/// use toolwright_core::{ToolContext};
 /// use serde_json::json;
 /// let mut registry = ToolRegistry::new();
 /// registry.register(FnTool::new("get_weather", "Get current weather for a city",

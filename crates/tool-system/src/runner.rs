@@ -8,66 +8,33 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use toolwright_context_engine::{ContextBuilder, History, SessionStore, TokenCounter};
 use futures::{Stream, StreamExt};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use toolwright_context_engine::{ContextBuilder, History, SessionStore};
+use toolwright_core::TokenCounter;
 use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatStream, Message, ModelError, ModelInfo, ToolError,
     TurnInfo, Usage,
 };
-use serde_json::Value;
-use tokio::sync::mpsc;
 use tracing::Span;
 
 use crate::approval::{
-    self, ApprovalDecision, ApprovalPolicy, CallState, Claim, Claimed, Held, HeldRound,
-    PendingApproval, RoundSlots, StoredCall,
+    self, ApprovalDecision, ApprovalPolicy, CallState, Claim, Claimed, DecisionRecord, Held,
+    HeldRound, PendingApproval, RoundSlots, StoredCall,
 };
 use crate::dispatch::Dispatcher;
 pub use crate::event::{LoopError, LoopEvent, LoopOutput};
 use crate::event::{Sink, emit};
 use crate::execute::{Ran, Run, run_step};
 use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
-pub use crate::options::LoopOptions;
-use crate::protocol::{CallProtocol, PendingCall, Reading, ResponseReader, Step, resolve_protocol};
+pub(crate) use crate::options::LoopOptions;
+use crate::protocols::{
+    CallProtocol, PendingCall, Reading, ResponseReader, Step, resolve_protocol,
+};
 
-/// Runs the tool loop for one user message in session `session_id` (created if new):
-/// the user message is stored first, every round is appended to the session as it finishes,
-/// and the loop ends with a text answer or at `max_iterations`.
-///
-/// ```
-/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use std::sync::Arc;
-/// use toolwright_context_engine::{MemoryStore, SessionStore};
-/// use toolwright_core::{async_trait, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, Message, ModelInfo, ToolCall, response_stream};
-/// use toolwright_tool_system::{Dispatcher, FnTool, LoopOptions, ToolRegistry, run_tool_loop};
-/// use serde_json::json;
-///
-/// /// Calls get_weather once, then answers with the result it finds.
-/// struct Demo;
-/// #[async_trait]
-/// impl ChatModel for Demo {
-///     fn info(&self) -> ModelInfo { ModelInfo::new("demo", true) }
-///     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
-///         Ok(match req.messages.last() {
-///             Some(Message::Tool { content, .. }) => ChatResponse::new(format!("It is {content}"), vec![], FinishReason::Stop, None),
-///             _ => ChatResponse::new("", vec![ToolCall::new("c1", "get_weather", json!({"city": "Beijing"}))], FinishReason::ToolCalls, None),
-///         })
-///     }
-///     async fn stream(&self, req: ChatRequest) -> Result<ChatStream, ModelError> { Ok(response_stream(self.chat(req).await?)) }
-/// }
-///
-/// let mut registry = ToolRegistry::new();
-/// registry.register(FnTool::new("get_weather", "Weather for a city",
-///     json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-///     |_, _| async { Ok(json!("22°C")) }))?;
-/// let store = MemoryStore::new();
-/// let out = run_tool_loop(&Demo, &store, &Dispatcher::from_registry(registry), "s1",
-///     "Weather in Beijing?", &LoopOptions::default()).await?;
-/// assert_eq!(out.answer, "It is 22°C");
-/// assert_eq!(store.load("s1").await?.messages.len(), 4); // user, assistant call, tool, answer
-/// # Ok(()) }
-/// ```
-pub async fn run_tool_loop(
+/// Runs one turn of the loop for `user_text` (what [`crate::Agent::run`] does).
+pub(crate) async fn run_tool_loop(
     model: &dyn ChatModel,
     store: &dyn SessionStore,
     dispatcher: &Dispatcher,
@@ -85,7 +52,7 @@ pub async fn run_tool_loop(
 /// calls are still undecided, returns at once with the remaining ones in
 /// [`LoopOutput::pending_approval`]. Refused decisions (bad token, replay, unknown call…)
 /// are [`LoopError::Approval`] and change nothing.
-pub async fn resume_tool_loop(
+pub(crate) async fn resume_tool_loop(
     model: &dyn ChatModel,
     store: &dyn SessionStore,
     dispatcher: &Dispatcher,
@@ -100,7 +67,7 @@ pub async fn resume_tool_loop(
 /// The calls of session `session_id` waiting for approval, with fresh tokens for
 /// [`LoopOptions::principal`] (for a page reloaded, or a process restarted since the run
 /// stopped); `None` when nothing waits.
-pub async fn pending_approval(
+pub(crate) async fn pending_approval(
     store: &dyn SessionStore,
     session_id: &str,
     options: &LoopOptions,
@@ -109,19 +76,8 @@ pub async fn pending_approval(
     Ok(approval::current(store, session_id, key, &options.principal).await?)
 }
 
-/// Who decided the held calls of session `session_id`, oldest first: each decision's
-/// principal, time, tool and arguments ([`DecisionRecord`](crate::DecisionRecord)), kept in the
-/// session's state slot [`APPROVAL_LOG_KEY`](crate::APPROVAL_LOG_KEY). Empty when none was
-/// made (or the store keeps no state slots).
-pub async fn approval_log(
-    store: &dyn SessionStore,
-    session_id: &str,
-) -> Result<Vec<crate::DecisionRecord>, LoopError> {
-    Ok(approval::log(store, session_id).await?)
-}
-
 /// The streaming variant of [`resume_tool_loop`] (see [`run_tool_loop_stream`]).
-pub fn resume_tool_loop_stream(
+pub(crate) fn resume_tool_loop_stream(
     model: Arc<dyn ChatModel>,
     store: Arc<dyn SessionStore>,
     dispatcher: Arc<Dispatcher>,
@@ -146,7 +102,7 @@ pub fn resume_tool_loop_stream(
 /// The streaming variant of [`run_tool_loop`]: a `'static + Send` stream of [`LoopEvent`]s
 /// ending with [`LoopEvent::Finished`] or [`LoopEvent::Failed`]. Dropping the stream cancels
 /// the loop (and any running tool call). Must be called inside a tokio runtime.
-pub fn run_tool_loop_stream(
+pub(crate) fn run_tool_loop_stream(
     model: Arc<dyn ChatModel>,
     store: Arc<dyn SessionStore>,
     dispatcher: Arc<Dispatcher>,
@@ -276,7 +232,7 @@ async fn drive(run: Run<'_>, start: Start<'_>) -> Result<LoopOutput, LoopError> 
 
 /// The counter of runs without a budget: one for every run (it holds no state).
 static ESTIMATE: std::sync::LazyLock<Arc<dyn TokenCounter>> =
-    std::sync::LazyLock::new(|| Arc::new(toolwright_context_engine::EstimateCounter));
+    std::sync::LazyLock::new(|| Arc::new(toolwright_core::EstimateCounter));
 
 fn protocol_of(options: &LoopOptions, info: &ModelInfo) -> Arc<dyn CallProtocol> {
     resolve_protocol(
@@ -777,5 +733,18 @@ fn add_usage(total: &mut Option<Usage>, call: Option<Usage>) {
         t.prompt_tokens = t.prompt_tokens.saturating_add(c.prompt_tokens);
         t.completion_tokens = t.completion_tokens.saturating_add(c.completion_tokens);
         t.total_tokens = t.total_tokens.saturating_add(c.total_tokens);
+    }
+}
+
+impl DecisionRecord {
+    /// Who decided the held calls of session `session_id`, oldest first, as kept in `store`:
+    /// each decision's principal, time, tool and arguments. Empty when none was made (or the
+    /// store keeps no state slots). A front end that shows a conversation's record reads it
+    /// here, from the store it shares with the agent.
+    pub async fn log(
+        store: &dyn SessionStore,
+        session_id: &str,
+    ) -> Result<Vec<DecisionRecord>, crate::LoopError> {
+        Ok(approval::log(store, session_id).await?)
     }
 }

@@ -11,16 +11,16 @@
 //! [`toolwright_core::telemetry::capture_message_content`] is on (the `telemetry` crate turns it on
 //! for `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`).
 
-use toolwright_core::{ChatRequest, Message, ModelInfo, Usage};
 use serde_json::{Value, json};
 use std::pin::Pin;
+use toolwright_core::{ChatRequest, Message, ModelInfo, Usage};
 
 use tracing::Span;
 use tracing::field::Empty;
 
 use toolwright_core::ToolErrorKind;
 
-use crate::protocol::{Reading, Step};
+use crate::protocols::{Reading, Step};
 
 pin_project_lite::pin_project! {
     /// A future polled inside a span: what [`tracing::Instrument`] does (the span is entered

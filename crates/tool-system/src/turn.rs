@@ -7,7 +7,8 @@ use std::fmt;
 /// Computes named sections of the system prompt for one turn from the user's message.
 ///
 /// ```
-/// use toolwright_tool_system::{async_trait, TurnSections};
+/// use toolwright_tool_system::{TurnSections};
+/// use toolwright_core::{async_trait};
 /// struct Today;
 /// #[async_trait]
 /// impl TurnSections for Today {

@@ -6,12 +6,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwright_core::{ToolSpec, normalize_schema};
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use toolwright_core::{ToolSpec, normalize_schema};
 
 use crate::{Tool, ToolContext, ToolError};
 
@@ -27,7 +27,8 @@ type Handler = Arc<dyn Fn(Value, ToolContext) -> BoxFut + Send + Sync>;
 /// ```
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
-/// use toolwright_tool_system::{FnTool, Tool, ToolContext};
+/// use toolwright_tool_system::{FnTool};
+/// use toolwright_core::{Tool, ToolContext};
 ///
 /// /// Arguments of get_weather.
 /// #[derive(Deserialize, JsonSchema)]
@@ -72,7 +73,8 @@ impl FnTool {
     /// A tool with a hand-written JSON Schema, taking the raw JSON arguments.
     ///
     /// ```
-    /// use toolwright_tool_system::{FnTool, Tool};
+    /// use toolwright_tool_system::{FnTool};
+    /// use toolwright_core::{Tool};
     /// use serde_json::json;
     /// let echo = FnTool::new("echo", "Echo the text back",
     ///     json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
@@ -161,7 +163,8 @@ impl FnTool {
     /// text as is; any other JSON is given as JSON text.
     ///
     /// ```
-    /// use toolwright_tool_system::{FnTool, Tool};
+    /// use toolwright_tool_system::{FnTool};
+    /// use toolwright_core::{Tool};
     /// use serde_json::json;
     /// let done = FnTool::new("submit", "Submit the final report",
     ///     json!({"type": "object", "properties": {"report": {"type": "string"}}, "required": ["report"]}),
@@ -208,17 +211,7 @@ impl Tool for FnTool {
 
 /// The parameters schema of `A`, ready for any provider: an object with `properties`, no
 /// `$schema`, sub-schemas inlined (only recursive types keep `$defs`).
-///
-/// ```
-/// #[derive(schemars::JsonSchema, serde::Deserialize)]
-/// struct Inner { n: u32 }
-/// #[derive(schemars::JsonSchema, serde::Deserialize)]
-/// struct Args { inner: Inner }
-/// let s = toolwright_tool_system::schema_for::<Args>();
-/// assert_eq!(s["properties"]["inner"]["properties"]["n"]["type"], "integer");
-/// assert!(s.get("$defs").is_none());
-/// ```
-pub fn schema_for<A: JsonSchema>() -> Value {
+pub(crate) fn schema_for<A: JsonSchema>() -> Value {
     let schema = SchemaSettings::draft2020_12()
         .with(|s| {
             s.inline_subschemas = true;
@@ -260,6 +253,28 @@ mod tests {
     struct Node {
         name: String,
         children: Vec<Node>,
+    }
+
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Inner {
+        n: u32,
+    }
+
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Outer {
+        inner: Inner,
+    }
+
+    #[test]
+    fn t1_nested_types_are_inlined_without_defs() {
+        let s = schema_for::<Outer>();
+        assert_eq!(
+            s["properties"]["inner"]["properties"]["n"]["type"],
+            "integer"
+        );
+        assert!(s.get("$defs").is_none());
     }
 
     #[test]

@@ -8,14 +8,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use toolwright_context_engine::{MemoryStore, Session, SessionStore, SqliteStore, StateChange, StoreError};
 use futures::StreamExt;
-use toolwright_core::{Message, Tool, ToolSpec};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
+use toolwright_context_engine::{
+    MemoryStore, Session, SessionStore, SqliteStore, StateChange, StoreError,
+};
+use toolwright_core::{Message, Tool, ToolSpec};
+use toolwright_core::{ToolContext, ToolError, ToolProvider};
 use toolwright_tool_system::{
-    APPROVAL_STATE_KEY, Agent, ApprovalDecision, ApprovalError, ApprovalKey, FnTool, LoopError,
-    LoopEvent, PendingApproval, ProtocolKind, ToolContext, ToolError, ToolProvider,
+    Agent, ApprovalDecision, ApprovalError, ApprovalKey, DecisionRecord, FnTool, LoopError,
+    LoopEvent, PendingApproval, ProtocolKind,
 };
 
 const DECLINED_NO_RETRY: &str = "Do not retry it unless the user asks.";
@@ -202,6 +205,9 @@ async fn reject_then_approve(protocol: ProtocolKind) {
     assert!(s.agent.pending_approval("s").await.unwrap().is_none());
     checked_session(&*store, "s").await;
 }
+
+/// The state slot where a held round waits (what a tampering store would change).
+const APPROVAL_STATE_KEY: &str = "tool-system.approval";
 
 #[tokio::test]
 async fn approval_reject_then_approve_native() {
@@ -744,7 +750,7 @@ struct Payments {
     paid: Arc<Mutex<Vec<f64>>>,
 }
 
-#[toolwright_tool_system::async_trait]
+#[toolwright_core::async_trait]
 impl ToolProvider for Payments {
     fn provider_name(&self) -> &str {
         "payments"
@@ -776,7 +782,7 @@ struct SendMail {
     sent: Arc<AtomicUsize>,
 }
 
-#[toolwright_tool_system::async_trait]
+#[toolwright_core::async_trait]
 impl Tool for SendMail {
     fn spec(&self) -> ToolSpec {
         ToolSpec::new(
@@ -939,7 +945,7 @@ async fn approval_streams_show_the_pending_state_and_the_resumed_calls() {
 #[derive(Default)]
 struct NoSlots(MemoryStore);
 
-#[toolwright_tool_system::async_trait]
+#[toolwright_core::async_trait]
 impl SessionStore for NoSlots {
     async fn create(&self, id: &str) -> Result<(), StoreError> {
         self.0.create(id).await
@@ -979,7 +985,7 @@ async fn approval_with_a_store_without_state_slots_a_gated_call_is_not_run() {
 /// one speaks through the `ChatModel` seam directly).
 struct SameIdTwice;
 
-#[toolwright_tool_system::async_trait]
+#[toolwright_core::async_trait]
 impl toolwright_core::ChatModel for SameIdTwice {
     fn info(&self) -> toolwright_core::ModelInfo {
         toolwright_core::ModelInfo::new("same-id", true)
@@ -1204,7 +1210,12 @@ async fn who_decided(store: Arc<dyn SessionStore>, reopen: impl Fn() -> Arc<dyn 
     );
     assert_eq!(state(&*store).await, before, "nothing changed");
     assert!(deleted(&s).is_empty());
-    assert!(bob.approval_log("s").await.unwrap().is_empty());
+    assert!(
+        DecisionRecord::log(&**bob.store(), "s")
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // the agent without a principal is someone else too
     let e = approval_error(s.agent.resume("s", &[p.calls[0].approve()]).await);
     assert!(matches!(e, ApprovalError::OtherPrincipal { .. }), "{e:?}");
@@ -1224,7 +1235,7 @@ async fn who_decided(store: Arc<dyn SessionStore>, reopen: impl Fn() -> Arc<dyn 
         .await
         .unwrap();
     let p2 = pending(&out);
-    let log = alice.approval_log("s").await.unwrap();
+    let log = DecisionRecord::log(&**alice.store(), "s").await.unwrap();
     assert_eq!(
         log.len(),
         1,
@@ -1240,7 +1251,7 @@ async fn who_decided(store: Arc<dyn SessionStore>, reopen: impl Fn() -> Arc<dyn 
         .as_millis() as u64;
 
     let store = reopen();
-    let log = toolwright_tool_system::approval_log(&*store, "s").await.unwrap();
+    let log = DecisionRecord::log(&*store, "s").await.unwrap();
     assert_eq!(log.len(), 2, "{log:?}");
     let (declined, approved) = (&log[0], &log[1]);
     assert_eq!(

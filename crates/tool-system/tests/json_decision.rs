@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
+use testkit::{Reply, ScriptedServer};
 use toolwright_context_engine::SessionStore;
 use toolwright_core::Message;
-use testkit::{Reply, ScriptedServer};
-use toolwright_tool_system::{Agent, Dispatcher, LoopOptions, ProtocolKind, ToolRegistry, run_tool_loop};
+use toolwright_tool_system::{Agent, ProtocolKind};
 
 #[tokio::test]
 async fn t6_json_decision_loop_get_weather_end_to_end() {
@@ -24,22 +24,18 @@ async fn t6_json_decision_loop_get_weather_end_to_end() {
 ```"#,
     ));
     let calls = Arc::new(AtomicUsize::new(0));
-    let mut registry = ToolRegistry::new();
-    registry.register(weather(calls.clone())).unwrap();
     let store = store();
-    let opts = LoopOptions::new()
-        .with_protocol(ProtocolKind::JsonDecision)
-        .with_max_iterations(5);
-    let out = run_tool_loop(
-        &model(&server),
-        &*store,
-        &Dispatcher::from_registry(registry),
-        "s",
-        "What's the weather in Beijing?",
-        &opts,
-    )
-    .await
-    .unwrap();
+    let agent = Agent::builder(model(&server))
+        .tool(weather(calls.clone()))
+        .store(store.clone())
+        .protocol(ProtocolKind::JsonDecision)
+        .max_iterations(5)
+        .build()
+        .unwrap();
+    let out = agent
+        .run("s", "What's the weather in Beijing?")
+        .await
+        .unwrap();
     assert_eq!(out.answer, "It is 22°C in Beijing.");
     assert_eq!(out.protocol, "json");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -106,11 +102,8 @@ async fn t6_with_corrections_on_an_unparseable_answer_is_reprompted_once_then_pl
     let store = store();
     let agent = Agent::builder(model(&server))
         .tool(weather(Arc::default()))
-        .options(
-            LoopOptions::new()
-                .with_protocol(ProtocolKind::JsonDecision)
-                .with_corrections(true),
-        )
+        .protocol(ProtocolKind::JsonDecision)
+        .corrections(true)
         .store(store.clone())
         .build()
         .unwrap();
@@ -141,11 +134,8 @@ async fn t6_with_corrections_the_model_fixes_its_decision() {
     let calls = Arc::new(AtomicUsize::new(0));
     let agent = Agent::builder(model(&server))
         .tool(weather(calls.clone()))
-        .options(
-            LoopOptions::new()
-                .with_protocol(ProtocolKind::JsonDecision)
-                .with_corrections(true),
-        )
+        .protocol(ProtocolKind::JsonDecision)
+        .corrections(true)
         .build()
         .unwrap();
     let out = agent.run("s", "weather?").await.unwrap();

@@ -8,14 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
-use toolwright_context_engine::SessionStore;
 use futures::StreamExt;
-use toolwright_core::{Message, ToolSpec};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
-use toolwright_tool_system::{Agent, FnTool, LoopEvent, ToolContext, ToolError, ToolProvider};
+use toolwright_context_engine::SessionStore;
+use toolwright_core::{Message, ToolSpec};
+use toolwright_core::{ToolContext, ToolError, ToolProvider};
+use toolwright_tool_system::{Agent, FnTool, LoopEvent};
 
 #[tokio::test]
 async fn t5_bind_tools_sends_tools_field_not_prompt() {
@@ -123,7 +124,7 @@ async fn t3_unknown_tool_error_reaches_model() {
 async fn t3_second_provider_is_routed_through_the_same_seam() {
     /// Stands in for the Skills executor: any provider behind the same trait.
     struct Skills;
-    #[toolwright_tool_system::async_trait]
+    #[toolwright_core::async_trait]
     impl ToolProvider for Skills {
         fn provider_name(&self) -> &str {
             "skills"
@@ -611,7 +612,7 @@ async fn t6_the_correction_round_is_an_option() {
     server.push(Reply::text(r#"{"tool": null, "reply": "Fixed."}"#));
     let agent = Agent::builder(model_without_fc(&server))
         .tool(weather(Arc::default()))
-        .options(toolwright_tool_system::LoopOptions::new().with_corrections(true))
+        .corrections(true)
         .build()
         .unwrap();
     let out = agent.run("s", "Weather?").await.unwrap();
@@ -631,7 +632,10 @@ async fn t5_model_error_keeps_finished_rounds_in_session() {
         .build()
         .unwrap();
     let err = agent.run("s", "go").await.unwrap_err();
-    assert!(matches!(err, toolwright_tool_system::LoopError::Model(_)), "{err}");
+    assert!(
+        matches!(err, toolwright_tool_system::LoopError::Model(_)),
+        "{err}"
+    );
     let session = checked_session(&*store, "s").await;
     assert_eq!(
         session.len(),

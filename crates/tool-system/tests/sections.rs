@@ -7,9 +7,10 @@ mod common;
 use std::sync::Arc;
 
 use common::{model, sent_messages, store};
-use toolwright_context_engine::SessionStore;
 use testkit::{Reply, ScriptedServer};
-use toolwright_tool_system::{Agent, TurnSections, async_trait};
+use toolwright_context_engine::SessionStore;
+use toolwright_core::async_trait;
+use toolwright_tool_system::{Agent, TurnSections};
 
 struct EchoIntent;
 
@@ -63,7 +64,9 @@ async fn c2_turn_sections_reach_the_system_message_and_are_not_stored() {
     let stored = store.load("s").await.unwrap().messages;
     assert!(stored.iter().all(|m| !m.content().contains("weather__now")));
     assert!(
-        stored.iter().all(|m| m.role() != toolwright_core::Role::System),
+        stored
+            .iter()
+            .all(|m| m.role() != toolwright_core::Role::System),
         "sections are not history"
     );
 }

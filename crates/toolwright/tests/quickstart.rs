@@ -17,7 +17,12 @@ fn workspace() -> PathBuf {
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     // The outer `cargo test`'s own settings are not the user's.
-    for var in ["CARGO_TARGET_DIR", "CARGO_BUILD_TARGET_DIR", "RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS"] {
+    for var in [
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+    ] {
         cmd.env_remove(var);
     }
     cmd
@@ -29,26 +34,40 @@ fn project() -> tempfile::TempDir {
     let src = workspace().join("examples/quickstart");
     std::fs::create_dir(dir.path().join("src")).unwrap();
     std::fs::copy(src.join("src/main.rs"), dir.path().join("src/main.rs")).unwrap();
-    let facade = workspace().join("crates/toolwright").canonicalize().unwrap();
+    let facade = workspace()
+        .join("crates/toolwright")
+        .canonicalize()
+        .unwrap();
     let manifest = std::fs::read_to_string(src.join("Cargo.toml"))
         .unwrap()
         .replace("../../crates/toolwright", facade.to_str().unwrap());
-    assert!(manifest.contains(facade.to_str().unwrap()), "the quick start depends on the facade by path");
+    assert!(
+        manifest.contains(facade.to_str().unwrap()),
+        "the quick start depends on the facade by path"
+    );
     std::fs::write(dir.path().join("Cargo.toml"), manifest).unwrap();
-    std::fs::copy(workspace().join("Cargo.lock"), dir.path().join("Cargo.lock")).unwrap();
+    std::fs::copy(
+        workspace().join("Cargo.lock"),
+        dir.path().join("Cargo.lock"),
+    )
+    .unwrap();
     dir
 }
 
 #[test]
 fn the_readme_shows_the_quick_start_as_it_is_built_and_run() {
     let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
-    let main = std::fs::read_to_string(workspace().join("examples/quickstart/src/main.rs")).unwrap();
+    let main =
+        std::fs::read_to_string(workspace().join("examples/quickstart/src/main.rs")).unwrap();
     assert!(
         readme.contains(main.trim_end()),
         "README.md's quick start and examples/quickstart/src/main.rs differ: copy the file into the README"
     );
     let lines = main.lines().count();
-    assert!(lines <= 25, "the quick start is {lines} lines; keep it short");
+    assert!(
+        lines <= 25,
+        "the quick start is {lines} lines; keep it short"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -65,8 +84,16 @@ async fn the_quick_start_builds_outside_the_workspace_and_runs_a_tool_round() {
     let tree_text = String::from_utf8_lossy(&tree.stdout);
     if !tree.status.success() {
         // --offline fails when a crate is not in cargo's cache yet; the build below fetches it.
-        let online = cargo().args(["tree", "-e", "normal", "--prefix", "none"]).current_dir(dir.path()).output().unwrap();
-        assert!(online.status.success(), "cargo tree: {}", String::from_utf8_lossy(&online.stderr));
+        let online = cargo()
+            .args(["tree", "-e", "normal", "--prefix", "none"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            online.status.success(),
+            "cargo tree: {}",
+            String::from_utf8_lossy(&online.stderr)
+        );
         check_tree(&String::from_utf8_lossy(&online.stdout));
     } else {
         check_tree(&tree_text);
@@ -78,11 +105,19 @@ async fn the_quick_start_builds_outside_the_workspace_and_runs_a_tool_round() {
         .current_dir(dir.path())
         .output()
         .unwrap();
-    assert!(build.status.success(), "the quick start does not build: {}", String::from_utf8_lossy(&build.stderr));
+    assert!(
+        build.status.success(),
+        "the quick start does not build: {}",
+        String::from_utf8_lossy(&build.stderr)
+    );
 
     let server = ScriptedServer::start().await;
     server.set_recording(true);
-    server.push(Reply::tool_call("call_1", "get_weather", r#"{"city":"Paris"}"#));
+    server.push(Reply::tool_call(
+        "call_1",
+        "get_weather",
+        r#"{"city":"Paris"}"#,
+    ));
     server.push(Reply::text("It is clear in Paris, 21 °C."));
     let run = tokio::process::Command::new(target.join("debug/quickstart"))
         .env("OPENAI_BASE_URL", server.base_url())
@@ -91,12 +126,22 @@ async fn the_quick_start_builds_outside_the_workspace_and_runs_a_tool_round() {
         .output()
         .await
         .unwrap();
-    assert!(run.status.success(), "the quick start failed: {}", String::from_utf8_lossy(&run.stderr));
-    assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), "It is clear in Paris, 21 °C.");
+    assert!(
+        run.status.success(),
+        "the quick start failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout).trim(),
+        "It is clear in Paris, 21 °C."
+    );
 
     let requests = server.requests();
     assert_eq!(requests.len(), 2, "one tool round, then the answer");
-    assert_eq!(requests[0].body["tools"][0]["function"]["name"], "get_weather");
+    assert_eq!(
+        requests[0].body["tools"][0]["function"]["name"],
+        "get_weather"
+    );
     let tool_message = requests[1].body["messages"]
         .as_array()
         .unwrap()
@@ -105,12 +150,20 @@ async fn the_quick_start_builds_outside_the_workspace_and_runs_a_tool_round() {
         .expect("the second request holds the tool's result")
         .clone();
     assert_eq!(tool_message["tool_call_id"], "call_1");
-    let result: serde_json::Value = serde_json::from_str(tool_message["content"].as_str().unwrap()).unwrap();
-    assert_eq!(result, serde_json::json!({"city": "Paris", "sky": "clear", "celsius": 21}));
+    let result: serde_json::Value =
+        serde_json::from_str(tool_message["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        result,
+        serde_json::json!({"city": "Paris", "sky": "clear", "celsius": 21})
+    );
 }
 
 fn check_tree(tree: &str) {
-    assert!(tree.lines().any(|l| l.starts_with("toolwright-tool-system v")), "cargo tree printed: {tree}");
+    assert!(
+        tree.lines()
+            .any(|l| l.starts_with("toolwright-tool-system v")),
+        "cargo tree printed: {tree}"
+    );
     for heavy in [
         "rusqlite",
         "libsqlite3-sys",

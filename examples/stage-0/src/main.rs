@@ -10,15 +10,17 @@
 use std::io::Write;
 
 use futures::StreamExt;
-use toolwright_model_gateway::{
-    ChatEvent, ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel, ToolSpec,
-};
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
+use toolwright_core::{ChatEvent, ChatModel, ChatRequest, Message, ToolSpec};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 
 /// The embedded local model: a streamed answer, then a native tool call with valid arguments.
 async fn local_demo() -> Result<(), Box<dyn std::error::Error>> {
-    let model = toolwright_local_model::LocalModel::builder().seed(1).build().await?;
+    let model = toolwright_local_model::LocalModel::builder()
+        .seed(1)
+        .build()
+        .await?;
     println!("\n1) Streamed chat (local model):");
     let stream = model
         .stream(
@@ -47,7 +49,7 @@ async fn local_demo() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Prints text deltas as they arrive, then the finish reason and usage.
 async fn print_stream(
-    mut stream: toolwright_model_gateway::ChatStream,
+    mut stream: toolwright_core::ChatStream,
 ) -> Result<(), Box<dyn std::error::Error>> {
     while let Some(event) = stream.next().await {
         match event? {

@@ -7,9 +7,11 @@
 
 use std::sync::Arc;
 
-use toolwright_context_engine::{ContextBuilder, History, SessionStore, SqliteStore, counter_for_model};
-use toolwright_model_gateway::{ChatRequest, Message, ToolCall};
 use serde_json::json;
+use toolwright_context_engine::{
+    ContextBuilder, History, SessionStore, SqliteStore, counter_for_model,
+};
+use toolwright_core::{ChatRequest, Message, ToolCall};
 
 fn preview(m: &Message) -> String {
     let text: String = m.content().chars().take(48).collect();

@@ -11,9 +11,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use futures::StreamExt;
-use toolwright_model_gateway::{ChatEvent, ChatRequest, Message, ResponseFormat, ToolSpec};
-use toolwright_output_control::{StreamParser, TagEvent, ToolDecision, parse_tool_decision, validate};
 use serde_json::json;
+use toolwright_core::{ChatEvent, ChatRequest, Message, ResponseFormat, ToolSpec};
+use toolwright_output_control::{
+    StreamParser, TagEvent, ToolDecision, parse_tool_decision, validate,
+};
 
 fn show(after: &str, events: Vec<TagEvent>) {
     if events.is_empty() {
@@ -139,7 +141,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The system prompt the tool loop's JSON-decision protocol writes (Stage 3).
         Message::system(format!(
             "You are a helpful assistant. Use tools when they help.\n\n{}",
-            toolwright_tool_system::json_decision_prompt(&[ToolSpec::new(
+            toolwright_tool_system::protocol::json_decision_prompt(&[ToolSpec::new(
                 "get_weather",
                 "Get current weather for a city",
                 tool_schema.clone()

@@ -12,14 +12,15 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use toolwright_context_engine::{MemoryStore, SessionStore};
 use futures::StreamExt;
-use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
-use toolwright_tool_system::{Agent, FnTool, LoopEvent, ProtocolKind, ToolContext};
+use toolwright_context_engine::{MemoryStore, SessionStore};
+use toolwright_core::ToolContext;
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
+use toolwright_tool_system::{Agent, FnTool, LoopEvent, ProtocolKind};
 
 /// Arguments of get_weather.
 #[derive(Deserialize, JsonSchema)]
@@ -118,7 +119,9 @@ fn offline_model(body: &Value) -> Reply {
 }
 
 /// Prints a run's events as they arrive.
-async fn show(mut events: toolwright_tool_system::LoopStream) -> Result<(), Box<dyn std::error::Error>> {
+async fn show(
+    mut events: toolwright_tool_system::LoopStream,
+) -> Result<(), Box<dyn std::error::Error>> {
     let mut in_text = false;
     while let Some(event) = events.next().await {
         match event {
@@ -281,9 +284,10 @@ async fn code_mode_turn(
     let mut registry = toolwright_tool_system::ToolRegistry::new();
     registry.register(weather_tool())?;
     let tools = Arc::new(toolwright_tool_system::Dispatcher::from_registry(registry));
-    let built =
-        tokio::task::spawn_blocking(move || toolwright_code_mode::CodeModeProvider::builder(tools).build())
-            .await?;
+    let built = tokio::task::spawn_blocking(move || {
+        toolwright_code_mode::CodeModeProvider::builder(tools).build()
+    })
+    .await?;
     let code = match built {
         Ok(code) => code,
         Err(e) => {

@@ -16,14 +16,15 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use serde_json::json;
+use toolwright_core::ToolProvider;
+use toolwright_core::{
+    ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, Message, ModelError, ModelInfo,
+    async_trait, response_stream,
+};
 use toolwright_mcp_bridge::intent::IntentChain;
 use toolwright_mcp_bridge::{McpBridge, ToolCallProtocol};
-use toolwright_model_gateway::{
-    ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError, Message,
-    ModelInfo, async_trait, response_stream,
-};
-use serde_json::json;
-use toolwright_tool_system::{Agent, ProtocolKind, ToolProvider};
+use toolwright_tool_system::{Agent, ProtocolKind};
 
 /// The model's part, scripted: it asks for the echo tool with 004's `tool_call` JSON, then
 /// answers with what the `tool` message said.
@@ -34,7 +35,7 @@ impl ChatModel for ScriptedModel {
     fn info(&self) -> ModelInfo {
         ModelInfo::new("scripted-stage-4", false)
     }
-    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, GatewayError> {
+    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
         let text = match req.messages.last() {
             Some(Message::Tool { content, .. }) => {
                 json!({"tool_call": null, "reply": format!("服务器回答：{content}")}).to_string()
@@ -44,7 +45,7 @@ impl ChatModel for ScriptedModel {
         };
         Ok(ChatResponse::new(text, vec![], FinishReason::Stop, None))
     }
-    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, GatewayError> {
+    async fn stream(&self, req: ChatRequest) -> Result<ChatStream, ModelError> {
         Ok(response_stream(self.chat(req).await?))
     }
 }
@@ -198,9 +199,9 @@ async fn main() {
     let encoder = toolwright_local_model::E5Embedder::fetch()
         .await
         .expect("the sentence encoder (72 MB, fetched once into the toolkit cache)");
-    bridge.set_semantic_search(Some(toolwright_mcp_bridge::search::SemanticSearch::new(Arc::new(
-        encoder,
-    ))));
+    bridge.set_semantic_search(Some(toolwright_mcp_bridge::search::SemanticSearch::new(
+        Arc::new(encoder),
+    )));
     let by_meaning = names(bridge.search_tools(ask, 3).await);
     println!(
         "   by words and meaning (BM25 + the encoder): {by_meaning:?} ({} tools encoded and searched in {:.1?})",

@@ -20,10 +20,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwright_chat_panel::{AgentBackend, ChatPanel, PanelConfig};
-use toolwright_model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
+use toolwright_chat_panel::{AgentBackend, ChatPanel, PanelConfig};
+use toolwright_core::ChatModel;
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 
 fn offline_agent(body: &Value) -> Reply {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();

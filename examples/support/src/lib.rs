@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use toolwright_core::ChatModel;
 use toolwright_local_model::LocalModel;
-use toolwright_model_gateway::{ChatModel, OpenAiConfig, OpenAiModel};
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
 
 /// The configured provider (`OPENAI_API_KEY` / `OPENAI_BASE_URL`, see the README), or else the
 /// embedded local model (SmolLM2-135M-Instruct on the CPU, fetched once into the cache; native

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::sse::Event;
-use toolwright_core::Message;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use toolwright_core::Message;
 
 use super::App;
 use super::translate::{Live, ev};

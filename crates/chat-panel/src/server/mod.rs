@@ -9,10 +9,10 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use toolwright_context_engine::StoreChange;
-use toolwright_messaging::MessageBus;
 use serde_json::json;
 use tokio::sync::{Semaphore, watch};
+use toolwright_context_engine::StoreChange;
+use toolwright_messaging::MessageBus;
 
 use crate::lease::{self};
 use crate::state::Sessions;

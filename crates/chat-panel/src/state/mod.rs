@@ -13,12 +13,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use toolwright_context_engine::{SessionStore, StateChange, StoreError};
-use toolwright_core::{Message, ToolCall};
-use toolwright_messaging::{BusMessage, MessageBus};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_core::{Message, ToolCall};
+use toolwright_messaging::{BusMessage, MessageBus};
 
 use crate::user_address;
 

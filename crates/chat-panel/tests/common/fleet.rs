@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use toolwright_chat_panel::PanelConfig;
 use testkit::ScriptedServer;
+use toolwright_chat_panel::PanelConfig;
 
 /// Set in a worker process's environment: the test binary is then a worker, not the tests.
 pub const CHILD: &str = "PANEL_WORKER_CHILD";

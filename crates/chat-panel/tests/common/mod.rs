@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
+use serde_json::{Value, json};
+use testkit::{Reply, ScriptedServer};
 use toolwright_chat_panel::{AgentBackend, ChatPanel, PanelConfig, PanelServer};
 use toolwright_messaging::MessageBus;
 use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
-use serde_json::{Value, json};
-use testkit::{Reply, ScriptedServer};
 
 pub const OPTIONS: [&str; 3] = ["Deploy now", "Run the tests first", "Cancel"];
 pub const HOSTILE: [&str; 2] = ["<img src=x onerror=alert(1)>", "<script>alert(2)</script>"];
@@ -92,7 +92,9 @@ pub async fn start_with(
 }
 
 /// A gated tool for the approval tests: `delete_file {"path"}`, held for the person's approval.
-pub fn with_gated_delete(b: toolwright_tool_system::AgentBuilder) -> toolwright_tool_system::AgentBuilder {
+pub fn with_gated_delete(
+    b: toolwright_tool_system::AgentBuilder,
+) -> toolwright_tool_system::AgentBuilder {
     b.tool(toolwright_tool_system::FnTool::new(
         "delete_file",
         "Delete a file",
@@ -181,7 +183,9 @@ impl Fixture {
     pub async fn restart(
         self,
         config: PanelConfig,
-        configure: impl FnOnce(toolwright_tool_system::AgentBuilder) -> toolwright_tool_system::AgentBuilder,
+        configure: impl FnOnce(
+            toolwright_tool_system::AgentBuilder,
+        ) -> toolwright_tool_system::AgentBuilder,
     ) -> Fixture {
         let Fixture {
             model,
@@ -344,7 +348,8 @@ pub async fn session_state(base: &str, sid: &str) -> serde_json::Value {
 /// A service's message to the principal `alice`: "Invoice 42 is ready" from
 /// `billing-bot`, with the quick replies "Pay now" and "Later".
 pub async fn invoice_for_alice(bus: &MessageBus) {
-    let q = toolwright_messaging::QuickReplies::new(vec!["Pay now".into(), "Later".into()]).unwrap();
+    let q =
+        toolwright_messaging::QuickReplies::new(vec!["Pay now".into(), "Later".into()]).unwrap();
     bus.send(
         toolwright_messaging::OutgoingMessage::new(
             "billing-bot",

@@ -11,11 +11,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Form, Query, State};
 use axum::response::{IntoResponse, Redirect};
-use toolwright_chat_panel::PanelConfig;
-use toolwright_chat_panel::login::{OidcLogin, OidcLoginConfig};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use sha2::Digest;
+use toolwright_chat_panel::PanelConfig;
+use toolwright_chat_panel::login::{OidcLogin, OidcLoginConfig};
 
 use crate::common;
 

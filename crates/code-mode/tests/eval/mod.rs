@@ -25,13 +25,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde_json::{Value, json};
+use testkit::{Reply, ScriptedServer};
 use toolwright_code_mode::{CodeLimits, CodeModeProvider, RUN_CODE};
+use toolwright_core::{ToolContext, ToolError};
 use toolwright_core::{ToolProvider, ToolSpec};
 use toolwright_mcp_bridge::{DESCRIBE_TOOL, McpBridge, SEARCH_TOOL, ServiceConfig};
 use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
-use serde_json::{Value, json};
-use testkit::{Reply, ScriptedServer};
-use toolwright_tool_system::{Agent, Dispatcher, ToolContext, ToolError};
+use toolwright_tool_system::{Agent, Dispatcher};
 
 pub use tasks::{Needs, Task};
 

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use toolwright_tool_system::{FnTool, ToolError, ToolRegistry};
+use toolwright_core::ToolError;
+use toolwright_tool_system::{FnTool, ToolRegistry};
 
 use super::fixture::{self as fx, revenue};
 use super::{Move, Turn, call, text};

@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use deadpool_postgres::{
     Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
 };
-use toolwright_core::Message;
 use tokio_postgres::config::Host;
 use tokio_postgres::{AsyncMessage, NoTls};
+use toolwright_core::Message;
 
 use super::{ChangeFeed, ChangeSender, SessionStore, StateChange, StoreError, check_id};
 use crate::history::Session;

@@ -5,9 +5,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use toolwright_core::Message;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::oneshot;
+use toolwright_core::Message;
 
 use super::{ChangeFeed, ChangeSender, SessionStore, StateChange, StoreError, check_id};
 use crate::history::Session;

@@ -51,8 +51,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use toolwright_core::{EmbedKind, Embedder, ModelError};
 use rayon::prelude::*;
+use toolwright_core::{EmbedKind, Embedder, ModelError};
 
 pub use crate::fetch::{MULTILINGUAL_E5_SMALL_SHA256, MULTILINGUAL_E5_SMALL_SIZE};
 use crate::fetch::{ModelSource, default_cache_dir, ensure_model};

@@ -96,8 +96,8 @@ pub enum AnswerChoice {
 #[cfg(test)]
 mod testing {
     use super::Grammar;
-    use toolwright_core::ToolSpec;
     use serde_json::json;
+    use toolwright_core::ToolSpec;
 
     pub(super) fn accepts(g: &Grammar, text: &str) -> bool {
         let s = g.feed_bytes(&g.start(), text.as_bytes());

@@ -1,9 +1,9 @@
 //! Random walks through the mask: whatever the model picks among the allowed tokens, the
 //! text closes within the budget, parses, and is valid against the schema it came from.
 
-use toolwright_core::ToolSpec;
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use toolwright_core::ToolSpec;
 
 use super::{AnswerChoice, Grammar, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TokenTrie};
 use crate::constraint::{Constraint, Vocabulary};

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use testkit::{Reply, ScriptedServer};
-use toolwright_tool_system::{Agent, ProtocolKind, ToolProvider};
+use toolwright_core::ToolProvider;
+use toolwright_tool_system::{Agent, ProtocolKind};
 
 use toolwright_mcp_bridge::{DESCRIBE_TOOL, McpBridge, SEARCH_TOOL, ToolSearchConfig};
 

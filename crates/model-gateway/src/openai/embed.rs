@@ -4,17 +4,17 @@
 
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
-use toolwright_core::{EmbedKind, Embedder};
 use serde_json::{Value, json};
+use toolwright_core::{EmbedKind, Embedder};
 
 use super::{OpenAiConfig, client, map_error};
-use crate::GatewayError;
+use crate::ModelError;
 
 /// An [`Embedder`] over an OpenAI-compatible embeddings endpoint, with the chat backend's
 /// retries (429, 5xx, connection errors), timeouts and typed errors.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), toolwright_model_gateway::GatewayError> {
+/// # async fn demo() -> Result<(), toolwright_core::ModelError> {
 /// use toolwright_core::{EmbedKind, Embedder};
 /// use toolwright_model_gateway::{OpenAiConfig, OpenAiEmbedder};
 /// // Ollama serving an e5 model: it needs e5's prefixes; the width is asked of the server once.
@@ -51,14 +51,14 @@ const DEFAULT_BATCH: usize = 64;
 impl OpenAiEmbedder {
     /// An embedder of `config.model` whose vectors are `dimensions` wide (every answer is
     /// checked against it).
-    pub fn new(config: OpenAiConfig, dimensions: usize) -> Result<Self, GatewayError> {
+    pub fn new(config: OpenAiConfig, dimensions: usize) -> Result<Self, ModelError> {
         if config.model.trim().is_empty() {
-            return Err(GatewayError::Config(
+            return Err(ModelError::Config(
                 "the embedding model's name is empty: OpenAiConfig::new(model)".into(),
             ));
         }
         if dimensions == 0 {
-            return Err(GatewayError::Config(
+            return Err(ModelError::Config(
                 "an embedding is at least one number wide; use OpenAiEmbedder::detect to ask the server".into(),
             ));
         }
@@ -74,12 +74,12 @@ impl OpenAiEmbedder {
     }
 
     /// An embedder whose width is asked of the server (one short text embedded now).
-    pub async fn detect(config: OpenAiConfig) -> Result<Self, GatewayError> {
+    pub async fn detect(config: OpenAiConfig) -> Result<Self, ModelError> {
         let mut e = Self::new(config, 1)?;
         let v = e.request(&["dimensions".to_owned()]).await?;
         e.dimensions = v.first().map_or(0, Vec::len);
         if e.dimensions == 0 {
-            return Err(GatewayError::malformed(
+            return Err(ModelError::malformed(
                 "embedding",
                 "the server answered an empty vector",
                 "",
@@ -103,7 +103,7 @@ impl OpenAiEmbedder {
     }
 
     /// One request: the vectors of `input`, in order, each checked.
-    async fn request(&self, input: &[String]) -> Result<Vec<Vec<f32>>, GatewayError> {
+    async fn request(&self, input: &[String]) -> Result<Vec<Vec<f32>>, ModelError> {
         let body = json!({
             "model": self.config.model,
             "input": input,
@@ -113,7 +113,7 @@ impl OpenAiEmbedder {
         let call = embeddings.create_byot::<Value, Value>(body);
         let value = tokio::time::timeout(self.config.deadline, call)
             .await
-            .map_err(|_| GatewayError::Timeout(self.config.deadline))?
+            .map_err(|_| ModelError::Timeout(self.config.deadline))?
             .map_err(|e| map_error(&self.config, e))?;
         parse(
             &value,
@@ -125,9 +125,9 @@ impl OpenAiEmbedder {
 
 /// The `data` of an embeddings response, ordered by `index`: `n` vectors, each `width` wide
 /// when given, all of one width.
-fn parse(value: &Value, n: usize, width: Option<usize>) -> Result<Vec<Vec<f32>>, GatewayError> {
+fn parse(value: &Value, n: usize, width: Option<usize>) -> Result<Vec<Vec<f32>>, ModelError> {
     let raw = || value.to_string();
-    let bad = |detail: String| GatewayError::malformed("embedding response", detail, &raw());
+    let bad = |detail: String| ModelError::malformed("embedding response", detail, &raw());
     let data = value["data"]
         .as_array()
         .ok_or_else(|| bad("no `data` array".into()))?;
@@ -175,11 +175,7 @@ impl Embedder for OpenAiEmbedder {
         self.dimensions
     }
 
-    async fn embed(
-        &self,
-        texts: &[String],
-        kind: EmbedKind,
-    ) -> Result<Vec<Vec<f32>>, GatewayError> {
+    async fn embed(&self, texts: &[String], kind: EmbedKind) -> Result<Vec<Vec<f32>>, ModelError> {
         let prefix = match kind {
             EmbedKind::Query => &self.query_prefix,
             EmbedKind::Document => &self.document_prefix,
@@ -234,7 +230,7 @@ mod tests {
             (json!({"error": "nope"}), 1, None),
         ] {
             assert!(
-                matches!(parse(&bad, n, w), Err(GatewayError::Malformed { .. })),
+                matches!(parse(&bad, n, w), Err(ModelError::Malformed { .. })),
                 "{bad}"
             );
         }

@@ -22,7 +22,7 @@ pub use retry::RetryPolicy;
 
 use crate::default_finish;
 use crate::{
-    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, GatewayError,
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError,
     ModelInfo, Usage,
 };
 use toolwright_core::ToolCallAssembler;
@@ -101,14 +101,14 @@ pub mod env {
 }
 
 /// A positive number of seconds from environment variable `name`.
-fn secs_var(name: &str, value: &str) -> Result<Duration, GatewayError> {
+fn secs_var(name: &str, value: &str) -> Result<Duration, ModelError> {
     let secs: f64 = value
         .parse()
-        .map_err(|_| GatewayError::Config(format!("{name}={value:?}: use a number of seconds")))?;
+        .map_err(|_| ModelError::Config(format!("{name}={value:?}: use a number of seconds")))?;
     Duration::try_from_secs_f64(secs)
         .ok()
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| GatewayError::Config(format!("{name}={value:?}: use a positive number")))
+        .ok_or_else(|| ModelError::Config(format!("{name}={value:?}: use a positive number")))
 }
 
 impl OpenAiConfig {
@@ -129,7 +129,7 @@ impl OpenAiConfig {
 
     /// Reads the configuration from the environment (see [`env`]); `None` when neither
     /// `OPENAI_API_KEY` nor `OPENAI_BASE_URL` is set, i.e. no provider is configured.
-    pub fn from_env() -> Result<Option<Self>, GatewayError> {
+    pub fn from_env() -> Result<Option<Self>, ModelError> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let key = var(env::API_KEY);
         let base = var(env::BASE_URL);
@@ -146,7 +146,7 @@ impl OpenAiConfig {
                 "1" | "true" | "yes" | "on" => true,
                 "0" | "false" | "no" | "off" => false,
                 other => {
-                    return Err(GatewayError::Config(format!(
+                    return Err(ModelError::Config(format!(
                         "{}={other:?}: use true or false",
                         env::FUNCTION_CALLING
                     )));
@@ -162,7 +162,7 @@ impl OpenAiConfig {
         if let Some(h) = var(env::HEADERS) {
             for pair in h.split(['\n', ';']).filter(|p| !p.trim().is_empty()) {
                 let (k, v) = pair.split_once(':').ok_or_else(|| {
-                    GatewayError::Config(format!("{}: {pair:?} is not `Name: value`", env::HEADERS))
+                    ModelError::Config(format!("{}: {pair:?} is not `Name: value`", env::HEADERS))
                 })?;
                 cfg.headers.push((k.trim().into(), v.trim().into()));
             }
@@ -216,8 +216,9 @@ impl OpenAiConfig {
 /// A [`ChatModel`] talking to an OpenAI-compatible endpoint.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), toolwright_model_gateway::GatewayError> {
-/// use toolwright_model_gateway::{ChatModel, ChatRequest, Message, OpenAiConfig, OpenAiModel};
+/// # async fn demo() -> Result<(), toolwright_core::ModelError> {
+/// use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
+/// use toolwright_core::{ChatModel, ChatRequest, Message};
 /// let model = OpenAiModel::new(OpenAiConfig::new("gpt-4o-mini").with_api_key("sk-..."))?;
 /// let answer = model.chat(ChatRequest::new(vec![Message::user("Say hi")])).await?;
 /// println!("{}", answer.content);
@@ -239,9 +240,9 @@ impl std::fmt::Debug for OpenAiModel {
 
 impl OpenAiModel {
     /// A client for this configuration.
-    pub fn new(config: OpenAiConfig) -> Result<Self, GatewayError> {
+    pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
         if config.model.trim().is_empty() {
-            return Err(GatewayError::Config(
+            return Err(ModelError::Config(
                 "the model name is empty: set OPENAI_MODEL or OpenAiConfig::new(model)".into(),
             ));
         }
@@ -257,7 +258,7 @@ impl OpenAiModel {
 
 /// The async-openai client of a configuration: base URL, key, headers, and the retry layer
 /// (429, 5xx, connection errors; per-attempt timeout and whole-call deadline).
-fn client(config: &OpenAiConfig) -> Result<Client<OpenAIConfig>, GatewayError> {
+fn client(config: &OpenAiConfig) -> Result<Client<OpenAIConfig>, ModelError> {
     let mut oa = OpenAIConfig::new()
         .with_api_base(config.base_url.trim_end_matches('/'))
         .with_api_key(config.api_key.clone().unwrap_or_default())
@@ -265,17 +266,17 @@ fn client(config: &OpenAiConfig) -> Result<Client<OpenAIConfig>, GatewayError> {
         .with_project_id("");
     for (k, v) in &config.headers {
         let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-            .map_err(|e| GatewayError::Config(format!("header name {k:?}: {e}")))?;
+            .map_err(|e| ModelError::Config(format!("header name {k:?}: {e}")))?;
         oa = oa
             .with_header(name, v.as_str())
-            .map_err(|e| GatewayError::Config(format!("header {k:?}: {e}")))?;
+            .map_err(|e| ModelError::Config(format!("header {k:?}: {e}")))?;
     }
     // Before the first reqwest client (async-openai's own, in `with_config`, is one).
     crate::ensure_crypto_provider();
     let http = reqwest::Client::builder()
         .connect_timeout(config.timeout.min(Duration::from_secs(30)))
         .build()
-        .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
+        .map_err(|e| ModelError::Config(format!("HTTP client: {e}")))?;
     let service = tower::ServiceBuilder::new()
         .layer(retry::RetryLayer {
             policy: config.retry.clone(),
@@ -287,22 +288,22 @@ fn client(config: &OpenAiConfig) -> Result<Client<OpenAIConfig>, GatewayError> {
 }
 
 impl OpenAiModel {
-    fn map_err(&self, e: OpenAIError) -> GatewayError {
+    fn map_err(&self, e: OpenAIError) -> ModelError {
         map_error(&self.config, e)
     }
 }
 
 /// async-openai's error as the seam's, an attempt's timeout named with `config`'s.
-fn map_error(config: &OpenAiConfig, e: OpenAIError) -> GatewayError {
+fn map_error(config: &OpenAiConfig, e: OpenAIError) -> ModelError {
     match e {
         OpenAIError::InvalidArgument(m) if m == retry::ATTEMPT_TIMED_OUT => {
-            GatewayError::Timeout(config.timeout)
+            ModelError::Timeout(config.timeout)
         }
         other => map_err(other),
     }
 }
 
-fn map_err(e: OpenAIError) -> GatewayError {
+fn map_err(e: OpenAIError) -> ModelError {
     match e {
         OpenAIError::ApiError(r) => {
             let status = r.status_code.as_u16();
@@ -310,23 +311,23 @@ fn map_err(e: OpenAIError) -> GatewayError {
             if matches!(status, 401 | 403) {
                 message.push_str(&format!(" [the key comes from {}]", env::API_KEY));
             }
-            GatewayError::Api {
+            ModelError::Api {
                 status,
                 message,
                 code: r.api_error.code,
             }
         }
         OpenAIError::Reqwest(e) if e.is_connect() => {
-            GatewayError::Connect(format!("{e} [the base URL comes from {}]", env::BASE_URL))
+            ModelError::Connect(format!("{e} [the base URL comes from {}]", env::BASE_URL))
         }
-        OpenAIError::Reqwest(e) if e.is_timeout() => GatewayError::Timeout(Duration::ZERO),
-        OpenAIError::Reqwest(e) => GatewayError::Http(e.to_string()),
-        OpenAIError::JSONDeserialize(err, raw) => GatewayError::malformed("response", err, &raw),
-        OpenAIError::StreamError(s) => GatewayError::StreamInterrupted {
+        OpenAIError::Reqwest(e) if e.is_timeout() => ModelError::Timeout(Duration::ZERO),
+        OpenAIError::Reqwest(e) => ModelError::Http(e.to_string()),
+        OpenAIError::JSONDeserialize(err, raw) => ModelError::malformed("response", err, &raw),
+        OpenAIError::StreamError(s) => ModelError::StreamInterrupted {
             detail: s.to_string(),
             partial_text: String::new(),
         },
-        other => GatewayError::Http(other.to_string()),
+        other => ModelError::Http(other.to_string()),
     }
 }
 
@@ -338,24 +339,24 @@ impl ChatModel for OpenAiModel {
             .with_provider("openai")
     }
 
-    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, GatewayError> {
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let body = wire::request_body(&request, &self.config.model, false, false);
         let chat = self.client.chat();
         let value =
             tokio::time::timeout(self.config.deadline, chat.create_byot::<Value, Value>(body))
                 .await
-                .map_err(|_| GatewayError::Timeout(self.config.deadline))?
+                .map_err(|_| ModelError::Timeout(self.config.deadline))?
                 .map_err(|e| self.map_err(e))?;
         wire::parse_response(&value)
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, GatewayError> {
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let body = wire::request_body(&request, &self.config.model, true, self.config.stream_usage);
         let chat = self.client.chat();
         let call = chat.create_stream_byot::<Value, Value>(body);
         let inner = tokio::time::timeout(self.config.deadline, call)
             .await
-            .map_err(|_| GatewayError::Timeout(self.config.deadline))?
+            .map_err(|_| ModelError::Timeout(self.config.deadline))?
             .map_err(|e| self.map_err(e))?;
         let state = StreamState {
             inner,
@@ -374,7 +375,7 @@ impl ChatModel for OpenAiModel {
 struct StreamState {
     inner: async_openai::types::stream::StreamResponse<Value>,
     timeout: Duration,
-    pending: VecDeque<Result<ChatEvent, GatewayError>>,
+    pending: VecDeque<Result<ChatEvent, ModelError>>,
     assembler: ToolCallAssembler,
     text: String,
     finish: Option<FinishReason>,
@@ -383,7 +384,7 @@ struct StreamState {
 }
 
 impl StreamState {
-    async fn next(mut self) -> Option<(Result<ChatEvent, GatewayError>, Self)> {
+    async fn next(mut self) -> Option<(Result<ChatEvent, ModelError>, Self)> {
         loop {
             if let Some(ev) = self.pending.pop_front() {
                 return Some((ev, self));
@@ -394,7 +395,7 @@ impl StreamState {
             let item = match tokio::time::timeout(self.timeout, self.inner.next()).await {
                 Err(_) => {
                     self.done = true;
-                    return Some((Err(GatewayError::Timeout(self.timeout)), self));
+                    return Some((Err(ModelError::Timeout(self.timeout)), self));
                 }
                 Ok(item) => item,
             };
@@ -409,9 +410,9 @@ impl StreamState {
                     self.done = true;
                     let err = match e {
                         OpenAIError::JSONDeserialize(err, raw) => {
-                            GatewayError::malformed("stream chunk", err, &raw)
+                            ModelError::malformed("stream chunk", err, &raw)
                         }
-                        OpenAIError::StreamError(s) => GatewayError::StreamInterrupted {
+                        OpenAIError::StreamError(s) => ModelError::StreamInterrupted {
                             detail: s.to_string(),
                             partial_text: std::mem::take(&mut self.text),
                         },
@@ -427,7 +428,7 @@ impl StreamState {
         }
     }
 
-    fn on_chunk(&mut self, chunk: &Value) -> Result<(), GatewayError> {
+    fn on_chunk(&mut self, chunk: &Value) -> Result<(), ModelError> {
         if let Some(err) = wire::error_in_body(chunk) {
             return Err(err);
         }
@@ -483,7 +484,7 @@ impl StreamState {
         else {
             // No finish_reason and no tool call: the server closed early. Never present a
             // truncated answer as a complete one.
-            self.pending.push_back(Err(GatewayError::StreamInterrupted {
+            self.pending.push_back(Err(ModelError::StreamInterrupted {
                 detail: "the stream closed without a finish_reason".into(),
                 partial_text: std::mem::take(&mut self.text),
             }));

@@ -105,7 +105,7 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
 }
 
 /// What the layer answers when an attempt ran past its time and no retry may follow; the
-/// backend turns it into [`crate::GatewayError::Timeout`].
+/// backend turns it into [`crate::ModelError::Timeout`].
 pub(crate) const ATTEMPT_TIMED_OUT: &str = "llm-toolkit: the attempt timed out";
 
 /// The tower layer installed under the async-openai client.

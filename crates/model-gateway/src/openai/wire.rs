@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 
 use crate::default_finish;
 use crate::{
-    ChatRequest, ChatResponse, FinishReason, GatewayError, Message, ResponseFormat, ToolCall,
+    ChatRequest, ChatResponse, FinishReason, Message, ModelError, ResponseFormat, ToolCall,
     ToolChoice, Usage,
 };
 
@@ -138,13 +138,13 @@ pub(crate) fn arguments_text(v: Option<&Value>) -> Option<String> {
 }
 
 /// An `{"error": {...}}` object sent with status 200 (some servers do, in bodies and in streams).
-pub(crate) fn error_in_body(v: &Value) -> Option<GatewayError> {
+pub(crate) fn error_in_body(v: &Value) -> Option<ModelError> {
     let err = v.get("error").filter(|e| !e.is_null())?;
     let message = err
         .get("message")
         .and_then(Value::as_str)
         .map_or_else(|| err.to_string(), str::to_owned);
-    Some(GatewayError::Api {
+    Some(ModelError::Api {
         status: 200,
         message,
         code: err
@@ -155,7 +155,7 @@ pub(crate) fn error_in_body(v: &Value) -> Option<GatewayError> {
 }
 
 /// Reads a whole (non-streamed) response (G3, G4, G5).
-pub(crate) fn parse_response(v: &Value) -> Result<ChatResponse, GatewayError> {
+pub(crate) fn parse_response(v: &Value) -> Result<ChatResponse, ModelError> {
     if let Some(err) = error_in_body(v) {
         return Err(err);
     }
@@ -163,7 +163,7 @@ pub(crate) fn parse_response(v: &Value) -> Result<ChatResponse, GatewayError> {
         .get("choices")
         .and_then(Value::as_array)
         .and_then(|c| c.first())
-        .ok_or_else(|| GatewayError::malformed("response", "no choices[0]", &v.to_string()))?;
+        .ok_or_else(|| ModelError::malformed("response", "no choices[0]", &v.to_string()))?;
     let msg = choice.get("message").unwrap_or(&Value::Null);
     let content = msg
         .get("content")

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use toolwright_core::{ToolContext, ToolProvider};
 use toolwright_skills::{Sandbox, SandboxConfig, SkillsProvider, load_skills};
-use toolwright_tool_system::{ToolContext, ToolProvider};
 
 pub fn fixtures() -> PathBuf {
     crate_dir().join("tests/fixtures")
@@ -48,7 +48,7 @@ pub fn both_modes() -> [(&'static str, SandboxConfig); 2] {
 }
 
 impl Env {
-    pub async fn call(&self, name: &str, args: Value) -> Result<Value, toolwright_tool_system::ToolError> {
+    pub async fn call(&self, name: &str, args: Value) -> Result<Value, toolwright_core::ToolError> {
         self.provider.call(name, args, ToolContext::new("c1")).await
     }
 

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use toolwright_context_engine::MemoryStore;
-use toolwright_model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
 use serde_json::json;
 use testkit::{Reply, ScriptedServer};
+use toolwright_context_engine::MemoryStore;
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
 use toolwright_tool_system::{Agent, FnTool, LoopOutput};
 
 /// Words that appear only in the conversation's text, never in a span unless content capture

@@ -91,7 +91,7 @@ pub enum ApprovalError {
         /// What is wrong.
         detail: String,
     },
-    /// The session's record of decisions ([`APPROVAL_LOG_KEY`](crate::APPROVAL_LOG_KEY)) cannot
+    /// The session's record of decisions (its state slot `tool-system.approval.log`) cannot
     /// be read; it is left as it is (never overwritten).
     #[error(
         "the record of approval decisions stored for session `{session}` cannot be read ({detail}); it is kept as it is — inspect the state slot `tool-system.approval.log`"
@@ -110,7 +110,7 @@ pub enum ApprovalError {
         /// Its length.
         len: usize,
     },
-    /// [`APPROVAL_KEY_ENV`](crate::APPROVAL_KEY_ENV) is not set.
+    /// `TOOL_APPROVAL_KEY` is not set.
     #[error(
         "the environment variable TOOL_APPROVAL_KEY is not set; set it to a secret of at least 32 bytes (e.g. `openssl rand -hex 32`), the same in every process serving these sessions"
     )]

@@ -43,10 +43,9 @@ mod token;
 
 pub use error::ApprovalError;
 pub use pending::{ApprovalDecision, HeldCall, PendingApproval};
-pub use policy::{ApprovalPolicy, ApprovalPredicate};
-pub use record::{APPROVAL_LOG_KEY, DecisionRecord, MAX_DECISION_RECORDS};
-pub use stored::APPROVAL_STATE_KEY;
-pub use token::{APPROVAL_KEY_ENV, ApprovalKey};
+pub use policy::ApprovalPolicy;
+pub use record::DecisionRecord;
+pub use token::ApprovalKey;
 
 pub(crate) use error::Failed;
 pub(crate) use record::log;

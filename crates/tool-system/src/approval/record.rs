@@ -2,16 +2,16 @@
 //! exact arguments it was shown with, approved or declined and why — is kept in the session's
 //! state slot [`APPROVAL_LOG_KEY`], beside the conversation in the same store (memory, SQLite,
 //! PostgreSQL), after the pending approval itself is gone. Read it with
-//! [`approval_log`](crate::approval_log).
+//! [`DecisionRecord::log`].
 //!
 //! The decision itself is applied in the pending approval's slot (compare-and-set); the record
 //! is added to the log right after, and again — idempotently, by round and call — before the
 //! round is recorded and before a cut-off round is asked again, so a process stopping between
 //! the two writes loses no record of a decision whose calls ran.
 
-use toolwright_context_engine::{SessionStore, StateChange, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
 
 use super::error::{ApprovalError, Failed};
 use super::stored::{CAS_ATTEMPTS, CallState, Stored};
@@ -166,6 +166,7 @@ pub(super) async fn remember_or_warn(store: &dyn SessionStore, session_id: &str,
 
 /// The session's record of decisions, oldest first; empty when there is none (or the store
 /// keeps no state slots).
+/// The decisions of session `session_id`, read from `store` (see [`DecisionRecord::log`]).
 pub(crate) async fn log(
     store: &dyn SessionStore,
     session_id: &str,

@@ -18,7 +18,7 @@ use super::stored::{
 };
 use super::token::{ApprovalKey, Verdict, key_or_process, nonce, unhex};
 use crate::machine::{CallFacts, CallPlan, LoopMachine, Planned};
-use crate::protocol::{PendingCall, Reading};
+use crate::protocols::{PendingCall, Reading};
 
 /// Longest reason of a rejection passed on to the model, in characters.
 const MAX_REASON_CHARS: usize = 500;

@@ -3,16 +3,16 @@
 //! runs) and the compare-and-set writes of its state slot — holding a round, closing one a new
 //! message overtook, showing it again, asking again after a cut-off run.
 
-use toolwright_context_engine::{SessionStore, StateChange, StoreError};
-use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, Message, ToolError, cap_result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use toolwright_context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, Message, ToolError, cap_result};
 
 use super::error::{ApprovalError, Failed};
 use super::pending::{HeldCall, PendingApproval};
 use super::token::{ApprovalKey, Binding, key_or_process, nonce};
 use crate::machine::{CallPlan, LoopMachine};
-use crate::protocol::{CallProtocol, PendingCall, Reading, Step, tool_message_round};
+use crate::protocols::{CallProtocol, PendingCall, Reading, Step, tool_message_round};
 
 /// The session state slot ([`toolwright_context_engine::SessionStore::get_state`]) that keeps a
 /// session's pending approval.

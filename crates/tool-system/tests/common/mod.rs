@@ -4,11 +4,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use toolwright_context_engine::{MemoryStore, SessionStore};
-use toolwright_model_gateway::{Message, OpenAiConfig, OpenAiModel, RetryPolicy};
 use serde_json::{Value, json};
 use testkit::ScriptedServer;
-use toolwright_tool_system::{Agent, FnTool, ToolError};
+use toolwright_context_engine::{MemoryStore, SessionStore};
+use toolwright_core::Message;
+use toolwright_core::ToolError;
+use toolwright_model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
+use toolwright_tool_system::{Agent, FnTool};
 
 pub fn model(server: &ScriptedServer) -> OpenAiModel {
     OpenAiModel::new(

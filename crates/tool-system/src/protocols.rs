@@ -10,12 +10,12 @@
 
 use std::sync::Arc;
 
+use serde_json::{Map, Value};
 use toolwright_core::{InvalidToolCall, Message, ToolCall, ToolSpec};
 use toolwright_output_control::{
     DecisionError, JsonError, StreamParser, TagEvent, TagOptions, ToolAction, ToolDecision,
     parse_tool_decision,
 };
-use serde_json::{Map, Value};
 
 use crate::prompt::{generate_tool_prompt, json_decision_prompt};
 
