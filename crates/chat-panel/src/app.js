@@ -216,31 +216,72 @@
     const values = {};
     const props = (q.schema && q.schema.properties) || {};
     for (const [name, p] of Object.entries(q.mode === 'form' ? props : {})) {
+      if (!p || typeof p !== 'object') continue;
       const label = el('label', null, (p.title || name) + (p.description ? ' — ' + p.description : ''));
       box.append(label);
-      const choices = p.type === 'boolean' ? [true, false] : (Array.isArray(p.enum) ? p.enum : null);
-      if (choices) {
+      const choices = choicesOf(p);
+      const hasDefault = p.default !== undefined && p.default !== null;
+      if (choices && p.type === 'array') {
+        // several may be chosen: each button toggles its value in or out
         const row = el('div', 'quick-replies');
         row.dataset.field = name;
+        const chosen = new Set(hasDefault && Array.isArray(p.default) ? p.default : []);
+        if (hasDefault && Array.isArray(p.default)) values[name] = p.default.slice();
         for (const c of choices) {
-          const b = el('button', 'quick-reply choice', typeof c === 'boolean' ? (c ? 'Yes' : 'No') : c);
+          const b = el('button', 'quick-reply choice', c.title);
           b.type = 'button';
+          const mark = on => { b.classList.toggle('chosen', on); b.setAttribute('aria-pressed', on ? 'true' : 'false'); };
+          mark(chosen.has(c.value));
           b.addEventListener('click', () => {
-            values[name] = c;
-            for (const o of row.querySelectorAll('button')) o.classList.remove('chosen');
-            b.classList.add('chosen');
+            if (chosen.has(c.value)) chosen.delete(c.value); else chosen.add(c.value);
+            mark(chosen.has(c.value));
+            values[name] = choices.map(o => o.value).filter(v => chosen.has(v));
           });
           row.append(b);
         }
-        if (p.default !== undefined) values[name] = p.default;
+        box.append(row);
+      } else if (choices) {
+        const row = el('div', 'quick-replies');
+        row.dataset.field = name;
+        const buttons = [];
+        for (const c of choices) {
+          const b = el('button', 'quick-reply choice', c.title);
+          b.type = 'button';
+          const on = hasDefault && p.default === c.value;
+          b.classList.toggle('chosen', on);
+          b.setAttribute('aria-pressed', on ? 'true' : 'false');
+          b.addEventListener('click', () => {
+            values[name] = c.value;
+            for (const o of buttons) { o.classList.remove('chosen'); o.setAttribute('aria-pressed', 'false'); }
+            b.classList.add('chosen');
+            b.setAttribute('aria-pressed', 'true');
+          });
+          buttons.push(b);
+          row.append(b);
+        }
+        if (hasDefault) values[name] = p.default;
         box.append(row);
       } else if (p.type === 'string' || p.type === 'number' || p.type === 'integer') {
         const input = document.createElement('input');
         input.name = name;
-        input.type = p.type === 'string' ? 'text' : 'number';
-        if (p.default !== undefined) input.value = String(p.default);
-        input.addEventListener('input', () => { values[name] = input.value; });
-        if (p.default !== undefined) values[name] = p.default;
+        const kinds = { email: 'email', uri: 'url', date: 'date' };
+        input.type = p.type === 'string' ? (kinds[p.format] || 'text') : 'number';
+        if (p.type !== 'string') {
+          input.step = p.type === 'integer' ? '1' : 'any';
+          if (typeof p.minimum === 'number') input.min = String(p.minimum);
+          if (typeof p.maximum === 'number') input.max = String(p.maximum);
+        }
+        if (hasDefault) {
+          input.value = String(p.default);
+          // a default the input type cannot show (a date not as yyyy-mm-dd) is shown as text
+          if (input.value !== String(p.default)) { input.type = 'text'; input.value = String(p.default); }
+          values[name] = p.default;
+        }
+        input.addEventListener('input', () => {
+          // an emptied number box answers nothing for that field
+          if (input.value === '' && p.type !== 'string') delete values[name];
+          else values[name] = input.value;
+        });
         label.append(input);
       }
     }
