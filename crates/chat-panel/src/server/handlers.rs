@@ -90,7 +90,10 @@ pub(super) async fn signed_in_js() -> Response {
 /// Every `/api/` answer (conversation text, approval tokens, errors — the refusals of the
 /// request checks included) is kept by no cache (`Cache-Control: no-store`) and never sniffed as
 /// another type than it says (`X-Content-Type-Options: nosniff`).
-pub(super) async fn api_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+pub(super) async fn api_headers(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
     let path = req.uri().path();
     let api = path == "/api" || path.starts_with("/api/");
     let mut r = next.run(req).await;
@@ -524,7 +527,9 @@ pub(super) async fn post_elicitation(
             ("accept", Some(c @ Value::Object(_))) => {
                 toolwright_mcp_bridge::elicitation::ElicitationAnswer::Accept(c)
             }
-            ("accept", None) => toolwright_mcp_bridge::elicitation::ElicitationAnswer::Accept(json!({})),
+            ("accept", None) => {
+                toolwright_mcp_bridge::elicitation::ElicitationAnswer::Accept(json!({}))
+            }
             ("decline", _) => toolwright_mcp_bridge::elicitation::ElicitationAnswer::Decline,
             ("cancel", _) => toolwright_mcp_bridge::elicitation::ElicitationAnswer::Cancel,
             _ => {
@@ -558,7 +563,9 @@ pub(super) async fn post_elicitation(
     // Recorded before the asker gets it: an answer nobody could later attribute is not
     // given — the question is cancelled instead.
     let (action, content) = match &answer {
-        toolwright_mcp_bridge::elicitation::ElicitationAnswer::Accept(c) => ("accept", Some(c.clone())),
+        toolwright_mcp_bridge::elicitation::ElicitationAnswer::Accept(c) => {
+            ("accept", Some(c.clone()))
+        }
         toolwright_mcp_bridge::elicitation::ElicitationAnswer::Decline => ("decline", None),
         _ => ("cancel", None),
     };

@@ -11,8 +11,7 @@ use crate::login::LoginError;
 
 /// The Content-Security-Policy of the page `/callback` answers after a sign-in: its one script
 /// from the panel's own file, nothing inline.
-pub(super) const SIGNED_IN_CSP: &str =
-    "default-src 'none'; script-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+pub(super) const SIGNED_IN_CSP: &str = "default-src 'none'; script-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// A plain-text answer (what a provider said is never HTML here).
 fn text(status: StatusCode, body: String) -> Response {
