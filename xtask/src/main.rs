@@ -235,8 +235,13 @@ fn demo_exists(n: u8) -> bool {
         .exists()
 }
 
+/// Whether package `pkg` is in its folder under `crates/` ([`needs::folder`]).
 fn crate_exists(pkg: &str) -> bool {
-    root().join("crates").join(pkg).join("Cargo.toml").exists()
+    root()
+        .join("crates")
+        .join(needs::folder(pkg))
+        .join("Cargo.toml")
+        .exists()
 }
 
 fn stage(n: u8) -> Result<(), String> {
@@ -607,6 +612,21 @@ mod tests {
             assert!(dir.join(kept).exists(), "{kept}");
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `cargo xtask stage N` refuses a stage whose crates it cannot find: every package a
+    /// stage names (`toolwright-…`) must be found in its folder under `crates/`.
+    #[test]
+    fn every_stage_package_is_found_in_its_folder() {
+        for stage in crate::needs::STAGES {
+            for p in stage.packages {
+                assert!(
+                    super::crate_exists(p),
+                    "stage {}: no crate folder for {p}",
+                    stage.n
+                );
+            }
+        }
     }
 
     #[test]

@@ -95,6 +95,15 @@ pub const OTHER_PACKAGES: &[(&str, &[Need])] = &[
     ("toolwright-telemetry", &[Need::Phoenix]),
 ];
 
+/// A package's folder under `crates/`: its name without the `toolwright-` prefix
+/// (`toolwright-core` lives in `crates/llm-core`).
+pub fn folder(package: &str) -> &str {
+    match package {
+        "toolwright-core" => "llm-core",
+        p => p.strip_prefix("toolwright-").unwrap_or(p),
+    }
+}
+
 /// Installs or checks the programs and packages among `needs` (servers are started by
 /// [`crate::services::Services`]). Fails loudly with what to run when one cannot be had.
 pub fn ensure(needs: &[Need]) -> Result<(), String> {
@@ -264,7 +273,7 @@ fn have_command(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{Need, OTHER_PACKAGES, STAGES};
+    use super::{Need, OTHER_PACKAGES, STAGES, folder};
     use std::collections::BTreeSet;
     use std::path::Path;
 
@@ -310,15 +319,6 @@ mod tests {
             found.insert(Need::Bubblewrap);
         }
         found
-    }
-
-    /// A package's folder under `crates/`: its name without the `toolwright-` prefix
-    /// (`toolwright-core` lives in `crates/llm-core`).
-    fn folder(package: &str) -> &str {
-        match package {
-            "toolwright-core" => "llm-core",
-            p => p.strip_prefix("toolwright-").unwrap_or(p),
-        }
     }
 
     /// The text of every `.rs` and `.sh` file under `dir` (tests, sources, examples).
