@@ -14,8 +14,8 @@
 //! (`Host`, `Origin`, `Sec-Fetch-Site`, `application/json`), every connection has timeouts and
 //! the number of connections is capped. Details: [`ChatPanel`] and [`PanelConfig`].
 //!
-//! Reached by other people (behind a reverse proxy, several workers), it knows who calls
-//!: an [`identity::Authenticator`] — OIDC/JWT bearer tokens checked against the
+//! Reached by other people (behind a reverse proxy, several workers), it knows who calls:
+//! an [`identity::Authenticator`] — OIDC/JWT bearer tokens checked against the
 //! provider's JWKS, or a trusted proxy's header — authenticates every API request, and each
 //! conversation belongs to the principal that created it (another gets `404`). Without one the
 //! panel listens on loopback only. Example: [`identity`]; deployment: `docs/deploy.md`.
