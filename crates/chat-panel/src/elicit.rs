@@ -231,6 +231,49 @@ impl Elicitor for PanelElicitor {
 mod tests {
     use super::*;
 
+    /// A question asked before the turn's stream reads it waits for it; a turn that ends after
+    /// the next one of its session started leaves the next one's questions alone.
+    #[tokio::test]
+    async fn a_turns_questions_outlive_an_earlier_turn_that_ends_late() {
+        let asks = Arc::new(Asks::default());
+        let elicitor = PanelElicitor { asks: asks.clone() };
+        let ask = |message: &str| {
+            ElicitationRequest::new(
+                "planner",
+                Some("s-0000001".into()),
+                message,
+                ElicitationMode::Form {
+                    schema: json!({"type": "object", "properties": {}}),
+                },
+            )
+        };
+        let first = asks.turn_started("s-0000001");
+        let mut second = asks.turn_started("s-0000001");
+        drop(first);
+        let asking = tokio::spawn({
+            let elicitor = elicitor.clone();
+            async move { elicitor.elicit(ask("Budget?")).await }
+        });
+        let shown = second.rx.recv().await;
+        assert_eq!(
+            shown.as_ref().map(|q| q["message"].clone()),
+            Some(json!("Budget?"))
+        );
+        let n = shown.and_then(|q| q["id"].as_u64()).unwrap_or_default();
+        let claimed = asks.claim("s-0000001", n);
+        assert!(claimed.is_some_and(|c| c.answer(ElicitationAnswer::Accept(json!({})))));
+        assert_eq!(
+            asking.await.ok(),
+            Some(ElicitationAnswer::Accept(json!({})))
+        );
+        // the second turn ends: a question now has no turn to be shown in
+        drop(second);
+        assert_eq!(
+            elicitor.elicit(ask("Later?")).await,
+            ElicitationAnswer::Decline
+        );
+    }
+
     /// only https (and http to this machine) may be a link; everything a hostile
     /// server could use to run script or read files is text.
     #[test]
