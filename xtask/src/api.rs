@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -18,11 +17,11 @@ pub fn published(metadata: &Value) -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
     for p in metadata["packages"].as_array().into_iter().flatten() {
         let publishable = !matches!(p["publish"].as_array(), Some(a) if a.is_empty());
-        let is_lib = p["targets"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|t| t["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "lib")));
+        let is_lib = p["targets"].as_array().into_iter().flatten().any(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "lib"))
+        });
         if publishable && is_lib {
             let dir = Path::new(p["manifest_path"].as_str().unwrap_or_default())
                 .parent()
@@ -35,14 +34,33 @@ pub fn published(metadata: &Value) -> Vec<(String, PathBuf)> {
     out
 }
 
+/// `cargo package` for every published crate at once (cargo serves the unpublished ones among
+/// them to each other from a local overlay) with each `.crate` built on its own: a crate that
+/// cannot be packaged or does not build from its package fails here.
+pub fn package(metadata: &Value) -> Result<(), String> {
+    let mut cmd = crate::cargo();
+    cmd.args(["package", "--allow-dirty"]);
+    for (package, _) in published(metadata) {
+        cmd.args(["-p", &package]);
+    }
+    crate::run("cargo package (every published crate)", &mut cmd)
+}
+
 fn snapshot_path(root: &Path, package: &str) -> PathBuf {
     root.join("api").join(format!("{package}.txt"))
 }
 
 /// rustdoc's JSON of `package` (all features), then its API as text.
 fn api_of(package: &str, target: &Path) -> Result<String, String> {
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["rustdoc", "--quiet", "--lib", "--all-features", "-p", package])
+    let status = crate::cargo()
+        .args([
+            "rustdoc",
+            "--quiet",
+            "--lib",
+            "--all-features",
+            "-p",
+            package,
+        ])
         .args(["--", "-Z", "unstable-options", "--output-format", "json"])
         .env("RUSTC_BOOTSTRAP", "1")
         .status()
@@ -50,8 +68,11 @@ fn api_of(package: &str, target: &Path) -> Result<String, String> {
     if !status.success() {
         return Err(format!("cargo rustdoc -p {package} (JSON output) failed"));
     }
-    let file = target.join("doc").join(format!("{}.json", package.replace('-', "_")));
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
+    let file = target
+        .join("doc")
+        .join(format!("{}.json", package.replace('-', "_")));
+    let text =
+        std::fs::read_to_string(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
     let doc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
     Ok(render(&doc))
 }
@@ -70,8 +91,16 @@ pub fn write(root: &Path, target: &Path, metadata: &Value) -> Result<(), String>
 /// Compares every published crate's API with its file in `api/`.
 pub fn check(root: &Path, target: &Path, metadata: &Value) -> Result<(), String> {
     let mut stale = Vec::new();
+    let mut twice = Vec::new();
     for (package, _) in published(metadata) {
         let now = api_of(&package, target)?;
+        if package != FACADE {
+            twice.extend(
+                reexports_of_siblings(&now)
+                    .into_iter()
+                    .map(|l| format!("{package}: {l}")),
+            );
+        }
         let path = snapshot_path(root, &package);
         let before = std::fs::read_to_string(&path).unwrap_or_default();
         if before != now {
@@ -87,8 +116,16 @@ pub fn check(root: &Path, target: &Path, metadata: &Value) -> Result<(), String>
             stale.push(format!("{package}:{diff}"));
         }
     }
+    if !twice.is_empty() {
+        return Err(format!(
+            "a type is reachable through two crates (only the facade re-exports the others' items; import them from the crate that defines them):\n  {}",
+            twice.join("\n  ")
+        ));
+    }
     if stale.is_empty() {
-        eprintln!("==> public API: every crate matches its snapshot in api/");
+        eprintln!(
+            "==> public API: every crate matches its snapshot in api/, and no crate re-exports another's items"
+        );
         Ok(())
     } else {
         Err(format!(
@@ -98,11 +135,28 @@ pub fn check(root: &Path, target: &Path, metadata: &Value) -> Result<(), String>
     }
 }
 
+/// The facade: the one crate that re-exports the others (its modules and its prelude).
+const FACADE: &str = "toolwright";
+
+/// The lines of an API that re-export an item of another toolwright crate.
+fn reexports_of_siblings(api: &str) -> Vec<&str> {
+    api.lines()
+        .filter(|l| l.starts_with("pub use ") && l.contains(" = toolwright_"))
+        .collect()
+}
+
 /// One line per public item, sorted.
 pub fn render(doc: &Value) -> String {
-    let mut w = Walker { doc, lines: BTreeSet::new(), seen: HashSet::new() };
+    let mut w = Walker {
+        doc,
+        lines: BTreeSet::new(),
+        seen: HashSet::new(),
+    };
     let root = id_str(&doc["root"]);
-    let name = doc["index"][&root]["name"].as_str().unwrap_or("crate").to_owned();
+    let name = doc["index"][&root]["name"]
+        .as_str()
+        .unwrap_or("crate")
+        .to_owned();
     w.item(&root, &name);
     let mut out = String::new();
     for l in &w.lines {
@@ -152,7 +206,9 @@ impl Walker<'_> {
                 }
                 for child in inner["items"].as_array().into_iter().flatten() {
                     let child = id_str(child);
-                    let Some(c) = self.get(&child) else { continue };
+                    let Some(c) = self.get(&child).cloned() else {
+                        continue;
+                    };
                     if c["visibility"] != "public" {
                         continue;
                     }
@@ -176,7 +232,10 @@ impl Walker<'_> {
                         if let Some(f) = self.get(&id_str(f)).cloned()
                             && f["visibility"] == "public"
                         {
-                            self.lines.insert(format!("pub {path}.{i}: {}", ty(&f["inner"]["struct_field"])));
+                            self.lines.insert(format!(
+                                "pub {path}.{i}: {}",
+                                ty(&f["inner"]["struct_field"])
+                            ));
                         }
                     }
                 }
@@ -187,7 +246,11 @@ impl Walker<'_> {
                 self.lines.insert(format!("pub enum {path}{generics}"));
                 for v in inner["variants"].as_array().into_iter().flatten() {
                     if let Some(v) = self.get(&id_str(v)).cloned() {
-                        self.lines.insert(format!("pub {path}::{}{}", v["name"].as_str().unwrap_or("?"), variant(self, &v)));
+                        self.lines.insert(format!(
+                            "pub {path}::{}{}",
+                            v["name"].as_str().unwrap_or("?"),
+                            variant(self, &v)
+                        ));
                     }
                 }
                 self.impls(&inner["impls"], path);
@@ -197,8 +260,13 @@ impl Walker<'_> {
             }
             "trait" => {
                 let generics = generics(&inner["generics"]);
-                let unsafety = if inner["is_unsafe"].as_bool().unwrap_or(false) { "unsafe " } else { "" };
-                self.lines.insert(format!("pub {unsafety}trait {path}{generics}"));
+                let unsafety = if inner["is_unsafe"].as_bool().unwrap_or(false) {
+                    "unsafe "
+                } else {
+                    ""
+                };
+                self.lines
+                    .insert(format!("pub {unsafety}trait {path}{generics}"));
                 for i in inner["items"].as_array().into_iter().flatten() {
                     if let Some(i) = self.get(&id_str(i)).cloned() {
                         self.assoc(&i, path, true);
@@ -209,13 +277,16 @@ impl Walker<'_> {
                 self.lines.insert(format!("pub {}", function(path, inner)));
             }
             "constant" => {
-                self.lines.insert(format!("pub const {path}: {}", ty(&inner["type"])));
+                self.lines
+                    .insert(format!("pub const {path}: {}", ty(&inner["type"])));
             }
             "static" => {
-                self.lines.insert(format!("pub static {path}: {}", ty(&inner["type"])));
+                self.lines
+                    .insert(format!("pub static {path}: {}", ty(&inner["type"])));
             }
             "type_alias" => {
-                self.lines.insert(format!("pub type {path} = {}", ty(&inner["type"])));
+                self.lines
+                    .insert(format!("pub type {path} = {}", ty(&inner["type"])));
             }
             "macro" | "proc_macro" => {
                 self.lines.insert(format!("pub macro {path}!"));
@@ -249,13 +320,28 @@ impl Walker<'_> {
                     }
                 }
             } else {
-                self.lines.insert(format!("pub use {path}::* = {source}::*"));
+                self.lines
+                    .insert(format!("pub use {path}::* = {source}::*"));
             }
         } else if local {
             self.item(&target, &format!("{path}::{name}"));
         } else {
-            // another crate's item: its API is that crate's, but the name is ours to keep
-            self.lines.insert(format!("pub use {path}::{name} = {source}"));
+            // another crate's item: its API is that crate's, but the name is ours to keep.
+            // Named by where it is defined (rustdoc's `paths`), not by how the `use` spells it.
+            let defined = self.doc["paths"]
+                .get(&target)
+                .and_then(|p| p["path"].as_array())
+                .map(|parts| {
+                    parts
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join("::")
+                })
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| source.to_owned());
+            self.lines
+                .insert(format!("pub use {path}::{name} = {defined}"));
         }
     }
 
@@ -274,9 +360,12 @@ impl Walker<'_> {
 
     fn impls(&mut self, impls: &Value, path: &str) {
         for i in impls.as_array().into_iter().flatten() {
-            let Some(imp) = self.get(&id_str(i)).cloned() else { continue };
+            let Some(imp) = self.get(&id_str(i)).cloned() else {
+                continue;
+            };
             let inner = &imp["inner"]["impl"];
-            if inner["is_synthetic"].as_bool().unwrap_or(false) || !inner["blanket_impl"].is_null() {
+            if inner["is_synthetic"].as_bool().unwrap_or(false) || !inner["blanket_impl"].is_null()
+            {
                 continue;
             }
             if is_hidden(&imp) {
@@ -291,8 +380,15 @@ impl Walker<'_> {
                     }
                 }
             } else {
-                let negative = if inner["is_negative"].as_bool().unwrap_or(false) { "!" } else { "" };
-                self.lines.insert(format!("impl {negative}{} for {path}", path_ty(&inner["trait"])));
+                let negative = if inner["is_negative"].as_bool().unwrap_or(false) {
+                    "!"
+                } else {
+                    ""
+                };
+                self.lines.insert(format!(
+                    "impl {negative}{} for {path}",
+                    path_ty(&inner["trait"])
+                ));
             }
         }
     }
@@ -308,10 +404,19 @@ impl Walker<'_> {
         let prefix = if in_trait { "" } else { "pub " };
         let line = match kind.as_str() {
             "function" => {
-                let provided = if in_trait && inner["has_body"].as_bool().unwrap_or(false) { " {provided}" } else { "" };
-                format!("{prefix}{}{provided}", function(&format!("{owner}::{name}"), inner))
+                let provided = if in_trait && inner["has_body"].as_bool().unwrap_or(false) {
+                    " {provided}"
+                } else {
+                    ""
+                };
+                format!(
+                    "{prefix}{}{provided}",
+                    function(&format!("{owner}::{name}"), inner)
+                )
             }
-            "assoc_const" | "constant" => format!("{prefix}const {owner}::{name}: {}", ty(&inner["type"])),
+            "assoc_const" | "constant" => {
+                format!("{prefix}const {owner}::{name}: {}", ty(&inner["type"]))
+            }
             "assoc_type" => format!("{prefix}type {owner}::{name}"),
             _ => return,
         };
@@ -321,7 +426,10 @@ impl Walker<'_> {
 
 fn is_hidden(item: &Value) -> bool {
     item["attrs"].as_array().into_iter().flatten().any(|a| {
-        let s = a.as_str().map(str::to_owned).unwrap_or_else(|| a.to_string());
+        let s = a
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| a.to_string());
         s.contains("doc(hidden)")
     })
 }
@@ -356,7 +464,11 @@ fn function(path: &str, f: &Value) -> String {
         .map(|a| {
             let name = a[0].as_str().unwrap_or("_");
             let t = ty(&a[1]);
-            if name == "self" { t.replace("Self", "self") } else { format!("{name}: {t}") }
+            if name == "self" {
+                t.replace("Self", "self")
+            } else {
+                format!("{name}: {t}")
+            }
         })
         .collect();
     let out = match &f["sig"]["output"] {
@@ -378,7 +490,11 @@ fn generics(g: &Value) -> String {
             let name = p["name"].as_str().unwrap_or("?").to_owned();
             if let Some(t) = p["kind"].get("type") {
                 let b = bounds(&t["bounds"]);
-                if b.is_empty() { name } else { format!("{name}: {b}") }
+                if b.is_empty() {
+                    name
+                } else {
+                    format!("{name}: {b}")
+                }
             } else if p["kind"].get("const").is_some() {
                 format!("const {name}: {}", ty(&p["kind"]["const"]["type"]))
             } else {
@@ -386,7 +502,11 @@ fn generics(g: &Value) -> String {
             }
         })
         .collect();
-    if params.is_empty() { String::new() } else { format!("<{}>", params.join(", ")) }
+    if params.is_empty() {
+        String::new()
+    } else {
+        format!("<{}>", params.join(", "))
+    }
 }
 
 fn where_clause(g: &Value) -> String {
@@ -399,7 +519,11 @@ fn where_clause(g: &Value) -> String {
             Some(format!("{}: {}", ty(&b["type"]), bounds(&b["bounds"])))
         })
         .collect();
-    if preds.is_empty() { String::new() } else { format!(" where {}", preds.join(", ")) }
+    if preds.is_empty() {
+        String::new()
+    } else {
+        format!(" where {}", preds.join(", "))
+    }
 }
 
 fn bounds(b: &Value) -> String {
@@ -422,7 +546,11 @@ fn bounds(b: &Value) -> String {
 }
 
 fn path_ty(p: &Value) -> String {
-    let name = p["path"].as_str().or(p["name"].as_str()).unwrap_or("?").to_owned();
+    let name = p["path"]
+        .as_str()
+        .or(p["name"].as_str())
+        .unwrap_or("?")
+        .to_owned();
     format!("{name}{}", generic_args(&p["args"]))
 }
 
@@ -452,10 +580,23 @@ fn generic_args(a: &Value) -> String {
                 parts.push(format!("{name}: {}", bounds(b)));
             }
         }
-        if parts.is_empty() { String::new() } else { format!("<{}>", parts.join(", ")) }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("<{}>", parts.join(", "))
+        }
     } else if let Some(p) = a.get("parenthesized") {
-        let inputs: Vec<String> = p["inputs"].as_array().into_iter().flatten().map(ty).collect();
-        let out = if p["output"].is_null() { String::new() } else { format!(" -> {}", ty(&p["output"])) };
+        let inputs: Vec<String> = p["inputs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(ty)
+            .collect();
+        let out = if p["output"].is_null() {
+            String::new()
+        } else {
+            format!(" -> {}", ty(&p["output"]))
+        };
         format!("({}){out}", inputs.join(", "))
     } else {
         String::new()
@@ -465,18 +606,38 @@ fn generic_args(a: &Value) -> String {
 /// A type as Rust source, near enough to tell two signatures apart.
 fn ty(t: &Value) -> String {
     let Some((kind, v)) = t.as_object().and_then(|o| o.iter().next()) else {
-        return t.as_str().map(|s| if s == "infer" { "_".to_owned() } else { s.to_owned() }).unwrap_or_else(|| "?".into());
+        return t
+            .as_str()
+            .map(|s| {
+                if s == "infer" {
+                    "_".to_owned()
+                } else {
+                    s.to_owned()
+                }
+            })
+            .unwrap_or_else(|| "?".into());
     };
     match kind.as_str() {
         "resolved_path" => path_ty(v),
         "primitive" | "generic" => v.as_str().unwrap_or("?").to_owned(),
         "borrowed_ref" => {
-            let lt = v["lifetime"].as_str().map(|l| format!("{l} ")).unwrap_or_default();
-            let m = if v["is_mutable"].as_bool().unwrap_or(false) { "mut " } else { "" };
+            let lt = v["lifetime"]
+                .as_str()
+                .map(|l| format!("{l} "))
+                .unwrap_or_default();
+            let m = if v["is_mutable"].as_bool().unwrap_or(false) {
+                "mut "
+            } else {
+                ""
+            };
             format!("&{lt}{m}{}", ty(&v["type"]))
         }
         "raw_pointer" => {
-            let m = if v["is_mutable"].as_bool().unwrap_or(false) { "mut" } else { "const" };
+            let m = if v["is_mutable"].as_bool().unwrap_or(false) {
+                "mut"
+            } else {
+                "const"
+            };
             format!("*{m} {}", ty(&v["type"]))
         }
         "tuple" => {
@@ -493,17 +654,36 @@ fn ty(t: &Value) -> String {
                 .flatten()
                 .map(|p| path_ty(&p["trait"]))
                 .collect();
-            let lt = v["lifetime"].as_str().map(|l| format!(" + {l}")).unwrap_or_default();
+            let lt = v["lifetime"]
+                .as_str()
+                .map(|l| format!(" + {l}"))
+                .unwrap_or_default();
             format!("dyn {}{lt}", traits.join(" + "))
         }
         "qualified_path" => {
-            let tr = if v["trait"].is_null() { String::new() } else { format!(" as {}", path_ty(&v["trait"])) };
-            format!("<{}{tr}>::{}", ty(&v["self_type"]), v["name"].as_str().unwrap_or("?"))
+            let tr = if v["trait"].is_null() {
+                String::new()
+            } else {
+                format!(" as {}", path_ty(&v["trait"]))
+            };
+            format!(
+                "<{}{tr}>::{}",
+                ty(&v["self_type"]),
+                v["name"].as_str().unwrap_or("?")
+            )
         }
         "function_pointer" => {
-            let inputs: Vec<String> =
-                v["sig"]["inputs"].as_array().into_iter().flatten().map(|a| ty(&a[1])).collect();
-            let out = if v["sig"]["output"].is_null() { String::new() } else { format!(" -> {}", ty(&v["sig"]["output"])) };
+            let inputs: Vec<String> = v["sig"]["inputs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| ty(&a[1]))
+                .collect();
+            let out = if v["sig"]["output"].is_null() {
+                String::new()
+            } else {
+                format!(" -> {}", ty(&v["sig"]["output"]))
+            };
             format!("fn({}){out}", inputs.join(", "))
         }
         "pat" => ty(&v["type"]),
@@ -515,6 +695,15 @@ fn ty(t: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_reexport_of_another_toolwright_crate_is_found_and_one_of_a_foreign_crate_is_not() {
+        let api = "pub struct a::B\npub use a::Message = toolwright_core::Message\npub use a::Value = serde_json::Value\n";
+        assert_eq!(
+            reexports_of_siblings(api),
+            ["pub use a::Message = toolwright_core::Message"]
+        );
+    }
 
     #[test]
     fn a_public_function_struct_and_reexport_each_give_a_line_and_private_items_none() {

@@ -108,7 +108,7 @@ fn render(crates: &BTreeMap<String, Crate>) -> String {
     s + "\n" + END
 }
 
-fn metadata() -> Result<Value, String> {
+pub(crate) fn metadata() -> Result<Value, String> {
     let out = cargo()
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .output()

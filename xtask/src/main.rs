@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod api;
 mod conformance;
 mod graph;
 mod langchain;
@@ -35,10 +36,11 @@ fn main() -> ExitCode {
         Some("deps") => needs::ensure(&needs::all()).and_then(|()| conformance::ensure().map(drop)),
         Some("conformance") => conformance::run_all(),
         Some("graph") => graph::write(),
+        Some("api") => graph::metadata().and_then(|m| api::write(&root(), &target_dir(), &m)),
         Some("layers") => check_layers(),
         Some("with-services") => services::run_with(&args[1..]),
         _ => Err(
-            "usage: cargo xtask <stage N | test | conformance | bench | deps | graph | layers | with-services CMD…>"
+            "usage: cargo xtask <stage N | test | conformance | bench | deps | graph | api | layers | with-services CMD…>"
                 .into(),
         ),
     };
@@ -370,6 +372,14 @@ fn test_all() -> Result<(), String> {
         ]),
     )?;
     check_layers()?;
+    run(
+        "cargo doc -D warnings",
+        cargo()
+            .args(["doc", "--workspace", "--no-deps", "--all-features"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    )?;
+    let metadata = graph::metadata()?;
+    api::check(&root(), &target_dir(), &metadata)?;
     let services = services::Services::start(&needs)?; // on 127.0.0.1; stopped on drop or signal
     run(
         "cargo test (every crate; local-model's tests fetch the model once into the user's cache and fail, never skip, when they cannot)",
@@ -397,6 +407,7 @@ fn test_all() -> Result<(), String> {
     for s in STAGES.iter().filter(|s| demo_exists(s.n)) {
         run_demo(s.n, &format!("Stage {} demo", s.n))?;
     }
+    api::package(&metadata)?;
     eprintln!("\nxtask test: all green");
     Ok(())
 }
@@ -543,6 +554,19 @@ fn bench(extra: &[String]) -> Result<(), String> {
         return langchain::bench(&extra[1..]);
     }
     let services = services::Services::start(&[Need::Postgres, Need::Nats])?; // postgres_append, bus_nats
+    // The MCP bridge's stdio bench starts this example as its server (`cargo bench` builds no
+    // examples).
+    run(
+        "building the MCP test server for the benches",
+        cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "toolwright-mcp-bridge",
+            "--example",
+            "misbehaving-mcp-server",
+        ]),
+    )?;
     run(
         "cargo bench",
         cargo()

@@ -28,7 +28,7 @@ pub type EventStream = Pin<Box<dyn Stream<Item = LoopEvent> + Send>>;
 ///
 /// `principal` is who the request is ([`Principal::id`](crate::identity::Principal::id)):
 /// the approval tokens an answer hands out are bound to it, and decisions are taken and
-/// recorded as its ([`toolwright_tool_system::LoopOptions::principal`]).
+/// recorded as its (`toolwright_tool_system::LoopOptions::principal`).
 pub trait ChatBackend: Send + Sync + 'static {
     /// Answers one user message of `principal`.
     fn reply(&self, session_id: &str, principal: &str, text: &str) -> EventStream;

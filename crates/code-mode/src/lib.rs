@@ -2,7 +2,7 @@
 //!
 //! [`CodeModeProvider`] is a [`ToolProvider`] with two tools:
 //!
-//! * [`RUN_CODE`] (`{"code": "..."}`): runs a Python 3 script in the [`sandbox`] (one
+//! * [`RUN_CODE`] (`{"code": "..."}`): runs a Python 3 script in the `sandbox` (one
 //!   bubblewrap container per script, no network, bounded CPU, memory, time and output). In the
 //!   script every tool of the [`Dispatcher`] it was built over is a Python function; each call
 //!   goes back to the agent over the sandbox's pipes and through that dispatcher — schema

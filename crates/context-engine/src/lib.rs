@@ -7,7 +7,7 @@
 //! `PostgresStore` for several processes sharing one PostgreSQL database (what each promises:
 //! `docs/stores.md`).
 //!
-//! Token counts: [`TokenCounter`] and [`EstimateCounter`] (from `llm-core`, re-exported here)
+//! Token counts: `TokenCounter` and `EstimateCounter` (from `llm-core`, re-exported here)
 //! always; the exact tokenizer for OpenAI-family models, `TiktokenCounter`, and
 //! `counter_for_model` (it, or the estimate for other models) with the cargo feature
 //! `tiktoken`, on by default (its BPE tables are a few MB of the binary: a crate that needs only

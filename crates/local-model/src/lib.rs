@@ -34,7 +34,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! It also carries tool search's sentence encoder: [`E5Embedder`] ([`embed`]) runs
+//! It also carries tool search's sentence encoder: [`E5Embedder`] (`embed`) runs
 //! multilingual-e5-small at 4 bits on the same kernels and implements [`toolwright_core::Embedder`]
 //! (Chinese and English texts → 384-wide vectors); its 72 MB file is fetched once into the same
 //! cache and checked the same way (`LOCAL_EMBEDDER_PATH` points to your own copy).
@@ -45,11 +45,13 @@ extern crate reqwest_ring as reqwest;
 
 mod bpe;
 mod constraint;
-pub mod embed;
+mod embed;
 mod engine;
 mod fetch;
 mod gguf;
 mod grammar;
+// Public only for this crate's kernel benchmarks; not part of the API.
+#[doc(hidden)]
 pub mod kernels;
 mod merge;
 mod model;
@@ -64,19 +66,16 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-pub use embed::E5Embedder;
+pub use embed::{E5_DIMENSIONS, E5Embedder, E5EmbedderBuilder, E5FormatError, MAX_CONTENT_TOKENS};
 pub use engine::{GenerationStats, PromptCounters};
 pub use fetch::{
     GEMMA3_270M_SHA256, GEMMA3_270M_SIZE, ModelSource, SMOLLM2_SHA256, SMOLLM2_SIZE, WheelSource,
     default_cache_dir, ensure_model, sha256_file,
 };
-pub use grammar::{
-    AnswerChoice, DEFAULT_STRING_MAX, Grammar, LONGEST_STRING, MaskCache, SchemaError, State,
-    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TokenTrie,
-};
 pub use tokenizer::LocalTokenizer;
 
 use engine::{DEFAULT_PREFIX_CACHE_BYTES, Engine, Sampling, Stop};
+use grammar::{AnswerChoice, Grammar, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 
 use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError,

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use toolwright_core::{EmbedKind, Embedder};
 use toolwright_local_model::E5Embedder;
-use toolwright_local_model::embed::{E5_DIMENSIONS, MAX_CONTENT_TOKENS};
+use toolwright_local_model::{E5_DIMENSIONS, MAX_CONTENT_TOKENS};
 
 /// The encoder, fetched and loaded once per test binary (on a thread of its own: the caller may
 /// be inside a test's runtime).

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use toolwright_mcp_bridge::inject::level1_section;
-use toolwright_mcp_bridge::intent::{Intent, IntentChain};
+use toolwright_mcp_bridge::level1_section;
+use toolwright_mcp_bridge::{Intent, IntentChain};
 use toolwright_mcp_bridge::{McpBridge, McpTool, ServiceConfig};
 
 fn everything_entry() -> String {
@@ -320,11 +320,15 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
     let b = McpBridge::new();
-    b.register(ServiceConfig::new(
-        "own",
-        env!("CARGO_BIN_EXE_misbehaving-mcp-server"),
-    ))
-    .unwrap();
+    // This crate's example, built by `cargo xtask bench` (or `cargo build --release --example
+    // misbehaving-mcp-server`) beside the bench binary.
+    let own = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.parent()?.join("examples/misbehaving-mcp-server")))
+        .filter(|p| p.exists())
+        .expect("build the MCP test server first: cargo build --release -p toolwright-mcp-bridge --example misbehaving-mcp-server");
+    b.register(ServiceConfig::new("own", own.to_string_lossy()))
+        .unwrap();
     b.register(
         ServiceConfig::new("everything", "node")
             .with_args([everything_entry(), "stdio".into()])
@@ -372,7 +376,7 @@ async fn main() {
     )
     .unwrap_or_default();
     let kw_intent = Intent::Mcp(
-        match IntentChain::standard(toolwright_mcp_bridge::intent::McpRecognizer::new(
+        match IntentChain::standard(toolwright_mcp_bridge::McpRecognizer::new(
             &[ServiceConfig::new("everything", "node").with_trigger_keywords(["回显"])],
             &tools,
         ))
@@ -420,7 +424,7 @@ async fn main() {
     // On an MCP turn the request's `tools` also carries the describe tool (level 2 on demand).
     let d = tokens(
         &bpe,
-        &serde_json::to_string(&toolwright_mcp_bridge::inject::describe_tool_spec()).unwrap(),
+        &serde_json::to_string(&toolwright_mcp_bridge::describe_tool_spec()).unwrap(),
     );
     println!(
         "| + the `{}` spec in `tools` on an MCP turn | {d} | {:.1}% |",

@@ -613,7 +613,7 @@ fn main() {
         let full = tokens(&full_schemas(&b).await);
         b.set_tool_search(ToolSearchConfig::default().with_every_turn(true).with_budget_tokens(usize::MAX));
         let level1 = b.prompt_section(&Intent::Normal).await.unwrap();
-        let describe = toolwright_tool_system::to_openai_tool(&toolwright_mcp_bridge::inject::describe_tool_spec());
+        let describe = toolwright_tool_system::to_openai_tool(&toolwright_mcp_bridge::describe_tool_spec());
         let level1 = tokens(&level1) + tokens(&describe.to_string());
         b.set_tool_search(ToolSearchConfig::default().with_every_turn(true));
         println!("\n| tokens per turn (o200k) | tokens | of full |\n|---|---|---|");

@@ -23,7 +23,7 @@ pub struct McpTool {
     pub service: String,
     /// Its name on the server.
     pub name: String,
-    /// The name the model calls it by (`service__tool`, see [`crate::names`]).
+    /// The name the model calls it by (`service__tool`, see `crate::names`).
     pub exposed_name: String,
     /// The server's full description (level 2).
     pub description: String,

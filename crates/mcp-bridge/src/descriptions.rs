@@ -81,9 +81,9 @@ fn turn_view(cache: &TurnCache, intent: &Intent) -> Option<TurnView> {
 }
 
 impl McpBridge {
-    /// The prompt section for `intent` (see [`crate::inject`]): the matching tools' level-1
+    /// The prompt section for `intent` (see `crate::inject`): the matching tools' level-1
     /// lines, or, when those would pass the tool-search budget, how to search for them
-    /// ([`crate::search`]).
+    /// (`crate::search`).
     pub async fn prompt_section(&self, intent: &Intent) -> Option<String> {
         let catalog = self.catalog().await;
         turn_view(&self.turn_cache(&catalog), intent).map(|v| v.section)
@@ -231,7 +231,7 @@ impl McpBridge {
     }
 }
 
-/// Tool search ([`crate::search`]): the index per catalog and the search tool's call.
+/// Tool search (`crate::search`): the index per catalog and the search tool's call.
 impl McpBridge {
     /// Sets when turns search instead of listing ([`ToolSearchConfig`]).
     pub fn set_tool_search(&self, config: ToolSearchConfig) {
@@ -267,7 +267,7 @@ impl McpBridge {
     }
 
     /// The running tools that best match `query`, best first, at most `limit` (and at most
-    /// [`MAX_RESULTS`]): what [`SEARCH_TOOL`] answers the model. With [`SemanticSearch`], by
+    /// `MAX_RESULTS`): what [`SEARCH_TOOL`] answers the model. With [`SemanticSearch`], by
     /// words and by meaning, and empty when no tool fits (its threshold); when the encoder
     /// fails, by words alone (with a warning).
     pub async fn search_tools(&self, query: &str, limit: usize) -> Vec<SearchResult> {

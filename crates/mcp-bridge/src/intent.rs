@@ -7,7 +7,7 @@
 //! Memory and HITL follow.
 //!
 //! ```
-//! use toolwright_mcp_bridge::intent::{Intent, IntentChain, KeywordRecognizer, McpRecognizer};
+//! use toolwright_mcp_bridge::{Intent, IntentChain, KeywordRecognizer, McpRecognizer};
 //! use toolwright_mcp_bridge::ServiceConfig;
 //! let weather = ServiceConfig::new("weather", "weather-mcp").with_trigger_keywords(["天气", "Weather"]);
 //! let chain = IntentChain::new()

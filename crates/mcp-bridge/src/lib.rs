@@ -2,26 +2,26 @@
 //!
 //! MCP services over stdio, built on `rmcp` (the official Rust MCP SDK). One file per concern:
 //!
-//! - **Registry and configuration** (M5, `registry.rs`, [`config`]): [`McpBridge::register`],
+//! - **Registry and configuration** (M5, `registry.rs`, `config`): [`McpBridge::register`],
 //!   [`McpBridge::update`], [`McpBridge::remove`], [`McpBridge::services`]; persisted in the
 //!   `mcpServers` JSON format that Claude Desktop and Cursor use ([`ConfigFile`]).
-//! - **Lifecycle and status** (`lifecycle.rs`, `connection.rs`, [`recovery`]): [`McpBridge::start`],
+//! - **Lifecycle and status** (`lifecycle.rs`, `connection.rs`, `recovery`): [`McpBridge::start`],
 //!   [`McpBridge::start_in_background`] (off the critical path: a turn that needs no MCP tool
 //!   never waits, one that needs a starting service waits at most its startup timeout),
 //!   [`McpBridge::stop`], [`McpBridge::restart`]; a crashed server restarts on the next call
 //!   that needs it, with backoff and a bounded number of attempts; [`ServiceStatus`] `starting`,
 //!   `running`, `stopped` or `error` with the last error. Each server runs in its own process group with a cleared
 //!   environment, its stderr goes to `tracing`, its stdout is checked line by line, and
-//!   stopping ends the whole group ([`process`]).
+//!   stopping ends the whole group (`process`).
 //! - **Discovery** (M1, `discovery.rs`, `catalog.rs`): [`McpBridge::tools`] lists running
 //!   services' tools only, cached and refreshed on `notifications/tools/list_changed`; names
-//!   are namespaced `service__tool` ([`names`]); schemas are normalised
+//!   are namespaced `service__tool` (`names`); schemas are normalised
 //!   ([`toolwright_core::normalize_schema`]).
-//! - **Intent recognition, layer 1** (M2): [`intent`].
-//! - **Tiered descriptions** (M3, [`inject`], `descriptions.rs`): [`McpBridge::prompt_section`]
+//! - **Intent recognition, layer 1** (M2): `intent`.
+//! - **Tiered descriptions** (M3, `inject`, `descriptions.rs`): [`McpBridge::prompt_section`]
 //!   (level 1), [`DESCRIBE_TOOL`] (level 2), [`McpBridge::advertised_tools`] (what a request
 //!   shows).
-//! - **Tool search** ([`search`]): past a token budget a turn shows [`SEARCH_TOOL`] instead of
+//! - **Tool search** (`search`): past a token budget a turn shows [`SEARCH_TOOL`] instead of
 //!   the level-1 list; the model finds tools by words (English or Chinese, BM25 from the
 //!   `tool-search` crate), and the hits become callable ([`McpBridge::set_tool_search`]). With
 //!   an encoder ([`McpBridge::set_semantic_search`]) it finds them by meaning too: BM25 fused
@@ -29,7 +29,7 @@
 //! - **Elicitation** ([`elicitation`]): a server's questions for the person go to the
 //!   application's [`elicitation::Elicitor`] (both protocol revisions), declined when none is
 //!   attached, cancelled past a time limit.
-//! - **Execution** (M4, M6, `execution.rs`, `provider.rs`, [`protocol`]): [`McpBridge`]
+//! - **Execution** (M4, M6, `execution.rs`, `provider.rs`, `protocol`): [`McpBridge`]
 //!   implements [`toolwright_core::ToolProvider`]; every failure is a [`toolwright_core::ToolError`] the
 //!   model can act on, so the conversation goes on.
 //!
@@ -39,7 +39,7 @@
 
 mod bridge;
 mod catalog;
-pub mod config;
+mod config;
 mod connection;
 mod descriptions;
 mod discovery;
@@ -48,16 +48,16 @@ mod error;
 mod execution;
 #[cfg(feature = "http")]
 mod http;
-pub mod inject;
-pub mod intent;
+mod inject;
+mod intent;
 mod lifecycle;
-pub mod names;
-pub mod process;
-pub mod protocol;
+mod names;
+mod process;
+mod protocol;
 mod provider;
-pub mod recovery;
+mod recovery;
 mod registry;
-pub mod search;
+mod search;
 mod sync;
 mod trace;
 mod turns;
@@ -65,10 +65,22 @@ mod vectors;
 
 pub use bridge::McpBridge;
 pub use catalog::McpTool;
-pub use config::{ConfigFile, RequireApproval, ServiceConfig, ServiceUpdate};
+pub use config::{
+    ApprovalMode, ConfigFile, DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, RequireApproval,
+    ServiceConfig, ServiceUpdate, ToolNames,
+};
 pub use error::BridgeError;
 pub use inject::{DESCRIBE_TOOL, SECTION_NAME};
-pub use intent::{Intent, IntentChain, IntentRecognizer, McpIntent, McpTrigger};
+pub use intent::{
+    Intent, IntentChain, IntentRecognizer, KeywordRecognizer, McpIntent, McpRecognizer, McpTrigger,
+};
+pub use process::INHERITED_ENV;
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};
-pub use search::{SEARCH_TOOL, SearchJudge, SemanticSearch, ToolSearchConfig};
+pub use search::{
+    SEARCH_TOOL, SearchJudge, SearchResult, SemanticSearch, ToolSearchConfig, tool_doc,
+};
+// For this crate's benchmarks (what a turn's MCP section and the describe tool cost in
+// tokens); not part of the API.
+#[doc(hidden)]
+pub use inject::{describe_tool_spec, level1_section};

@@ -16,7 +16,7 @@ impl McpBridge {
     /// Starts a service: spawn, MCP handshake and first tool list, all within its startup
     /// timeout. On failure the service is in `error` with the reason and nothing is left running.
     /// Starting a running service does nothing; a service that is still starting is waited for.
-    /// An operator's start clears the service's failure count ([`crate::recovery`]).
+    /// An operator's start clears the service's failure count (`crate::recovery`).
     pub async fn start(&self, name: &str) -> Result<(), BridgeError> {
         {
             let mut map = lock(&self.inner.services);

@@ -48,15 +48,8 @@ fn fnv1a(parts: &[&str]) -> u32 {
     h
 }
 
-/// The name the model sees for `tool` of `service`.
-///
-/// ```
-/// use toolwright_mcp_bridge::names::exposed_name;
-/// assert_eq!(exposed_name("everything", "get-sum"), "everything__get-sum");
-/// assert_eq!(exposed_name("my server", "a.b"), "my_server__a_b");
-/// let long = exposed_name("s", &"x".repeat(100));
-/// assert_eq!(long.len(), 64);
-/// ```
+/// The name the model sees for `tool` of `service`: `service__tool`, characters a provider
+/// refuses replaced by `_`, cut to 64 with a hash when longer.
 pub fn exposed_name(service: &str, tool: &str) -> String {
     let full = format!("{}{SEPARATOR}{}", sanitize(service), sanitize(tool));
     if full.len() <= MAX_TOOL_NAME {
@@ -78,6 +71,13 @@ pub(crate) use toolwright_core::first_sentence;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exposed_names_join_service_and_tool_and_fit_every_provider() {
+        assert_eq!(exposed_name("everything", "get-sum"), "everything__get-sum");
+        assert_eq!(exposed_name("my server", "a.b"), "my_server__a_b");
+        assert_eq!(exposed_name("s", &"x".repeat(100)).len(), 64);
+    }
     use toolwright_core::is_valid_tool_name as valid;
 
     #[test]

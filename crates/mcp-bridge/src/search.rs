@@ -52,7 +52,7 @@ pub struct ToolSearchConfig {
     /// Default 2,000 (about 80 tools).
     pub budget_tokens: usize,
     /// How many tools a search returns when the model does not say (at most
-    /// [`MAX_RESULTS`]). Default 5.
+    /// `MAX_RESULTS`). Default 5.
     pub default_results: usize,
     /// Whether every turn may use MCP tools, not only turns with an MCP intent. Off by default
     /// (M3: a turn without an MCP intent shows no MCP tool). On, a turn without an MCP intent
@@ -86,7 +86,7 @@ impl ToolSearchConfig {
         self.budget_tokens = tokens;
         self
     }
-    /// Sets [`ToolSearchConfig::default_results`] (clamped to 1..=[`MAX_RESULTS`]).
+    /// Sets [`ToolSearchConfig::default_results`] (clamped to 1..=`MAX_RESULTS`).
     pub fn with_default_results(mut self, n: usize) -> Self {
         self.default_results = n.clamp(1, MAX_RESULTS);
         self
@@ -158,7 +158,7 @@ impl std::fmt::Debug for SemanticSearch {
 impl SemanticSearch {
     /// Search by meaning with `embedder`, fused by reciprocal rank ([`HybridConfig::default`],
     /// no "no tool fits" threshold until one is calibrated for the encoder), vectors kept in
-    /// the toolkit cache ([`toolkit_cache_dir`]).
+    /// the toolkit cache (`toolkit_cache_dir`).
     pub fn new(embedder: Arc<dyn Embedder>) -> Self {
         Self {
             embedder,
@@ -297,7 +297,7 @@ pub fn search_tool_spec() -> ToolSpec {
 ///
 /// ```no_run
 /// # async fn demo(bridge: toolwright_mcp_bridge::McpBridge) {
-/// use toolwright_mcp_bridge::search::tool_doc;
+/// use toolwright_mcp_bridge::tool_doc;
 /// let services = bridge.services();
 /// for t in bridge.tools().await.iter() {
 ///     let config = services.iter().find(|s| s.config.name == t.service).map(|s| &s.config);

@@ -21,7 +21,7 @@ async fn mcp_tool_needs_approval_by_config_then_runs_or_is_declined() {
     let path = dir.path().join("mcp.json");
     std::fs::write(
         &path,
-        json!({"mcpServers": {"misb": {"command": SERVER, "require_approval": {"always": ["echo"], "never": ["add"]}}}})
+        json!({"mcpServers": {"misb": {"command": SERVER.as_str(), "require_approval": {"always": ["echo"], "never": ["add"]}}}})
             .to_string(),
     )
     .unwrap();

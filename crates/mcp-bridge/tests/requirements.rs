@@ -15,11 +15,11 @@ use toolwright_core::{
 };
 use toolwright_core::{ToolContext, ToolSpec, TurnInfo};
 use toolwright_core::{ToolErrorKind, ToolProvider};
-use toolwright_mcp_bridge::intent::{IntentChain, KeywordRecognizer, McpRecognizer};
 use toolwright_mcp_bridge::{
     BridgeError, DESCRIBE_TOOL, Intent, McpBridge, McpTrigger, ServiceConfig, ServiceStatus,
     ServiceUpdate, ToolCallProtocol,
 };
+use toolwright_mcp_bridge::{IntentChain, KeywordRecognizer, McpRecognizer};
 use toolwright_tool_system::{Agent, ProtocolKind};
 
 async fn started(cfgs: Vec<ServiceConfig>) -> McpBridge {
@@ -862,7 +862,7 @@ async fn m5_register_update_remove_persist_with_defaults() {
     .await
     .unwrap();
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(saved["mcpServers"]["misb"]["command"], SERVER);
+    assert_eq!(saved["mcpServers"]["misb"]["command"], SERVER.as_str());
     assert_eq!(saved["mcpServers"]["misb"]["description"], "Echo and maths");
     assert_eq!(
         saved["mcpServers"]["misb"]["trigger_keywords"],

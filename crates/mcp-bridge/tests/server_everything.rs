@@ -8,7 +8,7 @@ mod common;
 use common::{assert_group_gone, everything, init_tracing};
 use serde_json::json;
 use toolwright_core::ToolErrorKind;
-use toolwright_mcp_bridge::intent::IntentChain;
+use toolwright_mcp_bridge::IntentChain;
 use toolwright_mcp_bridge::{McpBridge, ServiceStatus};
 
 async fn bridge() -> McpBridge {
@@ -100,7 +100,7 @@ async fn m4_server_everything_gets_no_agent_secrets() {
     assert!(env.get("PATH").is_some());
     for k in &keys {
         assert!(
-            toolwright_mcp_bridge::process::INHERITED_ENV.contains(&k.as_str()),
+            toolwright_mcp_bridge::INHERITED_ENV.contains(&k.as_str()),
             "the server got {k} from the agent: {keys:?}"
         );
     }

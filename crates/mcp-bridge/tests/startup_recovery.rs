@@ -88,7 +88,7 @@ async fn m4_a_server_hanging_at_start_delays_no_normal_turn_and_an_mcp_turn_only
         .unwrap_err();
     assert!(e.message.contains("not running"), "{}", e.message);
     // Nothing of the hung server is left running.
-    let pids: Vec<i32> = live_children_running(SERVER);
+    let pids: Vec<i32> = live_children_running(&SERVER);
     assert!(pids.is_empty(), "left running: {pids:?}");
 }
 

@@ -26,7 +26,7 @@ async fn mcp_request_span_and_its_traceparent_reach_the_server() {
     let path = dir.path().join("mcp.json");
     std::fs::write(
         &path,
-        json!({"mcpServers": {"misb": {"command": SERVER}}}).to_string(),
+        json!({"mcpServers": {"misb": {"command": SERVER.as_str()}}}).to_string(),
     )
     .unwrap();
     let bridge = McpBridge::with_config_file(&path).unwrap();

@@ -2,7 +2,7 @@
 //!
 //! The OpenAI-compatible backend ([`OpenAiModel`], on `async-openai`) with streaming, tool
 //! calls, retries and timeouts. The provider-neutral data ([`Message`], [`ToolCall`],
-//! [`ToolSpec`], [`ChatRequest`], [`ChatResponse`], [`ChatEvent`]) and the one narrow trait
+//! `ToolSpec`, [`ChatRequest`], [`ChatResponse`], [`ChatEvent`]) and the one narrow trait
 //! ([`ChatModel`]) live in `llm-core` and are re-exported here. Nothing above the backends
 //! needs to know `async-openai`.
 //!

@@ -73,7 +73,7 @@ pub struct SandboxConfig {
     /// Total files and directories a call may create (as root).
     pub disk_inodes: u64,
     /// Processes of the sandbox user (RLIMIT_NPROC; enforced only when running as a
-    /// dedicated uid, see [`Protections`]).
+    /// dedicated uid, see `Protections`).
     pub max_processes: u64,
     /// Open files (RLIMIT_NOFILE).
     pub max_open_files: u64,
@@ -204,7 +204,7 @@ impl SandboxConfig {
     }
     /// Accept calls where even a PID namespace cannot be made (the kernel refuses user
     /// namespaces and the agent is not root): a program can then discover the host's pids. Off
-    /// by default: such calls are refused ([`Protections::refused`] says why and what to do).
+    /// by default: such calls are refused (`Protections::refused` says why and what to do).
     pub fn allow_host_pids(mut self, on: bool) -> Self {
         self.allow_host_pids = on;
         self

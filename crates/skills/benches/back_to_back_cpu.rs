@@ -10,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use toolwright_skills::{Sandbox, SandboxConfig, load_skills};
+use toolwright_sandbox::SandboxConfig;
+use toolwright_skills::{Sandbox, load_skills};
 
 /// User + system CPU time of this process and of its waited-for descendants.
 fn cpu() -> Duration {

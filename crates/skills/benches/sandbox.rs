@@ -16,7 +16,8 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use std::time::Instant;
-use toolwright_skills::{Sandbox, SandboxConfig, Skill, load_skills};
+use toolwright_sandbox::SandboxConfig;
+use toolwright_skills::{Sandbox, Skill, load_skills};
 
 fn find(root: &Path, name: &str) -> Skill {
     let (skills, errors) = load_skills(root);

@@ -11,9 +11,9 @@
 //! dedicated uid per call. Without bubblewrap every call is refused, with a message naming the
 //! package to install, unless the operator accepts the weaker boundary (Landlock, seccomp, PID,
 //! IPC and network namespaces where the kernel allows user namespaces, no mount namespace) with
-//! [`SandboxConfig::allow_without_container`];
-//! [`Protections`] says which boundaries are in force on the machine. See `docs/skills.md` for the format
-//! and the threat model: the operator ([`SandboxConfig`]) is trusted, the skill's author and the
+//! `SandboxConfig::allow_without_container`;
+//! `Protections` says which boundaries are in force on the machine. See `docs/skills.md` for the format
+//! and the threat model: the operator (`SandboxConfig`) is trusted, the skill's author and the
 //! model are not.
 //!
 //! ```
@@ -33,6 +33,4 @@ pub use manifest::{
     load_skills, parse_skill,
 };
 pub use provider::SkillsProvider;
-pub use sandbox::{
-    FrameHandler, FrameReply, Protections, Sandbox, SandboxConfig, SkillError, SkillGrant,
-};
+pub use sandbox::{Sandbox, SkillError};

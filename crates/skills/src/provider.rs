@@ -10,13 +10,16 @@ use serde_json::Value;
 use toolwright_core::ToolSpec;
 use toolwright_core::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
 
-use crate::{LoadOutcome, Sandbox, SandboxConfig, Skill, SkillError, SkillLoadError, load_skills};
+use toolwright_sandbox::SandboxConfig;
+
+use crate::{LoadOutcome, Sandbox, Skill, SkillError, SkillLoadError, load_skills};
 
 /// Loaded skills plus the sandbox that runs them.
 ///
 /// ```no_run
 /// # async fn demo() {
-/// use toolwright_skills::{SandboxConfig, SkillsProvider};
+/// use toolwright_skills::{SkillsProvider};
+/// use toolwright_sandbox::{SandboxConfig};
 /// use toolwright_core::ToolProvider;
 /// let (provider, errors) = SkillsProvider::load("./skills", SandboxConfig::default());
 /// for e in &errors { eprintln!("skipped: {e}"); }       // file:line: what to fix
@@ -90,7 +93,7 @@ impl SkillsProvider {
         }
     }
 
-    /// The sandbox (and its [`crate::Protections`]).
+    /// The sandbox (and its `crate::Protections`).
     pub fn sandbox(&self) -> &Sandbox {
         &self.sandbox
     }

@@ -10,11 +10,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use toolwright_sandbox::{Program, RunError};
-
-pub use toolwright_sandbox::{
-    FrameHandler, FrameReply, Grant as SkillGrant, Protections, SandboxConfig,
-};
+use toolwright_sandbox::{FrameHandler, Program, Protections, RunError, SandboxConfig};
 
 use crate::manifest::is_plain_relative;
 use crate::{Skill, SkillLoadError};
@@ -68,7 +64,7 @@ pub enum SkillError {
         /// What to install, and the option that accepts the weaker boundary.
         reason: String,
     },
-    /// An interactive call was ended by its handler ([`FrameReply::Stop`]); the program was
+    /// An interactive call was ended by its handler (`FrameReply::Stop`); the program was
     /// killed.
     #[error("skill {name} was stopped: {reason}")]
     Stopped {
@@ -323,19 +319,19 @@ impl Sandbox {
 
     /// Runs `skill` as a conversation: `input` goes to its stdin as one JSON line; then every
     /// line it prints on stdout is a *frame* (one JSON value) given to `handler`, whose
-    /// [`FrameReply::Answer`] is written back to its stdin as one JSON line, until the program
+    /// `FrameReply::Answer` is written back to its stdin as one JSON line, until the program
     /// exits. `Ok(())` when it exits with status 0.
     ///
     /// The sandbox is the same as for [`Sandbox::run`] — one container per call, the same
     /// limits — and the call's time limit covers the whole conversation, the handler's work
     /// included. All of stdout over the call (frames) counts against
     /// [`SandboxConfig::output_limit`], as does stderr. A line that is not JSON ends the call
-    /// ([`SkillError::NotJson`]); [`FrameReply::Stop`] ends it ([`SkillError::Stopped`]).
+    /// ([`SkillError::NotJson`]); `FrameReply::Stop` ends it ([`SkillError::Stopped`]).
     ///
     /// ```no_run
     /// # async fn demo(sandbox: &toolwright_skills::Sandbox, skill: &toolwright_skills::Skill) -> Result<(), toolwright_skills::SkillError> {
     /// use serde_json::{json, Value};
-    /// use toolwright_skills::{FrameHandler, FrameReply};
+    /// use toolwright_sandbox::{FrameHandler, FrameReply};
     /// /// Answers every `{"add": [a, b]}` frame with the sum.
     /// struct Adder;
     /// #[async_trait::async_trait]

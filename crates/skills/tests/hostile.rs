@@ -14,9 +14,9 @@ use std::time::Duration;
 use common::{both_modes, env_with, fixtures, processes_with, require_root, within};
 use serde_json::json;
 use toolwright_core::{ToolErrorKind, ToolProvider};
+use toolwright_sandbox::{Grant as SkillGrant, SandboxConfig};
 use toolwright_skills::{
-    LoadOutcome, MAX_MODEL_DESCRIPTION_CHARS, Sandbox, SandboxConfig, SkillGrant, SkillsProvider,
-    load_skills,
+    LoadOutcome, MAX_MODEL_DESCRIPTION_CHARS, Sandbox, SkillsProvider, load_skills,
 };
 
 /// A skills root with one skill: `echo`'s files plus whatever `extra` adds.

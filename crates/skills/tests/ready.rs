@@ -17,7 +17,8 @@ use common::{
 };
 use serde_json::{Value, json};
 use toolwright_core::{ToolContext, ToolProvider};
-use toolwright_skills::{LoadOutcome, SandboxConfig, SkillsProvider};
+use toolwright_sandbox::SandboxConfig;
+use toolwright_skills::{LoadOutcome, SkillsProvider};
 
 fn env() -> Env {
     let e = env_with(SandboxConfig::default().with_timeout(Duration::from_secs(10)));

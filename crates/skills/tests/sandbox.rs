@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::{env, env_with, fixtures, processes_with};
 use serde_json::{Value, json};
 use toolwright_core::{ToolErrorKind, ToolProvider};
-use toolwright_skills::{SandboxConfig, SkillError, load_skills};
+use toolwright_sandbox::SandboxConfig;
+use toolwright_skills::{SkillError, load_skills};
 
 #[test]
 fn s1_loading_reports_bad_skills_with_file_and_line_and_loads_the_rest() {
@@ -369,16 +370,16 @@ struct Doubler {
 }
 
 #[async_trait::async_trait]
-impl toolwright_skills::FrameHandler for Doubler {
-    async fn frame(&mut self, frame: Value) -> toolwright_skills::FrameReply {
+impl toolwright_sandbox::FrameHandler for Doubler {
+    async fn frame(&mut self, frame: Value) -> toolwright_sandbox::FrameReply {
         self.frames.push(frame.clone());
         if self.frames.len() >= self.stop_after {
-            return toolwright_skills::FrameReply::Stop("enough frames".into());
+            return toolwright_sandbox::FrameReply::Stop("enough frames".into());
         }
         tokio::time::sleep(self.delay).await;
         match frame.get("double").and_then(Value::as_i64) {
-            Some(x) => toolwright_skills::FrameReply::Answer(json!(2 * x)),
-            None => toolwright_skills::FrameReply::Continue,
+            Some(x) => toolwright_sandbox::FrameReply::Answer(json!(2 * x)),
+            None => toolwright_sandbox::FrameReply::Continue,
         }
     }
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde_json::Value;
 use testkit::{Reply, ScriptedServer};
 use toolwright_model_gateway::{OpenAiConfig, OpenAiModel};
-use toolwright_skills::{SandboxConfig, SkillsProvider};
+use toolwright_sandbox::SandboxConfig;
+use toolwright_skills::SkillsProvider;
 use toolwright_tool_system::{Agent, ProtocolKind};
 
 #[tokio::test]

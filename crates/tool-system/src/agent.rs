@@ -143,7 +143,7 @@ impl Agent {
         pending_approval(&*self.store, session_id, &self.options).await
     }
 
-    /// This agent acting for `principal` ([`LoopOptions::principal`]): the approval tokens its
+    /// This agent acting for `principal` (`LoopOptions::principal`): the approval tokens its
     /// runs hand out are bound to `principal`, and its decisions are taken and recorded as
     /// `principal`'s. Cheap (the model, tools and store are shared); make one per request.
     pub fn acting_as(&self, principal: impl Into<String>) -> Self {

@@ -46,7 +46,7 @@ pub enum LoopEvent {
         iterations: usize,
     },
     /// Calls wait for a person's approval; the run stops (a `Finished` with the same
-    /// [`LoopOutput::pending_approval`] follows). Decide them with [`resume_tool_loop`](crate::resume_tool_loop).
+    /// [`LoopOutput::pending_approval`] follows). Decide them with `resume_tool_loop`.
     ApprovalRequired(PendingApproval),
     /// The loop ended with this output (last event on success).
     Finished(LoopOutput),
@@ -70,7 +70,7 @@ pub struct LoopOutput {
     pub new_messages: Vec<Message>,
     /// Set when the run stopped before calls that need a person's approval: `answer` is then
     /// what the model said alongside them, and the run goes on after the decisions
-    /// ([`resume_tool_loop`](crate::resume_tool_loop), `Agent::resume`).
+    /// (`resume_tool_loop`, `Agent::resume`).
     pub pending_approval: Option<PendingApproval>,
     /// Tokens of the run's model calls, added up; `None` when the model reported none.
     pub usage: Option<Usage>,

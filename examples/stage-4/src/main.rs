@@ -22,7 +22,7 @@ use toolwright_core::{
     ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, Message, ModelError, ModelInfo,
     async_trait, response_stream,
 };
-use toolwright_mcp_bridge::intent::IntentChain;
+use toolwright_mcp_bridge::IntentChain;
 use toolwright_mcp_bridge::{McpBridge, ToolCallProtocol};
 use toolwright_tool_system::{Agent, ProtocolKind};
 
@@ -184,7 +184,7 @@ async fn main() {
     println!(
         "\n== 3b. Search by meaning: {ask:?} (the tool says \"get-sum: Returns the sum of two numbers\")"
     );
-    let names = |hits: Vec<toolwright_mcp_bridge::search::SearchResult>| {
+    let names = |hits: Vec<toolwright_mcp_bridge::SearchResult>| {
         hits.into_iter()
             .map(|h| h.tool.exposed_name)
             .collect::<Vec<_>>()
@@ -199,9 +199,9 @@ async fn main() {
     let encoder = toolwright_local_model::E5Embedder::fetch()
         .await
         .expect("the sentence encoder (72 MB, fetched once into the toolkit cache)");
-    bridge.set_semantic_search(Some(toolwright_mcp_bridge::search::SemanticSearch::new(
-        Arc::new(encoder),
-    )));
+    bridge.set_semantic_search(Some(toolwright_mcp_bridge::SemanticSearch::new(Arc::new(
+        encoder,
+    ))));
     let by_meaning = names(bridge.search_tools(ask, 3).await);
     println!(
         "   by words and meaning (BM25 + the encoder): {by_meaning:?} ({} tools encoded and searched in {:.1?})",

@@ -132,7 +132,7 @@ impl App {
 ///   beginning — a stream that reconnects to another worker with `Last-Event-ID` misses and
 ///   repeats nothing. A `turn` event `{"busy"}` (no id) says whether an answer runs.
 /// * `POST /api/sessions/{id}/messages` with `Content-Type: application/json` and the object
-///   `{"text": "...", "inReplyTo": ENTRY_ID?}` — an SSE stream of `entry` (a new [`Entry`]),
+///   `{"text": "...", "inReplyTo": ENTRY_ID?}` — an SSE stream of `entry` (a new `Entry`),
 ///   `update` (a changed one), `delta` (`{"id", "text"}`: text appended to an assistant entry)
 ///   and finally `done`. `400` malformed (an array too), `408` body not received in time,
 ///   `409` an answer is already running in this session, `413` too large, `415` not JSON,

@@ -54,7 +54,6 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 use toolwright_core::{EmbedKind, Embedder, ModelError};
 
-pub use crate::fetch::{MULTILINGUAL_E5_SMALL_SHA256, MULTILINGUAL_E5_SMALL_SIZE};
 use crate::fetch::{ModelSource, default_cache_dir, ensure_model};
 use format::E5File;
 pub use format::E5FormatError;
@@ -145,7 +144,7 @@ struct Inner {
     load_time: Duration,
 }
 
-/// multilingual-e5-small (4-bit) as an [`Embedder`]: see the [module docs](self). Cheap to
+/// multilingual-e5-small (4-bit) as an [`Embedder`]: see the `module docs`. Cheap to
 /// clone (the weights are shared).
 #[derive(Clone)]
 pub struct E5Embedder {

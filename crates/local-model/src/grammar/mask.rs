@@ -143,7 +143,8 @@ impl TokenTrie {
     /// Tokens whose bytes the grammar accepts from `state` and that leave at most `budget`
     /// bytes to complete the value: one walk of the trie. (The engine asks through
     /// [`MaskCache`], which remembers masks by state; this uncached form is what the cache is
-    /// tested and benchmarked against.)
+    /// tested against.)
+    #[cfg(test)]
     pub fn allowed(&self, g: &Grammar, state: &State, budget: u32, out: &mut Vec<u32>) {
         let mut found = Vec::new();
         self.walk(0, g, state, &mut found);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use toolwright_core::{EmbedKind, Embedder, ModelError};
-use toolwright_mcp_bridge::{McpBridge, McpTool, search::tool_doc};
+use toolwright_mcp_bridge::{McpBridge, McpTool, tool_doc};
 use toolwright_tool_search::{
     HybridConfig, SearchIndex, ToolDoc, calibrate_no_fit, embedding_text,
 };

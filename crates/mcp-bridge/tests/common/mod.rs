@@ -9,12 +9,26 @@ pub mod embedders;
 pub mod eval;
 pub mod search;
 
-/// Our own misbehaving rmcp server.
-pub const SERVER: &str = env!("CARGO_BIN_EXE_misbehaving-mcp-server");
+/// Our own misbehaving rmcp server: this crate's example `misbehaving-mcp-server`, which
+/// `cargo test` builds beside the test binaries (`target/<profile>/examples/`).
+pub static SERVER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let server = profile_dir.join("examples/misbehaving-mcp-server");
+    assert!(
+        server.exists(),
+        "{} is missing: `cargo test -p toolwright-mcp-bridge` builds it, or `cargo build -p toolwright-mcp-bridge --example misbehaving-mcp-server`",
+        server.display()
+    );
+    server.to_string_lossy().into_owned()
+});
 
 /// A service running our test server with `args`.
 pub fn own(name: &str, args: &[&str]) -> ServiceConfig {
-    ServiceConfig::new(name, SERVER)
+    ServiceConfig::new(name, SERVER.as_str())
         .with_args(args.iter().copied())
         .with_call_timeout(Duration::from_secs(10))
         .with_startup_timeout(Duration::from_secs(10))

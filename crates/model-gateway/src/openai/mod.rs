@@ -127,7 +127,7 @@ impl OpenAiConfig {
         }
     }
 
-    /// Reads the configuration from the environment (see [`env`]); `None` when neither
+    /// Reads the configuration from the environment (see `env`); `None` when neither
     /// `OPENAI_API_KEY` nor `OPENAI_BASE_URL` is set, i.e. no provider is configured.
     pub fn from_env() -> Result<Option<Self>, ModelError> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());

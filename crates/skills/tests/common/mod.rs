@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolwright_core::{ToolContext, ToolProvider};
-use toolwright_skills::{Sandbox, SandboxConfig, SkillsProvider, load_skills};
+use toolwright_sandbox::SandboxConfig;
+use toolwright_skills::{Sandbox, SkillsProvider, load_skills};
 
 pub fn fixtures() -> PathBuf {
     crate_dir().join("tests/fixtures")

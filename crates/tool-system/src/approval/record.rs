@@ -41,7 +41,7 @@ pub struct DecisionRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Who decided: the principal the runner was given
-    /// ([`LoopOptions::principal`](crate::LoopOptions::principal)); empty when none.
+    /// (`LoopOptions::principal`); empty when none.
     pub principal: String,
     /// When, in milliseconds since the Unix epoch.
     pub at_ms: u64,

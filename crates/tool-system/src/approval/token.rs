@@ -18,7 +18,7 @@ use super::error::ApprovalError;
 pub const APPROVAL_KEY_ENV: &str = "TOOL_APPROVAL_KEY";
 
 /// The secret that signs decision tokens. Give every process that serves a session the same
-/// key (from a secret store or [`APPROVAL_KEY_ENV`]): a token signed before a restart, or by
+/// key (from a secret store or `APPROVAL_KEY_ENV`): a token signed before a restart, or by
 /// another worker, verifies only under the same key.
 ///
 /// ```
@@ -73,7 +73,7 @@ impl ApprovalKey {
         Ok(Self(Arc::from(secret)))
     }
 
-    /// The key in the environment variable [`APPROVAL_KEY_ENV`] (its bytes, as written).
+    /// The key in the environment variable `APPROVAL_KEY_ENV` (its bytes, as written).
     pub fn from_env() -> Result<Self, ApprovalError> {
         match std::env::var(APPROVAL_KEY_ENV) {
             Ok(v) if !v.trim().is_empty() => Self::new(v.trim()),
