@@ -1,7 +1,7 @@
-//! Hostile requests and connections over real HTTP on 127.0.0.1, each attack tried as an outside report did it:
-//! finding 1 (another web page drives the agent: a cross-origin `text/plain` POST, a foreign
-//! `Host`, a cross-site GET creating sessions), the array body and the empty 405/414 bodies,
-//! and finding 2 (slow and idle connections held forever) with short timeouts.
+//! Hostile requests and connections over real HTTP on 127.0.0.1, each attack tried as an
+//! outside report did it: another web page drives the agent (a cross-origin `text/plain` POST,
+//! a foreign `Host`, a cross-site GET creating sessions), the array body and the empty 405/414
+//! bodies, and slow and idle connections held forever (with short timeouts).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod common;
