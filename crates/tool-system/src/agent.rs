@@ -184,8 +184,9 @@ impl std::fmt::Debug for AgentBuilder {
 }
 
 impl AgentBuilder {
-    /// A builder over a shared model.
-    pub fn new(model: Arc<dyn ChatModel>) -> Self {
+    /// A builder over a shared model (what [`Agent::builder`] makes; an `Arc` of a model is a
+    /// model too).
+    pub(crate) fn new(model: Arc<dyn ChatModel>) -> Self {
         Self {
             model,
             registry: ToolRegistry::new(),
