@@ -731,7 +731,7 @@ mod tests {
         let text = render(&doc);
         assert_eq!(
             text,
-            "pub async fn demo::run(n: usize) -> bool\npub struct demo::Thing\npub demo::Thing.size: Vec<u8>\npub use demo::Value = serde_json::Value\n"
+            "pub async fn demo::run(n: usize) -> bool\npub demo::Thing.size: Vec<u8>\npub struct demo::Thing\npub use demo::Value = serde_json::Value\n"
         );
     }
 }

@@ -15,7 +15,7 @@
 //! when the catalog changes.
 //!
 //! ```
-//! use toolwright_mcp_bridge::{McpBridge, search::ToolSearchConfig};
+//! use toolwright_mcp_bridge::{McpBridge, ToolSearchConfig};
 //! let bridge = McpBridge::new();
 //! // Search when the listed tools would take more than 1,000 tokens; 5 results by default.
 //! bridge.set_tool_search(ToolSearchConfig::default().with_budget_tokens(1_000));
@@ -121,7 +121,7 @@ impl ToolSearchConfig {
 /// ```
 /// use std::sync::Arc;
 /// use toolwright_core::{async_trait, EmbedKind, Embedder, ModelError};
-/// use toolwright_mcp_bridge::{McpBridge, search::SemanticSearch};
+/// use toolwright_mcp_bridge::{McpBridge, SemanticSearch};
 ///
 /// struct MyEncoder; // e.g. a local model, or an /v1/embeddings endpoint
 /// #[async_trait]
@@ -202,7 +202,7 @@ impl SemanticSearch {
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::{sync::Arc, time::Duration};
-/// use toolwright_mcp_bridge::{McpBridge, search::SearchJudge};
+/// use toolwright_mcp_bridge::{McpBridge, SearchJudge};
 /// // Any ChatModel: here an OpenAI-compatible endpoint (a hosted mini model, vLLM, Ollama…).
 /// let judge = toolwright_model_gateway::OpenAiModel::new(
 ///     toolwright_model_gateway::OpenAiConfig::new("gpt-4o-mini").with_api_key(std::env::var("OPENAI_API_KEY")?),

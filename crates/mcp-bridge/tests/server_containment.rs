@@ -152,7 +152,7 @@ async fn detached_grandchild_is_gone_when_the_bridge_is_dropped() {
 async fn an_mcp_server_cannot_read_the_agents_environ() {
     // `cargo test` puts this into the test binary's (the agent's) environment: the stand-in for
     // an API key. The agent's initial environment is what /proc/PID/environ shows.
-    let secret = "CARGO_PKG_NAME=mcp-bridge";
+    let secret = concat!("CARGO_PKG_NAME=", env!("CARGO_PKG_NAME"));
     let me = std::fs::read(format!("/proc/{}/environ", std::process::id())).unwrap();
     assert!(String::from_utf8_lossy(&me).contains(secret));
     let dir = tempfile::tempdir().unwrap();

@@ -32,7 +32,7 @@ async fn output(mut child: tokio::process::Child) -> String {
 }
 
 /// `cargo test` puts this in the test binary's environment: our stand-in for an API key.
-const SECRET: &str = "CARGO_PKG_NAME=process-guard";
+const SECRET: &str = concat!("CARGO_PKG_NAME=", env!("CARGO_PKG_NAME"));
 
 #[tokio::test]
 async fn a_guarded_child_cannot_read_the_agents_environ_or_memory() {
