@@ -547,6 +547,6 @@ mod unit {
             decode_entities(b"&#x+41; &#+65; &#; &#x;"),
             "&#x+41; &#+65; &#; &#x;"
         );
-        assert_eq!(decode_entities(b"&#65;&#x41;&#X41;"), "AAA");
+        assert_eq!(decode_entities(b"&#065;&#x41;&#X41;"), "AAA");
     }
 }
