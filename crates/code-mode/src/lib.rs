@@ -41,8 +41,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolwright_core::{EstimateCounter, TokenCounter, ToolSpec, TurnInfo};
-use toolwright_core::{ToolContext, ToolError, ToolProvider};
+use toolwright_core::{
+    EstimateCounter, TokenCounter, ToolContext, ToolError, ToolProvider, ToolSpec, TurnInfo,
+};
 use toolwright_sandbox::{Program, Sandbox, SandboxConfig};
 use toolwright_tool_search::{Hit, SearchIndex, ToolDoc, embedding_text};
 use toolwright_tool_system::{ApprovalPolicy, Dispatcher};

@@ -4,8 +4,7 @@
 use std::collections::HashSet;
 
 use serde_json::{Value, json};
-use toolwright_core::{ToolContext, ToolError};
-use toolwright_core::{ToolErrorKind, cap_result};
+use toolwright_core::{ToolContext, ToolError, ToolErrorKind, cap_result};
 use toolwright_sandbox::{FrameHandler, FrameReply, RunError, human_bytes};
 
 use crate::CodeModeProvider;

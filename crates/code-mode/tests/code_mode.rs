@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 use toolwright_code_mode::{
     CodeLimits, CodeModeBuilder, CodeModeProvider, DESCRIBE_FUNCTION, RUN_CODE, SEARCH_FUNCTIONS,
 };
-use toolwright_core::{Message, Tool, ToolSpec, TurnInfo};
-use toolwright_core::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
+use toolwright_core::{
+    Message, Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider, ToolSpec, TurnInfo,
+};
 use toolwright_sandbox::SandboxConfig;
 use toolwright_tool_system::{ApprovalPolicy, Dispatcher, FnTool, ToolRegistry};
 

@@ -10,8 +10,7 @@ use serde_json::json;
 use toolwright_context_engine::{
     ContextBuilder, Durability, History, SessionStore, SqliteStore, TiktokenCounter,
 };
-use toolwright_core::TokenCounter;
-use toolwright_core::{Message, ToolCall};
+use toolwright_core::{Message, TokenCounter, ToolCall};
 
 /// A realistic 4-message round: question, tool call, tool result, answer.
 fn round(i: usize) -> Vec<Message> {

@@ -4,10 +4,9 @@
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
-use toolwright_core::{Message, ToolCall};
+use toolwright_core::{EstimateCounter, Message, REPLY_PRIMING_TOKENS, TokenCounter, ToolCall};
 
 use crate::history::History;
-use toolwright_core::{EstimateCounter, REPLY_PRIMING_TOKENS, TokenCounter};
 
 /// Why the budget cannot be met.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

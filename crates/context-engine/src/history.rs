@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use toolwright_core::Message;
-
-use toolwright_core::TokenCounter;
+use toolwright_core::{Message, TokenCounter};
 
 /// A conversation by id: its messages in order (C1).
 ///

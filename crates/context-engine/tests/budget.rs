@@ -10,8 +10,7 @@ use toolwright_context_engine::{
     ContextBuilder, ContextError, DropReason, History, TiktokenCounter, TokenizerError,
     counter_for_model,
 };
-use toolwright_core::{EstimateCounter, REPLY_PRIMING_TOKENS, TokenCounter};
-use toolwright_core::{Message, ToolCall};
+use toolwright_core::{EstimateCounter, Message, REPLY_PRIMING_TOKENS, TokenCounter, ToolCall};
 
 fn call(id: &str) -> ToolCall {
     ToolCall::new(id, "search", json!({"q": id}))

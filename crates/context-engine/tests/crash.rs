@@ -22,8 +22,7 @@ use serde_json::json;
 use toolwright_context_engine::{
     ContextBuilder, History, PostgresStore, SessionStore, SqliteStore,
 };
-use toolwright_core::EstimateCounter;
-use toolwright_core::{Message, ToolCall};
+use toolwright_core::{EstimateCounter, Message, ToolCall};
 
 const ENV: &str = "CE_CRASH_CHILD_DB";
 const SESSIONS: usize = 4;

@@ -7,8 +7,7 @@ use serde_json::json;
 use toolwright_context_engine::{
     ContextBuilder, History, MemoryStore, Session, SessionStore, SqliteStore,
 };
-use toolwright_core::EstimateCounter;
-use toolwright_core::{Message, Role, ToolCall};
+use toolwright_core::{EstimateCounter, Message, Role, ToolCall};
 
 fn every_kind() -> Vec<Message> {
     vec![

@@ -16,8 +16,7 @@ use toolwright_context_engine::{
     ChangeFeed, ContextBuilder, Durability, History, MemoryStore, PostgresStore, SessionStore,
     SqliteStore, StateChange, StoreChange, StoreError,
 };
-use toolwright_core::EstimateCounter;
-use toolwright_core::{Message, ToolCall};
+use toolwright_core::{EstimateCounter, Message, ToolCall};
 
 /// A store under test, with whatever must live as long as it (a temporary directory).
 struct Fixture {

@@ -13,8 +13,7 @@ use toolwright_core::{
     ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, Message, ModelError, ModelInfo,
     async_trait, response_stream,
 };
-use toolwright_core::{ToolContext, ToolSpec, TurnInfo};
-use toolwright_core::{ToolErrorKind, ToolProvider};
+use toolwright_core::{ToolContext, ToolErrorKind, ToolProvider, ToolSpec, TurnInfo};
 use toolwright_mcp_bridge::{
     BridgeError, DESCRIBE_TOOL, Intent, McpBridge, McpTrigger, ServiceConfig, ServiceStatus,
     ServiceUpdate, ToolCallProtocol,

@@ -3,8 +3,7 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
-use toolwright_core::ToolSpec;
-use toolwright_core::{Tool, ToolContext, ToolError};
+use toolwright_core::{Tool, ToolContext, ToolError, ToolSpec};
 
 use crate::{BusError, MessageBus, OutgoingMessage, quick_replies_schema, validate_quick_replies};
 

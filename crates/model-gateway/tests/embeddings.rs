@@ -7,8 +7,7 @@
 use std::time::Duration;
 
 use testkit::{EMBEDDING_WIDTH, Reply, ScriptedServer, scripted_embedding};
-use toolwright_core::ModelError;
-use toolwright_core::{EmbedKind, Embedder};
+use toolwright_core::{EmbedKind, Embedder, ModelError};
 use toolwright_model_gateway::{OpenAiConfig, OpenAiEmbedder, RetryPolicy};
 
 fn config(server: &ScriptedServer) -> OpenAiConfig {

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolwright_core::ToolSpec;
-use toolwright_core::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
+use toolwright_core::{ToolContext, ToolError, ToolErrorKind, ToolProvider, ToolSpec};
 
 use toolwright_sandbox::SandboxConfig;
 

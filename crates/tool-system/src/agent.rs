@@ -4,8 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolwright_context_engine::{MemoryStore, SessionStore};
-use toolwright_core::ChatModel;
-use toolwright_core::TokenCounter;
+use toolwright_core::{ChatModel, TokenCounter};
 
 use crate::approval::{ApprovalDecision, ApprovalKey, PendingApproval};
 use crate::protocols::ProtocolKind;

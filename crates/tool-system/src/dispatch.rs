@@ -6,13 +6,12 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
-use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, ToolSpec, cap_result as cap};
+use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, ToolSpec, TurnInfo, cap_result as cap};
 use toolwright_output_control::Validator;
 use tracing::Instrument;
 
 use crate::registry::{ToolRegistry, schema_problems};
 use crate::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
-use toolwright_core::TurnInfo;
 
 /// Default time limit of one tool call (000): 30 s.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);

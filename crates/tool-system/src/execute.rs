@@ -4,7 +4,7 @@
 //! module for a held round), with no I/O.
 
 use toolwright_context_engine::SessionStore;
-use toolwright_core::{ChatModel, DEFAULT_MAX_RESULT_BYTES, cap_result};
+use toolwright_core::{ChatModel, DEFAULT_MAX_RESULT_BYTES, ToolContext, ToolError, cap_result};
 use tracing::Span;
 
 use crate::dispatch::Dispatcher;
@@ -12,7 +12,6 @@ use crate::event::{LoopError, LoopEvent, Sink, emit};
 use crate::machine::{CallPlan, LoopMachine, Planned};
 use crate::options::LoopOptions;
 use crate::protocols::{CallProtocol, PendingCall};
-use toolwright_core::{ToolContext, ToolError};
 
 /// One run as each of its parts sees it, given once instead of a list of parameters.
 pub(crate) struct Run<'a> {

@@ -6,12 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolwright_core::{ToolSpec, TurnInfo};
+use toolwright_core::{ToolSpec, TurnInfo, is_valid_tool_name};
 use toolwright_output_control::{SchemaError, Validator};
 
 use crate::typed::to_openai_tool;
 use crate::{Tool, ToolContext, ToolError, ToolProvider};
-use toolwright_core::is_valid_tool_name;
 
 /// Why a tool could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -13,12 +13,10 @@
 
 use serde_json::{Value, json};
 use std::pin::Pin;
-use toolwright_core::{ChatRequest, Message, ModelInfo, Usage};
+use toolwright_core::{ChatRequest, Message, ModelInfo, ToolErrorKind, Usage};
 
 use tracing::Span;
 use tracing::field::Empty;
-
-use toolwright_core::ToolErrorKind;
 
 use crate::protocols::{Reading, Step};
 

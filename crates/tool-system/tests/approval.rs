@@ -14,8 +14,7 @@ use testkit::{Reply, ScriptedServer};
 use toolwright_context_engine::{
     MemoryStore, Session, SessionStore, SqliteStore, StateChange, StoreError,
 };
-use toolwright_core::{Message, Tool, ToolSpec};
-use toolwright_core::{ToolContext, ToolError, ToolProvider};
+use toolwright_core::{Message, Tool, ToolContext, ToolError, ToolProvider, ToolSpec};
 use toolwright_tool_system::{
     Agent, ApprovalDecision, ApprovalError, ApprovalKey, DecisionRecord, FnTool, LoopError,
     LoopEvent, PendingApproval, ProtocolKind,

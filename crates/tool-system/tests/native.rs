@@ -14,8 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use testkit::{Reply, ScriptedServer};
 use toolwright_context_engine::SessionStore;
-use toolwright_core::{Message, ToolSpec};
-use toolwright_core::{ToolContext, ToolError, ToolProvider};
+use toolwright_core::{Message, ToolContext, ToolError, ToolProvider, ToolSpec};
 use toolwright_tool_system::{Agent, FnTool, LoopEvent};
 
 #[tokio::test]

@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{Value, json};
 use testkit::ScriptedServer;
 use toolwright_context_engine::{MemoryStore, SessionStore};
-use toolwright_core::Message;
-use toolwright_core::ToolError;
+use toolwright_core::{Message, ToolError};
 use toolwright_model_gateway::{OpenAiConfig, OpenAiModel, RetryPolicy};
 use toolwright_tool_system::{Agent, FnTool};
 
