@@ -54,7 +54,7 @@ fn bench(c: &mut Criterion) {
                             .await
                             .unwrap();
                         total += t.elapsed();
-                        assert!(out["calls"].is_array());
+                        assert!(out.value["calls"].is_array());
                     }
                     total
                 })

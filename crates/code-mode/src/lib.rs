@@ -663,23 +663,31 @@ impl ToolProvider for CodeModeProvider {
         self.specs(&functions, Some(&listed), true)
     }
 
-    async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
-        match name {
-            RUN_CODE => {
-                let code = args
-                    .get("code")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| self.invalid_arguments(name, "/code: a string is required"))?;
-                let functions = self.functions().await;
-                run::run(self, &functions, code, ctx).await
+    async fn call(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<toolwright_core::ToolOutput, ToolError> {
+        let result: Result<Value, ToolError> = async {
+            match name {
+                RUN_CODE => {
+                    let code = args.get("code").and_then(Value::as_str).ok_or_else(|| {
+                        self.invalid_arguments(name, "/code: a string is required")
+                    })?;
+                    let functions = self.functions().await;
+                    run::run(self, &functions, code, ctx).await
+                }
+                SEARCH_FUNCTIONS => self.search_answer(&self.functions().await, &args).await,
+                DESCRIBE_FUNCTION => {
+                    let wanted = args.get("name").and_then(Value::as_str).unwrap_or_default();
+                    Self::describe(&self.functions().await, wanted)
+                }
+                other => Err(ToolError::not_found(other)),
             }
-            SEARCH_FUNCTIONS => self.search_answer(&self.functions().await, &args).await,
-            DESCRIBE_FUNCTION => {
-                let wanted = args.get("name").and_then(Value::as_str).unwrap_or_default();
-                Self::describe(&self.functions().await, wanted)
-            }
-            other => Err(ToolError::not_found(other)),
         }
+        .await;
+        result.map(toolwright_core::ToolOutput::from)
     }
 
     /// A script that called `final_answer(text)` ended the turn: `text` is the reply.

@@ -28,8 +28,14 @@ impl Tool for DeleteFile {
             json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
         )
     }
-    async fn call(&self, _args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
-        Err(ToolError::failed("must never run from a script"))
+    async fn call(
+        &self,
+        _args: Value,
+        _ctx: ToolContext,
+    ) -> Result<toolwright_core::ToolOutput, ToolError> {
+        let result: Result<Value, ToolError> =
+            async { Err(ToolError::failed("must never run from a script")) }.await;
+        result.map(toolwright_core::ToolOutput::from)
     }
     fn needs_approval(&self, _args: &Value) -> bool {
         true
@@ -176,6 +182,7 @@ impl Fixture {
         self.provider
             .call(RUN_CODE, json!({"code": code}), ToolContext::new("c1"))
             .await
+            .map(|o| o.value)
     }
 
     /// Only the runner's directory is left in the temp root once the containers made ahead
@@ -272,6 +279,7 @@ async fn code_mode_tools_are_typed_functions_with_level1_lines_and_full_docs_on_
             ToolContext::new("d1"),
         )
         .await
+        .map(|o| o.value)
         .unwrap();
     let full = full.as_str().unwrap();
     assert!(
@@ -288,6 +296,7 @@ async fn code_mode_tools_are_typed_functions_with_level1_lines_and_full_docs_on_
             ToolContext::new("d2"),
         )
         .await
+        .map(|o| o.value)
         .unwrap_err();
     assert_eq!(missing.kind, ToolErrorKind::InvalidArguments);
     assert!(missing.message.contains("get_weather"), "{missing:?}");
@@ -756,6 +765,7 @@ async fn code_mode_final_answer_can_be_turned_off() {
             ToolContext::new("c1"),
         )
         .await
+        .map(|o| o.value)
         .unwrap_err();
     assert!(
         e.message
@@ -883,6 +893,7 @@ async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_s
             ToolContext::new("c1"),
         )
         .await
+        .map(|o| o.value)
         .unwrap();
     let found = found.as_str().unwrap();
     assert_eq!(found.lines().count(), 3, "{found}");
@@ -898,6 +909,7 @@ async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_s
             ToolContext::new("c2"),
         )
         .await
+        .map(|o| o.value)
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(out["printed"], "kubernetes__kubectl_get\n");
     assert_eq!(ran.load(Ordering::SeqCst), 1);
@@ -911,6 +923,7 @@ async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_s
         let e = provider
             .call(SEARCH_FUNCTIONS, bad.clone(), ToolContext::new("c3"))
             .await
+            .map(|o| o.value)
             .unwrap_err();
         assert_eq!(
             e.kind,
@@ -925,6 +938,7 @@ async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_s
             ToolContext::new("c4"),
         )
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(
         none.as_str().unwrap().starts_with("No function matches"),
@@ -1080,6 +1094,7 @@ print("found", found)
     let out = code
         .call(RUN_CODE, json!({"code": script}), ToolContext::new("c1"))
         .await
+        .map(|o| o.value)
         .unwrap_or_else(|e| panic!("{e:?}"));
     let printed = out["printed"].as_str().unwrap();
     assert_eq!(printed, "found [1]\n", "{out}");
@@ -1159,6 +1174,7 @@ async fn code_mode_search_functions_finds_by_meaning_with_an_embedder() {
                     ToolContext::new("s"),
                 )
                 .await
+                .map(|o| o.value)
                 .unwrap()
                 .as_str()
                 .unwrap()
@@ -1190,6 +1206,7 @@ async fn code_mode_search_functions_finds_by_meaning_with_an_embedder() {
     let words = plain
         .call(SEARCH_FUNCTIONS, args.clone(), ToolContext::new("p"))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(
         !words.as_str().unwrap().contains("maps_elevation"),
@@ -1198,6 +1215,7 @@ async fn code_mode_search_functions_finds_by_meaning_with_an_embedder() {
     let fallback = broken
         .call(SEARCH_FUNCTIONS, args, ToolContext::new("b"))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert_eq!(fallback, words);
 }

@@ -70,6 +70,18 @@ pub enum ModelError {
     /// Any other transport failure.
     #[error("HTTP transport error: {0}")]
     Http(String),
+
+    /// The request holds a part this backend cannot send (an image to a text-only model,
+    /// audio to a wire without audio). Nothing was sent.
+    #[error(
+        "the {backend} backend cannot send {part} content; remove it, or use a backend that takes it"
+    )]
+    Unsupported {
+        /// The part's kind ([`Part::kind`](crate::Part::kind)).
+        part: &'static str,
+        /// The backend that refused it.
+        backend: String,
+    },
 }
 
 fn status_hint(status: u16) -> &'static str {

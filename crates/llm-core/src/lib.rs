@@ -38,6 +38,7 @@
 
 mod assemble;
 mod cap;
+mod content;
 mod embed;
 mod error;
 mod model;
@@ -50,6 +51,10 @@ mod types;
 pub use assemble::ToolCallAssembler;
 pub use async_trait::async_trait;
 pub use cap::{DEFAULT_MAX_RESULT_BYTES, cap_result};
+pub use content::{
+    CachePolicy, CacheTtl, ContentError, MAX_INLINE_MEDIA_BYTES, Media, MediaSource, Part,
+    Reasoning, ReasoningKind, lower_tool_parts,
+};
 pub use embed::{EmbedKind, Embedder};
 pub use error::ModelError;
 pub use model::{ChatModel, ChatStream, ModelInfo, collect_stream, response_stream};
@@ -58,7 +63,7 @@ pub use tokens::{
     EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TokenCounter,
 };
 pub use tool::{
-    ApprovalGate, Tool, ToolContext, ToolError, ToolErrorKind, ToolProvider, TurnInfo,
+    ApprovalGate, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolProvider, TurnInfo,
     first_sentence,
 };
 pub use types::{

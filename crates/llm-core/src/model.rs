@@ -93,8 +93,12 @@ impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
 /// Turns a whole response into the event stream a streaming backend would send.
 /// Useful for backends that cannot stream.
 pub fn response_stream(response: ChatResponse) -> ChatStream {
-    let mut events =
-        Vec::with_capacity(2 + response.tool_calls.len() + response.invalid_tool_calls.len());
+    let mut events = Vec::with_capacity(
+        2 + response.parts.len() + response.tool_calls.len() + response.invalid_tool_calls.len(),
+    );
+    for part in response.parts {
+        events.push(Ok(ChatEvent::Part(part)));
+    }
     if !response.content.is_empty() {
         events.push(Ok(ChatEvent::TextDelta(response.content)));
     }
@@ -116,16 +120,19 @@ pub async fn collect_stream(mut stream: ChatStream) -> Result<ChatResponse, Mode
     let mut content = String::new();
     let mut tool_calls = Vec::new();
     let mut invalid = Vec::new();
+    let mut parts = Vec::new();
     while let Some(event) = stream.next().await {
         match event? {
             ChatEvent::TextDelta(t) => content.push_str(&t),
             ChatEvent::ToolCall(c) => tool_calls.push(c),
             ChatEvent::InvalidToolCall(c) => invalid.push(c),
+            ChatEvent::Part(p) => parts.push(p),
             ChatEvent::Finish { reason, usage } => {
                 return Ok(ChatResponse::new(content, tool_calls, reason, usage)
-                    .with_invalid_tool_calls(invalid));
+                    .with_invalid_tool_calls(invalid)
+                    .with_parts(parts));
             }
-            ChatEvent::ToolCallDelta { .. } => {}
+            ChatEvent::ToolCallDelta { .. } | ChatEvent::ReasoningDelta(_) => {}
         }
     }
     Err(ModelError::StreamInterrupted {

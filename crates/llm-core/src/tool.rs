@@ -212,10 +212,51 @@ fn human(d: Duration) -> String {
     }
 }
 
+/// What a tool call returns: a JSON value (the text the model reads) and any parts after it
+/// (a screenshot, a file).
+///
+/// ```
+/// use toolwright_core::{Media, Part, ToolOutput};
+/// let plain: ToolOutput = serde_json::json!({"temp": 22}).into();
+/// assert!(plain.parts.is_empty());
+/// let shot = ToolOutput::new(serde_json::json!("the page"))
+///     .with_part(Part::Image(Media::url("image/png", "https://example.com/shot.png")));
+/// assert_eq!(shot.parts.len(), 1);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ToolOutput {
+    /// The result as JSON; the model reads its text (a string as it is).
+    pub value: Value,
+    /// Images, audio or files that follow the text.
+    pub parts: Vec<crate::Part>,
+}
+
+impl ToolOutput {
+    /// A result of `value` with no parts.
+    pub fn new(value: Value) -> Self {
+        Self {
+            value,
+            parts: Vec::new(),
+        }
+    }
+    /// The same result with one more part.
+    pub fn with_part(mut self, part: crate::Part) -> Self {
+        self.parts.push(part);
+        self
+    }
+}
+
+impl From<Value> for ToolOutput {
+    fn from(value: Value) -> Self {
+        Self::new(value)
+    }
+}
+
 /// One tool: its spec for the model and an async call.
 ///
 /// ```
-/// use toolwright_core::{async_trait, Tool, ToolContext, ToolError};
+/// use toolwright_core::{async_trait, Tool, ToolContext, ToolError, ToolOutput};
 /// use toolwright_core::ToolSpec;
 /// use serde_json::{json, Value};
 /// struct Weather;
@@ -225,8 +266,8 @@ fn human(d: Duration) -> String {
 ///         ToolSpec::new("get_weather", "Get current weather for a city",
 ///             json!({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}))
 ///     }
-///     async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
-///         Ok(json!({"temp": 22, "city": args["city"]}))
+///     async fn call(&self, args: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+///         Ok(json!({"temp": 22, "city": args["city"]}).into())
 ///     }
 /// }
 /// ```
@@ -234,8 +275,9 @@ fn human(d: Duration) -> String {
 pub trait Tool: Send + Sync {
     /// Name, description and parameter schema.
     fn spec(&self) -> ToolSpec;
-    /// Runs the tool. The arguments were already checked against the schema.
-    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError>;
+    /// Runs the tool. The arguments were already checked against the schema. A JSON result
+    /// converts with `.into()`; [`ToolOutput::with_part`] adds an image or a file.
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
     /// This tool's own time limit; `None` takes the dispatcher's default (30 s).
     fn timeout(&self) -> Option<Duration> {
         None
@@ -290,7 +332,12 @@ pub trait ToolProvider: Send + Sync {
         self.list().await
     }
     /// Calls tool `name`. Providers return [`ToolErrorKind::NotFound`] for names they lack.
-    async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError>;
+    async fn call(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<ToolOutput, ToolError>;
     /// The time limit for tool `name`; `None` takes the dispatcher's default.
     fn timeout(&self, _name: &str) -> Option<Duration> {
         None

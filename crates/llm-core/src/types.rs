@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::{CachePolicy, Part};
+
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -162,6 +164,9 @@ pub enum Message {
     User {
         /// The text.
         content: String,
+        /// What follows the text: images, audio, files, cache breakpoints.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        parts: Vec<Part>,
     },
     /// A model turn: text, tool calls, or both.
     Assistant {
@@ -171,6 +176,10 @@ pub enum Message {
         /// Tool calls, in the order the model made them.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
+        /// The model's reasoning and any other parts of its turn, in the order it made them;
+        /// on the wire they come before the text and the calls.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        parts: Vec<Part>,
     },
     /// The result of one tool call.
     Tool {
@@ -180,6 +189,9 @@ pub enum Message {
         name: String,
         /// The result text given to the model.
         content: String,
+        /// What follows the text: images, audio, files the tool returned.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        parts: Vec<Part>,
     },
 }
 
@@ -192,16 +204,18 @@ impl Message {
     }
     /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
+        Self::user_with_parts(content, Vec::new())
+    }
+    /// A user message with parts after its text (images, files, …).
+    pub fn user_with_parts(content: impl Into<String>, parts: Vec<Part>) -> Self {
         Self::User {
             content: content.into(),
+            parts,
         }
     }
     /// An assistant message with text only.
     pub fn assistant(content: impl Into<String>) -> Self {
-        Self::Assistant {
-            content: content.into(),
-            tool_calls: Vec::new(),
-        }
+        Self::assistant_with_tool_calls(content, Vec::new())
     }
     /// An assistant message that calls tools.
     pub fn assistant_with_tool_calls(
@@ -211,6 +225,7 @@ impl Message {
         Self::Assistant {
             content: content.into(),
             tool_calls,
+            parts: Vec::new(),
         }
     }
     /// A tool result answering the call `tool_call_id`.
@@ -219,11 +234,32 @@ impl Message {
         name: impl Into<String>,
         content: impl Into<String>,
     ) -> Self {
+        Self::tool_with_parts(tool_call_id, name, content, Vec::new())
+    }
+    /// A tool result with parts after its text (a screenshot, a file, …).
+    pub fn tool_with_parts(
+        tool_call_id: impl Into<String>,
+        name: impl Into<String>,
+        content: impl Into<String>,
+        parts: Vec<Part>,
+    ) -> Self {
         Self::Tool {
             tool_call_id: tool_call_id.into(),
             name: name.into(),
             content: content.into(),
+            parts,
         }
+    }
+    /// The same message with `parts` added after its own; a system message, which holds
+    /// text only, is returned unchanged.
+    pub fn with_parts(mut self, more: Vec<Part>) -> Self {
+        match &mut self {
+            Self::System { .. } => {}
+            Self::User { parts, .. } | Self::Assistant { parts, .. } | Self::Tool { parts, .. } => {
+                parts.extend(more)
+            }
+        }
+        self
     }
     /// The message's role.
     pub fn role(&self) -> Role {
@@ -234,13 +270,22 @@ impl Message {
             Self::Tool { .. } => Role::Tool,
         }
     }
-    /// The message's text.
+    /// The message's text (its leading text; [`Part::Text`] parts may add more).
     pub fn content(&self) -> &str {
         match self {
             Self::System { content }
-            | Self::User { content }
+            | Self::User { content, .. }
             | Self::Assistant { content, .. }
             | Self::Tool { content, .. } => content,
+        }
+    }
+    /// The parts after the text (empty for a system message).
+    pub fn parts(&self) -> &[Part] {
+        match self {
+            Self::System { .. } => &[],
+            Self::User { parts, .. } | Self::Assistant { parts, .. } | Self::Tool { parts, .. } => {
+                parts
+            }
         }
     }
     /// The tool calls of an assistant message (empty for every other role).
@@ -349,6 +394,18 @@ pub struct ChatRequest {
     pub response_format: Option<ResponseFormat>,
     /// Overrides the backend's configured model for this request.
     pub model: Option<String>,
+    /// Where cache breakpoints go ([`CachePolicy::Auto`] by default).
+    #[serde(default)]
+    pub cache: CachePolicy,
+    /// How many leading messages the next request of this conversation repeats unchanged
+    /// (the context builder knows: system, earlier rounds). [`CachePolicy::Auto`] places a
+    /// breakpoint at their end; `None` when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_prefix: Option<usize>,
+    /// A key that groups the requests of one conversation for the provider's prompt cache
+    /// (OpenAI's `prompt_cache_key`); never sent under [`CachePolicy::Off`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_key: Option<String>,
 }
 
 impl ChatRequest {
@@ -389,6 +446,21 @@ impl ChatRequest {
         self.model = Some(model.into());
         self
     }
+    /// Set where cache breakpoints go.
+    pub fn with_cache(mut self, policy: CachePolicy) -> Self {
+        self.cache = policy;
+        self
+    }
+    /// Say how many leading messages the next request repeats unchanged.
+    pub fn with_stable_prefix(mut self, messages: usize) -> Self {
+        self.stable_prefix = Some(messages);
+        self
+    }
+    /// Group this conversation's requests in the provider's prompt cache.
+    pub fn with_cache_key(mut self, key: impl Into<String>) -> Self {
+        self.cache_key = Some(key.into());
+        self
+    }
 }
 
 /// Why the model stopped.
@@ -421,15 +493,55 @@ impl FinishReason {
     }
 }
 
-/// Token counts reported by the provider.
+/// Token counts reported by the provider, the same on every backend.
+///
+/// `prompt_tokens` counts every input token, those read from or written to the cache
+/// included (Anthropic reports them apart; they are added back here);
+/// `completion_tokens` counts every output token, reasoning included.
+///
+/// ```
+/// use toolwright_core::Usage;
+/// let mut run = Usage::default();
+/// run += Usage { prompt_tokens: 100, completion_tokens: 20, total_tokens: 120, cache_read_tokens: 80, ..Usage::default() };
+/// run += Usage { prompt_tokens: 150, completion_tokens: 10, total_tokens: 160, ..Usage::default() };
+/// assert_eq!((run.prompt_tokens, run.cache_read_tokens, run.total_tokens), (250, 80, 280));
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Tokens in the prompt.
+    /// Tokens in the prompt, cached ones included.
     pub prompt_tokens: u32,
-    /// Tokens generated.
+    /// Tokens generated, reasoning included.
     pub completion_tokens: u32,
     /// Their sum.
     pub total_tokens: u32,
+    /// Prompt tokens read from the provider's cache.
+    #[serde(default)]
+    pub cache_read_tokens: u32,
+    /// Prompt tokens written to the provider's cache.
+    #[serde(default)]
+    pub cache_write_tokens: u32,
+    /// Generated tokens the model spent reasoning.
+    #[serde(default)]
+    pub reasoning_tokens: u32,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, o: Self) {
+        self.prompt_tokens = self.prompt_tokens.saturating_add(o.prompt_tokens);
+        self.completion_tokens = self.completion_tokens.saturating_add(o.completion_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(o.total_tokens);
+        self.cache_read_tokens = self.cache_read_tokens.saturating_add(o.cache_read_tokens);
+        self.cache_write_tokens = self.cache_write_tokens.saturating_add(o.cache_write_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(o.reasoning_tokens);
+    }
+}
+
+impl std::ops::Add for Usage {
+    type Output = Self;
+    fn add(mut self, o: Self) -> Self {
+        self += o;
+        self
+    }
 }
 
 /// A whole response: the assistant's message, why it stopped, and usage.
@@ -449,6 +561,10 @@ pub struct ChatResponse {
     /// these with a message the model can act on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub invalid_tool_calls: Vec<InvalidToolCall>,
+    /// The model's reasoning and other parts of its turn, in order
+    /// ([`Message::Assistant`]'s `parts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
 }
 
 impl ChatResponse {
@@ -465,7 +581,13 @@ impl ChatResponse {
             finish_reason,
             usage,
             invalid_tool_calls: Vec::new(),
+            parts: Vec::new(),
         }
+    }
+    /// The same response with these parts (reasoning, …) attached.
+    pub fn with_parts(mut self, parts: Vec<Part>) -> Self {
+        self.parts = parts;
+        self
     }
     /// The same response with these invalid calls attached.
     pub fn with_invalid_tool_calls(mut self, calls: Vec<InvalidToolCall>) -> Self {
@@ -483,6 +605,7 @@ impl ChatResponse {
                 .map(InvalidToolCall::as_recorded_call),
         );
         Message::assistant_with_tool_calls(self.content.clone(), calls)
+            .with_parts(self.parts.clone())
     }
 }
 
@@ -508,6 +631,12 @@ pub enum ChatEvent {
     /// A whole tool call whose arguments are not valid JSON (G5). The stream goes on: the
     /// other calls stand, and the loop answers this one with [`InvalidToolCall::model_message`].
     InvalidToolCall(InvalidToolCall),
+    /// Reasoning text, delivered as it arrives (for UIs; the whole reasoning, with its
+    /// signature, follows as a [`ChatEvent::Part`]).
+    ReasoningDelta(String),
+    /// A whole part of the model's turn (reasoning with its signature, …), sent before
+    /// `Finish` in the order the model made them.
+    Part(Part),
     /// The end of the response.
     Finish {
         /// Why the model stopped.

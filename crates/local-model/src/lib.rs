@@ -386,6 +386,7 @@ impl LocalModel {
     }
 
     fn plan(&self, req: &ChatRequest) -> Result<Plan, ModelError> {
+        refuse_media(req)?;
         let tok = &self.engine.tokenizer;
         let opts = &self.options;
         let tools_on = !req.tools.is_empty() && !matches!(req.tool_choice, Some(ToolChoice::None));
@@ -591,6 +592,30 @@ fn usage(s: &GenerationStats) -> Usage {
         prompt_tokens: s.prompt_tokens,
         completion_tokens: s.generated_tokens,
         total_tokens: s.prompt_tokens + s.generated_tokens,
+        ..Usage::default()
+    }
+}
+
+/// This model reads text only: a person's image, audio or file is refused before any
+/// generation (a tool's media becomes a line naming it, in the template).
+fn refuse_media(req: &ChatRequest) -> Result<(), ModelError> {
+    let media = req.messages.iter().find_map(|m| match m {
+        toolwright_core::Message::User { parts, .. } => parts.iter().find(|p| {
+            matches!(
+                p,
+                toolwright_core::Part::Image(_)
+                    | toolwright_core::Part::Audio(_)
+                    | toolwright_core::Part::File(_)
+            )
+        }),
+        _ => None,
+    });
+    match media {
+        Some(p) => Err(ModelError::Unsupported {
+            part: p.kind(),
+            backend: "embedded local model (text only)".into(),
+        }),
+        None => Ok(()),
     }
 }
 

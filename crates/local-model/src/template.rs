@@ -5,7 +5,7 @@
 //! messages and tools and get ordinary tool-call events back.
 
 use serde_json::{Value, json};
-use toolwright_core::{Message, ToolCall, ToolSpec};
+use toolwright_core::{Message, Part, ToolCall, ToolSpec};
 
 use crate::grammar::{TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 
@@ -22,12 +22,13 @@ pub(crate) fn turns(
     for m in messages {
         match m {
             Message::System { content } => turns.push(("system", content.clone())),
-            Message::User { content } => turns.push(("user", content.clone())),
+            Message::User { content, parts } => turns.push(("user", with_parts(content, parts))),
             Message::Assistant {
                 content,
                 tool_calls,
+                parts,
             } => {
-                let mut text = content.clone();
+                let mut text = with_parts(content, parts);
                 for c in tool_calls {
                     if !text.is_empty() {
                         text.push('\n');
@@ -36,7 +37,13 @@ pub(crate) fn turns(
                 }
                 turns.push(("assistant", text));
             }
-            Message::Tool { name, content, .. } => {
+            Message::Tool {
+                name,
+                content,
+                parts,
+                ..
+            } => {
+                let content = with_parts(content, parts);
                 let block = format!("<tool_response>\n{name}: {content}\n</tool_response>");
                 // Results of one round share one turn, as the model's calls shared one.
                 match turns.last_mut() {
@@ -55,6 +62,23 @@ pub(crate) fn turns(
         system.push_str(&tools_section(tools));
     }
     turns
+}
+
+/// A message's text with its parts as text: more text as it is, media as a line naming what
+/// was left out (this model reads text only; a person's media is refused before this, see
+/// `refuse_media`), reasoning of other models and cache hints not at all.
+fn with_parts(content: &str, parts: &[Part]) -> String {
+    let mut text = content.to_owned();
+    for p in parts {
+        let line = p.placeholder();
+        if !line.is_empty() {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&line);
+        }
+    }
+    text
 }
 
 /// A call exactly as the grammar makes the model write it.

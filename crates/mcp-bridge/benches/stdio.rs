@@ -29,7 +29,10 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 
 async fn round_trips(b: &McpBridge, tool: &str, n: usize) {
     for _ in 0..50 {
-        b.call(tool, json!({"message": "warm"})).await.unwrap();
+        b.call(tool, json!({"message": "warm"}))
+            .await
+            .map(|o| o.value)
+            .unwrap();
     }
     let mut lat = Vec::with_capacity(n);
     let t0 = Instant::now();
@@ -38,6 +41,7 @@ async fn round_trips(b: &McpBridge, tool: &str, n: usize) {
         let v = b
             .call(tool, json!({"message": format!("m{i}")}))
             .await
+            .map(|o| o.value)
             .unwrap();
         lat.push(s.elapsed());
         assert!(v.as_str().unwrap().ends_with(&format!("m{i}")));
@@ -202,6 +206,7 @@ async fn bridge_block(b: &McpBridge, tag: &str, per: usize, into: &mut Tally) {
         let v = b
             .call("everything__echo", json!({"message": format!("{tag}-{i}")}))
             .await
+            .map(|o| o.value)
             .unwrap();
         into.lat.push(s.elapsed());
         assert!(v.as_str().unwrap().ends_with(&format!("{tag}-{i}")));
@@ -220,6 +225,7 @@ async fn bridge_vs_bare(b: &McpBridge, n: usize) {
     for i in 0..50 {
         b.call("everything__echo", json!({"message": format!("w{i}")}))
             .await
+            .map(|o| o.value)
             .unwrap();
         bare.echo("warm");
     }

@@ -138,7 +138,7 @@ async fn run(scenario: &str, url: &str) -> Result<(), String> {
             None => Err(format!("the server lists no tool {tool}")),
             Some(t) => match bridge.call(&t.exposed_name, args).await {
                 Ok(out) => {
-                    println!("{scenario}: {tool} answered {out}");
+                    println!("{scenario}: {tool} answered {}", out.value);
                     Ok(())
                 }
                 Err(e) => Err(format!("{tool}: {e}")),

@@ -14,10 +14,10 @@ use std::time::Duration;
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InputRequest,
-    InputResponses,
+    InputResponses, ResourceContents,
 };
 use serde_json::{Map, Value};
-use toolwright_core::{ToolError, ToolErrorKind};
+use toolwright_core::{ContentError, Media, Part, ToolError, ToolErrorKind, ToolOutput};
 use tracing::Instrument;
 
 use crate::bridge::McpBridge;
@@ -84,7 +84,7 @@ impl McpBridge {
     /// it), or [`DESCRIBE_TOOL`]. Every failure is a [`ToolError`] whose message the model can
     /// act on. The result is the tool's whole result: `structuredContent` as JSON, else the
     /// text; the dispatcher caps what reaches the model.
-    pub async fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+    pub async fn call(&self, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
         self.call_in(name, args, None).await
     }
 
@@ -94,12 +94,15 @@ impl McpBridge {
         name: &str,
         args: Value,
         session: Option<&str>,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<ToolOutput, ToolError> {
         if name == DESCRIBE_TOOL {
-            return self.describe_call(&args, session).await;
+            return self
+                .describe_call(&args, session)
+                .await
+                .map(ToolOutput::new);
         }
         if name == SEARCH_TOOL {
-            return self.search_call(&args, session).await;
+            return self.search_call(&args, session).await.map(ToolOutput::new);
         }
         let mut tools = self.catalog().await;
         let mut running =
@@ -234,11 +237,12 @@ fn missing_required(schema: &Value, args: &Map<String, Value>) -> Option<String>
         .map(str::to_string)
 }
 
-/// The tool's result: `structuredContent` as JSON when there is one, else the text; an
-/// `isError` result is a [`ToolErrorKind::Failed`] error with the server's text.
-fn convert(tool: &McpTool, result: CallToolResult) -> Result<Value, ToolError> {
+/// The tool's result: `structuredContent` as JSON when there is one, else the text; images,
+/// audio and binary resources as parts after it. An `isError` result is a
+/// [`ToolErrorKind::Failed`] error with the server's text.
+fn convert(tool: &McpTool, result: CallToolResult) -> Result<ToolOutput, ToolError> {
+    let (text, parts) = content_parts(&result.content);
     if result.is_error == Some(true) {
-        let text = content_text(&result.content);
         let msg = if text.trim().is_empty() {
             "the tool reported an error without a message".to_string()
         } else {
@@ -249,33 +253,71 @@ fn convert(tool: &McpTool, result: CallToolResult) -> Result<Value, ToolError> {
             tool.exposed_name
         )));
     }
-    match result.structured_content {
-        Some(v) => Ok(v),
-        None => Ok(Value::String(content_text(&result.content))),
-    }
+    let value = result.structured_content.unwrap_or(Value::String(text));
+    let mut output = ToolOutput::new(value);
+    output.parts = parts;
+    Ok(output)
 }
 
-/// Text parts joined by newlines; other parts named in brackets.
-fn content_text(content: &[ContentBlock]) -> String {
-    let parts: Vec<String> = content
-        .iter()
-        .map(|c| match c {
-            ContentBlock::Text(t) => t.text.clone(),
-            ContentBlock::Image(i) => format!("[image {} omitted]", i.mime_type),
-            ContentBlock::Audio(a) => format!("[audio {} omitted]", a.mime_type),
-            ContentBlock::Resource(r) => serde_json::to_value(r)
-                .ok()
-                .and_then(|v| {
-                    v.pointer("/resource/text")
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                })
-                .unwrap_or_else(|| "[embedded resource omitted]".into()),
-            ContentBlock::ResourceLink(l) => format!("[resource {}]", l.uri),
-            _ => "[content omitted]".into(),
-        })
-        .collect();
-    parts.join("\n")
+/// Text blocks joined by newlines, and the media blocks as parts. Media that cannot be taken
+/// (a media type its bytes belie, over the inline limit, broken base64) is named in the text
+/// with the reason, never passed on.
+fn content_parts(content: &[ContentBlock]) -> (String, Vec<Part>) {
+    let mut lines: Vec<String> = Vec::new();
+    let mut parts = Vec::new();
+    let mut take =
+        |kind: &str, media: Result<Media, ContentError>, lines: &mut Vec<String>| match media {
+            Ok(m) => parts.push(match kind {
+                "image" => Part::Image(m),
+                "audio" => Part::Audio(m),
+                _ => Part::File(m),
+            }),
+            Err(e) => lines.push(format!("[{kind} left out: {e}]")),
+        };
+    for c in content {
+        match c {
+            ContentBlock::Text(t) => lines.push(t.text.clone()),
+            ContentBlock::Image(i) => take(
+                "image",
+                Media::image_base64(&i.data, &i.mime_type),
+                &mut lines,
+            ),
+            ContentBlock::Audio(a) => {
+                take("audio", Media::base64(&a.data, &a.mime_type), &mut lines)
+            }
+            ContentBlock::Resource(r) => match &r.resource {
+                ResourceContents::TextResourceContents { text, .. } => lines.push(text.clone()),
+                ResourceContents::BlobResourceContents {
+                    uri,
+                    mime_type,
+                    blob,
+                    ..
+                } => {
+                    let mime = mime_type.as_deref().unwrap_or("application/octet-stream");
+                    if mime.starts_with("image/") {
+                        take("image", Media::image_base64(blob, mime), &mut lines)
+                    } else {
+                        let kind = if mime.starts_with("audio/") {
+                            "audio"
+                        } else {
+                            "file"
+                        };
+                        take(
+                            kind,
+                            Media::base64(blob, mime).map(|m| m.with_name(uri.clone())),
+                            &mut lines,
+                        )
+                    }
+                }
+                _ => {
+                    lines.push("[a resource of a kind this client does not know, left out]".into())
+                }
+            },
+            ContentBlock::ResourceLink(l) => lines.push(format!("[resource {}]", l.uri)),
+            _ => lines.push("[content of a kind this client does not know, left out]".into()),
+        }
+    }
+    (lines.join("\n"), parts)
 }
 
 impl McpBridge {

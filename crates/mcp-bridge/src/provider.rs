@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use toolwright_core::{ToolContext, ToolError, ToolProvider, ToolSpec, TurnInfo};
+use toolwright_core::{ToolContext, ToolError, ToolOutput, ToolProvider, ToolSpec, TurnInfo};
 
 use crate::bridge::McpBridge;
 use crate::catalog::{self, McpTool};
@@ -51,7 +51,12 @@ impl ToolProvider for McpBridge {
         self.advertised_tools(turn).await
     }
 
-    async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+    async fn call(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         self.call_in(name, args, ctx.session_id.as_deref()).await
     }
 

@@ -6,7 +6,6 @@
 //! which an exporter (the `telemetry` crate) sets up; without one, nothing is added.
 
 use rmcp::model::{CallToolRequestParams, RequestParamsMeta};
-use serde_json::Value;
 use toolwright_core::{ToolError, ToolErrorKind};
 use tracing::Span;
 use tracing::field::Empty;
@@ -49,7 +48,7 @@ pub(crate) fn propagate(span: &Span, params: &mut CallToolRequestParams) {
 
 /// Records a failed request's `error.type` (`tool_error` for a tool's own error, as the
 /// conventions say; otherwise the kind of failure).
-pub(crate) fn done(span: &Span, result: &Result<Value, ToolError>) {
+pub(crate) fn done<T>(span: &Span, result: &Result<T, ToolError>) {
     if span.is_disabled() {
         return;
     }

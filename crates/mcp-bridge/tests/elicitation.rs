@@ -79,6 +79,7 @@ async fn elicitation_form_accepted_reaches_the_server_with_the_session() {
         ToolContext::new("c1").with_session("s1"),
     )
     .await
+    .map(|o| o.value)
     .unwrap();
     let out = text(&out);
     assert!(out.contains("Ada Lovelace"), "{out}");
@@ -104,12 +105,12 @@ async fn elicitation_form_accepted_reaches_the_server_with_the_session() {
 async fn elicitation_without_a_ui_is_declined_and_a_slow_person_is_cancelled() {
     let b = everything_bridge().await;
     // No elicitor: declined at once, the call completes.
-    let out = text(&b.call(TOOL, json!({})).await.unwrap());
+    let out = text(&b.call(TOOL, json!({})).await.map(|o| o.value).unwrap());
     assert!(out.to_lowercase().contains("decline"), "{out}");
     // A person who never answers: cancelled after the limit, the call completes.
     let p = person(None);
     b.set_elicitor(p.clone(), Duration::from_millis(300));
-    let out = text(&b.call(TOOL, json!({})).await.unwrap());
+    let out = text(&b.call(TOOL, json!({})).await.map(|o| o.value).unwrap());
     assert!(out.to_lowercase().contains("cancel"), "{out}");
     assert_eq!(p.asked.lock().unwrap().len(), 1);
     // Declined by the person.
@@ -117,7 +118,7 @@ async fn elicitation_without_a_ui_is_declined_and_a_slow_person_is_cancelled() {
         person(Some(ElicitationAnswer::Decline)),
         Duration::from_secs(30),
     );
-    let out = text(&b.call(TOOL, json!({})).await.unwrap());
+    let out = text(&b.call(TOOL, json!({})).await.map(|o| o.value).unwrap());
     assert!(out.to_lowercase().contains("decline"), "{out}");
     b.stop("everything").await.unwrap();
 }
@@ -135,7 +136,7 @@ async fn elicitation_input_required_of_the_stateless_revision_is_answered() {
     b.start("st").await.unwrap();
     let p = person(Some(ElicitationAnswer::Accept(json!({"name": "Grace"}))));
     b.set_elicitor(p.clone(), Duration::from_secs(30));
-    let out = text(&b.call("st__ask", json!({})).await.unwrap());
+    let out = text(&b.call("st__ask", json!({})).await.map(|o| o.value).unwrap());
     assert!(out.starts_with("answered: "), "{out}");
     let answered: Value = serde_json::from_str(out.trim_start_matches("answered: ")).unwrap();
     assert_eq!(answered["action"], "accept", "{answered}");
@@ -199,14 +200,14 @@ async fn elicitation_input_required_answered_after_the_call_timeout_reaches_the_
         Duration::from_secs(30),
     );
     let started = std::time::Instant::now();
-    let out = answered(&b.call("st__ask", json!({})).await.unwrap());
+    let out = answered(&b.call("st__ask", json!({})).await.map(|o| o.value).unwrap());
     assert!(started.elapsed() >= Duration::from_secs(4));
     assert_eq!(out["action"], "accept", "{out}");
     assert_eq!(out["content"]["name"], "Grace", "{out}");
     // Past the elicitation limit: a cancel, still no call timeout.
     b.set_elicitor(slow(Duration::from_secs(4), grace), Duration::from_secs(3));
     let started = std::time::Instant::now();
-    let out = answered(&b.call("st__ask", json!({})).await.unwrap());
+    let out = answered(&b.call("st__ask", json!({})).await.map(|o| o.value).unwrap());
     assert!(started.elapsed() >= Duration::from_secs(3));
     assert!(started.elapsed() < Duration::from_secs(4));
     assert_eq!(out["action"], "cancel", "{out}");
@@ -233,7 +234,7 @@ async fn elicitation_server_request_answered_after_the_call_timeout_reaches_the_
         Duration::from_secs(30),
     );
     let started = std::time::Instant::now();
-    let out = text(&b.call(TOOL, json!({})).await.unwrap());
+    let out = text(&b.call(TOOL, json!({})).await.map(|o| o.value).unwrap());
     assert!(started.elapsed() >= Duration::from_secs(4));
     assert!(out.contains("Ada Lovelace"), "{out}");
     // The dispatcher's bound: call timeout 2 s + elicitation limit 30 s + room.
@@ -243,7 +244,7 @@ async fn elicitation_server_request_answered_after_the_call_timeout_reaches_the_
         slow(Duration::from_secs(4), ElicitationAnswer::Decline),
         Duration::from_secs(3),
     );
-    let out = text(&b.call(TOOL, json!({})).await.unwrap());
+    let out = text(&b.call(TOOL, json!({})).await.map(|o| o.value).unwrap());
     assert!(out.to_lowercase().contains("cancel"), "{out}");
     b.stop("everything").await.unwrap();
 }
@@ -284,7 +285,7 @@ async fn two_sessions_at_once(
         ToolProvider::call(b, tool, json!({}), ctx("s2")),
     );
     let asked = person.asked.lock().unwrap().clone();
-    (answered(&one.unwrap()), answered(&two.unwrap()), asked)
+    (answered(&one.unwrap().value), answered(&two.unwrap().value), asked)
 }
 
 /// two sessions call one service at once and the server asks each the 2026-07-28
@@ -362,7 +363,12 @@ async fn accepted_elicitation_content_gets_the_schemas_defaults() {
         person(Some(ElicitationAnswer::Accept(json!({})))),
         Duration::from_secs(30),
     );
-    let out = answered(&b.call("se__ask_defaults", json!({})).await.unwrap());
+    let out = answered(
+        &b.call("se__ask_defaults", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
+    );
     assert_eq!(out["action"], "accept", "{out}");
     assert_eq!(
         out["content"],
@@ -384,7 +390,12 @@ async fn accepted_elicitation_content_keeps_the_values_the_application_gave() {
         ))),
         Duration::from_secs(30),
     );
-    let out = answered(&b.call("se__ask_defaults", json!({})).await.unwrap());
+    let out = answered(
+        &b.call("se__ask_defaults", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
+    );
     assert_eq!(out["action"], "accept", "{out}");
     assert_eq!(
         out["content"],

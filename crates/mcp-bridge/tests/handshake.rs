@@ -19,6 +19,7 @@ async fn seen_by_the_server(bridge: &McpBridge, service: &str) -> Value {
     let out = bridge
         .call(&format!("{service}__handshake"), serde_json::json!({}))
         .await
+        .map(|o| o.value)
         .unwrap();
     let text = out.as_str().map_or_else(|| out.to_string(), str::to_owned);
     serde_json::from_str(&text).unwrap()

@@ -63,11 +63,13 @@ async fn m4_remote_call_and_structured_content() {
     let out = bridge
         .call("web__echo", json!({"message": "over http"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(out.to_string().contains("over http"), "{out}");
     let sum = bridge
         .call("web__get-sum", json!({"a": 2, "b": 40}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(sum.to_string().contains("42"), "{sum}");
     let structured = bridge
@@ -76,6 +78,7 @@ async fn m4_remote_call_and_structured_content() {
             json!({"location": "New York"}),
         )
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(
         structured.is_object(),
@@ -197,10 +200,12 @@ async fn m5_mixed_stdio_and_url_config_loads_unchanged_and_runs_both() {
     let a = bridge
         .call("local__echo", json!({"message": "stdio"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     let b = bridge
         .call("web__echo", json!({"message": "http"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(a.to_string().contains("stdio") && b.to_string().contains("http"));
     bridge.stop_all().await;
@@ -225,6 +230,7 @@ async fn m1_remote_stateless_revision_when_the_server_speaks_it() {
         bridge
             .call("st__echo", json!({"message": "stateless"}))
             .await
+            .map(|o| o.value)
             .unwrap(),
         json!("Echo: stateless")
     );
@@ -251,6 +257,7 @@ async fn m4_remote_stateless_server_restarted_and_its_list_refreshed_by_ttl() {
         bridge
             .call("st__echo", json!({"message": "one"}))
             .await
+            .map(|o| o.value)
             .unwrap(),
         json!("Echo: one")
     );
@@ -262,6 +269,7 @@ async fn m4_remote_stateless_server_restarted_and_its_list_refreshed_by_ttl() {
         bridge
             .call("st__echo", json!({"message": "two"}))
             .await
+            .map(|o| o.value)
             .unwrap(),
         json!("Echo: two"),
         "the call after the restart"
@@ -269,6 +277,7 @@ async fn m4_remote_stateless_server_restarted_and_its_list_refreshed_by_ttl() {
     bridge
         .call("st__add_tool", json!({"name": "late"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     tokio::time::sleep(Duration::from_millis(testkit::TOOLS_TTL_MS + 200)).await;
     assert!(
@@ -280,7 +289,11 @@ async fn m4_remote_stateless_server_restarted_and_its_list_refreshed_by_ttl() {
         "the list was not fetched again after its ttlMs"
     );
     assert_eq!(
-        bridge.call("st__late", json!({})).await.unwrap(),
+        bridge
+            .call("st__late", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
         json!("late ran")
     );
     assert!(server.protocol_versions().iter().all(|v| v == "2026-07-28"));
@@ -307,6 +320,7 @@ async fn m1_remote_session_tool_list_changed_refreshes_the_cache() {
     bridge
         .call("se__add_tool", json!({"name": "late"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     // Bounded wait for the notification to be handled (no ttlMs here to refresh the list).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -323,7 +337,11 @@ async fn m1_remote_session_tool_list_changed_refreshes_the_cache() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        bridge.call("se__late", json!({})).await.unwrap(),
+        bridge
+            .call("se__late", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
         json!("late ran")
     );
     let versions = server.protocol_versions();

@@ -75,7 +75,7 @@ async fn m1_stopped_service_tools_not_listed() {
 async fn m1_error_service_tools_not_listed() {
     let b = started(vec![own("up", &[]), own("bad", &[])]).await;
     let pid = b.pid("bad").unwrap();
-    let _ = b.call("bad__crash", json!({})).await;
+    let _ = b.call("bad__crash", json!({})).await.map(|o| o.value);
     assert!(matches!(b.status("bad").unwrap(), ServiceStatus::Error(_)));
     assert!(b.tools().await.iter().all(|t| t.service == "up"));
     assert_group_gone(pid).await;
@@ -111,11 +111,20 @@ async fn m1_same_tool_name_in_two_services_does_not_collide() {
     let a = b
         .call("alpha__echo", json!({"message": "a"}))
         .await
+        .map(|o| o.value)
         .unwrap();
-    let z = b.call("beta__echo", json!({"message": "b"})).await.unwrap();
+    let z = b
+        .call("beta__echo", json!({"message": "b"}))
+        .await
+        .map(|o| o.value)
+        .unwrap();
     assert_eq!((a, z), (json!("Echo: a"), json!("Echo: b")));
     // The bare name is ambiguous with two services: not found rather than a guess.
-    let e = b.call("echo", json!({"message": "x"})).await.unwrap_err();
+    let e = b
+        .call("echo", json!({"message": "x"}))
+        .await
+        .map(|o| o.value)
+        .unwrap_err();
     assert_eq!(e.kind, ToolErrorKind::NotFound);
     stop_and_check(&b, "alpha").await;
     stop_and_check(&b, "beta").await;
@@ -137,6 +146,7 @@ async fn m1_tool_list_cache_hint_ttl_is_honoured() {
             json!({"name": "quiet", "silent": true}),
         )
         .await
+        .map(|o| o.value)
         .unwrap();
     }
     let listed = |tools: &[toolwright_mcp_bridge::McpTool], name: &str| {
@@ -165,7 +175,10 @@ async fn m1_tool_list_cache_hint_ttl_is_honoured() {
         "a list without a cache hint is kept"
     );
     assert_eq!(
-        b.call("ttl__quiet", json!({})).await.unwrap(),
+        b.call("ttl__quiet", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
         json!("quiet ran")
     );
     stop_and_check(&b, "ttl").await;
@@ -178,6 +191,7 @@ async fn m1_tool_list_changed_refreshes_the_cache() {
     assert!(!b.tools().await.iter().any(|t| t.name == "weather"));
     b.call("misb__add_tool", json!({"name": "weather"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -195,7 +209,10 @@ async fn m1_tool_list_changed_refreshes_the_cache() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        b.call("misb__weather", json!({})).await.unwrap(),
+        b.call("misb__weather", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
         json!("weather ran")
     );
     stop_and_check(&b, "misb").await;
@@ -404,6 +421,7 @@ async fn describe_in(
         ToolContext::new("d1").with_session(session),
     )
     .await
+    .map(|o| o.value)
 }
 
 #[tokio::test]
@@ -485,10 +503,15 @@ async fn m3_full_schema_reachable_when_calling() {
     let d = b
         .call(DESCRIBE_TOOL, json!({"name": "misb__add"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert_eq!(d["parameters"]["required"], json!(["a", "b"]));
     // A call with missing arguments answers with the schema.
-    let e = b.call("misb__add", json!({"a": 1})).await.unwrap_err();
+    let e = b
+        .call("misb__add", json!({"a": 1}))
+        .await
+        .map(|o| o.value)
+        .unwrap_err();
     assert_eq!(e.kind, ToolErrorKind::InvalidArguments);
     assert!(
         e.message.contains("`b`") && e.message.contains("\"required\""),
@@ -506,12 +529,14 @@ async fn m4_call_runs_over_stdio_and_result_is_injected() {
     let v = b
         .call("misb__echo", json!({"message": "你好"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert_eq!(v, json!("Echo: 你好"));
     // Structured content comes back as JSON.
     let s = b
         .call("misb__add", json!({"a": 2, "b": 3.5}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert_eq!(s, json!({"sum": 5.5}));
     stop_and_check(&b, "misb").await;
@@ -524,6 +549,7 @@ async fn m4_service_not_running_gives_friendly_message() {
     let e = b
         .call("misb__echo", json!({"message": "x"}))
         .await
+        .map(|o| o.value)
         .unwrap_err();
     assert_eq!(e.kind, ToolErrorKind::Unavailable);
     assert!(
@@ -534,7 +560,10 @@ async fn m4_service_not_running_gives_friendly_message() {
     // Start again: the conversation goes on.
     b.start("misb").await.unwrap();
     assert_eq!(
-        b.call("misb__echo", json!({"message": "y"})).await.unwrap(),
+        b.call("misb__echo", json!({"message": "y"}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
         json!("Echo: y")
     );
     stop_and_check(&b, "misb").await;
@@ -547,13 +576,17 @@ async fn m4_timeout_ends_the_call_and_the_server_stays_up() {
     let e = b
         .call("misb__sleep", json!({"ms": 5000}))
         .await
+        .map(|o| o.value)
         .unwrap_err();
     assert_eq!(e.kind, ToolErrorKind::Timeout);
     assert!(e.message.contains("timed out"), "{}", e.message);
     // A slow tool on a responsive server: the server stays running, the next call works.
     assert_eq!(b.status("misb").unwrap(), ServiceStatus::Running);
     assert_eq!(
-        b.call("misb__ping", json!({})).await.unwrap(),
+        b.call("misb__ping", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
         json!("pong")
     );
     stop_and_check(&b, "misb").await;
@@ -567,23 +600,35 @@ async fn m4_timeout_ends_the_call_and_the_server_stays_up() {
 async fn m4_stdio_calls_go_straight_to_the_pipe_and_a_timed_out_one_is_cancelled_at_the_server() {
     let cfg = own("misb", &[]).with_call_timeout(Duration::from_millis(400));
     let b = started(vec![cfg]).await;
-    let id = b.call("misb__request_id", json!({})).await.unwrap();
+    let id = b
+        .call("misb__request_id", json!({}))
+        .await
+        .map(|o| o.value)
+        .unwrap();
     assert!(
         id.as_str().is_some_and(|s| s.starts_with("mcp-bridge-")),
         "the server saw request id {id}"
     );
     assert_eq!(
-        b.call("misb__cancelled", json!({})).await.unwrap(),
+        b.call("misb__cancelled", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
         json!("0")
     );
     let e = b
         .call("misb__sleep", json!({"ms": 5000}))
         .await
+        .map(|o| o.value)
         .unwrap_err();
     assert_eq!(e.kind, ToolErrorKind::Timeout);
     let mut cancelled = json!("0");
     for _ in 0..100 {
-        cancelled = b.call("misb__cancelled", json!({})).await.unwrap();
+        cancelled = b
+            .call("misb__cancelled", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap();
         if cancelled == json!("1") {
             break;
         }
@@ -603,7 +648,11 @@ async fn m4_hung_server_is_killed_and_marked_error() {
     let cfg = own("misb", &[]).with_call_timeout(Duration::from_millis(500));
     let b = started(vec![cfg]).await;
     let pid = b.pid("misb").unwrap();
-    let e = b.call("misb__freeze", json!({})).await.unwrap_err();
+    let e = b
+        .call("misb__freeze", json!({}))
+        .await
+        .map(|o| o.value)
+        .unwrap_err();
     assert_eq!(e.kind, ToolErrorKind::Timeout);
     assert!(e.message.contains("stopped answering"), "{}", e.message);
     match b.status("misb").unwrap() {
@@ -612,7 +661,11 @@ async fn m4_hung_server_is_killed_and_marked_error() {
     }
     assert_group_gone(pid).await;
     // Recovery: the next call that needs it restarts it, as a new process group.
-    let next = b.call("misb__echo", json!({"message": "x"})).await.unwrap();
+    let next = b
+        .call("misb__echo", json!({"message": "x"}))
+        .await
+        .map(|o| o.value)
+        .unwrap();
     assert_eq!(next, json!("Echo: x"));
     assert_ne!(b.pid("misb").unwrap(), pid);
     stop_and_check(&b, "misb").await;
@@ -622,7 +675,11 @@ async fn m4_hung_server_is_killed_and_marked_error() {
 async fn m4_crash_mid_call_is_reported_and_status_is_error() {
     let b = started(vec![own("misb", &[])]).await;
     let pid = b.pid("misb").unwrap();
-    let e = b.call("misb__crash", json!({})).await.unwrap_err();
+    let e = b
+        .call("misb__crash", json!({}))
+        .await
+        .map(|o| o.value)
+        .unwrap_err();
     assert_eq!(e.kind, ToolErrorKind::Crashed);
     assert!(e.message.contains("exited"), "{}", e.message);
     match b.status("misb").unwrap() {
@@ -633,7 +690,10 @@ async fn m4_crash_mid_call_is_reported_and_status_is_error() {
     // Restart brings it back.
     b.restart("misb").await.unwrap();
     assert_eq!(
-        b.call("misb__ping", json!({})).await.unwrap(),
+        b.call("misb__ping", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
         json!("pong")
     );
     stop_and_check(&b, "misb").await;
@@ -643,7 +703,11 @@ async fn m4_crash_mid_call_is_reported_and_status_is_error() {
 async fn m4_garbage_on_stdout_breaks_the_protocol_clearly() {
     let b = started(vec![own("misb", &[])]).await;
     let pid = b.pid("misb").unwrap();
-    let e = b.call("misb__garbage", json!({})).await.unwrap_err();
+    let e = b
+        .call("misb__garbage", json!({}))
+        .await
+        .map(|o| o.value)
+        .unwrap_err();
     // Crashed, not Timeout: the violation ended the call, not its 10 s limit.
     assert_eq!(e.kind, ToolErrorKind::Crashed);
     assert!(
@@ -678,6 +742,7 @@ async fn m4_huge_result_is_capped_once_by_the_dispatcher() {
     let whole = b
         .call("misb__huge", json!({"bytes": ten_mib}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert_eq!(whole.as_str().unwrap().len(), ten_mib);
     let d = toolwright_tool_system::Dispatcher::new().with_provider(Arc::new(b.clone()));
@@ -699,7 +764,10 @@ async fn m4_huge_result_is_capped_once_by_the_dispatcher() {
     assert!(out.content.contains("10485760 bytes"), "{tail}");
     assert_eq!(b.status("misb").unwrap(), ServiceStatus::Running);
     assert_eq!(
-        b.call("misb__ping", json!({})).await.unwrap(),
+        b.call("misb__ping", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
         json!("pong")
     );
     stop_and_check(&b, "misb").await;
@@ -710,7 +778,10 @@ async fn m4_slow_start_within_the_limit_runs() {
     let b = started(vec![own("slow", &["--startup-delay-ms", "1200"])]).await;
     assert_eq!(b.status("slow").unwrap(), ServiceStatus::Running);
     assert_eq!(
-        b.call("slow__ping", json!({})).await.unwrap(),
+        b.call("slow__ping", json!({}))
+            .await
+            .map(|o| o.value)
+            .unwrap(),
         json!("pong")
     );
     stop_and_check(&b, "slow").await;
@@ -794,7 +865,11 @@ async fn m4_dropping_the_bridge_kills_the_group() {
 #[tokio::test]
 async fn m4_is_error_result_becomes_failed_with_server_text() {
     let b = started(vec![own("misb", &[])]).await;
-    let e = b.call("misb__fail", json!({})).await.unwrap_err();
+    let e = b
+        .call("misb__fail", json!({}))
+        .await
+        .map(|o| o.value)
+        .unwrap_err();
     assert_eq!(e.kind, ToolErrorKind::Failed);
     assert!(e.message.contains("the widget is broken"), "{}", e.message);
     assert_eq!(e.to_model_json()["success"], false);
@@ -811,7 +886,12 @@ async fn m4_child_gets_only_its_configured_environment() {
     let b = started(vec![cfg]).await;
     let get = |n: &'static str| {
         let b = b.clone();
-        async move { b.call("misb__env", json!({"name": n})).await.unwrap() }
+        async move {
+            b.call("misb__env", json!({"name": n}))
+                .await
+                .map(|o| o.value)
+                .unwrap()
+        }
     };
     assert_eq!(get("MY_SETTING").await, json!("42"));
     assert_ne!(get("PATH").await, json!("<unset>"));
@@ -830,7 +910,11 @@ async fn m4_unknown_command_is_a_start_error_not_a_panic() {
     let e = b.start("nope").await.unwrap_err();
     assert!(e.to_string().contains("cannot run"), "{e}");
     assert!(matches!(b.status("nope").unwrap(), ServiceStatus::Error(_)));
-    let c = b.call("nope__echo", json!({})).await.unwrap_err();
+    let c = b
+        .call("nope__echo", json!({}))
+        .await
+        .map(|o| o.value)
+        .unwrap_err();
     assert_eq!(c.kind, ToolErrorKind::Unavailable);
 }
 
@@ -927,6 +1011,7 @@ async fn m5_configured_description_is_what_level1_shows() {
     let d = b
         .call(DESCRIBE_TOOL, json!({"name": "misb__echo"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert_eq!(
         d["description"],
@@ -968,6 +1053,7 @@ async fn m5_update_of_a_running_service_restarts_it() {
     assert_eq!(
         b.call("misb__env", json!({"name": "MY_SETTING"}))
             .await
+            .map(|o| o.value)
             .unwrap(),
         json!("7")
     );

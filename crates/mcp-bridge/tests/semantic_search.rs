@@ -32,6 +32,7 @@ async fn started() -> McpBridge {
 async fn add_tool(b: &McpBridge, name: &str) {
     b.call("misb__add_tool", json!({"name": name}))
         .await
+        .map(|o| o.value)
         .unwrap();
     let exposed = format!("misb__{name}");
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -114,6 +115,7 @@ async fn m4_a_failing_encoder_leaves_the_search_to_bm25() {
             json!({"query": "echo the message"}),
         )
         .await
+        .map(|o| o.value)
         .unwrap();
     assert_eq!(answer["tools"][0]["name"], json!(words[0]), "{answer}");
     b.stop("misb").await.unwrap();

@@ -89,6 +89,7 @@ async fn detached_grandchild_of_an_mcp_server_is_gone_after_stop() {
     let got = bridge
         .call("hostile__spawn_detached", json!({}))
         .await
+        .map(|o| o.value)
         .unwrap();
     let grandchild: i32 = text_of(&got).trim().parse().unwrap();
     assert!(alive(grandchild));
@@ -125,6 +126,7 @@ async fn detached_grandchild_is_gone_when_the_bridge_is_dropped() {
     let got = bridge
         .call("hostile__spawn_detached", json!({}))
         .await
+        .map(|o| o.value)
         .unwrap();
     let grandchild: i32 = text_of(&got).trim().parse().unwrap();
     drop(bridge);
@@ -163,6 +165,7 @@ async fn an_mcp_server_cannot_read_the_agents_environ() {
         &bridge
             .call("hostile__read_agent_environ", json!({}))
             .await
+            .map(|o| o.value)
             .unwrap(),
     );
     assert!(

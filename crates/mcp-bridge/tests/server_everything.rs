@@ -56,11 +56,13 @@ async fn m4_server_everything_echo_and_structured_arguments() {
     let echo = b
         .call("everything__echo", json!({"message": "你好 MCP"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert_eq!(echo, json!("Echo: 你好 MCP"));
     let sum = b
         .call("everything__get-sum", json!({"a": 2, "b": 40}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(sum.as_str().unwrap().contains("42"), "{sum}");
     // Structured content comes back as JSON, not text.
@@ -70,6 +72,7 @@ async fn m4_server_everything_echo_and_structured_arguments() {
             json!({"location": "New York"}),
         )
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(weather.is_object(), "{weather}");
     assert!(weather.get("temperature").is_some(), "{weather}");
@@ -77,6 +80,7 @@ async fn m4_server_everything_echo_and_structured_arguments() {
     let bad = b
         .call("everything__get-sum", json!({"a": "two", "b": 40}))
         .await
+        .map(|o| o.value)
         .unwrap_err();
     assert!(
         matches!(
@@ -94,7 +98,11 @@ async fn m4_server_everything_echo_and_structured_arguments() {
 #[tokio::test]
 async fn m4_server_everything_gets_no_agent_secrets() {
     let b = bridge().await;
-    let env = b.call("everything__get-env", json!({})).await.unwrap();
+    let env = b
+        .call("everything__get-env", json!({}))
+        .await
+        .map(|o| o.value)
+        .unwrap();
     let env: serde_json::Value = serde_json::from_str(env.as_str().unwrap()).unwrap();
     let keys: Vec<&String> = env.as_object().unwrap().keys().collect();
     assert!(env.get("PATH").is_some());

@@ -81,7 +81,11 @@ impl Drop for PythonServer {
 }
 
 async fn whoami(bridge: &McpBridge) -> (String, u64) {
-    let out: Value = bridge.call("py__whoami", json!({})).await.unwrap();
+    let out: Value = bridge
+        .call("py__whoami", json!({}))
+        .await
+        .map(|o| o.value)
+        .unwrap();
     // The SDK sends the dict as text content (and as structured content where asked for).
     let out = match out {
         Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),

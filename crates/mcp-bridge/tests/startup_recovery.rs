@@ -85,6 +85,7 @@ async fn m4_a_server_hanging_at_start_delays_no_normal_turn_and_an_mcp_turn_only
     let e = bridge
         .call("slow__echo", json!({"text": "x"}))
         .await
+        .map(|o| o.value)
         .unwrap_err();
     assert!(e.message.contains("not running"), "{}", e.message);
     // Nothing of the hung server is left running.
@@ -128,6 +129,7 @@ async fn m4_a_crashed_stdio_server_is_restarted_by_the_next_call_and_its_group_r
     let first = bridge
         .call("everything__echo", json!({"message": "one"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(first.to_string().contains("one"), "{first}");
     let pgid = bridge.pid("everything").unwrap();
@@ -159,6 +161,7 @@ async fn m4_a_crashed_stdio_server_is_restarted_by_the_next_call_and_its_group_r
     let second = bridge
         .call("everything__echo", json!({"message": "two"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(second.to_string().contains("two"), "{second}");
     assert_eq!(bridge.status("everything").unwrap(), ServiceStatus::Running);
@@ -182,7 +185,11 @@ async fn m4_restarts_are_bounded_and_back_off() {
         .unwrap();
     assert!(bridge.start("broken").await.is_err());
     // Within the backoff window a call does not start it again: it answers at once.
-    let e = bridge.call("broken__x", json!({})).await.unwrap_err();
+    let e = bridge
+        .call("broken__x", json!({}))
+        .await
+        .map(|o| o.value)
+        .unwrap_err();
     assert!(e.message.contains("not running"), "{}", e.message);
     let ServiceStatus::Error(reason) = bridge.status("broken").unwrap() else {
         panic!()
@@ -221,6 +228,7 @@ async fn m4_autostart_disabled_and_tool_filters() {
     let out = bridge
         .call("lazy__echo", json!({"message": "hi"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert!(out.to_string().contains("hi"), "{out}");
     let names: Vec<String> = bridge
@@ -230,7 +238,11 @@ async fn m4_autostart_disabled_and_tool_filters() {
         .map(|t| t.exposed_name)
         .collect();
     assert_eq!(names, ["lazy__echo", "lazy__get-sum"]);
-    let e = bridge.call("lazy__get-env", json!({})).await.unwrap_err();
+    let e = bridge
+        .call("lazy__get-env", json!({}))
+        .await
+        .map(|o| o.value)
+        .unwrap_err();
     assert!(
         e.message.contains("not found") || e.message.contains("Tool not found"),
         "{}",

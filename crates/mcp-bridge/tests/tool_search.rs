@@ -87,16 +87,22 @@ async fn m3_tool_search_only_past_the_budget() {
             .collect::<Vec<_>>()
     );
     // A bad query is a message the model can act on, never a failure of the turn.
-    let err = b.call(SEARCH_TOOL, json!({"limit": 3})).await.unwrap_err();
+    let err = b
+        .call(SEARCH_TOOL, json!({"limit": 3}))
+        .await
+        .map(|o| o.value)
+        .unwrap_err();
     assert!(err.message.contains("query"), "{}", err.message);
     let err = b
         .call(SEARCH_TOOL, json!({"query": "x", "limit": 500}))
         .await
+        .map(|o| o.value)
         .unwrap_err();
     assert!(err.message.contains("limit"), "{}", err.message);
     let none = b
         .call(SEARCH_TOOL, json!({"query": "zzqx qqzz"}))
         .await
+        .map(|o| o.value)
         .unwrap();
     assert_eq!(none["tools"], json!([]), "{none}");
     for name in b.services().into_iter().map(|s| s.config.name) {

@@ -167,46 +167,56 @@ impl Tool for SendMessageTool {
         )
     }
 
-    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
-        let (recipient, text, quick) = Self::check(&args)?;
-        let to = match &self.resolver {
-            Some(f) => f(&recipient, &ctx),
-            None => recipient.clone(),
-        };
-        let replies = quick.as_ref().map(|q| q.as_slice().to_vec());
-        let mut msg = OutgoingMessage::new(self.sender.clone(), to, text).with_quick_replies(quick);
-        if let Some(session) = &ctx.session_id {
-            // The same call of the same session (a turn resumed or re-run after a worker
-            // died) sends the same id: the bus delivers it once.
-            msg = msg.with_msg_id(call_msg_id(session, &ctx.call_id));
-        }
-        match self.bus.send(msg).await {
-            Ok(d) => {
-                let mut out = json!({"success": true, "messageId": d.id, "recipient": recipient});
-                if let Some(r) = replies {
-                    out["quickReplies"] = json!(r);
-                }
-                if d.dropped_oldest {
-                    out["droppedOldest"] = json!(true);
-                }
-                Ok(out)
+    async fn call(
+        &self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<toolwright_core::ToolOutput, ToolError> {
+        let result: Result<Value, ToolError> = async {
+            let (recipient, text, quick) = Self::check(&args)?;
+            let to = match &self.resolver {
+                Some(f) => f(&recipient, &ctx),
+                None => recipient.clone(),
+            };
+            let replies = quick.as_ref().map(|q| q.as_slice().to_vec());
+            let mut msg =
+                OutgoingMessage::new(self.sender.clone(), to, text).with_quick_replies(quick);
+            if let Some(session) = &ctx.session_id {
+                // The same call of the same session (a turn resumed or re-run after a worker
+                // died) sends the same id: the bus delivers it once.
+                msg = msg.with_msg_id(call_msg_id(session, &ctx.call_id));
             }
-            Err(BusError::NotSubscribed(addr)) => Err(ToolError::unavailable(format!(
-                "recipient {recipient:?} is not connected"
-            ))
-            .with_detail(format!("bus address {addr:?} has no subscriber"))),
-            Err(e @ (BusError::BrokerUnavailable { .. } | BusError::Broker { .. })) => {
-                Err(ToolError::unavailable(
-                    "the message service is unavailable right now; the message was not sent",
+            match self.bus.send(msg).await {
+                Ok(d) => {
+                    let mut out =
+                        json!({"success": true, "messageId": d.id, "recipient": recipient});
+                    if let Some(r) = replies {
+                        out["quickReplies"] = json!(r);
+                    }
+                    if d.dropped_oldest {
+                        out["droppedOldest"] = json!(true);
+                    }
+                    Ok(out)
+                }
+                Err(BusError::NotSubscribed(addr)) => Err(ToolError::unavailable(format!(
+                    "recipient {recipient:?} is not connected"
+                ))
+                .with_detail(format!("bus address {addr:?} has no subscriber"))),
+                Err(e @ (BusError::BrokerUnavailable { .. } | BusError::Broker { .. })) => {
+                    Err(ToolError::unavailable(
+                        "the message service is unavailable right now; the message was not sent",
+                    )
+                    .with_detail(e.to_string()))
+                }
+                Err(e @ BusError::NotConfirmed { .. }) => Err(ToolError::unavailable(
+                    "the message service did not confirm the message; it may or may not arrive",
                 )
-                .with_detail(e.to_string()))
+                .with_detail(e.to_string())),
+                Err(e) => Err(ToolError::failed(e.to_string())),
             }
-            Err(e @ BusError::NotConfirmed { .. }) => Err(ToolError::unavailable(
-                "the message service did not confirm the message; it may or may not arrive",
-            )
-            .with_detail(e.to_string())),
-            Err(e) => Err(ToolError::failed(e.to_string())),
         }
+        .await;
+        result.map(toolwright_core::ToolOutput::from)
     }
 }
 
@@ -263,7 +273,8 @@ mod tests {
                 ToolContext::new("c"),
             )
             .await
-            .unwrap();
+            .unwrap()
+            .value;
         assert_eq!(r["success"], true);
         assert!(r.get("quickReplies").is_none());
         assert!(inbox.try_recv().unwrap().quick_replies.is_empty());
@@ -273,7 +284,8 @@ mod tests {
                 ToolContext::new("c"),
             )
             .await
-            .unwrap();
+            .unwrap()
+            .value;
         assert_eq!(r["quickReplies"], json!(["Yes", "No"]));
         assert_eq!(inbox.try_recv().unwrap().quick_replies, ["Yes", "No"]);
     }
@@ -327,7 +339,8 @@ mod tests {
                 ToolContext::new("c"),
             )
             .await
-            .unwrap();
+            .unwrap()
+            .value;
         assert!(r.get("quickReplies").is_none());
         let m = inbox.try_recv().unwrap();
         assert!(m.quick_replies.is_empty());

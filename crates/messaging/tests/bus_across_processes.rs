@@ -570,7 +570,8 @@ async fn bus_broker_killed_mid_conversation_typed_errors_then_nothing_lost() {
             ToolContext::new("c2"),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .value;
     assert_eq!(r["success"], true);
     expected.push("Pick one".into());
     wait_until(

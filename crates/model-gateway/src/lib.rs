@@ -20,6 +20,9 @@
 //! # Ok(()) }
 //! ```
 
+// The native backends' POST-with-retries and SSE; the OpenAI backends share its retry rule.
+#[cfg_attr(not(any(feature = "anthropic", feature = "gemini")), allow(dead_code))]
+mod http;
 mod openai;
 
 // reqwest on rustls without a built-in provider (the workspace's `reqwest-ring`): no aws-lc C

@@ -116,22 +116,33 @@ impl ToolProvider for SkillsProvider {
             .collect()
     }
 
-    async fn call(&self, name: &str, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
-        let skill = self
-            .skills
-            .get(name)
-            .ok_or_else(|| ToolError::not_found(name))?;
-        self.sandbox.run(skill, &args).await.map_err(|e| {
-            let kind = match &e {
-                SkillError::Timeout { .. } => ToolErrorKind::Timeout,
-                SkillError::Failed { .. } | SkillError::OutputTooLarge { .. } => {
-                    ToolErrorKind::Crashed
-                }
-                SkillError::Spawn { .. } | SkillError::Refused { .. } => ToolErrorKind::Unavailable,
-                _ => ToolErrorKind::Failed,
-            };
-            ToolError::new(kind, e.to_string())
-        })
+    async fn call(
+        &self,
+        name: &str,
+        args: Value,
+        _ctx: ToolContext,
+    ) -> Result<toolwright_core::ToolOutput, ToolError> {
+        let result: Result<Value, ToolError> = async {
+            let skill = self
+                .skills
+                .get(name)
+                .ok_or_else(|| ToolError::not_found(name))?;
+            self.sandbox.run(skill, &args).await.map_err(|e| {
+                let kind = match &e {
+                    SkillError::Timeout { .. } => ToolErrorKind::Timeout,
+                    SkillError::Failed { .. } | SkillError::OutputTooLarge { .. } => {
+                        ToolErrorKind::Crashed
+                    }
+                    SkillError::Spawn { .. } | SkillError::Refused { .. } => {
+                        ToolErrorKind::Unavailable
+                    }
+                    _ => ToolErrorKind::Failed,
+                };
+                ToolError::new(kind, e.to_string())
+            })
+        }
+        .await;
+        result.map(toolwright_core::ToolOutput::from)
     }
 
     /// The sandbox enforces its own wall-clock limit (the skill's request cut to the operator's

@@ -67,7 +67,8 @@ async fn an_ungranted_secret_is_reported_at_load_and_not_passed_a_granted_one_is
     let r = provider
         .call("greedy", json!({}), toolwright_core::ToolContext::new("c"))
         .await
-        .unwrap();
+        .unwrap()
+        .value;
     assert_eq!(r["OPENAI_API_KEY"], serde_json::Value::Null, "{r}");
     assert_eq!(r["SKILL_GRANTED_VAR"], "granted");
 }

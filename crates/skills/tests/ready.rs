@@ -266,7 +266,7 @@ async fn s2_a_skill_file_the_sandbox_uid_cannot_read_is_refused_at_load_with_the
         )
         .await
         .unwrap();
-    assert_eq!(r["args"]["tag"], "readable");
+    assert_eq!(r.value["args"]["tag"], "readable");
 }
 
 /// calls of one skill back to back (a script calling a skill in a loop) each take

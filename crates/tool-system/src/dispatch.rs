@@ -6,7 +6,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
-use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, ToolSpec, TurnInfo, cap_result as cap};
+use toolwright_core::{
+    DEFAULT_MAX_RESULT_BYTES, Part, ToolOutput, ToolSpec, TurnInfo, cap_result as cap,
+};
 use toolwright_output_control::Validator;
 use tracing::Instrument;
 
@@ -30,6 +32,8 @@ pub struct ToolOutcome {
     /// The turn's answer, when the tool said this result is it
     /// ([`ToolProvider::final_answer`]); capped like `content`.
     pub answer: Option<String>,
+    /// Images, audio or files the tool returned after its text ([`ToolOutput::parts`]).
+    pub parts: Vec<Part>,
 }
 
 impl ToolOutcome {
@@ -344,7 +348,7 @@ impl Dispatcher {
         // the wait: entering an enabled span costs a registry lookup each way, every poll.
         let result = self.try_dispatch(name, args, ctx, &span).await;
         let outcome = match result {
-            Ok(value) => {
+            Ok(ToolOutput { value, parts, .. }) => {
                 let answer = self.table().get(name).and_then(|r| {
                     self.providers[r.provider]
                         .final_answer(name, &value)
@@ -368,6 +372,7 @@ impl Dispatcher {
                     error: None,
                     truncated,
                     answer,
+                    parts,
                 }
             }
             Err(e) => {
@@ -381,6 +386,7 @@ impl Dispatcher {
                     error: Some(e.kind),
                     truncated,
                     answer: None,
+                    parts: Vec::new(),
                 }
             }
         };
@@ -394,7 +400,7 @@ impl Dispatcher {
         args: Value,
         ctx: ToolContext,
         span: &tracing::Span,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<ToolOutput, ToolError> {
         let Some(route) = self.route(name).await else {
             return self
                 .call_unlisted(name, args, ctx)
@@ -440,7 +446,7 @@ impl Dispatcher {
         name: &str,
         args: Value,
         ctx: ToolContext,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<ToolOutput, ToolError> {
         for provider in &self.providers {
             let timeout = provider.timeout(name).unwrap_or(self.default_timeout);
             let call = async { provider.call(name, args.clone(), ctx.clone()).await };
@@ -459,8 +465,8 @@ impl Dispatcher {
 async fn in_place(
     name: &str,
     timeout: Duration,
-    call: impl std::future::Future<Output = Result<Value, ToolError>>,
-) -> Result<Value, ToolError> {
+    call: impl std::future::Future<Output = Result<ToolOutput, ToolError>>,
+) -> Result<ToolOutput, ToolError> {
     match tokio::time::timeout(timeout, std::panic::AssertUnwindSafe(call).catch_unwind()).await {
         Ok(Ok(result)) => result,
         Ok(Err(panic)) => Err(crashed(name, Some(panic))),
@@ -493,7 +499,7 @@ fn own_task() -> bool {
         .is_ok_and(|h| h.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<Result<Value, ToolError>>);
+struct AbortOnDrop(tokio::task::JoinHandle<Result<ToolOutput, ToolError>>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolwright_core::{ToolSpec, TurnInfo, is_valid_tool_name};
+use toolwright_core::{ToolOutput, ToolSpec, TurnInfo, is_valid_tool_name};
 use toolwright_output_control::{SchemaError, Validator};
 
 use crate::typed::to_openai_tool;
@@ -146,7 +146,7 @@ impl ToolRegistry {
         name: &str,
         args: Value,
         ctx: ToolContext,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<ToolOutput, ToolError> {
         let Some(&i) = self.index.get(name) else {
             return Err(ToolError::not_found(name));
         };
@@ -181,7 +181,7 @@ impl ToolProvider for ToolRegistry {
         args: Value,
         ctx: ToolContext,
     ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send + 'async_trait>,
+        Box<dyn std::future::Future<Output = Result<ToolOutput, ToolError>> + Send + 'async_trait>,
     >
     where
         'life0: 'async_trait,

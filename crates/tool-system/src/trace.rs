@@ -13,7 +13,7 @@
 
 use serde_json::{Value, json};
 use std::pin::Pin;
-use toolwright_core::{ChatRequest, Message, ModelInfo, ToolErrorKind, Usage};
+use toolwright_core::{ChatRequest, MediaSource, Message, ModelInfo, Part, ToolErrorKind, Usage};
 
 use tracing::Span;
 use tracing::field::Empty;
@@ -251,36 +251,59 @@ fn snake(camel: &str) -> String {
     out
 }
 
-/// One message in the GenAI conventions' shape: `{"role", "parts": [...]}`.
+/// One message in the GenAI conventions' shape: `{"role", "parts": [...]}`. Media are
+/// named (modality, media type, URL), never copied into the trace.
 fn message_json(m: &Message) -> Value {
+    let mut parts = Vec::with_capacity(m.parts().len() + m.tool_calls().len() + 1);
+    let role = match m {
+        Message::System { .. } => "system",
+        Message::User { .. } => "user",
+        Message::Assistant { .. } => "assistant",
+        Message::Tool { .. } => "tool",
+    };
+    // Reasoning comes first in a turn, as the model made it.
+    parts.extend(m.parts().iter().filter_map(|p| match p {
+        Part::Reasoning(r) => Some(json!({"type": "reasoning", "content": r.text})),
+        _ => None,
+    }));
     match m {
-        Message::System { content } => text_message("system", content),
-        Message::User { content } => text_message("user", content),
-        Message::Assistant {
-            content,
-            tool_calls,
-        } => {
-            let mut parts = Vec::with_capacity(tool_calls.len() + 1);
-            if !content.is_empty() {
-                parts.push(json!({"type": "text", "content": content}));
-            }
-            for c in tool_calls {
-                parts.push(json!({"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}));
-            }
-            json!({"role": "assistant", "parts": parts})
-        }
         Message::Tool {
             tool_call_id,
             content,
             ..
-        } => json!({"role": "tool", "parts": [
-            {"type": "tool_call_response", "id": tool_call_id, "response": content}
-        ]}),
+        } => parts
+            .push(json!({"type": "tool_call_response", "id": tool_call_id, "response": content})),
+        _ if !m.content().is_empty() || m.parts().is_empty() && m.tool_calls().is_empty() => {
+            parts.push(json!({"type": "text", "content": m.content()}))
+        }
+        _ => {}
     }
+    parts.extend(m.parts().iter().filter_map(part_json));
+    for c in m.tool_calls() {
+        parts.push(
+            json!({"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}),
+        );
+    }
+    json!({"role": role, "parts": parts})
 }
 
-fn text_message(role: &str, content: &str) -> Value {
-    json!({"role": role, "parts": [{"type": "text", "content": content}]})
+/// A content part in the GenAI conventions' shape (`uri` or `blob` without its bytes).
+fn part_json(p: &Part) -> Option<Value> {
+    let (modality, media) = match p {
+        Part::Text { text } => return Some(json!({"type": "text", "content": text})),
+        Part::Image(m) => ("image", m),
+        Part::Audio(m) => ("audio", m),
+        Part::File(m) => ("file", m),
+        Part::Reasoning(_) | Part::CacheBreakpoint(_) => return None,
+    };
+    Some(match &media.source {
+        MediaSource::Url { url } => {
+            json!({"type": "uri", "modality": modality, "mime_type": media.media_type, "uri": url})
+        }
+        MediaSource::Base64 { .. } => {
+            json!({"type": "blob", "modality": modality, "mime_type": media.media_type, "size": media.size()})
+        }
+    })
 }
 
 fn output_json(reading: &Reading) -> Value {

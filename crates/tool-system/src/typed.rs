@@ -11,11 +11,11 @@ use schemars::generate::SchemaSettings;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use toolwright_core::{ToolSpec, normalize_schema};
+use toolwright_core::{ToolOutput, ToolSpec, normalize_schema};
 
 use crate::{Tool, ToolContext, ToolError};
 
-type BoxFut = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send>>;
+type BoxFut = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>;
 type Handler = Arc<dyn Fn(Value, ToolContext) -> BoxFut + Send + Sync>;
 
 /// A [`Tool`] made from an async function.
@@ -70,7 +70,9 @@ impl std::fmt::Debug for FnTool {
 }
 
 impl FnTool {
-    /// A tool with a hand-written JSON Schema, taking the raw JSON arguments.
+    /// A tool with a hand-written JSON Schema, taking the raw JSON arguments and answering
+    /// JSON. A tool whose result carries an image or a file implements [`Tool`] and answers a
+    /// [`ToolOutput`].
     ///
     /// ```
     /// use toolwright_tool_system::{FnTool};
@@ -91,7 +93,10 @@ impl FnTool {
         F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
-        let handler: Handler = Arc::new(move |args, ctx| Box::pin(f(args, ctx)) as BoxFut);
+        let handler: Handler = Arc::new(move |args, ctx| {
+            let call = f(args, ctx);
+            Box::pin(async move { call.await.map(ToolOutput::new) }) as BoxFut
+        });
         Self {
             spec: ToolSpec::new(name, description, normalize_schema(parameters)),
             timeout: None,
@@ -127,7 +132,7 @@ impl FnTool {
                     ))
                 })?;
                 let out = f(typed, ctx).await?;
-                serde_json::to_value(out).map_err(|e| {
+                serde_json::to_value(out).map(ToolOutput::new).map_err(|e| {
                     ToolError::failed(format!(
                         "Tool {tool_name} returned a result that is not JSON"
                     ))
@@ -188,7 +193,7 @@ impl Tool for FnTool {
         &'life0 self,
         args: Value,
         ctx: ToolContext,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'async_trait>>
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send + 'async_trait>>
     where
         'life0: 'async_trait,
         Self: 'async_trait,
@@ -226,7 +231,7 @@ pub(crate) fn schema_for<A: JsonSchema>() -> Value {
 /// `{"type": "function", "function": {"name", "description", "parameters"}}`.
 ///
 /// ```
-/// use toolwright_core::{ToolSpec, normalize_schema};
+/// use toolwright_core::{ToolOutput, ToolSpec, normalize_schema};
 /// use serde_json::json;
 /// let spec = ToolSpec::new("get_weather", "Weather", json!({"type": "object", "properties": {}}));
 /// let t = toolwright_tool_system::to_openai_tool(&spec);

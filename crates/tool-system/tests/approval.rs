@@ -761,15 +761,24 @@ impl ToolProvider for Payments {
             json!({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}),
         )]
     }
-    async fn call(&self, name: &str, args: Value, _: ToolContext) -> Result<Value, ToolError> {
-        match name {
-            "pay" => {
-                let amount = args["amount"].as_f64().unwrap_or(0.0);
-                self.paid.lock().unwrap().push(amount);
-                Ok(json!({"paid": amount}))
+    async fn call(
+        &self,
+        name: &str,
+        args: Value,
+        _: ToolContext,
+    ) -> Result<toolwright_core::ToolOutput, ToolError> {
+        let result: Result<Value, ToolError> = async {
+            match name {
+                "pay" => {
+                    let amount = args["amount"].as_f64().unwrap_or(0.0);
+                    self.paid.lock().unwrap().push(amount);
+                    Ok(json!({"paid": amount}))
+                }
+                other => Err(ToolError::not_found(other)),
             }
-            other => Err(ToolError::not_found(other)),
         }
+        .await;
+        result.map(toolwright_core::ToolOutput::from)
     }
     fn needs_approval(&self, name: &str, args: &Value) -> bool {
         name == "pay" && args["amount"].as_f64().is_none_or(|a| a > 100.0)
@@ -790,9 +799,17 @@ impl Tool for SendMail {
             json!({"type": "object", "properties": {"to": {"type": "string"}}}),
         )
     }
-    async fn call(&self, _args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
-        self.sent.fetch_add(1, Ordering::SeqCst);
-        Ok(json!("sent"))
+    async fn call(
+        &self,
+        _args: Value,
+        _ctx: ToolContext,
+    ) -> Result<toolwright_core::ToolOutput, ToolError> {
+        let result: Result<Value, ToolError> = async {
+            self.sent.fetch_add(1, Ordering::SeqCst);
+            Ok(json!("sent"))
+        }
+        .await;
+        result.map(toolwright_core::ToolOutput::from)
     }
     fn needs_approval(&self, _args: &Value) -> bool {
         true

@@ -140,14 +140,18 @@ async fn t3_second_provider_is_routed_through_the_same_seam() {
             name: &str,
             args: Value,
             _ctx: ToolContext,
-        ) -> Result<Value, ToolError> {
-            match name {
-                "summarize" => Ok(json!(format!(
-                    "summary of {}",
-                    args["text"].as_str().unwrap_or("")
-                ))),
-                _ => Err(ToolError::not_found(name)),
+        ) -> Result<toolwright_core::ToolOutput, ToolError> {
+            let result: Result<Value, ToolError> = async {
+                match name {
+                    "summarize" => Ok(json!(format!(
+                        "summary of {}",
+                        args["text"].as_str().unwrap_or("")
+                    ))),
+                    _ => Err(ToolError::not_found(name)),
+                }
             }
+            .await;
+            result.map(toolwright_core::ToolOutput::from)
         }
     }
     let server = ScriptedServer::start().await;

@@ -166,7 +166,8 @@ async fn main() {
             json!({"message": "hello over Streamable HTTP"}),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .value;
     println!("   remote__echo → {over_http}");
 
     println!("\n== 3. Discovery (running services only, names namespaced service__tool)");
@@ -325,7 +326,7 @@ async fn main() {
             Message::Tool { name, content, .. } => {
                 println!("   tool message: name={name} content={content:?}")
             }
-            Message::User { content } if content.starts_with("[Tool result for ") => {
+            Message::User { content, .. } if content.starts_with("[Tool result for ") => {
                 println!("   tool result (002 form): {content:?}")
             }
             Message::Assistant { content, .. } if !content.is_empty() => {

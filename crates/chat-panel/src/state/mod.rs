@@ -166,7 +166,7 @@ impl Fold {
         let id = |k: u64| row * ROW_SLOTS + k;
         match m {
             Message::System { .. } => {}
-            Message::User { content } => {
+            Message::User { content, .. } => {
                 // A reply answers every quick-reply set still open; it is the choice of the
                 // latest one whose options include it.
                 let clicked = self
@@ -190,6 +190,7 @@ impl Fold {
             Message::Assistant {
                 content,
                 tool_calls,
+                ..
             } => {
                 let mut k = 0;
                 for c in tool_calls.iter().take((ROW_SLOTS - 1) as usize) {
@@ -216,6 +217,7 @@ impl Fold {
                 tool_call_id,
                 name,
                 content,
+                ..
             } => {
                 let ok = serde_json::from_str::<Value>(content)
                     .map_or(true, |v| v.get("success") != Some(&Value::Bool(false)));
@@ -326,19 +328,15 @@ pub(super) fn foreign_message_round(m: &BusMessage) -> Vec<Message> {
         args["quickReplies"] = json!(m.quick_replies);
     }
     vec![
-        Message::Assistant {
-            content: String::new(),
-            tool_calls: vec![ToolCall {
-                id: call_id.clone(),
-                name: "send_message".into(),
-                arguments: args,
-            }],
-        },
-        Message::Tool {
-            tool_call_id: call_id,
-            name: "send_message".into(),
-            content: json!({"success": true, "deliveredFrom": m.from}).to_string(),
-        },
+        Message::assistant_with_tool_calls(
+            "",
+            vec![ToolCall::new(call_id.clone(), "send_message", args)],
+        ),
+        Message::tool(
+            call_id,
+            "send_message",
+            json!({"success": true, "deliveredFrom": m.from}).to_string(),
+        ),
     ]
 }
 

@@ -12,11 +12,13 @@ fn ask(call: &str, text: &str, replies: &[&str]) -> [Message; 2] {
                 name: "send_message".into(),
                 arguments: json!({"recipient": "user", "text": text, "quickReplies": replies}),
             }],
+            parts: Vec::new(),
         },
         Message::Tool {
             tool_call_id: call.into(),
             name: "send_message".into(),
             content: r#"{"success":true}"#.into(),
+            parts: Vec::new(),
         },
     ]
 }

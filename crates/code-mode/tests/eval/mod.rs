@@ -247,7 +247,12 @@ impl ToolProvider for PlainBridge {
             .filter(|s| *s.name != *DESCRIBE_TOOL && *s.name != *SEARCH_TOOL)
             .collect()
     }
-    async fn call(&self, name: &str, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+    async fn call(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<toolwright_core::ToolOutput, ToolError> {
         ToolProvider::call(&self.0, name, args, ctx).await
     }
     fn timeout(&self, name: &str) -> Option<Duration> {

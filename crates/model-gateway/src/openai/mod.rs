@@ -19,13 +19,14 @@ use serde_json::Value;
 
 pub use embed::OpenAiEmbedder;
 pub use retry::RetryPolicy;
+pub(crate) use retry::retry_after;
 
 use crate::default_finish;
 use crate::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError,
     ModelInfo, Usage,
 };
-use toolwright_core::ToolCallAssembler;
+use toolwright_core::{Part, Reasoning, ReasoningKind, ToolCallAssembler};
 
 /// Configuration of an OpenAI-compatible endpoint.
 ///
@@ -62,6 +63,11 @@ pub struct OpenAiConfig {
     pub retry: RetryPolicy,
     /// Ask for usage in streamed responses (`stream_options.include_usage`).
     pub stream_usage: bool,
+    /// Send the model's reasoning (`reasoning_content`) back with its assistant messages of
+    /// the turn in flight, as DeepSeek's thinking mode asks during tool calls (default
+    /// true). Earlier turns' reasoning is never sent; turn off for a server that rejects
+    /// the field.
+    pub replay_reasoning: bool,
 }
 
 impl std::fmt::Debug for OpenAiConfig {
@@ -78,6 +84,8 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("deadline", &self.deadline)
             .field("function_calling", &self.function_calling)
             .field("retry", &self.retry)
+            .field("stream_usage", &self.stream_usage)
+            .field("replay_reasoning", &self.replay_reasoning)
             .finish()
     }
 }
@@ -124,6 +132,7 @@ impl OpenAiConfig {
             function_calling: true,
             retry: RetryPolicy::default(),
             stream_usage: true,
+            replay_reasoning: true,
         }
     }
 
@@ -209,6 +218,11 @@ impl OpenAiConfig {
     /// `stream_options`.
     pub fn with_stream_usage(mut self, on: bool) -> Self {
         self.stream_usage = on;
+        self
+    }
+    /// Send (or not) the turn's reasoning back ([`OpenAiConfig::replay_reasoning`]).
+    pub fn with_replay_reasoning(mut self, on: bool) -> Self {
+        self.replay_reasoning = on;
         self
     }
 }
@@ -340,7 +354,13 @@ impl ChatModel for OpenAiModel {
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
-        let body = wire::request_body(&request, &self.config.model, false, false);
+        let body = wire::request_body(
+            &request,
+            &self.config.model,
+            false,
+            false,
+            self.config.replay_reasoning,
+        )?;
         let chat = self.client.chat();
         let value =
             tokio::time::timeout(self.config.deadline, chat.create_byot::<Value, Value>(body))
@@ -351,7 +371,13 @@ impl ChatModel for OpenAiModel {
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
-        let body = wire::request_body(&request, &self.config.model, true, self.config.stream_usage);
+        let body = wire::request_body(
+            &request,
+            &self.config.model,
+            true,
+            self.config.stream_usage,
+            self.config.replay_reasoning,
+        )?;
         let chat = self.client.chat();
         let call = chat.create_stream_byot::<Value, Value>(body);
         let inner = tokio::time::timeout(self.config.deadline, call)
@@ -364,6 +390,7 @@ impl ChatModel for OpenAiModel {
             pending: VecDeque::new(),
             assembler: ToolCallAssembler::new(),
             text: String::new(),
+            reasoning: String::new(),
             finish: None,
             usage: None,
             done: false,
@@ -378,6 +405,7 @@ struct StreamState {
     pending: VecDeque<Result<ChatEvent, ModelError>>,
     assembler: ToolCallAssembler,
     text: String,
+    reasoning: String,
     finish: Option<FinishReason>,
     usage: Option<Usage>,
     done: bool,
@@ -444,6 +472,13 @@ impl StreamState {
         };
         let delta = choice.get("delta").or_else(|| choice.get("message"));
         if let Some(delta) = delta {
+            if let Some(t) = wire::reasoning_text(delta)
+                && !t.is_empty()
+            {
+                self.reasoning.push_str(t);
+                self.pending
+                    .push_back(Ok(ChatEvent::ReasoningDelta(t.to_owned())));
+            }
             if let Some(t) = delta.get("content").and_then(Value::as_str)
                 && !t.is_empty()
             {
@@ -490,6 +525,15 @@ impl StreamState {
             }));
             return;
         };
+        if !self.reasoning.is_empty() {
+            let text = std::mem::take(&mut self.reasoning);
+            self.pending
+                .push_back(Ok(ChatEvent::Part(Part::Reasoning(Reasoning::new(
+                    wire::PROVIDER,
+                    ReasoningKind::Full,
+                    text,
+                )))));
+        }
         // A call with broken arguments is an event like the others (G5): the stream goes on.
         for call in assembler.finish() {
             self.pending.push_back(Ok(match call {

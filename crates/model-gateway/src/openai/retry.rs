@@ -179,7 +179,7 @@ where
                     }
                 };
                 let wait = match &result {
-                    Ok(r) if r.status().as_u16() == 429 || r.status().is_server_error() => {
+                    Ok(r) if crate::http::retryable(r.status().as_u16()) => {
                         retry_after(r.headers())
                     }
                     Ok(_) => return result,
@@ -187,28 +187,11 @@ where
                     Err(OpenAIError::InvalidArgument(m)) if m == ATTEMPT_TIMED_OUT => None,
                     Err(_) => return result,
                 };
-                if attempt >= policy.max_retries {
+                let Some(delay) =
+                    crate::http::next_delay(&policy, attempt, wait, start.elapsed(), deadline)
+                else {
                     return result;
-                }
-                let delay = match wait {
-                    Some(d) if d > policy.max_retry_after => {
-                        tracing::warn!(
-                            ?d,
-                            "server asked to retry after more than max_retry_after; giving up"
-                        );
-                        return result;
-                    }
-                    Some(d) => d,
-                    None => policy.backoff(attempt),
                 };
-                if start.elapsed() + delay >= deadline {
-                    tracing::warn!(
-                        ?delay,
-                        ?deadline,
-                        "the next retry would start past the call's deadline; giving up"
-                    );
-                    return result;
-                }
                 match &result {
                     Ok(r) => {
                         tracing::warn!(status = %r.status(), attempt = attempt + 1, ?delay, "retrying model request")

@@ -50,7 +50,10 @@ pub fn both_modes() -> [(&'static str, SandboxConfig); 2] {
 
 impl Env {
     pub async fn call(&self, name: &str, args: Value) -> Result<Value, toolwright_core::ToolError> {
-        self.provider.call(name, args, ToolContext::new("c1")).await
+        self.provider
+            .call(name, args, ToolContext::new("c1"))
+            .await
+            .map(|o| o.value)
     }
 
     /// The host is clean (within 10 s: a dropped call is cleaned up on a blocking thread) once

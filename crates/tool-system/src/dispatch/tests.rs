@@ -55,8 +55,14 @@ async fn t3_a_provider_is_listed_again_when_its_revision_moves() {
         fn list_revision(&self) -> Option<u64> {
             self.revision.as_ref().map(|r| r.load(Ordering::SeqCst))
         }
-        async fn call(&self, _: &str, _: Value, _: ToolContext) -> Result<Value, ToolError> {
-            Ok(json!("ran"))
+        async fn call(
+            &self,
+            _: &str,
+            _: Value,
+            _: ToolContext,
+        ) -> Result<toolwright_core::ToolOutput, ToolError> {
+            let result: Result<Value, ToolError> = async { Ok(json!("ran")) }.await;
+            result.map(toolwright_core::ToolOutput::from)
         }
     }
     let (revision, lists) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -126,12 +132,21 @@ async fn t4_a_provider_panicking_on_an_unlisted_name_is_contained() {
         async fn list(&self) -> Vec<ToolSpec> {
             vec![]
         }
-        async fn call(&self, _: &str, _: Value, _: ToolContext) -> Result<Value, ToolError> {
-            #[allow(clippy::panic)]
-            if true {
-                panic!("secret-path-7781");
+        async fn call(
+            &self,
+            _: &str,
+            _: Value,
+            _: ToolContext,
+        ) -> Result<toolwright_core::ToolOutput, ToolError> {
+            let result: Result<Value, ToolError> = async {
+                #[allow(clippy::panic)]
+                if true {
+                    panic!("secret-path-7781");
+                }
+                Ok(json!(1))
             }
-            Ok(json!(1))
+            .await;
+            result.map(toolwright_core::ToolOutput::from)
         }
     }
     let d = Dispatcher::new().with_provider(Arc::new(Broken));
@@ -154,14 +169,23 @@ async fn t3_unlisted_name_is_offered_to_providers_before_not_found() {
         async fn list(&self) -> Vec<ToolSpec> {
             vec![]
         }
-        async fn call(&self, name: &str, _: Value, _: ToolContext) -> Result<Value, ToolError> {
-            if name == "svc__search" {
-                Err(ToolError::unavailable(
-                    "The service svc is not running; try again later.",
-                ))
-            } else {
-                Err(ToolError::not_found(name))
+        async fn call(
+            &self,
+            name: &str,
+            _: Value,
+            _: ToolContext,
+        ) -> Result<toolwright_core::ToolOutput, ToolError> {
+            let result: Result<Value, ToolError> = async {
+                if name == "svc__search" {
+                    Err(ToolError::unavailable(
+                        "The service svc is not running; try again later.",
+                    ))
+                } else {
+                    Err(ToolError::not_found(name))
+                }
             }
+            .await;
+            result.map(toolwright_core::ToolOutput::from)
         }
     }
     let d = Dispatcher::new().with_provider(Arc::new(Stopped));
