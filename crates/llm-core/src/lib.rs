@@ -42,6 +42,7 @@ mod content;
 mod embed;
 mod error;
 mod model;
+mod pricing;
 mod schema;
 pub mod telemetry;
 mod tokens;
@@ -58,6 +59,7 @@ pub use content::{
 pub use embed::{EmbedKind, Embedder};
 pub use error::ModelError;
 pub use model::{ChatModel, ChatStream, ModelInfo, collect_stream, response_stream};
+pub use pricing::{Price, PriceError, PriceTable};
 pub use schema::{MAX_TOOL_NAME, is_valid_tool_name, normalize_schema};
 pub use tokens::{
     EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TokenCounter,

@@ -285,7 +285,11 @@ async fn two_sessions_at_once(
         ToolProvider::call(b, tool, json!({}), ctx("s2")),
     );
     let asked = person.asked.lock().unwrap().clone();
-    (answered(&one.unwrap().value), answered(&two.unwrap().value), asked)
+    (
+        answered(&one.unwrap().value),
+        answered(&two.unwrap().value),
+        asked,
+    )
 }
 
 /// two sessions call one service at once and the server asks each the 2026-07-28

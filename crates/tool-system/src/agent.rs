@@ -312,6 +312,12 @@ impl AgentBuilder {
         self.options.principal = principal.into();
         self
     }
+    /// Count each run's cost ([`LoopOutput::cost`](crate::LoopOutput::cost)) at these prices
+    /// instead of the built-in table's ([`toolwright_core::PriceTable::builtin`]).
+    pub fn prices(mut self, prices: toolwright_core::PriceTable) -> Self {
+        self.options.prices = Some(std::sync::Arc::new(prices));
+        self
+    }
     /// The agent, or the first tool registration error.
     pub fn build(self) -> Result<Agent, RegistryError> {
         if let Some(e) = self.error {

@@ -74,6 +74,10 @@ pub struct LoopOutput {
     pub pending_approval: Option<PendingApproval>,
     /// Tokens of the run's model calls, added up; `None` when the model reported none.
     pub usage: Option<Usage>,
+    /// What those tokens cost in US dollars, at the agent's prices
+    /// ([`AgentBuilder::prices`](crate::AgentBuilder::prices), else the built-in table);
+    /// `None` when there was no usage or the table has no price for the model.
+    pub cost: Option<f64>,
     /// Wall-clock time of the run, from the call to the answer (or to the held calls).
     pub elapsed: std::time::Duration,
 }

@@ -35,6 +35,8 @@ pub(crate) struct Ran {
     pub(crate) is_error: bool,
     /// The turn's answer the tool gave ([`toolwright_core::Tool::final_answer`]).
     pub(crate) answer: Option<String>,
+    /// Media the tool returned after its text.
+    pub(crate) parts: Vec<toolwright_core::Part>,
 }
 
 impl Ran {
@@ -44,6 +46,7 @@ impl Ran {
             content,
             is_error: true,
             answer: None,
+            parts: Vec::new(),
         }
     }
 }
@@ -133,6 +136,7 @@ async fn run_call(run: &Run<'_>, c: &PendingCall, plan: &CallPlan) -> Option<Ran
                 content: previous.clone(),
                 is_error: false,
                 answer: None,
+                parts: Vec::new(),
             }
         }
         CallPlan::Reject(msg) => Ran::error(ToolError::invalid_arguments(msg.clone())),
@@ -148,6 +152,7 @@ async fn run_call(run: &Run<'_>, c: &PendingCall, plan: &CallPlan) -> Option<Ran
                 is_error: !out.is_ok(),
                 content: out.content,
                 answer: out.answer,
+                parts: out.parts,
             }
         }
     })

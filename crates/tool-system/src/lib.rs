@@ -123,8 +123,8 @@ pub use typed::{FnTool, to_openai_tool};
 pub mod protocol {
     pub use crate::prompt::json_decision_prompt;
     pub use crate::protocols::{
-        CallProtocol, JsonDecisionProtocol, NativeProtocol, PendingCall, Reading, ResponseReader,
-        Step,
+        CallProtocol, CallResult, JsonDecisionProtocol, NativeProtocol, PendingCall, Reading,
+        ResponseReader, Step,
     };
 }
 

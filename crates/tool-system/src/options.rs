@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwright_core::TokenCounter;
+use toolwright_core::{TokenCounter, PriceTable};
 
 use crate::approval::{ApprovalKey, ApprovalPolicy};
 use crate::machine::DEFAULT_MAX_ITERATIONS;
@@ -55,6 +55,8 @@ pub(crate) struct LoopOptions {
     ///
     /// [`ApprovalError::OtherPrincipal`]: crate::ApprovalError::OtherPrincipal
     pub principal: String,
+    /// The prices a run's cost is counted at (default: [`PriceTable::builtin`]).
+    pub prices: Option<Arc<PriceTable>>,
 }
 
 impl Default for LoopOptions {
@@ -73,6 +75,7 @@ impl Default for LoopOptions {
             approval_key: None,
             approval_lease: DEFAULT_APPROVAL_LEASE,
             principal: String::new(),
+            prices: None,
         }
     }
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use toolwright_core::{InvalidToolCall, Message, ToolCall, ToolSpec};
+use toolwright_core::{InvalidToolCall, Message, Part, ToolCall, ToolSpec};
 use toolwright_output_control::{
     DecisionError, JsonError, StreamParser, TagEvent, TagOptions, ToolAction, ToolDecision,
     parse_tool_decision,
@@ -143,6 +143,8 @@ pub struct Reading {
     pub correction: Option<String>,
     /// The calls came from the response's native `tool_calls`.
     pub native: bool,
+    /// The response's reasoning and other parts, kept with the assistant message it records.
+    pub parts: Vec<Part>,
 }
 
 impl Reading {
@@ -187,25 +189,65 @@ pub trait CallProtocol: Send + Sync {
     fn round_messages(
         &self,
         reading: &Reading,
-        results: Vec<(PendingCall, String)>,
+        results: Vec<(PendingCall, CallResult)>,
     ) -> Vec<Message> {
         tool_message_round(reading, results)
     }
 }
 
+/// What a call gave the model: its text, and the images or files after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallResult {
+    /// The result text (capped).
+    pub content: String,
+    /// Media the tool returned ([`toolwright_core::ToolOutput::parts`]).
+    pub parts: Vec<Part>,
+}
+
+impl CallResult {
+    /// A result with text and parts.
+    pub fn new(content: impl Into<String>, parts: Vec<Part>) -> Self {
+        Self {
+            content: content.into(),
+            parts,
+        }
+    }
+}
+
+impl From<String> for CallResult {
+    fn from(content: String) -> Self {
+        Self::new(content, Vec::new())
+    }
+}
+
 /// The native/tag round: an assistant message with the calls, then one tool message per call.
-pub fn tool_message_round(reading: &Reading, results: Vec<(PendingCall, String)>) -> Vec<Message> {
+pub fn tool_message_round(
+    reading: &Reading,
+    results: Vec<(PendingCall, CallResult)>,
+) -> Vec<Message> {
     let mut out = Vec::with_capacity(results.len() + 1);
-    out.push(Message::assistant(reading.content.clone()));
+    out.push(assistant_message(reading));
     let mut calls = Vec::with_capacity(results.len());
-    for (call, content) in results {
-        out.push(Message::tool(call.id.clone(), call.name.clone(), content));
+    for (call, result) in results {
+        out.push(Message::tool_with_parts(
+            call.id.clone(),
+            call.name.clone(),
+            result.content,
+            result.parts,
+        ));
         calls.push(ToolCall::new(call.id, call.name, call.arguments));
     }
     if let Some(Message::Assistant { tool_calls, .. }) = out.first_mut() {
         *tool_calls = calls;
     }
     out
+}
+
+/// The assistant message of a response: its text and its parts (reasoning kept for the
+/// provider that made it).
+fn assistant_message(reading: &Reading) -> Message {
+    Message::assistant(reading.content.clone()).with_parts(reading.parts.clone())
 }
 
 /// Native function calling (T5).
@@ -229,6 +271,7 @@ impl ResponseReader for PassThrough {
                 vec![Step::Calls(native)]
             },
             correction: None,
+            parts: Vec::new(),
         }
     }
 }
@@ -277,6 +320,7 @@ impl ResponseReader for JsonReader {
                 content,
                 correction: None,
                 native: false,
+                parts: Vec::new(),
             },
             Ok(ToolDecision::Reply { text }) => Reading {
                 steps: vec![Step::Text(text.clone())],
@@ -284,6 +328,7 @@ impl ResponseReader for JsonReader {
                 content,
                 correction: None,
                 native: false,
+                parts: Vec::new(),
             },
             // Plain prose: the model answered the user directly (T9: not an error).
             Err(DecisionError::Json(JsonError::NotFound)) | Ok(_) => Reading {
@@ -292,6 +337,7 @@ impl ResponseReader for JsonReader {
                 content,
                 correction: None,
                 native: false,
+                parts: Vec::new(),
             },
             Err(e) => Reading {
                 steps: vec![Step::Text(content.clone())],
@@ -299,6 +345,7 @@ impl ResponseReader for JsonReader {
                 content,
                 correction: Some(e.for_model()),
                 native: false,
+                parts: Vec::new(),
             },
         }
     }
@@ -329,17 +376,18 @@ impl CallProtocol for JsonDecisionProtocol {
     fn round_messages(
         &self,
         reading: &Reading,
-        results: Vec<(PendingCall, String)>,
+        results: Vec<(PendingCall, CallResult)>,
     ) -> Vec<Message> {
         if reading.native {
             return tool_message_round(reading, results);
         }
-        let mut out = vec![Message::assistant(reading.content.clone())];
-        for (call, content) in results {
-            out.push(Message::user(format!(
-                "[Tool result for {}]\n{}",
-                call.name, content
-            )));
+        let mut out = vec![assistant_message(reading)];
+        for (call, result) in results {
+            // A prompt protocol gives results as the person's turn: media ride along there.
+            out.push(Message::user_with_parts(
+                format!("[Tool result for {}]\n{}", call.name, result.content),
+                result.parts,
+            ));
         }
         out
     }
@@ -441,6 +489,7 @@ impl ResponseReader for TagReader {
                 steps,
                 correction: None,
                 native: true,
+                parts: Vec::new(),
             };
         }
         steps.splice(0..0, std::mem::take(&mut self.steps));
@@ -451,6 +500,7 @@ impl ResponseReader for TagReader {
             steps,
             correction: None,
             native: false,
+            parts: Vec::new(),
         }
     }
 }
@@ -632,7 +682,7 @@ mod tests {
             vec![],
         );
         let call = r.calls().next().cloned().unwrap();
-        let msgs = p.round_messages(&r, vec![(call, r#"{"temp":22}"#.into())]);
+        let msgs = p.round_messages(&r, vec![(call, String::from(r#"{"temp":22}"#).into())]);
         assert_eq!(
             msgs[1],
             Message::user("[Tool result for get_weather]\n{\"temp\":22}")

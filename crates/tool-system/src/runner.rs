@@ -12,7 +12,7 @@ use futures::{Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use toolwright_context_engine::{ContextBuilder, History, SessionStore};
-use toolwright_core::TokenCounter;
+use toolwright_core::{PriceTable, TokenCounter};
 use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatStream, Message, ModelError, ModelInfo, ToolError,
     TurnInfo, Usage,
@@ -165,6 +165,7 @@ async fn resume(run: Run<'_>, decisions: &[ApprovalDecision]) -> Result<LoopOutp
                 new_messages: Vec::new(),
                 pending_approval: Some(view),
                 usage: None,
+                cost: None,
                 elapsed: std::time::Duration::ZERO,
             })
         }
@@ -250,6 +251,9 @@ struct Tally {
     protocol: &'static str,
     stored_before: usize,
     usage: Option<Usage>,
+    /// The model's name, for its price.
+    model: String,
+    prices: Option<Arc<PriceTable>>,
 }
 
 impl Tally {
@@ -269,6 +273,10 @@ impl Tally {
             new_messages: tail(history, self.stored_before),
             pending_approval,
             usage: self.usage,
+            cost: self.usage.and_then(|u| {
+                let table = self.prices.as_deref().unwrap_or(PriceTable::builtin());
+                table.cost(&self.model, &u)
+            }),
             elapsed: self.started.elapsed(),
         }
     }
@@ -308,6 +316,8 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         protocol: protocol.name(),
         stored_before: history.len(),
         usage: None,
+        model: info.model.clone(),
+        prices: run.options.prices.clone(),
     };
     let mut machine =
         LoopMachine::new(run.options.max_iterations).with_corrections(run.options.corrections);
@@ -555,7 +565,7 @@ async fn limit_round(
                         "Not run: the limit of {} tool rounds for this request was reached",
                         machine.max_iterations()
                     ));
-                    results.push((c.clone(), e.to_model_json().to_string()));
+                    results.push((c.clone(), e.to_model_json().to_string().into()));
                 }
             }
         }
@@ -611,8 +621,15 @@ async fn run_steps(
         for (plan, ran) in outcomes {
             let state = match ran {
                 Some(Ran {
-                    content, is_error, ..
-                }) => CallState::Done { content, is_error },
+                    content,
+                    is_error,
+                    parts,
+                    ..
+                }) => CallState::Done {
+                    content,
+                    is_error,
+                    parts,
+                },
                 None if plan == Some(CallPlan::Hold) => CallState::Held { maybe_ran: false },
                 None => CallState::Waiting,
             };
@@ -655,7 +672,7 @@ async fn resume_round(
             .collect();
         let outcomes = run_step(run, protocol, machine, &calls, planned).await?;
         for ((s, c), (_, ran)) in stored.iter().zip(calls).zip(outcomes) {
-            results.push((c, approval::content(&s.state, ran.map(|r| r.content))));
+            results.push((c, approval::content(&s.state, ran)));
         }
     }
     let round = protocol.round_messages(&claimed.reading(), results);
@@ -692,6 +709,7 @@ async fn read_response(
 ) -> Result<Reading, LoopError> {
     let mut text = String::new();
     let mut calls: Vec<PendingCall> = Vec::new();
+    let mut parts = Vec::new();
     while let Some(ev) = stream.next().await {
         match ev? {
             ChatEvent::TextDelta(t) => {
@@ -712,9 +730,12 @@ async fn read_response(
                     "model sent tool arguments that are not valid JSON");
                 calls.push(PendingCall::invalid(&bad));
             }
+            ChatEvent::Part(p) => parts.push(p),
             ChatEvent::Finish { usage: u, .. } => {
                 *usage = u;
-                return Ok(reader.finish(calls, text));
+                let mut reading = reader.finish(calls, text);
+                reading.parts = parts;
+                return Ok(reading);
             }
             _ => {}
         }
@@ -729,10 +750,7 @@ async fn read_response(
 /// Adds one model call's usage to the run's.
 fn add_usage(total: &mut Option<Usage>, call: Option<Usage>) {
     if let Some(c) = call {
-        let t = total.get_or_insert_with(Usage::default);
-        t.prompt_tokens = t.prompt_tokens.saturating_add(c.prompt_tokens);
-        t.completion_tokens = t.completion_tokens.saturating_add(c.completion_tokens);
-        t.total_tokens = t.total_tokens.saturating_add(c.total_tokens);
+        *total.get_or_insert_with(Usage::default) += c;
     }
 }
 

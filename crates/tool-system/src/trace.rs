@@ -78,6 +78,9 @@ pub(crate) fn run_span(session_id: &str) -> Span {
         "gen_ai.conversation.id" = session_id,
         "gen_ai.usage.input_tokens" = Empty,
         "gen_ai.usage.output_tokens" = Empty,
+        "gen_ai.usage.cache_read.input_tokens" = Empty,
+        "gen_ai.usage.cache_creation.input_tokens" = Empty,
+        "gen_ai.usage.reasoning.output_tokens" = Empty,
         "error.type" = Empty,
         "otel.status_code" = Empty,
     )
@@ -118,6 +121,9 @@ pub(crate) fn chat_span(run: &Span, info: &ModelInfo, request: &ChatRequest) -> 
                 "gen_ai.request.model" = info.model.as_str(),
                 "gen_ai.usage.input_tokens" = Empty,
                 "gen_ai.usage.output_tokens" = Empty,
+                "gen_ai.usage.cache_read.input_tokens" = Empty,
+                "gen_ai.usage.cache_creation.input_tokens" = Empty,
+                "gen_ai.usage.reasoning.output_tokens" = Empty,
                 "gen_ai.response.finish_reasons" = Empty,
                 "gen_ai.input.messages" = Empty,
                 "gen_ai.output.messages" = Empty,
@@ -227,6 +233,17 @@ fn record_usage(span: &Span, usage: Option<Usage>) {
         // As i64: OpenTelemetry has no unsigned integers (a u64 would arrive as a string).
         span.record("gen_ai.usage.input_tokens", i64::from(u.prompt_tokens));
         span.record("gen_ai.usage.output_tokens", i64::from(u.completion_tokens));
+        // The cache and reasoning counts (OpenTelemetry's GenAI conventions' cache and
+        // reasoning token attributes), when the provider reported any.
+        for (name, n) in [
+            ("gen_ai.usage.cache_read.input_tokens", u.cache_read_tokens),
+            ("gen_ai.usage.cache_creation.input_tokens", u.cache_write_tokens),
+            ("gen_ai.usage.reasoning.output_tokens", u.reasoning_tokens),
+        ] {
+            if n > 0 {
+                span.record(name, i64::from(n));
+            }
+        }
     }
 }
 

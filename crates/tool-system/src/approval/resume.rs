@@ -18,7 +18,8 @@ use super::stored::{
 };
 use super::token::{ApprovalKey, Verdict, key_or_process, nonce, unhex};
 use crate::machine::{CallFacts, CallPlan, LoopMachine, Planned};
-use crate::protocols::{PendingCall, Reading};
+use crate::execute::Ran;
+use crate::protocols::{CallResult, PendingCall, Reading};
 
 /// Longest reason of a rejection passed on to the model, in characters.
 const MAX_REASON_CHARS: usize = 500;
@@ -247,11 +248,13 @@ pub(crate) fn plan<'a>(
 
 /// The result a claimed call is recorded with: the one it had, else what its run gave
 /// (`ran`), else — a plan that did not run, never reached — an error result (fail closed).
-pub(crate) fn content(state: &CallState, ran: Option<String>) -> String {
+pub(crate) fn content(state: &CallState, ran: Option<Ran>) -> CallResult {
     match (state, ran) {
-        (CallState::Done { content, .. }, _) => content.clone(),
-        (_, Some(content)) => content,
-        _ => model_error("Not run."),
+        (CallState::Done { content, parts, .. }, _) => {
+            CallResult::new(content.clone(), parts.clone())
+        }
+        (_, Some(ran)) => CallResult::new(ran.content, ran.parts),
+        _ => model_error("Not run.").into(),
     }
 }
 
@@ -360,6 +363,7 @@ mod tests {
         let done = CallState::Done {
             content: "earlier".into(),
             is_error: false,
+            parts: Vec::new(),
         };
         let rejected = CallState::Rejected {
             reason: Some("not that file".into()),
@@ -377,10 +381,16 @@ mod tests {
             assert_eq!(p.plan, want_plan, "{state:?}");
             assert_eq!(p.announce, want_announce, "{state:?}");
             assert!(!p.facts.needs_approval && !p.facts.after_held, "{state:?}");
-            assert_eq!(content(state, None), unran, "{state:?}");
-            let ran = content(state, Some("ran".into()));
+            assert_eq!(content(state, None).content, unran, "{state:?}");
+            let ran = Ran {
+                content: "ran".into(),
+                is_error: false,
+                answer: None,
+                parts: Vec::new(),
+            };
+            let ran = content(state, Some(ran));
             let want = if *state == done { "earlier" } else { "ran" };
-            assert_eq!(ran, want, "{state:?}");
+            assert_eq!(ran.content, want, "{state:?}");
         }
     }
 

@@ -6,13 +6,15 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolwright_context_engine::{SessionStore, StateChange, StoreError};
-use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, Message, ToolError, cap_result};
+use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, Message, Part, ToolError, cap_result};
 
 use super::error::{ApprovalError, Failed};
 use super::pending::{HeldCall, PendingApproval};
 use super::token::{ApprovalKey, Binding, key_or_process, nonce};
 use crate::machine::{CallPlan, LoopMachine};
-use crate::protocols::{CallProtocol, PendingCall, Reading, Step, tool_message_round};
+use crate::protocols::{
+    CallProtocol, CallResult, PendingCall, Reading, Step, tool_message_round,
+};
 
 /// The session state slot ([`toolwright_context_engine::SessionStore::get_state`]) that keeps a
 /// session's pending approval.
@@ -38,6 +40,10 @@ pub(super) struct Stored {
     /// What the person saw of the response (see [`shown_text`]).
     pub(super) text: String,
     pub(super) native: bool,
+    /// The response's reasoning and other parts: a held round resumed on another worker
+    /// replays them to the provider that made them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) parts: Vec<Part>,
     pub(super) steps: Vec<StoredStep>,
     /// While `running`: until when (Unix ms) the claiming request may take; past it the round
     /// is asked again.
@@ -89,7 +95,13 @@ pub(super) struct Decided {
 #[serde(tag = "is", rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum CallState {
     /// It has its result (it ran, or was answered without running).
-    Done { content: String, is_error: bool },
+    Done {
+        content: String,
+        is_error: bool,
+        /// Media the tool returned (kept so a resumed round gives the model what it gave).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        parts: Vec<Part>,
+    },
     /// Waiting for a person. `maybe_ran`: it was approved before, and the run that claimed it
     /// stopped while it ran (its lease ran out), so it may have taken effect.
     Held {
@@ -163,6 +175,7 @@ impl Stored {
             answer: self.answer.clone(),
             correction: None,
             native: self.native,
+            parts: self.parts.clone(),
             steps: self
                 .steps
                 .iter()
@@ -244,7 +257,7 @@ pub(super) fn model_error(text: &str) -> String {
 pub(crate) type RoundSlots = Vec<(PendingCall, CallState)>;
 
 /// The round's results in call order when every call has one; else the slots back.
-pub(crate) fn all_done(slots: RoundSlots) -> Result<Vec<(PendingCall, String)>, RoundSlots> {
+pub(crate) fn all_done(slots: RoundSlots) -> Result<Vec<(PendingCall, CallResult)>, RoundSlots> {
     if !slots
         .iter()
         .all(|(_, s)| matches!(s, CallState::Done { .. }))
@@ -254,7 +267,7 @@ pub(crate) fn all_done(slots: RoundSlots) -> Result<Vec<(PendingCall, String)>, 
     Ok(slots
         .into_iter()
         .filter_map(|(c, s)| match s {
-            CallState::Done { content, .. } => Some((c, content)),
+            CallState::Done { content, parts, .. } => Some((c, CallResult::new(content, parts))),
             _ => None,
         })
         .collect())
@@ -326,6 +339,7 @@ pub(crate) async fn hold(
         answer: reading.answer.clone(),
         text: shown_text(protocol, reading),
         native: reading.native,
+        parts: reading.parts.clone(),
         steps,
         lease_until_ms: None,
     };
@@ -370,11 +384,13 @@ pub(crate) async fn hold(
             let results = stored
                 .calls()
                 .map(|c| {
-                    let content = match &c.state {
-                        CallState::Done { content, .. } => content.clone(),
-                        _ => model_error(text),
+                    let result = match &c.state {
+                        CallState::Done { content, parts, .. } => {
+                            CallResult::new(content.clone(), parts.clone())
+                        }
+                        _ => model_error(text).into(),
                     };
-                    (c.pending(), content)
+                    (c.pending(), result)
                 })
                 .collect::<Vec<_>>();
             Ok(Held::Unsupported(
@@ -443,12 +459,12 @@ fn closing_round(
     machine: &LoopMachine,
 ) -> Vec<Message> {
     let running = stored.status == Status::Running;
-    let results: Vec<(PendingCall, String)> = stored
+    let results: Vec<(PendingCall, CallResult)> = stored
         .calls()
         .map(|c| {
             let plan = match &c.state {
-                CallState::Done { content, .. } => {
-                    return (c.pending(), content.clone());
+                CallState::Done { content, parts, .. } => {
+                    return (c.pending(), CallResult::new(content.clone(), parts.clone()));
                 }
                 CallState::Rejected { reason } => machine.plan_decided(false, reason.as_deref()),
                 CallState::Approved | CallState::Waiting => machine.plan_abandoned(running),
@@ -458,7 +474,7 @@ fn closing_round(
                 CallPlan::Decline(t) => t,
                 _ => String::new(),
             };
-            (c.pending(), model_error(&text))
+            (c.pending(), model_error(&text).into())
         })
         .collect();
     tracing::warn!(
@@ -501,6 +517,7 @@ mod tests {
             content: String::new(),
             answer: String::new(),
             text: String::new(),
+            parts: Vec::new(),
             lease_until_ms: None,
             native: true,
             steps: vec![StoredStep::Calls {
