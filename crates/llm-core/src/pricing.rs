@@ -104,7 +104,9 @@ impl PriceTable {
         for (name, p) in &table.models {
             let all = [Some(p.input), p.cached_input, p.cache_write, Some(p.output)];
             if all.into_iter().flatten().any(|v| !v.is_finite() || v < 0.0) {
-                return Err(PriceError(format!("{name}: a price is negative or not a number")));
+                return Err(PriceError(format!(
+                    "{name}: a price is negative or not a number"
+                )));
             }
         }
         Ok(table)

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwright_core::{TokenCounter, PriceTable};
+use toolwright_core::{PriceTable, TokenCounter};
 
 use crate::approval::{ApprovalKey, ApprovalPolicy};
 use crate::machine::DEFAULT_MAX_ITERATIONS;

@@ -53,7 +53,7 @@ struct Entry {
 /// assert_eq!(registry.openai_tools()[0]["function"]["name"], "get_weather");
 /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
 /// let out = rt.block_on(registry.execute("get_weather", json!({"city": "Beijing"}), ToolContext::new("c1")));
-/// assert_eq!(out.unwrap()["temp"], 22);
+/// assert_eq!(out.unwrap().value["temp"], 22);
 /// # Ok::<(), toolwright_tool_system::RegistryError>(())
 /// ```
 #[derive(Default)]

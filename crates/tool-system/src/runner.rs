@@ -11,12 +11,12 @@ use std::time::Instant;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
-use toolwright_context_engine::{ContextBuilder, History, SessionStore};
-use toolwright_core::{PriceTable, TokenCounter};
+use toolwright_context_engine::{BuiltContext, ContextBuilder, History, SessionStore};
 use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatStream, Message, ModelError, ModelInfo, ToolError,
     TurnInfo, Usage,
 };
+use toolwright_core::{PriceTable, TokenCounter};
 use tracing::Span;
 
 use crate::approval::{
@@ -30,7 +30,7 @@ use crate::execute::{Ran, Run, run_step};
 use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
 pub(crate) use crate::options::LoopOptions;
 use crate::protocols::{
-    CallProtocol, PendingCall, Reading, ResponseReader, Step, resolve_protocol,
+    CallProtocol, CallResult, PendingCall, Reading, ResponseReader, Step, resolve_protocol,
 };
 
 /// Runs one turn of the loop for `user_text` (what [`crate::Agent::run`] does).
@@ -365,7 +365,12 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
             }
         }
         let built = builder.build(&history)?;
-        let mut request = ChatRequest::new(built.messages);
+        let stable = stable_prefix(&built, tally.stored_before);
+        let mut request =
+            ChatRequest::new(built.messages).with_cache_key(cache_key(run.session_id));
+        if let Some(n) = stable {
+            request = request.with_stable_prefix(n);
+        }
         if protocol.binds_tools() {
             request = request.with_tools(tools.clone());
         }
@@ -672,6 +677,7 @@ async fn resume_round(
             .collect();
         let outcomes = run_step(run, protocol, machine, &calls, planned).await?;
         for ((s, c), (_, ran)) in stored.iter().zip(calls).zip(outcomes) {
+            let ran = ran.map(|r| CallResult::new(r.content, r.parts));
             results.push((c, approval::content(&s.state, ran)));
         }
     }
@@ -745,6 +751,28 @@ async fn read_response(
         partial_text: text,
     }
     .into())
+}
+
+/// How many leading messages of a request the next turn's requests repeat: the system message
+/// and the rounds before this run. `None` when the budget left some history out (the kept part
+/// shifts as the conversation grows, so no prefix is stable).
+fn stable_prefix(built: &BuiltContext, run_starts: usize) -> Option<usize> {
+    if !built.dropped.is_empty() {
+        return None;
+    }
+    let system = built.messages.len() - built.kept.len();
+    Some(system + built.kept.iter().take_while(|&&i| i < run_starts).count())
+}
+
+/// The key grouping a session's requests in a provider's prompt cache: a hash of the session
+/// id (FNV-1a, stable across processes and versions), so the id itself never leaves.
+fn cache_key(session_id: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in session_id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("tw-{h:016x}")
 }
 
 /// Adds one model call's usage to the run's.

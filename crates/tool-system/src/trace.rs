@@ -237,7 +237,10 @@ fn record_usage(span: &Span, usage: Option<Usage>) {
         // reasoning token attributes), when the provider reported any.
         for (name, n) in [
             ("gen_ai.usage.cache_read.input_tokens", u.cache_read_tokens),
-            ("gen_ai.usage.cache_creation.input_tokens", u.cache_write_tokens),
+            (
+                "gen_ai.usage.cache_creation.input_tokens",
+                u.cache_write_tokens,
+            ),
             ("gen_ai.usage.reasoning.output_tokens", u.reasoning_tokens),
         ] {
             if n > 0 {

@@ -47,7 +47,7 @@ type Handler = Arc<dyn Fn(Value, ToolContext) -> BoxFut + Send + Sync>;
 /// assert!(spec.parameters.get("$schema").is_none());
 /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
 /// let out = rt.block_on(weather.call(serde_json::json!({"city": "Beijing"}), ToolContext::new("c1")));
-/// assert_eq!(out.unwrap()["temp"], 22);
+/// assert_eq!(out.unwrap().value["temp"], 22);
 /// ```
 #[derive(Clone)]
 pub struct FnTool {

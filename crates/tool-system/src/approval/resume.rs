@@ -18,7 +18,6 @@ use super::stored::{
 };
 use super::token::{ApprovalKey, Verdict, key_or_process, nonce, unhex};
 use crate::machine::{CallFacts, CallPlan, LoopMachine, Planned};
-use crate::execute::Ran;
 use crate::protocols::{CallResult, PendingCall, Reading};
 
 /// Longest reason of a rejection passed on to the model, in characters.
@@ -248,12 +247,12 @@ pub(crate) fn plan<'a>(
 
 /// The result a claimed call is recorded with: the one it had, else what its run gave
 /// (`ran`), else — a plan that did not run, never reached — an error result (fail closed).
-pub(crate) fn content(state: &CallState, ran: Option<Ran>) -> CallResult {
+pub(crate) fn content(state: &CallState, ran: Option<CallResult>) -> CallResult {
     match (state, ran) {
         (CallState::Done { content, parts, .. }, _) => {
             CallResult::new(content.clone(), parts.clone())
         }
-        (_, Some(ran)) => CallResult::new(ran.content, ran.parts),
+        (_, Some(ran)) => ran,
         _ => model_error("Not run.").into(),
     }
 }
@@ -382,13 +381,7 @@ mod tests {
             assert_eq!(p.announce, want_announce, "{state:?}");
             assert!(!p.facts.needs_approval && !p.facts.after_held, "{state:?}");
             assert_eq!(content(state, None).content, unran, "{state:?}");
-            let ran = Ran {
-                content: "ran".into(),
-                is_error: false,
-                answer: None,
-                parts: Vec::new(),
-            };
-            let ran = content(state, Some(ran));
+            let ran = content(state, Some(String::from("ran").into()));
             let want = if *state == done { "earlier" } else { "ran" };
             assert_eq!(ran.content, want, "{state:?}");
         }

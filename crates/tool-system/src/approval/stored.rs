@@ -12,9 +12,7 @@ use super::error::{ApprovalError, Failed};
 use super::pending::{HeldCall, PendingApproval};
 use super::token::{ApprovalKey, Binding, key_or_process, nonce};
 use crate::machine::{CallPlan, LoopMachine};
-use crate::protocols::{
-    CallProtocol, CallResult, PendingCall, Reading, Step, tool_message_round,
-};
+use crate::protocols::{CallProtocol, CallResult, PendingCall, Reading, Step, tool_message_round};
 
 /// The session state slot ([`toolwright_context_engine::SessionStore::get_state`]) that keeps a
 /// session's pending approval.
