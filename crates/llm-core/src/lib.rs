@@ -63,6 +63,7 @@ pub use pricing::{Price, PriceError, PriceTable};
 pub use schema::{MAX_TOOL_NAME, is_valid_tool_name, normalize_schema};
 pub use tokens::{
     EstimateCounter, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD, TokenCounter,
+    media_tokens,
 };
 pub use tool::{
     ApprovalGate, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolProvider, TurnInfo,

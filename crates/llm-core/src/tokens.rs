@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::Message;
+use crate::{Message, Part};
 
 /// Framing tokens of one chat message, as OpenAI documents for current models
 /// (`<|start|>{role}<|message|>…<|end|>`: 3 tokens plus the role's own token).
@@ -46,10 +46,19 @@ pub trait TokenCounter: Send + Sync {
     fn count_text(&self, text: &str) -> usize;
 
     /// Tokens one message costs in a request: framing ([`TOKENS_PER_MESSAGE`]), one token for
-    /// the role, the content, and for tool calls and tool results their ids, names and
-    /// arguments plus [`TOOL_CALL_OVERHEAD`] each.
+    /// the role, the content, its parts ([`media_tokens`] for media: what providers charge for
+    /// an image by its size, not its base64 length), and for tool calls and tool results their
+    /// ids, names and arguments plus [`TOOL_CALL_OVERHEAD`] each.
     fn count_message(&self, message: &Message) -> usize {
         let mut n = TOKENS_PER_MESSAGE + 1 + self.count_text(message.content());
+        for part in message.parts() {
+            n += match part {
+                Part::Text { text } => self.count_text(text),
+                Part::Reasoning(r) => self.count_text(&r.text),
+                Part::CacheBreakpoint(_) => 0,
+                Part::Image(_) | Part::Audio(_) | Part::File(_) => media_tokens(part),
+            };
+        }
         match message {
             Message::Assistant { tool_calls, .. } => {
                 for call in tool_calls {
@@ -67,6 +76,49 @@ pub trait TokenCounter: Send + Sync {
             _ => {}
         }
         n
+    }
+}
+
+/// What a provider charges for a piece of media, as their documentation counts it; an
+/// over-estimate where they differ, so a budget holds on every wire.
+///
+/// * Image: the larger of Anthropic's `width × height / 750` (after scaling the long edge to
+///   1568 px) and OpenAI's high-detail tiles (`85 + 170` per 512-px tile after scaling to fit
+///   2048 px, then the short side to 768 px). An image whose size cannot be read (a URL) counts
+///   as the most either charges for one image, 1,600 tokens.
+/// * Audio: 10 tokens a second (OpenAI's input audio), the seconds from the size of 16-bit
+///   16 kHz mono PCM.
+/// * A file: a quarter token a byte, as text of the same size would cost.
+///
+/// ```
+/// use toolwright_core::{media_tokens, Media, Part};
+/// let png = |w: u32, h: u32| { let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+///     b.extend(w.to_be_bytes()); b.extend(h.to_be_bytes()); b.extend([8, 6, 0, 0, 0]); b };
+/// let big = Part::Image(Media::image_bytes(&png(1024, 1024), "image/png").unwrap());
+/// assert_eq!(media_tokens(&big), 1399);
+/// let url = Part::Image(Media::url("image/png", "https://example.com/a.png"));
+/// assert_eq!(media_tokens(&url), 1600);
+/// ```
+pub fn media_tokens(part: &Part) -> usize {
+    const UNKNOWN_IMAGE: usize = 1600;
+    match part {
+        Part::Image(m) => match m.dimensions() {
+            Some((w, h)) if w > 0 && h > 0 => {
+                let (w, h) = (f64::from(w), f64::from(h));
+                let scale = (1568.0 / w.max(h)).min(1.0);
+                let anthropic = ((w * scale) * (h * scale) / 750.0).ceil();
+                let fit = (2048.0 / w.max(h)).min(1.0);
+                let (w2, h2) = (w * fit, h * fit);
+                let short = (768.0 / w2.min(h2)).min(1.0);
+                let tiles = ((w2 * short) / 512.0).ceil() * ((h2 * short) / 512.0).ceil();
+                let openai = 85.0 + 170.0 * tiles;
+                anthropic.max(openai) as usize
+            }
+            _ => UNKNOWN_IMAGE,
+        },
+        Part::Audio(m) => (m.size() / 32_000).max(1) * 10,
+        Part::File(m) => m.size() / 4,
+        Part::Text { .. } | Part::Reasoning(_) | Part::CacheBreakpoint(_) => 0,
     }
 }
 

@@ -176,3 +176,59 @@ async fn m4_server_everything_invalid_arguments_under_the_agent_carry_the_schema
     b.stop("everything").await.unwrap();
     assert_group_gone(pid).await;
 }
+
+/// server-everything's image tool through a real run: the image arrives as a PNG part of
+/// the tool's result and reaches the next Chat Completions request as an image, in the user
+/// message that follows the tool results and names the call (that wire's tool messages hold
+/// text only).
+#[tokio::test]
+async fn a_real_servers_image_reaches_the_model_as_an_image() {
+    let b = bridge().await;
+    let out = b
+        .call("everything__get-tiny-image", json!({}))
+        .await
+        .unwrap();
+    assert!(
+        out.value.as_str().unwrap().contains("Here's the image"),
+        "{:?}",
+        out.value
+    );
+    let [toolwright_core::Part::Image(image)] = out.parts.as_slice() else {
+        panic!("one image part: {:?}", out.parts)
+    };
+    assert_eq!(image.media_type, "image/png");
+    assert_eq!(image.dimensions(), Some((20, 20)));
+
+    let server = testkit::ScriptedServer::start().await;
+    server.push(testkit::Reply::tool_call(
+        "call_1",
+        "everything__get-tiny-image",
+        "{}",
+    ));
+    server.push(testkit::Reply::text("It is the MCP logo."));
+    let agent = common::agent_over_http(&server, &b);
+    agent
+        .run("s", "echo back the tiny image tool's picture")
+        .await
+        .unwrap();
+    let messages = server.requests()[1].body["messages"].clone();
+    let messages = messages.as_array().unwrap();
+    let tool_at = messages.iter().position(|m| m["role"] == "tool").unwrap();
+    let after = &messages[tool_at + 1];
+    assert_eq!(after["role"], "user", "{after}");
+    assert!(
+        after["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("`call_1`"),
+        "{after}"
+    );
+    let url = after["content"][1]["image_url"]["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("data:image/png;base64,iVBORw0KGgo"),
+        "{url}"
+    );
+    let pid = b.pid("everything").unwrap();
+    b.stop("everything").await.unwrap();
+    assert_group_gone(pid).await;
+}

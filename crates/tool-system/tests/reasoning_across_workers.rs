@@ -1,0 +1,110 @@
+//! A run held for approval keeps the model's reasoning: worker 1 holds the round in
+//! PostgreSQL, worker 2 (another store connection, another agent) resumes it, and the request
+//! it sends to the model carries the same reasoning, signature and encrypted content byte for
+//! byte. Needs `TEST_DATABASE_URL` (set by `cargo xtask test`). The model is a recording one
+//! behind the `ChatModel` seam: what is under test is what the loop stores and replays.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use toolwright_context_engine::PostgresStore;
+use toolwright_core::{
+    ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelError, ModelInfo, Part,
+    Reasoning, ReasoningKind, ToolCall, async_trait,
+};
+use toolwright_tool_system::{Agent, ApprovalKey, FnTool};
+
+/// Answers from a script and records every request.
+#[derive(Default)]
+struct Recording {
+    answers: Mutex<VecDeque<ChatResponse>>,
+    requests: Mutex<Vec<ChatRequest>>,
+}
+
+#[async_trait]
+impl ChatModel for Recording {
+    fn info(&self) -> ModelInfo {
+        ModelInfo::new("claude-sonnet-4-5", true).with_provider("anthropic")
+    }
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.requests.lock().unwrap().push(request);
+        self.answers
+            .lock()
+            .unwrap()
+            .pop_front()
+            .ok_or_else(|| ModelError::Config("the script is exhausted".into()))
+    }
+}
+
+fn thinking() -> Vec<Part> {
+    vec![
+        Part::Reasoning(
+            Reasoning::new(
+                "anthropic",
+                ReasoningKind::Full,
+                "The user wants /tmp/a gone; deleting needs approval.",
+            )
+            .with_signature("EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pk"),
+        ),
+        Part::Reasoning(
+            Reasoning::new("anthropic", ReasoningKind::Redacted, "")
+                .with_encrypted("EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"),
+        ),
+    ]
+}
+
+fn agent(model: Arc<Recording>, store: PostgresStore) -> Agent {
+    let delete = FnTool::new(
+        "delete_file",
+        "Delete a file",
+        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        |args, _| async move { Ok(json!({"deleted": args["path"]})) },
+    );
+    Agent::builder(model)
+        .tool(delete)
+        .require_approval("delete_file")
+        .approval_key(ApprovalKey::new([7u8; 32]).unwrap())
+        .store(Arc::new(store))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_held_run_resumed_on_another_worker_replays_the_same_reasoning() {
+    let url = std::env::var("TEST_DATABASE_URL")
+        .expect("TEST_DATABASE_URL: run `cargo xtask test`, which starts PostgreSQL");
+    let session = format!("reasoning-{}", std::process::id());
+    let model = Arc::new(Recording::default());
+    let call = ToolCall::new("toolu_01", "delete_file", json!({"path": "/tmp/a"}));
+    model.answers.lock().unwrap().extend([
+        ChatResponse::new("", vec![call], FinishReason::ToolCalls, None).with_parts(thinking()),
+        ChatResponse::new("Deleted.", vec![], FinishReason::Stop, None),
+    ]);
+
+    let worker1 = agent(model.clone(), PostgresStore::connect(&url).await.unwrap());
+    let held = worker1.run(&session, "delete /tmp/a").await.unwrap();
+    let pending = held.pending_approval.expect("the delete is held");
+    drop(worker1);
+
+    let worker2 = agent(model.clone(), PostgresStore::connect(&url).await.unwrap());
+    let out = worker2
+        .resume(&session, &[pending.calls[0].approve()])
+        .await
+        .unwrap();
+    assert_eq!(out.answer, "Deleted.");
+
+    let requests = model.requests.lock().unwrap();
+    assert_eq!(requests.len(), 2);
+    let replayed = requests[1]
+        .messages
+        .iter()
+        .find(|m| !m.tool_calls().is_empty())
+        .expect("the round's assistant message");
+    assert_eq!(replayed.parts(), thinking().as_slice());
+    assert!(matches!(
+        requests[1].messages.last(),
+        Some(Message::Tool { content, .. }) if content.contains("/tmp/a")
+    ));
+}
