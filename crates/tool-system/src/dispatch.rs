@@ -18,6 +18,33 @@ use crate::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
 /// Default time limit of one tool call (000): 30 s.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The most bytes of media one tool result sends inline (20 MiB, what a provider takes in one
+/// request's image or file); media past it is named in a text part instead.
+pub(crate) const MAX_RESULT_MEDIA_BYTES: usize = toolwright_core::MAX_INLINE_MEDIA_BYTES;
+
+/// Keeps a result's media within `limit` bytes in all, in order: a part that would pass it is
+/// replaced by a text part naming it and why. Whether any was replaced.
+fn cap_media(parts: &mut [Part], limit: usize) -> bool {
+    let mut used = 0usize;
+    let mut capped = false;
+    for p in parts.iter_mut() {
+        let size = match p {
+            Part::Image(m) | Part::Audio(m) | Part::File(m) => m.size(),
+            _ => continue,
+        };
+        if used + size > limit {
+            *p = Part::text(format!(
+                "{} (over the {limit}-byte media limit of one tool result)",
+                p.placeholder()
+            ));
+            capped = true;
+        } else {
+            used += size;
+        }
+    }
+    capped
+}
+
 /// The result of one call, as the model will see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -348,7 +375,17 @@ impl Dispatcher {
         // the wait: entering an enabled span costs a registry lookup each way, every poll.
         let result = self.try_dispatch(name, args, ctx, &span).await;
         let outcome = match result {
-            Ok(ToolOutput { value, parts, .. }) => {
+            Ok(ToolOutput {
+                value, mut parts, ..
+            }) => {
+                if cap_media(&mut parts, MAX_RESULT_MEDIA_BYTES) {
+                    let _in_span = span.enter();
+                    tracing::warn!(
+                        tool = name,
+                        cap = MAX_RESULT_MEDIA_BYTES,
+                        "tool result media over the cap named instead of sent"
+                    );
+                }
                 let answer = self.table().get(name).and_then(|r| {
                     self.providers[r.provider]
                         .final_answer(name, &value)

@@ -160,19 +160,48 @@ async fn show(
             LoopEvent::IterationLimitReached { iterations } => {
                 println!("\n  (stopped at the limit of {iterations} model calls)")
             }
-            LoopEvent::Finished(out) => println!(
-                "{}final answer ({} protocol, {} model calls): {}",
-                if in_text { "\n" } else { "" },
-                out.protocol,
-                out.iterations,
-                out.answer
-            ),
+            LoopEvent::Finished(out) => {
+                println!(
+                    "{}final answer ({} protocol, {} model calls): {}",
+                    if in_text { "\n" } else { "" },
+                    out.protocol,
+                    out.iterations,
+                    out.answer
+                );
+                println!("  {}", usage_line(&out));
+            }
             LoopEvent::Failed(e) => println!("\nfailed: {e}"),
             other => println!("{other:?}"),
         }
         in_text = false;
     }
     Ok(())
+}
+
+/// The run's tokens and what they cost, from the dated price table. A model the table does
+/// not know (the embedded and the scripted demo models) is priced as gpt-4o-mini, and the line
+/// says so.
+fn usage_line(out: &toolwright_tool_system::LoopOutput) -> String {
+    let Some(u) = out.usage else {
+        return "usage: the model reported none".into();
+    };
+    let table = toolwright_core::PriceTable::builtin();
+    let cost = match out.cost {
+        Some(c) => format!("cost ${c:.6} (prices of {})", table.as_of()),
+        None => format!(
+            "cost: the model is not in the price table of {}; at gpt-4o-mini's prices ${:.6}",
+            table.as_of(),
+            table.cost("gpt-4o-mini", &u).unwrap_or_default()
+        ),
+    };
+    format!(
+        "usage: {} input tokens ({} from the cache, {} written to it), {} output ({} reasoning); {cost}",
+        u.prompt_tokens,
+        u.cache_read_tokens,
+        u.cache_write_tokens,
+        u.completion_tokens,
+        u.reasoning_tokens
+    )
 }
 
 fn weather_tool() -> FnTool {

@@ -341,3 +341,25 @@ async fn t3_operator_detail_never_reaches_the_model() {
     assert!(out.content.contains("city not found"));
     assert!(!out.content.contains("SECRET"));
 }
+
+#[test]
+fn media_past_the_result_cap_is_named_instead_of_sent() {
+    let media = |n: usize| {
+        Part::File(
+            toolwright_core::Media::bytes(&vec![0u8; n], "application/octet-stream").unwrap(),
+        )
+    };
+    let mut parts = vec![media(600), Part::text("between"), media(300), media(300)];
+    assert!(cap_media(&mut parts, 1000));
+    assert!(matches!(parts[0], Part::File(_)));
+    assert!(matches!(parts[2], Part::File(_)));
+    let Part::Text { text } = &parts[3] else {
+        panic!("{:?}", parts[3])
+    };
+    assert!(
+        text.contains("300 bytes") && text.contains("1000-byte media limit"),
+        "{text}"
+    );
+    let mut small = vec![media(10)];
+    assert!(!cap_media(&mut small, 1000));
+}
