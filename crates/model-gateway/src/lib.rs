@@ -24,6 +24,9 @@
 #[cfg_attr(not(any(feature = "anthropic", feature = "gemini")), allow(dead_code))]
 mod http;
 mod openai;
+#[cfg(feature = "anthropic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
+pub mod anthropic;
 
 // reqwest on rustls without a built-in provider (the workspace's `reqwest-ring`): no aws-lc C
 // in the build. Named `reqwest` here, as everywhere else.
