@@ -24,6 +24,8 @@
 #[cfg_attr(not(any(feature = "anthropic", feature = "gemini")), allow(dead_code))]
 mod http;
 mod openai;
+
+// Anthropic's Messages API, natively.
 #[cfg(feature = "anthropic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub mod anthropic;

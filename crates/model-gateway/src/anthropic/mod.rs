@@ -13,8 +13,7 @@ use futures::StreamExt;
 
 use crate::http::{Poster, SseStream, json_body, sse};
 use crate::{
-    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError, ModelInfo,
-    RetryPolicy,
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError, ModelInfo, RetryPolicy,
 };
 use toolwright_core::CacheTtl;
 

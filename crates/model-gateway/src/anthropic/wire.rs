@@ -14,9 +14,7 @@ use crate::{
     ChatEvent, ChatRequest, ChatResponse, FinishReason, Message, ModelError, ResponseFormat,
     ToolCall, ToolChoice, Usage,
 };
-use toolwright_core::{
-    CachePolicy, CacheTtl, Media, MediaSource, Part, Reasoning, ReasoningKind,
-};
+use toolwright_core::{CachePolicy, CacheTtl, Media, MediaSource, Part, Reasoning, ReasoningKind};
 
 /// The tag of the reasoning this wire makes and replays.
 pub(crate) const PROVIDER: &str = "anthropic";
@@ -341,7 +339,10 @@ pub(crate) fn request_body(
     }
 
     let mut body = Map::new();
-    body.insert("model".into(), json!(req.model.as_deref().unwrap_or(opts.model)));
+    body.insert(
+        "model".into(),
+        json!(req.model.as_deref().unwrap_or(opts.model)),
+    );
     let mut tools: Vec<Map<String, Value>> = req
         .tools
         .iter()
@@ -672,7 +673,11 @@ pub(crate) fn parse_response(v: &Value) -> Result<ChatResponse, ModelError> {
     let mut parts = Vec::new();
     let mut calls = Vec::new();
     for (i, block) in blocks.iter().enumerate() {
-        match block.get("type").and_then(Value::as_str).unwrap_or_default() {
+        match block
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+        {
             "text" => content.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
             "thinking" => parts.push(thinking_part(
                 str_field(block, "thinking"),
@@ -713,9 +718,19 @@ pub(crate) fn parse_response(v: &Value) -> Result<ChatResponse, ModelError> {
 #[derive(Debug)]
 enum Block {
     Text,
-    Thinking { text: String, signature: Option<String> },
-    Redacted { data: String },
-    ToolUse { call: usize, id: String, name: String, json: String },
+    Thinking {
+        text: String,
+        signature: Option<String>,
+    },
+    Redacted {
+        data: String,
+    },
+    ToolUse {
+        call: usize,
+        id: String,
+        name: String,
+        json: String,
+    },
     /// A block of a type this wire does not read (a server tool's, …).
     Other,
 }
@@ -813,7 +828,8 @@ impl StreamParser {
                     "thinking" => {
                         let t = str_field(cb, "thinking");
                         if !t.is_empty() {
-                            self.pending.push_back(Ok(ChatEvent::ReasoningDelta(t.clone())));
+                            self.pending
+                                .push_back(Ok(ChatEvent::ReasoningDelta(t.clone())));
                         }
                         Block::Thinking {
                             text: t,
@@ -958,7 +974,9 @@ impl StreamParser {
                 Block::Redacted { data } => self
                     .pending
                     .push_back(Ok(ChatEvent::Part(redacted_part(data)))),
-                Block::ToolUse { id, name, json, .. } => calls.push(ToolCall::parse(id, name, &json)),
+                Block::ToolUse { id, name, json, .. } => {
+                    calls.push(ToolCall::parse(id, name, &json))
+                }
                 Block::Text | Block::Other => {}
             }
         }
