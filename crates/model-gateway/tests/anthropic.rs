@@ -1115,3 +1115,124 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------- the parser, edge cases
+
+fn start(i: usize, block: &str) -> (String, String) {
+    (
+        "content_block_start".into(),
+        format!(r#"{{"type":"content_block_start","index":{i},"content_block":{block}}}"#),
+    )
+}
+
+fn parse(events: &[(String, String)]) -> Vec<Result<ChatEvent, ModelError>> {
+    parse_sse_events(events.iter().map(|(e, d)| (e.as_str(), d.as_str())))
+}
+
+const MESSAGE_START: &str =
+    r#"{"type":"message_start","message":{"usage":{"input_tokens":5,"output_tokens":1}}}"#;
+
+#[test]
+fn a_signature_without_its_thinking_block_is_malformed() {
+    let evs = parse(&[
+        ("message_start".into(), MESSAGE_START.into()),
+        start(0, r#"{"type":"text","text":""}"#),
+        (
+            "content_block_delta".into(),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"c2ln"}}"#.into(),
+        ),
+    ]);
+    assert!(
+        matches!(evs.last(), Some(Err(ModelError::Malformed { detail, .. })) if detail.contains("not a thinking block")),
+        "{evs:?}"
+    );
+    let evs = parse(&[
+        ("message_start".into(), MESSAGE_START.into()),
+        (
+            "content_block_delta".into(),
+            r#"{"type":"content_block_delta","index":3,"delta":{"type":"signature_delta","signature":"c2ln"}}"#.into(),
+        ),
+    ]);
+    assert!(
+        matches!(evs.last(), Some(Err(ModelError::Malformed { detail, .. })) if detail.contains("never started"))
+    );
+}
+
+#[test]
+fn pause_turn_is_reported_as_it_is_and_pings_and_new_event_types_are_skipped() {
+    let evs = parse(&[
+        ("message_start".into(), MESSAGE_START.into()),
+        ("ping".into(), r#"{"type": "ping"}"#.into()),
+        ("some_future_event".into(), r#"{"type":"some_future_event","x":1}"#.into()),
+        start(0, r#"{"type":"server_tool_use","id":"srv_1","name":"web_search","input":{}}"#),
+        (
+            "content_block_stop".into(),
+            r#"{"type":"content_block_stop","index":0}"#.into(),
+        ),
+        (
+            "message_delta".into(),
+            r#"{"type":"message_delta","delta":{"stop_reason":"pause_turn"},"usage":{"output_tokens":9,"output_tokens_details":{"thinking_tokens":4}}}"#.into(),
+        ),
+        ("message_stop".into(), r#"{"type":"message_stop"}"#.into()),
+    ]);
+    assert_eq!(evs.len(), 1);
+    match &evs[0] {
+        Ok(ChatEvent::Finish { reason, usage }) => {
+            assert_eq!(reason, &FinishReason::Other("pause_turn".into()));
+            let u = usage.unwrap();
+            assert_eq!(
+                (u.prompt_tokens, u.completion_tokens, u.reasoning_tokens),
+                (5, 9, 4)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_later_system_message_stays_in_place_and_a_tool_results_breakpoint_marks_it() {
+    let server = Server::start().await;
+    server.push(Reply::Sse(sse("sdk_basic_response.sse")));
+    server.push(Reply::Json(
+        401,
+        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#
+            .into(),
+        None,
+    ));
+    let model = server.model(|c| c);
+    let history = vec![
+        Message::system("Be brief."),
+        Message::user("go"),
+        Message::assistant_with_tool_calls("", vec![ToolCall::new("t1", "f", json!({"x": 1}))]),
+        Message::tool_with_parts(
+            "t1",
+            "f",
+            "ok",
+            vec![Part::CacheBreakpoint(CacheTtl::Short)],
+        ),
+        Message::system("Now answer in French."),
+    ];
+    events(
+        &model,
+        ChatRequest::new(history.clone()).with_cache(CachePolicy::Manual),
+    )
+    .await;
+    let body = server.body(0);
+    assert_eq!(
+        body["system"],
+        json!([{"type": "text", "text": "Be brief."}])
+    );
+    assert_eq!(
+        body["messages"][2],
+        json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "ok"}],
+             "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "Now answer in French."},
+        ]})
+    );
+    let err = model.chat(ChatRequest::new(history)).await.unwrap_err();
+    assert!(
+        matches!(&err, ModelError::Api { status: 401, code: Some(c), message } if c == "authentication_error" && message.contains("ANTHROPIC_API_KEY")),
+        "{err}"
+    );
+}
