@@ -18,7 +18,7 @@ use crate::{
 use toolwright_core::CacheTtl;
 
 /// The `anthropic-version` header this wire speaks.
-pub const API_VERSION: &str = "2023-06-01";
+const API_VERSION: &str = "2023-06-01";
 
 /// Configuration of the Anthropic backend.
 ///

@@ -358,6 +358,14 @@ pub(crate) fn request_body(
     // Cache breakpoints: hand-placed first, then the automatic ones from the last.
     let mut marks: Vec<(Spot, CacheTtl)> = Vec::new();
     if req.cache != CachePolicy::Off {
+        // Two breakpoints on one block are one (the longer TTL).
+        b.hand.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same && later.1 == CacheTtl::Long {
+                earlier.1 = CacheTtl::Long;
+            }
+            same
+        });
         let hand = &b.hand[b.hand.len().saturating_sub(MAX_BREAKPOINTS)..];
         marks.extend_from_slice(hand);
     }
