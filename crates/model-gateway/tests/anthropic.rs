@@ -1236,3 +1236,37 @@ async fn a_later_system_message_stays_in_place_and_a_tool_results_breakpoint_mar
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn two_breakpoints_on_one_block_count_once_with_the_longer_ttl() {
+    let server = Server::start().await;
+    server.push(Reply::Sse(sse("sdk_basic_response.sse")));
+    let model = server.model(|c| c);
+    let history = vec![
+        Message::user_with_parts(
+            "a",
+            vec![
+                Part::CacheBreakpoint(CacheTtl::Short),
+                Part::CacheBreakpoint(CacheTtl::Long),
+            ],
+        ),
+        Message::assistant("b"),
+        Message::user("c"),
+    ];
+    events(
+        &model,
+        ChatRequest::new(history).with_tools(vec![weather_tool()]),
+    )
+    .await;
+    let long = r#"{"type":"ephemeral","ttl":"1h"}"#;
+    // One hand-placed, then all three automatic ones fit (tools, the end); the tools'
+    // breakpoint comes before a long one, so it is long too.
+    assert_eq!(
+        controls(&server.body(0)),
+        [
+            format!("/tools/0={long}"),
+            format!("/messages/0/content/0={long}"),
+            r#"={"type":"ephemeral"}"#.to_owned(),
+        ]
+    );
+}

@@ -145,7 +145,7 @@ impl AnthropicConfig {
         }
     }
 
-    /// Reads the configuration from the environment (see [`env`]); `None` when neither
+    /// Reads the configuration from the environment (see [`env`](mod@env)); `None` when neither
     /// `ANTHROPIC_API_KEY` nor `ANTHROPIC_BASE_URL` is set.
     pub fn from_env() -> Result<Option<Self>, ModelError> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
