@@ -1270,3 +1270,48 @@ async fn two_breakpoints_on_one_block_count_once_with_the_longer_ttl() {
         ]
     );
 }
+
+#[tokio::test]
+async fn thinking_before_text_gives_its_part_and_its_tokens_as_reasoning() {
+    let server = Server::start().await;
+    server.push(Reply::Sse(sse("sdk_thinking_text.sse")));
+    let model = server.model(|c| c.with_thinking(2048));
+    let evs: Vec<ChatEvent> = events(
+        &model,
+        ChatRequest::new(vec![Message::user("claudius, what is a solar eclipse?")]),
+    )
+    .await
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
+    let first_text = evs
+        .iter()
+        .position(|e| matches!(e, ChatEvent::TextDelta(_)))
+        .unwrap();
+    assert!(
+        evs[..first_text]
+            .iter()
+            .all(|e| matches!(e, ChatEvent::ReasoningDelta(_)))
+    );
+    let r = collect_stream(Box::pin(futures::stream::iter(
+        evs.into_iter().map(Ok::<ChatEvent, ModelError>),
+    )))
+    .await
+    .unwrap();
+    assert_eq!(r.content, "Hi");
+    let Part::Reasoning(t) = &r.parts[0] else {
+        panic!()
+    };
+    assert!(t.text.starts_with("Simple educational question"));
+    assert_eq!(
+        t.signature.as_deref(),
+        Some("c3ludGhldGljLXNpZ25hdHVyZS1maXh0dXJlLWEtbm90LWEtcmVhbC1zaWduYXR1cmU=")
+    );
+    let u = r.usage.unwrap();
+    assert_eq!(
+        (u.prompt_tokens, u.completion_tokens, u.reasoning_tokens),
+        (28, 106, 67)
+    );
+    // The API stopped it as a refusal after the text.
+    assert_eq!(r.finish_reason, FinishReason::ContentFilter);
+}
