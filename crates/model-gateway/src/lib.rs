@@ -25,6 +25,11 @@
 mod http;
 mod openai;
 
+// Anthropic's Messages API, natively.
+#[cfg(feature = "anthropic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
+pub mod anthropic;
+
 // reqwest on rustls without a built-in provider (the workspace's `reqwest-ring`): no aws-lc C
 // in the build. Named `reqwest` here, as everywhere else.
 extern crate reqwest_ring as reqwest;
