@@ -6,9 +6,9 @@
 
 use serde_json::{Map, Value, json};
 use toolwright_core::{
-    CachePolicy, ChatEvent, ChatRequest, ChatResponse, FinishReason, InvalidToolCall, Media,
-    MediaSource, Message, ModelError, Part, Reasoning, ReasoningKind, ResponseFormat, ToolCall,
-    ToolChoice, Usage, lower_tool_parts,
+    ChatEvent, ChatRequest, ChatResponse, FinishReason, InvalidToolCall, Media, MediaSource,
+    Message, ModelError, Part, Reasoning, ReasoningKind, ResponseFormat, ToolCall, ToolChoice,
+    Usage, lower_tool_parts,
 };
 
 /// The tag of the reasoning this wire makes and replays.
@@ -167,9 +167,8 @@ pub(crate) fn request_body(req: &ChatRequest, extras: &Extras) -> Result<Value, 
     if !generation.is_empty() {
         body.insert("generationConfig".into(), Value::Object(generation));
     }
-    // `CachePolicy`, breakpoints and `cache_key` have no wire form: Gemini caches a repeated
-    // prefix by itself, and explicit `cachedContents` are a resource of their own.
-    let _ = (req.cache == CachePolicy::Off, &req.cache_key);
+    // `req.cache`, breakpoints and `req.cache_key` have no wire form: Gemini caches a
+    // repeated prefix by itself, and explicit `cachedContents` are a resource of their own.
     Ok(Value::Object(body))
 }
 
@@ -212,6 +211,9 @@ fn model_parts(content: &str, tool_calls: &[ToolCall], parts: &[Part]) -> Vec<Va
     let mut text_signatures: Vec<&str> = Vec::new();
     for p in parts {
         match p {
+            // Nothing to send back: no text, no signature.
+            Part::Reasoning(r)
+                if r.provider == PROVIDER && r.text.is_empty() && r.signature.is_none() => {}
             Part::Reasoning(r) if r.provider == PROVIDER => match (&r.call_id, &r.signature) {
                 (Some(call), Some(sig)) => call_signatures.push((call, sig)),
                 (None, Some(sig)) if r.kind == ReasoningKind::Redacted && r.text.is_empty() => {
