@@ -148,7 +148,7 @@ impl GeminiConfig {
         }
     }
 
-    /// Reads the configuration from the environment (see [`env`]); `None` when no key
+    /// Reads the configuration from the environment (see [`env`](mod@env)); `None` when no key
     /// (`GOOGLE_API_KEY`, `GEMINI_API_KEY`) and no `GEMINI_BASE_URL` is set.
     pub fn from_env() -> Result<Option<Self>, ModelError> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
