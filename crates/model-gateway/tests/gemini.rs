@@ -237,6 +237,43 @@ async fn a_streamed_text_answer_gives_deltas_usage_and_keeps_the_turn_signature(
 }
 
 #[tokio::test]
+async fn a_streamed_turn_signature_goes_back_on_the_turns_text_part() {
+    let server = Server::start().await;
+    let sse = fixture("empty_text_signature.sse");
+    server.push(Answer::Sse(sse.clone()));
+    server.push(Answer::Sse(fixture("text.sse")));
+    let model = GeminiModel::new(server.config("gemini-3-flash-preview")).unwrap();
+    let mut history = vec![Message::user("2 + 2?")];
+    let r = collect_stream(
+        model
+            .stream(ChatRequest::new(history.clone()))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.content, "4");
+    let usage = r.usage.unwrap();
+    assert_eq!(
+        (
+            usage.completion_tokens,
+            usage.reasoning_tokens,
+            usage.total_tokens
+        ),
+        (1 + 52, 52, 68)
+    );
+    history.push(r.to_message());
+    history.push(Message::user("Times 3?"));
+    collect_stream(model.stream(ChatRequest::new(history)).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        server.seen()[1].body()["contents"][1],
+        json!({"role": "model", "parts": [{"text": "4", "thoughtSignature": signature_in(&sse, 1, 0)}]})
+    );
+}
+
+#[tokio::test]
 async fn a_whole_answer_keeps_the_signature_its_text_part_carried_and_sends_it_back_there() {
     let server = Server::start().await;
     let body = fixture("text.json");
