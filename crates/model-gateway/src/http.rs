@@ -122,7 +122,7 @@ impl Poster {
                     if !retryable(status) {
                         return Err(error);
                     }
-                    (error, wait)
+                    (error, wait.or_else(|| retry_info_delay(&text)))
                 }
                 Ok(Err(e)) if e.is_connect() => (ModelError::Connect(e.to_string()), None),
                 Ok(Err(e)) if e.is_timeout() => (ModelError::Timeout(self.attempt_timeout), None),
@@ -139,6 +139,34 @@ impl Poster {
             attempt += 1;
         }
     }
+}
+
+/// The wait a Google API error body asks for when no `Retry-After` came with it:
+/// `google.rpc.RetryInfo.retryDelay` among `error.details` (Gemini's 429 has it), a protobuf
+/// Duration in JSON (`"12s"`, `"34.4s"`). `None` for any other body.
+pub(crate) fn retry_info_delay(body: &str) -> Option<Duration> {
+    if !body.contains("google.rpc.RetryInfo") {
+        return None;
+    }
+    let v: Value = serde_json::from_str(body).ok()?;
+    // Some front ends wrap the error object in an array.
+    let v = match v {
+        Value::Array(a) => a.into_iter().next()?,
+        other => other,
+    };
+    let details = v.get("error")?.get("details")?.as_array()?;
+    details.iter().find_map(|d| {
+        if !d.get("@type")?.as_str()?.ends_with("google.rpc.RetryInfo") {
+            return None;
+        }
+        let secs: f64 = d
+            .get("retryDelay")?
+            .as_str()?
+            .strip_suffix('s')?
+            .parse()
+            .ok()?;
+        Duration::try_from_secs_f64(secs).ok()
+    })
 }
 
 /// The text of an error body, at most [`MAX_ERROR_BODY`] bytes of it.
@@ -222,5 +250,24 @@ mod tests {
         assert_eq!(next_delay(&p, 3, Some(s(1)), s(0), s(300)), None);
         assert!(next_delay(&p, 0, None, s(0), s(300)).unwrap() <= p.max_delay);
         assert!(retryable(529) && retryable(429) && !retryable(400) && !retryable(404));
+    }
+
+    #[test]
+    fn a_google_retry_info_in_the_error_body_gives_the_wait() {
+        let body = r#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED","details":[
+            {"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[]},
+            {"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"34.4s"}]}}"#;
+        assert_eq!(retry_info_delay(body), Some(Duration::from_millis(34_400)));
+        let wrapped = format!("[{body}]");
+        assert_eq!(
+            retry_info_delay(&wrapped),
+            Some(Duration::from_millis(34_400))
+        );
+        assert_eq!(
+            retry_info_delay(r#"{"error":{"type":"overloaded_error"}}"#),
+            None
+        );
+        let bad = r#"{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"-1s"}]}}"#;
+        assert_eq!(retry_info_delay(bad), None);
     }
 }

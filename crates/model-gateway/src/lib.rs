@@ -30,6 +30,11 @@ mod openai;
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub mod anthropic;
 
+// Google Gemini's generateContent API, natively.
+#[cfg(feature = "gemini")]
+#[cfg_attr(docsrs, doc(cfg(feature = "gemini")))]
+pub mod gemini;
+
 // reqwest on rustls without a built-in provider (the workspace's `reqwest-ring`): no aws-lc C
 // in the build. Named `reqwest` here, as everywhere else.
 extern crate reqwest_ring as reqwest;
