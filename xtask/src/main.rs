@@ -24,6 +24,14 @@ mod services;
 
 use needs::{Need, STAGES};
 
+/// model-gateway's native backends, each behind a feature of its own.
+const NATIVE_BACKENDS: &str = "anthropic,gemini,openai-responses";
+
+/// The features clippy lints with beyond the defaults.
+const CLIPPY_FEATURES: &str = "toolwright-messaging/nats,toolwright-tool-system/bench-traced,\
+toolwright-model-gateway/anthropic,toolwright-model-gateway/gemini,\
+toolwright-model-gateway/openai-responses";
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
@@ -357,15 +365,16 @@ fn test_all() -> Result<(), String> {
     )?;
     run(
         "cargo clippy -D warnings",
-        // With messaging's `nats` feature, so the broker backend is linted too, and tool-system's
-        // `bench-traced` (its traced-loop bench); the other optional features — context-engine's
-        // `postgres` and `sqlite` — are on through dev-dependencies.
+        // With messaging's `nats` feature, so the broker backend is linted too, tool-system's
+        // `bench-traced` (its traced-loop bench) and model-gateway's native backends; the other
+        // optional features — context-engine's `postgres` and `sqlite` — are on through
+        // dev-dependencies.
         cargo().args([
             "clippy",
             "--workspace",
             "--all-targets",
             "--features",
-            "toolwright-messaging/nats,toolwright-tool-system/bench-traced",
+            CLIPPY_FEATURES,
             "--",
             "-D",
             "warnings",
@@ -384,6 +393,15 @@ fn test_all() -> Result<(), String> {
     run(
         "cargo test (every crate; local-model's tests fetch the model once into the user's cache and fail, never skip, when they cannot)",
         cargo().args(["test", "--workspace"]).envs(services.env()),
+    )?;
+    // model-gateway's native backends are behind features of their own (a user builds only the
+    // wires they use): their tests run here, each against its provider's recorded wire.
+    run(
+        "cargo test -p toolwright-model-gateway --features anthropic,gemini,openai-responses (the native backends)",
+        cargo()
+            .args(["test", "-p", "toolwright-model-gateway"])
+            .args(["--features", NATIVE_BACKENDS])
+            .envs(services.env()),
     )?;
     // messaging's bus on NATS JetStream is behind its `nats` feature (no broker client in the
     // embedded build), so `--workspace` does not build those tests: run them here, on the broker.
