@@ -19,7 +19,7 @@ const TEXT_SSE: &str = include_str!("../tests/fixtures/openai-responses/stream_t
 const REASONING_SSE: &str =
     include_str!("../tests/fixtures/openai-responses/stream_reasoning_tool.sse");
 
-/// The documented text stream with its delta event repeated `n` times (the bytes of each event
+/// The documented text stream with its deltas replaced by `n` copies of its first one (the bytes of each event
 /// as recorded, one character of text each), after a recorded reasoning-and-call stream's items.
 fn long_stream(n: usize) -> String {
     let blocks: Vec<&str> = TEXT_SSE.split_inclusive("\n\n").collect();
@@ -39,13 +39,15 @@ fn long_stream(n: usize) -> String {
             out.push_str(b);
         }
     }
+    let mut expanded = false;
     for b in &blocks {
-        if b.contains("\"response.output_text.delta\"") {
+        if !b.contains("\"response.output_text.delta\"") {
+            out.push_str(b);
+        } else if !expanded {
+            expanded = true;
             for _ in 0..n {
                 out.push_str(&delta);
             }
-        } else {
-            out.push_str(b);
         }
     }
     out
@@ -84,7 +86,7 @@ fn bench(c: &mut Criterion) {
     let server = rt.block_on(responses_server::Server::start());
     server.set_recording(false);
     // 100 text deltas of one character each, like the chat bench's 100 chunks.
-    server.always(responses_server::Reply::sse({
+    server.always(responses_server::Reply::SseEvents({
         let mut s = String::new();
         for b in TEXT_SSE.split_inclusive("\n\n") {
             if b.contains("\"response.output_text.delta\"") {

@@ -24,6 +24,8 @@ pub enum Reply {
     },
     /// An event stream, sent as these bytes in chunks of `chunk` bytes (0: all at once).
     Sse { body: String, chunk: usize },
+    /// An event stream written one event per write, at once (as a server flushes each event).
+    SseEvents(String),
 }
 
 impl Reply {
@@ -206,6 +208,8 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
+const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";
+
 async fn serve(mut conn: TcpStream, inner: Arc<Mutex<Inner>>) {
     let Some(request) = read_request(&mut conn).await else {
         return;
@@ -242,9 +246,14 @@ async fn serve(mut conn: TcpStream, inner: Arc<Mutex<Inner>>) {
             let _ = conn.write_all(head.as_bytes()).await;
             let _ = conn.write_all(body.as_bytes()).await;
         }
+        Reply::SseEvents(body) => {
+            let _ = conn.write_all(SSE_HEAD.as_bytes()).await;
+            for event in body.split_inclusive("\n\n") {
+                let _ = conn.write_all(event.as_bytes()).await;
+            }
+        }
         Reply::Sse { body, chunk } => {
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";
-            let _ = conn.write_all(head.as_bytes()).await;
+            let _ = conn.write_all(SSE_HEAD.as_bytes()).await;
             if chunk == 0 {
                 let _ = conn.write_all(body.as_bytes()).await;
             } else {
