@@ -70,7 +70,7 @@ impl Default for ResponsesOptions {
 }
 
 impl ResponsesOptions {
-    /// The options the environment sets (see [`env`]); defaults for the rest.
+    /// The options the environment sets (see [`mod@env`]); defaults for the rest.
     pub fn from_env() -> Result<Self, ModelError> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let mut o = Self {
