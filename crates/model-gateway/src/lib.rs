@@ -24,6 +24,8 @@
 #[cfg_attr(not(any(feature = "anthropic", feature = "gemini")), allow(dead_code))]
 mod http;
 mod openai;
+#[cfg(feature = "openai-responses")]
+mod responses;
 
 // Anthropic's Messages API, natively.
 #[cfg(feature = "anthropic")]
@@ -55,6 +57,9 @@ pub fn ensure_crypto_provider() {
 // The shared vocabulary lives in `llm-core`; it is re-exported here so code written against
 // `toolwright_core::Message` and friends keeps compiling.
 pub use openai::{OpenAiConfig, OpenAiEmbedder, OpenAiModel, RetryPolicy, env};
+#[cfg(feature = "openai-responses")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai-responses")))]
+pub use responses::{OpenAiResponsesModel, ResponsesOptions, env as responses_env};
 pub(crate) use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, Message, ModelError,
     ModelInfo, ResponseFormat, ToolCall, ToolChoice, Usage,

@@ -272,7 +272,7 @@ impl OpenAiModel {
 
 /// The async-openai client of a configuration: base URL, key, headers, and the retry layer
 /// (429, 5xx, connection errors; per-attempt timeout and whole-call deadline).
-fn client(config: &OpenAiConfig) -> Result<Client<OpenAIConfig>, ModelError> {
+pub(crate) fn client(config: &OpenAiConfig) -> Result<Client<OpenAIConfig>, ModelError> {
     let mut oa = OpenAIConfig::new()
         .with_api_base(config.base_url.trim_end_matches('/'))
         .with_api_key(config.api_key.clone().unwrap_or_default())
@@ -308,7 +308,7 @@ impl OpenAiModel {
 }
 
 /// async-openai's error as the seam's, an attempt's timeout named with `config`'s.
-fn map_error(config: &OpenAiConfig, e: OpenAIError) -> ModelError {
+pub(crate) fn map_error(config: &OpenAiConfig, e: OpenAIError) -> ModelError {
     match e {
         OpenAIError::InvalidArgument(m) if m == retry::ATTEMPT_TIMED_OUT => {
             ModelError::Timeout(config.timeout)
@@ -317,7 +317,7 @@ fn map_error(config: &OpenAiConfig, e: OpenAIError) -> ModelError {
     }
 }
 
-fn map_err(e: OpenAIError) -> ModelError {
+pub(crate) fn map_err(e: OpenAIError) -> ModelError {
     match e {
         OpenAIError::ApiError(r) => {
             let status = r.status_code.as_u16();
