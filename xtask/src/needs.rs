@@ -241,7 +241,7 @@ fn ensure_mcp_servers() -> Result<(), String> {
 }
 
 /// LiteLLM's proxy, pinned, through its install script (idempotent: a check of the pins' hash
-/// and of the installed version when it is there; about 2 to 3 minutes and 517 MB from PyPI
+/// and of the installed version when it is there; 2 to 7 minutes and about 530 MB from PyPI
 /// when it is not).
 fn ensure_litellm_proxy() -> Result<(), String> {
     let script = "crates/testkit/litellm/install.sh";
