@@ -404,6 +404,20 @@ async fn chat_completions_answers_text_and_a_tool_round_through_litellm_whole_an
         rig.explain(&format!("{err:?}"))
     );
     assert_eq!(rig.server.request_count(), 0, "{}", rig.explain("upstream"));
+
+    // Dropped, the proxy is gone: killed with its process group and reaped.
+    let pid = rig.proxy.pid();
+    let port = rig.proxy.base_url();
+    drop(rig);
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the proxy (pid {pid}) outlived its LiteLlmProxy"
+    );
+    let port = port.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "something still listens on the proxy's port {port}"
+    );
 }
 
 #[cfg(feature = "anthropic")]

@@ -194,6 +194,11 @@ impl LiteLlmProxy {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The proxy's process id (the leader of its process group).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The key requests to the proxy must carry ([`LiteLlmProxy::API_KEY`]).
     pub fn api_key(&self) -> &'static str {
         Self::API_KEY
