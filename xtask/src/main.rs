@@ -412,6 +412,21 @@ fn test_all() -> Result<(), String> {
             .args(["--test", "bus_across_processes"])
             .envs(services.env()),
     )?;
+    // model-gateway's native backends are behind features, which `--workspace` leaves off:
+    // their runs through LiteLLM's proxy (installed above, Need::LiteLlmProxy), beside the
+    // Chat Completions one the workspace run already made.
+    run(
+        "cargo test -p toolwright-model-gateway --features anthropic,gemini --test through_proxy (the native backends through LiteLLM's proxy)",
+        cargo().args([
+            "test",
+            "-p",
+            "toolwright-model-gateway",
+            "--features",
+            "anthropic,gemini",
+            "--test",
+            "through_proxy",
+        ]),
+    )?;
     // The official MCP conformance suite's client scenarios against the bridge's client (an
     // example of mcp-bridge, built by the tests above with the workspace's features).
     conformance::build_client()?;

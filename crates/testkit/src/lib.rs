@@ -6,6 +6,10 @@
 //! with controllable chunking and delays, records every request, and injects faults
 //! (error statuses with `Retry-After`, a stream cut mid-way, a malformed SSE line, a hang).
 //!
+//! [`LiteLlmProxy`] runs LiteLLM's proxy, pinned, on 127.0.0.1 in front of a scripted server:
+//! an independent implementation of Anthropic's, OpenAI Responses' and Gemini's wires, which
+//! translates each to the scripted server's Chat Completions and back.
+//!
 //! The workspace's one MCP test server is here too, written once (`mcp_server.rs`) and served
 //! two ways: over Streamable HTTP in the test's process (`McpHttpServer`, feature `mcp-http`)
 //! and over stdio as a process of its own that misbehaves on request (`run_mcp_stdio_server`,
@@ -26,6 +30,7 @@
 //! # }
 //! ```
 
+mod litellm;
 #[cfg(feature = "mcp-http")]
 mod mcp_http;
 #[cfg(any(feature = "mcp-http", feature = "mcp-stdio"))]
@@ -36,6 +41,7 @@ mod mcp_server;
 mod mcp_stdio;
 mod npm;
 
+pub use litellm::{LiteLlmProxy, litellm_python, litellm_version};
 #[cfg(feature = "mcp-http")]
 pub use mcp_http::{McpHttpServer, TOOLS_TTL_MS};
 #[cfg(feature = "mcp-stdio")]
@@ -325,6 +331,11 @@ impl ScriptedServer {
     /// Every request received so far.
     pub fn requests(&self) -> Vec<Recorded> {
         lock(&self.state).requests.clone()
+    }
+
+    /// Forgets the requests received so far (the next one is `requests()[0]`).
+    pub fn clear_requests(&self) {
+        lock(&self.state).requests.clear();
     }
 
     /// How many requests were received.

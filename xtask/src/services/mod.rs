@@ -101,7 +101,7 @@ impl Services {
                 Need::Postgres => launch::<Postgres>()?,
                 Need::Nats => launch::<Nats>()?,
                 Need::Phoenix => launch::<Phoenix>()?,
-                Need::Bubblewrap | Need::McpServers | Need::Chromium => {}
+                Need::Bubblewrap | Need::McpServers | Need::Chromium | Need::LiteLlmProxy => {}
             }
         }
         Ok(services)
