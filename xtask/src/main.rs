@@ -395,7 +395,8 @@ fn test_all() -> Result<(), String> {
         cargo().args(["test", "--workspace"]).envs(services.env()),
     )?;
     // model-gateway's native backends are behind features of their own (a user builds only the
-    // wires they use): their tests run here, each against its provider's recorded wire.
+    // wires they use): their tests run here, each against its provider's recorded wire and
+    // through LiteLLM's proxy (installed above, Need::LiteLlmProxy).
     run(
         "cargo test -p toolwright-model-gateway --features anthropic,gemini,openai-responses (the native backends)",
         cargo()
@@ -411,21 +412,6 @@ fn test_all() -> Result<(), String> {
             .args(["test", "-p", "toolwright-messaging", "--features", "nats"])
             .args(["--test", "bus_across_processes"])
             .envs(services.env()),
-    )?;
-    // model-gateway's native backends are behind features, which `--workspace` leaves off:
-    // their runs through LiteLLM's proxy (installed above, Need::LiteLlmProxy), beside the
-    // Chat Completions one the workspace run already made.
-    run(
-        "cargo test -p toolwright-model-gateway --features anthropic,gemini --test through_proxy (the native backends through LiteLLM's proxy)",
-        cargo().args([
-            "test",
-            "-p",
-            "toolwright-model-gateway",
-            "--features",
-            "anthropic,gemini",
-            "--test",
-            "through_proxy",
-        ]),
     )?;
     // The official MCP conformance suite's client scenarios against the bridge's client (an
     // example of mcp-bridge, built by the tests above with the workspace's features).

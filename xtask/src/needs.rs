@@ -76,7 +76,7 @@ pub const STAGES: &[Stage] = &[
         n: 3,
         name: "toolwright-tool-system",
         packages: &["toolwright-tool-system", "toolwright-code-mode"],
-        needs: &[Need::Bubblewrap, Need::McpServers],
+        needs: &[Need::Bubblewrap, Need::McpServers, Need::Postgres],
     },
     Stage {
         n: 4,
