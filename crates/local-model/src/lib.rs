@@ -690,6 +690,29 @@ impl ChatModel for LocalModel {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_persons_image_is_refused_before_any_generation_but_a_tools_is_named() {
+        use toolwright_core::{Media, Message, Part};
+        let image = Part::Image(Media::url("image/png", "https://example.com/a.png"));
+        let ask = ChatRequest::new(vec![Message::user_with_parts("see", vec![image.clone()])]);
+        let e = refuse_media(&ask).unwrap_err();
+        assert!(
+            matches!(e, ModelError::Unsupported { part: "image", .. }),
+            "{e}"
+        );
+        let from_tool = ChatRequest::new(vec![
+            Message::user("shoot"),
+            Message::tool_with_parts("c1", "shot", "done", vec![image]),
+        ]);
+        assert!(refuse_media(&from_tool).is_ok());
+        let turns = template::turns(&from_tool.messages, &[], "sys");
+        let (_, last) = turns.last().unwrap();
+        assert!(
+            last.contains("[image image/png at https://example.com/a.png not shown]"),
+            "{last}"
+        );
+    }
+
     fn run(
         calls: bool,
         pieces: &[&str],
