@@ -49,8 +49,8 @@ proptest! {
         let mut history = vec![Message::user("go")];
         let calls = (0..n_tools).map(|i| toolwright_core::ToolCall::new(format!("c{i}"), "t", serde_json::json!({}))).collect();
         history.push(Message::assistant_with_tool_calls("", calls));
-        for i in 0..n_tools {
-            let parts = if with_image[i] { vec![img.clone()] } else { vec![] };
+        for (i, &has) in with_image.iter().enumerate().take(n_tools) {
+            let parts = if has { vec![img.clone()] } else { vec![] };
             history.push(Message::tool_with_parts(format!("c{i}"), "t", "r", parts));
         }
         let images = with_image[..n_tools].iter().filter(|b| **b).count();
