@@ -13,8 +13,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use toolwright_context_engine::{BuiltContext, ContextBuilder, History, SessionStore};
 use toolwright_core::{
-    ChatEvent, ChatModel, ChatRequest, ChatStream, Message, ModelError, ModelInfo, Part,
-    ToolError, TurnInfo, Usage,
+    ChatEvent, ChatModel, ChatRequest, ChatStream, Message, ModelError, ModelInfo, Part, ToolError,
+    TurnInfo, Usage,
 };
 use toolwright_core::{PriceTable, TokenCounter};
 use tracing::Span;

@@ -953,7 +953,10 @@ async fn the_answer_keeps_the_models_reasoning_in_the_session() {
         }
     }
     let store = store();
-    let agent = Agent::builder(Thinker).store(store.clone()).build().unwrap();
+    let agent = Agent::builder(Thinker)
+        .store(store.clone())
+        .build()
+        .unwrap();
     let out = agent.run("s", "2 + 2?").await.unwrap();
     assert_eq!(out.answer, "4");
     let stored = store.load("s").await.unwrap().messages;
