@@ -158,7 +158,12 @@ async fn tool_errors_are_visible_entries() {
 
 #[tokio::test]
 async fn bad_input_oversized_is_413_json() {
-    let fx = start().await;
+    // pictures off: a message's body is held to max_body_bytes (16 KiB)
+    let fx = start_with(
+        PanelConfig::default().with_max_image_bytes(0),
+        common::demo_responder,
+    )
+    .await;
     let c = reqwest::Client::new();
     let big = "x".repeat(20 * 1024);
     let (status, body) = post(&c, &fx.url(), SID, json!({"text": big})).await;
@@ -186,6 +191,29 @@ async fn bad_input_oversized_is_413_json() {
     // still serving
     let (status, _) = post(&c, &fx.url(), SID, json!({"text": "hello"})).await;
     assert_eq!(status, 200);
+    // with pictures (the default, 5 MiB): the body may also hold one picture's base64, no more
+    let fx = start().await;
+    let limit = 16 * 1024 + (5 * 1024 * 1024usize).div_ceil(3) * 4 + 1024;
+    let r = c
+        .post(format!("{}api/sessions/{SID}/messages", fx.url()))
+        .header("content-type", "application/json")
+        .body(vec![b' '; limit + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        format!("request body is larger than {limit} bytes")
+    );
+    // and the text is still held to its own limit
+    let (status, body) = post(&c, &fx.url(), SID, json!({"text": big})).await;
+    assert_eq!(status, 413);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["error"],
+        "text has 20480 characters; at most 4000 are allowed"
+    );
 }
 
 #[tokio::test]

@@ -252,6 +252,15 @@ pub(super) struct Upload {
     name: Option<String>,
 }
 
+/// What a message's body may hold beyond [`PanelConfig::max_body_bytes`](crate::PanelConfig):
+/// one picture's base64 (4/3 of its bytes) and its fields; nothing when pictures are off.
+pub(super) fn picture_allowance(config: &crate::PanelConfig) -> usize {
+    match config.max_image_bytes {
+        0 => 0,
+        n => n.div_ceil(3).saturating_mul(4).saturating_add(1024),
+    }
+}
+
 /// Pictures one message may carry.
 pub(super) const MAX_IMAGES: usize = 1;
 
@@ -511,9 +520,10 @@ pub(super) async fn post_message(
         Ok(id) => id,
         Err(r) => return r,
     };
-    // a message may carry a picture: its base64 (4/3 of its bytes) on top of the usual limit
-    let picture = app.config.max_image_bytes.div_ceil(3) * 4 + 1024;
-    let limit = app.config.max_body_bytes.saturating_add(picture);
+    let limit = app
+        .config
+        .max_body_bytes
+        .saturating_add(picture_allowance(&app.config));
     let body = match read_json_body_within(&app, &headers, body, limit).await {
         Ok(b) => b,
         Err(r) => return r,
