@@ -66,7 +66,8 @@
       if (typeof im.src === 'string' && im.src.startsWith('/api/')) {
         const img = document.createElement('img');
         img.src = im.src;
-        img.alt = im.text || 'picture';
+        img.alt = 'Picture (' + (im.mediaType || 'image')
+          + (Number.isSafeInteger(im.width) ? ', ' + im.width + '×' + im.height : '') + ')';
         img.loading = 'lazy';
         if (Number.isSafeInteger(im.width) && Number.isSafeInteger(im.height)) { img.width = im.width; img.height = im.height; }
         row.append(img);
