@@ -44,18 +44,74 @@
     return (t.isError ? 'Error: ' : 'Result: ') + (v.length > 200 ? v.slice(0, 200) + '…' : v);
   }
 
+  // A count for a person: 12,345.
+  function num(n) { return Number(n || 0).toLocaleString('en-US'); }
+  // What an answer cost, in one small line: tokens in (cached), out (reasoning), price.
+  function runLine(r) {
+    let t = num(r.promptTokens) + ' tokens in';
+    if (r.cacheReadTokens) t += ' (' + num(r.cacheReadTokens) + ' cached)';
+    if (r.cacheWriteTokens) t += ', ' + num(r.cacheWriteTokens) + ' written to cache';
+    t += ' · ' + num(r.completionTokens) + ' out';
+    if (r.reasoningTokens) t += ' (' + num(r.reasoningTokens) + ' reasoning)';
+    if (typeof r.costUsd === 'number') t += ' · $' + (r.costUsd < 0.01 ? r.costUsd.toFixed(4) : r.costUsd.toFixed(2));
+    return t;
+  }
+  // Pictures of an entry: loaded from the panel's own media endpoint (the page's policy
+  // allows no other image source); one the panel does not serve is named in a line instead.
+  function pictures(entry) {
+    const list = entry.images || [];
+    if (!list.length) return null;
+    const row = el('div', 'images');
+    for (const im of list) {
+      if (typeof im.src === 'string' && im.src.startsWith('/api/')) {
+        const img = document.createElement('img');
+        img.src = im.src;
+        img.alt = 'Picture (' + (im.mediaType || 'image')
+          + (Number.isSafeInteger(im.width) ? ', ' + im.width + '×' + im.height : '') + ')';
+        img.loading = 'lazy';
+        if (Number.isSafeInteger(im.width) && Number.isSafeInteger(im.height)) { img.width = im.width; img.height = im.height; }
+        row.append(img);
+      } else {
+        row.append(el('div', 'image-text', im.text));
+      }
+    }
+    return row;
+  }
+  // The model's reasoning, folded (a closed <details>) above its text.
+  function thinking(entry) {
+    if (!entry.reasoning) return null;
+    const d = document.createElement('details');
+    d.className = 'reasoning';
+    d.append(el('summary', null, 'Reasoning'), el('div', 'reasoning-text', entry.reasoning));
+    return d;
+  }
+
   function render(entry) {
     // the same entry again (from the events stream and the answer's stream both): the shown
     // one stays, so a button under the pointer is not replaced
     const prev = entries.get(entry.id);
+    // an answer's cost comes with its own stream only: the same entry from the events stream
+    // (without it) keeps it
+    if (prev && prev.run && !entry.run) entry.run = prev.run;
     if (prev && els.has(entry.id) && JSON.stringify(prev) === JSON.stringify(entry)) return;
     entries.set(entry.id, entry);
     const box = el('div', 'entry entry-' + entry.kind);
     box.dataset.id = String(entry.id);
     if (entry.kind === 'user') {
-      box.append(el('div', 'who', 'You'), el('div', 'text', entry.text));
+      box.append(el('div', 'who', 'You'));
+      if (entry.text || !(entry.images || []).length) box.append(el('div', 'text', entry.text));
+      const pics = pictures(entry);
+      if (pics) box.append(pics);
     } else if (entry.kind === 'assistant') {
-      box.append(el('div', 'who', 'Agent'), el('div', 'text', entry.text));
+      box.append(el('div', 'who', 'Agent'));
+      const r = thinking(entry);
+      if (r) box.append(r);
+      box.append(el('div', 'text', entry.text));
+    } else if (entry.kind === 'reasoning') {
+      box.classList.add('entry-assistant');
+      box.append(el('div', 'who', 'Agent'));
+      const r = thinking(entry);
+      if (r) box.append(r);
     } else if (entry.kind === 'message') {
       box.append(el('div', 'who', 'Message from ' + (entry.from || 'agent')), el('div', 'text', entry.text));
       const replies = entry.quickReplies || [];
@@ -82,6 +138,8 @@
       box.classList.add(!done ? 'running' : (t.isError ? 'failed' : 'ok'));
       box.append(el('div', 'who', 'Tool ' + (t.name || entry.text) + ' — ' + (!done ? 'running…' : (t.isError ? 'failed' : 'done'))));
       if (done) box.append(el('div', 'summary', summarize(t)));
+      const pics = pictures(entry);
+      if (pics) box.append(pics);
       const d = document.createElement('details');
       d.append(el('summary', null, 'arguments' + (done ? ' and result' : '')));
       d.append(el('div', 'label', 'arguments'), el('pre', 'args', JSON.stringify(t.arguments, null, 2)));
@@ -92,6 +150,7 @@
     } else {
       box.append(el('div', 'text', entry.text));
     }
+    if (entry.run) box.append(el('div', 'run', runLine(entry.run)));
     const old = els.get(entry.id);
     if (old) old.replaceWith(box); else log.append(box);
     els.set(entry.id, box);
@@ -359,23 +418,29 @@
     }
   }
 
-  function send(text, inReplyTo) {
+  function send(text, inReplyTo, images) {
     if (inReplyTo === undefined) {
       const open = openReplyIds();
       inReplyTo = open.length ? open[open.length - 1] : null;
     }
     answerOpen(text, inReplyTo);
     pending++; setIdle();
-    chain = chain.then(() => post(text, inReplyTo))
-      .then(() => { if (!follower) return load(true); })
+    chain = chain.then(() => post(text, inReplyTo, images))
+      .then(taken => {
+        // a message refused with its picture: its text comes back, to send with another
+        if (taken === false && images && images.length && !input.value) input.value = text;
+        if (!follower) return load(true);
+      })
       .catch(err => localError('Could not send: ' + err))
       .finally(() => { pending--; setIdle(); setStatus(''); });
   }
 
-  async function post(text, inReplyTo) {
+  // Whether the server took the message (false: refused, with its reason shown).
+  async function post(text, inReplyTo, images) {
     const body = { text: text };
     if (inReplyTo !== null && inReplyTo !== undefined) body.inReplyTo = inReplyTo;
-    await stream('/messages', body);
+    if (images && images.length) body.images = images;
+    return stream('/messages', body);
   }
 
   async function stream(path, body, retried) {
@@ -397,7 +462,7 @@
       let msg = 'HTTP ' + res.status;
       try { const j = await res.json(); if (j && j.error) msg = j.error; } catch (_) { /* not JSON */ }
       localError(msg);
-      return;
+      return false;
     }
     const reader = res.body.getReader();
     const dec = new TextDecoder();
@@ -415,7 +480,7 @@
           if (id >= LIVE_IDS) { els.get(id).remove(); els.delete(id); entries.delete(id); }
         }
         localError('The connection was lost while the answer was running (' + err + '). What the server stores still shows here.');
-        return;
+        return true;
       }
       if (done) break;
       buf += dec.decode(value, { stream: true }).replace(/\r\n?/g, '\n');
@@ -426,6 +491,7 @@
         frame && handleFrame(frame);
       }
     }
+    return true;
   }
 
   function handleFrame(frame) {
@@ -516,6 +582,10 @@
     // a browser login whose session ended: sign in again
     if (res.status === 401 && s.login === '/login') { location.assign('/login'); }
     if (!res.ok) throw new Error(s.error || ('HTTP ' + res.status));
+    if (Number.isSafeInteger(s.maxImageBytes)) {
+      maxImageBytes = s.maxImageBytes;
+      document.getElementById('attach').hidden = maxImageBytes === 0;
+    }
     return s;
   }
 
@@ -559,12 +629,67 @@
     if (pending === 0) setStatus(s.busy ? 'an answer is still running…' : '');
   }
 
+  // A picture to send with the next message: PNG, JPEG, GIF or WebP within the panel's limit
+  // (checked here to spare the upload, and again by the server, which decides).
+  const TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
+  const picker = document.getElementById('picture');
+  const attachedEl = document.getElementById('attached');
+  let maxImageBytes = 5 * 1024 * 1024;
+  let attached = null;
+  function size(n) {
+    if (n >= 1048576) return (n / 1048576).toFixed(n % 1048576 ? 1 : 0) + ' MiB';
+    if (n >= 1024) return Math.ceil(n / 1024) + ' KiB';
+    return n + ' bytes';
+  }
+  function clearAttached() {
+    attached = null;
+    attachedEl.textContent = '';
+    attachedEl.hidden = true;
+  }
+  function base64(bytes) {
+    let s = '';
+    for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+    return btoa(s);
+  }
+  document.getElementById('attach').addEventListener('click', () => picker.click());
+  picker.addEventListener('change', async () => {
+    const f = picker.files && picker.files[0];
+    if (!f) return;
+    clearAttached();
+    try {
+      if (!TYPES.includes(f.type)) {
+        localError('The file "' + f.name + '" is not a picture the panel takes: attach a PNG, JPEG, GIF or WebP.');
+        return;
+      }
+      if (f.size > maxImageBytes) {
+        localError('The picture "' + f.name + '" is ' + size(f.size) + '; pictures may be at most ' + size(maxImageBytes) + '. Attach a smaller one.');
+        return;
+      }
+      const data = base64(new Uint8Array(await f.arrayBuffer()));
+      attached = { mediaType: f.type, data: data, name: f.name };
+      attachedEl.append(el('span', 'name', f.name + ' (' + size(f.size) + ')'));
+      const x = el('button', 'remove', '×');
+      x.type = 'button';
+      x.title = 'Remove the picture';
+      x.setAttribute('aria-label', 'Remove the picture');
+      x.addEventListener('click', clearAttached);
+      attachedEl.append(x);
+      attachedEl.hidden = false;
+    } catch (err) {
+      localError('Could not read the picture: ' + err);
+    } finally {
+      picker.value = '';
+    }
+  });
+
   document.getElementById('composer').addEventListener('submit', ev => {
     ev.preventDefault();
     const text = input.value.trim();
-    if (!text) return;
+    if (!text && !attached) return;
+    const images = attached ? [attached] : [];
     input.value = '';
-    send(text);
+    clearAttached();
+    send(text, undefined, images);
   });
   input.addEventListener('keydown', ev => {
     if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {

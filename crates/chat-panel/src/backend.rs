@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use futures::Stream;
 use toolwright_context_engine::SessionStore;
-use toolwright_core::ChatModel;
+use toolwright_core::{
+    ChatModel, ChatRequest, ChatResponse, ChatStream, Message, ModelError, ModelInfo, Part,
+};
 use toolwright_messaging::{MessageBus, SendMessageTool};
 use toolwright_tool_system::{
     Agent, AgentBuilder, ApprovalDecision, ApprovalError, LoopError, LoopEvent, PendingApproval,
@@ -32,6 +34,34 @@ pub type EventStream = Pin<Box<dyn Stream<Item = LoopEvent> + Send>>;
 pub trait ChatBackend: Send + Sync + 'static {
     /// Answers one user message of `principal`.
     fn reply(&self, session_id: &str, principal: &str, text: &str) -> EventStream;
+    /// Answers one user message of `principal` with parts after its text (the pictures the
+    /// person attached, checked by the panel: PNG, JPEG, GIF or WebP whose bytes are what
+    /// their type says, within [`PanelConfig::max_image_bytes`]); the message is
+    /// `Message::user_with_parts(text, parts)`. A model that cannot take a part fails the
+    /// answer with [`ModelError::Unsupported`](toolwright_core::ModelError::Unsupported), and
+    /// the person is told so in plain words.
+    ///
+    /// By default, a message without parts is [`reply`](Self::reply)'s, and one with parts
+    /// fails with `Unsupported` before anything is stored: a backend written for text only
+    /// never drops a picture silently. [`AgentBackend`] stores and sends them.
+    fn reply_with_parts(
+        &self,
+        session_id: &str,
+        principal: &str,
+        text: &str,
+        parts: Vec<Part>,
+    ) -> EventStream {
+        let Some(first) = parts.first() else {
+            return self.reply(session_id, principal, text);
+        };
+        let part = first.kind();
+        Box::pin(futures::stream::once(async move {
+            LoopEvent::Failed(LoopError::Model(ModelError::Unsupported {
+                part,
+                backend: "this chat panel's backend (ChatBackend::reply_with_parts)".into(),
+            }))
+        }))
+    }
     /// Where the conversations live: the panel rebuilds a conversation from it (after a
     /// restart), and deletes the conversations it evicts (its `max_sessions` cap) and the oldest
     /// messages of a long one (its `max_history_messages` cap).
@@ -98,6 +128,13 @@ The person can click an option or type a free answer.";
 /// can call tools, among them `send_message` on the panel's bus, where recipient `"user"`
 /// means the person in the calling session. A text-only panel is an agent without tools
 /// ([`AgentBackend::text_only`]).
+///
+/// The person's pictures go to the model with their message
+/// ([`Agent::run_stream_with_parts`]). A model that cannot read pictures refuses the message
+/// that carries one ([`ModelError::Unsupported`]: the person is told); with the agents
+/// [`build`](Self::build) and [`text_only`](Self::text_only) make, the conversation goes on —
+/// a later message is answered with each earlier picture named in a line of text (its
+/// placeholder) instead of refused again.
 #[derive(Clone)]
 pub struct AgentBackend {
     agent: Agent,
@@ -144,7 +181,7 @@ impl AgentBackend {
                 _ => id.to_owned(),
             },
         );
-        let builder = Agent::builder(model)
+        let builder = Agent::builder(EarlierMediaAsText(model))
             .system_prompt(AGENT_SYSTEM_PROMPT)
             .store(fenced(config.history.open().await?))
             .context_budget(config.context_budget)
@@ -159,7 +196,7 @@ impl AgentBackend {
         system: impl Into<String>,
         config: &PanelConfig,
     ) -> Result<Self, PanelError> {
-        let agent = Agent::builder(model)
+        let agent = Agent::builder(EarlierMediaAsText(model))
             .system_prompt(system)
             .store(fenced(config.history.open().await?))
             .context_budget(config.context_budget)
@@ -175,6 +212,20 @@ impl ChatBackend for AgentBackend {
                 .acting_as(principal)
                 .run_stream(session_id.to_owned(), text.to_owned()),
         )
+    }
+
+    fn reply_with_parts(
+        &self,
+        session_id: &str,
+        principal: &str,
+        text: &str,
+        parts: Vec<Part>,
+    ) -> EventStream {
+        Box::pin(self.agent.acting_as(principal).run_stream_with_parts(
+            session_id.to_owned(),
+            text.to_owned(),
+            parts,
+        ))
     }
 
     fn store(&self) -> Arc<dyn SessionStore> {
@@ -216,9 +267,109 @@ fn fenced(store: Arc<dyn SessionStore>) -> Arc<dyn SessionStore> {
     Arc::new(crate::lease::FencedStore::new(store))
 }
 
+/// The model of the panel's own agents: a model that refuses a part
+/// ([`ModelError::Unsupported`]) in a message before the latest user message — a picture the
+/// person sent earlier, which it refused then — is asked again with every such part of the
+/// earlier messages replaced by its placeholder line ([`Part::placeholder`]), so one refused
+/// picture does not end the conversation. A refused part in the latest user message is the
+/// error, as the model gave it.
+struct EarlierMediaAsText<M>(M);
+
+impl<M> EarlierMediaAsText<M> {
+    /// The request with the parts of kind `kind` before its latest user message as text;
+    /// `None` when that message holds one itself, or there is none to replace.
+    fn lowered(request: &ChatRequest, kind: &str) -> Option<ChatRequest> {
+        let latest = request
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::User { .. }))?;
+        if request.messages[latest]
+            .parts()
+            .iter()
+            .any(|p| p.kind() == kind)
+        {
+            return None;
+        }
+        let mut replaced = false;
+        let mut out = request.clone();
+        for m in &mut out.messages[..latest] {
+            let parts = match m {
+                Message::User { parts, .. }
+                | Message::Assistant { parts, .. }
+                | Message::Tool { parts, .. } => parts,
+                Message::System { .. } => continue,
+            };
+            for p in parts.iter_mut().filter(|p| p.kind() == kind) {
+                *p = Part::text(p.placeholder());
+                replaced = true;
+            }
+        }
+        replaced.then_some(out)
+    }
+
+    fn has_media(request: &ChatRequest) -> bool {
+        request.messages.iter().any(|m| {
+            m.parts()
+                .iter()
+                .any(|p| matches!(p, Part::Image(_) | Part::Audio(_) | Part::File(_)))
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl<M: ChatModel> ChatModel for EarlierMediaAsText<M> {
+    fn info(&self) -> ModelInfo {
+        self.0.info()
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        if !Self::has_media(&request) {
+            return self.0.chat(request).await;
+        }
+        match self.0.chat(request.clone()).await {
+            Err(ModelError::Unsupported { part, backend }) => match Self::lowered(&request, part) {
+                Some(lowered) => self.0.chat(lowered).await,
+                None => Err(ModelError::Unsupported { part, backend }),
+            },
+            other => other,
+        }
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        use futures::StreamExt;
+        if !Self::has_media(&request) {
+            return self.0.stream(request).await;
+        }
+        let refused = match self.0.stream(request.clone()).await {
+            Err(ModelError::Unsupported { part, backend }) => (part, backend),
+            Err(e) => return Err(e),
+            Ok(mut s) => match s.next().await {
+                // refused as the stream's first event rather than before it
+                Some(Err(ModelError::Unsupported { part, backend })) => (part, backend),
+                first => return Ok(Box::pin(futures::stream::iter(first).chain(s))),
+            },
+        };
+        match Self::lowered(&request, refused.0) {
+            Some(lowered) => self.0.stream(lowered).await,
+            None => Err(ModelError::Unsupported {
+                part: refused.0,
+                backend: refused.1,
+            }),
+        }
+    }
+}
+
 /// The sentence the person sees when an answer failed; the detail goes to the log.
 pub(crate) fn user_sentence(e: &LoopError) -> &'static str {
     match e {
+        LoopError::Model(ModelError::Unsupported { part, .. }) => match *part {
+            "image" => {
+                "The assistant cannot look at pictures. Your message is kept, but it was not answered: describe the picture in words, or ask without it."
+            }
+            _ => {
+                "The assistant cannot read this kind of attachment. Your message is kept, but it was not answered: ask without the attachment."
+            }
+        },
         LoopError::Model(m) => m.user_message(),
         LoopError::Context(_) => {
             "Your message is too long for the assistant to read. Please send a shorter one."

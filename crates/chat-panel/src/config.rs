@@ -199,6 +199,11 @@ pub struct PanelConfig {
     pub max_uri_bytes: usize,
     /// Longest user message, in characters; longer is `413` (default 4000).
     pub max_text_chars: usize,
+    /// Largest picture a person may attach to a message, in bytes (default 5 MiB; at most
+    /// [`toolwright_core::MAX_INLINE_MEDIA_BYTES`], 20 MiB, counts). A larger one is `413`
+    /// with a sentence the page shows; `0` turns attaching off. The message's body may be
+    /// this much (base64: 4/3 of it) larger than [`max_body_bytes`](Self::max_body_bytes).
+    pub max_image_bytes: usize,
     /// Answers running at once; more wait for a slot (default 32).
     pub max_concurrent_turns: usize,
     /// How long a request waits for a slot before `503` (default 30 s).
@@ -288,6 +293,7 @@ impl Default for PanelConfig {
             max_body_bytes: 16 * 1024,
             max_uri_bytes: 8 * 1024,
             max_text_chars: 4000,
+            max_image_bytes: 5 * 1024 * 1024,
             max_concurrent_turns: 32,
             queue_timeout: Duration::from_secs(30),
             turn_timeout: Duration::from_secs(120),
@@ -483,6 +489,11 @@ impl PanelConfig {
     /// Sets the request body limit.
     pub fn with_max_body_bytes(mut self, n: usize) -> Self {
         self.max_body_bytes = n;
+        self
+    }
+    /// Sets the largest picture a person may attach, in bytes (`0`: attaching is off).
+    pub fn with_max_image_bytes(mut self, n: usize) -> Self {
+        self.max_image_bytes = n;
         self
     }
     /// Keeps conversations in the SQLite file at `path`.

@@ -4,7 +4,11 @@
 //! chats with an agent. Answers stream as they arrive (SSE); tool activity is shown;
 //! messages the agent sends with `send_message` appear with their quick replies as buttons
 //! (Q10–Q15); conversations are kept in a session store — SQLite by default — so a reload or a
-//! restart keeps them (C4).
+//! restart keeps them (C4). Pictures show in the conversation — a tool's, and the person's,
+//! attached in the composer and sent to the model with their text
+//! ([`ChatBackend::reply_with_parts`]) — served by the panel to the conversation's owner only;
+//! the model's reasoning shows folded above its answer, and under each answer what it cost
+//! ([`RunSummary`]).
 //!
 //! The agent sits behind [`ChatBackend`]; [`AgentBackend`] runs the tool-system's streaming
 //! tool loop ([`toolwright_tool_system::Agent`]), which can call `send_message`, with a context budget
@@ -64,4 +68,4 @@ pub use config::{
 };
 pub use elicit::PanelElicitor;
 pub use server::{ChatPanel, PanelServer};
-pub use state::{Entry, EntryKind, ToolActivity};
+pub use state::{Entry, EntryImage, EntryKind, RunSummary, ToolActivity};

@@ -1191,3 +1191,367 @@ async fn an_elicitation_forms_defaults_are_shown_filled_in_and_sent_as_shown() {
     assert_eq!(b.js("return window.__csp;").await, json!([]));
     b.close().await;
 }
+
+/// A picture `bytes` saved as `name` in a fresh directory, for the page's file picker.
+fn picture_file(name: &str, bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    (dir, path)
+}
+
+/// `[naturalWidth, naturalHeight, src]` of each picture loaded in entries matching `css`.
+async fn loaded_pictures(b: &Browser, css: &str) -> Value {
+    b.js(&format!(
+        "return Array.from(document.querySelectorAll({css:?} + ' .images img'))
+           .map(i => [i.complete ? i.naturalWidth : 0, i.complete ? i.naturalHeight : 0, i.getAttribute('src')]);"
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn a_tools_picture_shows_in_the_conversation_and_after_a_reload() {
+    let _one = BROWSER_LOCK.lock().await;
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        common::picture_responder,
+        common::with_chart_tool,
+    )
+    .await;
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.type_and_send("draw the chart").await;
+    b.wait_for_text(".entry-assistant .text", "Here is the chart.", false)
+        .await;
+    b.idle().await;
+    let loaded = "Array.from(document.querySelectorAll('.entry-tool .images img')).some(i => i.complete && i.naturalWidth === 96)";
+    b.wait_until("the tool's picture, decoded", loaded).await;
+    let shown = loaded_pictures(&b, ".entry-tool").await;
+    let sid = b.session_id().await;
+    let src = shown[0][2].as_str().unwrap().to_owned();
+    assert_eq!(shown[0][1], json!(64), "{shown}");
+    assert!(
+        src.starts_with(&format!("/api/sessions/{sid}/media/")),
+        "served by the panel, not inline: {src}"
+    );
+    // the model was given the picture with the tool's result
+    let sent = fx.model.requests().last().unwrap().body.clone();
+    let images: Vec<String> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(common::wire_images)
+        .collect();
+    assert_eq!(images.len(), 1, "{sent}");
+    assert!(images[0].starts_with("data:image/png;base64,"));
+    // the endpoint serves the very bytes, as a PNG that is never sniffed or kept
+    let r = reqwest::get(format!("{}{}", fx.url().trim_end_matches('/'), src))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let h = r.headers().clone();
+    assert_eq!(h["content-type"], "image/png");
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert_eq!(h["content-disposition"], "inline");
+    assert_eq!(h["cache-control"], "no-store");
+    assert_eq!(&r.bytes().await.unwrap()[..], common::CHART_PNG);
+    // a reload shows it again, from the store
+    b.open(&fx).await;
+    b.wait_until("the tool's picture after a reload", loaded)
+        .await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn an_attached_picture_reaches_the_model_as_an_image_part_and_shows() {
+    let _one = BROWSER_LOCK.lock().await;
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        common::picture_responder,
+        |b| b,
+    )
+    .await;
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    let (_dir, path) = picture_file("checks.png", common::CHECKS_PNG);
+    b.attach(&path).await;
+    b.wait_until(
+        "the attached picture's name",
+        "document.getElementById('attached').textContent.startsWith('checks.png')",
+    )
+    .await;
+    b.type_and_send("What is in this picture?").await;
+    b.wait_for_text(".entry-assistant .text", "I see a picture.", false)
+        .await;
+    b.idle().await;
+    // on the wire: the person's text, then the picture as an image part with its bytes
+    let sent = fx.model.requests().last().unwrap().body.clone();
+    let user = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .unwrap()
+        .clone();
+    assert_eq!(common::wire_text(&user), "What is in this picture?");
+    let want = {
+        use base64::Engine as _;
+        format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(common::CHECKS_PNG)
+        )
+    };
+    assert_eq!(common::wire_images(&user), [want], "{user}");
+    // in the conversation: the person's text and picture, and the attachment is cleared
+    b.wait_until(
+        "the person's picture, decoded",
+        "Array.from(document.querySelectorAll('.entry-user .images img')).some(i => i.complete && i.naturalWidth === 24)",
+    )
+    .await;
+    let user_text = b
+        .js("return document.querySelector('.entry-user .text').textContent;")
+        .await;
+    assert_eq!(user_text, json!("What is in this picture?"));
+    assert_eq!(
+        b.js("return document.getElementById('attached').hidden;")
+            .await,
+        json!(true)
+    );
+    // the next message goes without it
+    b.type_and_send("thanks").await;
+    b.wait_for_text(".entry-assistant .text", "You said: thanks", false)
+        .await;
+    let last = fx.model.requests().last().unwrap().body.clone();
+    let last_user = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .unwrap()
+        .clone();
+    assert!(common::wire_images(&last_user).is_empty(), "{last_user}");
+    b.close().await;
+}
+
+#[tokio::test]
+async fn a_lying_or_oversized_picture_is_refused_with_a_message_and_nothing_runs() {
+    let _one = BROWSER_LOCK.lock().await;
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default().with_max_image_bytes(2048),
+        common::picture_responder,
+        |b| b,
+    )
+    .await;
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    // a PNG named .jpg: the browser calls it image/jpeg; the server finds it is not
+    let (_d1, lying) = picture_file("holiday.jpg", common::CHECKS_PNG);
+    b.attach(&lying).await;
+    b.wait_until(
+        "the attached picture's name",
+        "document.getElementById('attached').textContent.startsWith('holiday.jpg')",
+    )
+    .await;
+    b.type_and_send("look at this").await;
+    b.idle().await;
+    b.wait_until(
+        "the refusal",
+        "Array.from(document.querySelectorAll('.entry-error .text')).some(e => e.textContent.includes('look like image/png'))",
+    )
+    .await;
+    let said = b
+        .js("return Array.from(document.querySelectorAll('.entry-error .text')).map(e => e.textContent);")
+        .await;
+    assert!(
+        said[0].as_str().unwrap().contains("holiday.jpg")
+            && said[0].as_str().unwrap().contains("not a image/jpeg"),
+        "{said}"
+    );
+    assert_eq!(fx.model.request_count(), 0, "nothing reached the model");
+    assert_eq!(
+        b.js("return document.getElementById('input').value;").await,
+        json!("look at this"),
+        "the text comes back, to send with another picture"
+    );
+    b.js("document.getElementById('input').value = ''; return 1;")
+        .await;
+    // too large: refused in the page before it is sent
+    let mut big = common::CHECKS_PNG.to_vec();
+    big.resize(3000, 0);
+    let (_d2, oversized) = picture_file("big.png", &big);
+    b.attach(&oversized).await;
+    b.wait_until(
+        "the size refusal",
+        "Array.from(document.querySelectorAll('.entry-error .text')).some(e => e.textContent.includes('at most 2 KiB'))",
+    )
+    .await;
+    assert_eq!(
+        b.js("return document.getElementById('attached').hidden;")
+            .await,
+        json!(true),
+        "nothing stays attached"
+    );
+    // the conversation goes on
+    b.type_and_send("hello").await;
+    b.wait_for_text(".entry-assistant .text", "You said: hello", false)
+        .await;
+    // and the server refuses what a page did not check, with the same kind of sentence
+    let sid = b.session_id().await;
+    let url = format!("{}api/sessions/{sid}/messages", fx.url());
+    let png = |bytes: &[u8], ty: &str| {
+        use base64::Engine as _;
+        json!({"text": "see", "images": [{"mediaType": ty, "name": "x",
+            "data": base64::engine::general_purpose::STANDARD.encode(bytes)}]})
+    };
+    let before = fx.model.request_count();
+    for (what, body, status, says) in [
+        ("too large", png(&big, "image/png"), 413, "at most 2 KiB"),
+        (
+            "a lying type",
+            png(common::CHECKS_PNG, "image/gif"),
+            415,
+            "not a image/gif",
+        ),
+        (
+            "SVG",
+            png(
+                b"<svg xmlns='http://www.w3.org/2000/svg' onload='alert(1)'/>",
+                "image/svg+xml",
+            ),
+            415,
+            "not a image media type",
+        ),
+    ] {
+        let (s, text) = common::send(reqwest::Client::new().post(&url), Some(body)).await;
+        assert_eq!(s, status, "{what}: {text}");
+        assert!(text.contains(says), "{what}: {text}");
+    }
+    assert_eq!(
+        fx.model.request_count(),
+        before,
+        "nothing reached the model"
+    );
+    b.close().await;
+}
+
+#[tokio::test]
+async fn a_model_that_cannot_see_pictures_says_so_and_the_conversation_goes_on() {
+    let _one = BROWSER_LOCK.lock().await;
+    let fx = common::start_text_only(
+        toolwright_chat_panel::PanelConfig::default(),
+        common::picture_responder,
+    )
+    .await;
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    let (_dir, path) = picture_file("checks.png", common::CHECKS_PNG);
+    b.attach(&path).await;
+    b.wait_until(
+        "the attached picture's name",
+        "document.getElementById('attached').textContent.startsWith('checks.png')",
+    )
+    .await;
+    b.type_and_send("what is this?").await;
+    b.wait_until(
+        "the plain refusal",
+        "Array.from(document.querySelectorAll('.entry-error .text, .entry-assistant .text')).some(e => e.textContent.startsWith('The assistant cannot look at pictures.'))",
+    )
+    .await;
+    b.idle().await;
+    assert_eq!(fx.model.request_count(), 0, "refused before generating");
+    // the next message is answered: the earlier picture goes to the model as a line of text
+    b.type_and_send("then just say hello").await;
+    b.wait_for_text(
+        ".entry-assistant .text",
+        "You said: then just say hello",
+        false,
+    )
+    .await;
+    let sent = fx.model.requests().last().unwrap().body.to_string();
+    assert!(
+        sent.contains("[image image/png \\\"checks.png\\\""),
+        "the earlier picture is named: {sent}"
+    );
+    assert!(!sent.contains("data:image/png"), "{sent}");
+    // a reload shows the picture, the refusal and the answer
+    b.open(&fx).await;
+    b.wait_until(
+        "the person's picture after a reload",
+        "Array.from(document.querySelectorAll('.entry-user .images img')).some(i => i.complete && i.naturalWidth === 24)",
+    )
+    .await;
+    b.close().await;
+}
+
+/// Waits until the page shows the answer's reasoning folded above its text, and its cost.
+async fn reasoning_and_cost_shown(b: &Browser) {
+    b.wait_until(
+        "the folded reasoning",
+        "(() => { const d = document.querySelector('.entry-assistant details.reasoning');
+           return !!d && !d.open && d.querySelector('.reasoning-text').textContent === '2 and 2 make 4.'
+             && d.compareDocumentPosition(d.parentElement.querySelector('.text')) === Node.DOCUMENT_POSITION_FOLLOWING; })()",
+    )
+    .await;
+    b.wait_until(
+        "the run summary",
+        "Array.from(document.querySelectorAll('.entry-assistant .run')).some(e => e.textContent === '1,200 tokens in (1,000 cached) · 80 out (30 reasoning) · $0.0017')",
+    )
+    .await;
+}
+
+/// A streamed answer as a reasoning model's compatible server sends it: its reasoning
+/// (`reasoning_content`), then `text`, then usage with cached and reasoning tokens.
+fn thinking_answer(reasoning: &str, text: &str) -> testkit::Reply {
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "r1", "object": "chat.completion.chunk", "created": 0, "model": "scripted",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let usage = json!({"id": "r1", "object": "chat.completion.chunk", "created": 0, "model": "scripted",
+        "choices": [], "usage": {"prompt_tokens": 1200, "completion_tokens": 80, "total_tokens": 1280,
+        "prompt_tokens_details": {"cached_tokens": 1000},
+        "completion_tokens_details": {"reasoning_tokens": 30}}});
+    let events = [
+        chunk(
+            json!({"role": "assistant", "reasoning_content": reasoning}),
+            Value::Null,
+        ),
+        chunk(json!({"content": text}), Value::Null),
+        chunk(json!({}), json!("stop")),
+        usage,
+    ];
+    let mut body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    body.push_str("data: [DONE]\n\n");
+    testkit::Reply::Raw {
+        status: 200,
+        content_type: "text/event-stream".into(),
+        body,
+    }
+}
+
+#[tokio::test]
+async fn reasoning_shows_folded_above_the_answer_and_each_answer_its_cost() {
+    let _one = BROWSER_LOCK.lock().await;
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        |_: &Value| thinking_answer("2 and 2 make 4.", "The answer is 4."),
+        // $2 a million tokens in, $0.50 cached, $10 out: 200×2 + 1000×0.5 + 80×10 = $0.0017
+        |b| {
+            b.prices(toolwright_core::PriceTable::builtin().clone().with(
+                "scripted",
+                toolwright_core::Price::new(2.0, 10.0).with_cached_input(0.5),
+            ))
+        },
+    )
+    .await;
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.type_and_send("what is 2 + 2?").await;
+    b.wait_for_text(".entry-assistant .text", "The answer is 4.", false)
+        .await;
+    b.idle().await;
+    reasoning_and_cost_shown(&b).await;
+    // a reload shows both, from the store
+    b.open(&fx).await;
+    reasoning_and_cost_shown(&b).await;
+    b.close().await;
+}

@@ -158,7 +158,12 @@ async fn tool_errors_are_visible_entries() {
 
 #[tokio::test]
 async fn bad_input_oversized_is_413_json() {
-    let fx = start().await;
+    // pictures off: a message's body is held to max_body_bytes (16 KiB)
+    let fx = start_with(
+        PanelConfig::default().with_max_image_bytes(0),
+        common::demo_responder,
+    )
+    .await;
     let c = reqwest::Client::new();
     let big = "x".repeat(20 * 1024);
     let (status, body) = post(&c, &fx.url(), SID, json!({"text": big})).await;
@@ -186,6 +191,29 @@ async fn bad_input_oversized_is_413_json() {
     // still serving
     let (status, _) = post(&c, &fx.url(), SID, json!({"text": "hello"})).await;
     assert_eq!(status, 200);
+    // with pictures (the default, 5 MiB): the body may also hold one picture's base64, no more
+    let fx = start().await;
+    let limit = 16 * 1024 + (5 * 1024 * 1024usize).div_ceil(3) * 4 + 1024;
+    let r = c
+        .post(format!("{}api/sessions/{SID}/messages", fx.url()))
+        .header("content-type", "application/json")
+        .body(vec![b' '; limit + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        format!("request body is larger than {limit} bytes")
+    );
+    // and the text is still held to its own limit
+    let (status, body) = post(&c, &fx.url(), SID, json!({"text": big})).await;
+    assert_eq!(status, 413);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["error"],
+        "text has 20480 characters; at most 4000 are allowed"
+    );
 }
 
 #[tokio::test]
@@ -571,4 +599,141 @@ async fn every_api_answer_is_kept_by_no_cache_and_never_sniffed() {
     assert_eq!(r.status(), 401);
     assert_eq!(r.headers()["cache-control"], "no-store");
     assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+}
+
+/// The media endpoint: a conversation's pictures to its owner only — another principal gets
+/// the very `404` of a conversation that does not exist —, and only PNG, JPEG, GIF or WebP
+/// whose bytes are that type: a tool's SVG, or HTML stored as `image/png`, is never served.
+#[tokio::test]
+async fn the_media_endpoint_serves_the_owner_only_and_never_svg_or_html() {
+    use base64::Engine as _;
+    let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let svg = b"<svg xmlns='http://www.w3.org/2000/svg' onload='alert(1)'/>";
+    let html = b"<html><script>alert(2)</script></html>";
+    let fx = common::start_with_agent(
+        PanelConfig::default().with_authenticator(
+            toolwright_chat_panel::identity::TrustedProxyHeader::new(
+                "x-forwarded-user",
+                [loopback],
+            )
+            .unwrap(),
+        ),
+        common::picture_responder,
+        |b| {
+            b.tool(common::PictureTool {
+                name: "draw_svg",
+                parts: vec![
+                    toolwright_core::Part::Image(
+                        toolwright_core::Media::bytes(svg, "image/svg+xml").unwrap(),
+                    ),
+                    toolwright_core::Part::Image(
+                        toolwright_core::Media::bytes(html, "image/png").unwrap(),
+                    ),
+                ],
+            })
+        },
+    )
+    .await;
+    let base = fx.url();
+    let c = reqwest::Client::new();
+    let as_who = |who: &str, r: reqwest::RequestBuilder| r.header("x-forwarded-user", who);
+    let made: Value = as_who("alice", c.post(format!("{base}api/sessions")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sid = made["sessionId"].as_str().unwrap().to_owned();
+    let picture = base64::engine::general_purpose::STANDARD.encode(common::CHECKS_PNG);
+    let (s, body) = common::send(
+        as_who(
+            "alice",
+            c.post(format!("{base}api/sessions/{sid}/messages")),
+        ),
+        Some(json!({"text": "see", "images": [{"mediaType": "image/png", "data": picture}]})),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let (s, body) = common::send(
+        as_who(
+            "alice",
+            c.post(format!("{base}api/sessions/{sid}/messages")),
+        ),
+        Some(json!({"text": "call draw_svg"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let state: Value = as_who("alice", c.get(format!("{base}api/sessions/{sid}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let srcs: Vec<Value> = state["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["images"].as_array().cloned().unwrap_or_default())
+        .collect();
+    // the person's picture has a src; the tool's SVG and its HTML-as-PNG have none, only a line
+    assert_eq!(srcs.len(), 3, "{state}");
+    let src = format!("/api/sessions/{sid}/media/1-0");
+    assert_eq!(srcs[0]["src"], json!(src), "{state}");
+    assert_eq!(srcs[0]["width"], json!(24));
+    assert!(
+        srcs[1].get("src").is_none() && srcs[2].get("src").is_none(),
+        "{state}"
+    );
+    assert!(
+        srcs[1]["text"].as_str().unwrap().contains("image/svg+xml"),
+        "{state}"
+    );
+    let url = format!("{}{src}", base.trim_end_matches('/'));
+    // alice: her picture's bytes, as a PNG
+    let r = as_who("alice", c.get(&url)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "image/png");
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(r.headers()["content-disposition"], "inline");
+    assert_eq!(r.headers()["cache-control"], "no-store");
+    assert_eq!(&r.bytes().await.unwrap()[..], common::CHECKS_PNG);
+    // bob: exactly what a conversation that does not exist answers
+    let nobody = url.replace(&sid, "ffffffffffffffffffffffffffffffff");
+    let theirs = as_who("bob", c.get(&url)).send().await.unwrap();
+    let none = as_who("bob", c.get(&nobody)).send().await.unwrap();
+    assert_eq!(
+        (theirs.status().as_u16(), none.status().as_u16()),
+        (404, 404)
+    );
+    assert_eq!(theirs.text().await.unwrap(), none.text().await.unwrap());
+    // nobody signed in
+    assert_eq!(c.get(&url).send().await.unwrap().status(), 401);
+    // nothing else in the conversation is served, whatever the reference: no SVG, no HTML
+    for row in 0..=8 {
+        for part in 0..=2 {
+            if (row, part) == (1, 0) {
+                continue;
+            }
+            let u = format!("{base}api/sessions/{sid}/media/{row}-{part}");
+            let r = as_who("alice", c.get(&u)).send().await.unwrap();
+            assert_eq!(r.status(), 404, "{row}-{part}");
+            let text = r.text().await.unwrap();
+            assert!(!text.contains("<svg") && !text.contains("<html"), "{text}");
+        }
+    }
+    for bad in ["x", "1", "1-", "-0", "1-0-0", "99999999999999999999-0"] {
+        let u = format!("{base}api/sessions/{sid}/media/{bad}");
+        let r = as_who("alice", c.get(&u)).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{bad}");
+    }
+    // the page may load pictures from the panel only
+    let page = c.get(&base).send().await.unwrap();
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(csp.contains("img-src 'self';"), "{csp}");
+    assert!(!csp.contains("data:") && !csp.contains("blob:"), "{csp}");
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolwright_context_engine::{MemoryStore, SessionStore};
-use toolwright_core::{ChatModel, TokenCounter};
+use toolwright_core::{ChatModel, Part, TokenCounter};
 
 use crate::approval::{ApprovalDecision, ApprovalKey, PendingApproval};
 use crate::protocols::ProtocolKind;
@@ -73,12 +73,26 @@ impl Agent {
 
     /// Answers `text` in session `session_id` (created if new), running tools as the model asks.
     pub async fn run(&self, session_id: &str, text: &str) -> Result<LoopOutput, LoopError> {
+        self.run_with_parts(session_id, text, Vec::new()).await
+    }
+
+    /// Like [`run`](Self::run), for a message with parts after its text (a person's picture,
+    /// a file): it is stored and sent as `Message::user_with_parts(text, parts)`. A model that
+    /// cannot take a part fails the run with [`ModelError::Unsupported`](toolwright_core::ModelError::Unsupported)
+    /// before it generates; the message stays in the session.
+    pub async fn run_with_parts(
+        &self,
+        session_id: &str,
+        text: &str,
+        parts: Vec<Part>,
+    ) -> Result<LoopOutput, LoopError> {
         run_tool_loop(
             &*self.model,
             &*self.store,
             &self.dispatcher,
             session_id,
             text,
+            parts,
             &self.options,
         )
         .await
@@ -86,12 +100,24 @@ impl Agent {
 
     /// Like [`run`](Self::run), as a stream of events for a UI; dropping it cancels the run.
     pub fn run_stream(&self, session_id: impl Into<String>, text: impl Into<String>) -> LoopStream {
+        self.run_stream_with_parts(session_id, text, Vec::new())
+    }
+
+    /// Like [`run_with_parts`](Self::run_with_parts), as a stream of events for a UI;
+    /// dropping it cancels the run.
+    pub fn run_stream_with_parts(
+        &self,
+        session_id: impl Into<String>,
+        text: impl Into<String>,
+        parts: Vec<Part>,
+    ) -> LoopStream {
         run_tool_loop_stream(
             Arc::clone(&self.model),
             Arc::clone(&self.store),
             Arc::clone(&self.dispatcher),
             session_id,
             text,
+            parts,
             self.options.clone(),
         )
     }

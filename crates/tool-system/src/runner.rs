@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use toolwright_context_engine::{BuiltContext, ContextBuilder, History, SessionStore};
 use toolwright_core::{
-    ChatEvent, ChatModel, ChatRequest, ChatStream, Message, ModelError, ModelInfo, ToolError,
+    ChatEvent, ChatModel, ChatRequest, ChatStream, Message, ModelError, ModelInfo, Part, ToolError,
     TurnInfo, Usage,
 };
 use toolwright_core::{PriceTable, TokenCounter};
@@ -33,17 +33,19 @@ use crate::protocols::{
     CallProtocol, CallResult, PendingCall, Reading, ResponseReader, Step, resolve_protocol,
 };
 
-/// Runs one turn of the loop for `user_text` (what [`crate::Agent::run`] does).
+/// Runs one turn of the loop for `user_text` and the `parts` after it (what
+/// [`crate::Agent::run`] and [`crate::Agent::run_with_parts`] do).
 pub(crate) async fn run_tool_loop(
     model: &dyn ChatModel,
     store: &dyn SessionStore,
     dispatcher: &Dispatcher,
     session_id: &str,
     user_text: &str,
+    parts: Vec<Part>,
     options: &LoopOptions,
 ) -> Result<LoopOutput, LoopError> {
     let run = inputs(model, store, dispatcher, session_id, options, None);
-    drive(run, Start::User(user_text)).await
+    drive(run, Start::User(user_text, parts)).await
 }
 
 /// Decides held calls of session `session_id` and, once every held call is decided, goes on
@@ -108,6 +110,7 @@ pub(crate) fn run_tool_loop_stream(
     dispatcher: Arc<Dispatcher>,
     session_id: impl Into<String>,
     user_text: impl Into<String>,
+    parts: Vec<Part>,
     options: LoopOptions,
 ) -> LoopStream {
     let (session_id, user_text) = (session_id.into(), user_text.into());
@@ -120,7 +123,7 @@ pub(crate) fn run_tool_loop_stream(
             &options,
             Some(&tx),
         );
-        drive(run, Start::User(&user_text)).await
+        drive(run, Start::User(&user_text, parts)).await
     })
 }
 
@@ -173,9 +176,10 @@ async fn resume(run: Run<'_>, decisions: &[ApprovalDecision]) -> Result<LoopOutp
     }
 }
 
-/// How a run starts: with the person's message, or with a held round whose decisions are in.
+/// How a run starts: with the person's message (its text and the parts after it), or with a
+/// held round whose decisions are in.
 enum Start<'a> {
-    User(&'a str),
+    User(&'a str, Vec<Part>),
     Resume(Box<Claimed>),
 }
 
@@ -286,7 +290,7 @@ impl Tally {
 async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, LoopError> {
     let started = Instant::now();
     let user_text: Cow<'_, str> = match &start {
-        Start::User(t) => Cow::Borrowed(*t),
+        Start::User(t, _) => Cow::Borrowed(*t),
         Start::Resume(c) => Cow::Owned(c.user_text().to_owned()),
     };
     let user_text = &*user_text;
@@ -322,10 +326,10 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
     let mut machine =
         LoopMachine::new(run.options.max_iterations).with_corrections(run.options.corrections);
     let first = match start {
-        Start::User(_) => {
+        Start::User(_, parts) => {
             let mut round =
                 approval::close_open(run.store, run.session_id, protocol, &machine).await?;
-            let user = [Message::user(user_text)];
+            let user = [Message::user_with_parts(user_text, parts)];
             run.store.append(run.session_id, &user).await?;
             round.extend(user);
             round
@@ -412,7 +416,8 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
                         emit(run.sink, || LoopEvent::TextDelta(t.clone())).await?;
                     }
                 }
-                vec![Message::assistant(reading.content.clone())]
+                // the answer keeps the model's reasoning, as a round of calls does
+                vec![Message::assistant(reading.content.clone()).with_parts(reading.parts.clone())]
             }
             Decision::StopAtLimit => limit_round(run, protocol, &reading, &machine).await?,
         };

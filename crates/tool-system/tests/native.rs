@@ -883,3 +883,87 @@ async fn t5_a_failed_call_of_a_tool_that_ends_the_turn_goes_back_to_the_model() 
     let sent = sent_tool_messages(&server, 1);
     assert!(sent[0]["content"].as_str().unwrap().contains("empty"));
 }
+
+#[tokio::test]
+async fn a_persons_picture_is_stored_and_sent_with_their_text() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::text("A red square."));
+    let store = store();
+    let agent = Agent::builder(model(&server))
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let png = [
+        0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, b'I', b'H', b'D', b'R', 0, 0,
+        0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0,
+    ];
+    let picture = toolwright_core::Part::Image(
+        toolwright_core::Media::image_bytes(&png, "image/png").unwrap(),
+    );
+    let mut events = agent.run_stream_with_parts("s", "What is this?", vec![picture.clone()]);
+    let mut answer = None;
+    while let Some(e) = events.next().await {
+        if let LoopEvent::Finished(out) = e {
+            answer = Some(out.answer);
+        }
+    }
+    assert_eq!(answer.as_deref(), Some("A red square."));
+    let stored = store.load("s").await.unwrap().messages;
+    assert_eq!(
+        stored[0],
+        Message::user_with_parts("What is this?", vec![picture])
+    );
+    let sent = &server.requests()[0].body["messages"];
+    let user = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap();
+    let url = user["content"][1]["image_url"]["url"].as_str().unwrap();
+    assert!(url.starts_with("data:image/png;base64,"), "{user}");
+    assert_eq!(user["content"][0]["text"], "What is this?", "{user}");
+}
+
+#[tokio::test]
+async fn the_answer_keeps_the_models_reasoning_in_the_session() {
+    struct Thinker;
+    #[toolwright_core::async_trait]
+    impl toolwright_core::ChatModel for Thinker {
+        fn info(&self) -> toolwright_core::ModelInfo {
+            toolwright_core::ModelInfo::new("thinker", true)
+        }
+        async fn chat(
+            &self,
+            _: toolwright_core::ChatRequest,
+        ) -> Result<toolwright_core::ChatResponse, toolwright_core::ModelError> {
+            Ok(toolwright_core::ChatResponse::new(
+                "4",
+                vec![],
+                toolwright_core::FinishReason::Stop,
+                None,
+            )
+            .with_parts(vec![toolwright_core::Part::Reasoning(
+                toolwright_core::Reasoning::new(
+                    "openai-chat",
+                    toolwright_core::ReasoningKind::Full,
+                    "2 and 2 make 4",
+                ),
+            )]))
+        }
+    }
+    let store = store();
+    let agent = Agent::builder(Thinker)
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let out = agent.run("s", "2 + 2?").await.unwrap();
+    assert_eq!(out.answer, "4");
+    let stored = store.load("s").await.unwrap().messages;
+    let answer = stored.last().unwrap();
+    assert_eq!(answer.content(), "4");
+    assert!(
+        matches!(answer.parts(), [toolwright_core::Part::Reasoning(r)] if r.text == "2 and 2 make 4"),
+        "{answer:?}"
+    );
+}

@@ -12,7 +12,7 @@ use toolwright_core::Message;
 use super::App;
 use super::translate::{Live, ev};
 use crate::lease::{self};
-use crate::state::{EntryKind, rows_from_history};
+use crate::state::{Entry, EntryKind, rows_from_history};
 
 /// Follows a conversation's stored rows after `after` until the client goes: woken by the
 /// store's change feed (every worker's changes), else every `follow_poll`. While an answer runs
@@ -168,6 +168,9 @@ pub(super) struct Rows {
     split: bool,
     /// What the page was shown live and is not stored yet.
     pub(super) live: Live,
+    /// The stored entry sent last that is lowest on the page (the highest id): an answer's run
+    /// summary goes on it.
+    pub(super) lowest: Option<Entry>,
 }
 
 impl Rows {
@@ -176,7 +179,13 @@ impl Rows {
             after,
             split,
             live: Live::default(),
+            lowest: None,
         }
+    }
+
+    /// The last stored row sent.
+    pub(super) fn after(&self) -> u64 {
+        self.after
     }
 
     pub(super) async fn flush(&mut self, app: &App, id: &str, out: &mut Out) {
@@ -215,6 +224,11 @@ impl Rows {
                             .map(|l| l.id);
                     }
                     _ => {}
+                }
+            }
+            for (_, e) in &events {
+                if self.lowest.as_ref().is_none_or(|l| e.id >= l.id) {
+                    self.lowest = Some(e.clone());
                 }
             }
             let id_of_row = r.row.to_string();

@@ -52,9 +52,10 @@ pub(super) async fn page(State(app): State<Arc<App>>, headers: HeaderMap) -> Res
 
 /// The page's Content-Security-Policy: its script and style only from the panel's own files
 /// (`/app.js`, `/app.css`), nothing inline — no `<script>` or `<style>` in the page, no event
-/// handler or `style` attribute —, requests to the panel only, no images, no frames.
+/// handler or `style` attribute —, requests to the panel only, images from the panel's own
+/// media endpoint only (no `data:` or other sites' URLs), no frames.
 pub(super) const PAGE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// One of the page's own files: `body` as `content_type`, never sniffed as anything else. Not
 /// secret (the same for everyone, signed in or not); revalidated rather than kept, so a new
@@ -124,7 +125,8 @@ pub(super) async fn get_session(
         Ok(true) => {}
         Ok(false) => {
             return axum::Json(json!({"sessionId": id, "busy": false, "entries": [],
-                "pending": null, "decisions": [], "lastEventId": 0}))
+                "pending": null, "decisions": [], "lastEventId": 0,
+                "maxImageBytes": app.config.max_image_bytes}))
             .into_response();
         }
         Err(e) => return store_failed(&e),
@@ -150,6 +152,12 @@ pub(super) async fn get_session(
         };
     }
     let mut entries = entries_from_history(&id, base, &messages);
+    match store.get_state(&id, crate::state::RUNS_KEY).await {
+        Ok(runs) => {
+            crate::state::attach_runs(&mut entries, &crate::state::read_runs(runs.as_deref()))
+        }
+        Err(e) => return store_failed(&e),
+    }
     let excess = entries.len().saturating_sub(app.config.max_entries.max(10));
     entries.drain(..excess);
     // Calls waiting for the person's approval, from the store: a reload or a restart shows
@@ -163,7 +171,7 @@ pub(super) async fn get_session(
     let last = base + messages.len() as u64;
     axum::Json(
         json!({"sessionId": id, "busy": busy, "entries": entries, "pending": pending,
-        "decisions": decisions, "lastEventId": last}),
+        "decisions": decisions, "lastEventId": last, "maxImageBytes": app.config.max_image_bytes}),
     )
     .into_response()
 }
@@ -228,10 +236,124 @@ pub(super) struct PostBody {
     text: String,
     #[serde(default)]
     in_reply_to: Option<u64>,
+    /// Pictures the person attached (at most [`MAX_IMAGES`]).
+    #[serde(default)]
+    images: Vec<Upload>,
 }
 
-pub(super) const MALFORMED: &str =
-    "malformed request: expected the JSON object {\"text\": \"...\", \"inReplyTo\": N?}";
+/// A picture attached to a message: its bytes in standard base64, the type the browser
+/// gave it, and its file name.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Upload {
+    media_type: String,
+    data: String,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// What a message's body may hold beyond [`PanelConfig::max_body_bytes`](crate::PanelConfig):
+/// one picture's base64 (4/3 of its bytes) and its fields; nothing when pictures are off.
+pub(super) fn picture_allowance(config: &crate::PanelConfig) -> usize {
+    match config.max_image_bytes {
+        0 => 0,
+        n => n.div_ceil(3).saturating_mul(4).saturating_add(1024),
+    }
+}
+
+/// Pictures one message may carry.
+pub(super) const MAX_IMAGES: usize = 1;
+
+pub(super) const MALFORMED: &str = "malformed request: expected the JSON object {\"text\": \"...\", \"inReplyTo\": N?, \"images\": [{\"mediaType\", \"data\", \"name\"?}]?}";
+
+/// The size of base64 text once decoded.
+fn decoded_len(data: &str) -> usize {
+    let data = data.trim();
+    let pad = data.bytes().rev().take_while(|&b| b == b'=').count();
+    (data.len() / 4 * 3).saturating_sub(pad)
+}
+
+/// `n` bytes for a person: `5 MiB`, `300 KiB`, `12 bytes`.
+fn size_words(n: usize) -> String {
+    const MIB: usize = 1024 * 1024;
+    if n >= MIB && n.is_multiple_of(MIB) {
+        format!("{} MiB", n / MIB)
+    } else if n >= MIB {
+        format!("{:.1} MiB", n as f64 / MIB as f64)
+    } else if n >= 1024 {
+        format!("{} KiB", n.div_ceil(1024))
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// The attached pictures as parts, each checked: within `max` bytes, a PNG, JPEG, GIF or WebP
+/// whose bytes are that type ([`Media::image_base64`](toolwright_core::Media::image_base64)).
+/// A refusal is the answer, with a sentence for the person that says what to send instead.
+#[allow(clippy::result_large_err)] // built once per request and returned straight away
+fn pictures(uploads: Vec<Upload>, max: usize) -> Result<Vec<toolwright_core::Part>, Response> {
+    if uploads.is_empty() {
+        return Ok(Vec::new());
+    }
+    if max == 0 {
+        return Err(error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "this panel does not take pictures: send your message without one",
+        ));
+    }
+    if uploads.len() > MAX_IMAGES {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("attach at most {MAX_IMAGES} picture to a message"),
+        ));
+    }
+    let mut parts = Vec::with_capacity(uploads.len());
+    for u in uploads {
+        let size = decoded_len(&u.data);
+        let name = u
+            .name
+            .map(|n| {
+                n.chars()
+                    .filter(|c| !c.is_control())
+                    .take(200)
+                    .collect::<String>()
+            })
+            .filter(|n| !n.trim().is_empty());
+        let called = name
+            .as_deref()
+            .map(|n| format!(" {n:?}"))
+            .unwrap_or_default();
+        if size > max {
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "The picture{called} is {}; pictures may be at most {}. Send a smaller one.",
+                    size_words(size),
+                    size_words(max)
+                ),
+            ));
+        }
+        let media = toolwright_core::Media::image_base64(&u.data, &u.media_type).map_err(|e| {
+            let status = match e {
+                toolwright_core::ContentError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                toolwright_core::ContentError::Base64(_) => StatusCode::BAD_REQUEST,
+                _ => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            };
+            error(
+                status,
+                format!(
+                    "The picture{called} was not sent: {e}. Pictures may be PNG, JPEG, GIF or WebP."
+                ),
+            )
+        })?;
+        let media = match name {
+            Some(n) => media.with_name(n),
+            None => media,
+        };
+        parts.push(toolwright_core::Part::Image(media));
+    }
+    Ok(parts)
+}
 
 /// `POST /api/sessions/{id}/approvals` with `{"decisions": [{"call_id", "token", "approved",
 /// "reason"?}]}`: the person's decisions on calls held for approval (the tokens are those of
@@ -330,6 +452,16 @@ pub(super) async fn read_json_body(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<axum::body::Bytes, Response> {
+    read_json_body_within(app, headers, body, app.config.max_body_bytes).await
+}
+
+/// [`read_json_body`] with a body limit of `limit` bytes.
+pub(super) async fn read_json_body_within(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<axum::body::Bytes, Response> {
     let json_type = header_str(headers, header::CONTENT_TYPE)
         .and_then(|v| v.split(';').next())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
@@ -339,7 +471,6 @@ pub(super) async fn read_json_body(
             "send the request as Content-Type: application/json",
         ));
     }
-    let limit = app.config.max_body_bytes;
     let body = match tokio::time::timeout(
         app.config.body_read_timeout,
         axum::body::to_bytes(body, limit),
@@ -389,7 +520,11 @@ pub(super) async fn post_message(
         Ok(id) => id,
         Err(r) => return r,
     };
-    let body = match read_json_body(&app, &headers, body).await {
+    let limit = app
+        .config
+        .max_body_bytes
+        .saturating_add(picture_allowance(&app.config));
+    let body = match read_json_body_within(&app, &headers, body, limit).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -407,7 +542,11 @@ pub(super) async fn post_message(
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("{MALFORMED}: {e}")),
     };
     let text = req.text.trim().to_owned();
-    if text.is_empty() {
+    let parts = match pictures(req.images, app.config.max_image_bytes) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if text.is_empty() && parts.is_empty() {
         return error(StatusCode::BAD_REQUEST, "text is empty");
     }
     let chars = text.chars().count();
@@ -457,7 +596,7 @@ pub(super) async fn post_message(
     // may start the answer at once): a question asked at the first instant is shown, not
     // declined for want of a turn
     let asks = app.asks.turn_started(&id);
-    let events = app.backend.reply(&id, who.id(), &text);
+    let events = app.backend.reply_with_parts(&id, who.id(), &text, parts);
     let turn = Turn {
         id,
         lease,
@@ -466,6 +605,93 @@ pub(super) async fn post_message(
         permit,
     };
     start_turn(app, turn, events)
+}
+
+/// `GET /api/sessions/{id}/media/{row}-{part}`: picture `part` of the conversation's stored
+/// message `row` (the `src` of an [`EntryImage`](crate::EntryImage)), as its bytes — to the
+/// conversation's owner only (another principal gets the conversation's `404`). Served only
+/// when it is an inline PNG, JPEG, GIF or WebP whose bytes are that type, checked again here:
+/// never SVG, HTML or anything a browser would run. `Content-Type` is the checked type,
+/// `Content-Disposition: inline`, with a `sandbox` policy of its own should it be opened as a
+/// page; `no-store` and `nosniff` as every `/api/` answer.
+pub(super) async fn get_media(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Response {
+    let Ok(Path((id, which))) = path else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "expected /api/sessions/{id}/media/{row}-{part}",
+        );
+    };
+    if let Err(why) = check_session_id(Ok(Path(id.clone()))) {
+        return error(StatusCode::BAD_REQUEST, why);
+    }
+    let no_image = || {
+        error(
+            StatusCode::NOT_FOUND,
+            "no such picture in this conversation (use the src of an entry's image)",
+        )
+    };
+    let Some((row, part)) = which
+        .split_once('-')
+        .and_then(|(r, p)| Some((r.parse::<u64>().ok()?, p.parse::<usize>().ok()?)))
+    else {
+        return no_image();
+    };
+    match access(&app, &id, &who).await {
+        Ok(true) => {}
+        Ok(false) => return not_found(),
+        Err(r) => return r,
+    }
+    let (base, messages) = match app.sessions.rows(&id).await {
+        Ok(Some(r)) => r,
+        Ok(None) => return not_found(),
+        Err(e) => return store_failed(&e),
+    };
+    let Some(message) = row
+        .checked_sub(base + 1)
+        .and_then(|i| usize::try_from(i).ok())
+        .and_then(|i| messages.get(i))
+    else {
+        return no_image();
+    };
+    let Some(toolwright_core::Part::Image(media)) = message.parts().get(part) else {
+        return no_image();
+    };
+    // checked again whole: the stored type must be one of the four and the bytes must be it
+    let Some(checked) = media.decoded().and_then(|b| {
+        toolwright_core::Media::image_bytes(&b, &media.media_type)
+            .ok()
+            .map(|m| (b, m))
+    }) else {
+        tracing::info!(session = %id, row, part, media_type = %media.media_type, "chat panel: a stored picture is not a PNG, JPEG, GIF or WebP of its type; not served");
+        return no_image();
+    };
+    let (bytes, media) = checked;
+    if !crate::state::SERVED_IMAGE_TYPES.contains(&media.media_type.as_str()) {
+        return no_image();
+    }
+    let Ok(content_type) = HeaderValue::from_str(&media.media_type) else {
+        return no_image();
+    };
+    let mut r = bytes.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, content_type);
+    h.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_static("inline"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; sandbox"),
+    );
+    h.insert(
+        header::HeaderName::from_static("cross-origin-resource-policy"),
+        HeaderValue::from_static("same-origin"),
+    );
+    r
 }
 
 /// A free answer slot within the queue timeout, or `503`.

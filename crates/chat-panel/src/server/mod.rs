@@ -27,8 +27,8 @@ mod turn;
 
 use guard::check_request;
 use handlers::{
-    api_headers, app_css, app_js, get_events, get_inbox, get_session, page, post_approvals,
-    post_elicitation, post_message, post_session, signed_in_js,
+    api_headers, app_css, app_js, get_events, get_inbox, get_media, get_session, page,
+    post_approvals, post_elicitation, post_message, post_session, signed_in_js,
 };
 
 const PAGE: &str = include_str!("../page.html");
@@ -102,8 +102,9 @@ impl App {
 ///
 /// HTTP API (every error is JSON `{"error": "..."}`):
 /// * `GET /` — the page, with a Content-Security-Policy that allows no inline script or style
-///   (`script-src 'self'; style-src 'self'`); its script and style are `GET /app.js` and
-///   `GET /app.css` (`/signed-in.js` is the sign-in callback page's).
+///   (`script-src 'self'; style-src 'self'`) and images from the panel only (`img-src 'self'`);
+///   its script and style are `GET /app.js` and `GET /app.css` (`/signed-in.js` is the sign-in
+///   callback page's).
 /// * Every `/api/` answer carries `Cache-Control: no-store` and
 ///   `X-Content-Type-Options: nosniff`.
 /// * `POST /api/sessions` — `{"sessionId"}`: a new conversation owned by the caller, with an
@@ -120,7 +121,11 @@ impl App {
 /// * `GET /api/sessions/{id}` — `{"sessionId", "busy", "entries": [Entry...], "pending",
 ///   "decisions", "lastEventId"}`; without authentication an unknown session has no entries (a
 ///   `GET` never creates one).
-///   `lastEventId` is the number of the last stored row (see the events stream). `pending`'s
+///   `lastEventId` is the number of the last stored row (see the events stream);
+///   `maxImageBytes` the largest picture a message may carry ([`PanelConfig::max_image_bytes`]).
+///   An entry may carry `images` ([`EntryImage`](crate::EntryImage): the person's pictures, a
+///   tool's), `reasoning` (the model's, shown folded) and `run` ([`RunSummary`](crate::RunSummary):
+///   what the answer ending there cost). `pending`'s
 ///   tokens are bound to the caller (a token copied to another account is refused);
 ///   `decisions` is who decided what, oldest first — approvals (`kind: "approval"`, with the
 ///   principal, `atMs`, the tool and the exact arguments) and answers to MCP servers' questions
@@ -131,8 +136,16 @@ impl App {
 ///   `row`; it starts after the `Last-Event-ID` header's row, else after `?after=N`, else at the
 ///   beginning — a stream that reconnects to another worker with `Last-Event-ID` misses and
 ///   repeats nothing. A `turn` event `{"busy"}` (no id) says whether an answer runs.
+/// * `GET /api/sessions/{id}/media/{row}-{part}` — a picture of the conversation (an
+///   [`EntryImage`](crate::EntryImage)'s `src`): its bytes, to the conversation's owner only,
+///   and only a PNG, JPEG, GIF or WebP whose bytes are that type (never SVG or HTML), with
+///   its `Content-Type`, `Content-Disposition: inline` and a `sandbox` policy; `404` otherwise.
 /// * `POST /api/sessions/{id}/messages` with `Content-Type: application/json` and the object
-///   `{"text": "...", "inReplyTo": ENTRY_ID?}` — an SSE stream of `entry` (a new `Entry`),
+///   `{"text": "...", "inReplyTo": ENTRY_ID?, "images": [{"mediaType", "data", "name"?}]?}`
+///   (`data`: the picture's bytes in standard base64; at most one picture, checked as
+///   [`Media::image_bytes`](toolwright_core::Media::image_bytes) does and within
+///   [`PanelConfig::max_image_bytes`]: `413` too large, `415` not the PNG, JPEG, GIF or WebP
+///   it claims to be, each with a sentence the page shows) — an SSE stream of `entry` (a new `Entry`),
 ///   `update` (a changed one), `delta` (`{"id", "text"}`: text appended to an assistant entry)
 ///   and finally `done`. `400` malformed (an array too), `408` body not received in time,
 ///   `409` an answer is already running in this session, `413` too large, `415` not JSON,
@@ -236,6 +249,7 @@ impl ChatPanel {
             .route("/api/sessions", axum::routing::post(post_session))
             .route("/api/sessions/{id}", get(get_session))
             .route("/api/sessions/{id}/events", get(get_events))
+            .route("/api/sessions/{id}/media/{which}", get(get_media))
             .route(
                 "/api/sessions/{id}/messages",
                 axum::routing::post(post_message),

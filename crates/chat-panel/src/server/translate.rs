@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use toolwright_tool_system::{LoopEvent, PendingApproval};
 
 use crate::backend::user_sentence;
-use crate::state::{Entry, EntryKind, ToolActivity, live_id};
+use crate::state::{Entry, EntryKind, RunSummary, ToolActivity, live_id};
 
 /// What the page was shown live and is not stored yet.
 #[derive(Debug, Default)]
@@ -80,6 +80,8 @@ pub(super) struct Step {
     pub ended: bool,
     /// The error entry shown when the answer failed (also stored, so a reload shows it).
     pub failed: Option<Entry>,
+    /// What the answer cost, when it finished and the model reported its usage.
+    pub run: Option<RunSummary>,
 }
 
 /// An entry shown while the answer streams (an id from [`crate::state::LIVE_IDS`] up).
@@ -151,7 +153,10 @@ pub(super) fn translate(live: &mut Live, event: LoopEvent) -> Step {
             }
             emit.push(PanelEvent::Update(e.clone()));
         }
-        LoopEvent::Finished(_) => step.ended = true,
+        LoopEvent::Finished(out) => {
+            step.ended = true;
+            step.run = RunSummary::of(out.usage, out.cost);
+        }
         // Shown from the event as it comes, and from the store on a reload
         // (`GET /api/sessions/{id}`'s `pending`).
         LoopEvent::ApprovalRequired(pending) => emit.push(PanelEvent::Approval(pending)),

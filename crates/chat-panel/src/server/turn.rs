@@ -15,7 +15,7 @@ use super::App;
 use super::events::{Out, Rows};
 use super::translate::{ev, live_entry, translate};
 use crate::lease::{self};
-use crate::state::{Entry, EntryKind};
+use crate::state::{Entry, EntryKind, record_run};
 
 /// What a turn runs with: the session's lease held by this worker, the last stored row before
 /// it, its questions (registered before `events` was started) and its answer slot.
@@ -169,6 +169,18 @@ pub(super) async fn run_turn(
         }
         let step = translate(&mut rows.live, event);
         ended |= step.ended;
+        if let Some(run) = step.run {
+            // the answer's rows are stored (flushed above): its summary goes on its last entry
+            let row = rows.after();
+            if let Err(e) = record_run(app.sessions.store(), &session_id, row, run).await {
+                tracing::warn!(session = %session_id, error = %e, "chat panel: could not record the answer's run summary");
+            }
+            if let Some(mut last) = rows.lowest.clone() {
+                last.replaces = None;
+                last.run = Some(run);
+                out.send(ev("update", &last)).await;
+            }
+        }
         if step.failed.is_some() {
             failed = step.failed;
         }

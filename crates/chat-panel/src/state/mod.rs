@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use toolwright_context_engine::{SessionStore, StateChange, StoreError};
-use toolwright_core::{Message, ToolCall};
+use toolwright_core::{Media, MediaSource, Message, Part, ToolCall};
 use toolwright_messaging::{BusMessage, MessageBus};
 
 use crate::user_address;
@@ -32,6 +32,11 @@ pub(crate) use inbox::{INBOX_PREFIX, inbox_id};
 
 /// The state slot holding how many messages were trimmed off the conversation's front.
 pub(crate) const BASE_KEY: &str = "chat-panel.base";
+/// The state slot holding the run summaries of the conversation's answers ([`RunSummary`] with
+/// the row each ended at, JSON, the latest [`MAX_RUNS`]).
+pub(crate) const RUNS_KEY: &str = "chat-panel.runs";
+/// How many answers' run summaries a conversation keeps.
+const MAX_RUNS: usize = 200;
 /// The state slot naming the principal a conversation belongs to: set once, when the
 /// conversation is created, in the store itself, so every worker agrees without shared memory.
 pub(crate) const OWNER_KEY: &str = "chat-panel.owner";
@@ -60,6 +65,123 @@ pub enum EntryKind {
     Notice,
     /// An error the person should see.
     Error,
+    /// The model's reasoning in a round where it wrote no text, only tool calls (shown
+    /// folded, before the calls).
+    Reasoning,
+}
+
+/// A picture in a conversation entry: the person's, or one a tool returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct EntryImage {
+    /// Where the page loads it: the panel's own media endpoint
+    /// (`/api/sessions/{id}/media/{row}-{part}`), which serves it to the conversation's owner
+    /// only. `None` when the panel does not serve it (not an inline PNG, JPEG, GIF or WebP, or
+    /// held at a URL of its own, which the page does not fetch): [`text`](Self::text) is shown
+    /// instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub src: Option<String>,
+    /// Its media type, as stored.
+    pub media_type: String,
+    /// Width and height in pixels, read from its header, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    /// See [`width`](Self::width).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub height: Option<u32>,
+    /// A line naming it (kind, type, file name, size): the image's alternative text.
+    pub text: String,
+}
+
+/// What one answer cost: the tokens of its model calls and their price, as the tool loop
+/// reported them ([`LoopOutput::usage`](toolwright_tool_system::LoopOutput) and `cost`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct RunSummary {
+    /// Prompt tokens, cached ones included.
+    pub prompt_tokens: u32,
+    /// Generated tokens, reasoning included.
+    pub completion_tokens: u32,
+    /// Prompt tokens read from the provider's cache.
+    pub cache_read_tokens: u32,
+    /// Prompt tokens written to the provider's cache.
+    pub cache_write_tokens: u32,
+    /// Generated tokens spent reasoning.
+    pub reasoning_tokens: u32,
+    /// Their price in US dollars, when the model's price is known.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cost_usd: Option<f64>,
+}
+
+impl RunSummary {
+    /// The summary of a run's usage and cost; `None` when the model reported no usage.
+    pub fn of(usage: Option<toolwright_core::Usage>, cost: Option<f64>) -> Option<Self> {
+        let u = usage?;
+        Some(Self {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            cost_usd: cost.filter(|c| c.is_finite() && *c >= 0.0),
+        })
+    }
+}
+
+/// A run summary and the stored row its answer ended at (the slot [`RUNS_KEY`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StoredRun {
+    pub row: u64,
+    #[serde(flatten)]
+    pub run: RunSummary,
+}
+
+/// Records that the answer ending at `row` of conversation `id` cost `run` (the latest
+/// [`MAX_RUNS`] are kept), with a compare-and-set so answers on several workers never lose
+/// each other's.
+pub(crate) async fn record_run(
+    store: &dyn SessionStore,
+    id: &str,
+    row: u64,
+    run: RunSummary,
+) -> Result<(), StoreError> {
+    for _ in 0..4 {
+        let old = store.get_state(id, RUNS_KEY).await?;
+        let mut runs = read_runs(old.as_deref());
+        runs.retain(|r| r.row != row);
+        runs.push(StoredRun { row, run });
+        let excess = runs.len().saturating_sub(MAX_RUNS);
+        runs.drain(..excess);
+        let new = serde_json::to_string(&runs).unwrap_or_else(|_| "[]".into());
+        let change = StateChange::new(RUNS_KEY, old.as_deref(), Some(&new));
+        if store.append_with_state(id, &[], change).await?.is_some() {
+            return Ok(());
+        }
+    }
+    Err(StoreError::Database {
+        detail: format!(
+            "the run summaries of session `{id}` kept changing under this worker; the summary of the answer at row {row} was not recorded (the answer itself is stored)"
+        ),
+    })
+}
+
+/// The stored run summaries (a slot that cannot be read counts as none: they are a display).
+pub(crate) fn read_runs(slot: Option<&str>) -> Vec<StoredRun> {
+    slot.and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// Shows each run summary on the last entry made at or before its row (the answer's last).
+pub(crate) fn attach_runs(entries: &mut [Entry], runs: &[StoredRun]) {
+    for r in runs {
+        let end = r.row.saturating_add(1).saturating_mul(ROW_SLOTS);
+        if let Some(e) = entries.iter_mut().rev().find(|e| e.id < end) {
+            e.run = Some(r.run);
+        }
+    }
 }
 
 /// A tool call as the page shows it.
@@ -107,6 +229,16 @@ pub struct Entry {
     /// The id of an entry shown while the answer streamed that this stored one replaces.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replaces: Option<u64>,
+    /// Pictures: the person's (a user entry) or a tool's (a tool entry), in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<EntryImage>,
+    /// The model's reasoning before this text (its providers' readable text or summary),
+    /// shown folded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// What the answer that ends with this entry cost (tokens, price).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunSummary>,
 }
 
 impl Entry {
@@ -121,8 +253,68 @@ impl Entry {
             chosen: None,
             tool: None,
             replaces: None,
+            images: Vec::new(),
+            reasoning: None,
+            run: None,
         }
     }
+}
+
+/// The image types the media endpoint serves, and the only ones: never SVG or HTML.
+pub(crate) const SERVED_IMAGE_TYPES: [&str; 4] =
+    ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// Whether the panel serves this image: inline, and its bytes begin as the PNG, JPEG, GIF or
+/// WebP its type says (the media endpoint checks the whole of it again before serving).
+fn served(m: &Media) -> bool {
+    let MediaSource::Base64 { data } = &m.source else {
+        return false;
+    };
+    let ty = m.media_type.trim().to_ascii_lowercase();
+    if !SERVED_IMAGE_TYPES.contains(&ty.as_str()) {
+        return false;
+    }
+    // 16 characters of base64: the first 12 bytes, enough for each magic number
+    let head = data.get(..16).unwrap_or(data);
+    match Media::base64(head, ty.clone()) {
+        Ok(h) => h
+            .decoded()
+            .is_some_and(|b| Media::image_bytes(&b, &ty).is_ok()),
+        Err(_) => false,
+    }
+}
+
+/// The pictures among `parts` of stored row `row`, as the page shows them.
+fn images(session: &str, row: u64, parts: &[Part]) -> Vec<EntryImage> {
+    parts
+        .iter()
+        .enumerate()
+        .filter_map(|(k, p)| match p {
+            Part::Image(m) => {
+                let (width, height) = m.dimensions().unzip();
+                Some(EntryImage {
+                    src: served(m).then(|| format!("/api/sessions/{session}/media/{row}-{k}")),
+                    media_type: m.media_type.clone(),
+                    width,
+                    height,
+                    text: p.placeholder(),
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The readable reasoning among `parts` (texts and summaries; redacted reasoning has none).
+fn reasoning(parts: &[Part]) -> Option<String> {
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Reasoning(r) if !r.text.trim().is_empty() => Some(r.text.trim()),
+            _ => None,
+        })
+        .collect();
+    (!texts.is_empty()).then(|| texts.join("\n\n"))
 }
 
 /// The events of one stored row: `("entry" | "update", entry)`.
@@ -134,6 +326,7 @@ pub(crate) struct Row {
 
 /// Folds stored messages into entries, row by row.
 struct Fold {
+    session: String,
     me: String,
     entries: Vec<Entry>,
     index: HashMap<u64, usize>,
@@ -143,6 +336,7 @@ struct Fold {
 impl Fold {
     fn new(session_id: &str) -> Self {
         Self {
+            session: session_id.to_owned(),
             me: user_address(session_id),
             entries: Vec::new(),
             index: HashMap::new(),
@@ -166,7 +360,7 @@ impl Fold {
         let id = |k: u64| row * ROW_SLOTS + k;
         match m {
             Message::System { .. } => {}
-            Message::User { content, .. } => {
+            Message::User { content, parts } => {
                 // A reply answers every quick-reply set still open; it is the choice of the
                 // latest one whose options include it.
                 let clicked = self
@@ -182,18 +376,28 @@ impl Fold {
                     }
                     out.push(("update", e.clone()));
                 }
-                self.push(
-                    Entry::new(id(0), EntryKind::User, content.clone()),
-                    &mut out,
-                );
+                let mut e = Entry::new(id(0), EntryKind::User, content.clone());
+                e.images = images(&self.session, row, parts);
+                self.push(e, &mut out);
             }
             Message::Assistant {
                 content,
                 tool_calls,
-                ..
+                parts,
             } => {
                 let mut k = 0;
-                for c in tool_calls.iter().take((ROW_SLOTS - 1) as usize) {
+                let thought = reasoning(parts);
+                let text = !content.trim().is_empty();
+                if let Some(r) = &thought
+                    && !text
+                {
+                    // a round of calls only: its reasoning before them
+                    let mut e = Entry::new(id(k), EntryKind::Reasoning, "");
+                    e.reasoning = Some(r.clone());
+                    self.push(e, &mut out);
+                    k += 1;
+                }
+                for c in tool_calls.iter().take((ROW_SLOTS - 2) as usize) {
                     let mut e = Entry::new(id(k), EntryKind::Tool, c.name.clone());
                     e.tool = Some(ToolActivity {
                         call_id: c.id.clone(),
@@ -206,29 +410,30 @@ impl Fold {
                     self.push(e, &mut out);
                     k += 1;
                 }
-                if !content.trim().is_empty() {
-                    self.push(
-                        Entry::new(id(k), EntryKind::Assistant, content.clone()),
-                        &mut out,
-                    );
+                if text {
+                    let mut e = Entry::new(id(k), EntryKind::Assistant, content.clone());
+                    e.reasoning = thought;
+                    self.push(e, &mut out);
                 }
             }
             Message::Tool {
                 tool_call_id,
                 name,
                 content,
-                ..
+                parts,
             } => {
                 let ok = serde_json::from_str::<Value>(content)
                     .map_or(true, |v| v.get("success") != Some(&Value::Bool(false)));
                 let Some((eid, args)) = self.calls.get(tool_call_id).cloned() else {
                     return out;
                 };
+                let shown = images(&self.session, row, parts);
                 if let Some(e) = self.get_mut(eid) {
                     if let Some(t) = e.tool.as_mut() {
                         t.result = Some(content.clone());
                         t.is_error = !ok;
                     }
+                    e.images = shown;
                     let e = e.clone();
                     out.push(("update", e));
                 }
@@ -711,8 +916,15 @@ impl Sessions {
         let tail = &messages[start..];
         let new_base = (base + start as u64).to_string();
         let owner = self.store.get_state(id, OWNER_KEY).await?;
+        let runs = self.store.get_state(id, RUNS_KEY).await?;
         self.store.delete(id).await?;
         self.store.create(id).await?;
+        if let Some(r) = runs.as_deref() {
+            // the kept answers keep their run summaries
+            self.store
+                .append_with_state(id, &[], StateChange::new(RUNS_KEY, None, Some(r)))
+                .await?;
+        }
         if let Some(o) = owner.as_deref() {
             // the conversation stays its owner's
             self.store

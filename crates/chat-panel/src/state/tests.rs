@@ -277,3 +277,136 @@ async fn stored_history_is_trimmed_to_whole_turns_and_row_numbers_go_on() {
     assert_eq!(base, 92, "the 93rd message keeps its row number");
     assert_eq!(rows_from_history("long-one", base, &left)[0].row, 93);
 }
+
+/// A PNG header of `w`×`h` (enough for the type and the size to be read).
+fn png(w: u32, h: u32) -> Vec<u8> {
+    let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+    b.extend(w.to_be_bytes());
+    b.extend(h.to_be_bytes());
+    b.extend([8, 6, 0, 0, 0]);
+    b
+}
+
+#[test]
+fn pictures_of_the_person_and_of_a_tool_are_entries_images_served_by_the_panel() {
+    let shot = Media::image_bytes(&png(800, 600), "image/png").unwrap();
+    let svg = Media::bytes(b"<svg onload='alert(1)'/>", "image/svg+xml").unwrap();
+    let lying = Media::bytes(b"<html></html>", "image/png").unwrap();
+    let away = Media::url("image/png", "https://example.com/a.png");
+    let history = vec![
+        Message::user_with_parts("look", vec![Part::Image(shot.clone())]),
+        Message::assistant_with_tool_calls("", vec![ToolCall::new("c1", "shoot", json!({}))]),
+        Message::tool_with_parts(
+            "c1",
+            "shoot",
+            "{}",
+            vec![
+                Part::text("a line"),
+                Part::Image(shot),
+                Part::Image(svg),
+                Part::Image(lying),
+                Part::Image(away),
+            ],
+        ),
+    ];
+    let entries = entries_from_history("conv-0001", 4, &history);
+    let user = &entries[0];
+    assert_eq!(user.kind, EntryKind::User);
+    assert_eq!(
+        user.images,
+        [EntryImage {
+            src: Some("/api/sessions/conv-0001/media/5-0".into()),
+            media_type: "image/png".into(),
+            width: Some(800),
+            height: Some(600),
+            text: "[image image/png, 29 bytes not shown]".into(),
+        }]
+    );
+    let tool = &entries[1];
+    assert_eq!(tool.kind, EntryKind::Tool);
+    let srcs: Vec<Option<&str>> = tool.images.iter().map(|i| i.src.as_deref()).collect();
+    // the row is the tool message's (7), the part its place among the message's parts
+    assert_eq!(
+        srcs,
+        [Some("/api/sessions/conv-0001/media/7-1"), None, None, None]
+    );
+    assert!(tool.images[3].text.contains("https://example.com/a.png"));
+}
+
+#[test]
+fn reasoning_goes_with_the_answer_and_before_calls_made_without_text() {
+    let thought = |t: &str| {
+        Part::Reasoning(toolwright_core::Reasoning::new(
+            "openai-chat",
+            toolwright_core::ReasoningKind::Full,
+            t,
+        ))
+    };
+    let redacted = Part::Reasoning(
+        toolwright_core::Reasoning::new("anthropic", toolwright_core::ReasoningKind::Redacted, "")
+            .with_encrypted("opaque"),
+    );
+    let history = vec![
+        Message::user("hi"),
+        Message::assistant_with_tool_calls("", vec![ToolCall::new("c1", "look", json!({}))])
+            .with_parts(vec![thought("I should look first.")]),
+        Message::tool("c1", "look", "{}"),
+        Message::assistant("Done.").with_parts(vec![thought("It worked."), thought("Say so.")]),
+        Message::assistant("Again.").with_parts(vec![redacted]),
+    ];
+    let entries = entries_from_history("conv-0001", 0, &history);
+    let shape: Vec<(EntryKind, &str, Option<&str>)> = entries
+        .iter()
+        .map(|e| (e.kind, e.text.as_str(), e.reasoning.as_deref()))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (EntryKind::User, "hi", None),
+            (EntryKind::Reasoning, "", Some("I should look first.")),
+            (EntryKind::Tool, "look", None),
+            (EntryKind::Assistant, "Done.", Some("It worked.\n\nSay so.")),
+            (EntryKind::Assistant, "Again.", None),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_run_summary_is_kept_per_answer_and_shown_on_its_last_entry() {
+    let store = toolwright_context_engine::MemoryStore::new();
+    store.create("conv-0001").await.unwrap();
+    let usage = |p: u32| toolwright_core::Usage {
+        prompt_tokens: p,
+        completion_tokens: 5,
+        total_tokens: p + 5,
+        ..Default::default()
+    };
+    let first = RunSummary::of(Some(usage(100)), Some(0.002)).unwrap();
+    let second = RunSummary::of(Some(usage(300)), Some(f64::NAN)).unwrap();
+    assert_eq!(
+        second.cost_usd, None,
+        "a price that is not a number is not shown"
+    );
+    assert_eq!(RunSummary::of(None, Some(1.0)), None);
+    record_run(&store, "conv-0001", 2, first).await.unwrap();
+    record_run(&store, "conv-0001", 4, second).await.unwrap();
+    let history = vec![
+        Message::user("a"),
+        Message::assistant("A"),
+        Message::user("b"),
+        Message::assistant("B"),
+    ];
+    let mut entries = entries_from_history("conv-0001", 0, &history);
+    let slot = store.get_state("conv-0001", RUNS_KEY).await.unwrap();
+    attach_runs(&mut entries, &read_runs(slot.as_deref()));
+    let runs: Vec<Option<u32>> = entries
+        .iter()
+        .map(|e| e.run.map(|r| r.prompt_tokens))
+        .collect();
+    assert_eq!(runs, [None, Some(100), None, Some(300)]);
+    // the same row again replaces its summary; a slot that cannot be read shows none
+    record_run(&store, "conv-0001", 4, first).await.unwrap();
+    let slot = store.get_state("conv-0001", RUNS_KEY).await.unwrap();
+    assert_eq!(read_runs(slot.as_deref()).len(), 2);
+    assert!(read_runs(Some("not json")).is_empty());
+}

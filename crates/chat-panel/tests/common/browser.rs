@@ -236,6 +236,13 @@ impl Browser {
             .unwrap();
     }
 
+    /// Chooses the file at `path` in the composer's picture picker (as the person's file
+    /// dialog would).
+    pub async fn attach(&self, path: &std::path::Path) {
+        let input = self.client.find(Locator::Id("picture")).await.unwrap();
+        input.send_keys(&path.display().to_string()).await.unwrap();
+    }
+
     pub async fn click(&self, css: &str) {
         self.client
             .find(Locator::Css(css))

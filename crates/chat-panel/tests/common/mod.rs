@@ -361,3 +361,176 @@ pub async fn invoice_for_alice(bus: &MessageBus) {
     .await
     .unwrap();
 }
+
+/// A tool's picture for the picture tests: a 96×64 PNG chart (`tests/fixtures/media`).
+pub const CHART_PNG: &[u8] = include_bytes!("../fixtures/media/chart-96x64.png");
+/// The person's picture for the picture tests: a 24×16 PNG checkerboard.
+pub const CHECKS_PNG: &[u8] = include_bytes!("../fixtures/media/checks-24x16.png");
+
+/// A tool that answers a line of JSON and pictures: `draw_chart` ([`CHART_PNG`]).
+pub struct PictureTool {
+    pub name: &'static str,
+    pub parts: Vec<toolwright_core::Part>,
+}
+
+#[toolwright_core::async_trait]
+impl toolwright_core::Tool for PictureTool {
+    fn spec(&self) -> toolwright_core::ToolSpec {
+        toolwright_core::ToolSpec::new(
+            self.name,
+            "Draw a picture",
+            json!({"type": "object", "properties": {}}),
+        )
+    }
+    async fn call(
+        &self,
+        _args: Value,
+        _ctx: toolwright_core::ToolContext,
+    ) -> Result<toolwright_core::ToolOutput, toolwright_core::ToolError> {
+        let mut out = toolwright_core::ToolOutput::new(json!({"drawn": self.name}));
+        for p in &self.parts {
+            out = out.with_part(p.clone());
+        }
+        Ok(out)
+    }
+}
+
+/// The agent with `draw_chart`, answering [`CHART_PNG`].
+pub fn with_chart_tool(
+    b: toolwright_tool_system::AgentBuilder,
+) -> toolwright_tool_system::AgentBuilder {
+    let chart = toolwright_core::Media::image_bytes(CHART_PNG, "image/png")
+        .unwrap()
+        .with_name("chart.png");
+    b.tool(PictureTool {
+        name: "draw_chart",
+        parts: vec![toolwright_core::Part::Image(chart)],
+    })
+}
+
+/// A message's text on the Chat Completions wire: its `content` string, or the text parts of
+/// its content array.
+pub fn wire_text(m: &Value) -> String {
+    match &m["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => String::new(),
+    }
+}
+
+/// The data URLs of a message's images on the Chat Completions wire.
+pub fn wire_images(m: &Value) -> Vec<String> {
+    m["content"]
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p["image_url"]["url"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The model of the picture tests: after a tool's result (the tool message, or the user
+/// message after it that carries the tool's media) it says "Here is the chart."; a user
+/// message with a picture gets "I see a picture." and one naming a chart calls `draw_chart`
+/// (or any tool named in `call <name>`); anything else is echoed.
+pub fn picture_responder(body: &Value) -> Reply {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let n = messages.len();
+    let Some(last) = messages.last() else {
+        return Reply::text("(no messages)");
+    };
+    let after_tool = last["role"] == "tool"
+        || (last["role"] == "user" && n >= 2 && messages[n - 2]["role"] == "tool");
+    if after_tool {
+        return Reply::text("Here is the chart.");
+    }
+    if !wire_images(last).is_empty() {
+        return Reply::text("I see a picture.");
+    }
+    let text = wire_text(last);
+    if let Some(name) = text.strip_prefix("call ") {
+        return Reply::tool_call(&format!("call_{n}"), name.trim(), "{}");
+    }
+    if text.contains("chart") {
+        return Reply::tool_call(&format!("call_{n}"), "draw_chart", "{}");
+    }
+    Reply::text(format!("You said: {text}"))
+}
+
+/// A model that reads text only: a request with a person's picture is refused before
+/// anything is generated (`ModelError::Unsupported`), as the embedded local model does.
+pub struct TextOnly(pub OpenAiModel);
+
+impl TextOnly {
+    fn refuse(req: &toolwright_core::ChatRequest) -> Result<(), toolwright_core::ModelError> {
+        let picture = req.messages.iter().any(|m| {
+            matches!(m, toolwright_core::Message::User { .. })
+                && m.parts()
+                    .iter()
+                    .any(|p| matches!(p, toolwright_core::Part::Image(_)))
+        });
+        if picture {
+            return Err(toolwright_core::ModelError::Unsupported {
+                part: "image",
+                backend: "a text-only test model".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[toolwright_core::async_trait]
+impl toolwright_core::ChatModel for TextOnly {
+    fn info(&self) -> toolwright_core::ModelInfo {
+        self.0.info()
+    }
+    async fn chat(
+        &self,
+        req: toolwright_core::ChatRequest,
+    ) -> Result<toolwright_core::ChatResponse, toolwright_core::ModelError> {
+        Self::refuse(&req)?;
+        self.0.chat(req).await
+    }
+    async fn stream(
+        &self,
+        req: toolwright_core::ChatRequest,
+    ) -> Result<toolwright_core::ChatStream, toolwright_core::ModelError> {
+        Self::refuse(&req)?;
+        self.0.stream(req).await
+    }
+}
+
+/// A panel whose model reads text only ([`TextOnly`]) over the scripted `responder`.
+pub async fn start_text_only(
+    config: PanelConfig,
+    responder: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+) -> Fixture {
+    let model = ScriptedServer::start().await;
+    model.respond_with(responder);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = OpenAiConfig::new("scripted");
+    cfg.base_url = model.base_url();
+    let llm = TextOnly(OpenAiModel::new(cfg).expect("model"));
+    let bus = MessageBus::new();
+    let config = config.with_history_path(dir.path().join("panel.sqlite3"));
+    let backend = AgentBackend::build(llm, bus.clone(), &config, |b| b)
+        .await
+        .expect("agent");
+    let chat = ChatPanel::new(backend, bus.clone(), config);
+    let panel_elicitor = chat.elicitor();
+    let panel = chat.serve("127.0.0.1:0").await.expect("serve");
+    Fixture {
+        model,
+        panel,
+        panel_elicitor,
+        bus,
+        dir,
+        chat,
+    }
+}
