@@ -573,7 +573,11 @@ async fn mixed_evaluation(
         catalog.len(),
         dev.len(),
         test.len(),
-        if dev_only { " (--dev-only: test not scored)" } else { "" }
+        if dev_only {
+            " (--dev-only: test not scored)"
+        } else {
+            ""
+        }
     );
     let mut splits = vec![("dev", &dev)];
     if !dev_only {
@@ -609,7 +613,10 @@ async fn mixed_evaluation(
     let mut encoded: Vec<eval::Labelled> = test.clone();
     encoded.extend(paraphrases);
     for (label, config) in [
-        ("hybrid, raw cosines", HybridConfig::default().with_language_neutral(false)),
+        (
+            "hybrid, raw cosines",
+            HybridConfig::default().with_language_neutral(false),
+        ),
         ("hybrid, language-neutral", HybridConfig::default()),
     ] {
         let h = Hybrid::new(docs.clone(), e.clone(), &dev, &encoded, config)
@@ -620,7 +627,11 @@ async fn mixed_evaluation(
             let open = eval::score(queries, |q| h.search_ungated(q));
             println!("{}", eval::described_rows(split, label, &open));
             let gated = eval::score(queries, |q| h.search(q));
-            negatives.push(eval::negatives_row(split, &format!("{label}, no-fit on"), &gated));
+            negatives.push(eval::negatives_row(
+                split,
+                &format!("{label}, no-fit on"),
+                &gated,
+            ));
             if show_misses {
                 open.misses
                     .iter()
@@ -631,6 +642,9 @@ async fn mixed_evaluation(
             "|  | ({label}: threshold {:?}; encoding the catalog {:.2?}; a request p50 {:.2?}) | | | | | |",
             h.threshold, h.build, h.query_p50
         );
+        if config.language_neutral {
+            learning(&h, &docs, &catalog, &splits, config);
+        }
         if sweep && config.language_neutral {
             println!(
                 "\nfusion sweep, language-neutral, DEV ONLY:\n| fusion | BM25 weight | dense weight | r@1 | r@5 | en @1 | en @5 | zh @1 | zh @5 | zh→en @5 | zh→zh @5 |\n|---|---|---|---|---|---|---|---|---|---|---|"
@@ -681,23 +695,38 @@ async fn mixed_evaluation(
                     let mut s = c.clone();
                     s.sort_by(|a, b| b.total_cmp(a));
                     let p = h.index.fit_parts(&q.query, &h.vectors[&q.query]).unwrap();
-                    let fused = h.index.search_hybrid(&q.query, &h.vectors[&q.query], 5).unwrap();
+                    let fused = h
+                        .index
+                        .search_hybrid(&q.query, &h.vectors[&q.query], 5)
+                        .unwrap();
                     let bm = h.index.search(&q.query, 5);
                     let dtop = (0..c.len()).max_by(|&a, &b| c[a].total_cmp(&c[b])).unwrap();
-                    let bm_in_dense = bm.first().map(|b| c.iter().filter(|&&x| x > c[b.index]).count());
+                    let bm_in_dense = bm
+                        .first()
+                        .map(|b| c.iter().filter(|&&x| x > c[b.index]).count());
                     println!(
                         "FEAT {} top {:.3} z {:.4} lex {:.2} fused {:.2} agree {} bmrank_in_dense {:?} {:?}",
                         if q.expect.is_empty() { "NEG" } else { "ANS" },
-                        s[0], h.cosines(q).into_iter().fold(f32::MIN, f32::max), p.lexical, fused.first().map_or(0.0, |f| f.score),
-                        bm.first().is_some_and(|b| b.index == dtop), bm_in_dense, q.query
+                        s[0],
+                        h.cosines(q).into_iter().fold(f32::MIN, f32::max),
+                        p.lexical,
+                        fused.first().map_or(0.0, |f| f.score),
+                        bm.first().is_some_and(|b| b.index == dtop),
+                        bm_in_dense,
+                        q.query
                     );
                 }
             }
             for w in [0.0f32, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0] {
-                let yes: Vec<f32> = parts.iter().filter(|p| !p.0).map(|p| p.1.score(w)).collect();
+                let yes: Vec<f32> = parts
+                    .iter()
+                    .filter(|p| !p.0)
+                    .map(|p| p.1.score(w))
+                    .collect();
                 let no: Vec<f32> = parts.iter().filter(|p| p.0).map(|p| p.1.score(w)).collect();
-                let t = toolwright_tool_search::calibrate_no_fit(&yes, &no, eval::MAX_ANSWERABLE_LOSS)
-                    .unwrap();
+                let t =
+                    toolwright_tool_search::calibrate_no_fit(&yes, &no, eval::MAX_ANSWERABLE_LOSS)
+                        .unwrap();
                 println!(
                     "| {w} | {t:.3} | {} of {} | {} of {} |",
                     no.iter().filter(|&&x| x < t).count(),
@@ -710,6 +739,90 @@ async fn mixed_evaluation(
         }
     }
     print_negatives(&negatives);
+}
+
+/// Learning from use, per split: the mixed-language answerable requests at even positions are
+/// replayed as past use (request → its first expected tool, into a `UseMemory`); then the
+/// paraphrases of the replayed ones and of the others (the control) are scored without and
+/// with what was learned (the learned requests as the tools' keywords for BM25, their vectors
+/// for the cosine side).
+fn learning(
+    h: &Hybrid,
+    docs: &[toolwright_tool_search::ToolDoc],
+    catalog: &[toolwright_mcp_bridge::McpTool],
+    splits: &[(&str, &Vec<eval::Labelled>)],
+    config: HybridConfig,
+) {
+    println!(
+        "\nlearning from use (half the mixed requests replayed as past use; their paraphrases scored):\n| split | paraphrases of | n | before r@1 | before r@5 | after r@1 | after r@5 |\n|---|---|---|---|---|---|---|"
+    );
+    for &(split, queries) in splits {
+        let mixed: Vec<&eval::Labelled> = queries
+            .iter()
+            .filter(|q| q.paraphrase.is_some() && !q.expect.is_empty())
+            .collect();
+        let mut memory = toolwright_tool_search::UseMemory::new(1000);
+        for q in mixed.iter().step_by(2) {
+            memory.record(&q.query, &q.expect[0]);
+        }
+        let learned_docs: Vec<toolwright_tool_search::ToolDoc> = docs
+            .iter()
+            .map(|d| {
+                let keywords: Vec<String> = d
+                    .keywords
+                    .iter()
+                    .cloned()
+                    .chain(memory.keywords_for(&d.name))
+                    .collect();
+                d.clone().with_keywords(keywords)
+            })
+            .collect();
+        let learned: Vec<(toolwright_tool_search::LearnedPair, Vec<f32>)> = memory
+            .pairs()
+            .into_iter()
+            .map(|p| {
+                let v = h.vectors[&p.request].clone();
+                (p, v)
+            })
+            .collect();
+        let (after, kept) = SearchIndex::new(learned_docs)
+            .with_vectors(h.tool_vectors.clone())
+            .unwrap()
+            .with_hybrid(config)
+            .with_learned(learned)
+            .unwrap();
+        assert_eq!(kept, memory.len(), "every learned tool is in the catalog");
+        assert_eq!(catalog.len(), docs.len());
+        for (which, offset) in [("replayed requests", 0), ("the others (control)", 1)] {
+            let paraphrased: Vec<eval::Labelled> = mixed
+                .iter()
+                .skip(offset)
+                .step_by(2)
+                .map(|q| eval::Labelled {
+                    query: q.paraphrase.clone().unwrap(),
+                    paraphrase: None,
+                    ..(*q).clone()
+                })
+                .collect();
+            let before = eval::score(&paraphrased, |q| h.search_ungated(q));
+            let with = eval::score(&paraphrased, |q| {
+                after
+                    .search_hybrid(&q.query, &h.vectors[&q.query], 10)
+                    .unwrap()
+                    .into_iter()
+                    .map(|x| x.name)
+                    .collect()
+            });
+            println!(
+                "| {split} | {which} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                before.all.n,
+                before.all.recall1(),
+                before.all.recall5(),
+                with.all.recall1(),
+                with.all.recall5()
+            );
+        }
+    }
 }
 
 fn print_negatives(rows: &[String]) {

@@ -41,10 +41,56 @@ const STOP_WORDS: &[&str] = &[
 /// one word, not 现 + the stop word 在) and no bigram spans or contains one. Words in
 /// [`CHINESE_KEEP`] that contain one of these are matched first and kept.
 pub const CHINESE_STOP_WORDS: &[&str] = &[
-    "帮我", "帮忙", "麻烦", "请你", "请", "一下", "这个", "那个", "这些", "那些", "这里", "那里",
-    "这儿", "那儿", "我的", "你的", "我们", "我想", "我要", "想要", "给我", "为我", "让我", "一个",
-    "一些", "怎么", "怎样", "如何", "什么", "哪个", "哪些", "可以", "能不能", "是不是", "有没有",
-    "好吗", "的", "了", "吗", "呢", "吧", "啊", "呀", "我", "你", "把", "在", "是", "和", "都",
+    "帮我",
+    "帮忙",
+    "麻烦",
+    "请你",
+    "请",
+    "一下",
+    "这个",
+    "那个",
+    "这些",
+    "那些",
+    "这里",
+    "那里",
+    "这儿",
+    "那儿",
+    "我的",
+    "你的",
+    "我们",
+    "我想",
+    "我要",
+    "想要",
+    "给我",
+    "为我",
+    "让我",
+    "一个",
+    "一些",
+    "怎么",
+    "怎样",
+    "如何",
+    "什么",
+    "哪个",
+    "哪些",
+    "可以",
+    "能不能",
+    "是不是",
+    "有没有",
+    "好吗",
+    "的",
+    "了",
+    "吗",
+    "呢",
+    "吧",
+    "啊",
+    "呀",
+    "我",
+    "你",
+    "把",
+    "在",
+    "是",
+    "和",
+    "都",
 ];
 
 /// Words that contain a stop word but are words of their own, kept whole.
@@ -381,7 +427,9 @@ mod tests {
     fn chinese_function_words_make_no_bigrams() {
         let a = Analyzer::default();
         let t = a.terms("帮我查一下这个文件的内容");
-        for gone in ["帮我", "我查", "一下", "下这", "这个", "个文", "件的", "的内"] {
+        for gone in [
+            "帮我", "我查", "一下", "下这", "这个", "个文", "件的", "的内",
+        ] {
             assert!(!t.contains(&gone.to_owned()), "{gone} in {t:?}");
         }
         for kept in ["查", "文件", "内容", "file", "content"] {

@@ -150,7 +150,11 @@ impl HybridConfig {
     }
     /// Sets [`HybridConfig::lexical_fit_weight`] (at least 0).
     pub fn with_lexical_fit_weight(mut self, weight: f32) -> Self {
-        self.lexical_fit_weight = if weight.is_finite() { weight.max(0.0) } else { DEFAULT_LEXICAL_FIT_WEIGHT };
+        self.lexical_fit_weight = if weight.is_finite() {
+            weight.max(0.0)
+        } else {
+            DEFAULT_LEXICAL_FIT_WEIGHT
+        };
         self
     }
     /// Sets [`HybridConfig::no_fit_below`].
@@ -383,6 +387,8 @@ pub(crate) struct Vectors {
     centred: Vec<f32>,
     /// The mean each script's vectors (tools' and queries') are centred on, by [`Script::slot`].
     means: [Vec<f32>; 2],
+    /// Learned requests' vectors ([`SearchIndex::with_learned`]): (tool, normalised, centred).
+    learned: Vec<(usize, Vec<f32>, Vec<f32>)>,
 }
 
 impl Vectors {
@@ -405,6 +411,7 @@ impl Vectors {
                 data: Vec::new(),
                 centred: Vec::new(),
                 means: [Vec::new(), Vec::new()],
+                learned: Vec::new(),
             });
         };
         if dims == 0 || dims > MAX_DIMENSIONS {
@@ -420,7 +427,9 @@ impl Vectors {
             for (i, row) in data.chunks_exact(dims).enumerate() {
                 if which(i) {
                     n += 1;
-                    sum.iter_mut().zip(row).for_each(|(s, x)| *s += f64::from(*x));
+                    sum.iter_mut()
+                        .zip(row)
+                        .for_each(|(s, x)| *s += f64::from(*x));
                 }
             }
             let n_f = n.max(1) as f64;
@@ -444,7 +453,26 @@ impl Vectors {
             data,
             centred,
             means,
+            learned: Vec::new(),
         })
+    }
+
+    /// Sets the learned requests' vectors: (tool, the request's script, its vector).
+    pub(crate) fn set_learned(
+        &mut self,
+        learned: Vec<(usize, Script, Vec<f32>)>,
+    ) -> Result<(), VectorError> {
+        let mut out = Vec::with_capacity(learned.len());
+        for (which, (tool, script, v)) in learned.into_iter().enumerate() {
+            if self.dims == 0 {
+                break;
+            }
+            let raw = normalised(&v, self.dims, which)?;
+            let centred = centre(&raw, &self.means[script.slot()]);
+            out.push((tool, raw, centred));
+        }
+        self.learned = out;
+        Ok(())
     }
 
     /// The cosine of each tool with the (normalised) query: language-neutral ones (the query
@@ -455,9 +483,29 @@ impl Vectors {
         } else {
             (&self.data, query.to_vec())
         };
-        rows.chunks_exact(self.dims)
-            .map(|row| row.iter().zip(&query).map(|(a, b)| a * b).sum())
-            .collect()
+        let dot = |row: &[f32]| row.iter().zip(&query).map(|(a, b)| a * b).sum::<f32>();
+        rows.chunks_exact(self.dims).map(dot).collect()
+    }
+
+    /// [`Vectors::cosines`] with each tool's learned requests counted: the larger cosine.
+    fn cosines_learned(&self, query: &[f32], script: Script, neutral: bool) -> Vec<f32> {
+        let mut out = self.cosines(query, script, neutral);
+        if self.learned.is_empty() {
+            return out;
+        }
+        let q = if neutral {
+            centre(query, &self.means[script.slot()])
+        } else {
+            query.to_vec()
+        };
+        for (tool, raw, centred) in &self.learned {
+            let row = if neutral { centred } else { raw };
+            let c: f32 = row.iter().zip(&q).map(|(a, b)| a * b).sum();
+            if let Some(o) = out.get_mut(*tool) {
+                *o = o.max(c);
+            }
+        }
+        out
     }
 }
 
@@ -537,7 +585,11 @@ fn normalised(v: &[f32], dims: usize, which: usize) -> Result<Vec<f32>, VectorEr
 
 /// The largest of `cosines`; 0 when there is none.
 fn nearest(cosines: &[f32]) -> f32 {
-    cosines.iter().copied().fold(None, |m: Option<f32>, c| Some(m.map_or(c, |m| m.max(c)))).unwrap_or(0.0)
+    cosines
+        .iter()
+        .copied()
+        .fold(None, |m: Option<f32>, c| Some(m.map_or(c, |m| m.max(c))))
+        .unwrap_or(0.0)
 }
 
 impl SearchIndex {
@@ -600,8 +652,13 @@ impl SearchIndex {
             return Ok(Vec::new());
         }
         let q = normalised(query_vector, vectors.dims, 0)?;
-        let script = Script::of(&query.chars().take(crate::MAX_QUERY_CHARS).collect::<String>());
-        Ok(vectors.cosines(&q, script, self.hybrid.language_neutral))
+        let script = Script::of(
+            &query
+                .chars()
+                .take(crate::MAX_QUERY_CHARS)
+                .collect::<String>(),
+        );
+        Ok(vectors.cosines_learned(&q, script, self.hybrid.language_neutral))
     }
 
     /// The best `limit` tools (at most [`MAX_LIMIT`]) for `query`, whose vector from the same
@@ -782,11 +839,21 @@ mod tests {
         assert!((held.lexical - 1.0).abs() < 1e-6, "{held:?}");
         assert_eq!(none.lexical, 0.0);
         assert_eq!(held.dense, none.dense);
-        assert!(index.fit("read the file contents", &v).unwrap() > index.fit("turn off the bedroom lights", &v).unwrap());
+        assert!(
+            index.fit("read the file contents", &v).unwrap()
+                > index.fit("turn off the bedroom lights", &v).unwrap()
+        );
         // Half the words held: between the two.
         let half = index.fit_parts("read the bedroom", &v).unwrap();
         assert!(half.lexical > 0.0 && half.lexical < 1.0, "{half:?}");
-        assert_eq!(Fit { dense: 1.0, lexical: 0.5 }.score(2.0), 2.0);
+        assert_eq!(
+            Fit {
+                dense: 1.0,
+                lexical: 0.5
+            }
+            .score(2.0),
+            2.0
+        );
     }
 
     /// Toy vectors: a shared "language" direction per script plus a "meaning" direction.
@@ -836,7 +903,19 @@ mod tests {
             .map(|i| ToolDoc::new(format!("t{i}"), format!("English tool {i}")))
             .collect();
         let vectors: Vec<Vec<f32>> = (0..12)
-            .map(|i| (0..13).map(|j| if j == i { 1.0 } else if j == 12 { 2.0 } else { 0.0 }).collect())
+            .map(|i| {
+                (0..13)
+                    .map(|j| {
+                        if j == i {
+                            1.0
+                        } else if j == 12 {
+                            2.0
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect()
+            })
             .collect();
         let index = SearchIndex::new(docs).with_vectors(vectors).unwrap();
         for i in 0..12 {
@@ -845,7 +924,9 @@ mod tests {
             q[12] = 2.0;
             q[(i + 1) % 12] = 0.3;
             let neutral = index.cosines("find it", &q).unwrap();
-            let best = (0..12).max_by(|&a, &b| neutral[a].total_cmp(&neutral[b])).unwrap();
+            let best = (0..12)
+                .max_by(|&a, &b| neutral[a].total_cmp(&neutral[b]))
+                .unwrap();
             assert_eq!(best, i);
             let second = (0..12)
                 .filter(|&j| j != i)
@@ -860,8 +941,14 @@ mod tests {
         assert_eq!(Script::of("read a file"), Script::Latin);
         assert_eq!(Script::of("读取文件"), Script::Cjk);
         assert_eq!(Script::of("在Notion里新建一页笔记"), Script::Cjk);
-        assert_eq!(Script::of("[Project Management] 获取实际工时明细"), Script::Cjk);
-        assert_eq!(Script::of("create work item: [Project Management] Create a work item"), Script::Latin);
+        assert_eq!(
+            Script::of("[Project Management] 获取实际工时明细"),
+            Script::Cjk
+        );
+        assert_eq!(
+            Script::of("create work item: [Project Management] Create a work item"),
+            Script::Latin
+        );
         assert_eq!(Script::of("🙂🙂🙂"), Script::Latin);
         assert_eq!(Script::of(""), Script::Latin);
     }

@@ -68,13 +68,14 @@
 mod analyzer;
 mod dense;
 pub mod judge;
+mod learn;
 
-pub use analyzer::{Analyzer, MAX_INPUT_CHARS};
+pub use analyzer::{Analyzer, CHINESE_STOP_WORDS, MAX_INPUT_CHARS};
 pub use dense::{
     DEFAULT_LEXICAL_FIT_WEIGHT, EMBED_SENTENCE_CHARS, Fit, Fusion, HybridConfig, MAX_DIMENSIONS,
-    MIN_SCRIPT_TOOLS, Script,
-    VectorError, calibrate_no_fit, embedding_text, text_hash,
+    MIN_SCRIPT_TOOLS, Script, VectorError, calibrate_no_fit, embedding_text, text_hash,
 };
+pub use learn::{LearnError, LearnedPair, MAX_CAPACITY, MAX_PAIRS_PER_TOOL, UseMemory};
 
 const _: () = assert!((3 + 4) * MAX_FIELD_CHARS < MAX_INPUT_CHARS);
 
@@ -234,7 +235,10 @@ impl SearchIndex {
         Self {
             doc_terms,
             df,
-            scripts: docs.iter().map(|d| Script::of(&embedding_text(d))).collect(),
+            scripts: docs
+                .iter()
+                .map(|d| Script::of(&embedding_text(d)))
+                .collect(),
             names: docs.into_iter().map(|d| d.name).collect(),
             embedder,
             scorer,
@@ -291,7 +295,13 @@ impl SearchIndex {
             return 0.0;
         };
         let query: String = query.chars().take(MAX_QUERY_CHARS).collect();
-        let mut terms: Vec<u32> = self.embedder.embed(&query).0.iter().map(|t| t.index).collect();
+        let mut terms: Vec<u32> = self
+            .embedder
+            .embed(&query)
+            .0
+            .iter()
+            .map(|t| t.index)
+            .collect();
         terms.sort_unstable();
         terms.dedup();
         let n = self.names.len() as f64;

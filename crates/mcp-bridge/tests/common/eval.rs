@@ -57,10 +57,13 @@ pub struct Labelled {
 pub fn mark_described(queries: &mut [Labelled], catalog: &[McpTool], docs: &[ToolDoc]) {
     for q in queries {
         q.zh_described = q.expect.first().is_some_and(|name| {
-            catalog.iter().position(|t| &t.exposed_name == name).is_some_and(|i| {
-                toolwright_tool_search::Script::of(&embedding_text(&docs[i]))
-                    == toolwright_tool_search::Script::Cjk
-            })
+            catalog
+                .iter()
+                .position(|t| &t.exposed_name == name)
+                .is_some_and(|i| {
+                    toolwright_tool_search::Script::of(&embedding_text(&docs[i]))
+                        == toolwright_tool_search::Script::Cjk
+                })
         });
     }
 }
