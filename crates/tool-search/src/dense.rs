@@ -937,6 +937,66 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_description_near_everything_does_not_take_every_query() {
+        // Tool 8 says it does everything: its vector is the catalog's mean direction and its
+        // description repeats every tool's words.
+        let mut docs: Vec<ToolDoc> = (0..8)
+            .map(|i| ToolDoc::new(format!("t{i}"), format!("tool{i} does thing{i}")))
+            .collect();
+        let everything: String = (0..8).map(|i| format!("tool{i} thing{i} ")).collect();
+        docs.push(ToolDoc::new("hostile", everything.repeat(500)));
+        let mut vectors: Vec<Vec<f32>> = (0..8)
+            .map(|i| {
+                (0..9)
+                    .map(|j| if j == i || j == 8 { 1.0 } else { 0.0 })
+                    .collect()
+            })
+            .collect();
+        vectors.push((0..9).map(|j| if j == 8 { 1.0 } else { 0.35 }).collect());
+        let index = SearchIndex::new(docs).with_vectors(vectors).unwrap();
+        for i in 0..8 {
+            let mut q = vec![0.0; 9];
+            q[i] = 1.0;
+            q[8] = 1.0;
+            let hits = index.search_hybrid(&format!("thing{i}"), &q, 3).unwrap();
+            assert_eq!(hits[0].name, format!("t{i}"), "{hits:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_description_a_huge_query_and_an_emoji_query_are_handled() {
+        let index = SearchIndex::new(vec![
+            ToolDoc::new("fs__read_file", ""),
+            ToolDoc::new("maps__elevation", "Get elevation data"),
+        ])
+        .with_vectors(vec![vec![1.0, 0.0], vec![0.0, 1.0]])
+        .unwrap()
+        .with_hybrid(HybridConfig::default().with_no_fit_below(Some(0.5)));
+        assert_eq!(
+            embedding_text(&ToolDoc::new("fs__read_file", "")),
+            "read file"
+        );
+        let huge = "read the file ".repeat(800);
+        assert!(huge.chars().count() > 10_000);
+        let hits = index.search_hybrid(&huge, &[1.0, 0.0], 5).unwrap();
+        assert_eq!(hits[0].name, "fs__read_file");
+        let fit = index.fit(&huge, &[1.0, 0.0]).unwrap();
+        assert!(fit.is_finite());
+        // Only emoji: no word is shared; the vector alone decides, and the fit is finite.
+        let emoji = "🙂🚀🔥".repeat(3000);
+        let hits = index.search_hybrid(&emoji, &[0.1, 1.0], 5).unwrap();
+        assert_eq!(hits[0].name, "maps__elevation");
+        assert_eq!(index.fit_parts(&emoji, &[0.1, 1.0]).unwrap().lexical, 0.0);
+        // A zero query vector is near nothing: no tool fits.
+        assert!(
+            index
+                .search_hybrid("read", &[0.0, 0.0], 5)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn script_of_counts_a_chinese_character_as_three_letters() {
         assert_eq!(Script::of("read a file"), Script::Latin);
         assert_eq!(Script::of("读取文件"), Script::Cjk);

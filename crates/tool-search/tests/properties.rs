@@ -236,3 +236,17 @@ mod judge {
         }
     }
 }
+
+proptest! {
+    #[test]
+    fn no_chinese_term_holds_a_function_word(text in "[文件读取内容的吗了呢 ]{1,40}") {
+        let a = Analyzer::default();
+        for run in text.split(' ') {
+            if run.chars().any(|c| !"的吗了呢".contains(c)) {
+                for t in a.terms(run) {
+                    prop_assert!(!t.contains(['的', '吗', '了', '呢']), "{} in the terms of {:?}", t, run);
+                }
+            }
+        }
+    }
+}
