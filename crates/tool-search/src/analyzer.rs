@@ -39,7 +39,7 @@ const STOP_WORDS: &[&str] = &[
 
 /// Chinese function words of requests: a run is cut at each (leftmost-longest, so 现在 "now" is
 /// one word, not 现 + the stop word 在) and no bigram spans or contains one. Words in
-/// [`CHINESE_KEEP`] that contain one of these are matched first and kept.
+/// `CHINESE_KEEP` (whole words such as 现在) that contain one of these are matched first and kept.
 pub const CHINESE_STOP_WORDS: &[&str] = &[
     "帮我",
     "帮忙",
