@@ -12,47 +12,7 @@ use futures::{Stream, StreamExt};
 use serde_json::Value;
 
 use crate::ModelError;
-use crate::openai::{RetryPolicy, retry_after};
-
-/// When to send attempt `attempt + 1` after a failed one, or `None` to give up: 429, 5xx
-/// (Anthropic's 529 among them) and connection errors are retried; a `Retry-After` is
-/// honoured up to [`RetryPolicy::max_retry_after`]; nothing starts past `deadline`.
-pub(crate) fn next_delay(
-    policy: &RetryPolicy,
-    attempt: u32,
-    retry_after: Option<Duration>,
-    elapsed: Duration,
-    deadline: Duration,
-) -> Option<Duration> {
-    if attempt >= policy.max_retries {
-        return None;
-    }
-    let delay = match retry_after {
-        Some(d) if d > policy.max_retry_after => {
-            tracing::warn!(
-                ?d,
-                "server asked to retry after more than max_retry_after; giving up"
-            );
-            return None;
-        }
-        Some(d) => d,
-        None => policy.backoff(attempt),
-    };
-    if elapsed + delay >= deadline {
-        tracing::warn!(
-            ?delay,
-            ?deadline,
-            "the next retry would start past the call's deadline; giving up"
-        );
-        return None;
-    }
-    Some(delay)
-}
-
-/// Whether an HTTP status is worth another attempt.
-pub(crate) fn retryable(status: u16) -> bool {
-    status == 429 || status >= 500
-}
+use crate::retry::{RetryPolicy, next_delay, retry_after, retryable};
 
 /// A POST client with the retry rules of a backend's configuration.
 #[derive(Clone, Debug)]

@@ -26,6 +26,7 @@ mod http;
 mod openai;
 #[cfg(feature = "openai-responses")]
 mod responses;
+mod retry;
 
 // Anthropic's Messages API, natively.
 #[cfg(feature = "anthropic")]

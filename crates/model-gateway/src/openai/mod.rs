@@ -17,9 +17,8 @@ use async_openai::middleware::ReqwestService;
 use futures::StreamExt;
 use serde_json::Value;
 
+pub use crate::retry::RetryPolicy;
 pub use embed::OpenAiEmbedder;
-pub use retry::RetryPolicy;
-pub(crate) use retry::retry_after;
 
 use crate::default_finish;
 use crate::{
