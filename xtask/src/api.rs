@@ -37,13 +37,64 @@ pub fn published(metadata: &Value) -> Vec<(String, PathBuf)> {
 /// `cargo package` for every published crate at once (cargo serves the unpublished ones among
 /// them to each other from a local overlay) with each `.crate` built on its own: a crate that
 /// cannot be packaged or does not build from its package fails here.
+///
+/// Cargo unpacks each overlaid crate under `$CARGO_HOME/registry/src/-<hash>/<name>-<version>`
+/// and, finding that directory again on the next run, builds the old unpacked source instead of
+/// today's package while the version number has not moved. Those directories are ours alone
+/// (the overlay registry's directory name starts with `-`; crates.io's never does), so they are
+/// removed first.
 pub fn package(metadata: &Value) -> Result<(), String> {
+    forget_unpacked_overlay(metadata)?;
     let mut cmd = crate::cargo();
     cmd.args(["package", "--allow-dirty"]);
     for (package, _) in published(metadata) {
         cmd.args(["-p", &package]);
     }
     crate::run("cargo package (every published crate)", &mut cmd)
+}
+
+/// Removes the unpacked copies of this workspace's own packages that an earlier
+/// `cargo package` left in cargo's overlay registry (see [`package`]).
+fn forget_unpacked_overlay(metadata: &Value) -> Result<(), String> {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set: cannot find cargo's registry")?;
+    let ours: HashSet<String> = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            Some(format!(
+                "{}-{}",
+                p["name"].as_str()?,
+                p["version"].as_str()?
+            ))
+        })
+        .collect();
+    let Ok(registries) = std::fs::read_dir(cargo_home.join("registry").join("src")) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for unpacked in std::fs::read_dir(registry.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if ours.contains(&*unpacked.file_name().to_string_lossy()) {
+                std::fs::remove_dir_all(unpacked.path()).map_err(|e| {
+                    format!(
+                        "could not remove cargo's stale unpacked copy {}: {e}",
+                        unpacked.path().display()
+                    )
+                })?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn snapshot_path(root: &Path, package: &str) -> PathBuf {

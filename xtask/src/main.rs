@@ -46,9 +46,10 @@ fn main() -> ExitCode {
         Some("graph") => graph::write(),
         Some("api") => graph::metadata().and_then(|m| api::write(&root(), &target_dir(), &m)),
         Some("layers") => check_layers(),
+        Some("package") => graph::metadata().and_then(|m| api::package(&m)),
         Some("with-services") => services::run_with(&args[1..]),
         _ => Err(
-            "usage: cargo xtask <stage N | test | conformance | bench | deps | graph | api | layers | with-services CMD…>"
+            "usage: cargo xtask <stage N | test | conformance | bench | deps | graph | api | package | layers | with-services CMD…>"
                 .into(),
         ),
     };
