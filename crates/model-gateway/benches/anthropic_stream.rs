@@ -5,10 +5,6 @@
 
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::Response;
-use axum::routing::post;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
 use serde_json::json;
@@ -96,24 +92,11 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let body = text_stream(&TEXT_100.repeat(10));
-    let url = rt.block_on(async {
-        let app = Router::new().route(
-            "/v1/messages",
-            post(move || {
-                let body = body.clone();
-                async move {
-                    Response::builder()
-                        .header("content-type", "text/event-stream; charset=utf-8")
-                        .body(Body::from(body))
-                        .unwrap()
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        url
-    });
+    // The workspace's replaying server, answering every request with the stream.
+    let server = rt.block_on(testkit::WireServer::start());
+    server.set_recording(false);
+    server.always(testkit::WireReply::sse(body));
+    let url = server.url();
     let model = AnthropicModel::new(AnthropicConfig::new("bench").with_base_url(&url)).unwrap();
     toolwright_model_gateway::ensure_crypto_provider();
     let http = reqwest_ring::Client::new();

@@ -9,8 +9,6 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 use toolwright_core::{ChatModel, ChatRequest, Message, collect_stream};
 use toolwright_model_gateway::gemini::{GeminiConfig, GeminiModel};
 
@@ -39,46 +37,6 @@ fn long_stream() -> String {
     out
 }
 
-/// Serves `body` as `text/event-stream` to every request, one request per connection.
-async fn serve(body: String) -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let response = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}"
-    );
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            let response = response.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                // Read the head and the body its content-length announces.
-                loop {
-                    let n = sock.read(&mut chunk).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                        let len: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse().ok())
-                            .unwrap_or(0);
-                        if buf.len() >= end + 4 + len {
-                            break;
-                        }
-                    }
-                }
-                let _ = sock.write_all(response.as_bytes()).await;
-                let _ = sock.shutdown().await;
-            });
-        }
-    });
-    addr
-}
-
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -86,7 +44,11 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let body = long_stream();
     let bytes = body.len() as u64;
-    let addr = rt.block_on(serve(body));
+    // The workspace's replaying server, answering every request with the stream.
+    let server = rt.block_on(testkit::WireServer::start());
+    server.set_recording(false);
+    server.always(testkit::WireReply::sse(body));
+    let addr = server.url().trim_start_matches("http://").to_owned();
     let model = GeminiModel::new(
         GeminiConfig::new("gemini-3-pro-preview")
             .with_base_url(format!("http://{addr}/v1beta"))

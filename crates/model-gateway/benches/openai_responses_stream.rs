@@ -5,8 +5,6 @@
 
 #[path = "../src/responses/events.rs"]
 mod events;
-#[path = "../tests/support/responses_server.rs"]
-mod responses_server;
 
 use std::time::Duration;
 
@@ -83,10 +81,10 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let server = rt.block_on(responses_server::Server::start());
+    let server = rt.block_on(testkit::WireServer::start());
     server.set_recording(false);
     // 100 text deltas of one character each, like the chat bench's 100 chunks.
-    server.always(responses_server::Reply::SseEvents({
+    server.always(testkit::WireReply::SseEvents({
         let mut s = String::new();
         for b in TEXT_SSE.split_inclusive("\n\n") {
             if b.contains("\"response.output_text.delta\"") {

@@ -4,18 +4,14 @@
 #![cfg(feature = "anthropic")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, Response};
-use axum::routing::post;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use futures::StreamExt;
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use testkit::{WireReply, WireServer};
 use toolwright_core::{
     CachePolicy, CacheTtl, ChatEvent, ChatModel, ChatRequest, FinishReason, InvalidToolCall, Media,
     Message, ModelError, Part, Reasoning, ReasoningKind, ResponseFormat, ToolCall, ToolChoice,
@@ -35,88 +31,44 @@ enum Reply {
     Abort(Vec<u8>),
 }
 
-#[derive(Default)]
-struct Inner {
-    script: VecDeque<Reply>,
-    requests: Vec<(HeaderMap, Bytes)>,
-}
-
-#[derive(Clone)]
-struct Server {
-    url: String,
-    inner: Arc<Mutex<Inner>>,
-}
-
-async fn handle(
-    State(inner): State<Arc<Mutex<Inner>>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response<Body> {
-    let reply = {
-        let mut g = inner.lock().unwrap();
-        g.requests.push((headers, body));
-        g.script.pop_front()
-    };
-    let b = Response::builder();
-    match reply {
-        Some(Reply::Sse(bytes)) => b
-            .status(200)
-            .header("content-type", "text/event-stream; charset=utf-8")
-            .body(Body::from(bytes)),
-        Some(Reply::Json(status, text, retry_after)) => {
-            let mut b = b.status(status).header("content-type", "application/json");
-            if let Some(ra) = retry_after {
-                b = b.header("retry-after", ra);
-            }
-            b.body(Body::from(text))
-        }
-        Some(Reply::Abort(bytes)) => {
-            // The bytes, a pause (so they and the headers leave), then a broken body.
-            let chunks = futures::stream::unfold(0, move |step| {
-                let bytes = bytes.clone();
-                async move {
-                    match step {
-                        0 => Some((Ok(Bytes::from(bytes)), 1)),
-                        1 => {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            Some((Err(std::io::Error::other("connection cut")), 2))
-                        }
-                        _ => None,
-                    }
-                }
-            });
-            b.status(200)
-                .header("content-type", "text/event-stream; charset=utf-8")
-                .body(Body::from_stream(chunks))
-        }
-        None => b.status(500).body(Body::from("no scripted reply left")),
-    }
-    .unwrap()
-}
+/// The workspace's replaying server, with this file's replies; requests read back as headers
+/// and raw body.
+struct Server(WireServer);
 
 impl Server {
     async fn start() -> Self {
-        let inner = Arc::new(Mutex::new(Inner::default()));
-        let app = Router::new()
-            .route("/v1/messages", post(handle))
-            .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { url, inner }
+        Self(WireServer::start().await)
     }
     fn push(&self, r: Reply) {
-        self.inner.lock().unwrap().script.push_back(r);
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        self.0.push(match r {
+            Reply::Sse(bytes) => WireReply::sse(text(bytes)),
+            Reply::Json(status, body, retry_after) => WireReply::status(status, body, retry_after),
+            Reply::Abort(bytes) => WireReply::Abort(text(bytes)),
+        });
     }
     fn requests(&self) -> Vec<(HeaderMap, Bytes)> {
-        self.inner.lock().unwrap().requests.clone()
+        self.0
+            .requests()
+            .into_iter()
+            .map(|r| {
+                let mut headers = HeaderMap::new();
+                for (k, v) in &r.headers {
+                    headers.append(
+                        HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                        HeaderValue::from_str(v).unwrap(),
+                    );
+                }
+                (headers, Bytes::from(r.raw))
+            })
+            .collect()
     }
     fn body(&self, i: usize) -> Value {
-        serde_json::from_slice(&self.requests()[i].1).unwrap()
+        self.0.body(i)
     }
     fn model(&self, f: impl FnOnce(AnthropicConfig) -> AnthropicConfig) -> AnthropicModel {
         let cfg = AnthropicConfig::new("claude-sonnet-4-20250514")
-            .with_base_url(&self.url)
+            .with_base_url(self.0.url())
             .with_api_key("sk-ant-test")
             .with_retry(
                 RetryPolicy::default()

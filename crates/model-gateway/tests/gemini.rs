@@ -4,15 +4,11 @@
 #![cfg(feature = "gemini")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use testkit::{WireReply, WireRequest, WireServer};
 use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, FinishReason, Media, Message, ModelError, Part, Reasoning,
     ReasoningKind, ResponseFormat, ToolChoice, ToolSpec, collect_stream,
@@ -45,121 +41,33 @@ enum Answer {
     Json(u16, String, Vec<(&'static str, String)>),
 }
 
-/// A request as the server saw it.
-#[derive(Clone, Debug)]
-struct Seen {
-    target: String,
-    headers: Vec<(String, String)>,
-    raw: Vec<u8>,
-    at: Instant,
-}
-
-impl Seen {
-    fn body(&self) -> Value {
-        serde_json::from_slice(&self.raw).unwrap()
-    }
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// An HTTP/1.1 server on 127.0.0.1: one request per connection, answers from a script.
-struct Server {
-    addr: SocketAddr,
-    script: Arc<Mutex<VecDeque<Answer>>>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
+/// The workspace's replaying server, with this file's answers.
+struct Server(WireServer);
 
 impl Server {
     async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let script: Arc<Mutex<VecDeque<Answer>>> = Arc::default();
-        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let (s, r) = (script.clone(), seen.clone());
-        tokio::spawn(async move {
-            while let Ok((mut sock, _)) = listener.accept().await {
-                let (s, r) = (s.clone(), r.clone());
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 8192];
-                    let head_end = loop {
-                        let n = sock.read(&mut chunk).await.unwrap_or(0);
-                        if n == 0 {
-                            return;
-                        }
-                        buf.extend_from_slice(&chunk[..n]);
-                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
-                        }
-                    };
-                    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-                    let mut lines = head.split("\r\n");
-                    let target = lines
-                        .next()
-                        .and_then(|l| l.split(' ').nth(1))
-                        .unwrap_or_default()
-                        .to_owned();
-                    let headers: Vec<(String, String)> = lines
-                        .filter_map(|l| l.split_once(':'))
-                        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-                        .collect();
-                    let len: usize = headers
-                        .iter()
-                        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-                        .and_then(|(_, v)| v.parse().ok())
-                        .unwrap_or(0);
-                    while buf.len() < head_end + len {
-                        let n = sock.read(&mut chunk).await.unwrap_or(0);
-                        if n == 0 {
-                            break;
-                        }
-                        buf.extend_from_slice(&chunk[..n]);
-                    }
-                    r.lock().unwrap().push(Seen {
-                        target,
-                        headers,
-                        raw: buf[head_end..].to_vec(),
-                        at: Instant::now(),
-                    });
-                    let answer = s.lock().unwrap().pop_front();
-                    let out = match answer {
-                        Some(Answer::Sse(body)) => format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}"
-                        ),
-                        Some(Answer::Json(status, body, extra)) => {
-                            let mut h = String::new();
-                            for (k, v) in extra {
-                                h.push_str(&format!("{k}: {v}\r\n"));
-                            }
-                            format!(
-                                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{h}connection: close\r\n\r\n{body}",
-                                body.len()
-                            )
-                        }
-                        None => "HTTP/1.1 500 X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-                            .to_owned(),
-                    };
-                    let _ = sock.write_all(out.as_bytes()).await;
-                    let _ = sock.shutdown().await;
-                });
-            }
-        });
-        Self { addr, script, seen }
+        Self(WireServer::start().await)
     }
 
     fn push(&self, a: Answer) {
-        self.script.lock().unwrap().push_back(a);
+        self.0.push(match a {
+            Answer::Sse(body) => WireReply::sse(body),
+            Answer::Json(status, body, headers) => WireReply::Json {
+                status,
+                body,
+                headers: headers
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
+            },
+        });
     }
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+    fn seen(&self) -> Vec<WireRequest> {
+        self.0.requests()
     }
     fn config(&self, model: &str) -> GeminiConfig {
         GeminiConfig::new(model)
-            .with_base_url(format!("http://{}/v1beta", self.addr))
+            .with_base_url(format!("{}/v1beta", self.0.url()))
             .with_api_key("test-key")
             .with_retry(RetryPolicy::none())
     }
@@ -223,12 +131,12 @@ async fn a_streamed_text_answer_gives_deltas_usage_and_keeps_the_turn_signature(
     );
     let seen = &server.seen()[0];
     assert_eq!(
-        seen.target,
+        seen.path,
         "/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse"
     );
     assert_eq!(seen.header("x-goog-api-key"), Some("test-key"));
     assert_eq!(
-        seen.body(),
+        seen.body.clone(),
         json!({
             "systemInstruction": {"parts": [{"text": "You are terse."}]},
             "contents": [{"role": "user", "parts": [{"text": "How many r's are in strawberry?"}]}],
@@ -268,7 +176,7 @@ async fn a_streamed_turn_signature_goes_back_on_the_turns_text_part() {
         .await
         .unwrap();
     assert_eq!(
-        server.seen()[1].body()["contents"][1],
+        server.seen()[1].body.clone()["contents"][1],
         json!({"role": "model", "parts": [{"text": "4", "thoughtSignature": signature_in(&sse, 1, 0)}]})
     );
 }
@@ -296,7 +204,7 @@ async fn a_whole_answer_keeps_the_signature_its_text_part_carried_and_sends_it_b
         (9, 29 + 282, 282)
     );
     assert_eq!(
-        server.seen()[0].target,
+        server.seen()[0].path,
         "/v1beta/models/gemini-3-pro-preview:generateContent"
     );
 
@@ -304,7 +212,7 @@ async fn a_whole_answer_keeps_the_signature_its_text_part_carried_and_sends_it_b
     second.push(r.to_message());
     second.push(Message::user("And in raspberry?"));
     model.chat(ChatRequest::new(second)).await.unwrap();
-    let sent = server.seen()[1].body();
+    let sent = server.seen()[1].body.clone();
     assert_eq!(
         sent["contents"][1],
         json!({"role": "model", "parts": [{"text": part["text"], "thoughtSignature": part["thoughtSignature"]}]})
@@ -359,7 +267,7 @@ async fn a_tool_round_sends_the_call_back_with_its_id_and_signature_and_the_resu
         }
     ));
 
-    let first = server.seen()[0].body();
+    let first = server.seen()[0].body.clone();
     assert_eq!(
         first["tools"],
         json!([{"functionDeclarations": [{
@@ -389,7 +297,7 @@ async fn a_tool_round_sends_the_call_back_with_its_id_and_signature_and_the_resu
     .await
     .unwrap();
     assert!(text.content.starts_with("There are"));
-    let second = server.seen()[1].body();
+    let second = server.seen()[1].body.clone();
     assert_eq!(
         second["contents"],
         json!([
@@ -439,7 +347,7 @@ async fn a_call_without_an_id_gets_a_stable_one_that_is_never_sent_to_gemini() {
         r#"{"temperature": 18, "sky": "clear"}"#,
     ));
     model.chat(ChatRequest::new(history)).await.unwrap();
-    let sent = server.seen()[2].body();
+    let sent = server.seen()[2].body.clone();
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         sent["contents"][1]["parts"][0],
@@ -483,7 +391,7 @@ async fn parallel_calls_keep_the_signature_on_the_first_call_and_their_results_s
     )
     .await
     .unwrap();
-    let sent = server.seen()[1].body();
+    let sent = server.seen()[1].body.clone();
     let sig = signature_in(&sse, 0, 0);
     assert_eq!(
         sent["contents"][1]["parts"],
@@ -566,7 +474,7 @@ async fn thought_summaries_interleaved_with_a_call_are_replayed_unchanged_on_the
         (412, 18 + 141, 384, 141, 412 + 18 + 141)
     );
     assert_eq!(
-        server.seen()[0].body()["generationConfig"],
+        server.seen()[0].body.clone()["generationConfig"],
         json!({"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": true}})
     );
 
@@ -586,7 +494,7 @@ async fn thought_summaries_interleaved_with_a_call_are_replayed_unchanged_on_the
     .await
     .unwrap();
     let seen = server.seen();
-    let sent = seen[1].body();
+    let sent = seen[1].body.clone();
     assert_eq!(
         sent["contents"][1]["parts"],
         json!([
@@ -628,7 +536,7 @@ async fn images_audio_and_files_in_a_user_message_go_inline_or_as_file_data() {
         ],
     );
     model.chat(ChatRequest::new(vec![msg])).await.unwrap();
-    let sent = server.seen()[0].body();
+    let sent = server.seen()[0].body.clone();
     assert_eq!(
         sent["contents"][0]["parts"],
         json!([
@@ -668,7 +576,7 @@ async fn an_image_in_a_tool_result_rides_in_the_function_response_and_one_by_url
         ),
     ];
     model.chat(ChatRequest::new(history)).await.unwrap();
-    let sent = server.seen()[0].body();
+    let sent = server.seen()[0].body.clone();
     let contents = sent["contents"].as_array().unwrap();
     assert_eq!(
         contents.len(),
@@ -878,7 +786,7 @@ async fn another_providers_reasoning_is_never_sent() {
     let raw = String::from_utf8(seen[0].raw.clone()).unwrap();
     assert!(!raw.contains("anthropic-sig") && !raw.contains("I think") && !raw.contains("enc"));
     assert_eq!(
-        seen[0].body()["contents"][1],
+        seen[0].body.clone()["contents"][1],
         json!({"role": "model", "parts": [{"text": "hello", "thoughtSignature": "gemini-sig"}]})
     );
 }
@@ -920,7 +828,7 @@ async fn the_same_request_is_byte_identical_and_the_next_round_starts_with_this_
     assert_eq!(seen[0].raw, seen[1].raw);
     let first = String::from_utf8(seen[0].raw.clone()).unwrap();
     let next = String::from_utf8(seen[2].raw.clone()).unwrap();
-    let contents = serde_json::to_string(&seen[0].body()["contents"]).unwrap();
+    let contents = serde_json::to_string(&seen[0].body.clone()["contents"]).unwrap();
     let end = first.find(&contents).unwrap() + contents.len() - 1; // up to the closing `]`
     assert!(first.starts_with("{\"systemInstruction\""));
     assert_eq!(
@@ -957,7 +865,7 @@ async fn tool_choice_and_response_format_map_to_tool_config_and_a_json_schema() 
         .with_response_format(ResponseFormat::JsonObject);
     model.chat(req).await.unwrap();
     let seen = server.seen();
-    let (a, b) = (seen[0].body(), seen[1].body());
+    let (a, b) = (seen[0].body.clone(), seen[1].body.clone());
     assert_eq!(
         a["toolConfig"],
         json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}})

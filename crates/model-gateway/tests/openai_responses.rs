@@ -4,14 +4,11 @@
 #![cfg(feature = "openai-responses")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/responses_server.rs"]
-mod responses_server;
-
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use responses_server::{Reply, Server};
 use serde_json::{Value, json};
+use testkit::{WireReply as Reply, WireServer as Server};
 use toolwright_core::{
     CachePolicy, CacheTtl, ChatEvent, ChatModel, ChatRequest, ChatResponse, FinishReason, Media,
     Message, ModelError, Part, Reasoning, ReasoningKind, ResponseFormat, ToolCall, ToolChoice,

@@ -40,6 +40,7 @@ mod mcp_server;
 #[cfg(feature = "mcp-stdio")]
 mod mcp_stdio;
 mod npm;
+mod wire;
 
 pub use litellm::{LiteLlmProxy, litellm_python, litellm_version};
 #[cfg(feature = "mcp-http")]
@@ -51,6 +52,7 @@ pub use mcp_plain::{DiscoverAnswer, PlainMcpHttpServer};
 #[cfg(feature = "mcp-stdio")]
 pub use mcp_stdio::run_mcp_stdio_server;
 pub use npm::{npm_mcp_server, python_mcp_sdk, toolkit_cache_dir};
+pub use wire::{WireReply, WireRequest, WireServer};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -1,34 +1,47 @@
-//! A real HTTP/1.1 server on 127.0.0.1 that answers `POST …/responses` from a script, byte for
-//! byte (fixtures are sent exactly as recorded), and records every request with its raw body.
+//! A provider's wire, replayed: a real HTTP/1.1 server on 127.0.0.1 that answers every `POST`
+//! (any path: `/v1/messages`, `/v1/responses`, `/v1beta/models/…:streamGenerateContent`) from
+//! a script, byte for byte (fixtures are sent exactly as recorded), and records every request
+//! with its raw body. The native backends' tests and the tests that drive them through an agent
+//! share it.
 //!
 //! Written on tokio's sockets alone: each connection carries one request and is closed after
 //! the answer, so a streamed answer ends where its bytes end (a cut stream is simply a fixture
-//! without its final event).
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! without its final event, or [`WireReply::Abort`]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// One scripted answer.
 #[derive(Debug, Clone)]
-pub enum Reply {
+pub enum WireReply {
     /// A JSON body with this status and extra headers.
     Json {
+        /// The status.
         status: u16,
+        /// The body, sent as is.
         body: String,
+        /// Extra headers (`retry-after`, …).
         headers: Vec<(String, String)>,
     },
     /// An event stream, sent as these bytes in chunks of `chunk` bytes (0: all at once).
-    Sse { body: String, chunk: usize },
+    Sse {
+        /// The stream's bytes.
+        body: String,
+        /// Bytes per write; 0 sends it all at once.
+        chunk: usize,
+    },
     /// An event stream written one event per write, at once (as a server flushes each event).
     SseEvents(String),
+    /// A 200 event stream whose connection breaks after these bytes (no clean end).
+    Abort(String),
 }
 
-impl Reply {
+impl WireReply {
     /// A 200 JSON answer.
     pub fn json(body: impl Into<String>) -> Self {
         Self::Json {
@@ -65,49 +78,51 @@ impl Reply {
 
 /// A request the server received.
 #[derive(Debug, Clone)]
-pub struct Recorded {
+pub struct WireRequest {
     /// The request path.
     pub path: String,
     /// Header names in lower case, with their values.
     pub headers: Vec<(String, String)>,
     /// The body as sent.
     pub raw: Vec<u8>,
-    /// The body as JSON.
+    /// The body as JSON (`Null` when it is not JSON).
     pub body: serde_json::Value,
+    /// When it arrived.
+    pub at: Instant,
 }
 
-impl Recorded {
+impl WireRequest {
     /// A header's value.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
-            .find(|(k, _)| k == name)
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
 }
 
 #[derive(Default)]
 struct Inner {
-    script: VecDeque<Reply>,
-    fallback: Option<Reply>,
-    requests: Vec<Recorded>,
+    script: VecDeque<WireReply>,
+    fallback: Option<WireReply>,
+    requests: Vec<WireRequest>,
     record: bool,
 }
 
 /// The server; it stops when dropped.
-pub struct Server {
+pub struct WireServer {
     addr: std::net::SocketAddr,
     inner: Arc<Mutex<Inner>>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for Server {
+impl Drop for WireServer {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-impl Server {
+impl WireServer {
     /// Binds 127.0.0.1 on a free port.
     pub async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -129,18 +144,28 @@ impl Server {
         Self { addr, inner, task }
     }
 
+    /// `http://127.0.0.1:PORT` (no path: each backend adds its own).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
     /// `http://127.0.0.1:PORT/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
 
+    /// The body of request `i` as JSON.
+    pub fn body(&self, i: usize) -> serde_json::Value {
+        self.inner.lock().unwrap().requests[i].body.clone()
+    }
+
     /// Appends a reply to the script.
-    pub fn push(&self, reply: Reply) {
+    pub fn push(&self, reply: WireReply) {
         self.inner.lock().unwrap().script.push_back(reply);
     }
 
     /// The reply for every request the script does not cover.
-    pub fn always(&self, reply: Reply) {
+    pub fn always(&self, reply: WireReply) {
         self.inner.lock().unwrap().fallback = Some(reply);
     }
 
@@ -150,12 +175,12 @@ impl Server {
     }
 
     /// Every request so far.
-    pub fn requests(&self) -> Vec<Recorded> {
+    pub fn requests(&self) -> Vec<WireRequest> {
         self.inner.lock().unwrap().requests.clone()
     }
 }
 
-async fn read_request(conn: &mut TcpStream) -> Option<Recorded> {
+async fn read_request(conn: &mut TcpStream) -> Option<WireRequest> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     let head_end = loop {
@@ -189,11 +214,12 @@ async fn read_request(conn: &mut TcpStream) -> Option<Recorded> {
         raw.extend_from_slice(&chunk[..n]);
     }
     let body = serde_json::from_slice(&raw).unwrap_or(serde_json::Value::Null);
-    Some(Recorded {
+    Some(WireRequest {
         path,
         headers,
         raw,
         body,
+        at: Instant::now(),
     })
 }
 
@@ -222,14 +248,14 @@ async fn serve(mut conn: TcpStream, inner: Arc<Mutex<Inner>>) {
         s.script.pop_front().or_else(|| s.fallback.clone())
     };
     let reply = reply.unwrap_or_else(|| {
-        Reply::status(
+        WireReply::status(
             500,
             r#"{"error":{"message":"the test server's script is exhausted","type":"server_error","param":null,"code":null}}"#,
             None,
         )
     });
     match reply {
-        Reply::Json {
+        WireReply::Json {
             status,
             body,
             headers,
@@ -246,13 +272,24 @@ async fn serve(mut conn: TcpStream, inner: Arc<Mutex<Inner>>) {
             let _ = conn.write_all(head.as_bytes()).await;
             let _ = conn.write_all(body.as_bytes()).await;
         }
-        Reply::SseEvents(body) => {
+        WireReply::SseEvents(body) => {
             let _ = conn.write_all(SSE_HEAD.as_bytes()).await;
             for event in body.split_inclusive("\n\n") {
                 let _ = conn.write_all(event.as_bytes()).await;
             }
         }
-        Reply::Sse { body, chunk } => {
+        WireReply::Abort(bytes) => {
+            // Chunked, and closed before the last chunk: the client reads these bytes, then a
+            // body that breaks off (not a clean end of stream).
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+            let _ = conn.write_all(head.as_bytes()).await;
+            let chunk = format!("{:x}\r\n{bytes}\r\n", bytes.len());
+            let _ = conn.write_all(chunk.as_bytes()).await;
+            let _ = conn.flush().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return;
+        }
+        WireReply::Sse { body, chunk } => {
             let _ = conn.write_all(SSE_HEAD.as_bytes()).await;
             if chunk == 0 {
                 let _ = conn.write_all(body.as_bytes()).await;
