@@ -1262,6 +1262,50 @@ async fn a_tools_picture_shows_in_the_conversation_and_after_a_reload() {
     b.close().await;
 }
 
+/// server-everything (npm, over stdio through the bridge) returns its tiny PNG; the page shows
+/// it with the tool's result, and the screenshot goes to the docs.
+#[tokio::test]
+async fn a_real_mcp_servers_picture_shows_in_the_conversation() {
+    let _one = BROWSER_LOCK.lock().await;
+    let entry = testkit::npm_mcp_server("server-everything").unwrap_or_else(|e| panic!("{e}"));
+    let bridge = toolwright_mcp_bridge::McpBridge::new();
+    bridge
+        .register(
+            toolwright_mcp_bridge::ServiceConfig::new("everything", "node")
+                .with_args([entry.to_string_lossy().into_owned(), "stdio".into()])
+                .with_startup_timeout(Duration::from_secs(30)),
+        )
+        .unwrap();
+    bridge.start("everything").await.unwrap();
+    let provider = std::sync::Arc::new(bridge.clone());
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        common::picture_responder,
+        move |b| b.provider(provider),
+    )
+    .await;
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.type_and_send("call everything__get-tiny-image").await;
+    b.wait_for_text(".entry-assistant .text", "Here is the chart.", false)
+        .await;
+    b.idle().await;
+    let loaded = "Array.from(document.querySelectorAll('.entry-tool .images img')).some(i => i.complete && i.naturalWidth === 20)";
+    b.wait_until("server-everything's picture, decoded", loaded)
+        .await;
+    let shown = loaded_pictures(&b, ".entry-tool").await;
+    assert_eq!(shown[0][1], json!(20), "{shown}");
+    let png = b.client.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let out = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../docs/images/panel-mcp-picture.png");
+    std::fs::write(&out, &png).unwrap();
+    b.close().await;
+    bridge.stop("everything").await.unwrap();
+}
+
 #[tokio::test]
 async fn an_attached_picture_reaches_the_model_as_an_image_part_and_shows() {
     let _one = BROWSER_LOCK.lock().await;
