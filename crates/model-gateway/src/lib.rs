@@ -27,6 +27,7 @@ mod openai;
 #[cfg(feature = "openai-responses")]
 mod responses;
 mod retry;
+mod settings;
 
 // Anthropic's Messages API, natively.
 #[cfg(feature = "anthropic")]

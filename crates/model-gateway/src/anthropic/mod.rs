@@ -12,6 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use crate::http::{Poster, SseStream, json_body, sse};
+use crate::settings::{self, Vars, connection_setters};
 use crate::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError, ModelInfo, RetryPolicy,
 };
@@ -110,23 +111,6 @@ pub mod env {
 /// The default model of [`AnthropicConfig::from_env`] when `ANTHROPIC_MODEL` is unset.
 const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
 
-fn secs_var(name: &str, value: &str) -> Result<Duration, ModelError> {
-    let secs: f64 = value
-        .parse()
-        .map_err(|_| ModelError::Config(format!("{name}={value:?}: use a number of seconds")))?;
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| ModelError::Config(format!("{name}={value:?}: use a positive number")))
-}
-
-fn tokens_var(name: &str, value: &str) -> Result<u32, ModelError> {
-    value
-        .trim()
-        .parse()
-        .map_err(|_| ModelError::Config(format!("{name}={value:?}: use a whole number of tokens")))
-}
-
 impl AnthropicConfig {
     /// A configuration for `model` at api.anthropic.com, with defaults for the rest.
     pub fn new(model: impl Into<String>) -> Self {
@@ -148,7 +132,10 @@ impl AnthropicConfig {
     /// Reads the configuration from the environment (see [`env`](mod@env)); `None` when neither
     /// `ANTHROPIC_API_KEY` nor `ANTHROPIC_BASE_URL` is set.
     pub fn from_env() -> Result<Option<Self>, ModelError> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Self::from_vars(&settings::process_env)
+    }
+
+    fn from_vars(var: Vars<'_>) -> Result<Option<Self>, ModelError> {
         let key = var(env::API_KEY);
         let base = var(env::BASE_URL);
         if key.is_none() && base.is_none() {
@@ -168,59 +155,24 @@ impl AnthropicConfig {
                 .collect();
         }
         if let Some(t) = var(env::THINKING_BUDGET) {
-            let budget = tokens_var(env::THINKING_BUDGET, &t)?;
+            let budget: u32 = settings::tokens(env::THINKING_BUDGET, &t, " (0 turns it off)")?;
             cfg.thinking = (budget > 0).then_some(budget);
         }
         if let Some(t) = var(env::MAX_TOKENS) {
-            cfg.max_tokens = tokens_var(env::MAX_TOKENS, &t)?;
+            cfg.max_tokens = settings::tokens(env::MAX_TOKENS, &t, "")?;
         }
         if let Some(t) = var(env::TIMEOUT_SECS) {
-            cfg.timeout = secs_var(env::TIMEOUT_SECS, &t)?;
+            cfg.timeout = settings::secs(env::TIMEOUT_SECS, &t)?;
         }
         if let Some(t) = var(env::DEADLINE_SECS) {
-            cfg.deadline = secs_var(env::DEADLINE_SECS, &t)?;
+            cfg.deadline = settings::secs(env::DEADLINE_SECS, &t)?;
         }
         if let Some(h) = var(env::HEADERS) {
-            for pair in h.split(['\n', ';']).filter(|p| !p.trim().is_empty()) {
-                let (k, v) = pair.split_once(':').ok_or_else(|| {
-                    ModelError::Config(format!("{}: {pair:?} is not `Name: value`", env::HEADERS))
-                })?;
-                cfg.headers.push((k.trim().into(), v.trim().into()));
-            }
+            cfg.headers = settings::headers(env::HEADERS, &h)?;
         }
         Ok(Some(cfg))
     }
 
-    /// Set the base URL (without `/v1`).
-    pub fn with_base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = url.into();
-        self
-    }
-    /// Set the API key.
-    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(key.into());
-        self
-    }
-    /// Add a header sent with every request.
-    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-    /// Set the per-attempt timeout ([`AnthropicConfig::timeout`]).
-    pub fn with_timeout(mut self, t: Duration) -> Self {
-        self.timeout = t;
-        self
-    }
-    /// Set the deadline of a whole call ([`AnthropicConfig::deadline`]).
-    pub fn with_deadline(mut self, d: Duration) -> Self {
-        self.deadline = d;
-        self
-    }
-    /// Set the retry policy.
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
-        self
-    }
     /// Turn on a beta feature (`anthropic-beta`).
     pub fn with_beta(mut self, feature: impl Into<String>) -> Self {
         self.beta.push(feature.into());
@@ -242,6 +194,8 @@ impl AnthropicConfig {
         self
     }
 }
+
+connection_setters!(AnthropicConfig, "Set the base URL (without `/v1`).");
 
 /// A [`ChatModel`] talking to Anthropic's Messages API.
 ///
@@ -434,4 +388,45 @@ pub fn parse_sse_events<'a>(
     parser.on_end();
     out.extend(parser.pending.drain(..));
     out
+}
+
+#[cfg(test)]
+mod from_env_tests {
+    use super::*;
+    use crate::settings::vars;
+
+    #[test]
+    fn every_variable_is_read_and_a_bad_one_is_named() {
+        assert!(AnthropicConfig::from_vars(&vars(&[])).unwrap().is_none());
+        let cfg = AnthropicConfig::from_vars(&vars(&[
+            (env::API_KEY, "sk-ant-x"),
+            (env::BETA, "a-1, ,b-2"),
+            (env::THINKING_BUDGET, "2048"),
+            (env::MAX_TOKENS, "8192"),
+            (env::TIMEOUT_SECS, "1.5"),
+            (env::HEADERS, "X-A: 1"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(cfg.model, DEFAULT_MODEL);
+        assert_eq!(cfg.beta, ["a-1", "b-2"]);
+        assert_eq!((cfg.thinking, cfg.max_tokens), (Some(2048), 8192));
+        assert_eq!(cfg.timeout, Duration::from_millis(1500));
+        assert_eq!(cfg.headers, [("X-A".to_owned(), "1".to_owned())]);
+        let off =
+            AnthropicConfig::from_vars(&vars(&[(env::API_KEY, "k"), (env::THINKING_BUDGET, "0")]))
+                .unwrap()
+                .unwrap();
+        assert_eq!(off.thinking, None);
+        for (name, bad) in [
+            (env::THINKING_BUDGET, "lots"),
+            (env::MAX_TOKENS, "-1"),
+            (env::DEADLINE_SECS, "never"),
+            (env::HEADERS, "no colon here"),
+        ] {
+            let e =
+                AnthropicConfig::from_vars(&vars(&[(env::API_KEY, "k"), (name, bad)])).unwrap_err();
+            assert!(e.to_string().contains(name), "{e}");
+        }
+    }
 }

@@ -27,6 +27,7 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
 use crate::http::{Poster, SseStream, json_body, sse};
+use crate::settings::{self, Vars, connection_setters};
 use crate::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError, ModelInfo, RetryPolicy,
 };
@@ -45,6 +46,8 @@ pub mod env {
     pub const TIMEOUT_SECS: &str = "GEMINI_TIMEOUT_SECS";
     /// Deadline of a whole call, retries included, in seconds (default 300).
     pub const DEADLINE_SECS: &str = "GEMINI_DEADLINE_SECS";
+    /// Extra headers: `Name: value` pairs separated by newlines or `;`.
+    pub const HEADERS: &str = "GEMINI_HEADERS";
     /// Thinking budget in tokens (`thinkingConfig.thinkingBudget`; 0 off, -1 dynamic).
     pub const THINKING_BUDGET: &str = "GEMINI_THINKING_BUDGET";
     /// Thinking level (`thinkingConfig.thinkingLevel`: `minimal`, `low`, `medium`, `high`).
@@ -120,17 +123,6 @@ impl std::fmt::Debug for GeminiConfig {
     }
 }
 
-/// A positive number of seconds from environment variable `name`.
-fn secs_var(name: &str, value: &str) -> Result<Duration, ModelError> {
-    let secs: f64 = value
-        .parse()
-        .map_err(|_| ModelError::Config(format!("{name}={value:?}: use a number of seconds")))?;
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| ModelError::Config(format!("{name}={value:?}: use a positive number")))
-}
-
 impl GeminiConfig {
     /// A configuration for `model` at Google's endpoint, with defaults for everything else.
     pub fn new(model: impl Into<String>) -> Self {
@@ -151,7 +143,10 @@ impl GeminiConfig {
     /// Reads the configuration from the environment (see [`env`](mod@env)); `None` when no key
     /// (`GOOGLE_API_KEY`, `GEMINI_API_KEY`) and no `GEMINI_BASE_URL` is set.
     pub fn from_env() -> Result<Option<Self>, ModelError> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Self::from_vars(&settings::process_env)
+    }
+
+    fn from_vars(var: Vars<'_>) -> Result<Option<Self>, ModelError> {
         let key = var(env::GOOGLE_API_KEY).or_else(|| var(env::API_KEY));
         let base = var(env::BASE_URL);
         if key.is_none() && base.is_none() {
@@ -163,65 +158,28 @@ impl GeminiConfig {
             cfg.base_url = base;
         }
         if let Some(t) = var(env::TIMEOUT_SECS) {
-            cfg.timeout = secs_var(env::TIMEOUT_SECS, &t)?;
+            cfg.timeout = settings::secs(env::TIMEOUT_SECS, &t)?;
         }
         if let Some(t) = var(env::DEADLINE_SECS) {
-            cfg.deadline = secs_var(env::DEADLINE_SECS, &t)?;
+            cfg.deadline = settings::secs(env::DEADLINE_SECS, &t)?;
         }
         if let Some(b) = var(env::THINKING_BUDGET) {
-            cfg.thinking_budget = Some(b.trim().parse().map_err(|_| {
-                ModelError::Config(format!(
-                    "{}={b:?}: use a whole number of tokens (0 off, -1 dynamic)",
-                    env::THINKING_BUDGET
-                ))
-            })?);
+            cfg.thinking_budget = Some(settings::tokens(
+                env::THINKING_BUDGET,
+                &b,
+                " (0 off, -1 dynamic)",
+            )?);
         }
         cfg.thinking_level = var(env::THINKING_LEVEL);
         if let Some(v) = var(env::INCLUDE_THOUGHTS) {
-            cfg.include_thoughts = match v.to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" => false,
-                other => {
-                    return Err(ModelError::Config(format!(
-                        "{}={other:?}: use true or false",
-                        env::INCLUDE_THOUGHTS
-                    )));
-                }
-            };
+            cfg.include_thoughts = settings::flag(env::INCLUDE_THOUGHTS, &v)?;
+        }
+        if let Some(h) = var(env::HEADERS) {
+            cfg.headers = settings::headers(env::HEADERS, &h)?;
         }
         Ok(Some(cfg))
     }
 
-    /// Set the base URL (up to and including the API version).
-    pub fn with_base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = url.into();
-        self
-    }
-    /// Set the API key.
-    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(key.into());
-        self
-    }
-    /// Add a header sent with every request.
-    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-    /// Set the per-attempt timeout ([`GeminiConfig::timeout`]).
-    pub fn with_timeout(mut self, t: Duration) -> Self {
-        self.timeout = t;
-        self
-    }
-    /// Set the deadline of a whole call ([`GeminiConfig::deadline`]).
-    pub fn with_deadline(mut self, d: Duration) -> Self {
-        self.deadline = d;
-        self
-    }
-    /// Set the retry policy.
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
-        self
-    }
     /// Set the thinking budget in tokens ([`GeminiConfig::thinking_budget`]).
     pub fn with_thinking_budget(mut self, tokens: i32) -> Self {
         self.thinking_budget = Some(tokens);
@@ -253,6 +211,11 @@ impl GeminiConfig {
         (!t.is_empty()).then_some(Value::Object(t))
     }
 }
+
+connection_setters!(
+    GeminiConfig,
+    "Set the base URL (up to and including the API version)."
+);
 
 /// A [`ChatModel`] talking to the Gemini API.
 ///
@@ -420,6 +383,46 @@ impl StreamState {
             if let Err(e) = end {
                 self.pending.push_back(Err(e));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod from_env_tests {
+    use super::*;
+    use crate::settings::vars;
+
+    #[test]
+    fn every_variable_is_read_and_a_bad_one_is_named() {
+        assert!(GeminiConfig::from_vars(&vars(&[])).unwrap().is_none());
+        let cfg = GeminiConfig::from_vars(&vars(&[
+            (env::API_KEY, "gemini-key"),
+            (env::GOOGLE_API_KEY, "google-key"),
+            (env::THINKING_BUDGET, "-1"),
+            (env::THINKING_LEVEL, "low"),
+            (env::INCLUDE_THOUGHTS, "yes"),
+            (env::HEADERS, "X-Goog-User-Project: p"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            cfg.api_key.as_deref(),
+            Some("google-key"),
+            "GOOGLE_API_KEY first"
+        );
+        assert_eq!(cfg.model, "gemini-2.5-flash");
+        assert_eq!(cfg.thinking_budget, Some(-1));
+        assert_eq!(cfg.thinking_level.as_deref(), Some("low"));
+        assert!(cfg.include_thoughts);
+        assert_eq!(cfg.headers.len(), 1);
+        for (name, bad) in [
+            (env::THINKING_BUDGET, "1.5"),
+            (env::INCLUDE_THOUGHTS, "perhaps"),
+            (env::TIMEOUT_SECS, "-3"),
+        ] {
+            let e =
+                GeminiConfig::from_vars(&vars(&[(env::API_KEY, "k"), (name, bad)])).unwrap_err();
+            assert!(e.to_string().contains(name), "{e}");
         }
     }
 }

@@ -21,6 +21,7 @@ pub use crate::retry::RetryPolicy;
 pub use embed::OpenAiEmbedder;
 
 use crate::default_finish;
+use crate::settings::{self, Vars, connection_setters};
 use crate::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError,
     ModelInfo, Usage,
@@ -107,17 +108,6 @@ pub mod env {
     pub const HEADERS: &str = "OPENAI_HEADERS";
 }
 
-/// A positive number of seconds from environment variable `name`.
-fn secs_var(name: &str, value: &str) -> Result<Duration, ModelError> {
-    let secs: f64 = value
-        .parse()
-        .map_err(|_| ModelError::Config(format!("{name}={value:?}: use a number of seconds")))?;
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| ModelError::Config(format!("{name}={value:?}: use a positive number")))
-}
-
 impl OpenAiConfig {
     /// A configuration for `model` at OpenAI, with defaults for everything else.
     pub fn new(model: impl Into<String>) -> Self {
@@ -138,7 +128,10 @@ impl OpenAiConfig {
     /// Reads the configuration from the environment (see `env`); `None` when neither
     /// `OPENAI_API_KEY` nor `OPENAI_BASE_URL` is set, i.e. no provider is configured.
     pub fn from_env() -> Result<Option<Self>, ModelError> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Self::from_vars(&settings::process_env)
+    }
+
+    fn from_vars(var: Vars<'_>) -> Result<Option<Self>, ModelError> {
         let key = var(env::API_KEY);
         let base = var(env::BASE_URL);
         if key.is_none() && base.is_none() {
@@ -149,68 +142,24 @@ impl OpenAiConfig {
         if let Some(base) = base {
             cfg.base_url = base;
         }
-        if let Some(fc) = var(env::FUNCTION_CALLING) {
-            cfg.function_calling = match fc.to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" => false,
-                other => {
-                    return Err(ModelError::Config(format!(
-                        "{}={other:?}: use true or false",
-                        env::FUNCTION_CALLING
-                    )));
-                }
-            };
+        if let Some(v) = var(env::FUNCTION_CALLING) {
+            cfg.function_calling = settings::flag(env::FUNCTION_CALLING, &v)?;
         }
         if let Some(t) = var(env::TIMEOUT_SECS) {
-            cfg.timeout = secs_var(env::TIMEOUT_SECS, &t)?;
+            cfg.timeout = settings::secs(env::TIMEOUT_SECS, &t)?;
         }
         if let Some(t) = var(env::DEADLINE_SECS) {
-            cfg.deadline = secs_var(env::DEADLINE_SECS, &t)?;
+            cfg.deadline = settings::secs(env::DEADLINE_SECS, &t)?;
         }
         if let Some(h) = var(env::HEADERS) {
-            for pair in h.split(['\n', ';']).filter(|p| !p.trim().is_empty()) {
-                let (k, v) = pair.split_once(':').ok_or_else(|| {
-                    ModelError::Config(format!("{}: {pair:?} is not `Name: value`", env::HEADERS))
-                })?;
-                cfg.headers.push((k.trim().into(), v.trim().into()));
-            }
+            cfg.headers = settings::headers(env::HEADERS, &h)?;
         }
         Ok(Some(cfg))
     }
 
-    /// Set the base URL (up to and including `/v1`).
-    pub fn with_base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = url.into();
-        self
-    }
-    /// Set the API key.
-    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(key.into());
-        self
-    }
-    /// Add a header sent with every request.
-    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-    /// Set the per-attempt timeout ([`OpenAiConfig::timeout`]).
-    pub fn with_timeout(mut self, t: Duration) -> Self {
-        self.timeout = t;
-        self
-    }
-    /// Set the deadline of a whole call ([`OpenAiConfig::deadline`]).
-    pub fn with_deadline(mut self, d: Duration) -> Self {
-        self.deadline = d;
-        self
-    }
     /// Declare whether the model supports native function calling (G7).
     pub fn with_function_calling(mut self, on: bool) -> Self {
         self.function_calling = on;
-        self
-    }
-    /// Set the retry policy.
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
         self
     }
     /// Ask (or not) for usage in streamed responses; turn off for servers that reject
@@ -225,6 +174,11 @@ impl OpenAiConfig {
         self
     }
 }
+
+connection_setters!(
+    OpenAiConfig,
+    "Set the base URL (up to and including `/v1`)."
+);
 
 /// A [`ChatModel`] talking to an OpenAI-compatible endpoint.
 ///
@@ -544,5 +498,50 @@ impl StreamState {
             reason,
             usage: self.usage,
         }));
+    }
+}
+
+#[cfg(test)]
+mod from_env_tests {
+    use super::*;
+    use crate::settings::vars;
+
+    #[test]
+    fn no_key_and_no_base_url_is_no_provider() {
+        assert!(OpenAiConfig::from_vars(&vars(&[])).unwrap().is_none());
+        assert!(
+            OpenAiConfig::from_vars(&vars(&[(env::MODEL, "gpt-5")]))
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn every_variable_is_read_and_a_bad_one_is_named() {
+        let cfg = OpenAiConfig::from_vars(&vars(&[
+            (env::BASE_URL, "http://127.0.0.1:8000/v1"),
+            (env::MODEL, "qwen3"),
+            (env::FUNCTION_CALLING, "off"),
+            (env::TIMEOUT_SECS, "5"),
+            (env::DEADLINE_SECS, "30"),
+            (env::HEADERS, "X-Tenant: a; X-Trace: b"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(cfg.base_url, "http://127.0.0.1:8000/v1");
+        assert_eq!((cfg.model.as_str(), cfg.api_key), ("qwen3", None));
+        assert!(!cfg.function_calling);
+        assert_eq!(cfg.timeout, Duration::from_secs(5));
+        assert_eq!(cfg.deadline, Duration::from_secs(30));
+        assert_eq!(cfg.headers.len(), 2);
+        let e = OpenAiConfig::from_vars(&vars(&[(env::API_KEY, "k"), (env::TIMEOUT_SECS, "0")]))
+            .unwrap_err();
+        assert!(e.to_string().contains(env::TIMEOUT_SECS), "{e}");
+        let e = OpenAiConfig::from_vars(&vars(&[
+            (env::API_KEY, "k"),
+            (env::FUNCTION_CALLING, "sometimes"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains(env::FUNCTION_CALLING), "{e}");
     }
 }

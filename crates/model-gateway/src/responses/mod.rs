@@ -12,6 +12,7 @@
 mod events;
 mod wire;
 
+use crate::settings::{self, Vars};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -72,23 +73,17 @@ impl Default for ResponsesOptions {
 impl ResponsesOptions {
     /// The options the environment sets (see [`mod@env`]); defaults for the rest.
     pub fn from_env() -> Result<Self, ModelError> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Self::from_vars(&settings::process_env)
+    }
+
+    fn from_vars(var: Vars<'_>) -> Result<Self, ModelError> {
         let mut o = Self {
             reasoning_effort: var(env::REASONING_EFFORT).map(|v| v.trim().to_owned()),
             reasoning_summary: var(env::REASONING_SUMMARY).map(|v| v.trim().to_owned()),
             ..Self::default()
         };
         if let Some(v) = var(env::STORE) {
-            o.store = match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" => false,
-                other => {
-                    return Err(ModelError::Config(format!(
-                        "{}={other:?}: use true or false",
-                        env::STORE
-                    )));
-                }
-            };
+            o.store = settings::flag(env::STORE, &v)?;
         }
         Ok(o)
     }
@@ -382,5 +377,25 @@ mod tests {
             prop_assert!(failed || finished || end.is_err());
             let _ = read_output(&events);
         }
+    }
+}
+
+#[cfg(test)]
+mod from_env_tests {
+    use super::*;
+    use crate::settings::vars;
+
+    #[test]
+    fn the_options_are_read_and_a_bad_store_flag_is_named() {
+        let o = ResponsesOptions::from_vars(&vars(&[
+            (env::REASONING_EFFORT, " high "),
+            (env::STORE, "true"),
+        ]))
+        .unwrap();
+        assert_eq!(o.reasoning_effort.as_deref(), Some("high"));
+        assert_eq!(o.reasoning_summary, None);
+        assert!(o.store);
+        let e = ResponsesOptions::from_vars(&vars(&[(env::STORE, "keep")])).unwrap_err();
+        assert!(e.to_string().contains(env::STORE), "{e}");
     }
 }
