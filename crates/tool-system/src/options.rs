@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use toolwright_core::{PriceTable, TokenCounter};
 
+use crate::answer::AnswerShape;
 use crate::approval::{ApprovalKey, ApprovalPolicy};
+use crate::hooks::{DEFAULT_HOOK_TIMEOUT, Guardrail, Hook};
 use crate::machine::DEFAULT_MAX_ITERATIONS;
 use crate::protocols::ProtocolKind;
 use crate::turn::TurnSections;
@@ -57,6 +59,16 @@ pub(crate) struct LoopOptions {
     pub principal: String,
     /// The prices a run's cost is counted at (default: [`PriceTable::builtin`]).
     pub prices: Option<Arc<PriceTable>>,
+    /// The shape the final answer must take (set per run by `Agent::run_as`; default none).
+    pub answer: Option<AnswerShape>,
+    /// Hooks called at each model and tool call, in this order.
+    pub hooks: Vec<Arc<dyn Hook>>,
+    /// Checks of the person's message, in this order.
+    pub input_guardrails: Vec<Arc<dyn Guardrail>>,
+    /// Checks of the final answer, in this order.
+    pub output_guardrails: Vec<Arc<dyn Guardrail>>,
+    /// How long one call of a hook or guardrail may take (default 10 s).
+    pub hook_timeout: Duration,
 }
 
 impl Default for LoopOptions {
@@ -76,6 +88,11 @@ impl Default for LoopOptions {
             approval_lease: DEFAULT_APPROVAL_LEASE,
             principal: String::new(),
             prices: None,
+            answer: None,
+            hooks: Vec::new(),
+            input_guardrails: Vec::new(),
+            output_guardrails: Vec::new(),
+            hook_timeout: DEFAULT_HOOK_TIMEOUT,
         }
     }
 }

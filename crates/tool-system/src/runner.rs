@@ -27,6 +27,7 @@ use crate::dispatch::Dispatcher;
 pub use crate::event::{LoopError, LoopEvent, LoopOutput};
 use crate::event::{Sink, emit};
 use crate::execute::{Ran, Run, run_step};
+use crate::hooks::{self, HookContext};
 use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
 pub(crate) use crate::options::LoopOptions;
 use crate::protocols::{
@@ -327,6 +328,8 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         LoopMachine::new(run.options.max_iterations).with_corrections(run.options.corrections);
     let first = match start {
         Start::User(_, parts) => {
+            let timeout = run.options.hook_timeout;
+            hooks::guard(&run.options.input_guardrails, timeout, user_text).await?;
             let mut round =
                 approval::close_open(run.store, run.session_id, protocol, &machine).await?;
             let user = [Message::user_with_parts(user_text, parts)];
@@ -349,6 +352,7 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
                 session = run.session_id,
                 "a tool's result is the turn's answer; the model is not called again"
             );
+            check_output(run, &answer).await?;
             let reply = [Message::assistant(answer.clone())];
             run.store.append(run.session_id, &reply).await?;
             history.extend(reply);
@@ -381,12 +385,33 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         if machine.wants_answer() {
             request = request.with_tool_choice(toolwright_core::ToolChoice::None);
         }
+        let ctx = HookContext::new(run.session_id);
+        for hook in &run.options.hooks {
+            let flow = hooks::bounded(
+                hook.name(),
+                run.options.hook_timeout,
+                hook.before_model(ctx, &request),
+            )
+            .await?;
+            hooks::stop_on(&**hook, flow)?;
+        }
         let reader = protocol.reader(&tools, history.len());
         let (mut reading, call_usage) = ask_model(run, &info, request, reader).await?;
         add_usage(&mut tally.usage, call_usage);
+        for hook in &run.options.hooks {
+            let flow = hooks::bounded(
+                hook.name(),
+                run.options.hook_timeout,
+                hook.after_model(ctx, &reading),
+            )
+            .await?;
+            hooks::stop_on(&**hook, flow)?;
+        }
+        let off_schema = check_answer(run.options, &mut reading);
         let decision = machine.after_response(ResponseFacts {
             has_calls: reading.has_calls(),
             unreadable: reading.correction.is_some(),
+            off_schema,
         });
         let round = match decision {
             Decision::RunTools => {
@@ -411,6 +436,7 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
                 ]
             }
             Decision::Finish => {
+                check_output(run, &reading.answer).await?;
                 for step in &reading.steps {
                     if let Step::Text(t) = step {
                         emit(run.sink, || LoopEvent::TextDelta(t.clone())).await?;
@@ -419,7 +445,10 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
                 // the answer keeps the model's reasoning, as a round of calls does
                 vec![Message::assistant(reading.content.clone()).with_parts(reading.parts.clone())]
             }
-            Decision::StopAtLimit => limit_round(run, protocol, &reading, &machine).await?,
+            Decision::StopAtLimit => {
+                check_output(run, &reading.answer).await?;
+                limit_round(run, protocol, &reading, &machine).await?
+            }
         };
         run.store.append(run.session_id, &round).await?;
         history.extend(round);
@@ -437,6 +466,39 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         if done {
             let hit_limit = decision == Decision::StopAtLimit;
             return Ok(tally.output(reading.answer, &machine, history, hit_limit, None));
+        }
+    }
+}
+
+/// The output guardrails on the run's final answer, before it is recorded or shown.
+async fn check_output(run: &Run<'_>, answer: &str) -> Result<(), LoopError> {
+    let timeout = run.options.hook_timeout;
+    hooks::guard(&run.options.output_guardrails, timeout, answer).await
+}
+
+/// In a typed run, checks an answer (a response without calls) against the run's type: one
+/// that fits is the answer, whatever the protocol made of it (a bare JSON object is no JSON
+/// decision, yet it is the answer asked for); one that does not gets the correction saying
+/// what is wrong. Whether it does not fit.
+fn check_answer(options: &LoopOptions, reading: &mut Reading) -> bool {
+    let Some(shape) = &options.answer else {
+        return false;
+    };
+    if reading.has_calls() {
+        return false;
+    }
+    match shape.check(&reading.answer) {
+        Ok(()) => {
+            reading.correction = None;
+            false
+        }
+        Err(correction) => {
+            reading.correction = Some(match reading.correction.take() {
+                // the protocol could not read it either: say both, the model may have meant a call
+                Some(protocol) => format!("{correction}\nIf you meant to call a tool: {protocol}"),
+                None => correction,
+            });
+            true
         }
     }
 }
@@ -464,6 +526,9 @@ async fn context_builder(
     // Native function calling has no tools section: nothing is added (and built) for it.
     if let Some(section) = protocol.prompt_section(tools) {
         builder = builder.section("tools", section);
+    }
+    if let Some(shape) = &options.answer {
+        builder = builder.section("answer", protocol.answer_section(&shape.schema));
     }
     for (name, text) in &options.sections {
         builder = builder.section(name.clone(), text.clone());
