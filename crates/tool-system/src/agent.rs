@@ -433,6 +433,38 @@ impl AgentBuilder {
         self.options.prices = Some(std::sync::Arc::new(prices));
         self
     }
+    /// Lets this agent hand the conversation to `to`: its model sees a tool `name` described
+    /// by `description` (no arguments); when it calls it, the round is recorded and `to`
+    /// answers the person in the same session — `to`'s model, instructions, tools and options,
+    /// this agent's session store — and the run's output is `to`'s answer. `to` can hand off
+    /// further; past 4 handoffs in one turn the handoff call is refused and the model answers.
+    pub fn handoff(
+        mut self,
+        to: &Agent,
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
+        let name = name.into();
+        let result = serde_json::json!(format!("Handed off to {name}: it answers the user now."));
+        self = self.tool(crate::FnTool::new(
+            name.clone(),
+            description,
+            serde_json::json!({"type": "object", "properties": {}}),
+            move |_, _| {
+                let result = result.clone();
+                async move { Ok(result) }
+            },
+        ));
+        self.options
+            .handoffs
+            .push(Arc::new(crate::options::Handoff {
+                name,
+                model: Arc::clone(&to.model),
+                dispatcher: Arc::clone(&to.dispatcher),
+                options: to.options.clone(),
+            }));
+        self
+    }
     /// Adds a hook called before and after each model call and each tool call of every run
     /// ([`Hook`](crate::Hook)); hooks run in the order added.
     pub fn hook(mut self, hook: impl crate::Hook + 'static) -> Self {

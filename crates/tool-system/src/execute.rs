@@ -12,7 +12,7 @@ use crate::dispatch::Dispatcher;
 use crate::event::{LoopError, LoopEvent, Sink, emit};
 use crate::hooks::{self, CallVerdict, HookContext};
 use crate::machine::{CallPlan, LoopMachine, Planned};
-use crate::options::LoopOptions;
+use crate::options::{LoopOptions, MAX_HANDOFFS};
 use crate::protocols::{CallProtocol, PendingCall};
 
 /// One run as each of its parts sees it, given once instead of a list of parameters.
@@ -28,6 +28,8 @@ pub(crate) struct Run<'a> {
     /// rather than looked up. [`Span::none`] until the run starts (deciding held calls that
     /// leave some undecided makes no run, and no span).
     pub(crate) span: Span,
+    /// How many handoffs this turn went through before this run.
+    pub(crate) hops: usize,
 }
 
 /// How one call that was planned ended.
@@ -92,6 +94,9 @@ pub(crate) async fn run_step(
                 !ran.is_error,
                 ran.answer.as_deref(),
             );
+            if *plan == CallPlan::Run && !ran.is_error && is_handoff(run, &c.name) {
+                machine.hand_off(&c.name);
+            }
             emit(run.sink, || LoopEvent::ToolResult {
                 id: c.id.clone(),
                 name: c.name.clone(),
@@ -151,6 +156,11 @@ async fn run_call(
         CallPlan::Reject(msg) => Ran::error(ToolError::invalid_arguments(msg.clone())),
         CallPlan::Decline(msg) => Ran::error(ToolError::failed(msg.clone())),
         CallPlan::Hold | CallPlan::Wait => return Ok(None),
+        _ if run.hops >= MAX_HANDOFFS && is_handoff(run, &c.name) => {
+            Ran::error(ToolError::failed(format!(
+                "Refused: this conversation was already handed off {MAX_HANDOFFS} times in this turn. Answer the user yourself."
+            )))
+        }
         _ if run.options.hooks.is_empty() => dispatch(run, c, c.arguments.clone()).await,
         _ => {
             let ctx = HookContext::new(run.session_id);
@@ -188,6 +198,11 @@ async fn run_call(
             ran
         }
     }))
+}
+
+/// Whether `name` is one of the run's handoff tools.
+fn is_handoff(run: &Run<'_>, name: &str) -> bool {
+    run.options.handoffs.iter().any(|h| h.name == name)
 }
 
 /// Runs a call through the dispatcher, in the run's span, with `arguments`.

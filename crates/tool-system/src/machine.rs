@@ -108,6 +108,8 @@ pub struct LoopMachine {
     reused: bool,
     /// The turn's answer a tool gave in the last round ([`toolwright_core::Tool::final_answer`]).
     tool_answer: Option<String>,
+    /// The agent the last round handed the conversation to (its handoff tool's name).
+    handoff: Option<String>,
 }
 
 impl LoopMachine {
@@ -124,6 +126,7 @@ impl LoopMachine {
             idempotent_results: HashMap::new(),
             reused: false,
             tool_answer: None,
+            handoff: None,
         }
     }
 
@@ -171,6 +174,19 @@ impl LoopMachine {
     /// A call that was reused, rejected or declined gives no answer.
     pub fn take_tool_answer(&mut self) -> Option<String> {
         self.tool_answer.take()
+    }
+
+    /// A handoff call of the round ran: once the round is recorded, the conversation goes to
+    /// that agent (the first handoff of a round wins; it comes before a tool's answer).
+    pub fn hand_off(&mut self, to: &str) {
+        if self.handoff.is_none() {
+            self.handoff = Some(to.to_owned());
+        }
+    }
+
+    /// After a round ran: the agent to hand the conversation to, if a handoff call ran.
+    pub fn take_handoff(&mut self) -> Option<String> {
+        self.handoff.take()
     }
 
     /// A response arrived: decides what follows it.

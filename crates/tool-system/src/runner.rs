@@ -29,6 +29,7 @@ use crate::event::{Sink, emit};
 use crate::execute::{Ran, Run, run_step};
 use crate::hooks::{self, HookContext};
 use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
+use crate::options::Handoff;
 pub(crate) use crate::options::LoopOptions;
 use crate::protocols::{
     CallProtocol, CallResult, PendingCall, Reading, ResponseReader, Step, resolve_protocol,
@@ -145,6 +146,7 @@ fn inputs<'a>(
         options,
         sink,
         span: Span::none(),
+        hops: 0,
     }
 }
 
@@ -182,6 +184,9 @@ async fn resume(run: Run<'_>, decisions: &[ApprovalDecision]) -> Result<LoopOutp
 enum Start<'a> {
     User(&'a str, Vec<Part>),
     Resume(Box<Claimed>),
+    /// The conversation was handed to this run's agent: it answers the turn opened by this
+    /// text, from the session as it stands (nothing is added first).
+    HandedOff(&'a str),
 }
 
 fn spawn_stream<F, Fut>(run: F) -> LoopStream
@@ -293,6 +298,7 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
     let user_text: Cow<'_, str> = match &start {
         Start::User(t, _) => Cow::Borrowed(*t),
         Start::Resume(c) => Cow::Owned(c.user_text().to_owned()),
+        Start::HandedOff(t) => Cow::Borrowed(*t),
     };
     let user_text = &*user_text;
     let info = run.model.info();
@@ -342,10 +348,19 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
             machine = machine.resumed(calls, rounds);
             resume_round(run, protocol, &mut machine, *claimed).await?
         }
+        Start::HandedOff(_) => Vec::new(),
     };
     history.extend(first);
 
     loop {
+        // A handoff call of the last round ran: the other agent answers the turn.
+        if let Some(to) = machine.take_handoff()
+            && let Some(target) = run.options.handoffs.iter().find(|h| h.name == to)
+        {
+            let before = tally.output(String::new(), &machine, history, false, None);
+            let after = hand_off(run, target, user_text).await?;
+            return Ok(joined(before, after));
+        }
         // A tool of the last round gave the turn's answer: it is the reply, no model call.
         if let Some(answer) = machine.take_tool_answer() {
             tracing::info!(
@@ -468,6 +483,43 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
             return Ok(tally.output(reading.answer, &machine, history, hit_limit, None));
         }
     }
+}
+
+/// The agent `to` answers the turn in this session (its model, tools and options; this run's
+/// store and listener), one hop further; its run nests in this run's span.
+fn hand_off<'a>(
+    run: &'a Run<'_>,
+    to: &'a Handoff,
+    user_text: &'a str,
+) -> Pin<Box<dyn std::future::Future<Output = Result<LoopOutput, LoopError>> + Send + 'a>> {
+    tracing::info!(session = run.session_id, to = %to.name, "the conversation is handed off");
+    let next = Run {
+        model: &*to.model,
+        store: run.store,
+        dispatcher: &to.dispatcher,
+        session_id: run.session_id,
+        options: &to.options,
+        sink: run.sink,
+        span: Span::none(),
+        hops: run.hops + 1,
+    };
+    Box::pin(drive(next, Start::HandedOff(user_text)))
+}
+
+/// One output of a turn handed off: the agent's that answered, with the messages, model calls
+/// and tokens of the run that handed off before it.
+fn joined(before: LoopOutput, mut after: LoopOutput) -> LoopOutput {
+    let mut messages = before.new_messages;
+    messages.append(&mut after.new_messages);
+    after.new_messages = messages;
+    after.iterations += before.iterations;
+    add_usage(&mut after.usage, before.usage);
+    after.cost = match (before.cost, after.cost) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+    after.elapsed += before.elapsed;
+    after
 }
 
 /// The output guardrails on the run's final answer, before it is recorded or shown.
