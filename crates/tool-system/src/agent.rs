@@ -6,6 +6,11 @@ use std::time::Duration;
 use toolwright_context_engine::{MemoryStore, SessionStore};
 use toolwright_core::{ChatModel, Part, TokenCounter};
 
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use toolwright_output_control::Validator;
+
+use crate::answer::{AnswerShape, TypedOutput};
 use crate::approval::{ApprovalDecision, ApprovalKey, PendingApproval};
 use crate::protocols::ProtocolKind;
 use crate::runner::{
@@ -96,6 +101,90 @@ impl Agent {
             &self.options,
         )
         .await
+    }
+
+    /// Answers `text` like [`run`](Self::run), with the answer as a `T`: tools stay available
+    /// while the model works, and its final answer must be JSON that fits `T`'s schema
+    /// (`schemars`). The schema goes to the model in the system prompt, in the form the call
+    /// protocol reads answers in — never as a `response_format` on every turn, which stops
+    /// models calling tools. An answer that does not fit is sent back once, saying what is
+    /// wrong; one that still does not fit is [`LoopError::AnswerDoesNotFit`] (the answer stays
+    /// in the session). A run held for approval gives `value: None`; go on with
+    /// [`resume_as`](Self::resume_as).
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use toolwright_core::{async_trait, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelError, ModelInfo, ToolCall};
+    /// use toolwright_tool_system::{Agent, FnTool};
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Forecast { city: String, celsius: i32 }
+    /// # struct Demo;
+    /// # #[async_trait]
+    /// # impl ChatModel for Demo {
+    /// #     fn info(&self) -> ModelInfo { ModelInfo::new("demo", true) }
+    /// #     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
+    /// #         Ok(match req.messages.last() {
+    /// #             Some(Message::Tool { .. }) => ChatResponse::new(r#"{"city": "Oslo", "celsius": 4}"#, vec![], FinishReason::Stop, None),
+    /// #             _ => ChatResponse::new("", vec![ToolCall::new("c1", "temperature", serde_json::json!({}))], FinishReason::ToolCalls, None),
+    /// #         })
+    /// #     }
+    /// # }
+    /// let agent = Agent::builder(Demo)
+    ///     .tool(FnTool::new("temperature", "Oslo's temperature now", serde_json::json!({"type": "object"}),
+    ///         |_, _| async { Ok(serde_json::json!(4)) }))
+    ///     .build()?;
+    /// let out = agent.run_as::<Forecast>("s1", "How warm is Oslo?").await?;
+    /// let forecast = out.value.expect("not held for approval");
+    /// assert_eq!((forecast.city.as_str(), forecast.celsius), ("Oslo", 4));
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_as<T: DeserializeOwned + JsonSchema + 'static>(
+        &self,
+        session_id: &str,
+        text: &str,
+    ) -> Result<TypedOutput<T>, LoopError> {
+        let (options, validator) = self.typed::<T>()?;
+        let out = run_tool_loop(
+            &*self.model,
+            &*self.store,
+            &self.dispatcher,
+            session_id,
+            text,
+            Vec::new(),
+            &options,
+        )
+        .await?;
+        TypedOutput::read(out, &validator)
+    }
+
+    /// [`resume`](Self::resume) of a run started with [`run_as`](Self::run_as): the same
+    /// decisions, and the answer as a `T` once the run ends.
+    pub async fn resume_as<T: DeserializeOwned + JsonSchema + 'static>(
+        &self,
+        session_id: &str,
+        decisions: &[ApprovalDecision],
+    ) -> Result<TypedOutput<T>, LoopError> {
+        let (options, validator) = self.typed::<T>()?;
+        let out = resume_tool_loop(
+            &*self.model,
+            &*self.store,
+            &self.dispatcher,
+            session_id,
+            decisions,
+            &options,
+        )
+        .await?;
+        TypedOutput::read(out, &validator)
+    }
+
+    /// This agent's options with the answer shape of `T`, and its compiled validator.
+    fn typed<T: DeserializeOwned + JsonSchema + 'static>(
+        &self,
+    ) -> Result<(LoopOptions, Arc<Validator>), LoopError> {
+        let (shape, validator) = AnswerShape::of::<T>()?;
+        let mut options = self.options.clone();
+        options.answer = Some(shape);
+        Ok((options, validator))
     }
 
     /// Like [`run`](Self::run), as a stream of events for a UI; dropping it cancels the run.
@@ -342,6 +431,62 @@ impl AgentBuilder {
     /// instead of the built-in table's ([`toolwright_core::PriceTable::builtin`]).
     pub fn prices(mut self, prices: toolwright_core::PriceTable) -> Self {
         self.options.prices = Some(std::sync::Arc::new(prices));
+        self
+    }
+    /// Lets this agent hand the conversation to `to`: its model sees a tool `name` described
+    /// by `description` (no arguments); when it calls it, the round is recorded and `to`
+    /// answers the person in the same session — `to`'s model, instructions, tools and options,
+    /// this agent's session store — and the run's output is `to`'s answer. `to` can hand off
+    /// further; past 4 handoffs in one turn the handoff call is refused and the model answers.
+    pub fn handoff(
+        mut self,
+        to: &Agent,
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
+        let name = name.into();
+        let result = serde_json::json!(format!("Handed off to {name}: it answers the user now."));
+        self = self.tool(crate::FnTool::new(
+            name.clone(),
+            description,
+            serde_json::json!({"type": "object", "properties": {}}),
+            move |_, _| {
+                let result = result.clone();
+                async move { Ok(result) }
+            },
+        ));
+        self.options
+            .handoffs
+            .push(Arc::new(crate::options::Handoff {
+                name,
+                model: Arc::clone(&to.model),
+                dispatcher: Arc::clone(&to.dispatcher),
+                options: to.options.clone(),
+            }));
+        self
+    }
+    /// Adds a hook called before and after each model call and each tool call of every run
+    /// ([`Hook`](crate::Hook)); hooks run in the order added.
+    pub fn hook(mut self, hook: impl crate::Hook + 'static) -> Self {
+        self.options.hooks.push(Arc::new(hook));
+        self
+    }
+    /// Adds a check of the person's message, run before anything is stored or sent; one that
+    /// trips fails the run with [`LoopError::GuardrailTripped`]. Checks run in the order added.
+    pub fn input_guardrail(mut self, guardrail: impl crate::Guardrail + 'static) -> Self {
+        self.options.input_guardrails.push(Arc::new(guardrail));
+        self
+    }
+    /// Adds a check of the final answer, run before it is recorded or returned; one that trips
+    /// fails the run with [`LoopError::GuardrailTripped`]. Checks run in the order added.
+    pub fn output_guardrail(mut self, guardrail: impl crate::Guardrail + 'static) -> Self {
+        self.options.output_guardrails.push(Arc::new(guardrail));
+        self
+    }
+    /// How long one call of a hook or guardrail may take (default 10 s); one that takes longer,
+    /// or panics, fails the run with [`LoopError::HookFailed`].
+    pub fn hook_timeout(mut self, t: Duration) -> Self {
+        self.options.hook_timeout = t;
         self
     }
     /// The agent, or the first tool registration error.

@@ -460,8 +460,14 @@ impl Dispatcher {
         let tool_name = name.to_owned();
         // Aborted when this future is dropped (the loop was cancelled) or the time is up.
         // The task carries the tool call's span: an MCP request made in it is its child.
+        // The task also carries the sub-agent path: a sub-agent called in it sees where it runs.
+        let path = crate::nesting::current_path();
         let mut task = AbortOnDrop(tokio::spawn(
-            async move { provider.call(&tool_name, args, ctx).await }.instrument(span.clone()),
+            crate::nesting::within(
+                path,
+                async move { provider.call(&tool_name, args, ctx).await },
+            )
+            .instrument(span.clone()),
         ));
         match tokio::time::timeout(timeout, &mut task.0).await {
             Ok(Ok(result)) => result,

@@ -109,6 +109,51 @@ pub enum LoopError {
     /// be read (nothing of it ran).
     #[error("{0}")]
     Approval(#[from] ApprovalError),
+    /// The final answer of a typed run ([`crate::Agent::run_as`]) does not fit the type, after
+    /// one correction round (or the run stopped at its round limit without a fitting answer).
+    /// The answer is recorded in the session as the model wrote it.
+    #[error(
+        "the model's final answer does not fit the requested type: {problem}; it is kept in the session — ask again, allow more rounds, or loosen the type"
+    )]
+    AnswerDoesNotFit {
+        /// The answer as the model wrote it.
+        answer: String,
+        /// What is wrong with it (output-control's reading).
+        problem: toolwright_output_control::ParseError,
+    },
+    /// The JSON Schema derived for a typed run's answer type does not compile (no model call
+    /// was made): fix the type's `JsonSchema` derive or attributes.
+    #[error("the answer type's JSON Schema does not compile: {0}")]
+    AnswerType(toolwright_output_control::InvalidSchema),
+    /// A hook ([`crate::Hook`]) stopped the run. The rounds recorded before stay; the round
+    /// in flight is not recorded.
+    #[error("the run was stopped by hook {by}: {reason}")]
+    Stopped {
+        /// The hook's name.
+        by: String,
+        /// Its reason.
+        reason: String,
+    },
+    /// A guardrail ([`crate::Guardrail`]) tripped: the person's message (nothing of it was
+    /// stored or sent) or the final answer (not recorded, not returned).
+    #[error("guardrail {guardrail} tripped: {reason}")]
+    GuardrailTripped {
+        /// The guardrail's name.
+        guardrail: String,
+        /// Its reason.
+        reason: String,
+    },
+    /// A hook or guardrail panicked or did not answer within the hook timeout
+    /// ([`crate::AgentBuilder::hook_timeout`]); the run stops rather than go on unchecked.
+    #[error(
+        "hook {hook} failed, so the run stopped: {problem}; fix the hook or raise the hook timeout"
+    )]
+    HookFailed {
+        /// The hook's or guardrail's name.
+        hook: String,
+        /// What happened.
+        problem: String,
+    },
 }
 
 impl LoopError {
@@ -129,6 +174,11 @@ impl LoopError {
             LoopError::Store(_) => "store",
             LoopError::Context(_) => "context",
             LoopError::Cancelled => "cancelled",
+            LoopError::AnswerDoesNotFit { .. } => "answer_does_not_fit",
+            LoopError::AnswerType(_) => "answer_type",
+            LoopError::Stopped { .. } => "stopped",
+            LoopError::GuardrailTripped { .. } => "guardrail",
+            LoopError::HookFailed { .. } => "hook",
             #[allow(unreachable_patterns)] // `LoopError` is non-exhaustive for other crates
             _ => "_OTHER",
         }

@@ -3,14 +3,16 @@
 //! calls once decided. What each call gets is planned before (the machine, or the approval
 //! module for a held round), with no I/O.
 
+use serde_json::Value;
 use toolwright_context_engine::SessionStore;
 use toolwright_core::{ChatModel, DEFAULT_MAX_RESULT_BYTES, ToolContext, ToolError, cap_result};
 use tracing::Span;
 
 use crate::dispatch::Dispatcher;
 use crate::event::{LoopError, LoopEvent, Sink, emit};
+use crate::hooks::{self, CallVerdict, HookContext};
 use crate::machine::{CallPlan, LoopMachine, Planned};
-use crate::options::LoopOptions;
+use crate::options::{LoopOptions, MAX_HANDOFFS};
 use crate::protocols::{CallProtocol, PendingCall};
 
 /// One run as each of its parts sees it, given once instead of a list of parameters.
@@ -26,6 +28,8 @@ pub(crate) struct Run<'a> {
     /// rather than looked up. [`Span::none`] until the run starts (deciding held calls that
     /// leave some undecided makes no run, and no span).
     pub(crate) span: Span,
+    /// How many handoffs this turn went through before this run.
+    pub(crate) hops: usize,
 }
 
 /// How one call that was planned ended.
@@ -77,7 +81,9 @@ pub(crate) async fn run_step(
         protocol.concurrent(),
         calls.iter().zip(planned.iter().map(|p| p.plan.as_ref())),
     )
-    .await;
+    .await
+    .into_iter()
+    .collect::<Result<Vec<_>, LoopError>>()?;
     let mut out = Vec::with_capacity(calls.len());
     for ((c, p), outcome) in calls.iter().zip(planned).zip(outcomes) {
         if let (Some(plan), Some(ran)) = (&p.plan, &outcome) {
@@ -88,6 +94,9 @@ pub(crate) async fn run_step(
                 !ran.is_error,
                 ran.answer.as_deref(),
             );
+            if *plan == CallPlan::Run && !ran.is_error && is_handoff(run, &c.name) {
+                machine.hand_off(&c.name);
+            }
             emit(run.sink, || LoopEvent::ToolResult {
                 id: c.id.clone(),
                 name: c.name.clone(),
@@ -108,11 +117,11 @@ async fn run_calls<'a>(
     run: &Run<'_>,
     concurrent: bool,
     calls: impl ExactSizeIterator<Item = (&'a PendingCall, Option<&'a CallPlan>)>,
-) -> Vec<Option<Ran>> {
+) -> Vec<Result<Option<Ran>, LoopError>> {
     let one = |(c, plan): (&'a PendingCall, Option<&'a CallPlan>)| async move {
         match plan {
             Some(plan) => run_call(run, c, plan).await,
-            None => None,
+            None => Ok(None),
         }
     };
     if concurrent && calls.len() > 1 {
@@ -127,9 +136,14 @@ async fn run_calls<'a>(
 }
 
 /// One call as planned: how it ended; `None` for a call that waits (held for approval, or
-/// after a held one).
-async fn run_call(run: &Run<'_>, c: &PendingCall, plan: &CallPlan) -> Option<Ran> {
-    Some(match plan {
+/// after a held one). A call that runs goes through the agent's hooks before and after; a
+/// hook that stops the run (or fails) is the error.
+async fn run_call(
+    run: &Run<'_>,
+    c: &PendingCall,
+    plan: &CallPlan,
+) -> Result<Option<Ran>, LoopError> {
+    Ok(Some(match plan {
         CallPlan::Reuse(previous) => {
             tracing::info!(tool = %c.name, "repeated idempotent call: earlier result reused, answer requested");
             Ran {
@@ -141,19 +155,67 @@ async fn run_call(run: &Run<'_>, c: &PendingCall, plan: &CallPlan) -> Option<Ran
         }
         CallPlan::Reject(msg) => Ran::error(ToolError::invalid_arguments(msg.clone())),
         CallPlan::Decline(msg) => Ran::error(ToolError::failed(msg.clone())),
-        CallPlan::Hold | CallPlan::Wait => return None,
-        _ => {
-            let ctx = ToolContext::new(c.id.clone()).with_session(run.session_id);
-            let out = run
-                .dispatcher
-                .dispatch_under(Some(&run.span), &c.name, c.arguments.clone(), ctx)
-                .await;
-            Ran {
-                is_error: !out.is_ok(),
-                content: out.content,
-                answer: out.answer,
-                parts: out.parts,
-            }
+        CallPlan::Hold | CallPlan::Wait => return Ok(None),
+        _ if run.hops >= MAX_HANDOFFS && is_handoff(run, &c.name) => {
+            Ran::error(ToolError::failed(format!(
+                "Refused: this conversation was already handed off {MAX_HANDOFFS} times in this turn. Answer the user yourself."
+            )))
         }
-    })
+        _ if run.options.hooks.is_empty() => dispatch(run, c, c.arguments.clone()).await,
+        _ => {
+            let ctx = HookContext::new(run.session_id);
+            let timeout = run.options.hook_timeout;
+            let mut arguments = None;
+            for hook in &run.options.hooks {
+                let rewritten;
+                let call = match &arguments {
+                    Some(a) => {
+                        rewritten = PendingCall::new(c.id.clone(), c.name.clone(), Value::clone(a));
+                        &rewritten
+                    }
+                    None => c,
+                };
+                match hooks::bounded(hook.name(), timeout, hook.before_tool(ctx, call)).await? {
+                    CallVerdict::Continue => {}
+                    CallVerdict::Rewrite(a) => arguments = Some(a),
+                    CallVerdict::Refuse(why) => {
+                        tracing::info!(tool = %c.name, hook = hook.name(), "a hook refused a call");
+                        return Ok(Some(Ran::error(ToolError::failed(why))));
+                    }
+                    CallVerdict::Stop(reason) => {
+                        return Err(LoopError::Stopped {
+                            by: hook.name().to_owned(),
+                            reason,
+                        });
+                    }
+                }
+            }
+            let ran = dispatch(run, c, arguments.unwrap_or_else(|| c.arguments.clone())).await;
+            for hook in &run.options.hooks {
+                let after = hook.after_tool(ctx, c, &ran.content, ran.is_error);
+                hooks::stop_on(&**hook, hooks::bounded(hook.name(), timeout, after).await?)?;
+            }
+            ran
+        }
+    }))
+}
+
+/// Whether `name` is one of the run's handoff tools.
+fn is_handoff(run: &Run<'_>, name: &str) -> bool {
+    run.options.handoffs.iter().any(|h| h.name == name)
+}
+
+/// Runs a call through the dispatcher, in the run's span, with `arguments`.
+async fn dispatch(run: &Run<'_>, c: &PendingCall, arguments: Value) -> Ran {
+    let ctx = ToolContext::new(c.id.clone()).with_session(run.session_id);
+    let out = run
+        .dispatcher
+        .dispatch_under(Some(&run.span), &c.name, arguments, ctx)
+        .await;
+    Ran {
+        is_error: !out.is_ok(),
+        content: out.content,
+        answer: out.answer,
+        parts: out.parts,
+    }
 }

@@ -90,31 +90,38 @@
 //! ```
 
 mod agent;
+mod answer;
 mod approval;
 mod dispatch;
 mod event;
 mod execute;
+mod hooks;
 mod machine;
+mod nesting;
 mod options;
 mod prompt;
 mod protocols;
 mod registry;
 mod runner;
+mod subagent;
 mod trace;
 mod turn;
 mod typed;
 
 pub use agent::{Agent, AgentBuilder};
+pub use answer::TypedOutput;
 pub use approval::{
     ApprovalDecision, ApprovalError, ApprovalKey, ApprovalPolicy, DecisionRecord, HeldCall,
     PendingApproval,
 };
 pub use dispatch::{Dispatcher, ToolOutcome};
 pub use event::{LoopError, LoopEvent, LoopOutput};
+pub use hooks::{CallVerdict, Flow, Guardrail, Hook, HookContext};
 pub use prompt::generate_tool_prompt;
 pub use protocols::ProtocolKind;
 pub use registry::{RegistryError, ToolRegistry};
 pub use runner::LoopStream;
+pub use subagent::{AgentTool, DEFAULT_MAX_DEPTH};
 pub use turn::TurnSections;
 pub use typed::{FnTool, to_openai_tool};
 

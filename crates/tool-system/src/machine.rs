@@ -33,6 +33,8 @@ pub struct ResponseFacts {
     pub has_calls: bool,
     /// The response could not be read as the protocol expects (a broken JSON decision).
     pub unreadable: bool,
+    /// The run wants a typed answer and this answer (a response without calls) does not fit.
+    pub off_schema: bool,
 }
 
 /// What to do with one call of a round.
@@ -98,12 +100,16 @@ pub struct LoopMachine {
     model_calls: usize,
     tool_rounds: usize,
     corrected: bool,
+    /// The one correction round of a typed answer was used.
+    answer_corrected: bool,
     /// Results of successful idempotent calls of this run, by name and arguments.
     idempotent_results: HashMap<(String, String), String>,
     /// A call was answered from an earlier result in the last round.
     reused: bool,
     /// The turn's answer a tool gave in the last round ([`toolwright_core::Tool::final_answer`]).
     tool_answer: Option<String>,
+    /// The agent the last round handed the conversation to (its handoff tool's name).
+    handoff: Option<String>,
 }
 
 impl LoopMachine {
@@ -116,9 +122,11 @@ impl LoopMachine {
             model_calls: 0,
             tool_rounds: 0,
             corrected: false,
+            answer_corrected: false,
             idempotent_results: HashMap::new(),
             reused: false,
             tool_answer: None,
+            handoff: None,
         }
     }
 
@@ -168,6 +176,19 @@ impl LoopMachine {
         self.tool_answer.take()
     }
 
+    /// A handoff call of the round ran: once the round is recorded, the conversation goes to
+    /// that agent (the first handoff of a round wins; it comes before a tool's answer).
+    pub fn hand_off(&mut self, to: &str) {
+        if self.handoff.is_none() {
+            self.handoff = Some(to.to_owned());
+        }
+    }
+
+    /// After a round ran: the agent to hand the conversation to, if a handoff call ran.
+    pub fn take_handoff(&mut self) -> Option<String> {
+        self.handoff.take()
+    }
+
     /// A response arrived: decides what follows it.
     ///
     /// * calls, fewer than `max_iterations` rounds run → [`Decision::RunTools`], else
@@ -175,6 +196,9 @@ impl LoopMachine {
     /// * no calls and an unreadable answer → with corrections on, one [`Decision::Reprompt`]
     ///   (a second unreadable answer in a row is the plain answer); with them off (the
     ///   default), the plain answer (001: no error, no extra model call);
+    /// * no calls and an answer that does not fit the run's type → one [`Decision::Reprompt`]
+    ///   in the whole run, whatever the corrections setting; after it, [`Decision::Finish`]
+    ///   (the runner's caller then reports the answer that does not fit);
     /// * otherwise → [`Decision::Finish`].
     pub fn after_response(&mut self, facts: ResponseFacts) -> Decision {
         self.model_calls += 1;
@@ -186,6 +210,13 @@ impl LoopMachine {
             }
             self.tool_rounds += 1;
             return Decision::RunTools;
+        }
+        if facts.off_schema {
+            if self.answer_corrected {
+                return Decision::Finish;
+            }
+            self.answer_corrected = true;
+            return Decision::Reprompt;
         }
         if facts.unreadable
             && self.corrections
@@ -291,15 +322,39 @@ mod tests {
     const CALLS: ResponseFacts = ResponseFacts {
         has_calls: true,
         unreadable: false,
+        off_schema: false,
     };
     const TEXT: ResponseFacts = ResponseFacts {
         has_calls: false,
         unreadable: false,
+        off_schema: false,
     };
     const BAD: ResponseFacts = ResponseFacts {
         has_calls: false,
         unreadable: true,
+        off_schema: false,
     };
+    const OFF_SCHEMA: ResponseFacts = ResponseFacts {
+        has_calls: false,
+        unreadable: false,
+        off_schema: true,
+    };
+
+    #[test]
+    fn an_answer_off_its_type_is_corrected_once_per_run_even_after_tool_rounds() {
+        let mut m = LoopMachine::new(5);
+        assert_eq!(m.after_response(OFF_SCHEMA), Decision::Reprompt);
+        assert_eq!(m.after_response(CALLS), Decision::RunTools);
+        assert_eq!(m.after_response(OFF_SCHEMA), Decision::Finish);
+        // an unreadable answer that is also off the type takes the typed path
+        let mut m = LoopMachine::new(5).with_corrections(true);
+        let both = ResponseFacts {
+            unreadable: true,
+            ..OFF_SCHEMA
+        };
+        assert_eq!(m.after_response(both), Decision::Reprompt);
+        assert_eq!(m.after_response(both), Decision::Finish);
+    }
 
     fn call<'a>(args: &'a Value, idempotent: bool) -> CallFacts<'a> {
         CallFacts {

@@ -3,9 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwright_core::{PriceTable, TokenCounter};
+use toolwright_core::{ChatModel, PriceTable, TokenCounter};
 
+use crate::answer::AnswerShape;
 use crate::approval::{ApprovalKey, ApprovalPolicy};
+use crate::dispatch::Dispatcher;
+use crate::hooks::{DEFAULT_HOOK_TIMEOUT, Guardrail, Hook};
 use crate::machine::DEFAULT_MAX_ITERATIONS;
 use crate::protocols::ProtocolKind;
 use crate::turn::TurnSections;
@@ -57,6 +60,39 @@ pub(crate) struct LoopOptions {
     pub principal: String,
     /// The prices a run's cost is counted at (default: [`PriceTable::builtin`]).
     pub prices: Option<Arc<PriceTable>>,
+    /// The shape the final answer must take (set per run by `Agent::run_as`; default none).
+    pub answer: Option<AnswerShape>,
+    /// Hooks called at each model and tool call, in this order.
+    pub hooks: Vec<Arc<dyn Hook>>,
+    /// Checks of the person's message, in this order.
+    pub input_guardrails: Vec<Arc<dyn Guardrail>>,
+    /// Checks of the final answer, in this order.
+    pub output_guardrails: Vec<Arc<dyn Guardrail>>,
+    /// How long one call of a hook or guardrail may take (default 10 s).
+    pub hook_timeout: Duration,
+    /// The agents this one can hand the conversation to, by their tool's name.
+    pub handoffs: Vec<Arc<Handoff>>,
+}
+
+/// The most handoffs in one turn; a handoff past them is refused (the model answers itself).
+pub(crate) const MAX_HANDOFFS: usize = 4;
+
+/// An agent the conversation can be handed to: what its runs need.
+#[derive(Clone)]
+pub(crate) struct Handoff {
+    /// The name of the tool that hands off to it.
+    pub name: String,
+    pub model: Arc<dyn ChatModel>,
+    pub dispatcher: Arc<Dispatcher>,
+    pub options: LoopOptions,
+}
+
+impl std::fmt::Debug for Handoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handoff")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for LoopOptions {
@@ -76,6 +112,12 @@ impl Default for LoopOptions {
             approval_lease: DEFAULT_APPROVAL_LEASE,
             principal: String::new(),
             prices: None,
+            answer: None,
+            hooks: Vec::new(),
+            input_guardrails: Vec::new(),
+            output_guardrails: Vec::new(),
+            hook_timeout: DEFAULT_HOOK_TIMEOUT,
+            handoffs: Vec::new(),
         }
     }
 }

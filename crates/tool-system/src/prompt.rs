@@ -93,6 +93,15 @@ pub fn json_decision_prompt(tools: &[ToolSpec]) -> String {
     s
 }
 
+/// The system-prompt section of a typed run ([`crate::Agent::run_as`]) for protocols whose
+/// answer is the response's text: tools first, then the final answer as JSON of `schema`.
+pub(crate) fn typed_answer_prompt(schema: &Value) -> String {
+    format!(
+        "Use the tools as usual while you work. When you give your final answer to the user, \
+         it must be a single JSON object that matches this JSON Schema, with no other text:\n{schema}"
+    )
+}
+
 /// One line per tool: name, description and the parameters schema as compact JSON.
 pub fn describe_tools(tools: &[ToolSpec]) -> String {
     let mut s = String::new();

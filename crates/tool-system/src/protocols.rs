@@ -193,6 +193,13 @@ pub trait CallProtocol: Send + Sync {
     ) -> Vec<Message> {
         tool_message_round(reading, results)
     }
+    /// The system-prompt section of a typed run ([`crate::Agent::run_as`]): tools stay in use,
+    /// and the final answer is a JSON object matching `schema`, written where this protocol
+    /// reads the answer from. The default asks for the JSON as the whole final text answer
+    /// (right for protocols whose answer is the response's text).
+    fn answer_section(&self, schema: &Value) -> String {
+        crate::prompt::typed_answer_prompt(schema)
+    }
 }
 
 /// What a call gave the model: its text, and the images or files after it.
@@ -330,6 +337,18 @@ impl ResponseReader for JsonReader {
                 native: false,
                 parts: Vec::new(),
             },
+            // A reply that is an object or array (a typed answer's JSON): its JSON text.
+            Err(DecisionError::MissingReply { .. }) if structured_reply(&content).is_some() => {
+                let text = structured_reply(&content).unwrap_or_default();
+                Reading {
+                    steps: vec![Step::Text(text.clone())],
+                    answer: text,
+                    content,
+                    correction: None,
+                    native: false,
+                    parts: Vec::new(),
+                }
+            }
             // Plain prose: the model answered the user directly (T9: not an error).
             Err(DecisionError::Json(JsonError::NotFound)) | Ok(_) => Reading {
                 steps: vec![Step::Text(content.clone())],
@@ -348,6 +367,15 @@ impl ResponseReader for JsonReader {
                 parts: Vec::new(),
             },
         }
+    }
+}
+
+/// The `reply` of a JSON decision when it is an object or an array, as compact JSON text.
+fn structured_reply(content: &str) -> Option<String> {
+    let value = toolwright_output_control::extract_json(content).ok()?;
+    match value.get("reply")? {
+        r @ (Value::Object(_) | Value::Array(_)) => Some(r.to_string()),
+        _ => None,
     }
 }
 
@@ -372,6 +400,13 @@ impl CallProtocol for JsonDecisionProtocol {
     }
     fn concurrent(&self) -> bool {
         false
+    }
+    fn answer_section(&self, schema: &Value) -> String {
+        format!(
+            "Call tools as usual while you work. Your reply to the user is the final answer: \
+             put it in \"reply\" as a JSON object (not a string) that matches this JSON Schema: \
+             {{\"tool\": null, \"reply\": {{...}}}}. Schema:\n{schema}"
+        )
     }
     fn round_messages(
         &self,

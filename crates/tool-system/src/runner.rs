@@ -27,7 +27,9 @@ use crate::dispatch::Dispatcher;
 pub use crate::event::{LoopError, LoopEvent, LoopOutput};
 use crate::event::{Sink, emit};
 use crate::execute::{Ran, Run, run_step};
+use crate::hooks::{self, HookContext};
 use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
+use crate::options::Handoff;
 pub(crate) use crate::options::LoopOptions;
 use crate::protocols::{
     CallProtocol, CallResult, PendingCall, Reading, ResponseReader, Step, resolve_protocol,
@@ -144,6 +146,7 @@ fn inputs<'a>(
         options,
         sink,
         span: Span::none(),
+        hops: 0,
     }
 }
 
@@ -181,6 +184,9 @@ async fn resume(run: Run<'_>, decisions: &[ApprovalDecision]) -> Result<LoopOutp
 enum Start<'a> {
     User(&'a str, Vec<Part>),
     Resume(Box<Claimed>),
+    /// The conversation was handed to this run's agent: it answers the turn opened by this
+    /// text, from the session as it stands (nothing is added first).
+    HandedOff(&'a str),
 }
 
 fn spawn_stream<F, Fut>(run: F) -> LoopStream
@@ -292,6 +298,7 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
     let user_text: Cow<'_, str> = match &start {
         Start::User(t, _) => Cow::Borrowed(*t),
         Start::Resume(c) => Cow::Owned(c.user_text().to_owned()),
+        Start::HandedOff(t) => Cow::Borrowed(*t),
     };
     let user_text = &*user_text;
     let info = run.model.info();
@@ -327,6 +334,8 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         LoopMachine::new(run.options.max_iterations).with_corrections(run.options.corrections);
     let first = match start {
         Start::User(_, parts) => {
+            let timeout = run.options.hook_timeout;
+            hooks::guard(&run.options.input_guardrails, timeout, user_text).await?;
             let mut round =
                 approval::close_open(run.store, run.session_id, protocol, &machine).await?;
             let user = [Message::user_with_parts(user_text, parts)];
@@ -339,16 +348,26 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
             machine = machine.resumed(calls, rounds);
             resume_round(run, protocol, &mut machine, *claimed).await?
         }
+        Start::HandedOff(_) => Vec::new(),
     };
     history.extend(first);
 
     loop {
+        // A handoff call of the last round ran: the other agent answers the turn.
+        if let Some(to) = machine.take_handoff()
+            && let Some(target) = run.options.handoffs.iter().find(|h| h.name == to)
+        {
+            let before = tally.output(String::new(), &machine, history, false, None);
+            let after = hand_off(run, target, user_text).await?;
+            return Ok(joined(before, after));
+        }
         // A tool of the last round gave the turn's answer: it is the reply, no model call.
         if let Some(answer) = machine.take_tool_answer() {
             tracing::info!(
                 session = run.session_id,
                 "a tool's result is the turn's answer; the model is not called again"
             );
+            check_output(run, &answer).await?;
             let reply = [Message::assistant(answer.clone())];
             run.store.append(run.session_id, &reply).await?;
             history.extend(reply);
@@ -381,12 +400,33 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         if machine.wants_answer() {
             request = request.with_tool_choice(toolwright_core::ToolChoice::None);
         }
+        let ctx = HookContext::new(run.session_id);
+        for hook in &run.options.hooks {
+            let flow = hooks::bounded(
+                hook.name(),
+                run.options.hook_timeout,
+                hook.before_model(ctx, &request),
+            )
+            .await?;
+            hooks::stop_on(&**hook, flow)?;
+        }
         let reader = protocol.reader(&tools, history.len());
         let (mut reading, call_usage) = ask_model(run, &info, request, reader).await?;
         add_usage(&mut tally.usage, call_usage);
+        for hook in &run.options.hooks {
+            let flow = hooks::bounded(
+                hook.name(),
+                run.options.hook_timeout,
+                hook.after_model(ctx, &reading),
+            )
+            .await?;
+            hooks::stop_on(&**hook, flow)?;
+        }
+        let off_schema = check_answer(run.options, &mut reading);
         let decision = machine.after_response(ResponseFacts {
             has_calls: reading.has_calls(),
             unreadable: reading.correction.is_some(),
+            off_schema,
         });
         let round = match decision {
             Decision::RunTools => {
@@ -411,6 +451,7 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
                 ]
             }
             Decision::Finish => {
+                check_output(run, &reading.answer).await?;
                 for step in &reading.steps {
                     if let Step::Text(t) = step {
                         emit(run.sink, || LoopEvent::TextDelta(t.clone())).await?;
@@ -419,7 +460,10 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
                 // the answer keeps the model's reasoning, as a round of calls does
                 vec![Message::assistant(reading.content.clone()).with_parts(reading.parts.clone())]
             }
-            Decision::StopAtLimit => limit_round(run, protocol, &reading, &machine).await?,
+            Decision::StopAtLimit => {
+                check_output(run, &reading.answer).await?;
+                limit_round(run, protocol, &reading, &machine).await?
+            }
         };
         run.store.append(run.session_id, &round).await?;
         history.extend(round);
@@ -437,6 +481,76 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         if done {
             let hit_limit = decision == Decision::StopAtLimit;
             return Ok(tally.output(reading.answer, &machine, history, hit_limit, None));
+        }
+    }
+}
+
+/// The agent `to` answers the turn in this session (its model, tools and options; this run's
+/// store and listener), one hop further; its run nests in this run's span.
+fn hand_off<'a>(
+    run: &'a Run<'_>,
+    to: &'a Handoff,
+    user_text: &'a str,
+) -> Pin<Box<dyn std::future::Future<Output = Result<LoopOutput, LoopError>> + Send + 'a>> {
+    tracing::info!(session = run.session_id, to = %to.name, "the conversation is handed off");
+    let next = Run {
+        model: &*to.model,
+        store: run.store,
+        dispatcher: &to.dispatcher,
+        session_id: run.session_id,
+        options: &to.options,
+        sink: run.sink,
+        span: Span::none(),
+        hops: run.hops + 1,
+    };
+    Box::pin(drive(next, Start::HandedOff(user_text)))
+}
+
+/// One output of a turn handed off: the agent's that answered, with the messages, model calls
+/// and tokens of the run that handed off before it.
+fn joined(before: LoopOutput, mut after: LoopOutput) -> LoopOutput {
+    let mut messages = before.new_messages;
+    messages.append(&mut after.new_messages);
+    after.new_messages = messages;
+    after.iterations += before.iterations;
+    add_usage(&mut after.usage, before.usage);
+    after.cost = match (before.cost, after.cost) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+    after.elapsed += before.elapsed;
+    after
+}
+
+/// The output guardrails on the run's final answer, before it is recorded or shown.
+async fn check_output(run: &Run<'_>, answer: &str) -> Result<(), LoopError> {
+    let timeout = run.options.hook_timeout;
+    hooks::guard(&run.options.output_guardrails, timeout, answer).await
+}
+
+/// In a typed run, checks an answer (a response without calls) against the run's type: one
+/// that fits is the answer, whatever the protocol made of it (a bare JSON object is no JSON
+/// decision, yet it is the answer asked for); one that does not gets the correction saying
+/// what is wrong. Whether it does not fit.
+fn check_answer(options: &LoopOptions, reading: &mut Reading) -> bool {
+    let Some(shape) = &options.answer else {
+        return false;
+    };
+    if reading.has_calls() {
+        return false;
+    }
+    match shape.check(&reading.answer) {
+        Ok(()) => {
+            reading.correction = None;
+            false
+        }
+        Err(correction) => {
+            reading.correction = Some(match reading.correction.take() {
+                // the protocol could not read it either: say both, the model may have meant a call
+                Some(protocol) => format!("{correction}\nIf you meant to call a tool: {protocol}"),
+                None => correction,
+            });
+            true
         }
     }
 }
@@ -464,6 +578,9 @@ async fn context_builder(
     // Native function calling has no tools section: nothing is added (and built) for it.
     if let Some(section) = protocol.prompt_section(tools) {
         builder = builder.section("tools", section);
+    }
+    if let Some(shape) = &options.answer {
+        builder = builder.section("answer", protocol.answer_section(&shape.schema));
     }
     for (name, text) in &options.sections {
         builder = builder.section(name.clone(), text.clone());

@@ -1,0 +1,134 @@
+//! An [`Agent`] as a [`Tool`] of another agent ([`Agent::as_tool`]), and the path of sub-agents
+//! a call runs under, which bounds their nesting and refuses a sub-agent reached again while it
+//! runs.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use toolwright_core::{ToolOutput, ToolSpec};
+
+use crate::nesting::{PATH, current_path};
+use crate::{Agent, Tool, ToolContext, ToolError};
+
+/// Default [`AgentTool::max_depth`]: 3 sub-agents nested.
+pub const DEFAULT_MAX_DEPTH: usize = 3;
+
+/// An agent that another agent calls as a tool: the caller's model gives it a request
+/// (`{"input": "..."}`), it runs with its own instructions, tools, model and round limit, and
+/// its answer is the tool's result. Made by [`Agent::as_tool`].
+///
+/// Each call is a run of its own, in the session `{caller's session}/{name}/{call id}` of the
+/// sub-agent's store (the whole exchange is kept there; the caller's history gets the answer
+/// only). Its trace nests under the caller's tool call. A sub-agent reached again while it
+/// runs (an agent calling itself, directly or through others) or past [`max_depth`] nested
+/// sub-agents is refused without running: the caller's model gets an error result saying so.
+/// A sub-agent's call that needs approval is not held (a sub-agent cannot ask the person yet):
+/// the caller's model is told the request needs approval the sub-agent cannot ask for.
+///
+/// [`max_depth`]: AgentTool::max_depth
+#[derive(Debug, Clone)]
+pub struct AgentTool {
+    agent: Agent,
+    name: String,
+    description: String,
+    max_depth: usize,
+}
+
+impl AgentTool {
+    /// At most `depth` sub-agents nested under the top run, this one included (default
+    /// [`DEFAULT_MAX_DEPTH`]; at least 1).
+    pub fn max_depth(mut self, depth: usize) -> Self {
+        self.max_depth = depth.max(1);
+        self
+    }
+
+    /// The refusal of a call under `path`, if it must be refused.
+    fn refusal(&self, path: &[String]) -> Option<ToolError> {
+        let chain = || {
+            let mut c = path.to_vec();
+            c.push(self.name.clone());
+            c.join(" → ")
+        };
+        if path.contains(&self.name) {
+            return Some(ToolError::failed(format!(
+                "Refused: sub-agent {} is already running in this chain ({}); an agent cannot call itself. Answer with what you have.",
+                self.name,
+                chain()
+            )));
+        }
+        if path.len() >= self.max_depth {
+            return Some(ToolError::failed(format!(
+                "Refused: sub-agents nest at most {} deep ({}). Answer with what you have.",
+                self.max_depth,
+                chain()
+            )));
+        }
+        None
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for AgentTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            self.name.clone(),
+            self.description.clone(),
+            json!({
+                "type": "object",
+                "properties": {"input": {"type": "string", "description": "What to ask, with everything the agent needs to know"}},
+                "required": ["input"]
+            }),
+        )
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let input = args["input"].as_str().unwrap_or_default();
+        let path = current_path().unwrap_or_else(|| Arc::from(Vec::new()));
+        if let Some(refused) = self.refusal(&path) {
+            tracing::warn!(agent = %self.name, path = ?path, "a sub-agent call was refused");
+            return Err(refused);
+        }
+        let mut inner = path.to_vec();
+        inner.push(self.name.clone());
+        let session = format!(
+            "{}/{}/{}",
+            ctx.session_id.as_deref().unwrap_or(""),
+            self.name,
+            ctx.call_id
+        );
+        let run = PATH.scope(Arc::from(inner), self.agent.run(&session, input));
+        match run.await {
+            Ok(out) if out.is_pending() => Err(ToolError::failed(format!(
+                "Sub-agent {} wants to run a call that needs a person's approval, which a sub-agent cannot ask for; that call was not run. Do it yourself or tell the user.",
+                self.name
+            ))),
+            Ok(out) => Ok(Value::String(out.answer).into()),
+            Err(e) => Err(ToolError::failed(format!(
+                "Sub-agent {} failed: {e}",
+                self.name
+            ))),
+        }
+    }
+}
+
+impl Agent {
+    /// This agent as a tool of another agent ([`AgentTool`]): `name` and `description` are
+    /// what the other agent's model sees.
+    ///
+    /// ```
+    /// # fn demo(researcher: toolwright_tool_system::Agent, model: impl toolwright_core::ChatModel + 'static) -> Result<(), Box<dyn std::error::Error>> {
+    /// use toolwright_tool_system::Agent;
+    /// let lead = Agent::builder(model)
+    ///     .tool(researcher.as_tool("researcher", "Finds facts and cites them"))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn as_tool(&self, name: impl Into<String>, description: impl Into<String>) -> AgentTool {
+        AgentTool {
+            agent: self.clone(),
+            name: name.into(),
+            description: description.into(),
+            max_depth: DEFAULT_MAX_DEPTH,
+        }
+    }
+}
