@@ -472,6 +472,10 @@ fn check_layers() -> Result<(), String> {
             "the web front (axum) and remote MCP servers over HTTP",
         ),
         ("testkit", "test support: scripted HTTP servers"),
+        (
+            "toolwright-mcp-server",
+            "an MCP server: its HTTP endpoint (axum)",
+        ),
     ];
     let all = graph::library_crates()?;
     if let Some(c) = all

@@ -101,28 +101,6 @@ impl McpServer {
         Ok(())
     }
 
-    /// Serves one client on any byte stream pair (a pipe, a socket), as over stdio, until it
-    /// closes. Returns when the session ends.
-    pub async fn serve_io<R, W>(self, read: R, write: W) -> Result<(), ServeError>
-    where
-        R: tokio::io::AsyncRead + Send + Unpin + 'static,
-        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
-    {
-        let server = Self {
-            session: true,
-            ..self
-        };
-        let running = server
-            .serve((read, write))
-            .await
-            .map_err(|e| ServeError::Session(e.to_string()))?;
-        running
-            .waiting()
-            .await
-            .map_err(|e| ServeError::Session(e.to_string()))?;
-        Ok(())
-    }
-
     fn needs_approval(&self, name: &str, args: &Value) -> bool {
         self.inner.policy.requires(name, args) || self.inner.dispatcher.needs_approval(name, args)
     }
