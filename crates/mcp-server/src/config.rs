@@ -129,8 +129,9 @@ impl ServeConfig {
         Ok(config)
     }
 
-    /// The server the file describes.
-    pub fn server(&self) -> Result<McpServer, ServeError> {
+    /// The server the file describes, its bridged MCP servers started (one that fails to
+    /// start is logged and retried on its first call, as the bridge does).
+    pub async fn server(&self) -> Result<McpServer, ServeError> {
         let mut dispatcher = Dispatcher::new();
         if self.tools.iter().any(|t| t == "demo") {
             let tools = crate::demo::tools().map_err(|e| ServeError::Config(e.to_string()))?;
@@ -144,6 +145,9 @@ impl ServeConfig {
         if let Some(file) = &self.mcp_config {
             let bridge = McpBridge::with_config_file(self.dir.join(file))
                 .map_err(|e| ServeError::Config(format!("mcpConfig: {e}")))?;
+            for (name, e) in bridge.start_all().await {
+                tracing::warn!(service = %name, "bridged MCP server did not start: {e}");
+            }
             dispatcher = dispatcher.with_provider(Arc::new(bridge));
         }
         if let Some(ms) = self.tool_timeout_ms {

@@ -43,7 +43,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 
 async fn run(args: Args) -> Result<(), ServeError> {
     let config = ServeConfig::load(&args.config)?;
-    let server = config.server()?;
+    let server = config.server().await?;
     if args.stdio {
         return server.serve_stdio().await;
     }
