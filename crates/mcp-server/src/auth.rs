@@ -138,3 +138,21 @@ pub(crate) async fn require_token(
         }
     }
 }
+
+/// The chat panel's JWKS verifier as the server's: the token's `sub` is the subject; its
+/// refusal (expired, unknown key, wrong audience, …) is the `401`'s description. Configure its
+/// audience as the server's resource URL ([`ProtectedResource::new`]).
+#[cfg(feature = "jwt")]
+#[async_trait::async_trait]
+impl TokenVerifier for toolwright_chat_panel::identity::JwtBearer {
+    async fn verify(&self, headers: &HeaderMap) -> Result<VerifiedToken, String> {
+        use toolwright_chat_panel::identity::{Authenticator, RequestHead};
+        self.authenticate(RequestHead {
+            headers,
+            peer: None,
+        })
+        .await
+        .map(|p| VerifiedToken::new(p.id()))
+        .map_err(|r| r.to_string())
+    }
+}
