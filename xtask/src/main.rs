@@ -4,7 +4,9 @@
 //! - `cargo xtask test`: everything CI runs: installs/checks test dependencies, `cargo fmt
 //!   --check`, `cargo clippy -D warnings`, every test, the official MCP conformance suite's
 //!   client scenarios against the bridge, and every stage demo.
-//! - `cargo xtask conformance`: those conformance scenarios alone.
+//! - `cargo xtask conformance`: those conformance scenarios alone, then the suite's server
+//!   scenarios against the toolkit's MCP server (`conformance_server.rs`); `cargo xtask
+//!   conformance server`: the server scenarios alone.
 //! - `cargo xtask bench`: the criterion benchmarks.
 //! - `cargo xtask bench langchain [--pairs N]`: the tool loop against LangChain core's same
 //!   round, alternating on this machine, and their ratio.
@@ -16,6 +18,7 @@ use std::process::{Command, ExitCode};
 
 mod api;
 mod conformance;
+mod conformance_server;
 mod graph;
 mod langchain;
 mod needs;
@@ -42,7 +45,8 @@ fn main() -> ExitCode {
         Some("test") => test_all(),
         Some("bench") => bench(&args[1..]),
         Some("deps") => needs::ensure(&needs::all()).and_then(|()| conformance::ensure().map(drop)),
-        Some("conformance") => conformance::run_all(),
+        Some("conformance") if args.get(1).is_some_and(|a| a == "server") => conformance_server::run_all(),
+        Some("conformance") => conformance::run_all().and_then(|()| conformance_server::run_all()),
         Some("graph") => graph::write(),
         Some("api") => graph::metadata().and_then(|m| api::write(&root(), &target_dir(), &m)),
         Some("layers") => check_layers(),
@@ -418,6 +422,8 @@ fn test_all() -> Result<(), String> {
     // example of mcp-bridge, built by the tests above with the workspace's features).
     conformance::build_client()?;
     conformance::run_scenarios(&conformance_suite)?;
+    conformance_server::build_server()
+        .and_then(|()| conformance_server::run_scenarios(&conformance_suite))?;
     // The demos' binaries with the workspace's features, as the tests above were built (only
     // the binaries link).
     run(
@@ -466,6 +472,10 @@ fn check_layers() -> Result<(), String> {
             "the web front (axum) and remote MCP servers over HTTP",
         ),
         ("testkit", "test support: scripted HTTP servers"),
+        (
+            "toolwright-mcp-server",
+            "an MCP server: its HTTP endpoint (axum)",
+        ),
     ];
     let all = graph::library_crates()?;
     if let Some(c) = all

@@ -1,0 +1,58 @@
+//! A dispatcher's [`ToolOutcome`] as an MCP `CallToolResult`.
+
+use rmcp::model::{CallToolResult, ContentBlock, Resource, ResourceContents};
+use toolwright_core::{Media, MediaSource, Part};
+use toolwright_tool_system::ToolOutcome;
+
+/// The result's text first, then its parts: images and audio as MCP image and audio content
+/// (inline base64) or, given by URL, as resource links; files as embedded resources.
+pub(crate) fn to_call_result(outcome: ToolOutcome) -> CallToolResult {
+    if outcome.error.is_some() {
+        return CallToolResult::error(vec![ContentBlock::text(outcome.content)]);
+    }
+    // An empty text before media says nothing: left out.
+    let mut blocks = Vec::new();
+    if !outcome.content.is_empty() || outcome.parts.is_empty() {
+        blocks.push(ContentBlock::text(outcome.content));
+    }
+    for (i, part) in outcome.parts.into_iter().enumerate() {
+        let block = match part {
+            Part::Text { text } => ContentBlock::text(text),
+            Part::Image(m) => media(m, i, ContentBlock::image),
+            Part::Audio(m) => media(m, i, ContentBlock::audio),
+            Part::File(m) => file(m, i),
+            // What a model thought and cache marks are not results.
+            _ => continue,
+        };
+        blocks.push(block);
+    }
+    CallToolResult::success(blocks)
+}
+
+fn media(m: Media, i: usize, inline: fn(String, String) -> ContentBlock) -> ContentBlock {
+    match m.source {
+        MediaSource::Base64 { data } => inline(data, m.media_type),
+        MediaSource::Url { url } => link(url, m.name, m.media_type, i),
+    }
+}
+
+fn link(url: String, name: Option<String>, media_type: String, i: usize) -> ContentBlock {
+    let mut r = Resource::new(url, name.unwrap_or_else(|| format!("part-{i}")));
+    r.mime_type = Some(media_type);
+    ContentBlock::resource_link(r)
+}
+
+fn file(m: Media, i: usize) -> ContentBlock {
+    let name = m.name.clone().unwrap_or_else(|| format!("part-{i}"));
+    match m.source {
+        MediaSource::Base64 { data } => {
+            ContentBlock::resource(ResourceContents::BlobResourceContents {
+                uri: format!("toolwright://result/{name}"),
+                mime_type: Some(m.media_type),
+                blob: data,
+                meta: None,
+            })
+        }
+        MediaSource::Url { url } => link(url, Some(name), m.media_type, i),
+    }
+}

@@ -1,0 +1,52 @@
+//! An agent's tools offered to other MCP clients (an IDE, another agent): a tool-system
+//! [`Dispatcher`](toolwright_tool_system::Dispatcher) — built-in tools, bridged MCP servers,
+//! skills, code mode, tool search, whatever providers it holds — served as an MCP server on
+//! [rmcp](https://docs.rs/rmcp).
+//!
+//! - **Transports.** [`McpServer::serve_stdio`] (one client on stdin/stdout) and
+//!   [`McpServer::router`] (Streamable HTTP on axum, stateless: no session lives in a worker, so
+//!   any number of workers can stand behind one load balancer).
+//! - **Approvals.** A call that the [`ApprovalPolicy`](toolwright_tool_system::ApprovalPolicy)
+//!   or its provider holds is asked of the calling client's person by elicitation. Over protocol
+//!   2026-07-28 that is a multi round-trip `input_required` result whose state is sealed with
+//!   the server's key (HMAC; every worker with the same key can take the retry), bound to the
+//!   tool and its arguments; over older protocols, on a connection that keeps a session (stdio),
+//!   an `elicitation/create` request. A client without the elicitation capability, a person who
+//!   declines, or a stateless connection on an older protocol gets a refusal the model can read;
+//!   the tool does not run.
+//! - **Bounds.** Every call runs under the dispatcher's time limit (30 s unless configured) and
+//!   result cap; a client that disconnects cancels its call; a question to the person waits at
+//!   most [`McpServerBuilder::approval_timeout`].
+//! - **DNS-rebinding protection.** [`HttpOptions`]: only the listed `Host` names (loopback by
+//!   default) and `Origin`s are served; a foreign `Origin` gets `403`.
+//! - **Authorization.** [`ProtectedResource`]: the server's OAuth protected-resource metadata at
+//!   `/.well-known/oauth-protected-resource` and bearer tokens checked by a
+//!   [`TokenVerifier`] (a `401` with `WWW-Authenticate` pointing at the metadata otherwise).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use toolwright_mcp_server::{HttpOptions, McpServer};
+//! use toolwright_tool_system::{ApprovalPolicy, Dispatcher};
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let dispatcher = Dispatcher::from_registry(toolwright_mcp_server::demo::tools()?);
+//! let server = McpServer::builder(Arc::new(dispatcher))
+//!     .approval_policy(ApprovalPolicy::new().always("transfer"))
+//!     .build();
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8808").await?;
+//! axum::serve(listener, server.router(HttpOptions::default())?).await?;
+//! # Ok(()) }
+//! ```
+
+mod approval;
+mod auth;
+pub mod config;
+mod content;
+pub mod demo;
+mod error;
+mod http;
+mod server;
+
+pub use auth::{ProtectedResource, TokenVerifier, VerifiedToken};
+pub use error::ServeError;
+pub use http::HttpOptions;
+pub use server::{McpServer, McpServerBuilder};
