@@ -253,13 +253,29 @@ struct Checks {
     problems: Vec<String>,
 }
 
-/// Reads the `checks.json` the suite saved under `dir` (in a directory of its own).
-fn read_checks(dir: &Path) -> Option<Checks> {
-    let found = std::fs::read_dir(dir)
+/// The first `checks.json` at any depth under `dir`.
+fn find_checks(dir: &Path) -> Option<PathBuf> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
-        .map(|e| e.path().join("checks.json"))
-        .find(|p| p.is_file())?;
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for path in &entries {
+        if path.file_name().is_some_and(|n| n == "checks.json") && path.is_file() {
+            return Some(path.clone());
+        }
+    }
+    entries
+        .iter()
+        .filter(|p| p.is_dir())
+        .find_map(|p| find_checks(p))
+}
+
+/// Reads the `checks.json` the suite saved under `dir` (in a directory of its own, under
+/// `auth/` for the auth scenarios, whose names hold a slash).
+fn read_checks(dir: &Path) -> Option<Checks> {
+    let found = find_checks(dir)?;
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(found).ok()?).ok()?;
     Some(summarise(json.as_array()?))
@@ -488,6 +504,26 @@ mod tests {
             assert_eq!(lines[1], "threw", "the shim refuses other patterns");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn checks_are_found_under_the_directory_an_auth_scenario_name_makes() {
+        let dir = std::env::temp_dir().join(format!("xtask-checks-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let nested = dir
+            .join("auth")
+            .join("metadata-default-2026-11-29T09-25-47-388Z");
+        std::fs::create_dir_all(&nested).unwrap();
+        std::fs::write(dir.join("conformance.log"), "").unwrap();
+        std::fs::write(
+            nested.join("checks.json"),
+            r#"[{"status":"SUCCESS","name":"A"},{"status":"SUCCESS","name":"B"}]"#,
+        )
+        .unwrap();
+        let checks = read_checks(&dir).unwrap();
+        assert_eq!(checks.passed, 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(read_checks(&dir).is_none());
     }
 
     #[test]

@@ -178,8 +178,13 @@ impl ServiceConfig {
     /// Authorize with a remote server by OAuth 2.1 as the MCP authorization spec says
     /// ([`crate::oauth`]): the first 401 starts discovery, registration and the person's
     /// sign-in; tokens are kept and refreshed in the config's credential store.
+    ///
+    /// The person's sign-in happens inside a start or a call, so both timeouts are raised to at
+    /// least the sign-in timeout ([`crate::oauth::OAuthConfig::with_sign_in_timeout`]).
     #[cfg(feature = "http")]
     pub fn with_oauth(mut self, oauth: crate::oauth::OAuthConfig) -> Self {
+        self.startup_timeout = self.startup_timeout.max(oauth.sign_in_timeout);
+        self.call_timeout = self.call_timeout.max(oauth.sign_in_timeout);
         self.oauth = Some(oauth);
         self
     }

@@ -183,6 +183,7 @@ impl StreamableHttpClient for SessionAware {
         };
         let mut token = oauth.access_token().await.map_err(oauth_error)?;
         let mut authorizations = Authorizations::new(oauth.max_authorizations());
+        let mut refreshed = false;
         loop {
             let sent = token.clone();
             match self
@@ -197,6 +198,20 @@ impl StreamableHttpClient for SessionAware {
                 .await
             {
                 Err(StreamableHttpError::AuthRequired(challenge)) => {
+                    // A token the server turned away before its time: one refresh first.
+                    if let (Some(refused), false) = (&sent, refreshed) {
+                        refreshed = true;
+                        match oauth.replace_refused(refused).await {
+                            Ok(Some(fresh)) => {
+                                token = Some(fresh);
+                                continue;
+                            }
+                            Ok(None) => {}
+                            Err(e) => tracing::info!(
+                                "refreshing a refused token failed ({e}); signing in again"
+                            ),
+                        }
+                    }
                     authorizations.another("").map_err(oauth_error)?;
                     token = Some(
                         oauth

@@ -617,6 +617,18 @@ impl OAuthSession {
     /// every session sharing the store refreshes; the others wait for its result); `None`
     /// when the person has to authorize.
     pub async fn access_token(&self) -> Result<Option<String>, OAuthError> {
+        self.token_replacing(None).await
+    }
+
+    /// A token to use instead of `refused`, which the server turned away (401) although it had
+    /// not expired here (revoked, or the clocks disagree): a refresh, done once across callers
+    /// like an expiry's; `None` when there is nothing to refresh with. A token another caller
+    /// already put in its place is returned as it is.
+    pub async fn replace_refused(&self, refused: &str) -> Result<Option<String>, OAuthError> {
+        self.token_replacing(Some(refused)).await
+    }
+
+    async fn token_replacing(&self, refused: Option<&str>) -> Result<Option<String>, OAuthError> {
         let store = &self.config.store;
         for _ in 0..2000 {
             let Some(current) = store.load(&self.key).await? else {
@@ -631,8 +643,11 @@ impl OAuthSession {
                 _ => None,
             };
             let t = now();
-            if expires_at.is_none_or(|e| e > t + REFRESH_MARGIN_SECS) {
-                return Ok(Some(token.access_token().secret().clone()));
+            let access = token.access_token().secret();
+            if expires_at.is_none_or(|e| e > t + REFRESH_MARGIN_SECS)
+                && refused != Some(access.as_str())
+            {
+                return Ok(Some(access.clone()));
             }
             if token.refresh_token().is_none() || record.registration.is_none() {
                 return Ok(None);

@@ -311,3 +311,75 @@ fn a_redirect_to_a_non_loopback_uri_is_refused() {
         other => panic!("expected RedirectNotLoopback, got {other:?}"),
     }
 }
+
+#[test]
+fn oauth_gives_the_person_the_sign_in_time_at_start_and_in_calls() {
+    let oauth = OAuthConfig::new(Arc::new(NoPerson)).with_sign_in_timeout(Duration::from_secs(120));
+    let service = toolwright_mcp_bridge::ServiceConfig::remote("docs", SERVER)
+        .with_startup_timeout(Duration::from_secs(20))
+        .with_oauth(oauth);
+    assert_eq!(service.startup_timeout, Duration::from_secs(120));
+    assert_eq!(service.call_timeout, Duration::from_secs(120));
+}
+
+#[tokio::test]
+async fn a_token_the_server_refuses_before_its_expiry_is_refreshed_once() {
+    let token_requests = Arc::new(AtomicUsize::new(0));
+    let counter = token_requests.clone();
+    let (port, _seen) = serve(Arc::new(move |req: &Seen, _| {
+        if req.method == "POST" && req.path == "/token" {
+            let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            let body = json!({
+                "access_token": format!("fresh-token-{n}"),
+                "token_type": "Bearer",
+                "expires_in": 3600,
+            });
+            (200, "application/json", body.to_string())
+        } else {
+            (404, "text/plain", "no".into())
+        }
+    }))
+    .await;
+    let (store, config) = seeded(port).await;
+    let session = OAuthSession::new(config, SERVER);
+    // The stored token is still valid here (received just now), but the server refused it.
+    let key = session.key().clone();
+    let mut current = store.load(&key).await.unwrap().unwrap();
+    current.record.received_at = Some(now());
+    assert!(
+        store
+            .compare_and_set(&key, Some(current.version), current.record)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        session.access_token().await.unwrap().as_deref(),
+        Some("expired-token"),
+        "a valid token is used as it is"
+    );
+    assert_eq!(
+        session
+            .replace_refused("expired-token")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("fresh-token-1")
+    );
+    // A caller still holding the old token gets the replacement without a second request.
+    assert_eq!(
+        session
+            .replace_refused("expired-token")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("fresh-token-1")
+    );
+    assert_eq!(token_requests.load(Ordering::SeqCst), 1);
+    // The refresh response had no refresh token: the old one is kept (RFC 6749 §6).
+    let stored = store.load(&key).await.unwrap().unwrap().record;
+    assert!(
+        stored
+            .token
+            .is_some_and(|t| oauth2::TokenResponse::refresh_token(&t).is_some())
+    );
+}
