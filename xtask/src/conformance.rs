@@ -1,7 +1,8 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, pinned to
 //! [`VERSION`]) against the bridge's client, `crates/mcp-bridge/examples/conformance-client.rs`:
-//! `cargo xtask test` runs its client scenarios ([`SCENARIOS`]; the auth ones are out of scope)
-//! and fails when one fails; `cargo xtask conformance` runs them alone.
+//! `cargo xtask test` runs its client scenarios ([`SCENARIOS`], the authorization ones included)
+//! and fails when one fails that is not an expected failure ([`EXPECTED_FAILURES`]: draft or
+//! extension scenarios only, each with its reason); `cargo xtask conformance` runs them alone.
 //!
 //! - **Install** ([`ensure`]): npm, into `npm-conformance` under the toolkit cache, once, like
 //!   the npm MCP test servers; node and npm from Debian when missing. The suite's 0.1.16
@@ -26,14 +27,80 @@ use crate::{cargo, ci, root, run, target_dir, toolkit_cache};
 pub const PACKAGE: &str = "@modelcontextprotocol/conformance";
 /// Its pinned version.
 pub const VERSION: &str = "0.1.16";
-/// The client scenarios run (the suite's `initialize`, `tools_call`, elicitation defaults and
-/// SSE retry; not the auth ones).
+/// The client scenarios run: every active one of the suite (`initialize`, `tools_call`,
+/// elicitation defaults, SSE retry and the authorization ones, the 2025-03-26 back-compat
+/// ones included), then the draft and extension ones ([`EXPECTED_FAILURES`] names those the
+/// client does not do yet).
 pub const SCENARIOS: &[&str] = &[
     "initialize",
     "tools_call",
     "elicitation-sep1034-client-defaults",
     "sse-retry",
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
+    "auth/scope-retry-limit",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/pre-registration",
+    "auth/2025-03-26-oauth-metadata-backcompat",
+    "auth/2025-03-26-oauth-endpoint-fallback",
+    // draft
+    "auth/resource-mismatch",
+    "auth/offline-access-scope",
+    "auth/offline-access-not-supported",
+    // extension
+    "auth/client-credentials-jwt",
+    "auth/client-credentials-basic",
+    "auth/cross-app-access-complete-flow",
 ];
+
+/// Scenarios marked draft or extension by the suite that the client does not pass yet, each
+/// with the reason. Only such scenarios may be listed ([`expected_failure`] refuses the
+/// others); one that starts passing fails the run until it is taken off the list.
+pub const EXPECTED_FAILURES: &[(&str, &str)] = &[
+    (
+        "auth/client-credentials-jwt",
+        "extension (SEP-1046): the client_credentials grant with a private_key_jwt assertion; \
+         the bridge's OAuth has only the authorization-code flow",
+    ),
+    (
+        "auth/client-credentials-basic",
+        "extension (SEP-1046): the client_credentials grant with client_secret_basic; the \
+         bridge's OAuth has only the authorization-code flow",
+    ),
+    (
+        "auth/cross-app-access-complete-flow",
+        "extension (SEP-990, enterprise-managed authorization): token exchange at an identity \
+         provider and a JWT bearer grant; not implemented",
+    ),
+];
+
+/// The suite's draft and extension scenarios, the only ones [`EXPECTED_FAILURES`] may name.
+const DRAFT_OR_EXTENSION: &[&str] = &[
+    "auth/resource-mismatch",
+    "auth/offline-access-scope",
+    "auth/offline-access-not-supported",
+    "auth/client-credentials-jwt",
+    "auth/client-credentials-basic",
+    "auth/cross-app-access-complete-flow",
+];
+
+/// Why `scenario` is expected to fail, when it is listed and draft or extension.
+fn expected_failure(scenario: &str) -> Option<&'static str> {
+    EXPECTED_FAILURES
+        .iter()
+        .find(|(name, _)| *name == scenario && DRAFT_OR_EXTENSION.contains(name))
+        .map(|(_, why)| *why)
+}
+
 /// The client: an example of mcp-bridge.
 const CLIENT: &str = "conformance-client";
 
@@ -186,13 +253,29 @@ struct Checks {
     problems: Vec<String>,
 }
 
-/// Reads the `checks.json` the suite saved under `dir` (in a directory of its own).
-fn read_checks(dir: &Path) -> Option<Checks> {
-    let found = std::fs::read_dir(dir)
+/// The first `checks.json` at any depth under `dir`.
+fn find_checks(dir: &Path) -> Option<PathBuf> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
-        .map(|e| e.path().join("checks.json"))
-        .find(|p| p.is_file())?;
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for path in &entries {
+        if path.file_name().is_some_and(|n| n == "checks.json") && path.is_file() {
+            return Some(path.clone());
+        }
+    }
+    entries
+        .iter()
+        .filter(|p| p.is_dir())
+        .find_map(|p| find_checks(p))
+}
+
+/// Reads the `checks.json` the suite saved under `dir` (in a directory of its own, under
+/// `auth/` for the auth scenarios, whose names hold a slash).
+fn read_checks(dir: &Path) -> Option<Checks> {
+    let found = find_checks(dir)?;
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(found).ok()?).ok()?;
     Some(summarise(json.as_array()?))
@@ -302,11 +385,24 @@ pub fn run_scenarios(entry: &Path) -> Result<(), String> {
             && checks
                 .as_ref()
                 .is_some_and(|c| c.failed == 0 && c.warnings == 0 && c.passed > 0);
-        let line = format!(
-            "conformance {scenario:<38} {} ({counts})",
-            if passed { "PASS" } else { "FAIL" }
-        );
+        let expected = expected_failure(scenario);
+        let verdict = match (passed, expected) {
+            (true, None) => "PASS",
+            (false, None) => "FAIL",
+            (false, Some(_)) => "XFAIL",
+            (true, Some(_)) => "XPASS",
+        };
+        let line = format!("conformance {scenario:<42} {verdict} ({counts})");
         eprintln!("{line}");
+        if let Some(why) = expected {
+            eprintln!("    expected to fail: {why}");
+            if passed {
+                eprintln!("    it passes now: take it off EXPECTED_FAILURES");
+                failed.push(*scenario);
+            }
+            lines.push(line);
+            continue;
+        }
         if !passed {
             for problem in checks.iter().flat_map(|c| &c.problems) {
                 eprintln!("    {problem}");
@@ -408,6 +504,37 @@ mod tests {
             assert_eq!(lines[1], "threw", "the shim refuses other patterns");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn checks_are_found_under_the_directory_an_auth_scenario_name_makes() {
+        let dir = std::env::temp_dir().join(format!("xtask-checks-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let nested = dir
+            .join("auth")
+            .join("metadata-default-2026-11-29T09-25-47-388Z");
+        std::fs::create_dir_all(&nested).unwrap();
+        std::fs::write(dir.join("conformance.log"), "").unwrap();
+        std::fs::write(
+            nested.join("checks.json"),
+            r#"[{"status":"SUCCESS","name":"A"},{"status":"SUCCESS","name":"B"}]"#,
+        )
+        .unwrap();
+        let checks = read_checks(&dir).unwrap();
+        assert_eq!(checks.passed, 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(read_checks(&dir).is_none());
+    }
+
+    #[test]
+    fn only_draft_or_extension_scenarios_may_be_expected_to_fail() {
+        for (name, why) in EXPECTED_FAILURES {
+            assert!(DRAFT_OR_EXTENSION.contains(name), "{name} is active");
+            assert!(SCENARIOS.contains(name), "{name} is not run");
+            assert!(!why.is_empty());
+            assert_eq!(expected_failure(name), Some(*why));
+        }
+        assert_eq!(expected_failure("auth/metadata-default"), None);
     }
 
     #[test]

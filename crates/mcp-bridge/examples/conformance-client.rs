@@ -15,6 +15,14 @@
 //! - `sse-retry`: calls `test_reconnection`, whose answer arrives only after the server closed
 //!   the call's stream and the client came back (after the `retry` the server gave, with
 //!   `Last-Event-ID`).
+//! - `auth/*`: the service is configured with OAuth (`toolwright_mcp_bridge::oauth`) and calls
+//!   `test-tool`. The scenario's context (`MCP_CONFORMANCE_CONTEXT`, JSON) may hold a
+//!   pre-registered `client_id` and `client_secret`; the client's ID metadata document is
+//!   `https://conformance-test.local/client-metadata.json`, the URL the suite expects. The
+//!   person's sign-in is played by an HTTP GET of the authorization URL that follows the
+//!   suite's redirect to the bridge's loopback listener. In `auth/scope-retry-limit` the
+//!   server never grants the scope: the scenario passes when the bridge gives up with its
+//!   step-up limit error.
 //!
 //! `--loopback-only` (before the URL) first checks that whatever listens on the URL's port
 //! listens on 127.0.0.1 alone. Exit status 0 when every step worked, else 1 with the reason
@@ -31,6 +39,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolwright_mcp_bridge::elicitation::{ElicitationAnswer, ElicitationRequest, Elicitor};
+use toolwright_mcp_bridge::oauth::{OAuthConfig, SignIn};
 use toolwright_mcp_bridge::{McpBridge, ServiceConfig, ServiceStatus};
 
 /// The service's name in the bridge.
@@ -39,6 +48,7 @@ const SERVICE: &str = "server";
 /// The tool a scenario calls, with its arguments; `None`: the handshake is all it checks.
 fn call_of(scenario: &str) -> Result<Option<(&'static str, Value)>, String> {
     Ok(match scenario {
+        s if s.starts_with("auth/") => Some(("test-tool", json!({}))),
         "initialize" => None,
         "tools_call" => Some(("add_numbers", json!({"a": 2, "b": 40}))),
         "elicitation-sep1034-client-defaults" => {
@@ -48,7 +58,7 @@ fn call_of(scenario: &str) -> Result<Option<(&'static str, Value)>, String> {
         other => {
             return Err(format!(
                 "no steps for scenario {other:?}: this client knows initialize, tools_call, \
-                 elicitation-sep1034-client-defaults and sse-retry"
+                 elicitation-sep1034-client-defaults, sse-retry and auth/*"
             ));
         }
     })
@@ -63,6 +73,55 @@ impl Elicitor for AcceptAsShown {
         println!("asked: {}; accepted without typing", request.message);
         ElicitationAnswer::Accept(json!({}))
     }
+}
+
+/// The URL of this client's ID metadata document, as the suite expects it.
+const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
+
+/// The person, played by an HTTP client: it opens the authorization URL and follows the
+/// authorization server's redirect back to the bridge's loopback listener.
+struct FollowRedirects;
+
+#[async_trait::async_trait]
+impl SignIn for FollowRedirects {
+    async fn sign_in(&self, authorization_url: &str) -> Result<(), String> {
+        println!("sign in at: {authorization_url}");
+        let url = authorization_url.to_owned();
+        // Answered by the listener only after this returns, so the GET runs on its own.
+        tokio::spawn(async move {
+            match reqwest_ring::get(&url).await {
+                Ok(r) => println!("the browser ended at {} ({})", r.url(), r.status()),
+                Err(e) => eprintln!("the browser failed: {e}"),
+            }
+        });
+        Ok(())
+    }
+}
+
+/// OAuth as a scenario's context sets it up.
+fn oauth_of(scenario: &str) -> Result<OAuthConfig, String> {
+    let mut oauth = OAuthConfig::new(Arc::new(FollowRedirects))
+        .with_client_name("toolwright conformance client")
+        .with_client_metadata_url(CLIENT_METADATA_URL);
+    if let Ok(text) = std::env::var("MCP_CONFORMANCE_CONTEXT") {
+        let context: Value = serde_json::from_str(&text)
+            .map_err(|e| format!("MCP_CONFORMANCE_CONTEXT is not JSON: {e}"))?;
+        if let Some(id) = context.get("client_id").and_then(Value::as_str) {
+            let secret = context
+                .get("client_secret")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            oauth = oauth.with_client(id, secret);
+        }
+    }
+    println!("{scenario}: OAuth {oauth:?}");
+    Ok(oauth)
+}
+
+/// Whether `scenario` passes by the bridge refusing to go on (the suite's server never grants
+/// what it asks for), and that refusal is `error`.
+fn expected_refusal(scenario: &str, error: &str) -> bool {
+    scenario == "auth/scope-retry-limit" && error.contains("authorizations (insufficient scope")
 }
 
 /// The port of an `http://host:port/...` URL.
@@ -109,16 +168,29 @@ fn check_loopback_only(url: &str) -> Result<(), String> {
 }
 
 async fn run(scenario: &str, url: &str) -> Result<(), String> {
+    match run_steps(scenario, url).await {
+        Err(e) if expected_refusal(scenario, &e) => {
+            println!("{scenario}: refused as expected: {e}");
+            Ok(())
+        }
+        Ok(()) if scenario == "auth/scope-retry-limit" => {
+            Err("the call succeeded although the server never grants the scope".into())
+        }
+        other => other,
+    }
+}
+
+async fn run_steps(scenario: &str, url: &str) -> Result<(), String> {
     let call = call_of(scenario)?;
     let bridge = McpBridge::new();
     bridge.set_elicitor(Arc::new(AcceptAsShown), Duration::from_secs(30));
-    bridge
-        .register(
-            ServiceConfig::remote(SERVICE, url)
-                .with_startup_timeout(Duration::from_secs(20))
-                .with_call_timeout(Duration::from_secs(20)),
-        )
-        .map_err(|e| e.to_string())?;
+    let mut service = ServiceConfig::remote(SERVICE, url)
+        .with_startup_timeout(Duration::from_secs(20))
+        .with_call_timeout(Duration::from_secs(20));
+    if scenario.starts_with("auth/") {
+        service = service.with_oauth(oauth_of(scenario)?);
+    }
+    bridge.register(service).map_err(|e| e.to_string())?;
     bridge
         .start(SERVICE)
         .await

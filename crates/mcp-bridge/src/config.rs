@@ -79,6 +79,9 @@ pub struct ServiceConfig {
     /// The environment variable that holds a remote server's bearer token
     /// (`bearer_token_env_var`, as Codex spells it); read at each start, never stored.
     pub bearer_token_env_var: Option<String>,
+    /// OAuth for a remote server ([`Self::with_oauth`]); `None`: no OAuth.
+    #[cfg(feature = "http")]
+    pub oauth: Option<crate::oauth::OAuthConfig>,
     /// Its arguments.
     pub args: Vec<String>,
     /// The child's environment on top of the few variables it needs to start (see
@@ -131,6 +134,8 @@ impl ServiceConfig {
             url: None,
             headers: BTreeMap::new(),
             bearer_token_env_var: None,
+            #[cfg(feature = "http")]
+            oauth: None,
             args: Vec::new(),
             env: BTreeMap::new(),
             cwd: None,
@@ -168,6 +173,19 @@ impl ServiceConfig {
     /// Read a remote server's bearer token from this environment variable at each start.
     pub fn with_bearer_token_env_var(mut self, var: impl Into<String>) -> Self {
         self.bearer_token_env_var = Some(var.into());
+        self
+    }
+    /// Authorize with a remote server by OAuth 2.1 as the MCP authorization spec says
+    /// ([`crate::oauth`]): the first 401 starts discovery, registration and the person's
+    /// sign-in; tokens are kept and refreshed in the config's credential store.
+    ///
+    /// The person's sign-in happens inside a start or a call, so both timeouts are raised to at
+    /// least the sign-in timeout ([`crate::oauth::OAuthConfig::with_sign_in_timeout`]).
+    #[cfg(feature = "http")]
+    pub fn with_oauth(mut self, oauth: crate::oauth::OAuthConfig) -> Self {
+        self.startup_timeout = self.startup_timeout.max(oauth.sign_in_timeout);
+        self.call_timeout = self.call_timeout.max(oauth.sign_in_timeout);
+        self.oauth = Some(oauth);
         self
     }
     /// Whether the server's tool `tool` (its own name) is offered: not in `disabled_tools`, and

@@ -15,7 +15,10 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
 
+use rmcp::transport::auth::AuthError;
+
 use crate::config::ServiceConfig;
+use crate::oauth::{Authorizations, OAuthError, OAuthSession};
 use crate::process::MAX_MESSAGE_BYTES;
 
 /// The transport for `config`'s server at `url`, or why it cannot be built (a header that is not
@@ -43,20 +46,28 @@ pub(crate) fn transport(
         })?;
         cfg = cfg.auth_header(token);
     }
-    // reqwest is built without its aws-lc provider: rustls' *ring* one is installed
-    // unless the program installed its own.
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Err: another thread installed one in between, which serves as well.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
+    ensure_crypto_provider();
     let client = reqwest::Client::builder()
         .connect_timeout(config.startup_timeout)
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let oauth = config
+        .oauth
+        .as_ref()
+        .map(|o| Arc::new(OAuthSession::new(o.clone(), url)));
     Ok(StreamableHttpClientTransport::with_client(
-        SessionAware(client),
+        SessionAware { client, oauth },
         cfg,
     ))
+}
+
+/// reqwest is built without its aws-lc provider: rustls' *ring* one is installed unless the
+/// program installed its own (before any reqwest client is built).
+pub(crate) fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one in between, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
 
 /// reqwest's client, with one repair: a server that no longer knows our session (it restarted,
@@ -67,8 +78,65 @@ pub(crate) fn transport(
 /// so the call would hang until its timeout. Only that answer is taken as an expired session
 /// ([`expired_session_error`]): anything else, an id-less "internal error" included, is the
 /// server's answer, because retrying a call the server may have half run is not ours to do.
+///
+/// With OAuth ([`crate::ServiceConfig::with_oauth`]) every request carries the session's token,
+/// and a 401 or a 403 `insufficient_scope` runs the authorization and retries the request, at
+/// most [`crate::oauth::OAuthConfig::with_max_authorizations`] times.
 #[derive(Clone)]
-pub(crate) struct SessionAware(reqwest::Client);
+pub(crate) struct SessionAware {
+    client: reqwest::Client,
+    oauth: Option<Arc<OAuthSession>>,
+}
+
+/// An OAuth failure as the transport's error (its message says what to do).
+fn oauth_error(e: OAuthError) -> StreamableHttpError<reqwest::Error> {
+    StreamableHttpError::Auth(AuthError::AuthorizationFailed(e.to_string()))
+}
+
+impl SessionAware {
+    /// The token to send: the caller's, else the OAuth session's (none when it has none yet).
+    async fn token(
+        &self,
+        auth_header: Option<String>,
+    ) -> Result<Option<String>, StreamableHttpError<reqwest::Error>> {
+        match &self.oauth {
+            Some(oauth) => oauth.access_token().await.map_err(oauth_error),
+            None => Ok(auth_header),
+        }
+    }
+
+    /// One POST, with the expired-session repair.
+    async fn post_once(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        let on_session = session_id.is_some();
+        let is_request = matches!(message, ClientJsonRpcMessage::Request(_));
+        let response = self
+            .client
+            .post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                limits,
+            )
+            .await?;
+        if let Some(why) = expired_session_error(on_session, is_request, &response) {
+            tracing::info!(
+                "MCP server answered a request on our session with an id-less error ({why}); taking the session as expired"
+            );
+            return Err(StreamableHttpError::SessionExpired);
+        }
+        Ok(response)
+    }
+}
 
 impl StreamableHttpClient for SessionAware {
     type Error = reqwest::Error;
@@ -101,26 +169,71 @@ impl StreamableHttpClient for SessionAware {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
-        let on_session = session_id.is_some();
-        let is_request = matches!(message, ClientJsonRpcMessage::Request(_));
-        let response = self
-            .0
-            .post_message_with_response_limits(
-                uri,
-                message,
-                session_id,
-                auth_header,
-                custom_headers,
-                limits,
-            )
-            .await?;
-        if let Some(why) = expired_session_error(on_session, is_request, &response) {
-            tracing::info!(
-                "MCP server answered a request on our session with an id-less error ({why}); taking the session as expired"
-            );
-            return Err(StreamableHttpError::SessionExpired);
+        let Some(oauth) = &self.oauth else {
+            return self
+                .post_once(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    limits,
+                )
+                .await;
+        };
+        let mut token = oauth.access_token().await.map_err(oauth_error)?;
+        let mut authorizations = Authorizations::new(oauth.max_authorizations());
+        let mut refreshed = false;
+        loop {
+            let sent = token.clone();
+            match self
+                .post_once(
+                    uri.clone(),
+                    message.clone(),
+                    session_id.clone(),
+                    sent.clone(),
+                    custom_headers.clone(),
+                    limits,
+                )
+                .await
+            {
+                Err(StreamableHttpError::AuthRequired(challenge)) => {
+                    // A token the server turned away before its time: one refresh first.
+                    if let (Some(refused), false) = (&sent, refreshed) {
+                        refreshed = true;
+                        match oauth.replace_refused(refused).await {
+                            Ok(Some(fresh)) => {
+                                token = Some(fresh);
+                                continue;
+                            }
+                            Ok(None) => {}
+                            Err(e) => tracing::info!(
+                                "refreshing a refused token failed ({e}); signing in again"
+                            ),
+                        }
+                    }
+                    authorizations.another("").map_err(oauth_error)?;
+                    token = Some(
+                        oauth
+                            .authorize(&challenge.www_authenticate_header, false, sent.as_deref())
+                            .await
+                            .map_err(oauth_error)?,
+                    );
+                }
+                Err(StreamableHttpError::InsufficientScope(challenge)) => {
+                    authorizations
+                        .another(challenge.required_scope.as_deref().unwrap_or(""))
+                        .map_err(oauth_error)?;
+                    token = Some(
+                        oauth
+                            .authorize(&challenge.www_authenticate_header, true, sent.as_deref())
+                            .await
+                            .map_err(oauth_error)?,
+                    );
+                }
+                other => return other,
+            }
         }
-        Ok(response)
     }
 
     async fn delete_session(
@@ -130,7 +243,8 @@ impl StreamableHttpClient for SessionAware {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<reqwest::Error>> {
-        self.0
+        let auth_header = self.token(auth_header).await?;
+        self.client
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await
     }
@@ -143,7 +257,8 @@ impl StreamableHttpClient for SessionAware {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxedSseResponse, StreamableHttpError<reqwest::Error>> {
-        self.0
+        let auth_header = self.token(auth_header).await?;
+        self.client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await
     }
@@ -157,7 +272,8 @@ impl StreamableHttpClient for SessionAware {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxedSseResponse, StreamableHttpError<reqwest::Error>> {
-        self.0
+        let auth_header = self.token(auth_header).await?;
+        self.client
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,

@@ -52,6 +52,8 @@ mod inject;
 mod intent;
 mod lifecycle;
 mod names;
+#[cfg(feature = "http")]
+pub mod oauth;
 mod process;
 mod protocol;
 mod provider;
