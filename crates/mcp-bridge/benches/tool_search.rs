@@ -382,7 +382,7 @@ async fn evaluation(
         for (name, m) in measures {
             let of = |q: &eval::Labelled| {
                 let c = h.cosines(q);
-                m(&c, h.index.fit(&h.vectors[&q.query]).unwrap())
+                m(&c, h.index.fit(&q.query, &h.vectors[&q.query]).unwrap())
             };
             let yes: Vec<f32> = dev
                 .iter()
@@ -535,6 +535,296 @@ async fn index_from_cache(e: Arc<dyn Embedder>) {
     }
 }
 
+/// The mixed-language evaluation: the 360 English-described tools with the Chinese vendors'
+/// servers beside them (634 tools); dev = dev.json + mixed-dev.json, test = test.json +
+/// mixed-test.json. BM25 alone, hybrid with raw cosines, hybrid language-neutral; by request
+/// language × description language; the negatives with the "no tool fits" threshold derived on
+/// dev. With `dev_only`, test is neither scored nor printed.
+async fn mixed_evaluation(
+    e: Option<Arc<dyn Embedder>>,
+    dev_only: bool,
+    show_misses: bool,
+    sweep: bool,
+) {
+    let b = common::search::mixed_bridge(ToolSearchConfig::default().with_every_turn(true)).await;
+    let catalog = b.tools().await;
+    let docs = eval::docs(&b, &catalog);
+    let load = |paths: [&str; 2]| {
+        let mut all = eval::load(paths[0], &catalog);
+        all.extend(eval::load(paths[1], &catalog));
+        eval::mark_described(&mut all, &catalog, &docs);
+        all
+    };
+    let dev = load([eval::DEV, eval::MIXED_DEV]);
+    let test = if dev_only {
+        Vec::new()
+    } else {
+        load([eval::TEST, eval::MIXED_TEST])
+    };
+    let described = docs
+        .iter()
+        .filter(|d| {
+            toolwright_tool_search::Script::of(&toolwright_tool_search::embedding_text(d))
+                == toolwright_tool_search::Script::Cjk
+        })
+        .count();
+    println!(
+        "\nmixed-language evaluation over {} tools ({described} described in Chinese): dev {} requests, test {}{}",
+        catalog.len(),
+        dev.len(),
+        test.len(),
+        if dev_only {
+            " (--dev-only: test not scored)"
+        } else {
+            ""
+        }
+    );
+    let mut splits = vec![("dev", &dev)];
+    if !dev_only {
+        splits.push(("test", &test));
+    }
+    println!(
+        "\n| split | method | queries | n | recall@1 | recall@5 | MRR |\n|---|---|---|---|---|---|---|"
+    );
+    let mut negatives = Vec::new();
+    let bm25 = SearchIndex::new(docs.clone());
+    for &(split, queries) in &splits {
+        let r = eval::score(queries, |q| eval::bm25(&bm25, q));
+        println!("{}", eval::described_rows(split, "BM25", &r));
+        negatives.push(eval::negatives_row(split, "BM25", &r));
+    }
+    let Some(e) = e else {
+        println!("\n(no encoder given: hybrid rows need --embedder)");
+        print_negatives(&negatives);
+        return;
+    };
+    // Paraphrases are encoded too (for the learning measure), as extra requests.
+    let paraphrases: Vec<eval::Labelled> = dev
+        .iter()
+        .chain(&test)
+        .filter_map(|q| {
+            q.paraphrase.as_ref().map(|p| eval::Labelled {
+                query: p.clone(),
+                paraphrase: None,
+                ..q.clone()
+            })
+        })
+        .collect();
+    let mut encoded: Vec<eval::Labelled> = test.clone();
+    encoded.extend(paraphrases);
+    for (label, config) in [
+        (
+            "hybrid, raw cosines",
+            HybridConfig::default().with_language_neutral(false),
+        ),
+        ("hybrid, language-neutral", HybridConfig::default()),
+    ] {
+        let h = Hybrid::new(docs.clone(), e.clone(), &dev, &encoded, config)
+            .await
+            .expect("the encoder");
+        for &(split, queries) in &splits {
+            // Ranking without the no-fit gate; the negatives with it.
+            let open = eval::score(queries, |q| h.search_ungated(q));
+            println!("{}", eval::described_rows(split, label, &open));
+            let gated = eval::score(queries, |q| h.search(q));
+            negatives.push(eval::negatives_row(
+                split,
+                &format!("{label}, no-fit on"),
+                &gated,
+            ));
+            if show_misses {
+                open.misses
+                    .iter()
+                    .for_each(|m| println!("  {split} {label} miss: {m}"));
+            }
+        }
+        println!(
+            "|  | ({label}: threshold {:?}; encoding the catalog {:.2?}; a request p50 {:.2?}) | | | | | |",
+            h.threshold, h.build, h.query_p50
+        );
+        if config.language_neutral {
+            learning(&h, &docs, &catalog, &splits, config);
+        }
+        if sweep && config.language_neutral {
+            println!(
+                "\nfusion sweep, language-neutral, DEV ONLY:\n| fusion | BM25 weight | dense weight | r@1 | r@5 | en @1 | en @5 | zh @1 | zh @5 | zh→en @5 | zh→zh @5 |\n|---|---|---|---|---|---|---|---|---|---|---|"
+            );
+            let mut h = h;
+            for (fusion, wb, wd) in [
+                (toolwright_tool_search::Fusion::Score, 1.0, 1.0),
+                (toolwright_tool_search::Fusion::Score, 1.0, 1.5),
+                (toolwright_tool_search::Fusion::Score, 1.0, 2.0),
+                (toolwright_tool_search::Fusion::Score, 1.0, 3.0),
+                (toolwright_tool_search::Fusion::Score, 1.0, 4.0),
+                (toolwright_tool_search::Fusion::Score, 0.0, 1.0),
+                (toolwright_tool_search::Fusion::Rank, 1.0, 1.0),
+                (toolwright_tool_search::Fusion::Rank, 1.0, 2.0),
+            ] {
+                h = h.with(config.with_fusion(fusion).with_weights(wb, wd));
+                let r = eval::score(&dev, |q| h.search_ungated(q));
+                println!(
+                    "| {fusion:?} | {wb} | {wd} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    r.all.recall1(),
+                    r.all.recall5(),
+                    r.en.recall1(),
+                    r.en.recall5(),
+                    r.zh.recall1(),
+                    r.zh.recall5(),
+                    r.zh_en.recall5(),
+                    r.zh_zh.recall5()
+                );
+            }
+            // "No tool fits" from both channels: for each weight of the lexical half, the
+            // threshold turning away at most MAX_ANSWERABLE_LOSS of dev's answerable requests,
+            // and how many dev negatives it stops.
+            println!(
+                "\nno-fit from both channels, DEV ONLY (fit = nearest raw cosine + w × lexical):\n| w | threshold | dev negatives stopped | dev answerable turned away |\n|---|---|---|---|"
+            );
+            let parts: Vec<(bool, toolwright_tool_search::Fit)> = dev
+                .iter()
+                .map(|q| {
+                    (
+                        q.expect.is_empty(),
+                        h.index.fit_parts(&q.query, &h.vectors[&q.query]).unwrap(),
+                    )
+                })
+                .collect();
+            if show_misses {
+                for q in &dev {
+                    let c = h.index.cosines(&q.query, &h.vectors[&q.query]).unwrap();
+                    let mut s = c.clone();
+                    s.sort_by(|a, b| b.total_cmp(a));
+                    let p = h.index.fit_parts(&q.query, &h.vectors[&q.query]).unwrap();
+                    let fused = h
+                        .index
+                        .search_hybrid(&q.query, &h.vectors[&q.query], 5)
+                        .unwrap();
+                    let bm = h.index.search(&q.query, 5);
+                    let dtop = (0..c.len()).max_by(|&a, &b| c[a].total_cmp(&c[b])).unwrap();
+                    let bm_in_dense = bm
+                        .first()
+                        .map(|b| c.iter().filter(|&&x| x > c[b.index]).count());
+                    println!(
+                        "FEAT {} top {:.3} z {:.4} lex {:.2} fused {:.2} agree {} bmrank_in_dense {:?} {:?}",
+                        if q.expect.is_empty() { "NEG" } else { "ANS" },
+                        s[0],
+                        h.cosines(q).into_iter().fold(f32::MIN, f32::max),
+                        p.lexical,
+                        fused.first().map_or(0.0, |f| f.score),
+                        bm.first().is_some_and(|b| b.index == dtop),
+                        bm_in_dense,
+                        q.query
+                    );
+                }
+            }
+            for w in [0.0f32, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0] {
+                let yes: Vec<f32> = parts
+                    .iter()
+                    .filter(|p| !p.0)
+                    .map(|p| p.1.score(w))
+                    .collect();
+                let no: Vec<f32> = parts.iter().filter(|p| p.0).map(|p| p.1.score(w)).collect();
+                let t =
+                    toolwright_tool_search::calibrate_no_fit(&yes, &no, eval::MAX_ANSWERABLE_LOSS)
+                        .unwrap();
+                println!(
+                    "| {w} | {t:.3} | {} of {} | {} of {} |",
+                    no.iter().filter(|&&x| x < t).count(),
+                    no.len(),
+                    yes.iter().filter(|&&x| x < t).count(),
+                    yes.len()
+                );
+            }
+            break;
+        }
+    }
+    print_negatives(&negatives);
+}
+
+/// Learning from use, per split: the mixed-language answerable requests at even positions are
+/// replayed as past use (request → its first expected tool, into a `UseMemory`); then the
+/// paraphrases of the replayed ones and of the others (the control) are scored without and
+/// with what was learned (the learned requests as the tools' keywords for BM25, their vectors
+/// for the cosine side).
+fn learning(
+    h: &Hybrid,
+    docs: &[toolwright_tool_search::ToolDoc],
+    catalog: &[toolwright_mcp_bridge::McpTool],
+    splits: &[(&str, &Vec<eval::Labelled>)],
+    config: HybridConfig,
+) {
+    println!(
+        "\nlearning from use (half the mixed requests replayed as past use; their paraphrases scored):\n| split | paraphrases of | n | before r@1 | before r@5 | after r@1 | after r@5 |\n|---|---|---|---|---|---|---|"
+    );
+    for &(split, queries) in splits {
+        let mixed: Vec<&eval::Labelled> = queries
+            .iter()
+            .filter(|q| q.paraphrase.is_some() && !q.expect.is_empty())
+            .collect();
+        let mut memory = toolwright_tool_search::UseMemory::new(1000);
+        for q in mixed.iter().step_by(2) {
+            memory.record(&q.query, &q.expect[0]);
+        }
+        let learned_docs: Vec<toolwright_tool_search::ToolDoc> = docs
+            .iter()
+            .map(|d| {
+                let keywords: Vec<String> = d
+                    .keywords
+                    .iter()
+                    .cloned()
+                    .chain(memory.keywords_for(&d.name))
+                    .collect();
+                d.clone().with_keywords(keywords)
+            })
+            .collect();
+        let learned: Vec<(toolwright_tool_search::LearnedPair, Vec<f32>)> = memory
+            .pairs()
+            .into_iter()
+            .map(|p| {
+                let v = h.vectors[&p.request].clone();
+                (p, v)
+            })
+            .collect();
+        let (after, kept) = SearchIndex::new(learned_docs)
+            .with_vectors(h.tool_vectors.clone())
+            .unwrap()
+            .with_hybrid(config)
+            .with_learned(learned)
+            .unwrap();
+        assert_eq!(kept, memory.len(), "every learned tool is in the catalog");
+        assert_eq!(catalog.len(), docs.len());
+        for (which, offset) in [("replayed requests", 0), ("the others (control)", 1)] {
+            let paraphrased: Vec<eval::Labelled> = mixed
+                .iter()
+                .skip(offset)
+                .step_by(2)
+                .map(|q| eval::Labelled {
+                    query: q.paraphrase.clone().unwrap(),
+                    paraphrase: None,
+                    ..(*q).clone()
+                })
+                .collect();
+            let before = eval::score(&paraphrased, |q| h.search_ungated(q));
+            let with = eval::score(&paraphrased, |q| {
+                after
+                    .search_hybrid(&q.query, &h.vectors[&q.query], 10)
+                    .unwrap()
+                    .into_iter()
+                    .map(|x| x.name)
+                    .collect()
+            });
+            println!(
+                "| {split} | {which} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                before.all.n,
+                before.all.recall1(),
+                before.all.recall5(),
+                with.all.recall1(),
+                with.all.recall5()
+            );
+        }
+    }
+}
+
 fn print_negatives(rows: &[String]) {
     println!(
         "\n| split | method | negatives | false hits | answerable turned away |\n|---|---|---|---|---|"
@@ -556,6 +846,7 @@ fn main() {
             .clone()
     });
     let cached_build = args.iter().any(|a| a == "--cached-build");
+    let mixed = args.iter().any(|a| a == "--mixed");
     let embedder: Option<Arc<dyn Embedder>> = match args
         .iter()
         .position(|a| a == "--embedder")
@@ -577,6 +868,10 @@ fn main() {
     } else {
         embedder
     };
+    if mixed {
+        rt.block_on(mixed_evaluation(embedder, dev_only, misses, sweep));
+        return;
+    }
     rt.block_on(async {
         let b = big_bridge(ToolSearchConfig::default().with_every_turn(true)).await;
         let catalog = b.tools().await;

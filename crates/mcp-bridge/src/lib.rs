@@ -78,7 +78,8 @@ pub use process::INHERITED_ENV;
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};
 pub use search::{
-    SEARCH_TOOL, SearchJudge, SearchResult, SemanticSearch, ToolSearchConfig, tool_doc,
+    E5_SMALL_NO_FIT_BELOW, SEARCH_TOOL, SearchJudge, SearchResult, SemanticSearch,
+    ToolSearchConfig, tool_doc,
 };
 // For this crate's benchmarks (what a turn's MCP section and the describe tool cost in
 // tokens); not part of the API.

@@ -155,14 +155,26 @@ impl std::fmt::Debug for SemanticSearch {
     }
 }
 
+/// The "no tool fits" threshold ([`HybridConfig::no_fit_below`]) for multilingual-e5-small
+/// (the local model's encoder) with the default [`HybridConfig`]: derived on the
+/// mixed-language dev split (`toolwright_tool_search::calibrate_no_fit`, at most 5% of the
+/// answerable requests turned away). [`SemanticSearch::new`] sets it for that encoder.
+pub const E5_SMALL_NO_FIT_BELOW: f32 = 0.878;
+
 impl SemanticSearch {
-    /// Search by meaning with `embedder`, fused by reciprocal rank ([`HybridConfig::default`],
-    /// no "no tool fits" threshold until one is calibrated for the encoder), vectors kept in
-    /// the toolkit cache (`toolkit_cache_dir`).
+    /// Search by meaning with `embedder`, fused with BM25 ([`HybridConfig::default`]: language-
+    /// neutral cosines), vectors kept in the toolkit cache (`toolkit_cache_dir`). "No tool fits"
+    /// is on by default for the encoder it was calibrated for (multilingual-e5-small,
+    /// [`E5_SMALL_NO_FIT_BELOW`]); for another, calibrate one and set it with
+    /// [`SemanticSearch::with_fusion`].
     pub fn new(embedder: Arc<dyn Embedder>) -> Self {
+        let threshold = embedder
+            .id()
+            .starts_with("multilingual-e5-small")
+            .then_some(E5_SMALL_NO_FIT_BELOW);
         Self {
             embedder,
-            fusion: HybridConfig::default(),
+            fusion: HybridConfig::default().with_no_fit_below(threshold),
             cache_dir: toolkit_cache_dir(),
         }
     }

@@ -56,17 +56,18 @@ pub enum Fusion {
     /// Scores: `bm25_weight × its BM25 score / the query's best BM25 score` plus
     /// `dense_weight × its cosine min-max scaled over the catalog` (the nearest tool 1, the
     /// farthest 0). Keeps how far apart the tools are, which ranks throw away; `k` is unused.
-    /// The default: on the dev split with multilingual-e5-small it ranked the right tool first
-    /// as often as the best rank fusion and had the best MRR, over a plateau of weights.
+    /// The default: on the dev splits with multilingual-e5-small it ranked the right tool in the
+    /// first five as often as the best rank fusion or more, over a plateau of weights.
     #[default]
     Score,
 }
 
 /// How BM25's ranking and the cosine ranking are fused, and when no tool fits.
 ///
-/// By default score fusion ([`Fusion::Score`]) with the cosine weighted 3 to BM25's 1 (chosen
-/// on the evaluation's dev split with multilingual-e5-small; weights 1.5 to 4 did as well: tune on
-/// labelled requests of your own for another encoder). With [`Fusion::Rank`], reciprocal-rank
+/// By default score fusion ([`Fusion::Score`]) with the cosine weighted 2 to BM25's 1 and
+/// language-neutral cosines (chosen on the mixed-language dev split with multilingual-e5-small:
+/// weights 1 to 2 did as well, 3 and up lost English requests to BM25; tune on labelled requests
+/// of your own for another encoder). With [`Fusion::Rank`], reciprocal-rank
 /// fusion: a tool scores `bm25_weight / (k + its BM25 rank)` plus
 /// `dense_weight / (k + its cosine rank)` (ranks from 1; a tool BM25 did not match adds nothing
 /// from BM25, and only the `dense_depth` nearest tools add from the cosine side). Ranks, not
@@ -81,10 +82,22 @@ pub struct HybridConfig {
     pub k: f32,
     /// Weight of BM25's ranking. Default 1.
     pub bm25_weight: f32,
-    /// Weight of the cosine side. Default 3.
+    /// Weight of the cosine side. Default 2.
     pub dense_weight: f32,
     /// How many of the nearest tools the cosine side ranks. Default [`MAX_LIMIT`].
     pub dense_depth: usize,
+    /// Language-neutral cosines (default on): each tool's vector is centred on the mean
+    /// vector of the tools whose [`embedding_text`] is in the same script ([`Script`]), the
+    /// query's on the mean of the tools in its own script, before the cosine. A small
+    /// multilingual encoder puts a Chinese request nearer to any Chinese description than to
+    /// the English description of the tool it means; the mean of a language's vectors is what
+    /// its texts share whatever they say, so taking it out leaves the meaning. A script with
+    /// fewer than [`MIN_SCRIPT_TOOLS`] tools (and a one-language catalog) is centred on the
+    /// whole catalog's mean.
+    pub language_neutral: bool,
+    /// How much the lexical half of [`Fit`] counts in [`SearchIndex::fit`]:
+    /// `fit = dense + lexical_fit_weight × lexical`. Default [`DEFAULT_LEXICAL_FIT_WEIGHT`].
+    pub lexical_fit_weight: f32,
     /// Return nothing when [`SearchIndex::fit`] is below this: no tool stands out for the
     /// request. `None` (the default): always return the best tools. Derive it for your
     /// encoder with [`calibrate_no_fit`] on labelled requests; it does not carry over from one
@@ -98,8 +111,10 @@ impl Default for HybridConfig {
             fusion: Fusion::Score,
             k: 60.0,
             bm25_weight: 1.0,
-            dense_weight: 3.0,
+            dense_weight: 2.0,
             dense_depth: MAX_LIMIT,
+            language_neutral: true,
+            lexical_fit_weight: DEFAULT_LEXICAL_FIT_WEIGHT,
             no_fit_below: None,
         }
     }
@@ -126,6 +141,20 @@ impl HybridConfig {
     /// Sets how many nearest tools the cosine side ranks (1..=[`MAX_LIMIT`]).
     pub fn with_dense_depth(mut self, depth: usize) -> Self {
         self.dense_depth = depth.clamp(1, MAX_LIMIT);
+        self
+    }
+    /// Sets [`HybridConfig::language_neutral`].
+    pub fn with_language_neutral(mut self, on: bool) -> Self {
+        self.language_neutral = on;
+        self
+    }
+    /// Sets [`HybridConfig::lexical_fit_weight`] (at least 0).
+    pub fn with_lexical_fit_weight(mut self, weight: f32) -> Self {
+        self.lexical_fit_weight = if weight.is_finite() {
+            weight.max(0.0)
+        } else {
+            DEFAULT_LEXICAL_FIT_WEIGHT
+        };
         self
     }
     /// Sets [`HybridConfig::no_fit_below`].
@@ -280,11 +309,86 @@ fn collapse(s: &str, max: usize) -> String {
     out.chars().take(max).collect()
 }
 
-/// The tools' vectors, L2-normalised, row-major.
+/// The default [`HybridConfig::lexical_fit_weight`].
+/// Chosen on the mixed-language dev split with multilingual-e5-small: 0.2 to 0.3 stopped the
+/// most negatives at the same share of answerable requests turned away (0: a third as many).
+pub const DEFAULT_LEXICAL_FIT_WEIGHT: f32 = 0.3;
+
+/// How well a request fits the catalog, from both channels: what "no tool fits" is decided on
+/// ([`SearchIndex::fit_parts`]; [`SearchIndex::fit`] is their weighted sum).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Fit {
+    /// The nearest tool's raw cosine (not centred: how near the request is to the catalog at
+    /// all, language included; on the dev split it told negatives apart better than the
+    /// language-neutral one, which only ranks).
+    pub dense: f32,
+    /// The share of the request's words, weighted by rarity, that BM25's best tool holds
+    /// (0 to 1): 1 when it has them all, 0 when no tool shares a word.
+    pub lexical: f32,
+}
+
+impl Fit {
+    /// `dense + lexical_weight × lexical`.
+    pub fn score(&self, lexical_weight: f32) -> f32 {
+        self.dense + lexical_weight * self.lexical
+    }
+}
+
+/// The fewest tools of one script whose own mean a script's vectors are centred on
+/// ([`HybridConfig::language_neutral`]); fewer, and they are centred on the whole catalog's.
+pub const MIN_SCRIPT_TOOLS: usize = 8;
+
+/// The writing system a text is mostly in, as far as the encoder's language bias goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Script {
+    /// Latin letters (English and the like), or no letters at all.
+    Latin,
+    /// Han, kana or Hangul (Chinese, Japanese, Korean).
+    Cjk,
+}
+
+impl Script {
+    /// The script of `text`: [`Script::Cjk`] when its CJK characters, counted three to a Latin
+    /// letter (a Chinese word is about two characters, an English one about six letters), are
+    /// at least as many as its Latin letters; else [`Script::Latin`]. Reads at most
+    /// [`crate::MAX_INPUT_CHARS`] characters.
+    pub fn of(text: &str) -> Self {
+        let (mut cjk, mut latin) = (0usize, 0usize);
+        for c in text.chars().take(crate::MAX_INPUT_CHARS) {
+            if crate::analyzer::is_cjk(c) {
+                cjk += 1;
+            } else if c.is_alphabetic() {
+                latin += 1;
+            }
+        }
+        if cjk > 0 && 3 * cjk >= latin {
+            Self::Cjk
+        } else {
+            Self::Latin
+        }
+    }
+
+    fn slot(self) -> usize {
+        match self {
+            Self::Latin => 0,
+            Self::Cjk => 1,
+        }
+    }
+}
+
+/// The tools' vectors, L2-normalised, row-major; and the same centred on their script's mean
+/// and normalised again ([`HybridConfig::language_neutral`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Vectors {
     dims: usize,
     data: Vec<f32>,
+    centred: Vec<f32>,
+    /// The mean each script's vectors (tools' and queries') are centred on, by [`Script::slot`].
+    means: [Vec<f32>; 2],
+    /// Learned requests' vectors ([`SearchIndex::with_learned`]): (tool, normalised, centred).
+    learned: Vec<(usize, Vec<f32>, Vec<f32>)>,
 }
 
 impl Vectors {
@@ -292,7 +396,8 @@ impl Vectors {
         self.dims
     }
 
-    fn new(vectors: Vec<Vec<f32>>, tools: usize) -> Result<Self, VectorError> {
+    fn new(vectors: Vec<Vec<f32>>, scripts: &[Script]) -> Result<Self, VectorError> {
+        let tools = scripts.len();
         if vectors.len() != tools {
             return Err(VectorError::Count {
                 got: vectors.len(),
@@ -304,6 +409,9 @@ impl Vectors {
             return Ok(Self {
                 dims: 0,
                 data: Vec::new(),
+                centred: Vec::new(),
+                means: [Vec::new(), Vec::new()],
+                learned: Vec::new(),
             });
         };
         if dims == 0 || dims > MAX_DIMENSIONS {
@@ -313,16 +421,102 @@ impl Vectors {
         for (i, v) in vectors.into_iter().enumerate() {
             data.extend(normalised(&v, dims, i)?);
         }
-        Ok(Self { dims, data })
+        let mean_of = |which: &dyn Fn(usize) -> bool| -> (usize, Vec<f32>) {
+            let mut sum = vec![0.0f64; dims];
+            let mut n = 0usize;
+            for (i, row) in data.chunks_exact(dims).enumerate() {
+                if which(i) {
+                    n += 1;
+                    sum.iter_mut()
+                        .zip(row)
+                        .for_each(|(s, x)| *s += f64::from(*x));
+                }
+            }
+            let n_f = n.max(1) as f64;
+            (n, sum.into_iter().map(|s| (s / n_f) as f32).collect())
+        };
+        let (_, all) = mean_of(&|_| true);
+        let means = [Script::Latin, Script::Cjk].map(|script| {
+            let (n, mean) = mean_of(&|i| scripts[i] == script);
+            if n >= MIN_SCRIPT_TOOLS {
+                mean
+            } else {
+                all.clone()
+            }
+        });
+        let mut centred = Vec::with_capacity(data.len());
+        for (row, script) in data.chunks_exact(dims).zip(scripts) {
+            centred.extend(centre(row, &means[script.slot()]));
+        }
+        Ok(Self {
+            dims,
+            data,
+            centred,
+            means,
+            learned: Vec::new(),
+        })
     }
 
-    /// The cosine of each tool with the (normalised) query.
-    fn cosines(&self, query: &[f32]) -> Vec<f32> {
-        self.data
-            .chunks_exact(self.dims)
-            .map(|row| row.iter().zip(query).map(|(a, b)| a * b).sum())
-            .collect()
+    /// Sets the learned requests' vectors: (tool, the request's script, its vector).
+    pub(crate) fn set_learned(
+        &mut self,
+        learned: Vec<(usize, Script, Vec<f32>)>,
+    ) -> Result<(), VectorError> {
+        let mut out = Vec::with_capacity(learned.len());
+        for (which, (tool, script, v)) in learned.into_iter().enumerate() {
+            if self.dims == 0 {
+                break;
+            }
+            let raw = normalised(&v, self.dims, which)?;
+            let centred = centre(&raw, &self.means[script.slot()]);
+            out.push((tool, raw, centred));
+        }
+        self.learned = out;
+        Ok(())
     }
+
+    /// The cosine of each tool with the (normalised) query: language-neutral ones (the query
+    /// centred on `script`'s mean) when `neutral`.
+    fn cosines(&self, query: &[f32], script: Script, neutral: bool) -> Vec<f32> {
+        let (rows, query) = if neutral {
+            (&self.centred, centre(query, &self.means[script.slot()]))
+        } else {
+            (&self.data, query.to_vec())
+        };
+        let dot = |row: &[f32]| row.iter().zip(&query).map(|(a, b)| a * b).sum::<f32>();
+        rows.chunks_exact(self.dims).map(dot).collect()
+    }
+
+    /// [`Vectors::cosines`] with each tool's learned requests counted: the larger cosine.
+    fn cosines_learned(&self, query: &[f32], script: Script, neutral: bool) -> Vec<f32> {
+        let mut out = self.cosines(query, script, neutral);
+        if self.learned.is_empty() {
+            return out;
+        }
+        let q = if neutral {
+            centre(query, &self.means[script.slot()])
+        } else {
+            query.to_vec()
+        };
+        for (tool, raw, centred) in &self.learned {
+            let row = if neutral { centred } else { raw };
+            let c: f32 = row.iter().zip(&q).map(|(a, b)| a * b).sum();
+            if let Some(o) = out.get_mut(*tool) {
+                *o = o.max(c);
+            }
+        }
+        out
+    }
+}
+
+/// `v − mean`, scaled to length 1 (zero when `v` is the mean).
+fn centre(v: &[f32], mean: &[f32]) -> Vec<f32> {
+    let d: Vec<f32> = v.iter().zip(mean).map(|(a, m)| a - m).collect();
+    let norm = d.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    if norm < 1e-9 {
+        return vec![0.0; d.len()];
+    }
+    d.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
 }
 
 /// BM25's ranking (tool, score; best first) and every tool's cosine fused as `config` says:
@@ -389,33 +583,20 @@ fn normalised(v: &[f32], dims: usize, which: usize) -> Result<Vec<f32>, VectorEr
     Ok(v.iter().map(|x| (f64::from(*x) / norm) as f32).collect())
 }
 
-/// How far the best of `cosines` stands out: (best − mean) / standard deviation; 0 when all are
-/// equal or there are fewer than two.
-fn stand_out(cosines: &[f32]) -> f32 {
-    if cosines.len() < 2 {
-        return 0.0;
-    }
-    let n = cosines.len() as f64;
-    let mean = cosines.iter().map(|c| f64::from(*c)).sum::<f64>() / n;
-    let var = cosines
+/// The largest of `cosines`; 0 when there is none.
+fn nearest(cosines: &[f32]) -> f32 {
+    cosines
         .iter()
-        .map(|c| (f64::from(*c) - mean).powi(2))
-        .sum::<f64>()
-        / n;
-    let best = cosines.iter().copied().fold(f32::MIN, f32::max);
-    let sd = var.sqrt();
-    // Cosines are in [-1, 1]: a spread under 1e-5 is rounding, not a difference.
-    if sd < 1e-5 {
-        return 0.0;
-    }
-    ((f64::from(best) - mean) / sd) as f32
+        .copied()
+        .fold(None, |m: Option<f32>, c| Some(m.map_or(c, |m| m.max(c))))
+        .unwrap_or(0.0)
 }
 
 impl SearchIndex {
     /// This index with each tool's vector (one per tool, in the order the index was built
     /// from, all of one width; normalised here), for [`SearchIndex::search_hybrid`].
     pub fn with_vectors(mut self, vectors: Vec<Vec<f32>>) -> Result<Self, VectorError> {
-        self.vectors = Some(Vectors::new(vectors, self.names.len())?);
+        self.vectors = Some(Vectors::new(vectors, &self.scripts)?);
         Ok(self)
     }
 
@@ -435,22 +616,49 @@ impl SearchIndex {
         self.vectors.is_some()
     }
 
-    /// How far the tool nearest to `query_vector` stands out from the catalog: its cosine's
-    /// z-score among all tools' cosines. High when one tool is clearly about the request; low
-    /// when every tool is about as near (a request nothing serves). What
+    /// How well `query` (whose vector is `query_vector`) fits the catalog: [`Fit::score`] of
+    /// [`SearchIndex::fit_parts`] with [`HybridConfig::lexical_fit_weight`]. What
     /// [`HybridConfig::no_fit_below`] is compared with; an encoder's own scale, so calibrate
     /// per encoder ([`calibrate_no_fit`]).
-    pub fn fit(&self, query_vector: &[f32]) -> Result<f32, VectorError> {
-        Ok(stand_out(&self.cosines(query_vector)?))
+    pub fn fit(&self, query: &str, query_vector: &[f32]) -> Result<f32, VectorError> {
+        Ok(self
+            .fit_parts(query, query_vector)?
+            .score(self.hybrid.lexical_fit_weight))
     }
 
-    fn cosines(&self, query_vector: &[f32]) -> Result<Vec<f32>, VectorError> {
+    /// Both channels' evidence that some tool serves `query` ([`Fit`]).
+    pub fn fit_parts(&self, query: &str, query_vector: &[f32]) -> Result<Fit, VectorError> {
+        Ok(Fit {
+            dense: nearest(&self.raw_cosines(query_vector)?),
+            lexical: self.lexical_fit(query),
+        })
+    }
+
+    /// Every tool's cosine with `query_vector`, not centred.
+    fn raw_cosines(&self, query_vector: &[f32]) -> Result<Vec<f32>, VectorError> {
         let vectors = self.vectors.as_ref().ok_or(VectorError::NoVectors)?;
         if vectors.dims == 0 {
             return Ok(Vec::new());
         }
         let q = normalised(query_vector, vectors.dims, 0)?;
-        Ok(vectors.cosines(&q))
+        Ok(vectors.cosines(&q, Script::Latin, false))
+    }
+
+    /// Every tool's cosine with `query_vector` (language-neutral ones when
+    /// [`HybridConfig::language_neutral`]), in index order.
+    pub fn cosines(&self, query: &str, query_vector: &[f32]) -> Result<Vec<f32>, VectorError> {
+        let vectors = self.vectors.as_ref().ok_or(VectorError::NoVectors)?;
+        if vectors.dims == 0 {
+            return Ok(Vec::new());
+        }
+        let q = normalised(query_vector, vectors.dims, 0)?;
+        let script = Script::of(
+            &query
+                .chars()
+                .take(crate::MAX_QUERY_CHARS)
+                .collect::<String>(),
+        );
+        Ok(vectors.cosines_learned(&q, script, self.hybrid.language_neutral))
     }
 
     /// The best `limit` tools (at most [`MAX_LIMIT`]) for `query`, whose vector from the same
@@ -463,16 +671,20 @@ impl SearchIndex {
         query_vector: &[f32],
         limit: usize,
     ) -> Result<Vec<Hit>, VectorError> {
-        let cosines = self.cosines(query_vector)?;
+        let cosines = self.cosines(query, query_vector)?;
         let limit = limit.min(MAX_LIMIT);
         if limit == 0 {
             return Ok(Vec::new());
         }
         let config = self.hybrid;
-        if let Some(t) = config.no_fit_below
-            && stand_out(&cosines) < t
-        {
-            return Ok(Vec::new());
+        if let Some(t) = config.no_fit_below {
+            let fit = Fit {
+                dense: nearest(&self.raw_cosines(query_vector)?),
+                lexical: self.lexical_fit(query),
+            };
+            if fit.score(config.lexical_fit_weight) < t {
+                return Ok(Vec::new());
+            }
         }
         let ranked = fuse(&self.bm25_ranked(query), &cosines, &config);
         Ok(self.hits(ranked.into_iter().take(limit)))
@@ -603,10 +815,10 @@ mod tests {
         let index = SearchIndex::new(tools).with_vectors(vectors).unwrap();
         let on_topic: Vec<f32> = (0..10).map(|j| if j == 3 { 1.0 } else { 0.1 }).collect();
         let vague = vec![0.3; 10];
-        let high = index.fit(&on_topic).unwrap();
-        let low = index.fit(&vague).unwrap();
-        assert!(high > 2.0, "{high}");
-        assert!(low < 0.5, "{low}");
+        let high = index.fit("x", &on_topic).unwrap();
+        let low = index.fit("x", &vague).unwrap();
+        assert!(high > 0.9, "{high}");
+        assert!(low < 0.6, "{low}");
         let t = calibrate_no_fit(&[high], &[low], 0.0).unwrap();
         let gated = index.with_hybrid(HybridConfig::default().with_no_fit_below(Some(t)));
         assert_eq!(
@@ -614,6 +826,191 @@ mod tests {
             "t3"
         );
         assert!(gated.search_hybrid("x", &vague, 3).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_request_whose_words_no_tool_holds_fits_less() {
+        let index = index()
+            .with_vectors(vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.7, 0.7]])
+            .unwrap();
+        let v = [0.9, 0.1];
+        let held = index.fit_parts("read the file contents", &v).unwrap();
+        let none = index.fit_parts("turn off the bedroom lights", &v).unwrap();
+        assert!((held.lexical - 1.0).abs() < 1e-6, "{held:?}");
+        assert_eq!(none.lexical, 0.0);
+        assert_eq!(held.dense, none.dense);
+        assert!(
+            index.fit("read the file contents", &v).unwrap()
+                > index.fit("turn off the bedroom lights", &v).unwrap()
+        );
+        // Half the words held: between the two.
+        let half = index.fit_parts("read the bedroom", &v).unwrap();
+        assert!(half.lexical > 0.0 && half.lexical < 1.0, "{half:?}");
+        assert_eq!(
+            Fit {
+                dense: 1.0,
+                lexical: 0.5
+            }
+            .score(2.0),
+            2.0
+        );
+    }
+
+    /// Toy vectors: a shared "language" direction per script plus a "meaning" direction.
+    fn bilingual() -> (SearchIndex, Vec<f32>) {
+        // 8 English-described tools (meanings 0..8) and 8 Chinese-described (meanings 8..16);
+        // dimension 16 is "English", 17 "Chinese"; the language weighs as much as the meaning.
+        let mut docs = Vec::new();
+        let mut vectors = Vec::new();
+        for i in 0..16 {
+            let (desc, lang) = if i < 8 {
+                (format!("English tool number {i}"), 16)
+            } else {
+                (format!("中文描述的工具第{i}号"), 17)
+            };
+            docs.push(ToolDoc::new(format!("t{i}"), desc));
+            let mut v = vec![0.0; 18];
+            v[i] = 1.0;
+            v[lang] = 1.2;
+            vectors.push(v);
+        }
+        let index = SearchIndex::new(docs).with_vectors(vectors).unwrap();
+        // A Chinese request meaning tool 3 (English-described): some of the meaning, and the
+        // Chinese direction it shares with every Chinese description.
+        let mut q = vec![0.0; 18];
+        q[3] = 0.8;
+        q[17] = 1.2;
+        (index, q)
+    }
+
+    #[test]
+    fn a_chinese_request_finds_an_english_described_tool_once_language_is_taken_out() {
+        let (index, q) = bilingual();
+        let raw = index.with_hybrid(HybridConfig::default().with_language_neutral(false));
+        // Raw cosines: the Chinese descriptions all beat the tool the request means.
+        let hits = raw.search_hybrid("打开第三个工具", &q, 3).unwrap();
+        assert!(hits.iter().all(|h| h.index >= 8), "{hits:?}");
+        let neutral = raw.with_hybrid(HybridConfig::default());
+        let hits = neutral.search_hybrid("打开第三个工具", &q, 3).unwrap();
+        assert_eq!(hits[0].name, "t3", "{hits:?}");
+    }
+
+    #[test]
+    fn centring_a_one_language_catalog_keeps_its_order() {
+        // One script only: every vector moves by the same mean; a query on one tool still
+        // finds it first, and the cosine order of the rest follows the meaning.
+        let docs: Vec<ToolDoc> = (0..12)
+            .map(|i| ToolDoc::new(format!("t{i}"), format!("English tool {i}")))
+            .collect();
+        let vectors: Vec<Vec<f32>> = (0..12)
+            .map(|i| {
+                (0..13)
+                    .map(|j| {
+                        if j == i {
+                            1.0
+                        } else if j == 12 {
+                            2.0
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let index = SearchIndex::new(docs).with_vectors(vectors).unwrap();
+        for i in 0..12 {
+            let mut q = vec![0.0; 13];
+            q[i] = 1.0;
+            q[12] = 2.0;
+            q[(i + 1) % 12] = 0.3;
+            let neutral = index.cosines("find it", &q).unwrap();
+            let best = (0..12)
+                .max_by(|&a, &b| neutral[a].total_cmp(&neutral[b]))
+                .unwrap();
+            assert_eq!(best, i);
+            let second = (0..12)
+                .filter(|&j| j != i)
+                .max_by(|&a, &b| neutral[a].total_cmp(&neutral[b]))
+                .unwrap();
+            assert_eq!(second, (i + 1) % 12);
+        }
+    }
+
+    #[test]
+    fn a_hostile_description_near_everything_does_not_take_every_query() {
+        // Tool 8 says it does everything: its vector is the catalog's mean direction and its
+        // description repeats every tool's words.
+        let mut docs: Vec<ToolDoc> = (0..8)
+            .map(|i| ToolDoc::new(format!("t{i}"), format!("tool{i} does thing{i}")))
+            .collect();
+        let everything: String = (0..8).map(|i| format!("tool{i} thing{i} ")).collect();
+        docs.push(ToolDoc::new("hostile", everything.repeat(500)));
+        let mut vectors: Vec<Vec<f32>> = (0..8)
+            .map(|i| {
+                (0..9)
+                    .map(|j| if j == i || j == 8 { 1.0 } else { 0.0 })
+                    .collect()
+            })
+            .collect();
+        vectors.push((0..9).map(|j| if j == 8 { 1.0 } else { 0.35 }).collect());
+        let index = SearchIndex::new(docs).with_vectors(vectors).unwrap();
+        for i in 0..8 {
+            let mut q = vec![0.0; 9];
+            q[i] = 1.0;
+            q[8] = 1.0;
+            let hits = index.search_hybrid(&format!("thing{i}"), &q, 3).unwrap();
+            assert_eq!(hits[0].name, format!("t{i}"), "{hits:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_description_a_huge_query_and_an_emoji_query_are_handled() {
+        let index = SearchIndex::new(vec![
+            ToolDoc::new("fs__read_file", ""),
+            ToolDoc::new("maps__elevation", "Get elevation data"),
+        ])
+        .with_vectors(vec![vec![1.0, 0.0], vec![0.0, 1.0]])
+        .unwrap()
+        .with_hybrid(HybridConfig::default().with_no_fit_below(Some(0.5)));
+        assert_eq!(
+            embedding_text(&ToolDoc::new("fs__read_file", "")),
+            "read file"
+        );
+        let huge = "read the file ".repeat(800);
+        assert!(huge.chars().count() > 10_000);
+        let hits = index.search_hybrid(&huge, &[1.0, 0.0], 5).unwrap();
+        assert_eq!(hits[0].name, "fs__read_file");
+        let fit = index.fit(&huge, &[1.0, 0.0]).unwrap();
+        assert!(fit.is_finite());
+        // Only emoji: no word is shared; the vector alone decides, and the fit is finite.
+        let emoji = "🙂🚀🔥".repeat(3000);
+        let hits = index.search_hybrid(&emoji, &[0.1, 1.0], 5).unwrap();
+        assert_eq!(hits[0].name, "maps__elevation");
+        assert_eq!(index.fit_parts(&emoji, &[0.1, 1.0]).unwrap().lexical, 0.0);
+        // A zero query vector is near nothing: no tool fits.
+        assert!(
+            index
+                .search_hybrid("read", &[0.0, 0.0], 5)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn script_of_counts_a_chinese_character_as_three_letters() {
+        assert_eq!(Script::of("read a file"), Script::Latin);
+        assert_eq!(Script::of("读取文件"), Script::Cjk);
+        assert_eq!(Script::of("在Notion里新建一页笔记"), Script::Cjk);
+        assert_eq!(
+            Script::of("[Project Management] 获取实际工时明细"),
+            Script::Cjk
+        );
+        assert_eq!(
+            Script::of("create work item: [Project Management] Create a work item"),
+            Script::Latin
+        );
+        assert_eq!(Script::of("🙂🙂🙂"), Script::Latin);
+        assert_eq!(Script::of(""), Script::Latin);
     }
 
     #[test]
