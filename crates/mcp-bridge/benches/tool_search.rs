@@ -545,6 +545,7 @@ async fn mixed_evaluation(
     dev_only: bool,
     show_misses: bool,
     sweep: bool,
+    dump: Option<String>,
 ) {
     let b = common::search::mixed_bridge(ToolSearchConfig::default().with_every_turn(true)).await;
     let catalog = b.tools().await;
@@ -644,6 +645,9 @@ async fn mixed_evaluation(
         );
         if config.language_neutral {
             learning(&h, &docs, &catalog, &splits, config);
+            if let Some(path) = &dump {
+                dump_features(&h, &docs, &splits, path);
+            }
         }
         if sweep && config.language_neutral {
             println!(
@@ -785,14 +789,26 @@ fn learning(
                 (p, v)
             })
             .collect();
-        let (after, kept) = SearchIndex::new(learned_docs)
+        assert_eq!(catalog.len(), docs.len());
+        // Three ways to use what was learned: the requests as keywords (BM25), their vectors
+        // (the cosine side), both.
+        let keywords_only = SearchIndex::new(learned_docs.clone())
+            .with_vectors(h.tool_vectors.clone())
+            .unwrap()
+            .with_hybrid(config);
+        let (vectors_only, kept) = SearchIndex::new(docs.to_vec())
+            .with_vectors(h.tool_vectors.clone())
+            .unwrap()
+            .with_hybrid(config)
+            .with_learned(learned.clone())
+            .unwrap();
+        assert_eq!(kept, memory.len(), "every learned tool is in the catalog");
+        let (both, _) = SearchIndex::new(learned_docs)
             .with_vectors(h.tool_vectors.clone())
             .unwrap()
             .with_hybrid(config)
             .with_learned(learned)
             .unwrap();
-        assert_eq!(kept, memory.len(), "every learned tool is in the catalog");
-        assert_eq!(catalog.len(), docs.len());
         for (which, offset) in [("replayed requests", 0), ("the others (control)", 1)] {
             let paraphrased: Vec<eval::Labelled> = mixed
                 .iter()
@@ -805,24 +821,160 @@ fn learning(
                 })
                 .collect();
             let before = eval::score(&paraphrased, |q| h.search_ungated(q));
-            let with = eval::score(&paraphrased, |q| {
-                after
-                    .search_hybrid(&q.query, &h.vectors[&q.query], 10)
-                    .unwrap()
-                    .into_iter()
-                    .map(|x| x.name)
-                    .collect()
-            });
-            println!(
-                "| {split} | {which} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
-                before.all.n,
-                before.all.recall1(),
-                before.all.recall5(),
-                with.all.recall1(),
-                with.all.recall5()
-            );
+            let after = |index: &SearchIndex| {
+                eval::score(&paraphrased, |q| {
+                    index
+                        .search_hybrid(&q.query, &h.vectors[&q.query], 10)
+                        .unwrap()
+                        .into_iter()
+                        .map(|x| x.name)
+                        .collect()
+                })
+            };
+            for (how, index) in [
+                ("keywords", &keywords_only),
+                ("vectors", &vectors_only),
+                ("both", &both),
+            ] {
+                let with = after(index);
+                println!(
+                    "| {split} | {which}, learned as {how} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    before.all.n,
+                    before.all.recall1(),
+                    before.all.recall5(),
+                    with.all.recall1(),
+                    with.all.recall5()
+                );
+            }
         }
     }
+}
+
+/// Writes what a fusion or "no tool fits" rule is computed from (each tool's script and vector;
+/// each request's split, labels, vector, BM25's top 50 and lexical fit) as JSON to `path`, so
+/// rules can be compared offline without re-encoding.
+fn dump_features(
+    h: &Hybrid,
+    docs: &[toolwright_tool_search::ToolDoc],
+    splits: &[(&str, &Vec<eval::Labelled>)],
+    path: &str,
+) {
+    use serde_json::json;
+    let tools: Vec<Value> = docs
+        .iter()
+        .zip(&h.tool_vectors)
+        .map(|(d, v)| {
+            let text = toolwright_tool_search::embedding_text(d);
+            let zh =
+                toolwright_tool_search::Script::of(&text) == toolwright_tool_search::Script::Cjk;
+            json!({"name": d.name, "zh": zh, "text": text, "vector": v})
+        })
+        .collect();
+    let mut requests = Vec::new();
+    for &(split, queries) in splits {
+        for q in queries.iter() {
+            let mut texts = vec![(q.query.clone(), false)];
+            if let Some(p) = &q.paraphrase {
+                texts.push((p.clone(), true));
+            }
+            for (text, paraphrase) in texts {
+                let bm25: Vec<Value> = h
+                    .index
+                    .search(&text, 50)
+                    .into_iter()
+                    .map(|x| json!([x.index, x.score]))
+                    .collect();
+                let fit = h.index.fit_parts(&text, &h.vectors[&text]).unwrap();
+                requests.push(json!({
+                    "split": split, "query": text, "paraphrase": paraphrase, "zh": q.zh,
+                    "zh_described": q.zh_described, "expect": q.expect, "vector": h.vectors[&text],
+                    "bm25": bm25, "lexical": fit.lexical,
+                }));
+            }
+        }
+    }
+    std::fs::write(
+        path,
+        json!({"tools": tools, "requests": requests}).to_string(),
+    )
+    .unwrap();
+    println!("features written to {path}");
+}
+
+/// `--probe FILE`: a small catalog and requests (`{"tools": [{"name", "description"}],
+/// "queries": [...]}`) searched with the encoder: each request's fit (both channels) and best
+/// three tools. How "no tool fits" behaves on a catalog other than the fixture's.
+async fn probe(e: Arc<dyn Embedder>, path: &str) {
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let docs: Vec<toolwright_tool_search::ToolDoc> = spec["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            toolwright_tool_search::ToolDoc::new(
+                t["name"].as_str().unwrap(),
+                t["description"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let texts: Vec<String> = docs
+        .iter()
+        .map(toolwright_tool_search::embedding_text)
+        .collect();
+    let vectors = eval::embed(e.as_ref(), &texts, toolwright_core::EmbedKind::Document)
+        .await
+        .unwrap();
+    let vectors_out = vectors.clone();
+    let index = SearchIndex::new(docs)
+        .with_vectors(vectors)
+        .unwrap()
+        .with_hybrid(HybridConfig::default());
+    let mut dumped = Vec::new();
+    for q in spec["queries"].as_array().unwrap() {
+        let q = q.as_str().unwrap();
+        let v = e
+            .embed(&[q.to_owned()], toolwright_core::EmbedKind::Query)
+            .await
+            .unwrap()
+            .remove(0);
+        let bm25: Vec<Value> = index
+            .search(q, 50)
+            .into_iter()
+            .map(|x| serde_json::json!([x.index, x.score]))
+            .collect();
+        dumped.push(
+            serde_json::json!({"split": "probe", "query": q, "paraphrase": false, "zh": false,
+            "zh_described": false, "expect": [], "vector": v, "bm25": bm25,
+            "lexical": index.fit_parts(q, &v).unwrap().lexical}),
+        );
+        let fit = index.fit_parts(q, &v).unwrap();
+        let hits: Vec<String> = index
+            .search_hybrid(q, &v, 3)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.name)
+            .collect();
+        println!(
+            "PROBE dense {:.4} lexical {:.3} {q:?} -> {hits:?}",
+            fit.dense, fit.lexical
+        );
+    }
+    let tools: Vec<Value> = texts
+        .iter()
+        .zip(&vectors_out)
+        .zip(spec["tools"].as_array().unwrap())
+        .map(|((text, v), t)| {
+            let zh =
+                toolwright_tool_search::Script::of(text) == toolwright_tool_search::Script::Cjk;
+            serde_json::json!({"name": t["name"], "zh": zh, "text": text, "vector": v})
+        })
+        .collect();
+    let out = format!("{path}.features.json");
+    std::fs::write(
+        &out,
+        serde_json::json!({"tools": tools, "requests": dumped}).to_string(),
+    )
+    .unwrap();
 }
 
 fn print_negatives(rows: &[String]) {
@@ -847,6 +999,11 @@ fn main() {
     });
     let cached_build = args.iter().any(|a| a == "--cached-build");
     let mixed = args.iter().any(|a| a == "--mixed");
+    let dump = args
+        .iter()
+        .position(|a| a == "--dump")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     let embedder: Option<Arc<dyn Embedder>> = match args
         .iter()
         .position(|a| a == "--embedder")
@@ -868,8 +1025,19 @@ fn main() {
     } else {
         embedder
     };
+    if let Some(path) = args
+        .iter()
+        .position(|a| a == "--probe")
+        .and_then(|i| args.get(i + 1))
+    {
+        rt.block_on(probe(
+            embedder.clone().expect("--probe needs --embedder"),
+            path,
+        ));
+        return;
+    }
     if mixed {
-        rt.block_on(mixed_evaluation(embedder, dev_only, misses, sweep));
+        rt.block_on(mixed_evaluation(embedder, dev_only, misses, sweep, dump));
         return;
     }
     rt.block_on(async {

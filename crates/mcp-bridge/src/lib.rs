@@ -50,6 +50,7 @@ mod execution;
 mod http;
 mod inject;
 mod intent;
+mod learning;
 mod lifecycle;
 mod names;
 mod process;
@@ -74,12 +75,12 @@ pub use inject::{DESCRIBE_TOOL, SECTION_NAME};
 pub use intent::{
     Intent, IntentChain, IntentRecognizer, KeywordRecognizer, McpIntent, McpRecognizer, McpTrigger,
 };
+pub use learning::LearnFromUse;
 pub use process::INHERITED_ENV;
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};
 pub use search::{
-    E5_SMALL_NO_FIT_BELOW, SEARCH_TOOL, SearchJudge, SearchResult, SemanticSearch,
-    ToolSearchConfig, tool_doc,
+    SEARCH_TOOL, SearchJudge, SearchResult, SemanticSearch, ToolSearchConfig, tool_doc,
 };
 // For this crate's benchmarks (what a turn's MCP section and the describe tool cost in
 // tokens); not part of the API.

@@ -141,7 +141,8 @@ impl ToolSearchConfig {
 #[derive(Clone)]
 pub struct SemanticSearch {
     pub(crate) embedder: Arc<dyn Embedder>,
-    pub(crate) fusion: HybridConfig,
+    /// `None`: [`HybridConfig::for_encoder`] for the catalog's size.
+    pub(crate) fusion: Option<HybridConfig>,
     pub(crate) cache_dir: Option<PathBuf>,
 }
 
@@ -155,32 +156,23 @@ impl std::fmt::Debug for SemanticSearch {
     }
 }
 
-/// The "no tool fits" threshold ([`HybridConfig::no_fit_below`]) for multilingual-e5-small
-/// (the local model's encoder) with the default [`HybridConfig`]: derived on the
-/// mixed-language dev split (`toolwright_tool_search::calibrate_no_fit`, at most 5% of the
-/// answerable requests turned away). [`SemanticSearch::new`] sets it for that encoder.
-pub const E5_SMALL_NO_FIT_BELOW: f32 = 0.878;
-
 impl SemanticSearch {
-    /// Search by meaning with `embedder`, fused with BM25 ([`HybridConfig::default`]: language-
-    /// neutral cosines), vectors kept in the toolkit cache (`toolkit_cache_dir`). "No tool fits"
-    /// is on by default for the encoder it was calibrated for (multilingual-e5-small,
-    /// [`E5_SMALL_NO_FIT_BELOW`]); for another, calibrate one and set it with
-    /// [`SemanticSearch::with_fusion`].
+    /// Search by meaning with `embedder`, fused with BM25 ([`HybridConfig::for_encoder`] for
+    /// the catalog's size, each time the index is built: language-neutral cosines, and "no
+    /// tool fits" on for the encoder it was calibrated for, multilingual-e5-small), vectors
+    /// kept in the toolkit cache (`toolkit_cache_dir`). For another encoder, calibrate a
+    /// threshold and set it with [`SemanticSearch::with_fusion`].
     pub fn new(embedder: Arc<dyn Embedder>) -> Self {
-        let threshold = embedder
-            .id()
-            .starts_with("multilingual-e5-small")
-            .then_some(E5_SMALL_NO_FIT_BELOW);
         Self {
+            fusion: None,
             embedder,
-            fusion: HybridConfig::default().with_no_fit_below(threshold),
             cache_dir: toolkit_cache_dir(),
         }
     }
-    /// Sets the fusion and the "no tool fits" threshold ([`HybridConfig`]).
+    /// Sets the fusion and the "no tool fits" threshold ([`HybridConfig`]), for every catalog
+    /// size, instead of the encoder's defaults.
     pub fn with_fusion(mut self, fusion: HybridConfig) -> Self {
-        self.fusion = fusion;
+        self.fusion = Some(fusion);
         self
     }
     /// Sets the directory the vectors are saved in; `None`: kept in memory only.
@@ -192,9 +184,11 @@ impl SemanticSearch {
     pub fn embedder_id(&self) -> &str {
         self.embedder.id()
     }
-    /// The fusion settings.
-    pub fn fusion(&self) -> HybridConfig {
+    /// The fusion settings for a catalog of `tools` tools: the ones set with
+    /// [`SemanticSearch::with_fusion`], else [`HybridConfig::for_encoder`].
+    pub fn fusion(&self, tools: usize) -> HybridConfig {
         self.fusion
+            .unwrap_or_else(|| HybridConfig::for_encoder(self.embedder.id(), tools))
     }
 }
 

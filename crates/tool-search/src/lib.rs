@@ -72,8 +72,9 @@ mod learn;
 
 pub use analyzer::{Analyzer, CHINESE_STOP_WORDS, MAX_INPUT_CHARS};
 pub use dense::{
-    DEFAULT_LEXICAL_FIT_WEIGHT, EMBED_SENTENCE_CHARS, Fit, Fusion, HybridConfig, MAX_DIMENSIONS,
-    MIN_SCRIPT_TOOLS, Script, VectorError, calibrate_no_fit, embedding_text, text_hash,
+    BM25_FIRST_WITHIN, DEFAULT_LEXICAL_FIT_WEIGHT, E5_SMALL_NO_FIT, EMBED_SENTENCE_CHARS, Fit,
+    Fusion, HybridConfig, MAX_DIMENSIONS, MIN_SCRIPT_TOOLS, Script, VectorError, calibrate_no_fit,
+    embedding_text, no_fit_for_size, text_hash,
 };
 pub use learn::{LearnError, LearnedPair, MAX_CAPACITY, MAX_PAIRS_PER_TOOL, UseMemory};
 
