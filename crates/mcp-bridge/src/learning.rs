@@ -191,3 +191,57 @@ impl McpBridge {
         doc.with_keywords(keywords)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(file: &std::path::Path) -> Option<LearnFromUse> {
+        Some(LearnFromUse::new(10).with_file(Some(file.to_path_buf())))
+    }
+
+    #[test]
+    fn a_call_of_a_tool_a_search_found_is_learned_saved_and_deletable() {
+        let dir = std::env::temp_dir().join(format!("learned-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("learned.json");
+        let _ = std::fs::remove_file(&file);
+        let bridge = McpBridge::new();
+        bridge.set_learn_from_use(config(&file)).unwrap();
+        lock(&bridge.inner.described).enter(Some("s"), "how high is Denver", 0);
+        lock(&bridge.inner.described).record_found(
+            Some("s"),
+            "maps__elevation",
+            "altitude of a city",
+        );
+        bridge.learn_from_call(Some("s"), "maps__elevation");
+        // Not found by a search, or found in another session: nothing is learned.
+        bridge.learn_from_call(Some("s"), "fs__read");
+        bridge.learn_from_call(Some("other"), "maps__elevation");
+        assert_eq!(bridge.learned().len(), 1);
+        let doc = bridge.with_learned_words(ToolDoc::new("maps__elevation", "Get elevation"));
+        assert_eq!(doc.keywords, ["altitude of a city"]);
+        // A pair whose tool is gone from the catalog counts for no other tool.
+        let other = bridge.with_learned_words(ToolDoc::new("fs__read", "Read a file"));
+        assert!(other.keywords.is_empty());
+        // Kept in the file: a new bridge of the same deployment reads it back.
+        let again = McpBridge::new();
+        again.set_learn_from_use(config(&file)).unwrap();
+        assert_eq!(again.learned(), bridge.learned());
+        // A file that is not an export is an error that says what to do.
+        std::fs::write(&file, "not json").unwrap();
+        let err = McpBridge::new()
+            .set_learn_from_use(config(&file))
+            .unwrap_err();
+        assert!(err.to_string().contains("delete it"), "{err}");
+        // The operator deletes; the export is then empty.
+        assert_eq!(bridge.forget_learned(Some("maps__elevation")), 1);
+        assert!(bridge.learned().is_empty());
+        assert_eq!(bridge.export_learned(), serde_json::json!({"pairs": []}));
+        // Off: nothing is learned, and the words stop counting.
+        bridge.set_learn_from_use(None).unwrap();
+        bridge.learn_from_call(Some("s"), "maps__elevation");
+        assert!(bridge.learned().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
