@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the third-party MCP servers the mcp-bridge tests run against:
-# the official @modelcontextprotocol/server-everything, pinned, from npm, and the official
+# the official @modelcontextprotocol/server-everything and howtocook-mcp (tools described in
+# Chinese), pinned, from npm, and the official
 # MCP Python SDK (`mcp` and its dependencies, pinned in tests/python/requirements.txt) in a
 # virtualenv at ${XDG_CACHE_HOME:-$HOME/.cache}/llm-toolkit/mcp-python, from PyPI.
 #
@@ -31,6 +32,23 @@ fi
 
 if [[ "$(installed_version)" != "${VERSION}" || ! -f "${ENTRY}" ]]; then
   echo "install-test-deps: ${PKG}@${VERSION} is not at ${ENTRY} after npm install" >&2
+  exit 1
+fi
+
+# A server whose tools are described in Chinese (HowToCook's recipes, offline): the Stage 4
+# demo searches a mixed-language catalog with it. Pinned like server-everything.
+COOK_VERSION="0.2.2"
+COOK_PKG="howtocook-mcp"
+COOK_DIR="${PREFIX}/node_modules/${COOK_PKG}"
+cook_version() {
+  node -e 'try { process.stdout.write(require(process.argv[1]).version) } catch (e) {}' \
+    "${COOK_DIR}/package.json" 2>/dev/null || true
+}
+if [[ "$(cook_version)" != "${COOK_VERSION}" || ! -f "${COOK_DIR}/build/index.js" ]]; then
+  npm install --prefix "${PREFIX}" --no-audit --no-fund --loglevel=error "${COOK_PKG}@${COOK_VERSION}" >&2
+fi
+if [[ "$(cook_version)" != "${COOK_VERSION}" || ! -f "${COOK_DIR}/build/index.js" ]]; then
+  echo "install-test-deps: ${COOK_PKG}@${COOK_VERSION} is not at ${COOK_DIR} after npm install" >&2
   exit 1
 fi
 

@@ -45,7 +45,7 @@ use toolwright_core::{
     EstimateCounter, TokenCounter, ToolContext, ToolError, ToolProvider, ToolSpec, TurnInfo,
 };
 use toolwright_sandbox::{Program, Sandbox, SandboxConfig};
-use toolwright_tool_search::{Hit, SearchIndex, ToolDoc, embedding_text};
+use toolwright_tool_search::{Hit, HybridConfig, SearchIndex, ToolDoc, embedding_text};
 use toolwright_tool_system::{ApprovalPolicy, Dispatcher};
 
 use crate::signature::Function;
@@ -437,8 +437,10 @@ impl CodeModeProvider {
                         }
                     }
                 }
+                // The same fusion and "no tool fits" judge as the MCP bridge's search.
                 match vectors.and_then(|v| {
                     SearchIndex::new(docs.clone())
+                        .with_hybrid(HybridConfig::for_encoder(e.id(), docs.len()))
                         .with_vectors(v)
                         .map_err(|err| err.to_string())
                 }) {
@@ -615,7 +617,7 @@ impl CodeModeProvider {
         let found = self.search(functions, query, limit).await;
         if found.is_empty() {
             return Ok(Value::String(format!(
-                "No function matches \"{query}\". Try other words, or tell the user no tool does this."
+                "No function fits \"{query}\". Try other words (the English names of actions and things work best), or tell the user no tool does this."
             )));
         }
         let lines: Vec<String> = found.iter().map(|f| f.brief()).collect();

@@ -941,7 +941,7 @@ async fn code_mode_with_hundreds_of_tools_run_code_lists_the_turns_matches_and_s
         .map(|o| o.value)
         .unwrap();
     assert!(
-        none.as_str().unwrap().starts_with("No function matches"),
+        none.as_str().unwrap().starts_with("No function fits"),
         "{none}"
     );
 }
@@ -1110,18 +1110,21 @@ print("found", found)
 struct Concepts {
     documents: AtomicUsize,
     fail: bool,
+    /// The id it reports: an encoder's id picks its calibrated "no tool fits" judge.
+    id: &'static str,
 }
 
 const CONCEPTS: &[&[&str]] = &[
     &["elevation", "altitude", "high above sea", "海拔"],
     &["screenshot", "截图"],
     &["current time", "几点"],
+    &["train ticket", "火车票"],
 ];
 
 #[async_trait::async_trait]
 impl toolwright_core::Embedder for Concepts {
     fn id(&self) -> &str {
-        "test-only-concepts"
+        self.id
     }
     fn dimensions(&self) -> usize {
         CONCEPTS.len() + 1
@@ -1160,6 +1163,7 @@ async fn code_mode_search_functions_finds_by_meaning_with_an_embedder() {
     let encoder = Arc::new(Concepts {
         documents: AtomicUsize::new(0),
         fail: false,
+        id: "test-only-concepts",
     });
     let (provider, _temp) = code_over(many_tools(&ran), |b| {
         b.limits(short()).embedder(encoder.clone())
@@ -1200,6 +1204,7 @@ async fn code_mode_search_functions_finds_by_meaning_with_an_embedder() {
         b.limits(short()).embedder(Arc::new(Concepts {
             documents: AtomicUsize::new(0),
             fail: true,
+            id: "test-only-concepts",
         }))
     });
     let args = json!({"query": "how high above sea level is Denver", "limit": 3});
@@ -1218,4 +1223,54 @@ async fn code_mode_search_functions_finds_by_meaning_with_an_embedder() {
         .map(|o| o.value)
         .unwrap();
     assert_eq!(fallback, words);
+}
+
+#[tokio::test]
+async fn code_mode_search_functions_says_no_function_fits_with_the_bridges_judge() {
+    // An encoder reporting multilingual-e5-small's id gets that encoder's calibrated "no tool
+    // fits" judge, the same as the MCP bridge's search (HybridConfig::for_encoder). Here its
+    // vectors are the test concepts: a request for a train ticket is near no function.
+    let ran = Arc::new(AtomicUsize::new(0));
+    let (provider, _temp) = code_over(many_tools(&ran), |b| {
+        b.limits(short()).embedder(Arc::new(Concepts {
+            documents: AtomicUsize::new(0),
+            fail: false,
+            id: "multilingual-e5-small-q4@test-double",
+        }))
+    });
+    let search = |q: &'static str| {
+        let provider = &provider;
+        async move {
+            provider
+                .call(SEARCH_FUNCTIONS, json!({"query": q}), ToolContext::new("s"))
+                .await
+                .map(|o| o.value)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let none = search("帮我订一张去上海的火车票").await;
+    assert!(none.starts_with("No function fits"), "{none}");
+    let found = search("how high above sea level is Denver").await;
+    assert!(found.contains("google_maps__maps_elevation"), "{found}");
+    // Without a calibrated judge (another encoder id), the best functions come back anyway.
+    let (open, _t) = code_over(many_tools(&ran), |b| {
+        b.limits(short()).embedder(Arc::new(Concepts {
+            documents: AtomicUsize::new(0),
+            fail: false,
+            id: "test-only-concepts",
+        }))
+    });
+    let some = open
+        .call(
+            SEARCH_FUNCTIONS,
+            json!({"query": "帮我订一张去上海的火车票"}),
+            ToolContext::new("o"),
+        )
+        .await
+        .map(|o| o.value)
+        .unwrap();
+    assert!(!some.as_str().unwrap().starts_with("No function"), "{some}");
 }

@@ -382,7 +382,7 @@ async fn evaluation(
         for (name, m) in measures {
             let of = |q: &eval::Labelled| {
                 let c = h.cosines(q);
-                m(&c, h.index.fit(&h.vectors[&q.query]).unwrap())
+                m(&c, h.index.fit(&q.query, &h.vectors[&q.query]).unwrap())
             };
             let yes: Vec<f32> = dev
                 .iter()
@@ -535,6 +535,448 @@ async fn index_from_cache(e: Arc<dyn Embedder>) {
     }
 }
 
+/// The mixed-language evaluation: the 360 English-described tools with the Chinese vendors'
+/// servers beside them (634 tools); dev = dev.json + mixed-dev.json, test = test.json +
+/// mixed-test.json. BM25 alone, hybrid with raw cosines, hybrid language-neutral; by request
+/// language × description language; the negatives with the "no tool fits" threshold derived on
+/// dev. With `dev_only`, test is neither scored nor printed.
+async fn mixed_evaluation(
+    e: Option<Arc<dyn Embedder>>,
+    dev_only: bool,
+    show_misses: bool,
+    sweep: bool,
+    dump: Option<String>,
+) {
+    let b = common::search::mixed_bridge(ToolSearchConfig::default().with_every_turn(true)).await;
+    let catalog = b.tools().await;
+    let docs = eval::docs(&b, &catalog);
+    let load = |paths: [&str; 2]| {
+        let mut all = eval::load(paths[0], &catalog);
+        all.extend(eval::load(paths[1], &catalog));
+        eval::mark_described(&mut all, &catalog, &docs);
+        all
+    };
+    let dev = load([eval::DEV, eval::MIXED_DEV]);
+    let test = if dev_only {
+        Vec::new()
+    } else {
+        load([eval::TEST, eval::MIXED_TEST])
+    };
+    let described = docs
+        .iter()
+        .filter(|d| {
+            toolwright_tool_search::Script::of(&toolwright_tool_search::embedding_text(d))
+                == toolwright_tool_search::Script::Cjk
+        })
+        .count();
+    println!(
+        "\nmixed-language evaluation over {} tools ({described} described in Chinese): dev {} requests, test {}{}",
+        catalog.len(),
+        dev.len(),
+        test.len(),
+        if dev_only {
+            " (--dev-only: test not scored)"
+        } else {
+            ""
+        }
+    );
+    let mut splits = vec![("dev", &dev)];
+    if !dev_only {
+        splits.push(("test", &test));
+    }
+    println!(
+        "\n| split | method | queries | n | recall@1 | recall@5 | MRR |\n|---|---|---|---|---|---|---|"
+    );
+    let mut negatives = Vec::new();
+    let bm25 = SearchIndex::new(docs.clone());
+    for &(split, queries) in &splits {
+        let r = eval::score(queries, |q| eval::bm25(&bm25, q));
+        println!("{}", eval::described_rows(split, "BM25", &r));
+        negatives.push(eval::negatives_row(split, "BM25", &r));
+    }
+    let Some(e) = e else {
+        println!("\n(no encoder given: hybrid rows need --embedder)");
+        print_negatives(&negatives);
+        return;
+    };
+    // Paraphrases are encoded too (for the learning measure), as extra requests.
+    let paraphrases: Vec<eval::Labelled> = dev
+        .iter()
+        .chain(&test)
+        .filter_map(|q| {
+            q.paraphrase.as_ref().map(|p| eval::Labelled {
+                query: p.clone(),
+                paraphrase: None,
+                ..q.clone()
+            })
+        })
+        .collect();
+    let mut encoded: Vec<eval::Labelled> = test.clone();
+    encoded.extend(paraphrases);
+    for (label, config) in [
+        (
+            "hybrid, raw cosines",
+            HybridConfig::default().with_language_neutral(false),
+        ),
+        ("hybrid, language-neutral", HybridConfig::default()),
+    ] {
+        let h = Hybrid::new(docs.clone(), e.clone(), &dev, &encoded, config)
+            .await
+            .expect("the encoder");
+        for &(split, queries) in &splits {
+            // Ranking without the no-fit gate; the negatives with it.
+            let open = eval::score(queries, |q| h.search_ungated(q));
+            println!("{}", eval::described_rows(split, label, &open));
+            let gated = eval::score(queries, |q| h.search(q));
+            negatives.push(eval::negatives_row(
+                split,
+                &format!("{label}, no-fit on"),
+                &gated,
+            ));
+            if show_misses {
+                open.misses
+                    .iter()
+                    .for_each(|m| println!("  {split} {label} miss: {m}"));
+            }
+        }
+        println!(
+            "|  | ({label}: threshold {:?}; encoding the catalog {:.2?}; a request p50 {:.2?}) | | | | | |",
+            h.threshold, h.build, h.query_p50
+        );
+        if config.language_neutral {
+            learning(&h, &docs, &catalog, &splits, config);
+            if let Some(path) = &dump {
+                dump_features(&h, &docs, &splits, path);
+            }
+        }
+        if sweep && config.language_neutral {
+            println!(
+                "\nfusion sweep, language-neutral, DEV ONLY:\n| fusion | BM25 weight | dense weight | r@1 | r@5 | en @1 | en @5 | zh @1 | zh @5 | zh→en @5 | zh→zh @5 |\n|---|---|---|---|---|---|---|---|---|---|---|"
+            );
+            let mut h = h;
+            for (fusion, wb, wd) in [
+                (toolwright_tool_search::Fusion::Score, 1.0, 1.0),
+                (toolwright_tool_search::Fusion::Score, 1.0, 1.5),
+                (toolwright_tool_search::Fusion::Score, 1.0, 2.0),
+                (toolwright_tool_search::Fusion::Score, 1.0, 3.0),
+                (toolwright_tool_search::Fusion::Score, 1.0, 4.0),
+                (toolwright_tool_search::Fusion::Score, 0.0, 1.0),
+                (toolwright_tool_search::Fusion::Rank, 1.0, 1.0),
+                (toolwright_tool_search::Fusion::Rank, 1.0, 2.0),
+            ] {
+                h = h.with(config.with_fusion(fusion).with_weights(wb, wd));
+                let r = eval::score(&dev, |q| h.search_ungated(q));
+                println!(
+                    "| {fusion:?} | {wb} | {wd} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    r.all.recall1(),
+                    r.all.recall5(),
+                    r.en.recall1(),
+                    r.en.recall5(),
+                    r.zh.recall1(),
+                    r.zh.recall5(),
+                    r.zh_en.recall5(),
+                    r.zh_zh.recall5()
+                );
+            }
+            // "No tool fits" from both channels: for each weight of the lexical half, the
+            // threshold turning away at most MAX_ANSWERABLE_LOSS of dev's answerable requests,
+            // and how many dev negatives it stops.
+            println!(
+                "\nno-fit from both channels, DEV ONLY (fit = nearest raw cosine + w × lexical):\n| w | threshold | dev negatives stopped | dev answerable turned away |\n|---|---|---|---|"
+            );
+            let parts: Vec<(bool, toolwright_tool_search::Fit)> = dev
+                .iter()
+                .map(|q| {
+                    (
+                        q.expect.is_empty(),
+                        h.index.fit_parts(&q.query, &h.vectors[&q.query]).unwrap(),
+                    )
+                })
+                .collect();
+            if show_misses {
+                for q in &dev {
+                    let c = h.index.cosines(&q.query, &h.vectors[&q.query]).unwrap();
+                    let mut s = c.clone();
+                    s.sort_by(|a, b| b.total_cmp(a));
+                    let p = h.index.fit_parts(&q.query, &h.vectors[&q.query]).unwrap();
+                    let fused = h
+                        .index
+                        .search_hybrid(&q.query, &h.vectors[&q.query], 5)
+                        .unwrap();
+                    let bm = h.index.search(&q.query, 5);
+                    let dtop = (0..c.len()).max_by(|&a, &b| c[a].total_cmp(&c[b])).unwrap();
+                    let bm_in_dense = bm
+                        .first()
+                        .map(|b| c.iter().filter(|&&x| x > c[b.index]).count());
+                    println!(
+                        "FEAT {} top {:.3} z {:.4} lex {:.2} fused {:.2} agree {} bmrank_in_dense {:?} {:?}",
+                        if q.expect.is_empty() { "NEG" } else { "ANS" },
+                        s[0],
+                        h.cosines(q).into_iter().fold(f32::MIN, f32::max),
+                        p.lexical,
+                        fused.first().map_or(0.0, |f| f.score),
+                        bm.first().is_some_and(|b| b.index == dtop),
+                        bm_in_dense,
+                        q.query
+                    );
+                }
+            }
+            for w in [0.0f32, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0] {
+                let yes: Vec<f32> = parts
+                    .iter()
+                    .filter(|p| !p.0)
+                    .map(|p| p.1.score(w))
+                    .collect();
+                let no: Vec<f32> = parts.iter().filter(|p| p.0).map(|p| p.1.score(w)).collect();
+                let t =
+                    toolwright_tool_search::calibrate_no_fit(&yes, &no, eval::MAX_ANSWERABLE_LOSS)
+                        .unwrap();
+                println!(
+                    "| {w} | {t:.3} | {} of {} | {} of {} |",
+                    no.iter().filter(|&&x| x < t).count(),
+                    no.len(),
+                    yes.iter().filter(|&&x| x < t).count(),
+                    yes.len()
+                );
+            }
+            break;
+        }
+    }
+    print_negatives(&negatives);
+}
+
+/// Learning from use, per split: the mixed-language answerable requests at even positions are
+/// replayed as past use (request → its first expected tool, into a `UseMemory`); then the
+/// paraphrases of the replayed ones and of the others (the control) are scored without and
+/// with what was learned (the learned requests as the tools' keywords for BM25, their vectors
+/// for the cosine side).
+fn learning(
+    h: &Hybrid,
+    docs: &[toolwright_tool_search::ToolDoc],
+    catalog: &[toolwright_mcp_bridge::McpTool],
+    splits: &[(&str, &Vec<eval::Labelled>)],
+    config: HybridConfig,
+) {
+    println!(
+        "\nlearning from use (half the mixed requests replayed as past use; their paraphrases scored):\n| split | paraphrases of | n | before r@1 | before r@5 | after r@1 | after r@5 |\n|---|---|---|---|---|---|---|"
+    );
+    for &(split, queries) in splits {
+        let mixed: Vec<&eval::Labelled> = queries
+            .iter()
+            .filter(|q| q.paraphrase.is_some() && !q.expect.is_empty())
+            .collect();
+        let mut memory = toolwright_tool_search::UseMemory::new(1000);
+        for q in mixed.iter().step_by(2) {
+            memory.record(&q.query, &q.expect[0]);
+        }
+        let learned_docs: Vec<toolwright_tool_search::ToolDoc> = docs
+            .iter()
+            .map(|d| {
+                let keywords: Vec<String> = d
+                    .keywords
+                    .iter()
+                    .cloned()
+                    .chain(memory.keywords_for(&d.name))
+                    .collect();
+                d.clone().with_keywords(keywords)
+            })
+            .collect();
+        let learned: Vec<(toolwright_tool_search::LearnedPair, Vec<f32>)> = memory
+            .pairs()
+            .into_iter()
+            .map(|p| {
+                let v = h.vectors[&p.request].clone();
+                (p, v)
+            })
+            .collect();
+        assert_eq!(catalog.len(), docs.len());
+        // Three ways to use what was learned: the requests as keywords (BM25), their vectors
+        // (the cosine side), both.
+        let keywords_only = SearchIndex::new(learned_docs.clone())
+            .with_vectors(h.tool_vectors.clone())
+            .unwrap()
+            .with_hybrid(config);
+        let (vectors_only, kept) = SearchIndex::new(docs.to_vec())
+            .with_vectors(h.tool_vectors.clone())
+            .unwrap()
+            .with_hybrid(config)
+            .with_learned(learned.clone())
+            .unwrap();
+        assert_eq!(kept, memory.len(), "every learned tool is in the catalog");
+        let (both, _) = SearchIndex::new(learned_docs)
+            .with_vectors(h.tool_vectors.clone())
+            .unwrap()
+            .with_hybrid(config)
+            .with_learned(learned)
+            .unwrap();
+        for (which, offset) in [("replayed requests", 0), ("the others (control)", 1)] {
+            let paraphrased: Vec<eval::Labelled> = mixed
+                .iter()
+                .skip(offset)
+                .step_by(2)
+                .map(|q| eval::Labelled {
+                    query: q.paraphrase.clone().unwrap(),
+                    paraphrase: None,
+                    ..(*q).clone()
+                })
+                .collect();
+            let before = eval::score(&paraphrased, |q| h.search_ungated(q));
+            let after = |index: &SearchIndex| {
+                eval::score(&paraphrased, |q| {
+                    index
+                        .search_hybrid(&q.query, &h.vectors[&q.query], 10)
+                        .unwrap()
+                        .into_iter()
+                        .map(|x| x.name)
+                        .collect()
+                })
+            };
+            for (how, index) in [
+                ("keywords", &keywords_only),
+                ("vectors", &vectors_only),
+                ("both", &both),
+            ] {
+                let with = after(index);
+                println!(
+                    "| {split} | {which}, learned as {how} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    before.all.n,
+                    before.all.recall1(),
+                    before.all.recall5(),
+                    with.all.recall1(),
+                    with.all.recall5()
+                );
+            }
+        }
+    }
+}
+
+/// Writes what a fusion or "no tool fits" rule is computed from (each tool's script and vector;
+/// each request's split, labels, vector, BM25's top 50 and lexical fit) as JSON to `path`, so
+/// rules can be compared offline without re-encoding.
+fn dump_features(
+    h: &Hybrid,
+    docs: &[toolwright_tool_search::ToolDoc],
+    splits: &[(&str, &Vec<eval::Labelled>)],
+    path: &str,
+) {
+    use serde_json::json;
+    let tools: Vec<Value> = docs
+        .iter()
+        .zip(&h.tool_vectors)
+        .map(|(d, v)| {
+            let text = toolwright_tool_search::embedding_text(d);
+            let zh =
+                toolwright_tool_search::Script::of(&text) == toolwright_tool_search::Script::Cjk;
+            json!({"name": d.name, "zh": zh, "text": text, "vector": v})
+        })
+        .collect();
+    let mut requests = Vec::new();
+    for &(split, queries) in splits {
+        for q in queries.iter() {
+            let mut texts = vec![(q.query.clone(), false)];
+            if let Some(p) = &q.paraphrase {
+                texts.push((p.clone(), true));
+            }
+            for (text, paraphrase) in texts {
+                let bm25: Vec<Value> = h
+                    .index
+                    .search(&text, 50)
+                    .into_iter()
+                    .map(|x| json!([x.index, x.score]))
+                    .collect();
+                let fit = h.index.fit_parts(&text, &h.vectors[&text]).unwrap();
+                requests.push(json!({
+                    "split": split, "query": text, "paraphrase": paraphrase, "zh": q.zh,
+                    "zh_described": q.zh_described, "expect": q.expect, "vector": h.vectors[&text],
+                    "bm25": bm25, "lexical": fit.lexical,
+                }));
+            }
+        }
+    }
+    std::fs::write(
+        path,
+        json!({"tools": tools, "requests": requests}).to_string(),
+    )
+    .unwrap();
+    println!("features written to {path}");
+}
+
+/// `--probe FILE`: a small catalog and requests (`{"tools": [{"name", "description"}],
+/// "queries": [...]}`) searched with the encoder: each request's fit (both channels) and best
+/// three tools. How "no tool fits" behaves on a catalog other than the fixture's.
+async fn probe(e: Arc<dyn Embedder>, path: &str) {
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let docs: Vec<toolwright_tool_search::ToolDoc> = spec["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            toolwright_tool_search::ToolDoc::new(
+                t["name"].as_str().unwrap(),
+                t["description"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let texts: Vec<String> = docs
+        .iter()
+        .map(toolwright_tool_search::embedding_text)
+        .collect();
+    let vectors = eval::embed(e.as_ref(), &texts, toolwright_core::EmbedKind::Document)
+        .await
+        .unwrap();
+    let vectors_out = vectors.clone();
+    let index = SearchIndex::new(docs)
+        .with_vectors(vectors)
+        .unwrap()
+        .with_hybrid(HybridConfig::default());
+    let mut dumped = Vec::new();
+    for q in spec["queries"].as_array().unwrap() {
+        let q = q.as_str().unwrap();
+        let v = e
+            .embed(&[q.to_owned()], toolwright_core::EmbedKind::Query)
+            .await
+            .unwrap()
+            .remove(0);
+        let bm25: Vec<Value> = index
+            .search(q, 50)
+            .into_iter()
+            .map(|x| serde_json::json!([x.index, x.score]))
+            .collect();
+        dumped.push(
+            serde_json::json!({"split": "probe", "query": q, "paraphrase": false, "zh": false,
+            "zh_described": false, "expect": [], "vector": v, "bm25": bm25,
+            "lexical": index.fit_parts(q, &v).unwrap().lexical}),
+        );
+        let fit = index.fit_parts(q, &v).unwrap();
+        let hits: Vec<String> = index
+            .search_hybrid(q, &v, 3)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.name)
+            .collect();
+        println!(
+            "PROBE dense {:.4} lexical {:.3} {q:?} -> {hits:?}",
+            fit.dense, fit.lexical
+        );
+    }
+    let tools: Vec<Value> = texts
+        .iter()
+        .zip(&vectors_out)
+        .zip(spec["tools"].as_array().unwrap())
+        .map(|((text, v), t)| {
+            let zh =
+                toolwright_tool_search::Script::of(text) == toolwright_tool_search::Script::Cjk;
+            serde_json::json!({"name": t["name"], "zh": zh, "text": text, "vector": v})
+        })
+        .collect();
+    let out = format!("{path}.features.json");
+    std::fs::write(
+        &out,
+        serde_json::json!({"tools": tools, "requests": dumped}).to_string(),
+    )
+    .unwrap();
+}
+
 fn print_negatives(rows: &[String]) {
     println!(
         "\n| split | method | negatives | false hits | answerable turned away |\n|---|---|---|---|---|"
@@ -556,6 +998,12 @@ fn main() {
             .clone()
     });
     let cached_build = args.iter().any(|a| a == "--cached-build");
+    let mixed = args.iter().any(|a| a == "--mixed");
+    let dump = args
+        .iter()
+        .position(|a| a == "--dump")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     let embedder: Option<Arc<dyn Embedder>> = match args
         .iter()
         .position(|a| a == "--embedder")
@@ -577,6 +1025,21 @@ fn main() {
     } else {
         embedder
     };
+    if let Some(path) = args
+        .iter()
+        .position(|a| a == "--probe")
+        .and_then(|i| args.get(i + 1))
+    {
+        rt.block_on(probe(
+            embedder.clone().expect("--probe needs --embedder"),
+            path,
+        ));
+        return;
+    }
+    if mixed {
+        rt.block_on(mixed_evaluation(embedder, dev_only, misses, sweep, dump));
+        return;
+    }
     rt.block_on(async {
         let b = big_bridge(ToolSearchConfig::default().with_every_turn(true)).await;
         let catalog = b.tools().await;

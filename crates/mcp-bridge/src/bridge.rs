@@ -71,6 +71,8 @@ pub(crate) struct Inner {
     pub(crate) semantic: Mutex<Option<SemanticSearch>>,
     /// A chat model's second look at the search's candidates, when set.
     pub(crate) judge: Mutex<Option<crate::search::SearchJudge>>,
+    /// Learning from use, when on ([`crate::learning`]).
+    pub(crate) learning: Mutex<Option<crate::learning::Learning>>,
     /// The tools' vectors by text hash ([`crate::vectors`]).
     pub(crate) vectors: Mutex<crate::vectors::VectorCache>,
     /// Servers' questions for the person ([`crate::elicitation`]).
@@ -190,6 +192,7 @@ impl McpBridge {
                 search_index: Mutex::new(None),
                 semantic: Mutex::new(None),
                 judge: Mutex::new(None),
+                learning: Mutex::new(None),
                 vectors: Mutex::new(crate::vectors::VectorCache::default()),
                 elicitation: ElicitationHub::new(),
             }),

@@ -361,6 +361,12 @@ impl McpBridge {
                 .map(|t| search::tool_doc(t, services.get(&t.service).map(|s| &s.config)))
                 .collect()
         };
+        // What was learned from use: more words each tool is found by (its vector is of its own
+        // text, so the vectors' cache stays valid).
+        let docs: Vec<ToolDoc> = docs
+            .into_iter()
+            .map(|d| self.with_learned_words(d))
+            .collect();
         let mut retry_at = None;
         let index = match semantic {
             None => SearchIndex::new(docs),
@@ -375,7 +381,7 @@ impl McpBridge {
                 };
                 match self.tool_vectors(s, &docs).await {
                     Ok(v) => match SearchIndex::new(docs.clone())
-                        .with_hybrid(s.fusion)
+                        .with_hybrid(s.fusion(docs.len()))
                         .with_vectors(v)
                     {
                         Ok(index) => index,
@@ -513,6 +519,7 @@ impl McpBridge {
             .iter()
             .map(|r| {
                 described.record(session, &r.tool.exposed_name);
+                described.record_found(session, &r.tool.exposed_name, query);
                 let mut sentence = names::first_sentence(&r.tool.description, RESULT_CHARS);
                 if sentence.is_empty() {
                     sentence = r.tool.level1(&r.tool.service);

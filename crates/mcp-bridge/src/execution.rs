@@ -157,7 +157,11 @@ impl McpBridge {
         let result = match in_flight.within(call).await {
             Ok(Ok(result)) => {
                 self.call_succeeded(&tool.service);
-                convert(tool, result)
+                let converted = convert(tool, result);
+                if converted.is_ok() {
+                    self.learn_from_call(session, &tool.exposed_name);
+                }
+                converted
             }
             Ok(Err(ServiceError::McpError(e))) if e.code.0 == -32602 => {
                 Err(invalid_arguments(tool, &e.message))

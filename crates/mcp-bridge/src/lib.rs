@@ -50,6 +50,7 @@ mod execution;
 mod http;
 mod inject;
 mod intent;
+mod learning;
 mod lifecycle;
 mod names;
 #[cfg(feature = "http")]
@@ -76,6 +77,7 @@ pub use inject::{DESCRIBE_TOOL, SECTION_NAME};
 pub use intent::{
     Intent, IntentChain, IntentRecognizer, KeywordRecognizer, McpIntent, McpRecognizer, McpTrigger,
 };
+pub use learning::LearnFromUse;
 pub use process::INHERITED_ENV;
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};

@@ -141,7 +141,8 @@ impl ToolSearchConfig {
 #[derive(Clone)]
 pub struct SemanticSearch {
     pub(crate) embedder: Arc<dyn Embedder>,
-    pub(crate) fusion: HybridConfig,
+    /// `None`: [`HybridConfig::for_encoder`] for the catalog's size.
+    pub(crate) fusion: Option<HybridConfig>,
     pub(crate) cache_dir: Option<PathBuf>,
 }
 
@@ -156,19 +157,22 @@ impl std::fmt::Debug for SemanticSearch {
 }
 
 impl SemanticSearch {
-    /// Search by meaning with `embedder`, fused by reciprocal rank ([`HybridConfig::default`],
-    /// no "no tool fits" threshold until one is calibrated for the encoder), vectors kept in
-    /// the toolkit cache (`toolkit_cache_dir`).
+    /// Search by meaning with `embedder`, fused with BM25 ([`HybridConfig::for_encoder`] for
+    /// the catalog's size, each time the index is built: language-neutral cosines, and "no
+    /// tool fits" on for the encoder it was calibrated for, multilingual-e5-small), vectors
+    /// kept in the toolkit cache (`toolkit_cache_dir`). For another encoder, calibrate a
+    /// threshold and set it with [`SemanticSearch::with_fusion`].
     pub fn new(embedder: Arc<dyn Embedder>) -> Self {
         Self {
+            fusion: None,
             embedder,
-            fusion: HybridConfig::default(),
             cache_dir: toolkit_cache_dir(),
         }
     }
-    /// Sets the fusion and the "no tool fits" threshold ([`HybridConfig`]).
+    /// Sets the fusion and the "no tool fits" threshold ([`HybridConfig`]), for every catalog
+    /// size, instead of the encoder's defaults.
     pub fn with_fusion(mut self, fusion: HybridConfig) -> Self {
-        self.fusion = fusion;
+        self.fusion = Some(fusion);
         self
     }
     /// Sets the directory the vectors are saved in; `None`: kept in memory only.
@@ -180,9 +184,11 @@ impl SemanticSearch {
     pub fn embedder_id(&self) -> &str {
         self.embedder.id()
     }
-    /// The fusion settings.
-    pub fn fusion(&self) -> HybridConfig {
+    /// The fusion settings for a catalog of `tools` tools: the ones set with
+    /// [`SemanticSearch::with_fusion`], else [`HybridConfig::for_encoder`].
+    pub fn fusion(&self, tools: usize) -> HybridConfig {
         self.fusion
+            .unwrap_or_else(|| HybridConfig::for_encoder(self.embedder.id(), tools))
     }
 }
 

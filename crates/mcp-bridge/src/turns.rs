@@ -10,12 +10,18 @@ use std::collections::{BTreeSet, HashMap};
 /// How many sessions' turns are remembered; past it the least recently used is forgotten.
 const MAX_SESSIONS: usize = 4096;
 
+/// How many tools found by searches one turn remembers.
+const MAX_FOUND: usize = 64;
+
 #[derive(Debug, Default)]
 struct Turn {
     /// The text that opened the turn; `None` until a request of the turn was seen.
     user_text: Option<String>,
     /// Exposed names of the tools described in this turn, in name order.
     described: BTreeSet<String>,
+    /// The tools a search of this turn returned, each with the words of the last search that
+    /// returned it (at most [`MAX_FOUND`]): what learning from use keeps when one is called.
+    found: HashMap<String, String>,
     /// When the entry was last used (a counter), for eviction.
     used: u64,
 }
@@ -41,6 +47,7 @@ impl DescribedTools {
         let same_turn = round > 0 && turn.user_text.as_deref().is_none_or(|t| t == user_text);
         if !same_turn {
             turn.described.clear();
+            turn.found.clear();
         }
         turn.user_text = Some(user_text.to_owned());
         turn.used = now;
@@ -53,6 +60,22 @@ impl DescribedTools {
         let turn = self.entry(session);
         turn.described.insert(tool.to_owned());
         turn.used = now;
+    }
+
+    /// A search of `session`'s current turn for `query` returned `tool`.
+    pub(crate) fn record_found(&mut self, session: Option<&str>, tool: &str, query: &str) {
+        let turn = self.entry(session);
+        if turn.found.len() >= MAX_FOUND && !turn.found.contains_key(tool) {
+            return;
+        }
+        turn.found.insert(tool.to_owned(), query.to_owned());
+    }
+
+    /// The words of the search of `session`'s current turn that returned `tool`, if one did.
+    pub(crate) fn found_by(&self, session: Option<&str>, tool: &str) -> Option<String> {
+        self.turns
+            .get(&session.map(str::to_owned))
+            .and_then(|t| t.found.get(tool).cloned())
     }
 
     /// Forgets `session`'s turn (a turn that shows no MCP tool needs no memory).
@@ -105,6 +128,25 @@ mod tests {
         d.record(Some("s"), "misb__add");
         d.forget(Some("s"));
         assert!(d.enter(Some("s"), "调用 add", 1).is_empty());
+    }
+
+    #[test]
+    fn a_tool_found_by_a_search_is_remembered_for_its_turn_only() {
+        let mut d = DescribedTools::default();
+        d.enter(Some("s"), "how high is Denver", 0);
+        d.record_found(Some("s"), "maps__elevation", "elevation of a city");
+        assert_eq!(
+            d.found_by(Some("s"), "maps__elevation").as_deref(),
+            Some("elevation of a city")
+        );
+        assert_eq!(d.found_by(Some("other"), "maps__elevation"), None);
+        for i in 0..2 * MAX_FOUND {
+            d.record_found(Some("s"), &format!("t{i}"), "many");
+        }
+        assert_eq!(d.turns[&Some("s".to_owned())].found.len(), MAX_FOUND);
+        // A new turn forgets what the last one found.
+        d.enter(Some("s"), "another request", 0);
+        assert_eq!(d.found_by(Some("s"), "maps__elevation"), None);
     }
 
     #[test]

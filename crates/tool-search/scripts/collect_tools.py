@@ -1,5 +1,7 @@
 """Starts each pinned MCP server over stdio, does the MCP handshake and `tools/list` (following
-`nextCursor`), and writes the raw results to the fixture. Called by collect-tools.sh."""
+`nextCursor`), and writes the raw results to the fixture. Called by collect-tools.sh (the
+360-tool catalog) and by collect-mixed-tools.sh (third argument `mixed`: Chinese vendors'
+servers, whose tools are described in Chinese or in both languages)."""
 import json
 import os
 import select
@@ -9,6 +11,7 @@ import tempfile
 import time
 
 PREFIX, OUT = sys.argv[1], sys.argv[2]
+CATALOG = sys.argv[3] if len(sys.argv) > 3 else "main"
 NPM = os.path.join(PREFIX, "npm", "node_modules")
 VENV = os.path.join(PREFIX, "venv", "bin")
 SCRATCH = tempfile.mkdtemp(prefix="tool-search-fs-")
@@ -27,13 +30,25 @@ def npm(name, package, *args, env=None):
     return name, f"npm:{package}@{version}", ["node", entry, *args], env or {}
 
 
+def pypi_version(package):
+    return subprocess.run([os.path.join(VENV, "pip"), "show", package], capture_output=True,
+                          text=True).stdout.split("Version: ")[1].split()[0]
+
+
 def pypi(name, module, package):
-    version = subprocess.run([os.path.join(VENV, "pip"), "show", package], capture_output=True,
-                             text=True).stdout.split("Version: ")[1].split()[0]
+    version = pypi_version(package)
     return name, f"pypi:{package}=={version}", [os.path.join(VENV, "python"), "-m", module], {}
 
 
-SERVERS = [
+def pypi_script(name, package, script=None, *args, env=None):
+    """A PyPI server started by its console script (`script`, default the package's name)."""
+    version = pypi_version(package)
+    cmd = [os.path.join(VENV, script or package), *args]
+    return name, f"pypi:{package}=={version}", cmd, env or {}
+
+
+def main_servers():
+    return [
     npm("everything", "@modelcontextprotocol/server-everything", "stdio"),
     npm("filesystem", "@modelcontextprotocol/server-filesystem", SCRATCH),
     npm("memory", "@modelcontextprotocol/server-memory",
@@ -71,6 +86,37 @@ SERVERS = [
     pypi("time", "mcp_server_time", "mcp-server-time"),
     pypi("fetch", "mcp_server_fetch", "mcp-server-fetch"),
 ]
+
+
+def mixed_servers():
+    """Chinese vendors' servers (maps, payments, office suites, search, finance, weather,
+    recipes, DevOps): most describe their tools in Chinese, some in English, some in both."""
+    return [
+        npm("amap", "@amap/amap-maps-mcp-server", env={"AMAP_MAPS_API_KEY": "dummy"}),
+        npm("baidu_map", "@baidumap/mcp-server-baidu-map", env={"BAIDU_MAP_API_KEY": "dummy"}),
+        npm("howtocook", "howtocook-mcp"),
+        npm("lark", "@larksuiteoapi/lark-mcp", "mcp", "-a", "cli_dummy", "-s", "dummy"),
+        npm("yunxiao", "alibabacloud-devops-mcp-server",
+            env={"ALIBABA_CLOUD_DEVOPS_TOKEN": "dummy"}),
+        pypi_script("baidu_search", "baidu-ai-search-mcp", env={"BAIDU_API_KEY": "dummy"}),
+        pypi_script("qweather", "hefeng-weather-mcp", None, "stdio", env={
+            "HEFENG_API_HOST": "127.0.0.1:9", "HEFENG_PROJECT_ID": "dummy",
+            "HEFENG_KEY_ID": "dummy", "HEFENG_PRIVATE_KEY_PATH": throwaway_ed25519_key()}),
+        pypi("a_stock", "a_stock_mcp_server.server", "a-stock-mcp-server"),
+        pypi_script("alipayplus", "ant-intl-alipayplus-mcp", env={
+            "CLIENT_ID": "dummy", "MERCHANT_PRIVATE_KEY": "dummy", "ALIPAY_PUBLIC_KEY": "dummy"}),
+    ]
+
+
+def throwaway_ed25519_key():
+    """A fresh Ed25519 key in the scratch directory: the weather server signs a token with one
+    when it starts (it never reaches its service here)."""
+    path = os.path.join(SCRATCH, "ed25519.pem")
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", path], check=True)
+    return path
+
+
+SERVERS = mixed_servers() if CATALOG == "mixed" else main_servers()
 
 
 def tools_of(cmd, env, limit=60):

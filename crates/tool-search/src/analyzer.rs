@@ -6,7 +6,9 @@
 //!   `listing` → `list`); a few everyday synonyms add their canonical word (`folder` also
 //!   gives `directory`).
 //! - **CJK runs** (Chinese has no spaces between words): every character bigram, so a Chinese
-//!   description or keyword matches a Chinese query; and the words of the glossary found in the
+//!   description or keyword matches a Chinese query — except across or within the function
+//!   words of requests (帮我, 一下, 这个, 的, 吗…: [`CHINESE_STOP_WORDS`]), which would otherwise
+//!   match every Chinese-described tool; and the words of the glossary found in the
 //!   run (leftmost-longest dictionary matching, the classic segmentation method), each adding
 //!   the English words tool descriptions use for it (`读取文件` → `read`, `file`), so a Chinese
 //!   query finds a tool described in English.
@@ -33,6 +35,69 @@ const STOP_WORDS: &[&str] = &[
     "should", "will", "do", "does", "did", "how", "what", "which", "who", "some", "there", "their",
     "them", "then", "than", "so", "if", "but", "not", "no", "via", "using", "use", "used", "want",
     "need", "let", "just", "also", "about", "up", "out", "s", "t", "d", "ll", "re", "ve", "m",
+];
+
+/// Chinese function words of requests: a run is cut at each (leftmost-longest, so 现在 "now" is
+/// one word, not 现 + the stop word 在) and no bigram spans or contains one. Words in
+/// `CHINESE_KEEP` (whole words such as 现在) that contain one of these are matched first and kept.
+pub const CHINESE_STOP_WORDS: &[&str] = &[
+    "帮我",
+    "帮忙",
+    "麻烦",
+    "请你",
+    "请",
+    "一下",
+    "这个",
+    "那个",
+    "这些",
+    "那些",
+    "这里",
+    "那里",
+    "这儿",
+    "那儿",
+    "我的",
+    "你的",
+    "我们",
+    "我想",
+    "我要",
+    "想要",
+    "给我",
+    "为我",
+    "让我",
+    "一个",
+    "一些",
+    "怎么",
+    "怎样",
+    "如何",
+    "什么",
+    "哪个",
+    "哪些",
+    "可以",
+    "能不能",
+    "是不是",
+    "有没有",
+    "好吗",
+    "的",
+    "了",
+    "吗",
+    "呢",
+    "吧",
+    "啊",
+    "呀",
+    "我",
+    "你",
+    "把",
+    "在",
+    "是",
+    "和",
+    "都",
+];
+
+/// Words that contain a stop word but are words of their own, kept whole.
+const CHINESE_KEEP: &[&str] = &[
+    "现在", "在线", "存在", "所在", "正在", "实在", "目的", "的确", "的士", "了解", "为了", "除了",
+    "完了", "我国", "你好", "把握", "是否", "总是", "还是", "或是", "和平", "都市", "首都", "请求",
+    "申请", "邀请", "请假", "吧台", "呢子", "自我",
 ];
 
 /// Everyday words and the canonical word tool descriptions tend to use instead.
@@ -98,6 +163,9 @@ struct Inner {
     english: Vec<Vec<String>>,
     /// English synonyms, already stemmed, by lower-cased word.
     synonyms: BTreeMap<String, Vec<String>>,
+    /// Leftmost-longest matcher over [`CHINESE_STOP_WORDS`] then [`CHINESE_KEEP`]: a match
+    /// of pattern `i < CHINESE_STOP_WORDS.len()` is a stop word.
+    stop: Option<AhoCorasick>,
 }
 
 impl std::fmt::Debug for Analyzer {
@@ -180,12 +248,17 @@ impl Analyzer {
             .match_kind(MatchKind::LeftmostLongest)
             .build(&keys)
             .ok();
+        let stop = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(CHINESE_STOP_WORDS.iter().chain(CHINESE_KEEP))
+            .ok();
         Self {
             inner: Arc::new(Inner {
                 stemmer,
                 cjk,
                 english,
                 synonyms,
+                stop,
             }),
         }
     }
@@ -230,12 +303,31 @@ impl Analyzer {
     }
 
     fn cjk_terms(&self, run: &str, out: &mut Vec<String>) {
-        let chars: Vec<char> = run.chars().collect();
-        if chars.len() == 1 {
-            out.push(run.to_owned());
+        // The pieces between stop words; a run that is nothing but stop words keeps them (a
+        // request of only 你好 still has a term).
+        let mut pieces: Vec<&str> = Vec::new();
+        let mut start = 0;
+        if let Some(stop) = &self.inner.stop {
+            for m in stop.find_iter(run) {
+                if m.pattern().as_usize() < CHINESE_STOP_WORDS.len() {
+                    pieces.push(&run[start..m.start()]);
+                    start = m.end();
+                }
+            }
         }
-        for pair in chars.windows(2) {
-            out.push(pair.iter().collect());
+        pieces.push(&run[start..]);
+        pieces.retain(|p| !p.is_empty());
+        if pieces.is_empty() {
+            pieces.push(run);
+        }
+        for piece in pieces {
+            let chars: Vec<char> = piece.chars().collect();
+            if chars.len() == 1 {
+                out.push(piece.to_owned());
+            }
+            for pair in chars.windows(2) {
+                out.push(pair.iter().collect());
+            }
         }
         if let Some(ac) = &self.inner.cjk {
             for m in ac.find_iter(run) {
@@ -329,6 +421,24 @@ mod tests {
         let t = a.terms("文件夹");
         assert!(t.contains(&"directori".to_owned()), "{t:?}");
         assert!(!t.contains(&"file".to_owned()), "{t:?}");
+    }
+
+    #[test]
+    fn chinese_function_words_make_no_bigrams() {
+        let a = Analyzer::default();
+        let t = a.terms("帮我查一下这个文件的内容");
+        for gone in [
+            "帮我", "我查", "一下", "下这", "这个", "个文", "件的", "的内",
+        ] {
+            assert!(!t.contains(&gone.to_owned()), "{gone} in {t:?}");
+        }
+        for kept in ["查", "文件", "内容", "file", "content"] {
+            assert!(t.contains(&kept.to_owned()), "{kept} missing from {t:?}");
+        }
+        // A word holding a stop word stays whole; a run of only stop words keeps its bigrams.
+        assert!(a.terms("现在几点").contains(&"现在".to_owned()));
+        assert_eq!(a.terms("你好吗").first().map(String::as_str), Some("你好"));
+        assert!(!a.terms("这个").is_empty());
     }
 
     #[test]

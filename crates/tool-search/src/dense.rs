@@ -56,17 +56,18 @@ pub enum Fusion {
     /// Scores: `bm25_weight × its BM25 score / the query's best BM25 score` plus
     /// `dense_weight × its cosine min-max scaled over the catalog` (the nearest tool 1, the
     /// farthest 0). Keeps how far apart the tools are, which ranks throw away; `k` is unused.
-    /// The default: on the dev split with multilingual-e5-small it ranked the right tool first
-    /// as often as the best rank fusion and had the best MRR, over a plateau of weights.
+    /// The default: on the dev splits with multilingual-e5-small it ranked the right tool in the
+    /// first five as often as the best rank fusion or more, over a plateau of weights.
     #[default]
     Score,
 }
 
 /// How BM25's ranking and the cosine ranking are fused, and when no tool fits.
 ///
-/// By default score fusion ([`Fusion::Score`]) with the cosine weighted 3 to BM25's 1 (chosen
-/// on the evaluation's dev split with multilingual-e5-small; weights 1.5 to 4 did as well: tune on
-/// labelled requests of your own for another encoder). With [`Fusion::Rank`], reciprocal-rank
+/// By default score fusion ([`Fusion::Score`]) with the cosine weighted 2 to BM25's 1 and
+/// language-neutral cosines (chosen on the mixed-language dev split with multilingual-e5-small:
+/// weights 1 to 2 did as well, 3 and up lost English requests to BM25; tune on labelled requests
+/// of your own for another encoder). With [`Fusion::Rank`], reciprocal-rank
 /// fusion: a tool scores `bm25_weight / (k + its BM25 rank)` plus
 /// `dense_weight / (k + its cosine rank)` (ranks from 1; a tool BM25 did not match adds nothing
 /// from BM25, and only the `dense_depth` nearest tools add from the cosine side). Ranks, not
@@ -81,10 +82,25 @@ pub struct HybridConfig {
     pub k: f32,
     /// Weight of BM25's ranking. Default 1.
     pub bm25_weight: f32,
-    /// Weight of the cosine side. Default 3.
+    /// Weight of the cosine side. Default 2.
     pub dense_weight: f32,
     /// How many of the nearest tools the cosine side ranks. Default [`MAX_LIMIT`].
     pub dense_depth: usize,
+    /// Language-neutral cosines for CJK-script requests (default on): each tool's vector is
+    /// centred on the mean vector of the tools whose [`embedding_text`] is in the same script
+    /// ([`Script`]), the request's on the mean of the tools in its own script, before the
+    /// cosine. A small multilingual encoder puts a Chinese request nearer to any Chinese
+    /// description than to the English description of the tool it means; the mean of a
+    /// language's vectors is what its texts share whatever they say, so taking it out leaves
+    /// the meaning. A script with fewer than [`MIN_SCRIPT_TOOLS`] tools (and a one-language
+    /// catalog) is centred on the whole catalog's mean. Latin-script requests keep raw cosines:
+    /// on the mixed-language dev split they ranked English requests better at recall@1 (0.57
+    /// against 0.50 centred), and centred they can land on a small group of Chinese-described
+    /// tools whose language offset a few tools cannot estimate.
+    pub language_neutral: bool,
+    /// How much the lexical half of [`Fit`] counts in [`SearchIndex::fit`]:
+    /// `fit = dense + lexical_fit_weight × lexical`. Default [`DEFAULT_LEXICAL_FIT_WEIGHT`].
+    pub lexical_fit_weight: f32,
     /// Return nothing when [`SearchIndex::fit`] is below this: no tool stands out for the
     /// request. `None` (the default): always return the best tools. Derive it for your
     /// encoder with [`calibrate_no_fit`] on labelled requests; it does not carry over from one
@@ -98,14 +114,81 @@ impl Default for HybridConfig {
             fusion: Fusion::Score,
             k: 60.0,
             bm25_weight: 1.0,
-            dense_weight: 3.0,
+            dense_weight: 2.0,
             dense_depth: MAX_LIMIT,
+            language_neutral: true,
+            lexical_fit_weight: DEFAULT_LEXICAL_FIT_WEIGHT,
             no_fit_below: None,
         }
     }
 }
 
+/// The "no tool fits" thresholds ([`HybridConfig::no_fit_below`]) for multilingual-e5-small
+/// with the default [`HybridConfig`], by catalog size: (tools, threshold). The nearest cosine
+/// grows with the number of tools it is the largest of, so one threshold cannot serve a catalog
+/// of 30 tools and one of 600. Derived on the mixed-language dev split only: catalogs of each
+/// size drawn from its 634 tools (ten per request, always holding the request's right tools),
+/// and [`calibrate_no_fit`] at most **1 %** of the answerable requests turned away; between two
+/// sizes the threshold follows the logarithm of the size, beyond them the nearest one holds.
+/// Kept that low on purpose: a request turned away is worse than a tool too many, and with this
+/// encoder the two channels tell few requests no tool serves apart (about 1 in 12 of dev's
+/// negatives is turned away at 634 tools).
+pub const E5_SMALL_NO_FIT: [(usize, f32); 6] = [
+    (16, 0.7960),
+    (32, 0.7961),
+    (64, 0.8017),
+    (128, 0.8061),
+    (256, 0.8145),
+    (634, 0.8409),
+];
+
+/// The threshold of `table` ((tools, threshold), by growing size) for a catalog of `tools`:
+/// interpolated on the logarithm of the size, the nearest end beyond the table; `None` for an
+/// empty table.
+pub fn no_fit_for_size(table: &[(usize, f32)], tools: usize) -> Option<f32> {
+    let (first, last) = (table.first()?, table.last()?);
+    if tools <= first.0 {
+        return Some(first.1);
+    }
+    if tools >= last.0 {
+        return Some(last.1);
+    }
+    let ln = |n: usize| (n.max(1) as f32).ln();
+    table.windows(2).find_map(|w| {
+        let ((a, ta), (b, tb)) = (w[0], w[1]);
+        (tools >= a && tools <= b && b > a).then(|| {
+            let x = (ln(tools) - ln(a)) / (ln(b) - ln(a));
+            ta + x * (tb - ta)
+        })
+    })
+}
+
 impl HybridConfig {
+    /// The default fusion for a catalog of `tools` tools searched with the encoder whose id
+    /// (`Embedder::id` in toolwright-core) is `encoder_id`, with "no tool fits" on when it was
+    /// calibrated for that encoder: multilingual-e5-small (ids starting
+    /// `multilingual-e5-small`), [`E5_SMALL_NO_FIT`] for that size. Another encoder gets no
+    /// threshold (every search returns its best tools): calibrate one with
+    /// [`calibrate_no_fit`] and set it with [`HybridConfig::with_no_fit_below`]. The MCP
+    /// bridge's search and code mode's `search_functions` both take this, so they share one
+    /// judge.
+    ///
+    /// ```
+    /// use toolwright_tool_search::{E5_SMALL_NO_FIT, HybridConfig};
+    /// let e5 = HybridConfig::for_encoder("multilingual-e5-small-q4@1a2b3c4d", 634);
+    /// assert_eq!(e5.no_fit_below, Some(E5_SMALL_NO_FIT[5].1));
+    /// let small = HybridConfig::for_encoder("multilingual-e5-small-q4@1a2b3c4d", 30);
+    /// assert!(small.no_fit_below.unwrap() < e5.no_fit_below.unwrap());
+    /// assert_eq!(HybridConfig::for_encoder("text-embedding-3-small", 634).no_fit_below, None);
+    /// ```
+    pub fn for_encoder(encoder_id: &str, tools: usize) -> Self {
+        let threshold = if encoder_id.starts_with("multilingual-e5-small") {
+            no_fit_for_size(&E5_SMALL_NO_FIT, tools)
+        } else {
+            None
+        };
+        Self::default().with_no_fit_below(threshold)
+    }
     /// Sets [`HybridConfig::fusion`].
     pub fn with_fusion(mut self, fusion: Fusion) -> Self {
         self.fusion = fusion;
@@ -126,6 +209,20 @@ impl HybridConfig {
     /// Sets how many nearest tools the cosine side ranks (1..=[`MAX_LIMIT`]).
     pub fn with_dense_depth(mut self, depth: usize) -> Self {
         self.dense_depth = depth.clamp(1, MAX_LIMIT);
+        self
+    }
+    /// Sets [`HybridConfig::language_neutral`].
+    pub fn with_language_neutral(mut self, on: bool) -> Self {
+        self.language_neutral = on;
+        self
+    }
+    /// Sets [`HybridConfig::lexical_fit_weight`] (at least 0).
+    pub fn with_lexical_fit_weight(mut self, weight: f32) -> Self {
+        self.lexical_fit_weight = if weight.is_finite() {
+            weight.max(0.0)
+        } else {
+            DEFAULT_LEXICAL_FIT_WEIGHT
+        };
         self
     }
     /// Sets [`HybridConfig::no_fit_below`].
@@ -280,11 +377,86 @@ fn collapse(s: &str, max: usize) -> String {
     out.chars().take(max).collect()
 }
 
-/// The tools' vectors, L2-normalised, row-major.
+/// The default [`HybridConfig::lexical_fit_weight`].
+/// Chosen on the mixed-language dev split with multilingual-e5-small: 0.2 to 0.3 stopped the
+/// most negatives at the same share of answerable requests turned away (0: a third as many).
+pub const DEFAULT_LEXICAL_FIT_WEIGHT: f32 = 0.3;
+
+/// How well a request fits the catalog, from both channels: what "no tool fits" is decided on
+/// ([`SearchIndex::fit_parts`]; [`SearchIndex::fit`] is their weighted sum).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Fit {
+    /// The nearest tool's raw cosine (not centred: how near the request is to the catalog at
+    /// all, language included; on the dev split it told negatives apart better than the
+    /// language-neutral one, which only ranks).
+    pub dense: f32,
+    /// The share of the request's words, weighted by rarity, that BM25's best tool holds
+    /// (0 to 1): 1 when it has them all, 0 when no tool shares a word.
+    pub lexical: f32,
+}
+
+impl Fit {
+    /// `dense + lexical_weight × lexical`.
+    pub fn score(&self, lexical_weight: f32) -> f32 {
+        self.dense + lexical_weight * self.lexical
+    }
+}
+
+/// The fewest tools of one script whose own mean a script's vectors are centred on
+/// ([`HybridConfig::language_neutral`]); fewer, and they are centred on the whole catalog's.
+pub const MIN_SCRIPT_TOOLS: usize = 8;
+
+/// The writing system a text is mostly in, as far as the encoder's language bias goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Script {
+    /// Latin letters (English and the like), or no letters at all.
+    Latin,
+    /// Han, kana or Hangul (Chinese, Japanese, Korean).
+    Cjk,
+}
+
+impl Script {
+    /// The script of `text`: [`Script::Cjk`] when its CJK characters, counted three to a Latin
+    /// letter (a Chinese word is about two characters, an English one about six letters), are
+    /// at least as many as its Latin letters; else [`Script::Latin`]. Reads at most
+    /// [`crate::MAX_INPUT_CHARS`] characters.
+    pub fn of(text: &str) -> Self {
+        let (mut cjk, mut latin) = (0usize, 0usize);
+        for c in text.chars().take(crate::MAX_INPUT_CHARS) {
+            if crate::analyzer::is_cjk(c) {
+                cjk += 1;
+            } else if c.is_alphabetic() {
+                latin += 1;
+            }
+        }
+        if cjk > 0 && 3 * cjk >= latin {
+            Self::Cjk
+        } else {
+            Self::Latin
+        }
+    }
+
+    fn slot(self) -> usize {
+        match self {
+            Self::Latin => 0,
+            Self::Cjk => 1,
+        }
+    }
+}
+
+/// The tools' vectors, L2-normalised, row-major; and the same centred on their script's mean
+/// and normalised again ([`HybridConfig::language_neutral`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Vectors {
     dims: usize,
     data: Vec<f32>,
+    centred: Vec<f32>,
+    /// The mean each script's vectors (tools' and queries') are centred on, by [`Script::slot`].
+    means: [Vec<f32>; 2],
+    /// Learned requests' vectors ([`SearchIndex::with_learned`]): (tool, normalised, centred).
+    learned: Vec<(usize, Vec<f32>, Vec<f32>)>,
 }
 
 impl Vectors {
@@ -292,7 +464,8 @@ impl Vectors {
         self.dims
     }
 
-    fn new(vectors: Vec<Vec<f32>>, tools: usize) -> Result<Self, VectorError> {
+    fn new(vectors: Vec<Vec<f32>>, scripts: &[Script]) -> Result<Self, VectorError> {
+        let tools = scripts.len();
         if vectors.len() != tools {
             return Err(VectorError::Count {
                 got: vectors.len(),
@@ -304,6 +477,9 @@ impl Vectors {
             return Ok(Self {
                 dims: 0,
                 data: Vec::new(),
+                centred: Vec::new(),
+                means: [Vec::new(), Vec::new()],
+                learned: Vec::new(),
             });
         };
         if dims == 0 || dims > MAX_DIMENSIONS {
@@ -313,16 +489,102 @@ impl Vectors {
         for (i, v) in vectors.into_iter().enumerate() {
             data.extend(normalised(&v, dims, i)?);
         }
-        Ok(Self { dims, data })
+        let mean_of = |which: &dyn Fn(usize) -> bool| -> (usize, Vec<f32>) {
+            let mut sum = vec![0.0f64; dims];
+            let mut n = 0usize;
+            for (i, row) in data.chunks_exact(dims).enumerate() {
+                if which(i) {
+                    n += 1;
+                    sum.iter_mut()
+                        .zip(row)
+                        .for_each(|(s, x)| *s += f64::from(*x));
+                }
+            }
+            let n_f = n.max(1) as f64;
+            (n, sum.into_iter().map(|s| (s / n_f) as f32).collect())
+        };
+        let (_, all) = mean_of(&|_| true);
+        let means = [Script::Latin, Script::Cjk].map(|script| {
+            let (n, mean) = mean_of(&|i| scripts[i] == script);
+            if n >= MIN_SCRIPT_TOOLS {
+                mean
+            } else {
+                all.clone()
+            }
+        });
+        let mut centred = Vec::with_capacity(data.len());
+        for (row, script) in data.chunks_exact(dims).zip(scripts) {
+            centred.extend(centre(row, &means[script.slot()]));
+        }
+        Ok(Self {
+            dims,
+            data,
+            centred,
+            means,
+            learned: Vec::new(),
+        })
     }
 
-    /// The cosine of each tool with the (normalised) query.
-    fn cosines(&self, query: &[f32]) -> Vec<f32> {
-        self.data
-            .chunks_exact(self.dims)
-            .map(|row| row.iter().zip(query).map(|(a, b)| a * b).sum())
-            .collect()
+    /// Sets the learned requests' vectors: (tool, the request's script, its vector).
+    pub(crate) fn set_learned(
+        &mut self,
+        learned: Vec<(usize, Script, Vec<f32>)>,
+    ) -> Result<(), VectorError> {
+        let mut out = Vec::with_capacity(learned.len());
+        for (which, (tool, script, v)) in learned.into_iter().enumerate() {
+            if self.dims == 0 {
+                break;
+            }
+            let raw = normalised(&v, self.dims, which)?;
+            let centred = centre(&raw, &self.means[script.slot()]);
+            out.push((tool, raw, centred));
+        }
+        self.learned = out;
+        Ok(())
     }
+
+    /// The cosine of each tool with the (normalised) query: language-neutral ones (the query
+    /// centred on `script`'s mean) when `neutral`.
+    fn cosines(&self, query: &[f32], script: Script, neutral: bool) -> Vec<f32> {
+        let (rows, query) = if neutral {
+            (&self.centred, centre(query, &self.means[script.slot()]))
+        } else {
+            (&self.data, query.to_vec())
+        };
+        let dot = |row: &[f32]| row.iter().zip(&query).map(|(a, b)| a * b).sum::<f32>();
+        rows.chunks_exact(self.dims).map(dot).collect()
+    }
+
+    /// [`Vectors::cosines`] with each tool's learned requests counted: the larger cosine.
+    fn cosines_learned(&self, query: &[f32], script: Script, neutral: bool) -> Vec<f32> {
+        let mut out = self.cosines(query, script, neutral);
+        if self.learned.is_empty() {
+            return out;
+        }
+        let q = if neutral {
+            centre(query, &self.means[script.slot()])
+        } else {
+            query.to_vec()
+        };
+        for (tool, raw, centred) in &self.learned {
+            let row = if neutral { centred } else { raw };
+            let c: f32 = row.iter().zip(&q).map(|(a, b)| a * b).sum();
+            if let Some(o) = out.get_mut(*tool) {
+                *o = o.max(c);
+            }
+        }
+        out
+    }
+}
+
+/// `v − mean`, scaled to length 1 (zero when `v` is the mean).
+fn centre(v: &[f32], mean: &[f32]) -> Vec<f32> {
+    let d: Vec<f32> = v.iter().zip(mean).map(|(a, m)| a - m).collect();
+    let norm = d.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    if norm < 1e-9 {
+        return vec![0.0; d.len()];
+    }
+    d.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
 }
 
 /// BM25's ranking (tool, score; best first) and every tool's cosine fused as `config` says:
@@ -371,6 +633,49 @@ fn fuse(bm25: &[(usize, f32)], cosines: &[f32], config: &HybridConfig) -> Vec<(u
     ranked
 }
 
+/// How far down the fused ranking BM25's first tool may fall: [`BM25_FIRST_WITHIN`]-th place.
+///
+/// The fusion's fallback when the cosine side is unsure: the cosines may reorder BM25's tools
+/// and add their own, but BM25's first tool (the one holding the most of the request's rare
+/// words) is never pushed out of the first five. On the mixed-language dev split this lifted
+/// English requests' recall@5 from 0.79 to 0.81 and lost nothing elsewhere.
+/// Not when BM25's weight is 0 (the cosine order is asked for then).
+pub const BM25_FIRST_WITHIN: usize = 5;
+
+/// Raises BM25's first tool to place [`BM25_FIRST_WITHIN`] of `ranked` (best first, ties in
+/// index order) when the fusion put it lower: its score becomes the next float above the
+/// score at that place, and the list is sorted again. Not when BM25 does not count
+/// (`bm25_weight` 0: the cosine order is asked for).
+fn keep_bm25_first(ranked: &mut [(usize, f32)], bm25: &[(usize, f32)], config: &HybridConfig) {
+    let Some(&(first, _)) = bm25.first() else {
+        return;
+    };
+    if config.bm25_weight <= 0.0 {
+        return;
+    }
+    let slot = BM25_FIRST_WITHIN - 1;
+    let Some(at) = ranked.iter().position(|&(i, _)| i == first) else {
+        return;
+    };
+    if at <= slot {
+        return;
+    }
+    let Some(&(_, bar)) = ranked.get(slot) else {
+        return;
+    };
+    ranked[at].1 = next_above(bar);
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+}
+
+/// The smallest float above `x` (finite, non-negative `x`; fused scores are).
+fn next_above(x: f32) -> f32 {
+    if x.is_finite() && x >= 0.0 {
+        f32::from_bits(x.to_bits() + 1)
+    } else {
+        x
+    }
+}
+
 /// `v` scaled to length 1 (a zero vector stays zero: it is near nothing).
 fn normalised(v: &[f32], dims: usize, which: usize) -> Result<Vec<f32>, VectorError> {
     if v.len() != dims {
@@ -389,33 +694,20 @@ fn normalised(v: &[f32], dims: usize, which: usize) -> Result<Vec<f32>, VectorEr
     Ok(v.iter().map(|x| (f64::from(*x) / norm) as f32).collect())
 }
 
-/// How far the best of `cosines` stands out: (best − mean) / standard deviation; 0 when all are
-/// equal or there are fewer than two.
-fn stand_out(cosines: &[f32]) -> f32 {
-    if cosines.len() < 2 {
-        return 0.0;
-    }
-    let n = cosines.len() as f64;
-    let mean = cosines.iter().map(|c| f64::from(*c)).sum::<f64>() / n;
-    let var = cosines
+/// The largest of `cosines`; 0 when there is none.
+fn nearest(cosines: &[f32]) -> f32 {
+    cosines
         .iter()
-        .map(|c| (f64::from(*c) - mean).powi(2))
-        .sum::<f64>()
-        / n;
-    let best = cosines.iter().copied().fold(f32::MIN, f32::max);
-    let sd = var.sqrt();
-    // Cosines are in [-1, 1]: a spread under 1e-5 is rounding, not a difference.
-    if sd < 1e-5 {
-        return 0.0;
-    }
-    ((f64::from(best) - mean) / sd) as f32
+        .copied()
+        .fold(None, |m: Option<f32>, c| Some(m.map_or(c, |m| m.max(c))))
+        .unwrap_or(0.0)
 }
 
 impl SearchIndex {
     /// This index with each tool's vector (one per tool, in the order the index was built
     /// from, all of one width; normalised here), for [`SearchIndex::search_hybrid`].
     pub fn with_vectors(mut self, vectors: Vec<Vec<f32>>) -> Result<Self, VectorError> {
-        self.vectors = Some(Vectors::new(vectors, self.names.len())?);
+        self.vectors = Some(Vectors::new(vectors, &self.scripts)?);
         Ok(self)
     }
 
@@ -435,22 +727,50 @@ impl SearchIndex {
         self.vectors.is_some()
     }
 
-    /// How far the tool nearest to `query_vector` stands out from the catalog: its cosine's
-    /// z-score among all tools' cosines. High when one tool is clearly about the request; low
-    /// when every tool is about as near (a request nothing serves). What
+    /// How well `query` (whose vector is `query_vector`) fits the catalog: [`Fit::score`] of
+    /// [`SearchIndex::fit_parts`] with [`HybridConfig::lexical_fit_weight`]. What
     /// [`HybridConfig::no_fit_below`] is compared with; an encoder's own scale, so calibrate
     /// per encoder ([`calibrate_no_fit`]).
-    pub fn fit(&self, query_vector: &[f32]) -> Result<f32, VectorError> {
-        Ok(stand_out(&self.cosines(query_vector)?))
+    pub fn fit(&self, query: &str, query_vector: &[f32]) -> Result<f32, VectorError> {
+        Ok(self
+            .fit_parts(query, query_vector)?
+            .score(self.hybrid.lexical_fit_weight))
     }
 
-    fn cosines(&self, query_vector: &[f32]) -> Result<Vec<f32>, VectorError> {
+    /// Both channels' evidence that some tool serves `query` ([`Fit`]).
+    pub fn fit_parts(&self, query: &str, query_vector: &[f32]) -> Result<Fit, VectorError> {
+        Ok(Fit {
+            dense: nearest(&self.raw_cosines(query_vector)?),
+            lexical: self.lexical_fit(query),
+        })
+    }
+
+    /// Every tool's cosine with `query_vector`, not centred.
+    fn raw_cosines(&self, query_vector: &[f32]) -> Result<Vec<f32>, VectorError> {
         let vectors = self.vectors.as_ref().ok_or(VectorError::NoVectors)?;
         if vectors.dims == 0 {
             return Ok(Vec::new());
         }
         let q = normalised(query_vector, vectors.dims, 0)?;
-        Ok(vectors.cosines(&q))
+        Ok(vectors.cosines(&q, Script::Latin, false))
+    }
+
+    /// Every tool's cosine with `query_vector` (language-neutral ones when
+    /// [`HybridConfig::language_neutral`]), in index order.
+    pub fn cosines(&self, query: &str, query_vector: &[f32]) -> Result<Vec<f32>, VectorError> {
+        let vectors = self.vectors.as_ref().ok_or(VectorError::NoVectors)?;
+        if vectors.dims == 0 {
+            return Ok(Vec::new());
+        }
+        let q = normalised(query_vector, vectors.dims, 0)?;
+        let script = Script::of(
+            &query
+                .chars()
+                .take(crate::MAX_QUERY_CHARS)
+                .collect::<String>(),
+        );
+        let neutral = self.hybrid.language_neutral && script == Script::Cjk;
+        Ok(vectors.cosines_learned(&q, script, neutral))
     }
 
     /// The best `limit` tools (at most [`MAX_LIMIT`]) for `query`, whose vector from the same
@@ -463,18 +783,24 @@ impl SearchIndex {
         query_vector: &[f32],
         limit: usize,
     ) -> Result<Vec<Hit>, VectorError> {
-        let cosines = self.cosines(query_vector)?;
+        let cosines = self.cosines(query, query_vector)?;
         let limit = limit.min(MAX_LIMIT);
         if limit == 0 {
             return Ok(Vec::new());
         }
         let config = self.hybrid;
-        if let Some(t) = config.no_fit_below
-            && stand_out(&cosines) < t
-        {
-            return Ok(Vec::new());
+        if let Some(t) = config.no_fit_below {
+            let fit = Fit {
+                dense: nearest(&self.raw_cosines(query_vector)?),
+                lexical: self.lexical_fit(query),
+            };
+            if fit.score(config.lexical_fit_weight) < t {
+                return Ok(Vec::new());
+            }
         }
-        let ranked = fuse(&self.bm25_ranked(query), &cosines, &config);
+        let bm25 = self.bm25_ranked(query);
+        let mut ranked = fuse(&bm25, &cosines, &config);
+        keep_bm25_first(&mut ranked, &bm25, &config);
         Ok(self.hits(ranked.into_iter().take(limit)))
     }
 }
@@ -603,10 +929,10 @@ mod tests {
         let index = SearchIndex::new(tools).with_vectors(vectors).unwrap();
         let on_topic: Vec<f32> = (0..10).map(|j| if j == 3 { 1.0 } else { 0.1 }).collect();
         let vague = vec![0.3; 10];
-        let high = index.fit(&on_topic).unwrap();
-        let low = index.fit(&vague).unwrap();
-        assert!(high > 2.0, "{high}");
-        assert!(low < 0.5, "{low}");
+        let high = index.fit("x", &on_topic).unwrap();
+        let low = index.fit("x", &vague).unwrap();
+        assert!(high > 0.9, "{high}");
+        assert!(low < 0.6, "{low}");
         let t = calibrate_no_fit(&[high], &[low], 0.0).unwrap();
         let gated = index.with_hybrid(HybridConfig::default().with_no_fit_below(Some(t)));
         assert_eq!(
@@ -614,6 +940,240 @@ mod tests {
             "t3"
         );
         assert!(gated.search_hybrid("x", &vague, 3).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_request_whose_words_no_tool_holds_fits_less() {
+        let index = index()
+            .with_vectors(vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.7, 0.7]])
+            .unwrap();
+        let v = [0.9, 0.1];
+        let held = index.fit_parts("read the file contents", &v).unwrap();
+        let none = index.fit_parts("turn off the bedroom lights", &v).unwrap();
+        assert!((held.lexical - 1.0).abs() < 1e-6, "{held:?}");
+        assert_eq!(none.lexical, 0.0);
+        assert_eq!(held.dense, none.dense);
+        assert!(
+            index.fit("read the file contents", &v).unwrap()
+                > index.fit("turn off the bedroom lights", &v).unwrap()
+        );
+        // Half the words held: between the two.
+        let half = index.fit_parts("read the bedroom", &v).unwrap();
+        assert!(half.lexical > 0.0 && half.lexical < 1.0, "{half:?}");
+        assert_eq!(
+            Fit {
+                dense: 1.0,
+                lexical: 0.5
+            }
+            .score(2.0),
+            2.0
+        );
+    }
+
+    /// Toy vectors: a shared "language" direction per script plus a "meaning" direction.
+    fn bilingual() -> (SearchIndex, Vec<f32>) {
+        // 8 English-described tools (meanings 0..8) and 8 Chinese-described (meanings 8..16);
+        // dimension 16 is "English", 17 "Chinese"; the language weighs as much as the meaning.
+        let mut docs = Vec::new();
+        let mut vectors = Vec::new();
+        for i in 0..16 {
+            let (desc, lang) = if i < 8 {
+                (format!("English tool number {i}"), 16)
+            } else {
+                (format!("中文描述的工具第{i}号"), 17)
+            };
+            docs.push(ToolDoc::new(format!("t{i}"), desc));
+            let mut v = vec![0.0; 18];
+            v[i] = 1.0;
+            v[lang] = 1.2;
+            vectors.push(v);
+        }
+        let index = SearchIndex::new(docs).with_vectors(vectors).unwrap();
+        // A Chinese request meaning tool 3 (English-described): some of the meaning, and the
+        // Chinese direction it shares with every Chinese description.
+        let mut q = vec![0.0; 18];
+        q[3] = 0.8;
+        q[17] = 1.2;
+        (index, q)
+    }
+
+    #[test]
+    fn a_chinese_request_finds_an_english_described_tool_once_language_is_taken_out() {
+        let (index, q) = bilingual();
+        let raw = index.with_hybrid(HybridConfig::default().with_language_neutral(false));
+        // Raw cosines: the Chinese descriptions all beat the tool the request means.
+        let hits = raw.search_hybrid("打开第三个工具", &q, 3).unwrap();
+        assert!(hits.iter().all(|h| h.index >= 8), "{hits:?}");
+        let neutral = raw.with_hybrid(HybridConfig::default());
+        let hits = neutral.search_hybrid("打开第三个工具", &q, 3).unwrap();
+        assert_eq!(hits[0].name, "t3", "{hits:?}");
+    }
+
+    #[test]
+    fn bm25s_first_tool_is_never_pushed_out_of_the_first_five() {
+        // BM25 finds only tool 0; the cosines put six other tools nearer.
+        let docs: Vec<ToolDoc> = (0..8)
+            .map(|i| {
+                let words = if i == 0 { "invoice ledger" } else { "other" };
+                ToolDoc::new(format!("t{i}"), format!("{words} {i}"))
+            })
+            .collect();
+        let vectors: Vec<Vec<f32>> = (0..8)
+            .map(|i| (0..8).map(|j| if j == i { 1.0 } else { 0.0 }).collect())
+            .collect();
+        let index = SearchIndex::new(docs)
+            .with_vectors(vectors)
+            .unwrap()
+            .with_hybrid(HybridConfig::default().with_weights(0.1, 2.0));
+        let q: Vec<f32> = (0..8)
+            .map(|j| if j == 0 { 0.0 } else { 1.0 - 0.1 * j as f32 })
+            .collect();
+        let hits = index.search_hybrid("invoice ledger", &q, 8).unwrap();
+        let at = hits.iter().position(|h| h.name == "t0").unwrap();
+        assert!(at < BM25_FIRST_WITHIN, "{hits:?}");
+        assert!(
+            hits.windows(2).all(|w| w[0].score >= w[1].score),
+            "{hits:?}"
+        );
+        // Without a BM25 match nothing is moved.
+        let hits = index.search_hybrid("zzz", &q, 3).unwrap();
+        assert_eq!(hits[0].name, "t1");
+    }
+
+    #[test]
+    fn the_no_fit_threshold_follows_the_catalogs_size() {
+        let t = |n| no_fit_for_size(&E5_SMALL_NO_FIT, n).unwrap();
+        assert_eq!(t(1), E5_SMALL_NO_FIT[0].1);
+        assert_eq!(t(100_000), E5_SMALL_NO_FIT[5].1);
+        assert_eq!(t(128), E5_SMALL_NO_FIT[3].1);
+        let between = t(181); // about halfway between 128 and 256 on the logarithm
+        assert!(between > t(128) && between < t(256), "{between}");
+        assert!(E5_SMALL_NO_FIT.windows(2).all(|w| w[0].1 <= w[1].1));
+        assert_eq!(no_fit_for_size(&[], 10), None);
+        assert_eq!(
+            HybridConfig::for_encoder("multilingual-e5-small-q4@x", 634).no_fit_below,
+            Some(E5_SMALL_NO_FIT[5].1)
+        );
+        assert_eq!(HybridConfig::for_encoder("other", 634).no_fit_below, None);
+    }
+
+    #[test]
+    fn centring_a_one_language_catalog_keeps_its_order() {
+        // One script only: every vector moves by the same mean; a query on one tool still
+        // finds it first, and the cosine order of the rest follows the meaning.
+        // Chinese-described tools and a Chinese request: the case centring applies to.
+        let docs: Vec<ToolDoc> = (0..12)
+            .map(|i| ToolDoc::new(format!("t{i}"), format!("中文工具第{i}个")))
+            .collect();
+        let vectors: Vec<Vec<f32>> = (0..12)
+            .map(|i| {
+                (0..13)
+                    .map(|j| {
+                        if j == i {
+                            1.0
+                        } else if j == 12 {
+                            2.0
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let index = SearchIndex::new(docs).with_vectors(vectors).unwrap();
+        for i in 0..12 {
+            let mut q = vec![0.0; 13];
+            q[i] = 1.0;
+            q[12] = 2.0;
+            q[(i + 1) % 12] = 0.3;
+            let neutral = index.cosines("找到它", &q).unwrap();
+            let best = (0..12)
+                .max_by(|&a, &b| neutral[a].total_cmp(&neutral[b]))
+                .unwrap();
+            assert_eq!(best, i);
+            let second = (0..12)
+                .filter(|&j| j != i)
+                .max_by(|&a, &b| neutral[a].total_cmp(&neutral[b]))
+                .unwrap();
+            assert_eq!(second, (i + 1) % 12);
+        }
+    }
+
+    #[test]
+    fn a_hostile_description_near_everything_does_not_take_every_query() {
+        // Tool 8 says it does everything: its vector is the catalog's mean direction and its
+        // description repeats every tool's words.
+        let mut docs: Vec<ToolDoc> = (0..8)
+            .map(|i| ToolDoc::new(format!("t{i}"), format!("tool{i} does thing{i}")))
+            .collect();
+        let everything: String = (0..8).map(|i| format!("tool{i} thing{i} ")).collect();
+        docs.push(ToolDoc::new("hostile", everything.repeat(500)));
+        let mut vectors: Vec<Vec<f32>> = (0..8)
+            .map(|i| {
+                (0..9)
+                    .map(|j| if j == i || j == 8 { 1.0 } else { 0.0 })
+                    .collect()
+            })
+            .collect();
+        vectors.push((0..9).map(|j| if j == 8 { 1.0 } else { 0.35 }).collect());
+        let index = SearchIndex::new(docs).with_vectors(vectors).unwrap();
+        for i in 0..8 {
+            let mut q = vec![0.0; 9];
+            q[i] = 1.0;
+            q[8] = 1.0;
+            let hits = index.search_hybrid(&format!("thing{i}"), &q, 3).unwrap();
+            assert_eq!(hits[0].name, format!("t{i}"), "{hits:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_description_a_huge_query_and_an_emoji_query_are_handled() {
+        let index = SearchIndex::new(vec![
+            ToolDoc::new("fs__read_file", ""),
+            ToolDoc::new("maps__elevation", "Get elevation data"),
+        ])
+        .with_vectors(vec![vec![1.0, 0.0], vec![0.0, 1.0]])
+        .unwrap()
+        .with_hybrid(HybridConfig::default().with_no_fit_below(Some(0.5)));
+        assert_eq!(
+            embedding_text(&ToolDoc::new("fs__read_file", "")),
+            "read file"
+        );
+        let huge = "read the file ".repeat(800);
+        assert!(huge.chars().count() > 10_000);
+        let hits = index.search_hybrid(&huge, &[1.0, 0.0], 5).unwrap();
+        assert_eq!(hits[0].name, "fs__read_file");
+        let fit = index.fit(&huge, &[1.0, 0.0]).unwrap();
+        assert!(fit.is_finite());
+        // Only emoji: no word is shared; the vector alone decides, and the fit is finite.
+        let emoji = "🙂🚀🔥".repeat(3000);
+        let hits = index.search_hybrid(&emoji, &[0.1, 1.0], 5).unwrap();
+        assert_eq!(hits[0].name, "maps__elevation");
+        assert_eq!(index.fit_parts(&emoji, &[0.1, 1.0]).unwrap().lexical, 0.0);
+        // A zero query vector is near nothing: no tool fits.
+        assert!(
+            index
+                .search_hybrid("read", &[0.0, 0.0], 5)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn script_of_counts_a_chinese_character_as_three_letters() {
+        assert_eq!(Script::of("read a file"), Script::Latin);
+        assert_eq!(Script::of("读取文件"), Script::Cjk);
+        assert_eq!(Script::of("在Notion里新建一页笔记"), Script::Cjk);
+        assert_eq!(
+            Script::of("[Project Management] 获取实际工时明细"),
+            Script::Cjk
+        );
+        assert_eq!(
+            Script::of("create work item: [Project Management] Create a work item"),
+            Script::Latin
+        );
+        assert_eq!(Script::of("🙂🙂🙂"), Script::Latin);
+        assert_eq!(Script::of(""), Script::Latin);
     }
 
     #[test]

@@ -30,10 +30,13 @@
 //! gives each tool a vector of [`embedding_text`] and the query a vector; the index then fuses
 //! BM25's ranking with the cosine ranking by **reciprocal rank** ([`HybridConfig`]), so a
 //! request that shares no word with its tool still finds it. Cosines of small encoders sit in a
-//! narrow band (0.75–0.9 for multilingual-e5-small), so raw cosines are never compared with a
-//! fixed number: "no tool fits" is decided on [`SearchIndex::fit`], how far the best tool's
-//! cosine stands out from the catalog's for this query (a z-score), against a threshold derived
-//! on labelled requests with [`calibrate_no_fit`].
+//! narrow band (0.75–0.9 for multilingual-e5-small), and a small multilingual encoder puts a
+//! Chinese request nearer any Chinese description than the English description of the tool it
+//! means; so each language's vectors are centred on that language's mean
+//! ([`HybridConfig::language_neutral`], on by default), which leaves the meaning. "No tool fits"
+//! is decided on [`SearchIndex::fit`], from both channels ([`Fit`]: the nearest cosine and the
+//! share of the request's words the best BM25 tool holds), against a threshold
+//! derived on labelled requests with [`calibrate_no_fit`].
 //!
 //! ```
 //! use toolwright_tool_search::{HybridConfig, SearchIndex, ToolDoc, embedding_text, text_hash};
@@ -65,12 +68,15 @@
 mod analyzer;
 mod dense;
 pub mod judge;
+mod learn;
 
-pub use analyzer::{Analyzer, MAX_INPUT_CHARS};
+pub use analyzer::{Analyzer, CHINESE_STOP_WORDS, MAX_INPUT_CHARS};
 pub use dense::{
-    EMBED_SENTENCE_CHARS, Fusion, HybridConfig, MAX_DIMENSIONS, VectorError, calibrate_no_fit,
-    embedding_text, text_hash,
+    BM25_FIRST_WITHIN, DEFAULT_LEXICAL_FIT_WEIGHT, E5_SMALL_NO_FIT, EMBED_SENTENCE_CHARS, Fit,
+    Fusion, HybridConfig, MAX_DIMENSIONS, MIN_SCRIPT_TOOLS, Script, VectorError, calibrate_no_fit,
+    embedding_text, no_fit_for_size, text_hash,
 };
+pub use learn::{LearnError, LearnedPair, MAX_CAPACITY, MAX_PAIRS_PER_TOOL, UseMemory};
 
 const _: () = assert!((3 + 4) * MAX_FIELD_CHARS < MAX_INPUT_CHARS);
 
@@ -163,6 +169,12 @@ const KEYWORD_WEIGHT: usize = 2;
 /// ([`SearchIndex::with_vectors`]). Build it once per catalog; searching is cheap.
 pub struct SearchIndex {
     names: Vec<String>,
+    /// The script of each tool's [`embedding_text`] (what its vector was made from).
+    scripts: Vec<Script>,
+    /// Each tool's distinct terms (sorted), and in how many tools each term is: the lexical
+    /// half of [`SearchIndex::fit`].
+    doc_terms: Vec<Vec<u32>>,
+    df: std::collections::HashMap<u32, u32>,
     embedder: Embedder<u32, TermSource>,
     scorer: Scorer<usize, u32>,
     vectors: Option<dense::Vectors>,
@@ -208,10 +220,26 @@ impl SearchIndex {
         )
         .build();
         let mut scorer = Scorer::new();
+        let mut doc_terms = Vec::with_capacity(texts.len());
+        let mut df: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
         for (i, text) in texts.iter().enumerate() {
-            scorer.upsert(&i, embedder.embed(text));
+            let embedding = embedder.embed(text);
+            let mut terms: Vec<u32> = embedding.0.iter().map(|t| t.index).collect();
+            terms.sort_unstable();
+            terms.dedup();
+            for t in &terms {
+                *df.entry(*t).or_default() += 1;
+            }
+            doc_terms.push(terms);
+            scorer.upsert(&i, embedding);
         }
         Self {
+            doc_terms,
+            df,
+            scripts: docs
+                .iter()
+                .map(|d| Script::of(&embedding_text(d)))
+                .collect(),
             names: docs.into_iter().map(|d| d.name).collect(),
             embedder,
             scorer,
@@ -258,6 +286,40 @@ impl SearchIndex {
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored
+    }
+
+    /// The share of `query`'s distinct terms, each weighted by its rarity in the catalog (BM25's
+    /// IDF; a term no tool has weighs most), that BM25's best tool holds: 1 when the best tool
+    /// has every word of the request, 0 when no tool shares one.
+    pub(crate) fn lexical_fit(&self, query: &str) -> f32 {
+        let Some(&(top, _)) = self.bm25_ranked(query).first() else {
+            return 0.0;
+        };
+        let query: String = query.chars().take(MAX_QUERY_CHARS).collect();
+        let mut terms: Vec<u32> = self
+            .embedder
+            .embed(&query)
+            .0
+            .iter()
+            .map(|t| t.index)
+            .collect();
+        terms.sort_unstable();
+        terms.dedup();
+        let n = self.names.len() as f64;
+        let idf = |t: &u32| {
+            let df = f64::from(self.df.get(t).copied().unwrap_or(0));
+            (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+        };
+        let total: f64 = terms.iter().map(idf).sum();
+        let held: f64 = terms
+            .iter()
+            .filter(|t| self.doc_terms[top].binary_search(t).is_ok())
+            .map(idf)
+            .sum();
+        if total <= 0.0 {
+            return 0.0;
+        }
+        (held / total) as f32
     }
 
     /// The hits for ranked `(index, score)` pairs.

@@ -121,8 +121,10 @@ proptest! {
         }
         let again = SearchIndex::new(docs).with_vectors(vectors).unwrap().with_hybrid(config);
         prop_assert_eq!(hits, again.search_hybrid(&q, &qv, limit).unwrap());
-        let fit = index.fit(&qv).unwrap();
-        prop_assert!(fit.is_finite() && fit >= 0.0);
+        let fit = index.fit(&q, &qv).unwrap();
+        // The nearest cosine (-1..=1) plus the weighted share of words held (0..=1).
+        let w = HybridConfig::default().lexical_fit_weight;
+        prop_assert!(fit.is_finite() && (-1.0 - 1e-4..=1.0 + w + 1e-4).contains(&fit), "{}", fit);
     }
 
     #[test]
@@ -143,9 +145,10 @@ proptest! {
         let vectors: Vec<Vec<f32>> = seed.into_iter().take(n).collect();
         let fusion = if by_score { Fusion::Score } else { Fusion::Rank };
         let index = SearchIndex::new(docs).with_vectors(vectors.clone()).unwrap()
-            .with_hybrid(HybridConfig::default().with_weights(0.0, 1.0).with_fusion(fusion));
+            .with_hybrid(HybridConfig::default().with_weights(0.0, 1.0).with_fusion(fusion).with_language_neutral(false));
         let fused: Vec<usize> = index.search_hybrid(&q, &qv, MAX_LIMIT).unwrap().into_iter().map(|h| h.index).collect();
-        // Each returned tool is at least as near the query as the next one.
+        // Each returned tool is at least as near the query as the next one (raw cosines: the
+        // language-neutral ones are checked in the crate's unit tests).
         let unit = |v: &[f32]| {
             let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
             v.iter().map(|x| if n > 0.0 { x / n } else { 0.0 }).collect::<Vec<f32>>()
@@ -230,6 +233,20 @@ mod judge {
             let answer = format!("{before}{}{after}", serde_json::json!({"tools": picked}));
             let want = if n == 0 { Verdict::NoneFits } else { Verdict::Picks(order[..n].to_vec()) };
             prop_assert_eq!(read(&answer, &NAMES), Some(want));
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn no_chinese_term_holds_a_function_word(text in "[文件读取内容的吗了呢 ]{1,40}") {
+        let a = Analyzer::default();
+        for run in text.split(' ') {
+            if run.chars().any(|c| !"的吗了呢".contains(c)) {
+                for t in a.terms(run) {
+                    prop_assert!(!t.contains(['的', '吗', '了', '呢']), "{} in the terms of {:?}", t, run);
+                }
+            }
         }
     }
 }

@@ -50,6 +50,17 @@ impl ChatModel for ScriptedModel {
     }
 }
 
+/// HowToCook's MCP server (tools described in Chinese), installed beside server-everything by
+/// crates/mcp-bridge/install-test-deps.sh.
+fn cook_entry() -> Option<String> {
+    let cache = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(x) if !x.is_empty() => PathBuf::from(x),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"),
+    };
+    let path = cache.join("llm-toolkit/npm/node_modules/howtocook-mcp/build/index.js");
+    path.is_file().then(|| path.to_string_lossy().into_owned())
+}
+
 fn everything_entry() -> Option<String> {
     // where `cargo xtask stage 4` installs it: the toolkit cache ($XDG_CACHE_HOME or ~/.cache)
     let cache = match std::env::var_os("XDG_CACHE_HOME") {
@@ -77,6 +88,12 @@ async fn main() {
     let Some(entry) = everything_entry() else {
         eprintln!(
             "server-everything is not installed: run `cargo xtask stage 4` (or crates/mcp-bridge/install-test-deps.sh)"
+        );
+        std::process::exit(1);
+    };
+    let Some(cook_entry) = cook_entry() else {
+        eprintln!(
+            "howtocook-mcp is not installed: run `cargo xtask stage 4` (or crates/mcp-bridge/install-test-deps.sh)"
         );
         std::process::exit(1);
     };
@@ -178,12 +195,27 @@ async fn main() {
     }
     println!("   …");
 
-    // Search by meaning: a request that shares no word with its tool's name or
-    // description. BM25 alone finds nothing (not even through its glossary); the embedded
-    // sentence encoder finds it.
+    // Search by meaning in a mixed-language catalog: a Chinese vendor's server beside the
+    // reference one (HowToCook describes its tools in Chinese, as Chinese users' servers often
+    // do). A request that shares no word with its tool's name or description: BM25 alone finds
+    // nothing (not even through its glossary); the embedded sentence encoder finds it.
+    let mut cook = toolwright_mcp_bridge::ServiceConfig::new("cook", "node");
+    cook.args = vec![cook_entry];
+    cook.description = Some("HowToCook 菜谱".to_owned());
+    bridge.register(cook).unwrap();
+    bridge.start("cook").await.unwrap();
+    let mixed = bridge.tools().await;
+    let chinese: Vec<&str> = mixed
+        .iter()
+        .filter(|t| t.service == "cook")
+        .map(|t| t.exposed_name.as_str())
+        .collect();
     let ask = "how much is 17 and 25 combined";
     println!(
-        "\n== 3b. Search by meaning: {ask:?} (the tool says \"get-sum: Returns the sum of two numbers\")"
+        "\n== 3b. Search by meaning over {} tools, {} of them described in Chinese ({}): {ask:?} (the tool says \"get-sum: Returns the sum of two numbers\")",
+        mixed.len(),
+        chinese.len(),
+        chinese.join(", ")
     );
     let names = |hits: Vec<toolwright_mcp_bridge::SearchResult>| {
         hits.into_iter()
@@ -195,7 +227,8 @@ async fn main() {
         names(bridge.search_tools(ask, 3).await)
     );
     // multilingual-e5-small at 4 bits on the CPU; `cargo xtask stage 4` fetched it once into
-    // the toolkit cache (the same fetcher and file as the tests), so this runs offline.
+    // the toolkit cache (the same fetcher and file as the tests), so this runs offline. Its
+    // "no tool fits" judge is on by default.
     let started = std::time::Instant::now();
     let encoder = toolwright_local_model::E5Embedder::fetch()
         .await
@@ -206,29 +239,47 @@ async fn main() {
     let by_meaning = names(bridge.search_tools(ask, 3).await);
     println!(
         "   by words and meaning (BM25 + the encoder): {by_meaning:?} ({} tools encoded and searched in {:.1?})",
-        tools.len(),
+        mixed.len(),
         started.elapsed()
     );
-    let found = by_meaning.first().is_some_and(|n| n.ends_with("__get-sum"));
+    let first_is_sum = |hits: &[String]| hits.first().is_some_and(|n| n.ends_with("__get-sum"));
     println!(
         "   → {}",
-        if found {
+        if first_is_sum(&by_meaning) {
             "found by meaning: get-sum first"
         } else {
             "get-sum was not first"
         }
     );
     assert!(
-        found,
+        first_is_sum(&by_meaning),
         "search by meaning should put get-sum first for {ask:?}"
     );
+    // A Chinese request for the English-described tool, with Chinese-described tools in the
+    // catalog that a small multilingual encoder is drawn to: language-neutral cosines keep
+    // the meaning.
     let ask_zh = "十七加二十五等于多少";
-    println!(
-        "   the same in Chinese, {ask_zh:?} → {:?}",
-        names(bridge.search_tools(ask_zh, 3).await)
+    let zh_hits = names(bridge.search_tools(ask_zh, 3).await);
+    println!("   in Chinese, {ask_zh:?} → {zh_hits:?}");
+    assert!(
+        first_is_sum(&zh_hits),
+        "the Chinese request should find the English-described get-sum first, not a recipe tool"
     );
-    // The rest of the demo as before: BM25 alone.
+    // A request no tool serves: the search returns nothing, and the model is told so.
+    let no_fit = "book a train ticket to Shanghai tomorrow";
+    let told = bridge
+        .call(toolwright_mcp_bridge::SEARCH_TOOL, json!({"query": no_fit}))
+        .await
+        .unwrap()
+        .value;
+    println!("   a request no tool serves, {no_fit:?} → {told}");
+    assert!(
+        told["tools"].as_array().is_some_and(Vec::is_empty),
+        "no tool serves {no_fit:?}: the search should say no tool fits"
+    );
+    // The rest of the demo as before: BM25 alone, the reference servers only.
     bridge.set_semantic_search(None);
+    bridge.remove("cook").await.unwrap();
 
     let user = "用 echo 工具 把「你好，MCP」回显给我";
     println!("\n== 4. Intent for: {user}");

@@ -17,6 +17,39 @@ pub const FIXTURE: &str = concat!(
     "/../tool-search/fixtures/tools.json"
 );
 
+/// The Chinese vendors' servers (crates/tool-search/fixtures/README.md, "mixed-language").
+pub const MIXED_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tool-search/fixtures/mixed-tools.json"
+);
+
+/// A bridge with one service per server of the 360-tool fixture and of the mixed-language
+/// one (634 tools), all started.
+#[allow(dead_code)]
+pub async fn mixed_bridge(config: ToolSearchConfig) -> McpBridge {
+    let b = big_bridge(config).await;
+    let text = std::fs::read_to_string(MIXED_FIXTURE).expect("the mixed-language fixture");
+    let mixed: Value = serde_json::from_str(&text).unwrap();
+    let servers: Vec<String> = mixed["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    for name in &servers {
+        b.register(own(
+            name,
+            &["--tools-file", MIXED_FIXTURE, "--tools-of", name.as_str()],
+        ))
+        .unwrap();
+    }
+    futures::future::join_all(servers.iter().map(|s| b.start(s)))
+        .await
+        .into_iter()
+        .for_each(|r| r.unwrap());
+    b
+}
+
 pub fn fixture() -> Value {
     let text = std::fs::read_to_string(FIXTURE).expect("the recorded tools fixture");
     serde_json::from_str(&text).unwrap()
