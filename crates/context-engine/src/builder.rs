@@ -6,7 +6,12 @@ use std::sync::{Arc, OnceLock};
 
 use toolwright_core::{EstimateCounter, Message, REPLY_PRIMING_TOKENS, TokenCounter, ToolCall};
 
+use crate::compaction::Summary;
 use crate::history::History;
+
+/// The line that introduces a conversation summary in the system message.
+pub const SUMMARY_HEADING: &str =
+    "Summary of the earlier conversation (the messages it covers are not repeated below):";
 
 /// Why the budget cannot be met.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,6 +44,9 @@ pub enum DropReason {
     /// An assistant message with tool calls that are not all answered by the tool messages
     /// right after it, together with those partial answers. Providers reject such sequences.
     IncompleteToolRound,
+    /// Covered by the conversation summary the request carries instead
+    /// ([`ContextBuilder::with_summary`]); the message itself stays in the history and the store.
+    Summarized,
 }
 
 /// One history message left out of a request.
@@ -130,6 +138,7 @@ pub struct ContextBuilder {
     sections: Vec<(String, String)>,
     budget: usize,
     counter: Arc<dyn TokenCounter>,
+    summary: Option<Summary>,
     /// The composed system message and its token count, computed on first build.
     system: OnceLock<(Option<Message>, usize)>,
 }
@@ -141,12 +150,13 @@ impl std::fmt::Debug for ContextBuilder {
             .field("sections", &self.sections)
             .field("budget", &self.budget)
             .field("counter", &self.counter.id())
+            .field("summary", &self.summary)
             .finish()
     }
 }
 
 /// A piece of the history, as the trimmer sees it.
-enum Piece {
+pub(crate) enum Piece {
     /// Never dropped.
     Pinned(usize),
     /// Kept or dropped as a whole: `start..end`.
@@ -164,8 +174,21 @@ impl ContextBuilder {
             sections: Vec::new(),
             budget: usize::MAX,
             counter: Arc::new(EstimateCounter),
+            summary: None,
             system: OnceLock::new(),
         }
+    }
+
+    /// Carries `summary` instead of the history messages it covers: its text is appended to
+    /// the system message (after the sections, under the heading [`SUMMARY_HEADING`]), and the
+    /// covered messages (`0..summary.covers`) are left out as [`DropReason::Summarized`] —
+    /// except pinned ones (system messages, the newest user message), which are always sent.
+    /// A tool-call round that starts before `covers` and ends after it is not covered. The
+    /// history is not changed. [`crate::Compactor`] makes and stores summaries.
+    pub fn with_summary(mut self, summary: Summary) -> Self {
+        self.summary = Some(summary);
+        self.system = OnceLock::new();
+        self
     }
 
     /// Sets the section `name` (replacing its text, keeping its place) or adds it at the end.
@@ -212,9 +235,15 @@ impl ContextBuilder {
     }
 
     /// The composed system prompt: base and non-blank sections joined by a blank line.
+    /// With a summary, its text follows under [`SUMMARY_HEADING`].
     pub fn system_prompt(&self) -> String {
+        let summary = self
+            .summary
+            .as_ref()
+            .map(|s| format!("{SUMMARY_HEADING}\n{}", s.text));
         std::iter::once(self.base.as_str())
             .chain(self.sections.iter().map(|(_, t)| t.as_str()))
+            .chain(summary.as_deref())
             .filter(|t| !t.trim().is_empty())
             .collect::<Vec<_>>()
             .join("\n\n")
@@ -267,7 +296,16 @@ impl ContextBuilder {
         count: &dyn Fn(usize) -> usize,
     ) -> Result<BuiltContext, ContextError> {
         let (system, system_tokens) = self.system_message();
-        let pieces = split(history);
+        let covers = self.summary.as_ref().map_or(0, |s| s.covers);
+        let pieces: Vec<Piece> = split(history)
+            .into_iter()
+            .map(|p| match p {
+                Piece::Unit(s, e) | Piece::Invalid(s, e, _) if e <= covers => {
+                    Piece::Invalid(s, e, DropReason::Summarized)
+                }
+                p => p,
+            })
+            .collect();
 
         let mut needed = REPLY_PRIMING_TOKENS.saturating_add(*system_tokens);
         for p in &pieces {
@@ -333,7 +371,7 @@ impl ContextBuilder {
 }
 
 /// Splits a history into pinned messages, atomic units and invalid runs, in order.
-fn split(history: &[Message]) -> Vec<Piece> {
+pub(crate) fn split(history: &[Message]) -> Vec<Piece> {
     let newest_user = history
         .iter()
         .rposition(|m| matches!(m, Message::User { .. }));

@@ -17,7 +17,8 @@
 //!
 //! 1. load a session's history: [`SessionStore::load`] (or [`SessionStore::load_or_create`]);
 //! 2. append a finished round atomically: [`SessionStore::append`];
-//! 3. build the messages of one request: [`ContextBuilder::build`] on a [`History`].
+//! 3. build the messages of one request: [`ContextBuilder::build`] on a [`History`] — or, to
+//!    summarise older rounds with a model instead of dropping them, [`Compactor::build`].
 //!
 //! ```
 //! # #[cfg(all(feature = "sqlite", feature = "tiktoken"))]
@@ -47,12 +48,16 @@
 //! ```
 
 mod builder;
+mod compaction;
 mod history;
 mod store;
 #[cfg(feature = "tiktoken")]
 mod tokens;
 
-pub use builder::{BuiltContext, ContextBuilder, ContextError, DropReason, Dropped};
+pub use builder::{
+    BuiltContext, ContextBuilder, ContextError, DropReason, Dropped, SUMMARY_HEADING,
+};
+pub use compaction::{Compacted, CompactionFallback, Compactor, SUMMARY_STATE_KEY, Summary};
 pub use history::{History, Session};
 pub use store::{
     ChangeFeed, ChangeSender, MemoryStore, SessionStore, StateChange, StoreChange, StoreError,
