@@ -97,6 +97,7 @@ pub const OTHER_PACKAGES: &[(&str, &[Need])] = &[
     ("toolwright-sandbox", &[Need::Bubblewrap]),
     ("toolwright-skills", &[Need::Bubblewrap]),
     ("toolwright-telemetry", &[Need::Phoenix]),
+    ("toolwright-mcp-server", &[Need::McpServers]),
 ];
 
 /// A package's folder under `crates/`: its name without the `toolwright-` prefix
