@@ -483,6 +483,37 @@ impl AgentBuilder {
         self.options.output_guardrails.push(Arc::new(guardrail));
         self
     }
+    /// Summarise older rounds with a model once a request would pass the compactor's mark,
+    /// instead of only dropping them: the summary (stored beside the session, the rounds
+    /// themselves kept) goes in the system message of later requests, and a tool call is never
+    /// separated from its result. A summariser that fails, hangs or overruns its budget is
+    /// logged and the request is trimmed as without compaction. Set
+    /// [`context_budget`](Self::context_budget) above the mark.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use toolwright_core::{ChatModel, ChatRequest, ChatResponse, ChatStream, FinishReason, ModelError, ModelInfo, response_stream};
+    /// # struct M;
+    /// # #[toolwright_core::async_trait]
+    /// # impl ChatModel for M {
+    /// #     fn info(&self) -> ModelInfo { ModelInfo::new("m", true) }
+    /// #     async fn chat(&self, _: ChatRequest) -> Result<ChatResponse, ModelError> { Ok(ChatResponse::new("hi", vec![], FinishReason::Stop, None)) }
+    /// #     async fn stream(&self, r: ChatRequest) -> Result<ChatStream, ModelError> { Ok(response_stream(self.chat(r).await?)) }
+    /// # }
+    /// use toolwright_context_engine::Compactor;
+    /// use toolwright_tool_system::Agent;
+    /// let summariser: Arc<dyn ChatModel> = Arc::new(M);
+    /// let agent = Agent::builder(M)
+    ///     .context_budget(16_000)
+    ///     .compaction(Compactor::new(summariser, 12_000))
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = agent;
+    /// ```
+    pub fn compaction(mut self, compactor: toolwright_context_engine::Compactor) -> Self {
+        self.options.compaction = Some(compactor);
+        self
+    }
     /// How long one call of a hook or guardrail may take (default 10 s); one that takes longer,
     /// or panics, fails the run with [`LoopError::HookFailed`].
     pub fn hook_timeout(mut self, t: Duration) -> Self {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use toolwright_context_engine::Compactor;
 use toolwright_core::{ChatModel, PriceTable, TokenCounter};
 
 use crate::answer::AnswerShape;
@@ -72,6 +73,9 @@ pub(crate) struct LoopOptions {
     pub hook_timeout: Duration,
     /// The agents this one can hand the conversation to, by their tool's name.
     pub handoffs: Vec<Arc<Handoff>>,
+    /// Summarises older rounds past a token mark instead of only dropping them (default none:
+    /// past [`LoopOptions::context_budget`] the oldest history is dropped).
+    pub compaction: Option<Compactor>,
 }
 
 /// The most handoffs in one turn; a handoff past them is refused (the model answers itself).
@@ -118,6 +122,7 @@ impl Default for LoopOptions {
             output_guardrails: Vec::new(),
             hook_timeout: DEFAULT_HOOK_TIMEOUT,
             handoffs: Vec::new(),
+            compaction: None,
         }
     }
 }

@@ -387,7 +387,22 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
                 };
             }
         }
-        let built = builder.build(&history)?;
+        let built = match &run.options.compaction {
+            None => builder.build(&history)?,
+            Some(compactor) => {
+                let compacted = compactor
+                    .build(&builder, &history, run.store, run.session_id)
+                    .await?;
+                if let Some(reason) = &compacted.fallback {
+                    tracing::warn!(
+                        session = run.session_id,
+                        %reason,
+                        "compaction fell back to dropping the oldest rounds"
+                    );
+                }
+                compacted.context
+            }
+        };
         let stable = stable_prefix(&built, tally.stored_before);
         let mut request =
             ChatRequest::new(built.messages).with_cache_key(cache_key(run.session_id));
@@ -876,8 +891,8 @@ async fn read_response(
 }
 
 /// How many leading messages of a request the next turn's requests repeat: the system message
-/// and the rounds before this run. `None` when the budget left some history out (the kept part
-/// shifts as the conversation grows, so no prefix is stable).
+/// and the rounds before this run. `None` when the budget left some history out or a summary
+/// stands for it (the kept part shifts as the conversation grows, so no prefix is stable).
 fn stable_prefix(built: &BuiltContext, run_starts: usize) -> Option<usize> {
     if !built.dropped.is_empty() {
         return None;

@@ -1,15 +1,16 @@
 //! Stage 4 — mcp-bridge: a real MCP server (the official server-everything, run with node over
 //! stdio) and a remote one (the same server in its Streamable HTTP mode, on 127.0.0.1) registered
-//! from a Claude-Desktop-style `mcpServers` file and started in the background; discovery; an
-//! search by
-//! meaning (the embedded sentence encoder finds a tool from a request that shares no word
-//! with it); an intent; the level-1 section injected into the prompt; a call through tool-system's loop with 004's
+//! from a Claude-Desktop-style `mcpServers` file and started in the background; discovery;
+//! search by meaning beside a server whose tools are described in Chinese (HowToCook): a
+//! Chinese request finds the English-described tool, and a request no tool serves gets "no tool
+//! fits"; an intent; the level-1 section injected into the prompt; a call through tool-system's
+//! loop with 004's
 //! `tool_call` answer and a `tool` message back; and the friendly message once the service is
 //! stopped. Runs offline: an in-process scripted model shows the 004 wire form, then the same
 //! turn is decided by a real model — the configured provider, or with none the embedded local
 //! model (SmolLM2-135M on the CPU, decoding constrained to the tools the intent matched).
 //!
-//! `cargo xtask stage 4` installs the server first (crates/mcp-bridge/install-test-deps.sh);
+//! `cargo xtask stage 4` installs the servers first (crates/mcp-bridge/install-test-deps.sh);
 //! `MCP_SERVER_EVERYTHING` overrides where its JS entry is.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

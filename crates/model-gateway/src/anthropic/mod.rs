@@ -5,7 +5,8 @@
 //! A thin wire of our own on `reqwest` and `serde_json` (see `docs/backends-anthropic.md`
 //! for why not a crate), sharing the gateway's POST-with-retries and SSE reader.
 
-mod wire;
+mod request;
+mod response;
 
 use std::time::Duration;
 
@@ -271,8 +272,8 @@ impl AnthropicModel {
         &self.config
     }
 
-    fn options(&self) -> wire::Options<'_> {
-        wire::Options {
+    fn options(&self) -> request::Options<'_> {
+        request::Options {
             model: &self.config.model,
             max_tokens: self.config.max_tokens,
             thinking: self.config.thinking,
@@ -282,7 +283,7 @@ impl AnthropicModel {
 
     async fn post(&self, body: &serde_json::Value) -> Result<reqwest::Response, ModelError> {
         self.poster
-            .post(&self.url, &self.headers, body, wire::api_error)
+            .post(&self.url, &self.headers, body, response::api_error)
             .await
             .map_err(|e| match e {
                 ModelError::Connect(m) => {
@@ -300,7 +301,7 @@ impl ChatModel for AnthropicModel {
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
-        let body = wire::request_body(&request, &self.options(), false)?;
+        let body = request::request_body(&request, &self.options(), false)?;
         let deadline = self.config.deadline;
         let value = tokio::time::timeout(deadline, async {
             let r = self.post(&body).await?;
@@ -308,11 +309,11 @@ impl ChatModel for AnthropicModel {
         })
         .await
         .map_err(|_| ModelError::Timeout(deadline))??;
-        wire::parse_response(&value)
+        response::parse_response(&value)
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
-        let body = wire::request_body(&request, &self.options(), true)?;
+        let body = request::request_body(&request, &self.options(), true)?;
         let deadline = self.config.deadline;
         let r = tokio::time::timeout(deadline, self.post(&body))
             .await
@@ -323,7 +324,7 @@ impl ChatModel for AnthropicModel {
 
 /// The [`ChatEvent`]s of a stream of SSE events.
 fn events(inner: SseStream) -> ChatStream {
-    let state = (inner, wire::StreamParser::default(), false);
+    let state = (inner, response::StreamParser::default(), false);
     Box::pin(futures::stream::unfold(
         state,
         |(mut inner, mut parser, mut done)| async move {
@@ -372,7 +373,7 @@ fn events(inner: SseStream) -> ChatStream {
 pub fn parse_sse_events<'a>(
     events: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Vec<Result<ChatEvent, ModelError>> {
-    let mut parser = wire::StreamParser::default();
+    let mut parser = response::StreamParser::default();
     let mut out = Vec::new();
     for (event, data) in events {
         let r = parser.on_event(event, data);
