@@ -6,8 +6,8 @@ use std::sync::{Arc, OnceLock};
 
 use toolwright_core::{EstimateCounter, Message, REPLY_PRIMING_TOKENS, TokenCounter, ToolCall};
 
-use crate::compaction::Summary;
 use crate::history::History;
+use crate::summary::Summary;
 
 /// The line that introduces a conversation summary in the system message.
 pub const SUMMARY_HEADING: &str =

@@ -4,36 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use toolwright_core::{ChatModel, ChatRequest, Message};
 
 use crate::builder::{BuiltContext, ContextBuilder, ContextError, Piece, split};
 use crate::history::History;
 use crate::store::{SessionStore, StateChange, StoreError};
-
-/// The session state slot (see [`SessionStore::get_state`]) that holds a session's summary as
-/// JSON.
-pub const SUMMARY_STATE_KEY: &str = "context.summary";
-
-/// A conversation summary: the text a model wrote for the history messages `0..covers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Summary {
-    /// How many leading history messages it covers.
-    pub covers: usize,
-    /// The summary text.
-    pub text: String,
-}
-
-impl Summary {
-    /// A summary of the history messages `0..covers`.
-    pub fn new(covers: usize, text: impl Into<String>) -> Self {
-        Self {
-            covers,
-            text: text.into(),
-        }
-    }
-}
+use crate::summary::{SUMMARY_STATE_KEY, Summary};
 
 /// Why a compaction did not produce a new summary. The request is then built as without
 /// compaction (with the previous summary, if any): the oldest rounds are dropped to fit the

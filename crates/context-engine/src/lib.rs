@@ -51,13 +51,14 @@ mod builder;
 mod compaction;
 mod history;
 mod store;
+mod summary;
 #[cfg(feature = "tiktoken")]
 mod tokens;
 
 pub use builder::{
     BuiltContext, ContextBuilder, ContextError, DropReason, Dropped, SUMMARY_HEADING,
 };
-pub use compaction::{Compacted, CompactionFallback, Compactor, SUMMARY_STATE_KEY, Summary};
+pub use compaction::{Compacted, CompactionFallback, Compactor};
 pub use history::{History, Session};
 pub use store::{
     ChangeFeed, ChangeSender, MemoryStore, SessionStore, StateChange, StoreChange, StoreError,
@@ -66,5 +67,6 @@ pub use store::{
 pub use store::{Durability, SqliteStore};
 #[cfg(feature = "postgres")]
 pub use store::{POSTGRES_SCHEMA_VERSION, PostgresStore};
+pub use summary::{SUMMARY_STATE_KEY, Summary};
 #[cfg(feature = "tiktoken")]
 pub use tokens::{TiktokenCounter, TokenizerError, counter_for_model};

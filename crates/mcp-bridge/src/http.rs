@@ -8,6 +8,8 @@ use std::sync::Arc;
 use http::{HeaderName, HeaderValue};
 use reqwest_ring as reqwest;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+
+use crate::tls::ensure_crypto_provider;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
 use rmcp::transport::streamable_http_client::{
@@ -59,15 +61,6 @@ pub(crate) fn transport(
         SessionAware { client, oauth },
         cfg,
     ))
-}
-
-/// reqwest is built without its aws-lc provider: rustls' *ring* one is installed unless the
-/// program installed its own (before any reqwest client is built).
-pub(crate) fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Err: another thread installed one in between, which serves as well.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
 }
 
 /// reqwest's client, with one repair: a server that no longer knows our session (it restarted,

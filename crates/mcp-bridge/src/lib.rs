@@ -62,6 +62,8 @@ mod recovery;
 mod registry;
 mod search;
 mod sync;
+#[cfg(feature = "http")]
+mod tls;
 mod trace;
 mod turns;
 mod vectors;

@@ -587,7 +587,7 @@ impl OAuthSession {
     /// A manager for this server whose HTTP client refuses non-JSON answers and whose store is
     /// ours.
     async fn manager(&self) -> Result<AuthorizationManager, OAuthError> {
-        crate::http::ensure_crypto_provider();
+        crate::tls::ensure_crypto_provider();
         let inner = rmcp::transport::auth::default_oauth_http_client()?;
         let client = JsonOnly {
             inner: Arc::new(inner),
@@ -913,7 +913,7 @@ impl OAuthSession {
             return Err(mismatch());
         }
         let url = format!("{server_origin}/.well-known/oauth-authorization-server");
-        crate::http::ensure_crypto_provider();
+        crate::tls::ensure_crypto_provider();
         let response = reqwest_ring::Client::new()
             .get(&url)
             .timeout(Duration::from_secs(30))

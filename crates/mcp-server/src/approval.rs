@@ -9,12 +9,11 @@
 use rmcp::RoleServer;
 use rmcp::model::{
     CallToolRequestParams, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationSchema, InputRequest, InputRequests, InputRequiredResult, SealOptions,
+    ElicitationSchema, InputRequest, InputRequests, InputRequiredResult, RequestStateCodec,
+    SealOptions,
 };
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
-
-use crate::server::McpServer;
 
 /// The key of the approval question among a call's input requests.
 const APPROVAL_KEY: &str = "approval";
@@ -91,8 +90,17 @@ fn decide(tool: &str, answer: &ElicitResult) -> Gate {
     }
 }
 
+/// What asking the person needs from the server: the codec that seals a held call's state, how
+/// long a question waits, and whether this connection keeps a session (so that the server may
+/// send the client an `elicitation/create` and read its answer).
+pub(crate) struct Asker<'a> {
+    pub(crate) codec: &'a RequestStateCodec,
+    pub(crate) timeout: std::time::Duration,
+    pub(crate) session: bool,
+}
+
 pub(crate) async fn gate(
-    server: &McpServer,
+    asker: Asker<'_>,
     tool: &str,
     args: &Value,
     request: &CallToolRequestParams,
@@ -104,12 +112,11 @@ pub(crate) async fn gate(
     let round_trips = context
         .protocol_version()
         .is_some_and(|v| !v.has_initialize());
-    let inner = &server.inner;
     let bound = bound_to(tool, args);
 
     if round_trips {
         if let Some(state) = &request.request_state {
-            let held: Held = match inner.codec.open_json_with(state, &bound) {
+            let held: Held = match asker.codec.open_json_with(state, &bound) {
                 Ok(h) => h,
                 Err(e) => {
                     return Gate::Refused(format!(
@@ -139,8 +146,8 @@ pub(crate) async fn gate(
         };
         let options = SealOptions::new()
             .associated_data(&bound)
-            .ttl(inner.approval_timeout);
-        let state = match inner.codec.seal_json_with(
+            .ttl(asker.timeout);
+        let state = match asker.codec.seal_json_with(
             &Held {
                 tool: tool.to_owned(),
             },
@@ -167,7 +174,7 @@ pub(crate) async fn gate(
         return Gate::Ask(InputRequiredResult::new(Some(requests), Some(state)));
     }
 
-    if !server.session {
+    if !asker.session {
         return Gate::Refused(format!(
             "The tool `{tool}` needs the person's approval, and this server asks for it by elicitation, which over this stateless HTTP endpoint needs MCP protocol 2026-07-28; it was not run. Connect with a client that speaks 2026-07-28, or over stdio."
         ));
@@ -188,7 +195,7 @@ pub(crate) async fn gate(
                 message: question(tool, args),
                 requested_schema: schema,
             },
-            Some(inner.approval_timeout),
+            Some(asker.timeout),
         )
         .await;
     match asked {

@@ -15,7 +15,7 @@ use serde_json::Value;
 use toolwright_core::ToolContext;
 use toolwright_tool_system::{ApprovalPolicy, Dispatcher};
 
-use crate::approval::{Gate, gate};
+use crate::approval::{Asker, Gate, gate};
 use crate::content::to_call_result;
 use crate::error::ServeError;
 
@@ -218,7 +218,12 @@ impl ServerHandler for McpServer {
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let name = request.name.to_string();
         if self.needs_approval(&name, &args) {
-            match gate(self, &name, &args, &request, &context).await {
+            let asker = Asker {
+                codec: &self.inner.codec,
+                timeout: self.inner.approval_timeout,
+                session: self.session,
+            };
+            match gate(asker, &name, &args, &request, &context).await {
                 Gate::Run => {}
                 Gate::Ask(input) => return Ok(input.into()),
                 Gate::Refused(why) => {
