@@ -43,8 +43,13 @@ pub fn published(metadata: &Value) -> Vec<(String, PathBuf)> {
 /// today's package while the version number has not moved. Those directories are ours alone
 /// (the overlay registry's directory name starts with `-`; crates.io's never does), so they are
 /// removed first.
+///
+/// It also keeps what it compiled from them in the target dir, with a fingerprint cargo takes
+/// for a registry crate's (`Precalculated`): those builds are removed too, so each package is
+/// verified against its neighbours as they are today.
 pub fn package(metadata: &Value) -> Result<(), String> {
     forget_unpacked_overlay(metadata)?;
+    forget_overlay_builds(&crate::target_dir())?;
     let mut cmd = crate::cargo();
     cmd.args(["package", "--allow-dirty"]);
     for (package, _) in published(metadata) {
@@ -92,6 +97,40 @@ fn forget_unpacked_overlay(metadata: &Value) -> Result<(), String> {
                     )
                 })?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Removes the target dir's builds of this workspace's packages taken from cargo's overlay
+/// registry (their fingerprint is `Precalculated`, a path package's never is).
+fn forget_overlay_builds(target: &Path) -> Result<(), String> {
+    let Ok(entries) = std::fs::read_dir(target.join("debug").join(".fingerprint")) else {
+        return Ok(());
+    };
+    for unit in entries.flatten() {
+        if !unit
+            .file_name()
+            .to_string_lossy()
+            .starts_with("toolwright-")
+        {
+            continue;
+        }
+        let from_overlay = std::fs::read_dir(unit.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|f| f.path().extension().is_some_and(|e| e == "json"))
+            .any(|f| {
+                std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains("\"Precalculated\""))
+            });
+        if from_overlay {
+            std::fs::remove_dir_all(unit.path()).map_err(|e| {
+                format!(
+                    "could not remove the stale build {}: {e}",
+                    unit.path().display()
+                )
+            })?;
         }
     }
     Ok(())
