@@ -44,9 +44,8 @@ pub fn published(metadata: &Value) -> Vec<(String, PathBuf)> {
 /// (the overlay registry's directory name starts with `-`; crates.io's never does), so they are
 /// removed first.
 ///
-/// It also keeps what it compiled from them in the target dir, with a fingerprint cargo takes
-/// for a registry crate's (`Precalculated`): those builds are removed too, so each package is
-/// verified against its neighbours as they are today.
+/// It also reuses what it compiled from them in the target dir: our packages' builds are removed
+/// too, so each package is verified against its neighbours as they are today.
 pub fn package(metadata: &Value) -> Result<(), String> {
     forget_unpacked_overlay(metadata)?;
     forget_overlay_builds(&crate::target_dir())?;
@@ -102,38 +101,39 @@ fn forget_unpacked_overlay(metadata: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Removes the target dir's builds of this workspace's packages taken from cargo's overlay
-/// registry (their fingerprint is `Precalculated`, a path package's never is).
+/// Removes the target dir's builds of this workspace's packages (their fingerprints and
+/// libraries): a build taken from cargo's overlay registry is not told from a path build by its
+/// fingerprint, and cargo reuses it by version. The next build of a workspace crate compiles it
+/// again (dependencies stay built).
 fn forget_overlay_builds(target: &Path) -> Result<(), String> {
-    let Ok(entries) = std::fs::read_dir(target.join("debug").join(".fingerprint")) else {
-        return Ok(());
-    };
-    for unit in entries.flatten() {
-        if !unit
-            .file_name()
-            .to_string_lossy()
-            .starts_with("toolwright-")
-        {
-            continue;
-        }
-        let from_overlay = std::fs::read_dir(unit.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|f| f.path().extension().is_some_and(|e| e == "json"))
-            .any(|f| {
-                std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains("\"Precalculated\""))
-            });
-        if from_overlay {
-            std::fs::remove_dir_all(unit.path()).map_err(|e| {
-                format!(
-                    "could not remove the stale build {}: {e}",
-                    unit.path().display()
-                )
+    let debug = target.join("debug");
+    let remove = |dir: &Path, keep: &dyn Fn(&str) -> bool| -> Result<(), String> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Ok(());
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if keep(&name) {
+                continue;
+            }
+            let path = e.path();
+            let gone = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            gone.map_err(|err| {
+                format!("could not remove the stale build {}: {err}", path.display())
             })?;
         }
-    }
-    Ok(())
+        Ok(())
+    };
+    remove(&debug.join(".fingerprint"), &|n| {
+        !n.starts_with("toolwright-")
+    })?;
+    remove(&debug.join("deps"), &|n| {
+        !(n.starts_with("libtoolwright_") || n.starts_with("toolwright_"))
+    })
 }
 
 fn snapshot_path(root: &Path, package: &str) -> PathBuf {
