@@ -282,13 +282,28 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> i
     let mut keep = [-1; MAX_KEPT_FDS];
     keep[..keep_fds.len()].copy_from_slice(&keep_fds);
     let n_keep = keep_fds.len();
-    let mut landlock = landlock;
+    // The ruleset as a plain descriptor (`None` inside: the kernel has no Landlock, and the
+    // crate's best effort made an empty ruleset), restricted to by hand below.
+    let landlock: Option<Option<std::os::fd::OwnedFd>> = landlock.map(Into::into);
     let hook = move || -> io::Result<()> {
         if let Some(fd) = join_net {
             // SAFETY: setns is a plain system call on a descriptor the sandbox holds open; it
             // only changes this (child) process's network namespace.
             check(unsafe { libc::setns(fd, libc::CLONE_NEWNET) })?;
         }
+        // The kernel gives a new descriptor the lowest free number, and the agent's other
+        // threads free low numbers at any time: the ruleset may hold 3, 4 or 5, which the kept
+        // descriptors are about to be moved onto. Lifted above them first.
+        let ruleset_fd = match &landlock {
+            Some(Some(fd)) => {
+                use std::os::fd::AsRawFd;
+                // SAFETY: fcntl(F_DUPFD_CLOEXEC) on a descriptor this child inherited.
+                Some(check(unsafe {
+                    libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64)
+                })?)
+            }
+            _ => None,
+        };
         arrange_fds(&keep, n_keep)?;
         for (kind, value) in &limits {
             // For CPU time the hard limit is one second above the soft one, so the skill gets
@@ -337,10 +352,19 @@ pub(crate) fn install(cmd: &mut tokio::process::Command, setup: ChildSetup) -> i
                 }
             }
         }
-        if let Some(ruleset) = landlock.take() {
-            ruleset
-                .restrict_self()
-                .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+        if landlock.is_some() {
+            // What the landlock crate's `restrict_self` does, on the lifted descriptor: set
+            // no_new_privs, then enter the ruleset's domain. (Its errors reach the agent as the
+            // errno itself: std passes only an errno from a failed child.)
+            // SAFETY: prctl and landlock_restrict_self are plain system calls on integers.
+            unsafe {
+                check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+                if let Some(fd) = ruleset_fd
+                    && libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+            }
         }
         if let Some(filter) = &seccomp {
             let prog = libc::sock_fprog {
@@ -667,6 +691,95 @@ mod tests {
             "the mount tests need root under CI"
         );
         root
+    }
+
+    /// The kernel gives a new descriptor the lowest free number, and the agent's other threads
+    /// free low numbers at any time: a call's Landlock ruleset can be given 3, the number its
+    /// first kept descriptor is moved onto. The call must still start, inside its domain (it
+    /// cannot read `/proc/version`, outside its rules). Runs in a process of its own — this
+    /// test binary again, only this test — where which numbers are free is decided here.
+    #[test]
+    fn a_ruleset_on_the_number_a_kept_descriptor_moves_onto_still_restricts_the_call() {
+        const NAME: &str = "sys::tests::a_ruleset_on_the_number_a_kept_descriptor_moves_onto_still_restricts_the_call";
+        const CHILD: &str = "TOOLWRIGHT_SANDBOX_LOW_NUMBERS";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--test-threads=1", "--nocapture"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "{text}");
+            assert!(text.contains("1 passed"), "{text}");
+            return;
+        }
+        if landlock_abi().is_none() {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "Landlock is expected under CI"
+            );
+            eprintln!("NOT RUN: this kernel has no Landlock");
+            return;
+        }
+        // 3…10 made ours (whatever was inherited there moved away, kept open), then 3, 4, 5
+        // freed: the ruleset gets 3, the kept pipe 4 and 5.
+        let mut held = Vec::new();
+        for fd in 3..=10 {
+            // SAFETY: fcntl and close on plain numbers; this process runs only this test.
+            unsafe {
+                if libc::fcntl(fd, libc::F_GETFD) >= 0 {
+                    assert!(libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100) >= 0);
+                    libc::close(fd);
+                }
+            }
+            held.push(std::fs::File::open("/dev/null").unwrap());
+        }
+        drop(held.drain(..3));
+        let dir = tempfile::tempdir().unwrap();
+        let ruleset = crate::landlock::ruleset(true, dir.path(), dir.path()).unwrap();
+        let (reader, _writer) = std::io::pipe().unwrap();
+        use std::os::fd::AsRawFd;
+        assert_eq!(
+            reader.as_raw_fd(),
+            4,
+            "the numbers were not free as planned"
+        );
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let status = runtime.block_on(async {
+            let mut cmd = tokio::process::Command::new("/bin/sh");
+            cmd.args(["-c", "cat /proc/version >/dev/null 2>&1 && exit 7; exit 0"]);
+            install(
+                &mut cmd,
+                ChildSetup {
+                    join_net: None,
+                    keep_fds: vec![reader.as_raw_fd()],
+                    limits: Vec::new(),
+                    unshare_net: false,
+                    unshare_ipc: false,
+                    unshare_pid: false,
+                    user_namespace: None,
+                    ids: None,
+                    landlock: Some(ruleset),
+                    seccomp: None,
+                },
+            )
+            .unwrap();
+            cmd.status().await
+        });
+        let status = status.unwrap_or_else(|e| panic!("the call did not start: {e}"));
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "the call ran outside its Landlock domain (it read /proc/version)"
+        );
     }
 
     /// After either way of binding, the view at `at` is read-only: nothing in the source can be
