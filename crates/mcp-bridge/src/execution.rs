@@ -266,7 +266,7 @@ fn convert(tool: &McpTool, result: CallToolResult) -> Result<ToolOutput, ToolErr
 /// Text blocks joined by newlines, and the media blocks as parts. Media that cannot be taken
 /// (a media type its bytes belie, over the inline limit, broken base64) is named in the text
 /// with the reason, never passed on.
-fn content_parts(content: &[ContentBlock]) -> (String, Vec<Part>) {
+pub(crate) fn content_parts(content: &[ContentBlock]) -> (String, Vec<Part>) {
     let mut lines: Vec<String> = Vec::new();
     let mut parts = Vec::new();
     let mut take =
