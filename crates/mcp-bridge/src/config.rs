@@ -109,6 +109,9 @@ pub struct ServiceConfig {
     /// Which of its tools' calls wait for a person's approval (`require_approval`); `None`:
     /// none.
     pub require_approval: Option<RequireApproval>,
+    /// The directories the server may work in, as `file://` URIs (`roots`): answered to its
+    /// `roots/list`, and declared in `initialize` only when there are any.
+    pub roots: Vec<String>,
     /// Fields of the config file entry we do not use, kept for saving.
     pub extra: Map<String, Value>,
     /// How the file spelled what we write back.
@@ -148,6 +151,7 @@ impl ServiceConfig {
             enabled_tools: None,
             disabled_tools: Vec::new(),
             require_approval: None,
+            roots: Vec::new(),
             extra: Map::new(),
             spelling: Spelling::default(),
         }
@@ -290,7 +294,19 @@ impl ServiceConfig {
         }
     }
 
-    /// Checks what cannot work: an empty name or command, a zero timeout.
+    /// The directories the server may work in (`file://` URIs of absolute paths), offered to
+    /// it as MCP roots.
+    pub fn with_roots<I, S>(mut self, roots: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.roots = roots.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Checks what cannot work: an empty name or command, a zero timeout, a root that is not a
+    /// `file://` URI.
     pub fn validate(&self) -> Result<(), BridgeError> {
         if self.name.trim().is_empty() {
             return Err(BridgeError::InvalidConfig("service name is empty".into()));
@@ -309,6 +325,12 @@ impl ServiceConfig {
                 )));
             }
             _ => {}
+        }
+        if let Some(bad) = self.roots.iter().find(|r| !is_file_uri(r)) {
+            return Err(BridgeError::InvalidConfig(format!(
+                "service {}: root {bad:?} is not a file:// URI of an absolute path (e.g. file:///home/me/project)",
+                self.name
+            )));
         }
         if self.call_timeout.is_zero() || self.startup_timeout.is_zero() {
             return Err(BridgeError::InvalidConfig(format!(
@@ -420,4 +442,13 @@ impl ServiceUpdate {
         self.args = Some(args.into_iter().map(Into::into).collect());
         self
     }
+}
+
+/// A `file://` URI of an absolute path with nothing a server could take for something else
+/// (no query, fragment or control character).
+fn is_file_uri(uri: &str) -> bool {
+    uri.strip_prefix("file://")
+        .is_some_and(|path| path.starts_with('/'))
+        && !uri.contains(['?', '#'])
+        && !uri.chars().any(char::is_control)
 }

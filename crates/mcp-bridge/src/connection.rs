@@ -523,6 +523,7 @@ impl ClientSide {
             stale: stale.clone(),
             epoch,
             elicitation,
+            roots: config.roots.clone(),
         };
         (handler, stale)
     }
@@ -540,6 +541,8 @@ struct ClientSide {
     stale: Arc<AtomicBool>,
     epoch: Arc<AtomicU64>,
     elicitation: Arc<ElicitationHub>,
+    /// The configured roots (`file://` URIs), for `roots/list`.
+    roots: Vec<String>,
 }
 
 impl ClientHandler for ClientSide {
@@ -585,8 +588,29 @@ impl ClientHandler for ClientSide {
         };
         crate::sampling::answer(&sampling, &self.elicitation, &self.service, origin, params).await
     }
+    /// The configured roots, each named by its last path segment.
+    #[allow(deprecated)] // SEP-2577: deprecated from 2026-07-28 on, asked by the servers before it
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, rmcp::ErrorData> {
+        let roots = self
+            .roots
+            .iter()
+            .map(|uri| {
+                let name = uri.trim_end_matches('/').rsplit('/').next().unwrap_or(uri);
+                rmcp::model::Root::new(uri.clone()).with_name(name)
+            })
+            .collect();
+        Ok(rmcp::model::ListRootsResult::new(roots))
+    }
     fn get_info(&self) -> ClientConfig {
         let mut capabilities = ClientCapabilities::default();
+        if !self.roots.is_empty() {
+            #[allow(deprecated)]
+            let roots = rmcp::model::RootsCapabilities::default();
+            capabilities.roots = Some(roots);
+        }
         if lock(&self.elicitation.sampling).is_some() {
             capabilities.sampling = Some(rmcp::model::SamplingCapability::default());
         }

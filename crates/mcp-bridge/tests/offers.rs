@@ -194,3 +194,61 @@ async fn a_server_offering_only_tools_is_never_asked_for_the_rest() {
     ));
     bridge.stop("plain").await.unwrap();
 }
+
+/// The configured roots are what the server gets for `roots/list`, named by their last path
+/// segment; a server is told of roots only when there are some (server-everything offers its
+/// roots tool only then).
+#[tokio::test]
+async fn the_configured_roots_are_what_the_server_lists() {
+    common::init_tracing();
+    let bridge = McpBridge::new();
+    bridge
+        .register(
+            common::everything("everything")
+                .with_roots(["file:///work/project", "file:///srv/data/"]),
+        )
+        .unwrap();
+    bridge.start("everything").await.unwrap();
+    let out = bridge
+        .call("everything__get-roots-list", serde_json::json!({}))
+        .await
+        .unwrap()
+        .value;
+    let text = out.as_str().map_or_else(|| out.to_string(), str::to_owned);
+    assert!(text.contains("(2 total)"), "{text}");
+    assert!(
+        text.contains("1. project\n   URI: file:///work/project"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2. data\n   URI: file:///srv/data/"),
+        "{text}"
+    );
+    bridge.stop("everything").await.unwrap();
+
+    let plain = everything().await;
+    assert!(
+        !plain
+            .tools()
+            .await
+            .iter()
+            .any(|t| t.exposed_name == "everything__get-roots-list"),
+        "roots declared without any configured"
+    );
+    plain.stop("everything").await.unwrap();
+
+    for bad in [
+        "/work/project",
+        "https://example.com/",
+        "file://relative",
+        "file:///a?b",
+    ] {
+        let err = McpBridge::new()
+            .register(common::everything("x").with_roots([bad]))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("is not a file:// URI"),
+            "{bad}: {err}"
+        );
+    }
+}

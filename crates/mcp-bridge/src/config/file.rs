@@ -63,6 +63,8 @@ struct Entry {
     disabled_tools: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     require_approval: Option<RequireApproval>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    roots: Vec<String>,
     #[serde(flatten)]
     extra: Map<String, Value>,
 }
@@ -242,6 +244,7 @@ fn entry_to_config(name: &str, e: Entry) -> ServiceConfig {
     cfg.enabled_tools = e.enabled_tools;
     cfg.disabled_tools = e.disabled_tools;
     cfg.require_approval = e.require_approval;
+    cfg.roots = e.roots;
     cfg.extra = e.extra;
     cfg
 }
@@ -271,6 +274,7 @@ fn config_to_json(s: &ServiceConfig) -> Value {
         enabled_tools: s.enabled_tools.clone(),
         disabled_tools: s.disabled_tools.clone(),
         require_approval: s.require_approval.clone(),
+        roots: s.roots.clone(),
         extra: s.extra.clone(),
     };
     serde_json::to_value(e).unwrap_or(Value::Null)
@@ -279,6 +283,17 @@ fn config_to_json(s: &ServiceConfig) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roots_are_read_and_written_back() {
+        let text = r#"{"mcpServers":{"fs":{"command":"x","roots":["file:///work/project"]}}}"#;
+        let f = ConfigFile::parse(text).unwrap();
+        assert_eq!(f.services[0].roots, ["file:///work/project"]);
+        let json = config_to_json(&f.services[0]);
+        assert_eq!(json["roots"], serde_json::json!(["file:///work/project"]));
+        let none = ConfigFile::parse(r#"{"mcpServers":{"fs":{"command":"x"}}}"#).unwrap();
+        assert!(config_to_json(&none.services[0]).get("roots").is_none());
+    }
 
     #[test]
     fn m5_defaults_when_description_and_keywords_absent() {
