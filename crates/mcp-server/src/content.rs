@@ -5,7 +5,8 @@ use toolwright_core::{Media, MediaSource, Part};
 use toolwright_tool_system::ToolOutcome;
 
 /// The result's text first, then its parts: images and audio as MCP image and audio content
-/// (inline base64) or, given by URL, as resource links; files as embedded resources.
+/// (inline base64) or, given by URL, as resource links; files as embedded resources; media
+/// kept by reference ([`Part::Resource`]) as resource links.
 pub(crate) fn to_call_result(outcome: ToolOutcome) -> CallToolResult {
     if outcome.error.is_some() {
         return CallToolResult::error(vec![ContentBlock::text(outcome.content)]);
@@ -21,6 +22,14 @@ pub(crate) fn to_call_result(outcome: ToolOutcome) -> CallToolResult {
             Part::Image(m) => media(m, i, ContentBlock::image),
             Part::Audio(m) => media(m, i, ContentBlock::audio),
             Part::File(m) => file(m, i),
+            // Media kept by reference goes as a link to it, with its size when known.
+            Part::Resource(r) => {
+                let mut block = link(r.uri, r.name, r.media_type, i);
+                if let ContentBlock::ResourceLink(l) = &mut block {
+                    l.size = r.size;
+                }
+                block
+            }
             // What a model thought and cache marks are not results.
             _ => continue,
         };
