@@ -65,3 +65,46 @@ fn file(m: Media, i: usize) -> ContentBlock {
         MediaSource::Url { url } => link(url, Some(name), m.media_type, i),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Arc;
+    use toolwright_core::{ResourceRef, Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+    use toolwright_tool_system::{Dispatcher, ToolRegistry};
+
+    struct Kept;
+
+    #[toolwright_core::async_trait]
+    impl Tool for Kept {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec::new("kept", "Keep a file", json!({"type": "object"}))
+        }
+        async fn call(
+            &self,
+            _: serde_json::Value,
+            _: ToolContext,
+        ) -> Result<ToolOutput, ToolError> {
+            let r = ResourceRef::new("toolwright-blob:sha256:ab", "application/pdf", 31_457_280)
+                .with_name("report.pdf");
+            Ok(ToolOutput::new(json!("kept")).with_part(Part::Resource(r)))
+        }
+    }
+
+    #[tokio::test]
+    async fn media_kept_by_reference_goes_as_a_resource_link_with_its_size() {
+        let mut registry = ToolRegistry::new();
+        registry.register(Kept).unwrap();
+        let d = Dispatcher::new().with_provider(Arc::new(registry));
+        let outcome = d.dispatch("kept", json!({}), ToolContext::new("c1")).await;
+        let result = to_call_result(outcome);
+        let Some(ContentBlock::ResourceLink(l)) = result.content.get(1) else {
+            panic!("expected a resource link: {result:?}");
+        };
+        assert_eq!(l.uri, "toolwright-blob:sha256:ab");
+        assert_eq!(l.name, "report.pdf");
+        assert_eq!(l.mime_type.as_deref(), Some("application/pdf"));
+        assert_eq!(l.size, Some(31_457_280));
+    }
+}
