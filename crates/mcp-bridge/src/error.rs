@@ -33,6 +33,26 @@ pub enum BridgeError {
         "starting MCP services in the background needs a Tokio runtime; call this from async code"
     )]
     NoRuntime,
+    /// The service's server does not offer this feature (its `initialize` answer lacks the
+    /// capability): nothing to list or read there.
+    #[error("MCP service {service} does not offer {feature}")]
+    NotOffered {
+        /// The service.
+        service: String,
+        /// `resources`, `prompts` or `completions`.
+        feature: &'static str,
+    },
+    /// The server refused a request, broke the protocol, or did not answer within the
+    /// service's call timeout; `reason` is the server's message or what went wrong.
+    #[error("MCP service {service} could not answer {method}: {reason}")]
+    Request {
+        /// The service.
+        service: String,
+        /// The request, e.g. `resources/read`.
+        method: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// Reading or writing the config file failed.
     #[error("config file: {0}")]
     Io(String),

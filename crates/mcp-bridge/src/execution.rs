@@ -270,7 +270,7 @@ fn convert(tool: &McpTool, result: CallToolResult) -> Result<ToolOutput, ToolErr
 /// passed on. A resource with a URI of its own (a `resource_link`, an embedded blob over the
 /// inline limit) becomes a [`Part::Resource`] naming that URI: the model is given the server's
 /// reference, not a copy.
-fn content_parts(content: &[ContentBlock]) -> (String, Vec<Part>) {
+pub(crate) fn content_parts(content: &[ContentBlock]) -> (String, Vec<Part>) {
     let mut lines: Vec<String> = Vec::new();
     let mut parts = Vec::new();
     let take = |kind: &str,

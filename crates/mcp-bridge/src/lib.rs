@@ -55,6 +55,7 @@ mod lifecycle;
 mod names;
 #[cfg(feature = "http")]
 pub mod oauth;
+mod offers;
 mod process;
 mod protocol;
 mod provider;
@@ -80,6 +81,10 @@ pub use intent::{
     Intent, IntentChain, IntentRecognizer, KeywordRecognizer, McpIntent, McpRecognizer, McpTrigger,
 };
 pub use learning::LearnFromUse;
+pub use offers::{
+    CompletionOf, MAX_LISTED, MAX_PAGES, McpPrompt, McpPromptArgument, McpResource,
+    McpResourceTemplate,
+};
 pub use process::INHERITED_ENV;
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};
