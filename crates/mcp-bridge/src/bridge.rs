@@ -229,4 +229,13 @@ impl McpBridge {
     pub fn clear_elicitor(&self) {
         self.inner.elicitation.set_elicitor(None);
     }
+
+    /// Lets servers ask the application's model to answer (`sampling/createMessage`), within
+    /// `sampling`'s bounds, each request put to the person through the elicitor unless
+    /// [`Sampling::without_asking`](crate::Sampling::without_asking); `None` stops offering
+    /// it. A server learns it may ask when it starts (the capability is declared then): set
+    /// this before starting services, or restart them.
+    pub fn set_sampling(&self, sampling: Option<crate::Sampling>) {
+        *crate::connection::lock(&self.inner.elicitation.sampling) = sampling.map(Arc::new);
+    }
 }

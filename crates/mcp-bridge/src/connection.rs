@@ -564,8 +564,32 @@ impl ClientHandler for ClientSide {
             .ask_from_server(&self.service, origin, request)
             .await)
     }
+    /// A server asks the client's model to answer: through the bridge's [`Sampling`], when
+    /// one is set (else the capability was never declared, and this is refused).
+    ///
+    /// [`Sampling`]: crate::Sampling
+    #[allow(deprecated)] // SEP-2577: deprecated from 2026-07-28 on, asked by the servers before it
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        let Some(sampling) = lock(&self.elicitation.sampling).clone() else {
+            return Err(rmcp::ErrorData::method_not_found::<
+                rmcp::model::CreateMessageRequestMethod,
+            >());
+        };
+        let origin = match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id.clone()),
+            _ => None,
+        };
+        crate::sampling::answer(&sampling, &self.elicitation, &self.service, origin, params).await
+    }
     fn get_info(&self) -> ClientConfig {
         let mut capabilities = ClientCapabilities::default();
+        if lock(&self.elicitation.sampling).is_some() {
+            capabilities.sampling = Some(rmcp::model::SamplingCapability::default());
+        }
         capabilities.elicitation = Some(
             ElicitationCapability::new()
                 .with_form(FormElicitationCapability::new())

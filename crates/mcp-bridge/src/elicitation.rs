@@ -282,6 +282,8 @@ const ORIGIN_GRACE: Duration = Duration::from_millis(200);
 pub(crate) struct ElicitationHub {
     elicitor: Mutex<Option<(Arc<dyn Elicitor>, Duration)>>,
     in_flight: Mutex<HashMap<String, Vec<Arc<CallEntry>>>>,
+    /// The model servers may sample, put to the person through the elicitor.
+    pub(crate) sampling: Mutex<Option<Arc<crate::sampling::Sampling>>>,
 }
 
 impl ElicitationHub {
@@ -289,6 +291,7 @@ impl ElicitationHub {
         Arc::new(Self {
             elicitor: Mutex::new(None),
             in_flight: Mutex::new(HashMap::new()),
+            sampling: Mutex::new(None),
         })
     }
 

@@ -61,6 +61,7 @@ mod protocol;
 mod provider;
 mod recovery;
 mod registry;
+mod sampling;
 mod search;
 mod sync;
 #[cfg(feature = "http")]
@@ -88,6 +89,7 @@ pub use offers::{
 pub use process::INHERITED_ENV;
 pub use protocol::ToolCallProtocol;
 pub use registry::{ServiceInfo, ServiceStatus};
+pub use sampling::Sampling;
 pub use search::{
     SEARCH_TOOL, SearchJudge, SearchResult, SemanticSearch, ToolSearchConfig, tool_doc,
 };
