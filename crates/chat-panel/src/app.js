@@ -57,13 +57,21 @@
     return t;
   }
   // Pictures of an entry: loaded from the panel's own media endpoint (the page's policy
-  // allows no other image source); one the panel does not serve is named in a line instead.
+  // allows no other image source); one the panel does not serve is named in a line instead,
+  // and a file kept by reference is a link to the same endpoint.
   function pictures(entry) {
     const list = entry.images || [];
     if (!list.length) return null;
     const row = el('div', 'images');
     for (const im of list) {
-      if (typeof im.src === 'string' && im.src.startsWith('/api/')) {
+      if (im.link && typeof im.src === 'string' && im.src.startsWith('/api/')) {
+        // A file a tool gave by reference (not a picture): a link the person opens or saves.
+        const a = el('a', 'file-link', im.text);
+        a.href = im.src;
+        a.target = '_blank';
+        a.rel = 'noopener noreferrer';
+        row.append(a);
+      } else if (typeof im.src === 'string' && im.src.startsWith('/api/')) {
         const img = document.createElement('img');
         img.src = im.src;
         img.alt = 'Picture (' + (im.mediaType || 'image')

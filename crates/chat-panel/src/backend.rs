@@ -66,6 +66,12 @@ pub trait ChatBackend: Send + Sync + 'static {
     /// restart), and deletes the conversations it evicts (its `max_sessions` cap) and the oldest
     /// messages of a long one (its `max_history_messages` cap).
     fn store(&self) -> Arc<dyn SessionStore>;
+    /// Where the media this backend's tools gave by reference is kept ([`Part::Resource`]s
+    /// with a `toolwright-blob:` URI): the panel serves it from there to the conversation's
+    /// owner. Default: none, and such media is shown as the line naming it.
+    fn blob_store(&self) -> Option<Arc<dyn toolwright_core::BlobStore>> {
+        None
+    }
     /// `principal` decides calls held for approval in session `session_id` and the answer goes
     /// on ([`Agent::resume_stream`]). A backend that holds no calls fails the stream.
     fn resume(
@@ -230,6 +236,10 @@ impl ChatBackend for AgentBackend {
 
     fn store(&self) -> Arc<dyn SessionStore> {
         Arc::clone(self.agent.store())
+    }
+
+    fn blob_store(&self) -> Option<Arc<dyn toolwright_core::BlobStore>> {
+        self.agent.dispatcher().blob_store().cloned()
     }
 
     fn resume(

@@ -737,3 +737,138 @@ async fn the_media_endpoint_serves_the_owner_only_and_never_svg_or_html() {
     assert!(csp.contains("img-src 'self';"), "{csp}");
     assert!(!csp.contains("data:") && !csp.contains("blob:"), "{csp}");
 }
+
+/// A file a tool gave by reference is served from the agent's blob store to the conversation's
+/// owner only — another principal, an unknown reference and a hostile one get `404` —, with
+/// the media type it was stored as, never run: HTML is an `attachment` under a `sandbox`
+/// policy and `nosniff`; a picture of its type is shown inline.
+#[tokio::test]
+async fn a_file_kept_by_reference_is_served_to_its_owner_only_and_never_run() {
+    use toolwright_core::{BLOB_URI_PREFIX, BlobStore, Part, ResourceRef};
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(
+        toolwright_tool_system::FsBlobStore::open(dir.path(), 1 << 20).unwrap(),
+    );
+    let html = b"<html><script>alert(1)</script></html>";
+    let page = store.put(html, "text/html").await.unwrap();
+    let chart = store.put(common::CHART_PNG, "image/png").await.unwrap();
+    let unknown = ResourceRef::new(
+        format!("{BLOB_URI_PREFIX}{}", "0".repeat(64)),
+        "image/png",
+        5,
+    );
+    let hostile = ResourceRef::new(
+        format!("{BLOB_URI_PREFIX}../../etc/passwd"),
+        "text/plain",
+        5,
+    );
+    let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let tool_store = store.clone();
+    let fx = common::start_with_agent(
+        PanelConfig::default().with_authenticator(
+            toolwright_chat_panel::identity::TrustedProxyHeader::new(
+                "x-forwarded-user",
+                [loopback],
+            )
+            .unwrap(),
+        ),
+        common::picture_responder,
+        move |b| {
+            b.blob_store(tool_store).tool(common::PictureTool {
+                name: "fetch_files",
+                parts: vec![
+                    Part::Resource(chart),
+                    Part::Resource(page.with_name("page.html")),
+                    Part::Resource(unknown),
+                    Part::Resource(hostile),
+                ],
+            })
+        },
+    )
+    .await;
+    let base = fx.url();
+    let c = reqwest::Client::new();
+    let as_who = |who: &str, r: reqwest::RequestBuilder| r.header("x-forwarded-user", who);
+    let made: Value = as_who("alice", c.post(format!("{base}api/sessions")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sid = made["sessionId"].as_str().unwrap().to_owned();
+    let (s, body) = common::send(
+        as_who(
+            "alice",
+            c.post(format!("{base}api/sessions/{sid}/messages")),
+        ),
+        Some(json!({"text": "call fetch_files"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let state: Value = as_who("alice", c.get(format!("{base}api/sessions/{sid}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let files: Vec<Value> = state["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["images"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(files.len(), 4, "{state}");
+    let src = |i: usize| {
+        let s = files[i]["src"].as_str().unwrap();
+        format!("{}{s}", base.trim_end_matches('/'))
+    };
+    assert!(
+        files[0].get("link").is_none(),
+        "a picture is shown: {state}"
+    );
+    assert_eq!(files[1]["link"], json!(true), "a page is a link: {state}");
+    assert!(
+        files[3].get("src").is_none(),
+        "a hostile reference is only named: {state}"
+    );
+
+    // alice: the picture inline, as its type
+    let r = as_who("alice", c.get(src(0))).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "image/png");
+    assert_eq!(r.headers()["content-disposition"], "inline");
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(&r.bytes().await.unwrap()[..], common::CHART_PNG);
+    // the HTML: as stored, but an attachment that cannot run
+    let r = as_who("alice", c.get(src(1))).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/html");
+    assert_eq!(r.headers()["content-disposition"], "attachment");
+    assert_eq!(
+        r.headers()["content-security-policy"],
+        "default-src 'none'; sandbox"
+    );
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(&r.bytes().await.unwrap()[..], html);
+    // bob: what a conversation that does not exist answers
+    for i in [0, 1] {
+        let r = as_who("bob", c.get(src(i))).send().await.unwrap();
+        assert_eq!(r.status(), 404);
+        assert!(!r.text().await.unwrap().contains("<html"));
+    }
+    // a well-formed reference the store does not hold, and the hostile one by its place
+    assert_eq!(
+        as_who("alice", c.get(src(2)))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    let hostile_at = format!("{}-3", src(0).strip_suffix("-0").unwrap());
+    let r = as_who("alice", c.get(&hostile_at)).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(!r.text().await.unwrap().contains("root:"));
+}

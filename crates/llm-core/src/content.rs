@@ -38,6 +38,10 @@ pub enum Part {
     Audio(Media),
     /// A document or any other file (PDF, text, …).
     File(Media),
+    /// Media kept elsewhere, by reference (a blob store's URI, an MCP resource link): every
+    /// wire gives the model its [`placeholder`](Part::placeholder) line — the URI, media type
+    /// and size — never the bytes.
+    Resource(crate::ResourceRef),
     /// What a model thought before it answered, kept so that it can be sent back to the
     /// provider that made it (and to no other).
     Reasoning(Reasoning),
@@ -53,6 +57,7 @@ impl Part {
             Self::Image(_) => "image",
             Self::Audio(_) => "audio",
             Self::File(_) => "file",
+            Self::Resource(_) => "resource",
             Self::Reasoning(_) => "reasoning",
             Self::CacheBreakpoint(_) => "cache breakpoint",
         }
@@ -79,6 +84,15 @@ impl Part {
                     MediaSource::Url { url } => format!(" at {url}"),
                 };
                 format!("[{} {}{name}{size} not shown]", self.kind(), m.media_type)
+            }
+            Self::Resource(r) => {
+                let name = r
+                    .name
+                    .as_deref()
+                    .map(|n| format!(" {n:?}"))
+                    .unwrap_or_default();
+                let size = r.size.map(|s| format!(", {s} bytes")).unwrap_or_default();
+                format!("[resource {}{name}{size} at {}]", r.media_type, r.uri)
             }
             Self::Reasoning(_) | Self::CacheBreakpoint(_) => String::new(),
         }

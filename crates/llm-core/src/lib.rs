@@ -10,6 +10,8 @@
 //!   (OpenAI-compatible HTTP), `local-model` (an embedded model), or your own.
 //! * The tool seam: [`Tool`], [`ToolProvider`], [`ToolError`], [`ToolContext`]. Built-in tools,
 //!   skills and MCP services all reach the dispatcher through it.
+//! * The blob seam: [`BlobStore`] (bytes → a [`ResourceRef`] and back, bounded), where a
+//!   tool result's media too large to send inline is kept; the model sees a [`Part::Resource`].
 //! * The embedding seam: [`Embedder`] (texts → vectors, [`EmbedKind`] query or document), for
 //!   tool search by meaning.
 //! * Rules shared by every source: [`ToolCallAssembler`] (streamed deltas → calls),
@@ -37,6 +39,7 @@
 //! ```
 
 mod assemble;
+mod blob;
 mod cap;
 mod content;
 mod embed;
@@ -51,6 +54,7 @@ mod types;
 
 pub use assemble::ToolCallAssembler;
 pub use async_trait::async_trait;
+pub use blob::{BLOB_URI_PREFIX, Blob, BlobError, BlobStore, ResourceRef};
 pub use cap::{DEFAULT_MAX_RESULT_BYTES, cap_result};
 pub use content::{
     CachePolicy, CacheTtl, ContentError, MAX_INLINE_MEDIA_BYTES, Media, MediaSource, Part,

@@ -56,6 +56,7 @@ pub trait TokenCounter: Send + Sync {
                 Part::Text { text } => self.count_text(text),
                 Part::Reasoning(r) => self.count_text(&r.text),
                 Part::CacheBreakpoint(_) => 0,
+                Part::Resource(_) => self.count_text(&part.placeholder()),
                 Part::Image(_) | Part::Audio(_) | Part::File(_) => media_tokens(part),
             };
         }
@@ -118,7 +119,7 @@ pub fn media_tokens(part: &Part) -> usize {
         },
         Part::Audio(m) => (m.size() / 32_000).max(1) * 10,
         Part::File(m) => m.size() / 4,
-        Part::Text { .. } | Part::Reasoning(_) | Part::CacheBreakpoint(_) => 0,
+        Part::Text { .. } | Part::Reasoning(_) | Part::CacheBreakpoint(_) | Part::Resource(_) => 0,
     }
 }
 

@@ -17,7 +17,9 @@ use rmcp::model::{
     InputResponses, ResourceContents,
 };
 use serde_json::{Map, Value};
-use toolwright_core::{ContentError, Media, Part, ToolError, ToolErrorKind, ToolOutput};
+use toolwright_core::{
+    ContentError, Media, Part, ResourceRef, ToolError, ToolErrorKind, ToolOutput,
+};
 use tracing::Instrument;
 
 use crate::bridge::McpBridge;
@@ -264,31 +266,39 @@ fn convert(tool: &McpTool, result: CallToolResult) -> Result<ToolOutput, ToolErr
 }
 
 /// Text blocks joined by newlines, and the media blocks as parts. Media that cannot be taken
-/// (a media type its bytes belie, over the inline limit, broken base64) is named in the text
-/// with the reason, never passed on.
+/// (a media type its bytes belie, broken base64) is named in the text with the reason, never
+/// passed on. A resource with a URI of its own (a `resource_link`, an embedded blob over the
+/// inline limit) becomes a [`Part::Resource`] naming that URI: the model is given the server's
+/// reference, not a copy.
 pub(crate) fn content_parts(content: &[ContentBlock]) -> (String, Vec<Part>) {
     let mut lines: Vec<String> = Vec::new();
     let mut parts = Vec::new();
-    let mut take =
-        |kind: &str, media: Result<Media, ContentError>, lines: &mut Vec<String>| match media {
-            Ok(m) => parts.push(match kind {
-                "image" => Part::Image(m),
-                "audio" => Part::Audio(m),
-                _ => Part::File(m),
-            }),
-            Err(e) => lines.push(format!("[{kind} left out: {e}]")),
-        };
+    let take = |kind: &str,
+                media: Result<Media, ContentError>,
+                parts: &mut Vec<Part>,
+                lines: &mut Vec<String>| match media {
+        Ok(m) => parts.push(match kind {
+            "image" => Part::Image(m),
+            "audio" => Part::Audio(m),
+            _ => Part::File(m),
+        }),
+        Err(e) => lines.push(format!("[{kind} left out: {e}]")),
+    };
     for c in content {
         match c {
             ContentBlock::Text(t) => lines.push(t.text.clone()),
             ContentBlock::Image(i) => take(
                 "image",
                 Media::image_base64(&i.data, &i.mime_type),
+                &mut parts,
                 &mut lines,
             ),
-            ContentBlock::Audio(a) => {
-                take("audio", Media::base64(&a.data, &a.mime_type), &mut lines)
-            }
+            ContentBlock::Audio(a) => take(
+                "audio",
+                Media::base64(&a.data, &a.mime_type),
+                &mut parts,
+                &mut lines,
+            ),
             ContentBlock::Resource(r) => match &r.resource {
                 ResourceContents::TextResourceContents { text, .. } => lines.push(text.clone()),
                 ResourceContents::BlobResourceContents {
@@ -298,26 +308,36 @@ pub(crate) fn content_parts(content: &[ContentBlock]) -> (String, Vec<Part>) {
                     ..
                 } => {
                     let mime = mime_type.as_deref().unwrap_or("application/octet-stream");
-                    if mime.starts_with("image/") {
-                        take("image", Media::image_base64(blob, mime), &mut lines)
+                    let (kind, media) = if mime.starts_with("image/") {
+                        ("image", Media::image_base64(blob, mime))
                     } else {
                         let kind = if mime.starts_with("audio/") {
                             "audio"
                         } else {
                             "file"
                         };
-                        take(
+                        (
                             kind,
                             Media::base64(blob, mime).map(|m| m.with_name(uri.clone())),
-                            &mut lines,
                         )
+                    };
+                    match media {
+                        Err(ContentError::TooLarge { size, .. }) => parts.push(Part::Resource(
+                            ResourceRef::new(uri.clone(), mime, size as u64),
+                        )),
+                        media => take(kind, media, &mut parts, &mut lines),
                     }
                 }
                 _ => {
                     lines.push("[a resource of a kind this client does not know, left out]".into())
                 }
             },
-            ContentBlock::ResourceLink(l) => lines.push(format!("[resource {}]", l.uri)),
+            ContentBlock::ResourceLink(l) => {
+                let mime = l.mime_type.as_deref().unwrap_or("application/octet-stream");
+                let mut r = ResourceRef::link(l.uri.clone(), mime).with_name(l.name.clone());
+                r.size = l.size;
+                parts.push(Part::Resource(r));
+            }
             _ => lines.push("[content of a kind this client does not know, left out]".into()),
         }
     }
@@ -332,5 +352,52 @@ impl McpBridge {
         {
             crate::recovery::record_success(svc);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::Resource;
+
+    #[test]
+    fn a_resource_link_keeps_the_servers_own_uri() {
+        let mut link = Resource::new("file:///data/scan.tiff", "scan.tiff");
+        link.mime_type = Some("image/tiff".into());
+        link.size = Some(52_428_800);
+        let (text, parts) = content_parts(&[
+            ContentBlock::text("scanned"),
+            ContentBlock::resource_link(link),
+        ]);
+        assert_eq!(text, "scanned");
+        let Part::Resource(r) = &parts[0] else {
+            panic!("expected a resource part, got {parts:?}");
+        };
+        assert_eq!(r.uri, "file:///data/scan.tiff");
+        assert_eq!(r.media_type, "image/tiff");
+        assert_eq!(r.size, Some(52_428_800));
+        assert_eq!(r.name.as_deref(), Some("scan.tiff"));
+    }
+
+    #[test]
+    fn an_embedded_blob_over_the_inline_limit_is_referred_to_by_its_uri_not_copied() {
+        let blob = "AAAA".repeat(toolwright_core::MAX_INLINE_MEDIA_BYTES / 3 + 10);
+        let (text, parts) = content_parts(&[ContentBlock::resource(
+            ResourceContents::BlobResourceContents {
+                uri: "s3://bucket/dump.bin".into(),
+                mime_type: Some("application/octet-stream".into()),
+                blob,
+                meta: None,
+            },
+        )]);
+        assert_eq!(text, "");
+        let Part::Resource(r) = &parts[0] else {
+            panic!("expected a resource part, got {parts:?}");
+        };
+        assert_eq!(r.uri, "s3://bucket/dump.bin");
+        assert_eq!(
+            r.size,
+            Some((toolwright_core::MAX_INLINE_MEDIA_BYTES / 3 + 10) as u64 * 3)
+        );
     }
 }

@@ -626,6 +626,36 @@ async fn an_image_in_the_user_message_and_in_a_tool_result_is_sent_natively() {
 }
 
 #[tokio::test]
+async fn media_kept_by_reference_is_sent_as_the_line_naming_it() {
+    let server = Server::start().await;
+    server.push(Reply::Sse(sse("rec_image_stream.0.response.sse")));
+    let model = server.model(|c| c.with_max_tokens(4000));
+    let kept = Part::Resource(toolwright_core::ResourceRef::new(
+        "toolwright-blob:sha256:ab",
+        "image/png",
+        31_457_280,
+    ));
+    let line = kept.placeholder();
+    let history = vec![
+        Message::user("Screenshot the page"),
+        Message::assistant_with_tool_calls("", vec![ToolCall::new("t1", "shoot", json!({}))]),
+        Message::tool_with_parts("t1", "shoot", "done", vec![kept]),
+    ];
+    collect_stream(
+        model
+            .stream(ChatRequest::new(history).with_cache(CachePolicy::Off))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        server.body(0)["messages"][2]["content"][0]["content"],
+        json!([{"type": "text", "text": "done"}, {"type": "text", "text": line}])
+    );
+}
+
+#[tokio::test]
 async fn audio_is_refused_before_anything_is_sent() {
     let server = Server::start().await;
     let model = server.model(|c| c);

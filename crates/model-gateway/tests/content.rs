@@ -138,6 +138,37 @@ async fn a_tools_image_follows_the_tool_results_as_a_user_message_naming_the_cal
 }
 
 #[tokio::test]
+async fn media_kept_by_reference_stays_in_its_tool_message_as_the_line_naming_it() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::text("It is kept."));
+    let kept = Part::Resource(toolwright_core::ResourceRef::new(
+        "toolwright-blob:sha256:ab",
+        "image/png",
+        31_457_280,
+    ));
+    let line = kept.placeholder();
+    let history = vec![
+        Message::user("Screenshot the page"),
+        Message::assistant_with_tool_calls(
+            "",
+            vec![ToolCall::new("call_1", "screenshot", json!({}))],
+        ),
+        Message::tool_with_parts("call_1", "screenshot", "taken", vec![kept]),
+    ];
+    model(&server)
+        .chat(ChatRequest::new(history))
+        .await
+        .unwrap();
+    let messages = server.requests()[0].body["messages"].clone();
+    assert_eq!(
+        messages.as_array().unwrap().len(),
+        3,
+        "nothing lowered: {messages}"
+    );
+    assert_eq!(messages[2]["content"], json!(format!("taken\n{line}")));
+}
+
+#[tokio::test]
 async fn reasoning_is_read_and_the_cache_and_reasoning_tokens_are_counted() {
     let server = ScriptedServer::start().await;
     server.push(reasoning_answer());

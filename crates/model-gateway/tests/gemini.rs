@@ -596,6 +596,34 @@ async fn an_image_in_a_tool_result_rides_in_the_function_response_and_one_by_url
 }
 
 #[tokio::test]
+async fn media_kept_by_reference_is_sent_as_the_line_naming_it_in_the_function_response() {
+    let server = Server::start().await;
+    server.push(Answer::Json(200, fixture("text.json"), vec![]));
+    let model = GeminiModel::new(server.config("gemini-3-pro-preview")).unwrap();
+    let kept = Part::Resource(toolwright_core::ResourceRef::new(
+        "toolwright-blob:sha256:ab",
+        "image/png",
+        31_457_280,
+    ));
+    let line = kept.placeholder();
+    let history = vec![
+        Message::user("Screenshot the page"),
+        Message::assistant_with_tool_calls(
+            "",
+            vec![toolwright_core::ToolCall::new("c1", "shoot", json!({}))],
+        ),
+        Message::tool_with_parts("c1", "shoot", "done", vec![kept]),
+    ];
+    model.chat(ChatRequest::new(history)).await.unwrap();
+    let sent = server.seen()[0].body.clone();
+    assert_eq!(
+        sent["contents"][2]["parts"],
+        json!([{"functionResponse": {"id": "c1", "name": "shoot",
+            "response": {"output": format!("done\n{line}")}}}])
+    );
+}
+
+#[tokio::test]
 async fn an_error_event_mid_stream_is_a_typed_error_after_the_text_before_it() {
     let server = Server::start().await;
     server.push(Answer::Sse(fixture("error_mid_stream.sse")));

@@ -509,6 +509,31 @@ async fn images_and_files_go_as_input_parts_in_user_messages_and_tool_outputs() 
 }
 
 #[tokio::test]
+async fn media_kept_by_reference_is_sent_as_the_line_naming_it_in_the_tool_output() {
+    let server = Server::start().await;
+    server.always(Reply::json(fixture!("text.json")));
+    let m = model(&server);
+    let kept = Part::Resource(toolwright_core::ResourceRef::new(
+        "toolwright-blob:sha256:ab",
+        "image/png",
+        31_457_280,
+    ));
+    let line = kept.placeholder();
+    let history = vec![
+        Message::user("Screenshot the page"),
+        Message::assistant_with_tool_calls("", vec![ToolCall::new(CALL1, "shoot", json!({}))]),
+        Message::tool_with_parts(CALL1, "shoot", "done", vec![kept]),
+    ];
+    m.chat(ChatRequest::new(history)).await.unwrap();
+    assert_eq!(
+        server.requests()[0].body["input"][2],
+        json!({"type": "function_call_output", "call_id": CALL1, "output": [
+            {"type": "input_text", "text": "done"},
+            {"type": "input_text", "text": line}]})
+    );
+}
+
+#[tokio::test]
 async fn parts_the_wire_cannot_carry_are_refused_before_sending() {
     let server = Server::start().await;
     server.always(Reply::json(fixture!("text.json")));

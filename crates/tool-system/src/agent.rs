@@ -287,6 +287,7 @@ pub struct AgentBuilder {
     options: LoopOptions,
     tool_timeout: Option<Duration>,
     max_result_bytes: Option<usize>,
+    blob_store: Option<Arc<dyn toolwright_core::BlobStore>>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -310,6 +311,7 @@ impl AgentBuilder {
             options: LoopOptions::default(),
             tool_timeout: None,
             max_result_bytes: None,
+            blob_store: None,
         }
     }
     /// Adds a built-in tool (a bad or duplicate name is reported by [`build`](Self::build)).
@@ -339,6 +341,14 @@ impl AgentBuilder {
     /// Cap on a result's size given to the model (default 64 KiB).
     pub fn max_result_bytes(mut self, n: usize) -> Self {
         self.max_result_bytes = Some(n);
+        self
+    }
+    /// Where a tool result's media past the inline limit (20 MiB in all) is kept, e.g. an
+    /// [`FsBlobStore`](crate::FsBlobStore): the model is given a
+    /// [`Part::Resource`](toolwright_core::Part::Resource) (URI, media type, size) in its
+    /// place. Without one such media is named in a text part and its bytes dropped.
+    pub fn blob_store(mut self, store: Arc<dyn toolwright_core::BlobStore>) -> Self {
+        self.blob_store = Some(store);
         self
     }
     /// The base system prompt; the tool descriptions of prompt-based protocols follow it as a
@@ -534,6 +544,9 @@ impl AgentBuilder {
         }
         if let Some(n) = self.max_result_bytes {
             d = d.with_max_result_bytes(n);
+        }
+        if let Some(store) = self.blob_store {
+            d = d.with_blob_store(store);
         }
         // What this agent holds for approval, handed to every call it makes: a tool that calls
         // other tools (code mode) refuses those calls without being told the policy.

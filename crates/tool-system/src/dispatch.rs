@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolwright_core::{
-    DEFAULT_MAX_RESULT_BYTES, Part, ToolOutput, ToolSpec, TurnInfo, cap_result as cap,
+    BlobStore, DEFAULT_MAX_RESULT_BYTES, Part, ToolOutput, ToolSpec, TurnInfo, cap_result as cap,
 };
 use toolwright_output_control::Validator;
 use tracing::Instrument;
@@ -19,30 +19,54 @@ use crate::{ToolContext, ToolError, ToolErrorKind, ToolProvider};
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most bytes of media one tool result sends inline (20 MiB, what a provider takes in one
-/// request's image or file); media past it is named in a text part instead.
+/// request's image or file); media past it is kept in the blob store, or named in a text part.
 pub(crate) const MAX_RESULT_MEDIA_BYTES: usize = toolwright_core::MAX_INLINE_MEDIA_BYTES;
 
-/// Keeps a result's media within `limit` bytes in all, in order: a part that would pass it is
-/// replaced by a text part naming it and why. Whether any was replaced.
-fn cap_media(parts: &mut [Part], limit: usize) -> bool {
+/// What [`spill_media`] did with a result's media past the limit.
+#[derive(Default)]
+struct Spilled {
+    /// Parts kept in the blob store, a [`Part::Resource`] in their place.
+    kept: usize,
+    /// Parts named in a text part instead (no store, or the store refused them), with why.
+    named: Vec<String>,
+}
+
+/// Keeps a result's media within `limit` bytes in all, in order. A part that would pass it is
+/// written to `store` and replaced by a [`Part::Resource`] naming it (URI, media type, size);
+/// with no store, or when the store refuses it, by a text part naming it and why.
+async fn spill_media(parts: &mut [Part], limit: usize, store: Option<&dyn BlobStore>) -> Spilled {
     let mut used = 0usize;
-    let mut capped = false;
+    let mut spilled = Spilled::default();
     for p in parts.iter_mut() {
-        let size = match p {
-            Part::Image(m) | Part::Audio(m) | Part::File(m) => m.size(),
+        let media = match p {
+            Part::Image(m) | Part::Audio(m) | Part::File(m) => m,
             _ => continue,
         };
-        if used + size > limit {
-            *p = Part::text(format!(
-                "{} (over the {limit}-byte media limit of one tool result)",
-                p.placeholder()
-            ));
-            capped = true;
-        } else {
+        let size = media.size();
+        if used + size <= limit {
             used += size;
+            continue;
         }
+        let over = format!("over the {limit}-byte media limit of one tool result");
+        let why = match (store, media.decoded()) {
+            (None, _) => {
+                format!("{over}; the agent has no blob store to keep it (AgentBuilder::blob_store)")
+            }
+            (Some(_), None) => format!("{over}, and its base64 is invalid"),
+            (Some(store), Some(bytes)) => match store.put(&bytes, &media.media_type).await {
+                Ok(mut r) => {
+                    r.name = media.name.clone();
+                    *p = Part::Resource(r);
+                    spilled.kept += 1;
+                    continue;
+                }
+                Err(e) => format!("{over}, and the blob store could not keep it: {e}"),
+            },
+        };
+        *p = Part::text(format!("{} ({why})", p.placeholder()));
+        spilled.named.push(why);
     }
-    capped
+    spilled
 }
 
 /// The result of one call, as the model will see it.
@@ -120,6 +144,8 @@ pub struct Dispatcher {
     max_result_bytes: usize,
     /// Handed to every call whose context has none ([`Dispatcher::with_approval_gate`]).
     approval_gate: Option<toolwright_core::ApprovalGate>,
+    /// Where media past the inline limit is kept ([`Dispatcher::with_blob_store`]).
+    blob_store: Option<Arc<dyn BlobStore>>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -135,6 +161,7 @@ impl std::fmt::Debug for Dispatcher {
             )
             .field("default_timeout", &self.default_timeout)
             .field("max_result_bytes", &self.max_result_bytes)
+            .field("blob_store", &self.blob_store.is_some())
             .finish()
     }
 }
@@ -155,7 +182,17 @@ impl Dispatcher {
             default_timeout: DEFAULT_TOOL_TIMEOUT,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             approval_gate: None,
+            blob_store: None,
         }
+    }
+
+    /// Where a result's media past the inline limit (20 MiB in all per result) is kept: each
+    /// such part is written to `store` and the model is given a [`Part::Resource`] with its
+    /// URI, media type and size instead of the bytes. Without a store such media is named in
+    /// a text part and its bytes are dropped. [`crate::AgentBuilder::blob_store`] sets it.
+    pub fn with_blob_store(mut self, store: Arc<dyn BlobStore>) -> Self {
+        self.blob_store = Some(store);
+        self
     }
 
     /// The approval rules of the agent this dispatcher runs calls for: every call whose
@@ -195,6 +232,12 @@ impl Dispatcher {
     pub fn with_max_result_bytes(mut self, bytes: usize) -> Self {
         self.max_result_bytes = bytes.max(256);
         self
+    }
+
+    /// The blob store media past the inline limit is kept in ([`with_blob_store`](Self::with_blob_store)),
+    /// for those who serve it back (the chat panel).
+    pub fn blob_store(&self) -> Option<&Arc<dyn BlobStore>> {
+        self.blob_store.as_ref()
     }
 
     /// The time limit for tools that set none.
@@ -378,13 +421,26 @@ impl Dispatcher {
             Ok(ToolOutput {
                 value, mut parts, ..
             }) => {
-                if cap_media(&mut parts, MAX_RESULT_MEDIA_BYTES) {
+                let spilled = spill_media(
+                    &mut parts,
+                    MAX_RESULT_MEDIA_BYTES,
+                    self.blob_store.as_deref(),
+                )
+                .await;
+                if spilled.kept > 0 || !spilled.named.is_empty() {
                     let _in_span = span.enter();
-                    tracing::warn!(
-                        tool = name,
-                        cap = MAX_RESULT_MEDIA_BYTES,
-                        "tool result media over the cap named instead of sent"
-                    );
+                    if spilled.kept > 0 {
+                        tracing::info!(
+                            tool = name,
+                            parts = spilled.kept,
+                            cap = MAX_RESULT_MEDIA_BYTES,
+                            "tool result media over the cap kept in the blob store"
+                        );
+                    }
+                    for why in &spilled.named {
+                        tracing::warn!(tool = name, why = %why,
+                            "tool result media over the cap named instead of sent");
+                    }
                 }
                 let answer = self.table().get(name).and_then(|r| {
                     self.providers[r.provider]

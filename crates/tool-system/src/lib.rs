@@ -11,6 +11,8 @@
 //!   MCP); unknown name → `{"success": false, "error": "Tool not found: NAME"}`; arguments
 //!   validated against the schema first; a time limit (default 30 s) that cancels the call;
 //!   panics contained; huge results capped. Failures are results for the model, never errors.
+//!   Media past the inline limit is kept in a [`BlobStore`](toolwright_core::BlobStore)
+//!   ([`FsBlobStore`], set with [`AgentBuilder::blob_store`]) and the model given its reference.
 //! * [`ProtocolKind`]: native function calling (T5), the JSON decision (T6) or `<tool_action>`
 //!   tags (T7, T8); a model without function calling switches to the JSON one (T9). A protocol
 //!   of one's own implements [`protocol::CallProtocol`].
@@ -92,6 +94,7 @@
 mod agent;
 mod answer;
 mod approval;
+mod blob;
 mod dispatch;
 mod event;
 mod execute;
@@ -114,6 +117,7 @@ pub use approval::{
     ApprovalDecision, ApprovalError, ApprovalKey, ApprovalPolicy, DecisionRecord, HeldCall,
     PendingApproval,
 };
+pub use blob::FsBlobStore;
 pub use dispatch::{Dispatcher, ToolOutcome};
 pub use event::{LoopError, LoopEvent, LoopOutput};
 pub use hooks::{CallVerdict, Flow, Guardrail, Hook, HookContext};

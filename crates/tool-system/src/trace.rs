@@ -314,6 +314,16 @@ fn part_json(p: &Part) -> Option<Value> {
         Part::Image(m) => ("image", m),
         Part::Audio(m) => ("audio", m),
         Part::File(m) => ("file", m),
+        Part::Resource(r) => {
+            let modality = match r.media_type.split('/').next() {
+                Some("image") => "image",
+                Some("audio") => "audio",
+                _ => "file",
+            };
+            return Some(
+                json!({"type": "uri", "modality": modality, "mime_type": r.media_type, "uri": r.uri}),
+            );
+        }
         Part::Reasoning(_) | Part::CacheBreakpoint(_) => return None,
     };
     Some(match &media.source {

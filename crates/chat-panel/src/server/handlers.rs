@@ -657,8 +657,10 @@ pub(super) async fn get_media(
     else {
         return no_image();
     };
-    let Some(toolwright_core::Part::Image(media)) = message.parts().get(part) else {
-        return no_image();
+    let media = match message.parts().get(part) {
+        Some(toolwright_core::Part::Image(media)) => media,
+        Some(toolwright_core::Part::Resource(r)) => return super::blob::serve(&app, &id, r).await,
+        _ => return no_image(),
     };
     // checked again whole: the stored type must be one of the four and the bytes must be it
     let Some(checked) = media.decoded().and_then(|b| {

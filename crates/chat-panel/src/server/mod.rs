@@ -18,6 +18,7 @@ use crate::lease::{self};
 use crate::state::Sessions;
 use crate::{ChatBackend, PanelConfig};
 
+mod blob;
 mod events;
 mod guard;
 mod handlers;
@@ -140,6 +141,11 @@ impl App {
 ///   [`EntryImage`](crate::EntryImage)'s `src`): its bytes, to the conversation's owner only,
 ///   and only a PNG, JPEG, GIF or WebP whose bytes are that type (never SVG or HTML), with
 ///   its `Content-Type`, `Content-Disposition: inline` and a `sandbox` policy; `404` otherwise.
+///   A file a tool gave by reference (a [`Part::Resource`](toolwright_core::Part::Resource)
+///   whose URI is the backend's blob store's, [`ChatBackend::blob_store`]) is served from that
+///   store the same way, to the owner only, with the media type it was stored as, `inline`
+///   only for a picture of its type and as an `attachment` otherwise; `404` for an unknown
+///   reference.
 /// * `POST /api/sessions/{id}/messages` with `Content-Type: application/json` and the object
 ///   `{"text": "...", "inReplyTo": ENTRY_ID?, "images": [{"mediaType", "data", "name"?}]?}`
 ///   (`data`: the picture's bytes in standard base64; at most one picture, checked as

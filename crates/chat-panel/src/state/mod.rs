@@ -92,6 +92,11 @@ pub struct EntryImage {
     pub height: Option<u32>,
     /// A line naming it (kind, type, file name, size): the image's alternative text.
     pub text: String,
+    /// A file to open rather than a picture to show: media a tool gave by reference
+    /// ([`Part::Resource`]) that is not a PNG, JPEG, GIF or WebP. The page links
+    /// [`src`](Self::src) with [`text`](Self::text) as the link's words.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub link: bool,
 }
 
 /// What one answer cost: the tokens of its model calls and their price, as the tool loop
@@ -298,6 +303,21 @@ fn images(session: &str, row: u64, parts: &[Part]) -> Vec<EntryImage> {
                     width,
                     height,
                     text: p.placeholder(),
+                    link: false,
+                })
+            }
+            // Media a tool gave by reference: served from the backend's blob store when the
+            // reference is one (`toolwright-blob:`); a URI of its own is only named.
+            Part::Resource(r) => {
+                let ty = r.media_type.trim().to_ascii_lowercase();
+                let stored = toolwright_core::ResourceRef::blob_hash(&r.uri).is_ok();
+                Some(EntryImage {
+                    src: stored.then(|| format!("/api/sessions/{session}/media/{row}-{k}")),
+                    media_type: r.media_type.clone(),
+                    width: None,
+                    height: None,
+                    text: p.placeholder(),
+                    link: stored && !SERVED_IMAGE_TYPES.contains(&ty.as_str()),
                 })
             }
             _ => None,

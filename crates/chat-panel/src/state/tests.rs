@@ -320,6 +320,7 @@ fn pictures_of_the_person_and_of_a_tool_are_entries_images_served_by_the_panel()
             width: Some(800),
             height: Some(600),
             text: "[image image/png, 29 bytes not shown]".into(),
+            link: false,
         }]
     );
     let tool = &entries[1];
@@ -331,6 +332,51 @@ fn pictures_of_the_person_and_of_a_tool_are_entries_images_served_by_the_panel()
         [Some("/api/sessions/conv-0001/media/7-1"), None, None, None]
     );
     assert!(tool.images[3].text.contains("https://example.com/a.png"));
+}
+
+#[test]
+fn media_kept_by_reference_is_served_by_the_panel_only_from_its_blob_store() {
+    let blob = |hex: &str, ty: &str| {
+        Part::Resource(toolwright_core::ResourceRef::new(
+            format!("{}{}", toolwright_core::BLOB_URI_PREFIX, hex.repeat(32)),
+            ty,
+            31_457_280,
+        ))
+    };
+    let history = vec![
+        Message::user("shoot"),
+        Message::assistant_with_tool_calls("", vec![ToolCall::new("c1", "shoot", json!({}))]),
+        Message::tool_with_parts(
+            "c1",
+            "shoot",
+            "{}",
+            vec![
+                blob("ab", "image/png"),
+                blob("cd", "application/pdf"),
+                Part::Resource(toolwright_core::ResourceRef::link(
+                    "file:///etc/passwd",
+                    "text/plain",
+                )),
+            ],
+        ),
+    ];
+    let entries = entries_from_history("conv-0001", 0, &history);
+    let tool = entries.iter().find(|e| e.kind == EntryKind::Tool).unwrap();
+    let shown: Vec<(Option<&str>, bool)> = tool
+        .images
+        .iter()
+        .map(|i| (i.src.as_deref(), i.link))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (Some("/api/sessions/conv-0001/media/3-0"), false),
+            (Some("/api/sessions/conv-0001/media/3-1"), true),
+            (None, false),
+        ]
+    );
+    assert!(tool.images[1].text.contains("31457280 bytes"));
+    assert!(tool.images[2].text.contains("file:///etc/passwd"));
 }
 
 #[test]

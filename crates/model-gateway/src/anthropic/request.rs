@@ -177,6 +177,7 @@ fn content_blocks(
         match p {
             Part::Text { text } if text.is_empty() => {}
             Part::Text { text } => blocks.push(text_block(text)),
+            Part::Resource(_) => blocks.push(text_block(&p.placeholder())),
             Part::Image(m) => blocks.push(image_block(p, m)?),
             Part::File(m) => blocks.push(document_block(p, m)?),
             Part::Audio(_) => return Err(unsupported(p)),
@@ -264,7 +265,7 @@ pub(crate) fn request_body(
                         Part::CacheBreakpoint(ttl) => {
                             marks.push((blocks.len().checked_sub(1), *ttl))
                         }
-                        Part::Text { .. } => {}
+                        Part::Text { .. } | Part::Resource(_) => {}
                         Part::Image(_) | Part::Audio(_) | Part::File(_) => {
                             return Err(unsupported(p));
                         }
@@ -274,10 +275,10 @@ pub(crate) fn request_body(
                     blocks.push(text_block(content));
                 }
                 for p in parts {
-                    if let Part::Text { text } = p
-                        && !text.is_empty()
-                    {
-                        blocks.push(text_block(text));
+                    match p {
+                        Part::Text { text } if !text.is_empty() => blocks.push(text_block(text)),
+                        Part::Resource(_) => blocks.push(text_block(&p.placeholder())),
+                        _ => {}
                     }
                 }
                 for c in tool_calls {

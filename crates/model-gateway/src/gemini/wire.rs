@@ -41,7 +41,9 @@ pub(crate) fn tool_message_carries(part: &Part) -> bool {
         Part::Image(m) | Part::Audio(m) | Part::File(m) => {
             matches!(m.source, MediaSource::Base64 { .. })
         }
-        Part::Text { .. } | Part::Reasoning(_) | Part::CacheBreakpoint(_) => true,
+        Part::Text { .. } | Part::Resource(_) | Part::Reasoning(_) | Part::CacheBreakpoint(_) => {
+            true
+        }
     }
 }
 
@@ -73,6 +75,7 @@ pub(crate) fn request_body(req: &ChatRequest, extras: &Extras) -> Result<Value, 
                 for p in parts {
                     match p {
                         Part::Text { text } => out.push(json!({"text": text})),
+                        Part::Resource(_) => out.push(json!({"text": p.placeholder()})),
                         Part::Image(m) | Part::Audio(m) | Part::File(m) => out.push(media(m)),
                         // A person's message carries no reasoning; Gemini caches implicitly,
                         // so a breakpoint has no wire form here.
@@ -232,6 +235,7 @@ fn model_parts(content: &str, tool_calls: &[ToolCall], parts: &[Part]) -> Vec<Va
             // Another provider's reasoning means nothing to Gemini and is never sent.
             Part::Reasoning(_) | Part::CacheBreakpoint(_) => {}
             Part::Text { text } => out.push(json!({"text": text})),
+            Part::Resource(_) => out.push(json!({"text": p.placeholder()})),
             Part::Image(m) | Part::Audio(m) | Part::File(m) => out.push(media(m)),
         }
     }
@@ -293,6 +297,12 @@ fn function_response(tool_call_id: &str, name: &str, content: &str, parts: &[Par
                 }
                 text.push_str(t);
             }
+            Part::Resource(_) => {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&p.placeholder());
+            }
             Part::Image(m) | Part::Audio(m) | Part::File(m) => {
                 if let MediaSource::Base64 { data } = &m.source {
                     media_parts
@@ -304,7 +314,13 @@ fn function_response(tool_call_id: &str, name: &str, content: &str, parts: &[Par
         }
     }
     let response = match serde_json::from_str::<Value>(&text) {
-        Ok(v @ Value::Object(_)) if parts.iter().all(|p| !matches!(p, Part::Text { .. })) => v,
+        Ok(v @ Value::Object(_))
+            if parts
+                .iter()
+                .all(|p| !matches!(p, Part::Text { .. } | Part::Resource(_))) =>
+        {
+            v
+        }
         _ => json!({ OUTPUT_KEY: text }),
     };
     let mut fr = Map::new();

@@ -20,7 +20,7 @@ pub(crate) const PROVIDER: &str = "openai-chat";
 fn tool_message_carries(part: &Part) -> bool {
     matches!(
         part,
-        Part::Text { .. } | Part::Reasoning(_) | Part::CacheBreakpoint(_)
+        Part::Text { .. } | Part::Resource(_) | Part::Reasoning(_) | Part::CacheBreakpoint(_)
     )
 }
 
@@ -114,6 +114,7 @@ fn user_content(content: &str, parts: &[Part]) -> Result<Value, ModelError> {
     for p in parts {
         match p {
             Part::Text { text } => out.push(json!({"type": "text", "text": text})),
+            Part::Resource(_) => out.push(json!({"type": "text", "text": p.placeholder()})),
             Part::Image(m) => {
                 out.push(json!({"type": "image_url", "image_url": {"url": media_url(m)}}))
             }
@@ -165,6 +166,7 @@ fn message(m: &Message, replay_reasoning: bool) -> Result<Value, ModelError> {
             for p in parts {
                 match p {
                     Part::Text { text: t } => text.push_str(t),
+                    Part::Resource(_) => text.push_str(&p.placeholder()),
                     Part::Reasoning(r) if r.provider == PROVIDER => reasoning.push_str(&r.text),
                     // Another provider's reasoning is never sent here.
                     Part::Reasoning(_) | Part::CacheBreakpoint(_) => {}
@@ -200,9 +202,16 @@ fn message(m: &Message, replay_reasoning: bool) -> Result<Value, ModelError> {
             // Only text is left here (the rest was lowered); extra text parts join the text.
             let mut text = content.clone();
             for p in parts {
-                if let Part::Text { text: t } = p {
-                    text.push('\n');
-                    text.push_str(t);
+                match p {
+                    Part::Text { text: t } => {
+                        text.push('\n');
+                        text.push_str(t);
+                    }
+                    Part::Resource(_) => {
+                        text.push('\n');
+                        text.push_str(&p.placeholder());
+                    }
+                    _ => {}
                 }
             }
             json!({"role": "tool", "tool_call_id": tool_call_id, "content": text})

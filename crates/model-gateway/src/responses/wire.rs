@@ -106,6 +106,7 @@ fn media_url(m: &Media) -> String {
 fn input_content(part: &Part, detail: &str) -> Result<Option<Value>, ModelError> {
     Ok(Some(match part {
         Part::Text { text } => json!({"type": "input_text", "text": text}),
+        Part::Resource(_) => json!({"type": "input_text", "text": part.placeholder()}),
         Part::Image(m) => {
             json!({"type": "input_image", "image_url": media_url(m), "detail": detail})
         }
@@ -238,6 +239,7 @@ fn assistant(
     for p in parts {
         match p {
             Part::Text { text: t } => text.push_str(t),
+            Part::Resource(_) => text.push_str(&p.placeholder()),
             Part::Reasoning(r) if r.provider == PROVIDER => add_reasoning(r, &mut reasoning)?,
             // Another provider's reasoning is never sent; caching is automatic here.
             Part::Reasoning(_) | Part::CacheBreakpoint(_) => {}

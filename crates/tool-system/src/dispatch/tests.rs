@@ -342,24 +342,50 @@ async fn t3_operator_detail_never_reaches_the_model() {
     assert!(!out.content.contains("SECRET"));
 }
 
-#[test]
-fn media_past_the_result_cap_is_named_instead_of_sent() {
-    let media = |n: usize| {
-        Part::File(
-            toolwright_core::Media::bytes(&vec![0u8; n], "application/octet-stream").unwrap(),
-        )
-    };
+fn media(n: usize) -> Part {
+    Part::File(toolwright_core::Media::bytes(&vec![0u8; n], "application/octet-stream").unwrap())
+}
+
+#[tokio::test]
+async fn media_past_the_result_cap_without_a_store_is_named_with_how_to_keep_it() {
     let mut parts = vec![media(600), Part::text("between"), media(300), media(300)];
-    assert!(cap_media(&mut parts, 1000));
+    let spilled = spill_media(&mut parts, 1000, None).await;
+    assert_eq!((spilled.kept, spilled.named.len()), (0, 1));
     assert!(matches!(parts[0], Part::File(_)));
     assert!(matches!(parts[2], Part::File(_)));
     let Part::Text { text } = &parts[3] else {
         panic!("{:?}", parts[3])
     };
     assert!(
-        text.contains("300 bytes") && text.contains("1000-byte media limit"),
+        text.contains("300 bytes")
+            && text.contains("1000-byte media limit")
+            && text.contains("AgentBuilder::blob_store"),
         "{text}"
     );
     let mut small = vec![media(10)];
-    assert!(!cap_media(&mut small, 1000));
+    let spilled = spill_media(&mut small, 1000, None).await;
+    assert_eq!((spilled.kept, spilled.named.len()), (0, 0));
+}
+
+#[tokio::test]
+async fn media_past_the_result_cap_goes_to_the_store_and_a_full_store_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for the first spilled part, not the second.
+    let store = crate::FsBlobStore::open(dir.path(), 400).unwrap();
+    let mut parts = vec![media(900), media(300), media(301)];
+    let spilled = spill_media(&mut parts, 1000, Some(&store)).await;
+    assert_eq!(spilled.kept, 1);
+    assert!(matches!(parts[0], Part::File(_)));
+    let Part::Resource(r) = &parts[1] else {
+        panic!("{:?}", parts[1])
+    };
+    assert_eq!(
+        (r.media_type.as_str(), r.size),
+        ("application/octet-stream", Some(300))
+    );
+    assert_eq!(store.get(&r.uri).await.unwrap().bytes, vec![0u8; 300]);
+    let Part::Text { text } = &parts[2] else {
+        panic!("{:?}", parts[2])
+    };
+    assert!(text.contains("blob store is full"), "{text}");
 }
