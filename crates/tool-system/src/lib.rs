@@ -102,6 +102,7 @@ mod options;
 mod prompt;
 mod protocols;
 mod registry;
+mod run;
 mod runner;
 mod subagent;
 mod trace;
