@@ -1391,3 +1391,50 @@ async fn approval_a_run_stored_by_a_newer_version_is_a_typed_error_and_is_kept()
     assert_eq!(state(&*store).await.as_deref(), Some(newer));
     assert_eq!(server.request_count(), 0);
 }
+
+/// What the loop learned before the stop is not lost across it: a repeat, after the approval,
+/// of an idempotent call that ran before the hold is answered from its earlier result (and the
+/// model is then asked for an answer) — resumed by another agent over the same store, as a
+/// second worker would.
+#[tokio::test]
+async fn approval_a_resumed_run_still_answers_a_repeat_from_its_earlier_result() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("c1", "get_weather", r#"{"city":"Paris"}"#),
+        ("c2", "delete_file", r#"{"path":"/tmp/a"}"#),
+    ]));
+    server.push(Reply::tool_call("c3", "get_weather", r#"{"city":"Paris"}"#));
+    server.push(Reply::text("Sunny in Paris; /tmp/a is gone."));
+    let store = store();
+    let weather_calls = Arc::new(AtomicUsize::new(0));
+    let deleted = Deleted::default();
+    let worker = || {
+        Agent::builder(model(&server))
+            .tool(weather(weather_calls.clone()).idempotent())
+            .tool(delete_file(deleted.clone()))
+            .require_approval("delete_file")
+            .approval_key(key())
+            .store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let p = pending(
+        &worker()
+            .run("s", "weather, then delete /tmp/a")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(weather_calls.load(Ordering::SeqCst), 1);
+
+    let out = worker().resume("s", &[p.calls[0].approve()]).await.unwrap();
+    assert_eq!(out.answer, "Sunny in Paris; /tmp/a is gone.");
+    assert_eq!(deleted.lock().unwrap().clone(), vec!["/tmp/a"]);
+    assert_eq!(
+        weather_calls.load(Ordering::SeqCst),
+        1,
+        "the repeat after the approval was answered from the earlier result"
+    );
+    assert_eq!(server.requests()[2].body["tool_choice"], "none");
+    assert_eq!(out.iterations, 3);
+    checked_session(&*store, "s").await;
+}
