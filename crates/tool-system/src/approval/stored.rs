@@ -67,26 +67,26 @@ impl Stored {
             session: session.to_owned(),
             detail,
         };
-        #[derive(Deserialize)]
-        struct Version {
-            v: u64,
-        }
-        let version = serde_json::from_str::<Version>(raw)
-            .map_err(|e| unreadable(e.to_string()))?
-            .v;
-        let s = match version {
-            1 => super::migrate::from_v1(raw).map_err(|e| unreadable(e.to_string()))?,
-            v if v == u64::from(RUN_VERSION) => {
-                serde_json::from_str::<Stored>(raw).map_err(|e| unreadable(e.to_string()))?
+        // This version's format is read in one pass; only what does not read as it is looked
+        // at again for its version (the first format, a newer one, or damage).
+        let s = match serde_json::from_str::<Stored>(raw) {
+            Ok(s) if s.v == RUN_VERSION => s,
+            Ok(s) => return Err(version_error(session, u64::from(s.v))),
+            Err(e) => {
+                #[derive(Deserialize)]
+                struct Version {
+                    v: u64,
+                }
+                match serde_json::from_str::<Version>(raw) {
+                    Ok(Version { v: 1 }) => {
+                        super::migrate::from_v1(raw).map_err(|e| unreadable(e.to_string()))?
+                    }
+                    Ok(Version { v }) if v != u64::from(RUN_VERSION) => {
+                        return Err(version_error(session, v));
+                    }
+                    _ => return Err(unreadable(e.to_string())),
+                }
             }
-            v if v > u64::from(RUN_VERSION) => {
-                return Err(ApprovalError::NewerVersion {
-                    session: session.to_owned(),
-                    found: v,
-                    supported: RUN_VERSION,
-                });
-            }
-            v => return Err(unreadable(format!("unknown version {v}"))),
         };
         if s.run.v != RUN_VERSION {
             return Err(unreadable(format!("a run of version {}", s.run.v)));
@@ -155,6 +155,23 @@ impl Stored {
         principal: &str,
     ) -> PendingApproval {
         view(&self.run, &self.nonce, session, key, principal)
+    }
+}
+
+/// A stored run of version `v`, which is not this build's: newer is
+/// [`ApprovalError::NewerVersion`], anything else unreadable.
+fn version_error(session: &str, v: u64) -> ApprovalError {
+    if v > u64::from(RUN_VERSION) {
+        ApprovalError::NewerVersion {
+            session: session.to_owned(),
+            found: v,
+            supported: RUN_VERSION,
+        }
+    } else {
+        ApprovalError::Unreadable {
+            session: session.to_owned(),
+            detail: format!("unknown version {v}"),
+        }
     }
 }
 
