@@ -300,17 +300,14 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
     crate::trace::run_model(&run.span, &info);
     let protocol = protocol_of(run.options, &info);
     let protocol = &*protocol;
-    let machine =
-        LoopMachine::new(run.options.max_iterations).with_corrections(run.options.corrections);
     let fresh = |text: &str| {
-        AgentRun::new(
-            ProtocolId::of(protocol.name()),
-            text.to_owned(),
-            machine.clone(),
-        )
+        let machine =
+            LoopMachine::new(run.options.max_iterations).with_corrections(run.options.corrections);
+        AgentRun::new(ProtocolId::of(protocol.name()), text.to_owned(), machine)
     };
-    let (mut state, mut claimed, parts) = match start {
-        Start::User(text, parts) => (fresh(text), None, Some(parts)),
+    // `given`: the person's message as the caller gave it (a resumed run has it in the run)
+    let (mut state, mut claimed, parts, given) = match start {
+        Start::User(text, parts) => (fresh(text), None, Some(parts), Some(text)),
         Start::Resume(held, claimed) => {
             let mut held = *held;
             if held.protocol.name() != protocol.name() {
@@ -320,12 +317,18 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
             held.machine = held
                 .machine
                 .with_limits(run.options.max_iterations, run.options.corrections);
-            (held, Some(claimed), None)
+            (held, Some(claimed), None, None)
         }
-        Start::HandedOff(text) => (fresh(text), None, None),
+        Start::HandedOff(text) => (fresh(text), None, None, Some(text)),
     };
-    let user_text = state.user_text.clone();
-    let user_text = user_text.as_str();
+    let resumed_text;
+    let user_text = match given {
+        Some(text) => text,
+        None => {
+            resumed_text = state.user_text.clone();
+            resumed_text.as_str()
+        }
+    };
     // Refreshes the routing table: every listed tool routes, advertised or not.
     run.dispatcher.refresh().await;
     let mut turn = TurnInfo::new(user_text).with_session(run.session_id);
