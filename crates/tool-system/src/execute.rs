@@ -14,6 +14,7 @@ use crate::hooks::{self, CallVerdict, HookContext};
 use crate::machine::{CallPlan, LoopMachine, Planned};
 use crate::options::{LoopOptions, MAX_HANDOFFS};
 use crate::protocols::{CallProtocol, PendingCall};
+use crate::run::RoundCall;
 
 /// One run as each of its parts sees it, given once instead of a list of parameters.
 pub(crate) struct Run<'a> {
@@ -63,10 +64,10 @@ pub(crate) async fn run_step(
     run: &Run<'_>,
     protocol: &dyn CallProtocol,
     machine: &mut LoopMachine,
-    calls: &[PendingCall],
+    calls: &[RoundCall],
     planned: Vec<Planned<'_>>,
 ) -> Result<Vec<(Option<CallPlan>, Option<Ran>)>, LoopError> {
-    for (c, p) in calls.iter().zip(&planned) {
+    for (c, p) in calls.iter().map(|c| &c.call).zip(&planned) {
         if p.announce {
             emit(run.sink, || LoopEvent::ToolCallStarted {
                 id: c.id.clone(),
@@ -79,13 +80,16 @@ pub(crate) async fn run_step(
     let outcomes = run_calls(
         run,
         protocol.concurrent(),
-        calls.iter().zip(planned.iter().map(|p| p.plan.as_ref())),
+        calls
+            .iter()
+            .map(|c| &c.call)
+            .zip(planned.iter().map(|p| p.plan.as_ref())),
     )
     .await
     .into_iter()
     .collect::<Result<Vec<_>, LoopError>>()?;
     let mut out = Vec::with_capacity(calls.len());
-    for ((c, p), outcome) in calls.iter().zip(planned).zip(outcomes) {
+    for ((c, p), outcome) in calls.iter().map(|c| &c.call).zip(planned).zip(outcomes) {
         if let (Some(plan), Some(ran)) = (&p.plan, &outcome) {
             machine.call_done(
                 p.facts,

@@ -105,6 +105,7 @@ mod options;
 mod prompt;
 mod protocols;
 mod registry;
+mod run;
 mod runner;
 mod subagent;
 mod trace;

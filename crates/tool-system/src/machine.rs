@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Default limit of tool rounds in one run (001's `max_iterations`): 5.
@@ -92,8 +93,9 @@ pub(crate) struct Planned<'a> {
 }
 
 /// The loop's state: each response's facts in, the next step out, no I/O (the table tests
-/// below walk it through every case).
-#[derive(Debug, Clone, PartialEq)]
+/// below walk it through every case). Serializable whole, as part of [`crate::run::AgentRun`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LoopMachine {
     max_iterations: usize,
     corrections: bool,
@@ -103,6 +105,7 @@ pub struct LoopMachine {
     /// The one correction round of a typed answer was used.
     answer_corrected: bool,
     /// Results of successful idempotent calls of this run, by name and arguments.
+    #[serde(with = "reused_results")]
     idempotent_results: HashMap<(String, String), String>,
     /// A call was answered from an earlier result in the last round.
     reused: bool,
@@ -137,13 +140,31 @@ impl LoopMachine {
         self
     }
 
-    /// The machine of a run that stopped for approval after `model_calls` model calls and
-    /// `tool_rounds` tool rounds, continued after the decision (possibly in another process).
-    /// Results kept for idempotent repeats are not carried over: a repeat runs again.
-    pub fn resumed(mut self, model_calls: usize, tool_rounds: usize) -> Self {
+    /// The machine of a run held in the first stored format, which kept only the counts of
+    /// model calls and tool rounds: everything else starts afresh (a repeat of an idempotent
+    /// call runs again).
+    pub(crate) fn with_counts(mut self, model_calls: usize, tool_rounds: usize) -> Self {
         self.model_calls = model_calls;
         self.tool_rounds = tool_rounds;
         self
+    }
+
+    /// The limits of the agent that goes on with the run (a run resumed by an agent built
+    /// with other limits follows them); its counters and flags stay.
+    pub(crate) fn with_limits(mut self, max_iterations: usize, corrections: bool) -> Self {
+        self.max_iterations = max_iterations.max(1);
+        self.corrections = corrections;
+        self
+    }
+
+    /// The turn's answer a tool of the last round gave, not taken yet.
+    pub(crate) fn tool_answer(&self) -> Option<&str> {
+        self.tool_answer.as_deref()
+    }
+
+    /// The agent the last round handed the conversation to, not taken yet.
+    pub(crate) fn handoff(&self) -> Option<&str> {
+        self.handoff.as_deref()
     }
 
     /// Model calls so far.
@@ -312,6 +333,48 @@ impl LoopMachine {
 fn key(name: &str, arguments: &Value) -> (String, String) {
     // serde_json's maps are sorted, so equal arguments print equally.
     (name.to_owned(), arguments.to_string())
+}
+
+/// The kept results of idempotent calls as a list of `{tool, arguments, result}` (a map keyed
+/// by a pair is no JSON object), sorted so that equal machines write equal text.
+mod reused_results {
+    use std::collections::HashMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Kept<T> {
+        tool: T,
+        arguments: T,
+        result: T,
+    }
+
+    pub(super) fn serialize<S: Serializer>(
+        map: &HashMap<(String, String), String>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut list: Vec<Kept<&str>> = map
+            .iter()
+            .map(|((tool, arguments), result)| Kept {
+                tool: tool.as_str(),
+                arguments: arguments.as_str(),
+                result: result.as_str(),
+            })
+            .collect();
+        list.sort_by(|a, b| (a.tool, a.arguments).cmp(&(b.tool, b.arguments)));
+        list.serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<HashMap<(String, String), String>, D::Error> {
+        let list = Vec::<Kept<String>>::deserialize(d)?;
+        Ok(list
+            .into_iter()
+            .map(|k| ((k.tool, k.arguments), k.result))
+            .collect())
+    }
 }
 
 #[cfg(test)]
@@ -614,11 +677,11 @@ mod tests {
     }
 
     #[test]
-    fn approval_resumed_machine_keeps_counting_rounds() {
-        let mut m = LoopMachine::new(2).resumed(2, 2);
+    fn approval_a_machine_migrated_from_its_counts_keeps_counting_rounds() {
+        let mut m = LoopMachine::new(2).with_counts(2, 2);
         assert_eq!((m.model_calls(), m.tool_rounds()), (2, 2));
         assert_eq!(m.after_response(CALLS), Decision::StopAtLimit);
-        let mut m = LoopMachine::new(2).resumed(1, 1);
+        let mut m = LoopMachine::new(2).with_counts(1, 1);
         assert_eq!(m.after_response(CALLS), Decision::RunTools);
         assert_eq!(m.model_calls(), 2);
     }

@@ -1,15 +1,15 @@
-//! The thin async runner: model → read → dispatch → record → model, driven by [`LoopMachine`].
-//! It is the only executor: the approval module decides which calls of a held round run and
-//! keeps the state; the calls run here, through the step loop of [`crate::execute`].
+//! The thin async runner: model → read → dispatch → record → model, driven by the run as one
+//! value ([`AgentRun`]) and its [`AgentRun::next_step`]. One loop for every run: a new one, and
+//! one resumed after approval (the held run as stored, its decisions applied). It is the only
+//! executor: the approval module decides and keeps the held run; the calls run here, through
+//! the step loop of [`crate::execute`].
 
-use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use serde_json::Value;
 use tokio::sync::mpsc;
 use toolwright_context_engine::{BuiltContext, ContextBuilder, History, SessionStore};
 use toolwright_core::{
@@ -20,20 +20,20 @@ use toolwright_core::{PriceTable, TokenCounter};
 use tracing::Span;
 
 use crate::approval::{
-    self, ApprovalDecision, ApprovalPolicy, CallState, Claim, Claimed, DecisionRecord, Held,
-    HeldRound, PendingApproval, RoundSlots, StoredCall,
+    self, ApprovalDecision, ApprovalPolicy, Claim, Claimed, DecisionRecord, Held, PendingApproval,
 };
 use crate::dispatch::Dispatcher;
 pub use crate::event::{LoopError, LoopEvent, LoopOutput};
 use crate::event::{Sink, emit};
-use crate::execute::{Ran, Run, run_step};
+use crate::execute::{Run, run_step};
 use crate::hooks::{self, HookContext};
-use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
+use crate::machine::{CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
 use crate::options::Handoff;
 pub(crate) use crate::options::LoopOptions;
 use crate::protocols::{
-    CallProtocol, CallResult, PendingCall, Reading, ResponseReader, Step, resolve_protocol,
+    CallProtocol, PendingCall, Reading, ResponseReader, Step, resolve_protocol,
 };
+use crate::run::{AgentRun, NextStep, Outcome, ProtocolId, Round, RoundStep, ToolFacts};
 
 /// Runs one turn of the loop for `user_text` and the `parts` after it (what
 /// [`crate::Agent::run`] and [`crate::Agent::run_with_parts`] do).
@@ -157,15 +157,15 @@ async fn resume(run: Run<'_>, decisions: &[ApprovalDecision]) -> Result<LoopOutp
     );
     let who = &run.options.principal;
     match approval::decide(run.store, run.session_id, decisions, key, lease, who).await? {
-        Claim::StillPending(view, progress) => {
+        Claim::StillPending(view, held) => {
             emit(run.sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
             let protocol = protocol_of(run.options, &run.model.info());
-            if protocol.name() != progress.protocol {
-                tracing::debug!(stored = %progress.protocol, "held round was read with another protocol");
+            if protocol.name() != held.protocol.name() {
+                tracing::debug!(stored = %held.protocol.name(), "held round was read with another protocol");
             }
             Ok(LoopOutput {
-                answer: progress.answer,
-                iterations: progress.model_calls,
+                answer: view.text.clone(),
+                iterations: held.machine.model_calls(),
                 hit_iteration_limit: false,
                 protocol: protocol.name(),
                 new_messages: Vec::new(),
@@ -175,15 +175,15 @@ async fn resume(run: Run<'_>, decisions: &[ApprovalDecision]) -> Result<LoopOutp
                 elapsed: std::time::Duration::ZERO,
             })
         }
-        Claim::Run(claimed) => drive(run, Start::Resume(Box::new(claimed))).await,
+        Claim::Run(held, claimed) => drive(run, Start::Resume(held, claimed)).await,
     }
 }
 
 /// How a run starts: with the person's message (its text and the parts after it), or with a
-/// held round whose decisions are in.
+/// held run whose decisions are in (claimed by this request).
 enum Start<'a> {
     User(&'a str, Vec<Part>),
-    Resume(Box<Claimed>),
+    Resume(Box<AgentRun>, Claimed),
     /// The conversation was handed to this run's agent: it answers the turn opened by this
     /// text, from the session as it stands (nothing is added first).
     HandedOff(&'a str),
@@ -292,19 +292,43 @@ impl Tally {
     }
 }
 
-/// The loop itself, inside the run's span.
+/// The loop itself, inside the run's span: whatever the run's [`AgentRun::next_step`] says,
+/// until it is over or held.
 async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, LoopError> {
     let started = Instant::now();
-    let user_text: Cow<'_, str> = match &start {
-        Start::User(t, _) => Cow::Borrowed(*t),
-        Start::Resume(c) => Cow::Owned(c.user_text().to_owned()),
-        Start::HandedOff(t) => Cow::Borrowed(*t),
-    };
-    let user_text = &*user_text;
     let info = run.model.info();
     crate::trace::run_model(&run.span, &info);
     let protocol = protocol_of(run.options, &info);
     let protocol = &*protocol;
+    let fresh = |text: &str| {
+        let machine =
+            LoopMachine::new(run.options.max_iterations).with_corrections(run.options.corrections);
+        AgentRun::new(ProtocolId::of(protocol.name()), text.to_owned(), machine)
+    };
+    // `given`: the person's message as the caller gave it (a resumed run has it in the run)
+    let (mut state, mut claimed, parts, given) = match start {
+        Start::User(text, parts) => (fresh(text), None, Some(parts), Some(text)),
+        Start::Resume(held, claimed) => {
+            let mut held = *held;
+            if held.protocol.name() != protocol.name() {
+                tracing::warn!(session = run.session_id, stored = %held.protocol.name(), now = protocol.name(),
+                    "the held round was read with another call protocol; its round is recorded with the current one");
+            }
+            held.machine = held
+                .machine
+                .with_limits(run.options.max_iterations, run.options.corrections);
+            (held, Some(claimed), None, None)
+        }
+        Start::HandedOff(text) => (fresh(text), None, None, Some(text)),
+    };
+    let resumed_text;
+    let user_text = match given {
+        Some(text) => text,
+        None => {
+            resumed_text = state.user_text.clone();
+            resumed_text.as_str()
+        }
+    };
     // Refreshes the routing table: every listed tool routes, advertised or not.
     run.dispatcher.refresh().await;
     let mut turn = TurnInfo::new(user_text).with_session(run.session_id);
@@ -330,174 +354,255 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         model: info.model.clone(),
         prices: run.options.prices.clone(),
     };
-    let mut machine =
-        LoopMachine::new(run.options.max_iterations).with_corrections(run.options.corrections);
-    let first = match start {
-        Start::User(_, parts) => {
-            let timeout = run.options.hook_timeout;
-            hooks::guard(&run.options.input_guardrails, timeout, user_text).await?;
-            let mut round =
-                approval::close_open(run.store, run.session_id, protocol, &machine).await?;
-            let user = [Message::user_with_parts(user_text, parts)];
-            run.store.append(run.session_id, &user).await?;
-            round.extend(user);
-            round
-        }
-        Start::Resume(claimed) => {
-            let (calls, rounds) = claimed.counts();
-            machine = machine.resumed(calls, rounds);
-            resume_round(run, protocol, &mut machine, *claimed).await?
-        }
-        Start::HandedOff(_) => Vec::new(),
-    };
-    history.extend(first);
+    if let Some(parts) = parts {
+        let timeout = run.options.hook_timeout;
+        hooks::guard(&run.options.input_guardrails, timeout, user_text).await?;
+        let mut first = approval::close_open(run.store, run.session_id, protocol).await?;
+        let user = [Message::user_with_parts(user_text, parts)];
+        run.store.append(run.session_id, &user).await?;
+        first.extend(user);
+        history.extend(first);
+    }
 
     loop {
-        // A handoff call of the last round ran: the other agent answers the turn.
-        if let Some(to) = machine.take_handoff()
-            && let Some(target) = run.options.handoffs.iter().find(|h| h.name == to)
-        {
-            let before = tally.output(String::new(), &machine, history, false, None);
-            let after = hand_off(run, target, user_text).await?;
-            return Ok(joined(before, after));
-        }
-        // A tool of the last round gave the turn's answer: it is the reply, no model call.
-        if let Some(answer) = machine.take_tool_answer() {
-            tracing::info!(
-                session = run.session_id,
-                "a tool's result is the turn's answer; the model is not called again"
-            );
-            check_output(run, &answer).await?;
-            let reply = [Message::assistant(answer.clone())];
-            run.store.append(run.session_id, &reply).await?;
-            history.extend(reply);
-            emit(run.sink, || LoopEvent::TextDelta(answer.clone())).await?;
-            return Ok(tally.output(answer, &machine, history, false, None));
-        }
-        if machine.model_calls() > 0 {
-            // A provider may show more tools after a round (MCP level 2: a tool whose
-            // details the model asked for).
-            turn.round = machine.model_calls();
-            let now = run.dispatcher.advertised(&turn).await;
-            if now != tools {
-                tools = now;
-                builder = match protocol.prompt_section(&tools) {
-                    Some(section) => builder.section("tools", section),
-                    None => builder.without_section("tools"),
-                };
+        match state.next_step() {
+            NextStep::Done { hit_limit, .. } => {
+                let answer = state.done.take().map(|d| d.answer).unwrap_or_default();
+                return Ok(tally.output(answer, &state.machine, history, hit_limit, None));
             }
-        }
-        let built = match &run.options.compaction {
-            None => builder.build(&history)?,
-            Some(compactor) => {
-                let compacted = compactor
-                    .build(&builder, &history, run.store, run.session_id)
-                    .await?;
-                if let Some(reason) = &compacted.fallback {
-                    tracing::warn!(
-                        session = run.session_id,
-                        %reason,
-                        "compaction fell back to dropping the oldest rounds"
-                    );
+            NextStep::CallTools => {
+                run_round(run, protocol, &mut state).await?;
+                if !state.round.as_ref().is_some_and(Round::is_held) {
+                    record_round(run, protocol, &mut state, &mut claimed, &mut history).await?;
                 }
-                compacted.context
             }
-        };
-        let stable = stable_prefix(&built, tally.stored_before);
-        let mut request =
-            ChatRequest::new(built.messages).with_cache_key(cache_key(run.session_id));
-        if let Some(n) = stable {
-            request = request.with_stable_prefix(n);
-        }
-        if protocol.binds_tools() {
-            request = request.with_tools(tools.clone());
-        }
-        if machine.wants_answer() {
-            request = request.with_tool_choice(toolwright_core::ToolChoice::None);
-        }
-        let ctx = HookContext::new(run.session_id);
-        for hook in &run.options.hooks {
-            let flow = hooks::bounded(
-                hook.name(),
-                run.options.hook_timeout,
-                hook.before_model(ctx, &request),
-            )
-            .await?;
-            hooks::stop_on(&**hook, flow)?;
-        }
-        let reader = protocol.reader(&tools, history.len());
-        let (mut reading, call_usage) = ask_model(run, &info, request, reader).await?;
-        add_usage(&mut tally.usage, call_usage);
-        for hook in &run.options.hooks {
-            let flow = hooks::bounded(
-                hook.name(),
-                run.options.hook_timeout,
-                hook.after_model(ctx, &reading),
-            )
-            .await?;
-            hooks::stop_on(&**hook, flow)?;
-        }
-        let off_schema = check_answer(run.options, &mut reading);
-        let decision = machine.after_response(ResponseFacts {
-            has_calls: reading.has_calls(),
-            unreadable: reading.correction.is_some(),
-            off_schema,
-        });
-        let round = match decision {
-            Decision::RunTools => {
-                match tool_round(run, protocol, &mut reading, &mut machine, user_text).await? {
-                    ToolRound::Recorded(round) => round,
-                    ToolRound::Held(view) => {
+            NextStep::Hold => {
+                let key = run.options.approval_key.as_ref();
+                let principal = &run.options.principal;
+                match approval::hold(run.store, run.session_id, &mut state, key, principal).await? {
+                    Held::Pending(view) => {
                         emit(run.sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
                         let answer = view.text.clone();
-                        return Ok(tally.output(answer, &machine, history, false, Some(view)));
+                        return Ok(tally.output(
+                            answer,
+                            &state.machine,
+                            history,
+                            false,
+                            Some(view),
+                        ));
+                    }
+                    // the held calls were answered "not run": the round is whole
+                    Held::Unsupported => {
+                        record_round(run, protocol, &mut state, &mut claimed, &mut history).await?;
                     }
                 }
             }
-            Decision::Reprompt => {
-                let correction = reading.correction.clone().unwrap_or_default();
-                emit(run.sink, || LoopEvent::Reprompted {
-                    correction: correction.clone(),
-                })
-                .await?;
-                vec![
-                    Message::assistant(reading.content.clone()),
-                    Message::user(correction),
-                ]
-            }
-            Decision::Finish => {
-                check_output(run, &reading.answer).await?;
-                for step in &reading.steps {
-                    if let Step::Text(t) = step {
-                        emit(run.sink, || LoopEvent::TextDelta(t.clone())).await?;
-                    }
+            // A handoff call of the last round ran: the other agent answers the turn.
+            NextStep::HandOff(_) => {
+                let to = state.machine.take_handoff().unwrap_or_default();
+                if let Some(target) = run.options.handoffs.iter().find(|h| h.name == to) {
+                    let before = tally.output(String::new(), &state.machine, history, false, None);
+                    let after = hand_off(run, target, user_text).await?;
+                    return Ok(joined(before, after));
                 }
-                // the answer keeps the model's reasoning, as a round of calls does
-                vec![Message::assistant(reading.content.clone()).with_parts(reading.parts.clone())]
             }
-            Decision::StopAtLimit => {
-                check_output(run, &reading.answer).await?;
-                limit_round(run, protocol, &reading, &machine).await?
+            // A tool of the last round gave the turn's answer: it is the reply, no model call.
+            NextStep::ToolAnswer(_) => {
+                let answer = state.machine.take_tool_answer().unwrap_or_default();
+                tracing::info!(
+                    session = run.session_id,
+                    "a tool's result is the turn's answer; the model is not called again"
+                );
+                check_output(run, &answer).await?;
+                let reply = [Message::assistant(answer.clone())];
+                run.store.append(run.session_id, &reply).await?;
+                history.extend(reply);
+                emit(run.sink, || LoopEvent::TextDelta(answer.clone())).await?;
+                state.finish(answer, false);
             }
-        };
-        run.store.append(run.session_id, &round).await?;
-        history.extend(round);
-        let done = match decision {
-            Decision::RunTools | Decision::Reprompt => false,
-            Decision::StopAtLimit => {
-                emit(run.sink, || LoopEvent::IterationLimitReached {
-                    iterations: machine.model_calls(),
-                })
+            NextStep::CallModel => {
+                call_model(
+                    run,
+                    &info,
+                    protocol,
+                    &mut state,
+                    (&mut turn, &mut tools, &mut builder),
+                    &mut history,
+                    &mut tally,
+                )
                 .await?;
-                true
             }
-            Decision::Finish => true,
-        };
-        if done {
-            let hit_limit = decision == Decision::StopAtLimit;
-            return Ok(tally.output(reading.answer, &machine, history, hit_limit, None));
         }
     }
+}
+
+/// What a run's requests are built from, kept across its model calls: the turn, the tools
+/// advertised, the context builder.
+type Requests<'a> = (
+    &'a mut TurnInfo,
+    &'a mut Vec<toolwright_core::ToolSpec>,
+    &'a mut ContextBuilder,
+);
+
+/// One model call and what the machine decides on its response: a response with calls becomes
+/// the round in flight; a correction, an answer or a stop at the limit is recorded at once.
+async fn call_model(
+    run: &Run<'_>,
+    info: &ModelInfo,
+    protocol: &dyn CallProtocol,
+    state: &mut AgentRun,
+    (turn, tools, builder): Requests<'_>,
+    history: &mut History,
+    tally: &mut Tally,
+) -> Result<(), LoopError> {
+    if state.machine.model_calls() > 0 {
+        // A provider may show more tools after a round (MCP level 2: a tool whose
+        // details the model asked for).
+        turn.round = state.machine.model_calls();
+        let now = run.dispatcher.advertised(turn).await;
+        if now != *tools {
+            *tools = now;
+            *builder = match protocol.prompt_section(tools) {
+                Some(section) => builder.clone().section("tools", section),
+                None => builder.clone().without_section("tools"),
+            };
+        }
+    }
+    let built = match &run.options.compaction {
+        None => builder.build(history)?,
+        Some(compactor) => {
+            let compacted = compactor
+                .build(builder, history, run.store, run.session_id)
+                .await?;
+            if let Some(reason) = &compacted.fallback {
+                tracing::warn!(
+                    session = run.session_id,
+                    %reason,
+                    "compaction fell back to dropping the oldest rounds"
+                );
+            }
+            compacted.context
+        }
+    };
+    let stable = stable_prefix(&built, tally.stored_before);
+    let mut request = ChatRequest::new(built.messages).with_cache_key(cache_key(run.session_id));
+    if let Some(n) = stable {
+        request = request.with_stable_prefix(n);
+    }
+    if protocol.binds_tools() {
+        request = request.with_tools(tools.clone());
+    }
+    if state.machine.wants_answer() {
+        request = request.with_tool_choice(toolwright_core::ToolChoice::None);
+    }
+    let ctx = HookContext::new(run.session_id);
+    for hook in &run.options.hooks {
+        let flow = hooks::bounded(
+            hook.name(),
+            run.options.hook_timeout,
+            hook.before_model(ctx, &request),
+        )
+        .await?;
+        hooks::stop_on(&**hook, flow)?;
+    }
+    let reader = protocol.reader(tools, history.len());
+    let (mut reading, call_usage) = ask_model(run, info, request, reader).await?;
+    add_usage(&mut tally.usage, call_usage);
+    for hook in &run.options.hooks {
+        let flow = hooks::bounded(
+            hook.name(),
+            run.options.hook_timeout,
+            hook.after_model(ctx, &reading),
+        )
+        .await?;
+        hooks::stop_on(&**hook, flow)?;
+    }
+    let off_schema = check_answer(run.options, &mut reading);
+    let decision = state.after_response(ResponseFacts {
+        has_calls: reading.has_calls(),
+        unreadable: reading.correction.is_some(),
+        off_schema,
+    });
+    let round = match decision {
+        Decision::RunTools => {
+            let text = shown_text(protocol, &reading);
+            state.start_round(reading, text);
+            return Ok(());
+        }
+        Decision::Reprompt => {
+            let correction = reading.correction.clone().unwrap_or_default();
+            emit(run.sink, || LoopEvent::Reprompted {
+                correction: correction.clone(),
+            })
+            .await?;
+            vec![
+                Message::assistant(reading.content.clone()),
+                Message::user(correction),
+            ]
+        }
+        Decision::Finish => {
+            check_output(run, &reading.answer).await?;
+            for step in &reading.steps {
+                if let Step::Text(t) = step {
+                    emit(run.sink, || LoopEvent::TextDelta(t.clone())).await?;
+                }
+            }
+            // the answer keeps the model's reasoning, as a round of calls does
+            vec![Message::assistant(reading.content.clone()).with_parts(reading.parts.clone())]
+        }
+        Decision::StopAtLimit => {
+            check_output(run, &reading.answer).await?;
+            limit_round(run, protocol, &reading, &state.machine).await?
+        }
+    };
+    run.store.append(run.session_id, &round).await?;
+    history.extend(round);
+    match decision {
+        Decision::StopAtLimit => {
+            emit(run.sink, || LoopEvent::IterationLimitReached {
+                iterations: state.machine.model_calls(),
+            })
+            .await?;
+            state.finish(reading.answer, true);
+        }
+        Decision::Finish => state.finish(reading.answer, false),
+        Decision::RunTools | Decision::Reprompt => {}
+    }
+    Ok(())
+}
+
+/// The text of a response the person saw: the JSON decision protocol's `answer` of a call is
+/// the raw decision (kept for the round limit's "last response as it is"), which was never
+/// shown; every other protocol's `answer` is what was shown.
+fn shown_text(protocol: &dyn CallProtocol, reading: &Reading) -> String {
+    if protocol.name() == "json" && !reading.native {
+        String::new()
+    } else {
+        reading.answer.clone()
+    }
+}
+
+/// Records the round in flight once every call has its result: appended to the session — for
+/// a resumed run's held round, with its state slot cleared in the same compare-and-set.
+async fn record_round(
+    run: &Run<'_>,
+    protocol: &dyn CallProtocol,
+    state: &mut AgentRun,
+    claimed: &mut Option<Claimed>,
+    history: &mut History,
+) -> Result<(), LoopError> {
+    let Some((reading, results)) = state.take_round() else {
+        return Ok(());
+    };
+    let round = protocol.round_messages(&reading, results);
+    match claimed.take() {
+        Some(slot) => approval::record(run.store, run.session_id, slot, &round).await?,
+        None => {
+            run.store.append(run.session_id, &round).await?;
+        }
+    }
+    history.extend(round);
+    Ok(())
 }
 
 /// The agent `to` answers the turn in this session (its model, tools and options; this run's
@@ -633,56 +738,6 @@ async fn ask_model(
     Ok((read?, call_usage))
 }
 
-/// How a round of tool calls ended.
-enum ToolRound {
-    /// Every call has its result: the round's messages, to record.
-    Recorded(Vec<Message>),
-    /// Some calls wait for a person: the round is kept as the session's pending approval.
-    Held(PendingApproval),
-}
-
-/// Runs a response's calls ([`run_steps`]); when some are held, the round goes to the approval
-/// module to keep (the store may keep no state: the held calls are then answered "not run").
-async fn tool_round(
-    run: &Run<'_>,
-    protocol: &dyn CallProtocol,
-    reading: &mut Reading,
-    machine: &mut LoopMachine,
-    user_text: &str,
-) -> Result<ToolRound, LoopError> {
-    let slots = run_steps(run, protocol, reading, machine).await?;
-    let slots = match approval::all_done(slots) {
-        Ok(results) => {
-            return Ok(ToolRound::Recorded(
-                protocol.round_messages(reading, results),
-            ));
-        }
-        Err(slots) => slots,
-    };
-    let round = HeldRound {
-        protocol,
-        reading,
-        slots,
-        user_text,
-        machine,
-    };
-    let key = run.options.approval_key.as_ref();
-    Ok(
-        match approval::hold(
-            run.store,
-            run.session_id,
-            round,
-            key,
-            &run.options.principal,
-        )
-        .await?
-        {
-            Held::Pending(view) => ToolRound::Held(view),
-            Held::Unsupported(round) => ToolRound::Recorded(round),
-        },
-    )
-}
-
 /// The round of a response that asks for tools past the limit: its text is shown, its calls
 /// are recorded with "not run" results.
 async fn limit_round(
@@ -722,122 +777,63 @@ fn tail(history: History, from: usize) -> Vec<Message> {
     all
 }
 
-/// Runs the steps of a response in order: text is emitted, each batch of calls goes through
-/// the step loop ([`run_step`]) as the machine plans each call. Calls held for approval (and,
-/// in protocols that run calls in order, the calls after them) are not run: their slots say
-/// so. The calls move from `reading` into the slots (its steps keep their order and sizes,
-/// with empty calls), uncopied.
-async fn run_steps(
+/// Runs the round in flight, each call as it stands ([`crate::run::RoundCall::plan`]): a new
+/// response's text is emitted and its calls planned by the machine — calls held for approval
+/// (and, in protocols that run calls in order, the calls after them) wait; a decided round's
+/// calls run as decided. Each step of calls goes through the one step loop ([`run_step`]),
+/// and each call's outcome is kept in the round.
+async fn run_round(
     run: &Run<'_>,
     protocol: &dyn CallProtocol,
-    reading: &mut Reading,
-    machine: &mut LoopMachine,
-) -> Result<RoundSlots, LoopError> {
+    state: &mut AgentRun,
+) -> Result<(), LoopError> {
+    let AgentRun { machine, round, .. } = state;
+    let Some(round) = round.as_mut() else {
+        return Ok(());
+    };
+    let new = round.is_new();
     let policy = &run.options.approval;
-    let mut results = Vec::new();
+    let in_order = !protocol.concurrent();
     let mut held = false;
-    for step in &mut reading.steps {
+    for step in &mut round.steps {
         let calls = match step {
-            Step::Text(t) => {
-                emit(run.sink, || LoopEvent::TextDelta(t.clone())).await?;
+            RoundStep::Text { text } => {
+                if new {
+                    emit(run.sink, || LoopEvent::TextDelta(text.clone())).await?;
+                }
                 continue;
             }
-            Step::Calls(calls) => calls,
+            RoundStep::Calls { calls } => calls,
         };
         let planned: Vec<Planned<'_>> = calls
             .iter()
             .map(|c| {
-                let mut facts = call_facts(c, run.dispatcher, policy);
-                facts.after_held = held && !protocol.concurrent();
-                let plan = machine.plan_call(facts);
-                held |= plan == CallPlan::Hold;
-                Planned {
-                    facts,
-                    announce: !matches!(plan, CallPlan::Hold | CallPlan::Wait),
-                    plan: Some(plan),
-                }
+                let tool = tool_facts(&c.call, run.dispatcher, policy);
+                let p = c.plan(machine, tool, held && in_order);
+                held |= p.plan == Some(CallPlan::Hold);
+                p
             })
             .collect();
         let outcomes = run_step(run, protocol, machine, calls, planned).await?;
-        let first = results.len();
-        for (plan, ran) in outcomes {
-            let state = match ran {
-                Some(Ran {
-                    content,
-                    is_error,
-                    parts,
-                    ..
-                }) => CallState::Done {
-                    content,
-                    is_error,
-                    parts,
-                },
-                None if plan == Some(CallPlan::Hold) => CallState::Held { maybe_ran: false },
-                None => CallState::Waiting,
-            };
-            results.push((moved_out(), state));
-        }
-        for ((slot, _), c) in results[first..].iter_mut().zip(calls.iter_mut()) {
-            std::mem::swap(slot, c);
+        for (c, (plan, ran)) in calls.iter_mut().zip(outcomes) {
+            let ran = ran.map(|r| Outcome {
+                content: r.content,
+                is_error: r.is_error,
+                parts: r.parts,
+            });
+            c.settle(plan.as_ref(), ran);
         }
     }
-    Ok(results)
+    Ok(())
 }
 
-/// What a call moved into its slot leaves in the reading: empty, allocating nothing.
-fn moved_out() -> PendingCall {
-    PendingCall::new(String::new(), String::new(), Value::Null)
-}
-
-/// A claimed held round: its calls run as the approval module plans them, through the same
-/// step loop as a response's calls; the whole round is recorded (and the slot cleared) at once.
-async fn resume_round(
-    run: &Run<'_>,
-    protocol: &dyn CallProtocol,
-    machine: &mut LoopMachine,
-    claimed: Claimed,
-) -> Result<Vec<Message>, LoopError> {
-    if claimed.protocol() != protocol.name() {
-        tracing::warn!(session = run.session_id, stored = %claimed.protocol(), now = protocol.name(),
-            "the held round was read with another call protocol; its round is recorded with the current one");
-    }
-    let mut results = Vec::new();
-    for stored in claimed.call_steps() {
-        let calls: Vec<PendingCall> = stored.iter().map(StoredCall::pending).collect();
-        let planned = stored
-            .iter()
-            .zip(&calls)
-            .map(|(s, c)| {
-                let idempotent = run.dispatcher.is_idempotent(&c.name);
-                approval::plan(&s.state, c, idempotent, machine)
-            })
-            .collect();
-        let outcomes = run_step(run, protocol, machine, &calls, planned).await?;
-        for ((s, c), (_, ran)) in stored.iter().zip(calls).zip(outcomes) {
-            let ran = ran.map(|r| CallResult::new(r.content, r.parts));
-            results.push((c, approval::content(&s.state, ran)));
-        }
-    }
-    let round = protocol.round_messages(&claimed.reading(), results);
-    approval::record(run.store, run.session_id, claimed, &round).await?;
-    Ok(round)
-}
-
-fn call_facts<'a>(
-    c: &'a PendingCall,
-    dispatcher: &Dispatcher,
-    policy: &ApprovalPolicy,
-) -> CallFacts<'a> {
-    let valid = c.invalid.is_none();
-    CallFacts {
-        name: &c.name,
-        arguments: &c.arguments,
-        invalid: c.invalid.as_deref(),
-        idempotent: valid && dispatcher.is_idempotent(&c.name),
-        needs_approval: valid
-            && (policy.requires(&c.name, &c.arguments)
-                || dispatcher.needs_approval(&c.name, &c.arguments)),
-        after_held: false,
+/// What the loop knows of a call's tool: whether a repeat gives the same result, and whether
+/// it needs a person's approval (the tool's, the provider's, or the agent's policy).
+fn tool_facts(c: &PendingCall, dispatcher: &Dispatcher, policy: &ApprovalPolicy) -> ToolFacts {
+    ToolFacts {
+        idempotent: dispatcher.is_idempotent(&c.name),
+        needs_approval: policy.requires(&c.name, &c.arguments)
+            || dispatcher.needs_approval(&c.name, &c.arguments),
     }
 }
 

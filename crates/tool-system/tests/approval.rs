@@ -1316,3 +1316,125 @@ async fn approval_who_decided_is_kept_in_sqlite_across_a_restart() {
     let first: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(&path).unwrap());
     who_decided(first, move || Arc::new(SqliteStore::open(&path).unwrap())).await;
 }
+
+/// A held round as the first stored format wrote it (a hand-built snapshot: protocol name,
+/// the person's message, two counters, the response, the calls), literally.
+const FIRST_FORMAT: &str = r#"{"v":1,"status":"pending","nonce":"5f0c3a9e21b47d8e5f0c3a9e21b47d8e","protocol":"native","user_text":"weather, then delete /tmp/a","model_calls":1,"tool_rounds":1,"content":"Deleting it.","answer":"Deleting it.","text":"Deleting it.","native":true,"steps":[{"kind":"text","text":"Deleting it."},{"kind":"calls","calls":[{"id":"c0","name":"get_weather","arguments":{"city":"Paris"},"state":{"is":"done","content":"{\"temp\":22}","is_error":false}},{"id":"c1","name":"delete_file","arguments":{"path":"/tmp/a"},"state":{"is":"held","maybe_ran":false}}]}],"lease_until_ms":null}"#;
+
+#[tokio::test]
+async fn approval_a_run_held_in_the_first_stored_format_still_resumes() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::text("Sunny, and /tmp/a is gone."));
+    let store = store();
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    let user = [Message::user("weather, then delete /tmp/a")];
+    store.load_or_create("s").await.unwrap();
+    let change = StateChange::new(APPROVAL_STATE_KEY, None, Some(FIRST_FORMAT));
+    store.append_with_state("s", &user, change).await.unwrap();
+
+    let p = s.agent.pending_approval("s").await.unwrap().expect("held");
+    assert_eq!(p.text, "Deleting it.");
+    assert_eq!(p.calls.len(), 1);
+    assert_eq!(
+        (p.calls[0].id.as_str(), &p.calls[0].arguments),
+        ("c1", &json!({"path": "/tmp/a"}))
+    );
+    let out = s.agent.resume("s", &[p.calls[0].approve()]).await.unwrap();
+    assert_eq!(out.answer, "Sunny, and /tmp/a is gone.");
+    assert_eq!(
+        out.iterations, 2,
+        "the stored count of model calls carries on"
+    );
+    assert_eq!(deleted(&s), vec!["/tmp/a"]);
+    assert_eq!(
+        s.weather.load(Ordering::SeqCst),
+        0,
+        "a call with its result is not run again"
+    );
+    assert_eq!(result_in_request(&server, 0, "c0"), json!({"temp": 22}));
+    assert_eq!(
+        result_in_request(&server, 0, "c1"),
+        json!({"deleted": "/tmp/a"})
+    );
+    assert!(state(&*store).await.is_none());
+    let session = checked_session(&*store, "s").await;
+    assert_eq!(session.len(), 5, "{session:#?}");
+    assert_eq!(DecisionRecord::log(&*store, "s").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn approval_a_run_stored_by_a_newer_version_is_a_typed_error_and_is_kept() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::text("never asked"));
+    let store = store();
+    let s = setup(&server, store.clone(), ProtocolKind::Native);
+    let newer = r#"{"v":3,"status":"pending","nonce":"ab","run":{"something":"new"}}"#;
+    let change = StateChange::new(APPROVAL_STATE_KEY, None, Some(newer));
+    store.load_or_create("s").await.unwrap();
+    store
+        .append_with_state("s", &[Message::user("hi")], change)
+        .await
+        .unwrap();
+    let want = ApprovalError::NewerVersion {
+        session: "s".into(),
+        found: 3,
+        supported: 2,
+    };
+    let decision = ApprovalDecision::approve("c1", "ab.00");
+    assert_eq!(approval_error(s.agent.resume("s", &[decision]).await), want);
+    assert!(matches!(
+        s.agent.pending_approval("s").await,
+        Err(LoopError::Approval(e)) if e == want
+    ));
+    // a new message does not drop what a newer version holds
+    assert_eq!(approval_error(s.agent.run("s", "hello").await), want);
+    assert_eq!(state(&*store).await.as_deref(), Some(newer));
+    assert_eq!(server.request_count(), 0);
+}
+
+/// What the loop learned before the stop is not lost across it: a repeat, after the approval,
+/// of an idempotent call that ran before the hold is answered from its earlier result (and the
+/// model is then asked for an answer) — resumed by another agent over the same store, as a
+/// second worker would.
+#[tokio::test]
+async fn approval_a_resumed_run_still_answers_a_repeat_from_its_earlier_result() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::tool_calls(&[
+        ("c1", "get_weather", r#"{"city":"Paris"}"#),
+        ("c2", "delete_file", r#"{"path":"/tmp/a"}"#),
+    ]));
+    server.push(Reply::tool_call("c3", "get_weather", r#"{"city":"Paris"}"#));
+    server.push(Reply::text("Sunny in Paris; /tmp/a is gone."));
+    let store = store();
+    let weather_calls = Arc::new(AtomicUsize::new(0));
+    let deleted = Deleted::default();
+    let worker = || {
+        Agent::builder(model(&server))
+            .tool(weather(weather_calls.clone()).idempotent())
+            .tool(delete_file(deleted.clone()))
+            .require_approval("delete_file")
+            .approval_key(key())
+            .store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let p = pending(
+        &worker()
+            .run("s", "weather, then delete /tmp/a")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(weather_calls.load(Ordering::SeqCst), 1);
+
+    let out = worker().resume("s", &[p.calls[0].approve()]).await.unwrap();
+    assert_eq!(out.answer, "Sunny in Paris; /tmp/a is gone.");
+    assert_eq!(deleted.lock().unwrap().clone(), vec!["/tmp/a"]);
+    assert_eq!(
+        weather_calls.load(Ordering::SeqCst),
+        1,
+        "the repeat after the approval was answered from the earlier result"
+    );
+    assert_eq!(server.requests()[2].body["tool_choice"], "none");
+    assert_eq!(out.iterations, 3);
+    checked_session(&*store, "s").await;
+}

@@ -91,6 +91,19 @@ pub enum ApprovalError {
         /// What is wrong.
         detail: String,
     },
+    /// The run stored for the session was written by a newer version of this crate, in a
+    /// format this one does not know; it is kept as it is (never run, never dropped).
+    #[error(
+        "the run stored for session `{session}` was written by a newer version of toolwright (format {found}; this version reads up to {supported}); decide it, or send the next message, with that newer version — it is kept as it is"
+    )]
+    NewerVersion {
+        /// The session.
+        session: String,
+        /// The stored format's version.
+        found: u64,
+        /// The newest version this build reads.
+        supported: u32,
+    },
     /// The session's record of decisions (its state slot `tool-system.approval.log`) cannot
     /// be read; it is left as it is (never overwritten).
     #[error(

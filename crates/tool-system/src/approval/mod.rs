@@ -4,8 +4,8 @@
 //! [`toolwright_core::ToolProvider::needs_approval`], or the agent's [`ApprovalPolicy`]), the calls that
 //! need none run at once and the run stops with a [`PendingApproval`]. The round — the
 //! assistant message, the results obtained, the held calls — is kept in the session store's
-//! state slot (compare-and-set), never as half a round in the history, so a restart loses
-//! nothing. Each held call is decided on its own with an [`ApprovalDecision`]; once all are
+//! state slot (compare-and-set) as the run itself ([`crate::run::AgentRun`]), never as half
+//! a round in the history, so a restart loses nothing. Each held call is decided on its own with an [`ApprovalDecision`]; once all are
 //! decided, the approved ones run, the rejected ones get a "the user declined" result, the
 //! whole round is appended and the loop continues.
 //!
@@ -26,14 +26,17 @@
 //! * `policy` — the agent's own rules, [`ApprovalPolicy`] (no I/O);
 //! * `pending` — what a person sees and sends back ([`PendingApproval`], [`ApprovalDecision`]);
 //! * `error` — [`ApprovalError`], and what a step that uses the store fails with;
-//! * `stored` — the stored format and the compare-and-set writes of the state slot;
-//! * `resume` — checking and applying decisions, and what each claimed call gets;
+//! * `stored` — the held run in its envelope (status, nonce, lease) and the compare-and-set
+//!   writes of the state slot;
+//! * `migrate` — the first stored format, read as this one;
+//! * `resume` — checking and applying decisions, claiming the run;
 //! * `record` — the record of who decided ([`DecisionRecord`]).
 //!
 //! Nothing here runs a tool or sends an event: this module decides and keeps the state, and
 //! hands the runner the calls to run (and the calls to hold); the runner is the only executor.
 
 mod error;
+mod migrate;
 mod pending;
 mod policy;
 mod record;
@@ -49,7 +52,5 @@ pub use token::ApprovalKey;
 
 pub(crate) use error::Failed;
 pub(crate) use record::log;
-pub(crate) use resume::{Claim, Claimed, content, current, decide, plan, record};
-pub(crate) use stored::{
-    CallState, Held, HeldRound, RoundSlots, StoredCall, all_done, close_open, hold,
-};
+pub(crate) use resume::{Claim, Claimed, current, decide, record};
+pub(crate) use stored::{Held, close_open, hold};

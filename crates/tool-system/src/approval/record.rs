@@ -14,7 +14,8 @@ use serde_json::Value;
 use toolwright_context_engine::{SessionStore, StateChange, StoreError};
 
 use super::error::{ApprovalError, Failed};
-use super::stored::{CAS_ATTEMPTS, CallState, Stored};
+use super::stored::{CAS_ATTEMPTS, Stored};
+use crate::run::CallState;
 
 /// The session state slot that keeps the record of decisions ([`DecisionRecord`]).
 pub const APPROVAL_LOG_KEY: &str = "tool-system.approval.log";
@@ -58,7 +59,7 @@ struct Log {
 }
 
 /// The records of the decisions in `stored`.
-fn records(stored: &Stored) -> Vec<DecisionRecord> {
+pub(super) fn records(stored: &Stored) -> Vec<DecisionRecord> {
     stored
         .calls()
         .filter_map(|c| {
@@ -70,9 +71,9 @@ fn records(stored: &Stored) -> Vec<DecisionRecord> {
                 _ => return None,
             };
             Some(DecisionRecord {
-                call_id: c.id.clone(),
-                tool: c.name.clone(),
-                arguments: c.arguments.clone(),
+                call_id: c.call.id.clone(),
+                tool: c.call.name.clone(),
+                arguments: c.call.arguments.clone(),
                 approved,
                 reason,
                 principal: d.by.clone(),
@@ -95,13 +96,12 @@ fn parse(session_id: &str, raw: &str) -> Result<Log, ApprovalError> {
     Ok(log)
 }
 
-/// Adds the decisions of `stored` to the session's log (those not there yet).
+/// Adds the decision records `new` to the session's log (those not there yet).
 pub(super) async fn remember(
     store: &dyn SessionStore,
     session_id: &str,
-    stored: &Stored,
+    new: &[DecisionRecord],
 ) -> Result<(), Failed> {
-    let new = records(stored);
     if new.is_empty() {
         return Ok(());
     }
@@ -116,7 +116,7 @@ pub(super) async fn remember(
             Some(r) => parse(session_id, r)?,
         };
         let before = log.records.len();
-        for r in &new {
+        for r in new {
             if !log
                 .records
                 .iter()
@@ -150,8 +150,12 @@ pub(super) async fn remember(
 
 /// [`remember`], where the decision itself stands already: a failure is logged (the next step
 /// of the round tries again).
-pub(super) async fn remember_or_warn(store: &dyn SessionStore, session_id: &str, stored: &Stored) {
-    if let Err(e) = remember(store, session_id, stored).await {
+pub(super) async fn remember_or_warn(
+    store: &dyn SessionStore,
+    session_id: &str,
+    new: &[DecisionRecord],
+) {
+    if let Err(e) = remember(store, session_id, new).await {
         let detail = match e {
             Failed::Store(e) => e.to_string(),
             Failed::Refused(e) => e.to_string(),

@@ -1,18 +1,22 @@
-//! The pending approval as the session store keeps it: the versioned format ([`Stored`], which
-//! fails closed: anything that does not parse as exactly this is unreadable and nothing of it
-//! runs) and the compare-and-set writes of its state slot — holding a round, closing one a new
-//! message overtook, showing it again, asking again after a cut-off run.
+//! The pending approval as the session store keeps it: the held run itself ([`AgentRun`]) in
+//! an envelope with what is about approvals — its status, the nonce the tokens are bound to,
+//! the lease of the request running it ([`Stored`], which fails closed: anything that does not
+//! parse as exactly this is unreadable and nothing of it runs; the first format, a hand-built
+//! snapshot of the round, is migrated on read) — and the compare-and-set writes of its state
+//! slot: holding a run, closing one a new message overtook.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use toolwright_context_engine::{SessionStore, StateChange, StoreError};
-use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, Message, Part, ToolError, cap_result};
+use toolwright_core::Message;
 
 use super::error::{ApprovalError, Failed};
 use super::pending::{HeldCall, PendingApproval};
 use super::token::{ApprovalKey, Binding, key_or_process, nonce};
 use crate::machine::{CallPlan, LoopMachine};
-use crate::protocols::{CallProtocol, CallResult, PendingCall, Reading, Step, tool_message_round};
+use crate::protocols::{CallProtocol, CallResult, PendingCall, tool_message_round};
+use crate::run::{AgentRun, CallState, RUN_VERSION, Round, RoundCall};
+
+pub(super) use crate::run::model_error;
 
 /// The session state slot ([`toolwright_context_engine::SessionStore::get_state`]) that keeps a
 /// session's pending approval.
@@ -21,32 +25,28 @@ pub const APPROVAL_STATE_KEY: &str = "tool-system.approval";
 /// CAS attempts before a decision gives up on a slot that keeps changing under it.
 pub(super) const CAS_ATTEMPTS: usize = 4;
 
-const VERSION: u32 = 1;
-
+/// A held run as the state slot keeps it (version [`RUN_VERSION`], as the run's own).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Stored {
     pub(super) v: u32,
     pub(super) status: Status,
     pub(super) nonce: String,
-    pub(super) protocol: String,
-    pub(super) user_text: String,
-    pub(super) model_calls: usize,
-    pub(super) tool_rounds: usize,
-    pub(super) content: String,
-    pub(super) answer: String,
-    /// What the person saw of the response (see [`shown_text`]).
-    pub(super) text: String,
-    pub(super) native: bool,
-    /// The response's reasoning and other parts: a held round resumed on another worker
-    /// replays them to the provider that made them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(super) parts: Vec<Part>,
-    pub(super) steps: Vec<StoredStep>,
     /// While `running`: until when (Unix ms) the claiming request may take; past it the round
     /// is asked again.
     #[serde(default)]
     pub(super) lease_until_ms: Option<u64>,
+    pub(super) run: AgentRun,
+}
+
+/// [`Stored`], written from a borrowed run.
+#[derive(Serialize)]
+struct StoredRef<'a> {
+    v: u32,
+    status: Status,
+    nonce: &'a str,
+    lease_until_ms: Option<u64>,
+    run: &'a AgentRun,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,80 +58,62 @@ pub(super) enum Status {
     Running,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub(super) enum StoredStep {
-    Text { text: String },
-    Calls { calls: Vec<StoredCall> },
-}
-
-/// One call of a held round, as stored.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct StoredCall {
-    pub(super) id: String,
-    pub(super) name: String,
-    pub(super) arguments: Value,
-    pub(crate) state: CallState,
-    /// Who decided it and when (set with an approval or a rejection).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) decided: Option<Decided>,
-}
-
-/// Who decided a call, and when.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct Decided {
-    /// The principal (opaque; empty when the program names none).
-    pub(super) by: String,
-    /// Unix time, ms.
-    pub(super) at_ms: u64,
-}
-
-/// Where one call of a held round stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "is", rename_all = "snake_case", deny_unknown_fields)]
-pub(crate) enum CallState {
-    /// It has its result (it ran, or was answered without running).
-    Done {
-        content: String,
-        is_error: bool,
-        /// Media the tool returned (kept so a resumed round gives the model what it gave).
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        parts: Vec<Part>,
-    },
-    /// Waiting for a person. `maybe_ran`: it was approved before, and the run that claimed it
-    /// stopped while it ran (its lease ran out), so it may have taken effect.
-    Held {
-        #[serde(default)]
-        maybe_ran: bool,
-    },
-    /// Waiting for an earlier held call (protocols that run calls in order).
-    Waiting,
-    /// The person approved it.
-    Approved,
-    /// The person declined it.
-    Rejected { reason: Option<String> },
-}
-
 impl Stored {
+    /// Reads a stored run: this version's, or the first format's (migrated). A format newer
+    /// than this build's is [`ApprovalError::NewerVersion`]; anything else that is not exactly
+    /// a held run is [`ApprovalError::Unreadable`].
     pub(super) fn parse(session: &str, raw: &str) -> Result<Self, ApprovalError> {
         let unreadable = |detail: String| ApprovalError::Unreadable {
             session: session.to_owned(),
             detail,
         };
-        let s: Stored = serde_json::from_str(raw).map_err(|e| unreadable(e.to_string()))?;
-        if s.v != VERSION {
-            return Err(unreadable(format!("unknown version {}", s.v)));
+        // This version's format is read in one pass; only what does not read as it is looked
+        // at again for its version (the first format, a newer one, or damage).
+        let s = match serde_json::from_str::<Stored>(raw) {
+            Ok(s) if s.v == RUN_VERSION => s,
+            Ok(s) => return Err(version_error(session, u64::from(s.v))),
+            Err(e) => {
+                #[derive(Deserialize)]
+                struct Version {
+                    v: u64,
+                }
+                match serde_json::from_str::<Version>(raw) {
+                    Ok(Version { v: 1 }) => {
+                        super::migrate::from_v1(raw).map_err(|e| unreadable(e.to_string()))?
+                    }
+                    Ok(Version { v }) if v != u64::from(RUN_VERSION) => {
+                        return Err(version_error(session, v));
+                    }
+                    _ => return Err(unreadable(e.to_string())),
+                }
+            }
+        };
+        if s.run.v != RUN_VERSION {
+            return Err(unreadable(format!("a run of version {}", s.run.v)));
+        }
+        if s.run.done.is_some() {
+            return Err(unreadable("the run is over".into()));
+        }
+        let machine = &s.run.machine;
+        if machine.tool_rounds() > machine.model_calls() {
+            return Err(unreadable("more tool rounds than model calls".into()));
         }
         let mut ids = std::collections::HashSet::new();
         let mut undecided = 0;
         for c in s.calls() {
-            if !ids.insert(c.id.as_str()) {
-                return Err(unreadable(format!("call id `{}` appears twice", c.id)));
+            if !ids.insert(c.call.id.as_str()) {
+                return Err(unreadable(format!("call id `{}` appears twice", c.call.id)));
             }
-            if matches!(c.state, CallState::Held { .. }) {
-                undecided += 1;
+            match c.state {
+                CallState::Held { .. } => undecided += 1,
+                // a held run's calls were all planned before it was kept
+                CallState::New => {
+                    return Err(unreadable(format!(
+                        "call `{}` was never planned",
+                        c.call.id
+                    )));
+                }
+                _ => {}
             }
         }
         if ids.is_empty() {
@@ -147,44 +129,22 @@ impl Stored {
         self.lease_until_ms.is_none_or(|until| now_ms() >= until)
     }
 
-    pub(super) fn calls(&self) -> impl Iterator<Item = &StoredCall> {
-        self.steps.iter().flat_map(|s| match s {
-            StoredStep::Calls { calls } => calls.as_slice(),
-            StoredStep::Text { .. } => &[],
-        })
+    pub(super) fn calls(&self) -> impl Iterator<Item = &RoundCall> {
+        self.run.round.iter().flat_map(Round::calls)
     }
 
-    pub(super) fn calls_mut(&mut self) -> impl Iterator<Item = &mut StoredCall> {
-        self.steps.iter_mut().flat_map(|s| match s {
-            StoredStep::Calls { calls } => calls.as_mut_slice(),
-            StoredStep::Text { .. } => &mut [],
-        })
+    pub(super) fn calls_mut(&mut self) -> impl Iterator<Item = &mut RoundCall> {
+        self.run.round.iter_mut().flat_map(Round::calls_mut)
     }
 
     pub(super) fn to_json(&self) -> Result<String, StoreError> {
-        serde_json::to_string(self).map_err(|e| StoreError::Encode {
-            detail: e.to_string(),
+        encode(&StoredRef {
+            v: self.v,
+            status: self.status,
+            nonce: &self.nonce,
+            lease_until_ms: self.lease_until_ms,
+            run: &self.run,
         })
-    }
-
-    pub(super) fn reading(&self) -> Reading {
-        Reading {
-            content: self.content.clone(),
-            answer: self.answer.clone(),
-            correction: None,
-            native: self.native,
-            parts: self.parts.clone(),
-            steps: self
-                .steps
-                .iter()
-                .map(|s| match s {
-                    StoredStep::Text { text } => Step::Text(text.clone()),
-                    StoredStep::Calls { calls } => {
-                        Step::Calls(calls.iter().map(StoredCall::pending).collect())
-                    }
-                })
-                .collect(),
-        }
     }
 
     /// What `principal` is shown: the held calls, with tokens bound to them.
@@ -194,41 +154,69 @@ impl Stored {
         key: &ApprovalKey,
         principal: &str,
     ) -> PendingApproval {
-        PendingApproval {
-            session_id: session.to_owned(),
-            text: self.text.clone(),
-            calls: self
-                .calls()
-                .filter_map(|c| match c.state {
-                    CallState::Held { maybe_ran } => Some(HeldCall {
-                        id: c.id.clone(),
-                        name: c.name.clone(),
-                        arguments: c.arguments.clone(),
-                        token: key.token(&c.binding(session, &self.nonce), principal),
-                        maybe_ran,
-                    }),
-                    _ => None,
-                })
-                .collect(),
+        view(&self.run, &self.nonce, session, key, principal)
+    }
+}
+
+/// A stored run of version `v`, which is not this build's: newer is
+/// [`ApprovalError::NewerVersion`], anything else unreadable.
+fn version_error(session: &str, v: u64) -> ApprovalError {
+    if v > u64::from(RUN_VERSION) {
+        ApprovalError::NewerVersion {
+            session: session.to_owned(),
+            found: v,
+            supported: RUN_VERSION,
+        }
+    } else {
+        ApprovalError::Unreadable {
+            session: session.to_owned(),
+            detail: format!("unknown version {v}"),
         }
     }
 }
 
-impl StoredCall {
-    /// The call, to run (or to record) again.
-    pub(crate) fn pending(&self) -> PendingCall {
-        PendingCall::new(self.id.clone(), self.name.clone(), self.arguments.clone())
-    }
+fn encode(value: &impl Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Encode {
+        detail: e.to_string(),
+    })
+}
 
-    /// What this call's token binds under `nonce`.
-    pub(super) fn binding<'a>(&'a self, session: &'a str, nonce: &'a str) -> Binding<'a> {
-        Binding {
-            session,
-            id: &self.id,
-            name: &self.name,
-            arguments: &self.arguments,
-            nonce,
-        }
+fn view(
+    run: &AgentRun,
+    nonce: &str,
+    session: &str,
+    key: &ApprovalKey,
+    principal: &str,
+) -> PendingApproval {
+    let round = run.round.as_ref();
+    PendingApproval {
+        session_id: session.to_owned(),
+        text: round.map(|r| r.text.clone()).unwrap_or_default(),
+        calls: round
+            .into_iter()
+            .flat_map(Round::calls)
+            .filter_map(|c| match c.state {
+                CallState::Held { maybe_ran } => Some(HeldCall {
+                    id: c.call.id.clone(),
+                    name: c.call.name.clone(),
+                    arguments: c.call.arguments.clone(),
+                    token: key.token(&binding(&c.call, session, nonce), principal),
+                    maybe_ran,
+                }),
+                _ => None,
+            })
+            .collect(),
+    }
+}
+
+/// What a call's token binds under `nonce`.
+pub(super) fn binding<'a>(call: &'a PendingCall, session: &'a str, nonce: &'a str) -> Binding<'a> {
+    Binding {
+        session,
+        id: &call.id,
+        name: &call.name,
+        arguments: &call.arguments,
+        nonce,
     }
 }
 
@@ -242,109 +230,40 @@ pub(super) fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A tool error result with `text`, as the model gets it.
-pub(super) fn model_error(text: &str) -> String {
-    let (content, _) = cap_result(
-        ToolError::failed(text).to_model_json().to_string(),
-        DEFAULT_MAX_RESULT_BYTES,
-    );
-    content
-}
-
-/// How one call of a round stands after the round's first pass.
-pub(crate) type RoundSlots = Vec<(PendingCall, CallState)>;
-
-/// The round's results in call order when every call has one; else the slots back.
-pub(crate) fn all_done(slots: RoundSlots) -> Result<Vec<(PendingCall, CallResult)>, RoundSlots> {
-    if !slots
-        .iter()
-        .all(|(_, s)| matches!(s, CallState::Done { .. }))
-    {
-        return Err(slots);
-    }
-    Ok(slots
-        .into_iter()
-        .filter_map(|(c, s)| match s {
-            CallState::Done { content, parts, .. } => Some((c, CallResult::new(content, parts))),
-            _ => None,
-        })
-        .collect())
-}
-
-/// A round with held calls, as the loop has it when the calls that could run have run.
-pub(crate) struct HeldRound<'a> {
-    pub(crate) protocol: &'a dyn CallProtocol,
-    pub(crate) reading: &'a Reading,
-    pub(crate) slots: RoundSlots,
-    /// The person's message the run answers.
-    pub(crate) user_text: &'a str,
-    pub(crate) machine: &'a LoopMachine,
-}
-
 /// What [`hold`] did.
 pub(crate) enum Held {
-    /// The round is stored in the state slot; the run stops here.
+    /// The run is stored in the state slot; it stops here.
     Pending(PendingApproval),
-    /// The store keeps no state: the held calls were answered "not run" in this round.
-    Unsupported(Vec<Message>),
+    /// The store keeps no state: the held calls were answered "not run" in the round, which
+    /// the run records as it is.
+    Unsupported,
 }
 
-/// Stores a round with held calls as the session's pending approval.
+/// Stores a run whose round in flight has held calls as the session's pending approval
+/// (compare-and-set: only where no other is pending).
 pub(crate) async fn hold(
     store: &dyn SessionStore,
     session_id: &str,
-    round: HeldRound<'_>,
+    run: &mut AgentRun,
     key: Option<&ApprovalKey>,
     principal: &str,
 ) -> Result<Held, Failed> {
-    let HeldRound {
-        protocol,
-        reading,
-        slots,
-        user_text,
-        machine,
-    } = round;
-    let mut slots = slots.into_iter();
-    let steps = reading
-        .steps
+    let nonce = nonce();
+    let ids: Vec<&str> = run
+        .round
         .iter()
-        .map(|s| match s {
-            Step::Text(t) => StoredStep::Text { text: t.clone() },
-            Step::Calls(calls) => StoredStep::Calls {
-                calls: slots
-                    .by_ref()
-                    .take(calls.len())
-                    .map(|(c, state)| StoredCall {
-                        id: c.id,
-                        name: c.name,
-                        arguments: c.arguments,
-                        state,
-                        decided: None,
-                    })
-                    .collect(),
-            },
-        })
+        .flat_map(Round::calls)
+        .map(|c| c.call.id.as_str())
         .collect();
-    let stored = Stored {
-        v: VERSION,
-        status: Status::Pending,
-        nonce: nonce(),
-        protocol: protocol.name().to_owned(),
-        user_text: user_text.to_owned(),
-        model_calls: machine.model_calls(),
-        tool_rounds: machine.tool_rounds(),
-        content: reading.content.clone(),
-        answer: reading.answer.clone(),
-        text: shown_text(protocol, reading),
-        native: reading.native,
-        parts: reading.parts.clone(),
-        steps,
-        lease_until_ms: None,
-    };
-    let json = stored.to_json()?;
-    let ids: Vec<&str> = stored.calls().map(|c| c.id.as_str()).collect();
     let unique = ids.len() == ids.iter().collect::<std::collections::HashSet<_>>().len();
     let written = if unique {
+        let json = encode(&StoredRef {
+            v: RUN_VERSION,
+            status: Status::Pending,
+            nonce: &nonce,
+            lease_until_ms: None,
+            run,
+        })?;
         store
             .append_with_state(
                 session_id,
@@ -360,7 +279,7 @@ pub(crate) async fn hold(
     };
     match written {
         Ok(Some(_)) => {
-            let view = stored.view(session_id, key_or_process(key), principal);
+            let view = view(run, &nonce, session_id, key_or_process(key), principal);
             tracing::info!(
                 session = session_id,
                 held = view.calls.len(),
@@ -379,46 +298,30 @@ pub(crate) async fn hold(
                 "tool calls need approval but a pending approval cannot be kept; they were answered as not run"
             );
             let text = "Not run: this call needs the user's approval, which cannot be asked for here. Tell the user.";
-            let results = stored
-                .calls()
-                .map(|c| {
-                    let result = match &c.state {
-                        CallState::Done { content, parts, .. } => {
-                            CallResult::new(content.clone(), parts.clone())
-                        }
-                        _ => model_error(text).into(),
+            for c in run.round.iter_mut().flat_map(Round::calls_mut) {
+                if !matches!(c.state, CallState::Done { .. }) {
+                    c.state = CallState::Done {
+                        content: model_error(text),
+                        is_error: true,
+                        parts: Vec::new(),
                     };
-                    (c.pending(), result)
-                })
-                .collect::<Vec<_>>();
-            Ok(Held::Unsupported(
-                protocol.round_messages(&stored.reading(), results),
-            ))
+                }
+            }
+            Ok(Held::Unsupported)
         }
         Err(e) => Err(e.into()),
-    }
-}
-
-/// The text of a response the person saw: the JSON decision protocol's `answer` of a call is
-/// the raw decision (kept for the round limit's "last response as it is"), which was never
-/// shown; every other protocol's `answer` is what was shown.
-fn shown_text(protocol: &dyn CallProtocol, reading: &Reading) -> String {
-    if protocol.name() == "json" && !reading.native {
-        String::new()
-    } else {
-        reading.answer.clone()
     }
 }
 
 /// At the start of a new user message: a round still held (or cut off while running) is
 /// closed first — every call without a result gets one saying it did not run (or that whether
 /// it ran is unknown) — so the history stays whole rounds. An unreadable state is dropped
-/// (nothing of it runs). Returns the closing round appended, if any.
+/// (nothing of it runs); one written by a newer version is kept, and is the error. Returns
+/// the closing round appended, if any.
 pub(crate) async fn close_open(
     store: &dyn SessionStore,
     session_id: &str,
     protocol: &dyn CallProtocol,
-    machine: &LoopMachine,
 ) -> Result<Vec<Message>, Failed> {
     for _ in 0..CAS_ATTEMPTS {
         let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
@@ -427,7 +330,8 @@ pub(crate) async fn close_open(
             Err(e) => return Err(e.into()),
         };
         let round = match Stored::parse(session_id, &raw) {
-            Ok(stored) => closing_round(session_id, &stored, protocol, machine),
+            Ok(stored) => closing_round(session_id, stored, protocol),
+            Err(e @ ApprovalError::NewerVersion { .. }) => return Err(e.into()),
             Err(e) => {
                 tracing::error!(session = session_id, error = %e, "dropping an unreadable pending approval; none of its calls run");
                 Vec::new()
@@ -450,29 +354,29 @@ pub(crate) async fn close_open(
 
 /// The round that closes a held round a new message overtook: every call without a result
 /// gets one saying it did not run, or that whether it ran is unknown.
-fn closing_round(
-    session_id: &str,
-    stored: &Stored,
-    protocol: &dyn CallProtocol,
-    machine: &LoopMachine,
-) -> Vec<Message> {
+fn closing_round(session_id: &str, stored: Stored, protocol: &dyn CallProtocol) -> Vec<Message> {
     let running = stored.status == Status::Running;
-    let results: Vec<(PendingCall, CallResult)> = stored
+    let machine: &LoopMachine = &stored.run.machine;
+    let closed: Vec<CallState> = stored
         .calls()
         .map(|c| {
             let plan = match &c.state {
-                CallState::Done { content, parts, .. } => {
-                    return (c.pending(), CallResult::new(content.clone(), parts.clone()));
-                }
+                CallState::Done { .. } => return c.state.clone(),
                 CallState::Rejected { reason } => machine.plan_decided(false, reason.as_deref()),
-                CallState::Approved | CallState::Waiting => machine.plan_abandoned(running),
+                CallState::Approved | CallState::Waiting | CallState::New => {
+                    machine.plan_abandoned(running)
+                }
                 CallState::Held { maybe_ran } => machine.plan_abandoned(*maybe_ran),
             };
             let text = match plan {
                 CallPlan::Decline(t) => t,
                 _ => String::new(),
             };
-            (c.pending(), model_error(&text).into())
+            CallState::Done {
+                content: model_error(&text),
+                is_error: true,
+                parts: Vec::new(),
+            }
         })
         .collect();
     tracing::warn!(
@@ -480,71 +384,113 @@ fn closing_round(
         running,
         "a new message arrived while tool calls waited for approval; they are closed as not run"
     );
-    if stored.protocol == protocol.name() {
-        protocol.round_messages(&stored.reading(), results)
+    let same = stored.run.protocol.name() == protocol.name();
+    let mut run = stored.run;
+    for (c, state) in run.round.iter_mut().flat_map(Round::calls_mut).zip(closed) {
+        c.state = state;
+    }
+    let Some((reading, results)) = run.take_round() else {
+        return Vec::new();
+    };
+    let results: Vec<(PendingCall, CallResult)> = results;
+    if same {
+        protocol.round_messages(&reading, results)
     } else {
-        tool_message_round(&stored.reading(), results)
+        tool_message_round(&reading, results)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::protocols::{Reading, Step};
+    use serde_json::{Value, json};
 
-    fn call(id: &str, args: Value) -> StoredCall {
-        StoredCall {
-            id: id.into(),
-            name: "delete_file".into(),
-            arguments: args,
-            state: CallState::Held { maybe_ran: false },
-            decided: None,
+    fn held_run() -> AgentRun {
+        let mut run = AgentRun::new(
+            crate::run::ProtocolId::Native,
+            "delete /tmp/a".into(),
+            LoopMachine::new(5),
+        );
+        run.after_response(crate::machine::ResponseFacts {
+            has_calls: true,
+            ..Default::default()
+        });
+        let reading = Reading {
+            content: String::new(),
+            steps: vec![Step::Calls(vec![PendingCall::new(
+                "c1",
+                "delete_file",
+                json!({"path": "/tmp/a"}),
+            )])],
+            answer: String::new(),
+            correction: None,
+            native: true,
+            parts: Vec::new(),
+        };
+        run.start_round(reading, String::new());
+        for c in run.round.iter_mut().flat_map(Round::calls_mut) {
+            c.state = CallState::Held { maybe_ran: false };
         }
+        run
     }
 
-    #[test]
-    fn approval_unreadable_states_fail_closed() {
-        let good = Stored {
-            v: VERSION,
+    fn good() -> Value {
+        let stored = Stored {
+            v: RUN_VERSION,
             status: Status::Pending,
             nonce: "ab".into(),
-            protocol: "native".into(),
-            user_text: "u".into(),
-            model_calls: 1,
-            tool_rounds: 1,
-            content: String::new(),
-            answer: String::new(),
-            text: String::new(),
-            parts: Vec::new(),
             lease_until_ms: None,
-            native: true,
-            steps: vec![StoredStep::Calls {
-                calls: vec![call("c1", json!({}))],
-            }],
+            run: held_run(),
         };
-        assert!(Stored::parse("s", &serde_json::to_string(&good).unwrap()).is_ok());
-        let mut dup = good.clone();
-        dup.steps = vec![StoredStep::Calls {
-            calls: vec![call("c1", json!({})), call("c1", json!({}))],
-        }];
-        let mut newer = good.clone();
-        newer.v = 2;
-        let mut running = good.clone();
-        running.status = Status::Running;
-        let mut empty = good.clone();
-        empty.steps.clear();
-        let mut extra = serde_json::to_value(&good).unwrap();
-        extra["surprise"] = json!(1);
-        for raw in [
-            "".to_owned(),
-            "{".to_owned(),
-            "null".to_owned(),
-            serde_json::to_string(&dup).unwrap(),
-            serde_json::to_string(&newer).unwrap(),
-            serde_json::to_string(&running).unwrap(),
-            serde_json::to_string(&empty).unwrap(),
-            extra.to_string(),
-        ] {
+        serde_json::from_str(&stored.to_json().unwrap()).unwrap()
+    }
+
+    /// Anything that is not exactly a held run — truncated, not JSON, changed so that it no
+    /// longer holds together — is unreadable, and nothing of it runs; never a panic.
+    #[test]
+    fn approval_unreadable_or_tampered_states_fail_closed() {
+        assert!(Stored::parse("s", &good().to_string()).is_ok());
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut v = good();
+            f(&mut v);
+            v.to_string()
+        };
+        let calls = "/run/round/steps/0/calls";
+        let whole = good().to_string();
+        let bad = [
+            String::new(),
+            "{".into(),
+            "null".into(),
+            "[]".into(),
+            whole[..whole.len() / 2].to_owned(),
+            whole[..whole.len() - 1].to_owned(),
+            with(&|v| {
+                let c = v.pointer(&format!("{calls}/0")).unwrap().clone();
+                v.pointer_mut(calls)
+                    .unwrap()
+                    .as_array_mut()
+                    .unwrap()
+                    .push(c);
+            }),
+            with(&|v| v["status"] = json!("running")),
+            with(&|v| v["run"]["round"]["steps"] = json!([])),
+            with(&|v| v["run"]["round"] = Value::Null),
+            with(&|v| v["surprise"] = json!(1)),
+            with(&|v| v["run"]["surprise"] = json!(1)),
+            with(&|v| v["run"]["machine"]["surprise"] = json!(1)),
+            with(&|v| v["run"]["v"] = json!(1)),
+            with(&|v| v["v"] = json!(0)),
+            with(&|v| v["v"] = json!(-1)),
+            with(&|v| v["v"] = json!("2")),
+            with(&|v| v["run"]["machine"]["tool_rounds"] = json!(9)),
+            with(&|v| v["run"]["machine"]["model_calls"] = json!(-1)),
+            with(&|v| v["run"]["done"] = json!({"answer": "", "hit_limit": false})),
+            with(&|v| *v.pointer_mut(&format!("{calls}/0/state")).unwrap() = json!({"is": "new"})),
+            with(&|v| *v.pointer_mut(&format!("{calls}/0/state")).unwrap() = json!({"is": "ran"})),
+            with(&|v| v["run"]["machine"]["idempotent_results"] = json!({"a": "b"})),
+        ];
+        for raw in bad {
             assert!(
                 matches!(
                     Stored::parse("s", &raw),
@@ -553,5 +499,63 @@ mod tests {
                 "{raw}"
             );
         }
+    }
+
+    /// A run written by a newer version is its own error, whatever the rest holds.
+    #[test]
+    fn approval_a_newer_version_is_its_own_error() {
+        for raw in [
+            r#"{"v":3}"#.to_owned(),
+            r#"{"v":99,"run":"who knows"}"#.to_owned(),
+            {
+                let mut v = good();
+                v["v"] = json!(3);
+                v.to_string()
+            },
+        ] {
+            assert!(
+                matches!(
+                    Stored::parse("s", &raw),
+                    Err(ApprovalError::NewerVersion { found, supported: RUN_VERSION, .. }) if found > 2
+                ),
+                "{raw}"
+            );
+        }
+    }
+
+    /// The first format (a hand-built snapshot) reads as this version's run: the response,
+    /// the calls and their states, the counts, the protocol as its typed id.
+    #[test]
+    fn approval_the_first_format_is_migrated() {
+        let v1 = r#"{"v":1,"status":"running","nonce":"cd","protocol":"json","user_text":"u","model_calls":3,"tool_rounds":2,"content":"{\"tool\":\"delete_file\"}","answer":"raw","text":"","native":false,"parts":[],"steps":[{"kind":"calls","calls":[{"id":"c1","name":"delete_file","arguments":{"path":"/tmp/a"},"state":{"is":"approved"},"decided":{"by":"ann","at_ms":7}}]}],"lease_until_ms":12}"#;
+        let s = Stored::parse("s", v1).unwrap();
+        assert_eq!(
+            (s.v, s.status, s.nonce.as_str()),
+            (RUN_VERSION, Status::Running, "cd")
+        );
+        assert_eq!(s.lease_until_ms, Some(12));
+        assert_eq!(s.run.protocol, crate::run::ProtocolId::Json);
+        assert_eq!(s.run.user_text, "u");
+        assert_eq!(
+            (s.run.machine.model_calls(), s.run.machine.tool_rounds()),
+            (3, 2)
+        );
+        let round = s.run.round.as_ref().unwrap();
+        assert_eq!(
+            (round.content.as_str(), round.answer.as_str()),
+            ("{\"tool\":\"delete_file\"}", "raw")
+        );
+        let c = round.calls().next().unwrap();
+        assert_eq!(c.state, CallState::Approved);
+        assert_eq!(c.decided.as_ref().unwrap().by, "ann");
+        // written back, it is this version's format, and reads the same
+        let again = Stored::parse("s", &s.to_json().unwrap()).unwrap();
+        assert_eq!(again.run, s.run);
+        // the first format is strict too
+        let extra = v1.replacen("\"v\":1,", "\"v\":1,\"surprise\":0,", 1);
+        assert!(matches!(
+            Stored::parse("s", &extra),
+            Err(ApprovalError::Unreadable { .. })
+        ));
     }
 }
