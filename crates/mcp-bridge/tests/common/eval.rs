@@ -254,6 +254,12 @@ impl Hybrid {
         let start = Instant::now();
         let tool_vectors = embed(e.as_ref(), texts, EmbedKind::Document).await?;
         let build = start.elapsed();
+        // The encoder's own judge (its fit model and bank; the gate itself is applied in
+        // `search`, with `threshold`).
+        let judge = HybridConfig::for_encoder(e.id(), docs.len());
+        let config = config
+            .with_fit_model(judge.fit_model)
+            .with_unserved(judge.unserved);
         let index = SearchIndex::new(docs)
             .with_vectors(tool_vectors.clone())
             .expect("one vector per tool, one width")
