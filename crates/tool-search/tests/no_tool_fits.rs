@@ -104,3 +104,24 @@ fn the_bank_is_what_turns_them_away_and_other_weights_fall_back_to_the_cosine() 
         }
     }
 }
+
+#[test]
+fn odd_requests_meet_the_judge_without_a_panic() {
+    let (index, requests) = demo();
+    let v = requests[0].2.clone();
+    // A request vector of another width, or with a NaN: a typed error, not a panic.
+    assert!(index.search_hybrid("add 17 and 25", &v[..10], 5).is_err());
+    let mut nan = v.clone();
+    nan[3] = f32::NAN;
+    assert!(index.fit("add 17 and 25", &nan).is_err());
+    // A zero vector is near nothing: a finite fit, an answer either way.
+    let zero = vec![0.0; v.len()];
+    assert!(index.fit("add 17 and 25", &zero).unwrap().is_finite());
+    index.search_hybrid("add 17 and 25", &zero, 5).unwrap();
+    // 10,000 characters, and only emoji: bounded, finite.
+    let long = "十七加二十五".repeat(2_000);
+    assert!(index.fit(&long, &v).unwrap().is_finite());
+    assert!(index.search_hybrid(&long, &v, 5).unwrap().len() <= 5);
+    assert!(index.fit("🚆🚆🚆", &v).unwrap().is_finite());
+    index.search_hybrid("🚆🚆🚆", &v, 5).unwrap();
+}
