@@ -287,8 +287,9 @@ impl Hybrid {
             .filter(|q| q.expect.is_empty())
             .map(fit)
             .collect();
-        // The shipped judge when the encoder has one (multilingual-e5-small: by catalog size,
-        // derived on dev), else one derived here on dev.
+        // The shipped judge when the encoder has one (the embedded multilingual-e5-small: the
+        // bank judge; other weights of it: by catalog size; both derived on dev), else one
+        // derived here on dev.
         let threshold = HybridConfig::for_encoder(e.id(), index.len())
             .no_fit_below
             .or_else(|| calibrate_no_fit(&yes, &no, MAX_ANSWERABLE_LOSS));
