@@ -725,9 +725,17 @@ async fn mixed_evaluation(
                 let yes: Vec<f32> = parts
                     .iter()
                     .filter(|p| !p.0)
-                    .map(|p| p.1.score(w))
+                    .map(|p| {
+                        p.1.score(&toolwright_tool_search::FitModel::linear(w), h.index.len())
+                    })
                     .collect();
-                let no: Vec<f32> = parts.iter().filter(|p| p.0).map(|p| p.1.score(w)).collect();
+                let no: Vec<f32> = parts
+                    .iter()
+                    .filter(|p| p.0)
+                    .map(|p| {
+                        p.1.score(&toolwright_tool_search::FitModel::linear(w), h.index.len())
+                    })
+                    .collect();
                 let t =
                     toolwright_tool_search::calibrate_no_fit(&yes, &no, eval::MAX_ANSWERABLE_LOSS)
                         .unwrap();

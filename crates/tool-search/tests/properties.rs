@@ -123,7 +123,7 @@ proptest! {
         prop_assert_eq!(hits, again.search_hybrid(&q, &qv, limit).unwrap());
         let fit = index.fit(&q, &qv).unwrap();
         // The nearest cosine (-1..=1) plus the weighted share of words held (0..=1).
-        let w = HybridConfig::default().lexical_fit_weight;
+        let w = HybridConfig::default().fit_model.lexical;
         prop_assert!(fit.is_finite() && (-1.0 - 1e-4..=1.0 + w + 1e-4).contains(&fit), "{}", fit);
     }
 

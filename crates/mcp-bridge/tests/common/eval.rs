@@ -254,6 +254,12 @@ impl Hybrid {
         let start = Instant::now();
         let tool_vectors = embed(e.as_ref(), texts, EmbedKind::Document).await?;
         let build = start.elapsed();
+        // The encoder's own judge (its fit model and bank; the gate itself is applied in
+        // `search`, with `threshold`).
+        let judge = HybridConfig::for_encoder(e.id(), docs.len());
+        let config = config
+            .with_fit_model(judge.fit_model)
+            .with_unserved(judge.unserved);
         let index = SearchIndex::new(docs)
             .with_vectors(tool_vectors.clone())
             .expect("one vector per tool, one width")
@@ -281,8 +287,9 @@ impl Hybrid {
             .filter(|q| q.expect.is_empty())
             .map(fit)
             .collect();
-        // The shipped judge when the encoder has one (multilingual-e5-small: by catalog size,
-        // derived on dev), else one derived here on dev.
+        // The shipped judge when the encoder has one (the embedded multilingual-e5-small: the
+        // bank judge; other weights of it: by catalog size; both derived on dev), else one
+        // derived here on dev.
         let threshold = HybridConfig::for_encoder(e.id(), index.len())
             .no_fit_below
             .or_else(|| calibrate_no_fit(&yes, &no, MAX_ANSWERABLE_LOSS));
