@@ -586,7 +586,11 @@ impl ClientHandler for ClientSide {
             Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id.clone()),
             _ => None,
         };
-        crate::sampling::answer(&sampling, &self.elicitation, &self.service, origin, params).await
+        let ask = |question| {
+            self.elicitation
+                .ask_from_server(&self.service, origin, question)
+        };
+        crate::sampling::answer(&sampling, ask, &self.service, params).await
     }
     /// The configured roots, each named by its last path segment.
     #[allow(deprecated)] // SEP-2577: deprecated from 2026-07-28 on, asked by the servers before it

@@ -19,12 +19,10 @@ use std::time::{Duration, Instant};
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitationAction,
-    ElicitationSchema, RequestId, Role, SamplingMessage, SamplingMessageContentBlock,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationSchema, Role, SamplingMessage, SamplingMessageContentBlock,
 };
 use toolwright_core::{ChatModel, ChatRequest, FinishReason, Media, Message, Part};
-
-use crate::elicitation::ElicitationHub;
 
 /// How long the model may take over one sampling request.
 const ANSWER_LIMIT: Duration = Duration::from_secs(120);
@@ -100,15 +98,18 @@ impl Sampling {
     }
 }
 
-/// Answers `params` from `service`: within the rate, asked of the person (through `hub`, as
-/// the request arrived under `origin`), then the model's text.
-pub(crate) async fn answer(
+/// Answers `params` from `service`: within the rate, asked of the person (`ask`: the
+/// question as the server's own questions go), then the model's text.
+pub(crate) async fn answer<Ask, Asked>(
     sampling: &Sampling,
-    hub: &ElicitationHub,
+    ask: Ask,
     service: &str,
-    origin: Option<RequestId>,
     params: CreateMessageRequestParams,
-) -> Result<CreateMessageResult, ErrorData> {
+) -> Result<CreateMessageResult, ErrorData>
+where
+    Ask: FnOnce(ElicitRequestParams) -> Asked,
+    Asked: std::future::Future<Output = ElicitResult>,
+{
     let refuse = |why: String| {
         tracing::warn!(service = %service, "MCP sampling refused: {why}");
         ErrorData::invalid_request(format!("sampling refused: {why}"), None)
@@ -132,7 +133,7 @@ pub(crate) async fn answer(
             message: question(service, &messages, max_tokens),
             requested_schema: ElicitationSchema::new(Default::default()),
         };
-        let answer = hub.ask_from_server(service, origin, question).await;
+        let answer = ask(question).await;
         if answer.action != ElicitationAction::Accept {
             return Err(refuse("the person did not allow it".into()));
         }

@@ -4,6 +4,7 @@
 //! Pure like the rest of the crate: the caller runs the encoder (a `toolwright_core::Embedder`) and
 //! hands the vectors in.
 
+use crate::script::Script;
 use crate::unserved::{E5_SMALL_ID, UnservedIntents};
 use crate::{Hit, MAX_LIMIT, SearchIndex, ToolDoc};
 
@@ -503,45 +504,6 @@ pub const E5_SMALL_FIT_BELOW: f32 = -0.6618;
 /// The fewest tools of one script whose own mean a script's vectors are centred on
 /// ([`HybridConfig::language_neutral`]); fewer, and they are centred on the whole catalog's.
 pub const MIN_SCRIPT_TOOLS: usize = 8;
-
-/// The writing system a text is mostly in, as far as the encoder's language bias goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Script {
-    /// Latin letters (English and the like), or no letters at all.
-    Latin,
-    /// Han, kana or Hangul (Chinese, Japanese, Korean).
-    Cjk,
-}
-
-impl Script {
-    /// The script of `text`: [`Script::Cjk`] when its CJK characters, counted three to a Latin
-    /// letter (a Chinese word is about two characters, an English one about six letters), are
-    /// at least as many as its Latin letters; else [`Script::Latin`]. Reads at most
-    /// [`crate::MAX_INPUT_CHARS`] characters.
-    pub fn of(text: &str) -> Self {
-        let (mut cjk, mut latin) = (0usize, 0usize);
-        for c in text.chars().take(crate::MAX_INPUT_CHARS) {
-            if crate::analyzer::is_cjk(c) {
-                cjk += 1;
-            } else if c.is_alphabetic() {
-                latin += 1;
-            }
-        }
-        if cjk > 0 && 3 * cjk >= latin {
-            Self::Cjk
-        } else {
-            Self::Latin
-        }
-    }
-
-    fn slot(self) -> usize {
-        match self {
-            Self::Latin => 0,
-            Self::Cjk => 1,
-        }
-    }
-}
 
 /// The tools' vectors, L2-normalised, row-major; and the same centred on their script's mean
 /// and normalised again ([`HybridConfig::language_neutral`]).

@@ -69,16 +69,17 @@ mod analyzer;
 mod dense;
 pub mod judge;
 mod learn;
+mod script;
 mod unserved;
 
 pub use analyzer::{Analyzer, CHINESE_STOP_WORDS, MAX_INPUT_CHARS};
 pub use dense::{
     BM25_FIRST_WITHIN, DEFAULT_LEXICAL_FIT_WEIGHT, E5_SMALL_FIT_BELOW, E5_SMALL_FIT_MODEL,
     E5_SMALL_NO_FIT, EMBED_SENTENCE_CHARS, Fit, FitModel, Fusion, HybridConfig, MAX_DIMENSIONS,
-    MIN_SCRIPT_TOOLS, Script, VectorError, calibrate_no_fit, embedding_text, no_fit_for_size,
-    text_hash,
+    MIN_SCRIPT_TOOLS, VectorError, calibrate_no_fit, embedding_text, no_fit_for_size, text_hash,
 };
 pub use learn::{LearnError, LearnedPair, MAX_CAPACITY, MAX_PAIRS_PER_TOOL, UseMemory};
+pub use script::Script;
 pub use unserved::{E5_SMALL_ID, UnservedIntents};
 
 const _: () = assert!((3 + 4) * MAX_FIELD_CHARS < MAX_INPUT_CHARS);

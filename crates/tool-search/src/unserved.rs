@@ -13,7 +13,7 @@
 
 use std::sync::OnceLock;
 
-use crate::dense::Script;
+use crate::script::Script;
 
 /// The bank's requests, one a line: 35 in English, the same 35 in Chinese.
 const TEXTS: &str = include_str!("unserved-intents.txt");

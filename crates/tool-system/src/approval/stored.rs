@@ -79,7 +79,15 @@ impl Stored {
                 }
                 match serde_json::from_str::<Version>(raw) {
                     Ok(Version { v: 1 }) => {
-                        super::migrate::from_v1(raw).map_err(|e| unreadable(e.to_string()))?
+                        let first = super::migrate::from_v1::<Status>(raw)
+                            .map_err(|e| unreadable(e.to_string()))?;
+                        Stored {
+                            v: RUN_VERSION,
+                            status: first.status,
+                            nonce: first.nonce,
+                            lease_until_ms: first.lease_until_ms,
+                            run: first.run,
+                        }
                     }
                     Ok(Version { v }) if v != u64::from(RUN_VERSION) => {
                         return Err(version_error(session, v));
