@@ -42,12 +42,23 @@ pub(super) async fn serve(app: &App, session: &str, r: &ResourceRef) -> Response
             .is_ok();
     let content_type = HeaderValue::from_str(&blob.media_type)
         .unwrap_or(HeaderValue::from_static("application/octet-stream"));
-    let mut resp = blob.bytes.into_response();
+    contained(blob.bytes, content_type, picture)
+}
+
+/// Media from outside (a tool, a model, a person) as the panel serves it: never run by the
+/// browser (a `sandbox` policy of its own, `nosniff`), readable by the panel's own pages only,
+/// shown in place when `inline`, else downloaded.
+pub(super) fn contained(
+    bytes: impl IntoResponse,
+    content_type: HeaderValue,
+    inline: bool,
+) -> Response {
+    let mut resp = bytes.into_response();
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, content_type);
     h.insert(
         header::CONTENT_DISPOSITION,
-        HeaderValue::from_static(if picture { "inline" } else { "attachment" }),
+        HeaderValue::from_static(if inline { "inline" } else { "attachment" }),
     );
     h.insert(
         header::CONTENT_SECURITY_POLICY,

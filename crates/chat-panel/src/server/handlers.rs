@@ -678,22 +678,7 @@ pub(super) async fn get_media(
     let Ok(content_type) = HeaderValue::from_str(&media.media_type) else {
         return no_image();
     };
-    let mut r = bytes.into_response();
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, content_type);
-    h.insert(
-        header::CONTENT_DISPOSITION,
-        HeaderValue::from_static("inline"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; sandbox"),
-    );
-    h.insert(
-        header::HeaderName::from_static("cross-origin-resource-policy"),
-        HeaderValue::from_static("same-origin"),
-    );
-    r
+    super::blob::contained(bytes, content_type, true)
 }
 
 /// A free answer slot within the queue timeout, or `503`.
