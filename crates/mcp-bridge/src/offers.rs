@@ -126,11 +126,11 @@ impl McpBridge {
             .into_iter()
             .map(|r| McpResource {
                 service: service.to_owned(),
-                uri: r.uri.clone(),
-                name: r.name.clone(),
-                title: r.title.clone(),
-                description: r.description.clone(),
-                mime_type: r.mime_type.clone(),
+                uri: r.uri,
+                name: r.name,
+                title: r.title,
+                description: r.description,
+                mime_type: r.mime_type,
                 size: r.size,
             })
             .collect())
@@ -159,11 +159,11 @@ impl McpBridge {
             .into_iter()
             .map(|t| McpResourceTemplate {
                 service: service.to_owned(),
-                uri_template: t.uri_template.clone(),
-                name: t.name.clone(),
-                title: t.title.clone(),
-                description: t.description.clone(),
-                mime_type: t.mime_type.clone(),
+                uri_template: t.uri_template,
+                name: t.name,
+                title: t.title,
+                description: t.description,
+                mime_type: t.mime_type,
             })
             .collect())
     }
