@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     pub(crate) vectors: Mutex<crate::vectors::VectorCache>,
     /// Servers' questions for the person ([`crate::elicitation`]).
     pub(crate) elicitation: Arc<ElicitationHub>,
+    /// Progress, logs and changes the servers send ([`McpBridge::notices`]).
+    pub(crate) notices: Arc<crate::notices::Notices>,
 }
 
 /// What a turn's view of MCP tools (`descriptions.rs`) reads of the catalog and the services'
@@ -195,6 +197,7 @@ impl McpBridge {
                 learning: Mutex::new(None),
                 vectors: Mutex::new(crate::vectors::VectorCache::default()),
                 elicitation: ElicitationHub::new(),
+                notices: crate::notices::Notices::new(),
             }),
         }
     }

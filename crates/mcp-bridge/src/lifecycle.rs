@@ -255,7 +255,11 @@ async fn finish_start(
         }
     };
     let hooks = match inner.upgrade() {
-        Some(i) => (i.catalog_epoch.clone(), i.elicitation.clone()),
+        Some(i) => crate::connection::Hooks {
+            epoch: i.catalog_epoch.clone(),
+            elicitation: i.elicitation.clone(),
+            notices: i.notices.clone(),
+        },
         None => {
             return Err(BridgeError::StartFailed {
                 service: name,
