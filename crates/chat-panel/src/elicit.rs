@@ -285,7 +285,9 @@ mod tests {
             shown.as_ref().map(|(_, q)| q["message"].clone()),
             Some(json!("Budget?"))
         );
-        let n = shown.and_then(|(_, q)| q["id"].as_u64()).unwrap_or_default();
+        let n = shown
+            .and_then(|(_, q)| q["id"].as_u64())
+            .unwrap_or_default();
         let claimed = asks.claim("s-0000001", n);
         assert!(claimed.is_some_and(|c| c.answer(ElicitationAnswer::Accept(json!({})))));
         assert_eq!(
