@@ -39,14 +39,24 @@
 
 mod approval;
 mod auth;
+mod caller;
 pub mod config;
 mod content;
 pub mod demo;
 mod error;
 mod http;
+mod offers;
 mod server;
 
 pub use auth::{ProtectedResource, TokenVerifier, VerifiedToken};
+pub use caller::MAX_SAMPLE_TOKENS;
 pub use error::ServeError;
 pub use http::HttpOptions;
-pub use server::{McpServer, McpServerBuilder};
+pub use offers::{MAX_COMPLETIONS, OfferError, Prompts, Resources, match_uri_template};
+pub use server::{
+    DEFAULT_MAX_RESOURCE_BYTES, DEFAULT_MAX_SUBSCRIPTIONS, McpServer, McpServerBuilder,
+};
+
+/// The rmcp model types the [`Resources`] and [`Prompts`] traits speak (rmcp's `model`
+/// module, re-exported so an implementation needs no rmcp dependency of its own).
+pub use rmcp::model as rmcp_model;
