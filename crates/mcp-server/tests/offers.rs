@@ -489,3 +489,63 @@ async fn a_tool_cannot_ask_the_client_without_a_session_or_the_capability() {
     assert_eq!(r.is_error, Some(true));
     assert!(common::text(&r).contains("sampling capability"), "{r:?}");
 }
+
+#[tokio::test]
+async fn stateful_http_gives_a_session_and_resumable_sse_streams_and_stateless_does_not() {
+    use reqwest_ring as reqwest;
+    common::tls();
+    let post = |url: &str| {
+        reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+    .to_string();
+    let server = conformance_server();
+
+    let stateless = serve(&server, false).await;
+    let r = post(&stateless).body(init.clone()).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("mcp-session-id").is_none());
+
+    let url = serve(&server, true).await;
+    let r = post(&url).body(init).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let session = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    drop(r);
+    let r = post(&url)
+        .header("mcp-session-id", &session)
+        .body(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let r = post(&url)
+        .header("mcp-session-id", &session)
+        .body(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "test_reconnection", "arguments": {}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let body = tokio::time::timeout(Duration::from_secs(10), r.text())
+        .await
+        .unwrap()
+        .unwrap();
+    // First a priming event (an id, a retry interval, no data), then the answer.
+    let first = body.split("\n\n").next().unwrap();
+    assert!(first.contains("id:") && first.contains("retry:"), "{body}");
+    assert!(body.contains("Reconnection test completed"), "{body}");
+}
