@@ -4,8 +4,19 @@
 //! [rmcp](https://docs.rs/rmcp).
 //!
 //! - **Transports.** [`McpServer::serve_stdio`] (one client on stdin/stdout) and
-//!   [`McpServer::router`] (Streamable HTTP on axum, stateless: no session lives in a worker, so
-//!   any number of workers can stand behind one load balancer).
+//!   [`McpServer::router`] (Streamable HTTP on axum, stateless by default: no session lives in a
+//!   worker, so any number of workers can stand behind one load balancer; with
+//!   [`HttpOptions::stateful`], a session per client in this process, needed for requests to the
+//!   client mid-call and for subscriptions, at the price of sticky routing).
+//! - **Resources, prompts, completions.** [`McpServerBuilder::resources`] and
+//!   [`McpServerBuilder::prompts`] take a [`Resources`] and a [`Prompts`] source: list, read,
+//!   templates, subscribe ([`McpServer::notify_resource_updated`]), get, and completion of their
+//!   arguments; bounded by [`McpServerBuilder::max_resource_bytes`] and
+//!   [`McpServerBuilder::max_subscriptions`], refused with [`OfferError`]s.
+//! - **Tools that talk to the client.** A tool's
+//!   [`ToolContext::caller`](toolwright_core::ToolContext::caller) is the calling client: log
+//!   lines (at the level the client set), progress (on its progress token), sampling and
+//!   elicitation (over a session, on protocols before 2026-07-28).
 //! - **Approvals.** A call that the [`ApprovalPolicy`](toolwright_tool_system::ApprovalPolicy)
 //!   or its provider holds is asked of the calling client's person by elicitation. Over protocol
 //!   2026-07-28 that is a multi round-trip `input_required` result whose state is sealed with
