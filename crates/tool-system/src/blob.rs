@@ -18,6 +18,13 @@ const MAX_MEDIA_TYPE: usize = 255;
 /// reference reaches outside the directory. Writes go to a temporary file renamed into place:
 /// a reader never sees half a blob.
 ///
+/// Space is given back two ways. [`evicting`](Self::evicting): a put past the bound removes the
+/// least recently used blobs (stored or read longest ago) until the new one fits, instead of
+/// being `Full`. [`remove_unused_since`](Self::remove_unused_since): an operator's sweep of
+/// every blob not stored or read for a while. Blobs are shared by content across sessions, so
+/// deleting a session does not delete them; a reference to a blob removed since is
+/// [`BlobError::NotFound`] (the model is told it is gone; the panel answers 404).
+///
 /// ```
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use toolwright_core::BlobStore;
@@ -40,6 +47,8 @@ pub struct FsBlobStore {
 struct Inner {
     dir: PathBuf,
     limit: u64,
+    /// Whether a put past the bound removes the least recently used blobs.
+    evicting: std::sync::atomic::AtomicBool,
     /// Bytes the blob files take; held while a put checks and writes, so that two puts cannot
     /// both pass the bound.
     used: Mutex<u64>,
@@ -66,9 +75,40 @@ impl FsBlobStore {
             inner: Arc::new(Inner {
                 dir,
                 limit,
+                evicting: std::sync::atomic::AtomicBool::new(false),
                 used: Mutex::new(used),
             }),
         })
+    }
+
+    /// This store, where a put past the bound removes the least recently used blobs until the
+    /// new one fits (a blob larger than the whole bound is still `Full`).
+    /// Every clone of the store evicts from then on.
+    pub fn evicting(self) -> Self {
+        self.inner
+            .evicting
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// Removes every blob not stored or read within `age`; the bytes given back.
+    pub async fn remove_unused_since(&self, age: std::time::Duration) -> Result<u64, BlobError> {
+        let inner = Arc::clone(&self.inner);
+        run_blocking(move || {
+            let mut used = lock(&inner.used);
+            let cutoff = std::time::SystemTime::now()
+                .checked_sub(age)
+                .unwrap_or(std::time::UNIX_EPOCH);
+            let mut freed = 0;
+            for (path, size, last_used) in inner.blobs()? {
+                if last_used < cutoff && std::fs::remove_file(&path).is_ok() {
+                    freed += size;
+                }
+            }
+            *used = used.saturating_sub(freed);
+            Ok(freed)
+        })
+        .await
     }
 
     /// The directory the blobs are in.
@@ -131,6 +171,11 @@ impl BlobStore for FsBlobStore {
                     path.display()
                 )));
             };
+            // Read now: the last to go when space is needed.
+            let _ = std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
             let media_type = String::from_utf8_lossy(&file[..line]).into_owned();
             let mut bytes = file;
             bytes.drain(..=line);
@@ -149,6 +194,12 @@ impl Inner {
             return Ok(());
         }
         let size = (media_type.len() + 1 + bytes.len()) as u64;
+        if self.evicting.load(std::sync::atomic::Ordering::Relaxed)
+            && size <= self.limit
+            && used.saturating_add(size) > self.limit
+        {
+            *used = used.saturating_sub(self.evict(self.limit - size)?);
+        }
         if used.saturating_add(size) > self.limit {
             return Err(BlobError::Full {
                 size: bytes.len() as u64,
@@ -173,6 +224,41 @@ impl Inner {
         }
         *used += size;
         Ok(())
+    }
+
+    /// Every blob file: its path, size and when it was last stored or read.
+    fn blobs(&self) -> Result<Vec<(PathBuf, u64, std::time::SystemTime)>, BlobError> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).map_err(|e| io(&self.dir, e))? {
+            let Ok(entry) = entry else { continue };
+            if !is_hash(&entry.file_name().to_string_lossy()) {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            let last_used = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+            out.push((entry.path(), meta.len(), last_used));
+        }
+        Ok(out)
+    }
+
+    /// Removes the least recently used blobs until at most `keep` bytes are left (of those
+    /// counted now); the bytes removed. Called with `used` held.
+    fn evict(&self, keep: u64) -> Result<u64, BlobError> {
+        let mut blobs = self.blobs()?;
+        blobs.sort_by_key(|(_, _, last_used)| *last_used);
+        let mut left: u64 = blobs.iter().map(|(_, size, _)| size).sum();
+        let mut freed = 0;
+        for (path, size, _) in blobs {
+            if left <= keep {
+                break;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                left -= size;
+                freed += size;
+                tracing::debug!(blob = %path.display(), "blob store full: removed the least recently used blob");
+            }
+        }
+        Ok(freed)
     }
 }
 
@@ -269,6 +355,63 @@ mod tests {
             "{err:?}"
         );
         assert_eq!(std::fs::read_dir(s.dir()).unwrap().count(), 1);
+    }
+
+    /// Sets a blob's last use `secs_ago` seconds back (file times are the store's clock).
+    fn used_ago(s: &FsBlobStore, r: &ResourceRef, secs_ago: u64) {
+        let path = s.dir().join(ResourceRef::blob_hash(&r.uri).unwrap());
+        let at = std::time::SystemTime::now() - std::time::Duration::from_secs(secs_ago);
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(at)
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_evicting_store_makes_room_by_removing_the_least_recently_used_blobs() {
+        let (_d, s) = store(200);
+        let s = s.evicting();
+        let kind = "application/octet-stream"; // 25 bytes with its newline: 85 a blob
+        let old = s.put(&[1; 60], kind).await.unwrap();
+        let read = s.put(&[2; 60], kind).await.unwrap();
+        used_ago(&s, &old, 300);
+        used_ago(&s, &read, 200);
+        // Reading a blob makes it the most recently used: `old` goes first.
+        s.get(&read.uri).await.unwrap();
+        let new = s.put(&[3; 60], kind).await.unwrap();
+        assert_eq!(
+            s.get(&old.uri).await,
+            Err(BlobError::NotFound {
+                uri: old.uri.clone()
+            })
+        );
+        assert_eq!(s.get(&read.uri).await.unwrap().bytes, vec![2; 60]);
+        assert_eq!(s.get(&new.uri).await.unwrap().bytes, vec![3; 60]);
+        assert_eq!(s.used(), 170);
+        // A blob larger than the whole bound is still refused, and removes nothing.
+        assert!(matches!(
+            s.put(&[4; 300], kind).await,
+            Err(BlobError::Full { .. })
+        ));
+        assert_eq!(s.used(), 170);
+    }
+
+    #[tokio::test]
+    async fn a_sweep_removes_the_blobs_unused_for_longer_than_the_age_given() {
+        let (_d, s) = store(1 << 20);
+        let stale = s.put(b"stale", "text/plain").await.unwrap();
+        let fresh = s.put(b"fresh", "text/plain").await.unwrap();
+        used_ago(&s, &stale, 7200);
+        let freed = s
+            .remove_unused_since(std::time::Duration::from_secs(3600))
+            .await
+            .unwrap();
+        assert_eq!(freed, "text/plain\nstale".len() as u64);
+        assert_eq!(s.used(), "text/plain\nfresh".len() as u64);
+        assert!(s.get(&stale.uri).await.is_err());
+        assert!(s.get(&fresh.uri).await.is_ok());
     }
 
     #[tokio::test]
