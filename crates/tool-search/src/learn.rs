@@ -254,9 +254,10 @@ impl UseMemory {
 
     /// The pairs and consents as JSON, `{"pairs": [{"request": ..., "tool": ..., "principal":
     /// ...}, ...], "consents": [...]}` (pairs oldest first; `principal` only on a person's
-    /// pair): what an operator exports, and what [`UseMemory::from_json`] reads.
+    /// pair; `consents` only when someone consents): what an operator exports, and what
+    /// [`UseMemory::from_json`] reads.
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut export = json!({
             "pairs": self
                 .pairs
                 .iter()
@@ -265,8 +266,12 @@ impl UseMemory {
                     None => json!({"request": p.request, "tool": p.tool}),
                 })
                 .collect::<Vec<_>>(),
-            "consents": self.consents,
-        })
+        });
+        // Only when someone consents: an export without people reads as before.
+        if !self.consents.is_empty() {
+            export["consents"] = json!(self.consents);
+        }
+        export
     }
 
     /// A memory of at most `capacity` pairs from an export ([`UseMemory::to_json`]), each
@@ -432,6 +437,10 @@ mod tests {
         let back = UseMemory::from_json(&stale, 10).unwrap();
         assert!(back.pairs_of("ana").is_empty());
         assert_eq!(back.len(), 1);
+        assert_eq!(
+            UseMemory::new(3).to_json(),
+            serde_json::json!({"pairs": []})
+        );
         let bad = serde_json::json!({"pairs": [], "consents": [1]});
         assert!(UseMemory::from_json(&bad, 10).is_err());
         // Withdrawing consent deletes that person's pairs at once, and nothing else.
