@@ -644,7 +644,7 @@ async fn mixed_evaluation(
             h.threshold, h.build, h.query_p50
         );
         if config.language_neutral {
-            learning(&h, &docs, &catalog, &splits, config);
+            learning(&h, &docs, &catalog, &splits, h.index.hybrid());
             if let Some(path) = &dump {
                 dump_features(&h, &docs, &splits, path);
             }

@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Writes src/unserved-intents.e5-small-q4.f32 from src/unserved-intents.txt.
+"""Writes src/unserved-intents.e5-small-q4.f32 from src/unserved-intents.txt, and
+src/unserved-intents.e5-small-q4.request-means.f32 (the mean of the same requests encoded as
+requests, English then Chinese: what language-neutral cosines centre a request on, with its
+script's tools' mean).
 
 The bank's requests are encoded like tools (as documents) by the embedded encoder through the
 tool-search bench's --probe mode, which writes each "tool"'s vector:
@@ -19,6 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 TEXTS = HERE / "src" / "unserved-intents.txt"
 OUT = HERE / "src" / "unserved-intents.e5-small-q4.f32"
+MEANS = HERE / "src" / "unserved-intents.e5-small-q4.request-means.f32"
 PROBE = Path("/tmp/unserved-probe.json")
 
 
@@ -37,6 +41,21 @@ def main() -> None:
             for t in features["tools"]:
                 f.write(struct.pack(f"<{len(t['vector'])}f", *t["vector"]))
         print(f"wrote {OUT}: {len(bank)} vectors")
+        # The probe's "requests" are the same texts encoded as requests (queries).
+        queries = [q["query"] for q in features["requests"]]
+        if queries != bank:
+            sys.exit("the probe's requests are not the bank's: run `probe` and the bench again")
+        half = len(bank) // 2  # the English half, then the same requests in Chinese
+        with MEANS.open("wb") as f:
+            for rows in (features["requests"][:half], features["requests"][half:]):
+                dims = len(rows[0]["vector"])
+                mean = [0.0] * dims
+                for r in rows:
+                    norm = sum(x * x for x in r["vector"]) ** 0.5
+                    for i, x in enumerate(r["vector"]):
+                        mean[i] += x / norm / len(rows)
+                f.write(struct.pack(f"<{dims}f", *mean))
+        print(f"wrote {MEANS}: 2 means")
     else:
         sys.exit("usage: write_unserved_vectors.py probe|write")
 

@@ -3,10 +3,16 @@
 //!
 //! [`UseMemory`] is bounded (at most [`UseMemory::capacity`] pairs, at most
 //! [`MAX_PAIRS_PER_TOOL`] per tool, each request cut to [`crate::MAX_QUERY_CHARS`]), oldest out
-//! first; an operator lists ([`UseMemory::pairs`]), exports ([`UseMemory::to_json`]), imports
-//! ([`UseMemory::from_json`]) and deletes ([`UseMemory::forget_tool`], [`UseMemory::forget`],
-//! [`UseMemory::clear`]) what was learned. Pure like the rest of the crate: where the pairs are
-//! kept between runs, and whose consent allows keeping them, is the caller's.
+//! first; an operator lists ([`UseMemory::pairs`], [`UseMemory::pairs_of`]), exports
+//! ([`UseMemory::to_json`]), imports ([`UseMemory::from_json`]) and deletes
+//! ([`UseMemory::forget_tool`], [`UseMemory::forget`], [`UseMemory::forget_principal`],
+//! [`UseMemory::clear`]) what was learned.
+//!
+//! Consent, per principal: a request a person typed is kept only when that person said yes
+//! ([`UseMemory::set_consent`]; nobody has by default), through [`UseMemory::record_for`]; a
+//! person who withdraws consent has every pair of theirs deleted at once. [`UseMemory::record`]
+//! keeps a pair that belongs to no person (the deployment's own, e.g. an operator's replay).
+//! Pure like the rest of the crate: where the pairs are kept between runs is the caller's.
 //!
 //! How it is used: [`UseMemory::keywords_for`] gives a tool's learned requests as keywords for
 //! its [`ToolDoc`] (BM25 finds the tool by their words), and [`SearchIndex::with_learned`]
@@ -56,6 +62,9 @@ pub struct LearnedPair {
     pub request: String,
     /// The tool's name as the model called it.
     pub tool: String,
+    /// Whose request it was ([`UseMemory::record_for`]); `None` for the deployment's own
+    /// ([`UseMemory::record`]).
+    pub principal: Option<String>,
 }
 
 /// Why an export could not be read back. Each says what to fix.
@@ -74,6 +83,8 @@ pub enum LearnError {
 pub struct UseMemory {
     capacity: usize,
     pairs: VecDeque<LearnedPair>,
+    /// The principals who said yes to keeping their requests, sorted.
+    consents: Vec<String>,
 }
 
 impl UseMemory {
@@ -82,6 +93,7 @@ impl UseMemory {
         Self {
             capacity: capacity.clamp(1, MAX_CAPACITY),
             pairs: VecDeque::new(),
+            consents: Vec::new(),
         }
     }
 
@@ -95,14 +107,83 @@ impl UseMemory {
     /// is not kept (`false`). A pair already kept moves to the newest place. When full (or the
     /// tool has [`MAX_PAIRS_PER_TOOL`]), the oldest pair (of that tool) goes.
     pub fn record(&mut self, request: &str, tool: &str) -> bool {
+        self.keep(None, request, tool)
+    }
+
+    /// Keeps that the model called `tool` after `principal` searched for `request`, only when
+    /// `principal` consents ([`UseMemory::set_consent`]); otherwise nothing is kept (`false`).
+    /// Bounded like [`UseMemory::record`]; the pair remembers whose it is.
+    pub fn record_for(&mut self, principal: &str, request: &str, tool: &str) -> bool {
+        let principal = principal.trim();
+        if !self.consents(principal) {
+            return false;
+        }
+        self.keep(Some(principal), request, tool)
+    }
+
+    /// Sets whether `principal` lets their requests be learned. Withdrawing deletes every pair
+    /// of theirs; how many went. An empty principal cannot consent.
+    pub fn set_consent(&mut self, principal: &str, consents: bool) -> usize {
+        let principal = principal.trim();
+        let at = self
+            .consents
+            .binary_search_by(|p| p.as_str().cmp(principal));
+        match (consents, at) {
+            (true, Err(i)) if !principal.is_empty() => {
+                self.consents.insert(i, principal.to_owned());
+                0
+            }
+            (false, found) => {
+                if let Ok(i) = found {
+                    self.consents.remove(i);
+                }
+                self.forget_principal(principal)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Whether `principal` lets their requests be learned.
+    pub fn consents(&self, principal: &str) -> bool {
+        self.consents
+            .binary_search_by(|p| p.as_str().cmp(principal.trim()))
+            .is_ok()
+    }
+
+    /// The principals who consent, sorted.
+    pub fn consenting(&self) -> Vec<String> {
+        self.consents.clone()
+    }
+
+    /// `principal`'s pairs, oldest first.
+    pub fn pairs_of(&self, principal: &str) -> Vec<LearnedPair> {
+        let principal = principal.trim();
+        self.pairs
+            .iter()
+            .filter(|p| p.principal.as_deref() == Some(principal))
+            .cloned()
+            .collect()
+    }
+
+    /// Deletes every pair of `principal`; how many went (their consent stays as it was).
+    pub fn forget_principal(&mut self, principal: &str) -> usize {
+        let principal = principal.trim();
+        let before = self.pairs.len();
+        self.pairs
+            .retain(|p| p.principal.as_deref() != Some(principal));
+        before - self.pairs.len()
+    }
+
+    fn keep(&mut self, principal: Option<&str>, request: &str, tool: &str) -> bool {
         let request: String = request.chars().take(MAX_QUERY_CHARS).collect();
         let request = request.trim();
         let tool = tool.trim();
         if request.is_empty() || tool.is_empty() || !request.chars().any(char::is_alphanumeric) {
             return false;
         }
-        self.pairs
-            .retain(|p| !(p.request == request && p.tool == tool));
+        self.pairs.retain(|p| {
+            !(p.request == request && p.tool == tool && p.principal.as_deref() == principal)
+        });
         if self.pairs.iter().filter(|p| p.tool == tool).count() >= MAX_PAIRS_PER_TOOL
             && let Some(oldest) = self.pairs.iter().position(|p| p.tool == tool)
         {
@@ -114,6 +195,7 @@ impl UseMemory {
         self.pairs.push_back(LearnedPair {
             request: request.to_owned(),
             tool: tool.to_owned(),
+            principal: principal.map(str::to_owned),
         });
         true
     }
@@ -157,7 +239,7 @@ impl UseMemory {
         before != self.pairs.len()
     }
 
-    /// Deletes everything learned.
+    /// Deletes everything learned (consents stay).
     pub fn clear(&mut self) {
         self.pairs.clear();
     }
@@ -170,33 +252,63 @@ impl UseMemory {
         before - self.pairs.len()
     }
 
-    /// The pairs as JSON, `{"pairs": [{"request": ..., "tool": ...}, ...]}`, oldest first: what
-    /// an operator exports, and what [`UseMemory::from_json`] reads.
+    /// The pairs and consents as JSON, `{"pairs": [{"request": ..., "tool": ..., "principal":
+    /// ...}, ...], "consents": [...]}` (pairs oldest first; `principal` only on a person's
+    /// pair; `consents` only when someone consents): what an operator exports, and what
+    /// [`UseMemory::from_json`] reads.
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut export = json!({
             "pairs": self
                 .pairs
                 .iter()
-                .map(|p| json!({"request": p.request, "tool": p.tool}))
-                .collect::<Vec<_>>()
-        })
+                .map(|p| match &p.principal {
+                    Some(who) => json!({"request": p.request, "tool": p.tool, "principal": who}),
+                    None => json!({"request": p.request, "tool": p.tool}),
+                })
+                .collect::<Vec<_>>(),
+        });
+        // Only when someone consents: an export without people reads as before.
+        if !self.consents.is_empty() {
+            export["consents"] = json!(self.consents);
+        }
+        export
     }
 
     /// A memory of at most `capacity` pairs from an export ([`UseMemory::to_json`]), each
-    /// recorded in order (so the same bounds hold: the newest `capacity` are kept).
+    /// recorded in order (so the same bounds hold: the newest `capacity` are kept). A person's
+    /// pair is kept only when the export lists them among the consents (an export without
+    /// `"consents"`, as written before consent was kept, has no person's pairs).
     pub fn from_json(export: &Value, capacity: usize) -> Result<Self, LearnError> {
         let pairs = export
             .get("pairs")
             .and_then(Value::as_array)
             .ok_or_else(|| LearnError::Shape("no \"pairs\" array".to_owned()))?;
         let mut memory = Self::new(capacity);
+        if let Some(consents) = export.get("consents") {
+            let consents = consents.as_array().ok_or_else(|| {
+                LearnError::Shape("\"consents\" is not an array of principals".to_owned())
+            })?;
+            for (i, who) in consents.iter().enumerate() {
+                let who = who
+                    .as_str()
+                    .ok_or_else(|| LearnError::Shape(format!("consent {i} is not a string")))?;
+                memory.set_consent(who, true);
+            }
+        }
         for (i, p) in pairs.iter().enumerate() {
             let field = |name: &str| {
                 p.get(name)
                     .and_then(Value::as_str)
                     .ok_or_else(|| LearnError::Shape(format!("pair {i} has no string \"{name}\"")))
             };
-            memory.record(field("request")?, field("tool")?);
+            match p.get("principal") {
+                None | Some(Value::Null) => {
+                    memory.record(field("request")?, field("tool")?);
+                }
+                Some(_) => {
+                    memory.record_for(field("principal")?, field("request")?, field("tool")?);
+                }
+            }
         }
         Ok(memory)
     }
@@ -301,6 +413,52 @@ mod tests {
     }
 
     #[test]
+    fn a_persons_request_is_kept_only_with_their_consent_and_withdrawing_deletes_it() {
+        let mut m = UseMemory::new(10);
+        // Nobody consents by default.
+        assert!(!m.consents("ana"));
+        assert!(!m.record_for("ana", "read a file", "fs__read"));
+        assert!(m.is_empty());
+        assert_eq!(m.set_consent("ana", true), 0);
+        assert!(!m.record_for("bo", "open the file", "fs__read"));
+        assert!(m.record_for(" ana ", "read a file", "fs__read"));
+        assert!(m.record("deployment's own", "fs__read"));
+        assert_eq!(m.consenting(), ["ana"]);
+        assert_eq!(m.pairs_of("ana").len(), 1);
+        assert_eq!(m.pairs_of("ana")[0].principal.as_deref(), Some("ana"));
+        assert_eq!(m.keywords_for("fs__read").len(), 2);
+        // An export carries whose each pair is and who consents; it reads back the same.
+        let export = m.to_json();
+        assert_eq!(export["consents"], serde_json::json!(["ana"]));
+        assert_eq!(UseMemory::from_json(&export, 10).unwrap(), m);
+        // A person's pair in an export that does not list their consent is not kept.
+        let mut stale = export.clone();
+        stale["consents"] = serde_json::json!([]);
+        let back = UseMemory::from_json(&stale, 10).unwrap();
+        assert!(back.pairs_of("ana").is_empty());
+        assert_eq!(back.len(), 1);
+        assert_eq!(
+            UseMemory::new(3).to_json(),
+            serde_json::json!({"pairs": []})
+        );
+        let bad = serde_json::json!({"pairs": [], "consents": [1]});
+        assert!(UseMemory::from_json(&bad, 10).is_err());
+        // Withdrawing consent deletes that person's pairs at once, and nothing else.
+        assert_eq!(m.set_consent("ana", false), 1);
+        assert!(!m.consents("ana"));
+        assert_eq!(m.keywords_for("fs__read"), ["deployment's own"]);
+        assert!(!m.record_for("ana", "read a file", "fs__read"));
+        // An operator deletes one person's pairs and keeps their consent.
+        m.set_consent("bo", true);
+        m.record_for("bo", "list the folder", "fs__list");
+        assert_eq!(m.forget_principal("bo"), 1);
+        assert!(m.consents("bo"));
+        assert_eq!(m.set_consent("  ", true), 0);
+        assert!(!m.consents("  "));
+        assert!(!m.record_for("", "read a file", "fs__read"));
+    }
+
+    #[test]
     fn a_learned_request_finds_its_tool_by_meaning_and_a_gone_tool_is_skipped() {
         let docs = vec![
             ToolDoc::new("a", "first tool"),
@@ -326,6 +484,7 @@ mod tests {
         let pair = |r: &str, t: &str| LearnedPair {
             request: r.into(),
             tool: t.into(),
+            principal: None,
         };
         let (index, kept) = index
             .with_learned(vec![

@@ -22,6 +22,13 @@ const TEXTS: &str = include_str!("unserved-intents.txt");
 /// little-endian `f32`, 384 per request, in the order of the text file.
 const E5_SMALL_VECTORS: &[u8] = include_bytes!("unserved-intents.e5-small-q4.f32");
 
+/// The mean of the same requests' vectors encoded as requests (queries, not documents), per
+/// script: the English 35's, then the Chinese 35's; little-endian `f32`, 384 each. What a
+/// request's vector shares with every request in its language, whatever it asks
+/// ([`UnservedIntents::request_mean`]).
+const E5_SMALL_REQUEST_MEANS: &[u8] =
+    include_bytes!("unserved-intents.e5-small-q4.request-means.f32");
+
 /// The id (`Embedder::id` in toolwright-core) of the encoder the bank's vectors and
 /// [`crate::E5_SMALL_FIT_MODEL`] come from: multilingual-e5-small at 4 bits whose weights' SHA-256
 /// starts `1571fc98`. Another encoder, or other weights, gets no bank (the vectors would not be
@@ -37,6 +44,9 @@ pub struct UnservedIntents {
     dims: usize,
     texts: Vec<&'static str>,
     scripts: Vec<Script>,
+    /// By [`Script::slot`]: the mean of the bank's requests in that script, encoded as
+    /// requests (empty when not known).
+    request_means: [Vec<f32>; 2],
     /// Row-major, each row of length 1.
     vectors: Vec<f32>,
 }
@@ -76,9 +86,21 @@ impl UnservedIntents {
                 }));
             }
             let texts: Vec<&'static str> = texts.into_iter().take(rows).collect();
+            let means: Vec<f32> = E5_SMALL_REQUEST_MEANS
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            let mean = |slot: usize| -> Vec<f32> {
+                means
+                    .get(slot * dims..(slot + 1) * dims)
+                    .filter(|m| m.iter().all(|x| x.is_finite()))
+                    .map(<[f32]>::to_vec)
+                    .unwrap_or_default()
+            };
             Self {
                 encoder_id: E5_SMALL_ID,
                 dims,
+                request_means: [mean(0), mean(1)],
                 scripts: texts.iter().map(|t| Script::of(t)).collect(),
                 texts,
                 vectors,
@@ -103,6 +125,14 @@ impl UnservedIntents {
 
     /// The largest cosine of the (unit) `query` with the bank's requests in `script`; `None`
     /// when the widths differ or the bank has none in that script.
+    /// The mean of the bank's requests in `script`, encoded as requests: where the encoder puts
+    /// a request in that language before what it asks. `None` when not known or of another
+    /// width than `dims`.
+    pub(crate) fn request_mean(&self, script: Script, dims: usize) -> Option<&[f32]> {
+        let m = &self.request_means[script.slot()];
+        (m.len() == dims && dims > 0).then_some(m.as_slice())
+    }
+
     pub(crate) fn nearest_in(&self, query: &[f32], script: Script) -> Option<f32> {
         if query.len() != self.dims || self.dims == 0 {
             return None;
@@ -137,5 +167,10 @@ mod tests {
         assert!((near - 1.0).abs() < 1e-3);
         // Another width is not compared.
         assert_eq!(bank.nearest_in(&[1.0, 0.0], Script::Latin), None);
+        // Both scripts' request means are there, and differ (the language offset).
+        let en = bank.request_mean(Script::Latin, 384).unwrap();
+        let zh = bank.request_mean(Script::Cjk, 384).unwrap();
+        assert!(en.iter().zip(zh).any(|(a, b)| (a - b).abs() > 1e-3));
+        assert_eq!(bank.request_mean(Script::Cjk, 2), None);
     }
 }
