@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, Part, ToolError, cap_result};
+use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, Part, ToolError, Usage, cap_result};
 
 use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
 use crate::protocols::{CallResult, PendingCall, Reading, Step};
@@ -99,6 +99,13 @@ pub(crate) struct AgentRun {
     /// The run's answer, once it is over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) done: Option<Done>,
+    /// The handoffs this turn took before the agent of this run, in order: a held run is
+    /// resumed by that agent, reached through the first one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) via: Vec<String>,
+    /// The tokens of the run's model calls so far (a resumed run's output counts them too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<Usage>,
 }
 
 /// How a run ended.
@@ -156,7 +163,7 @@ pub(crate) struct Decided {
 }
 
 /// Where one call of the round in flight stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "is", rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum CallState {
     /// Read from the response, not planned yet.
@@ -181,6 +188,10 @@ pub(crate) enum CallState {
     Approved,
     /// The person declined it.
     Rejected { reason: Option<String> },
+    /// A sub-agent's call ([`crate::AgentTool`]) whose own run holds calls for a person: that
+    /// run, kept here. Its calls are decided through this run (by their path,
+    /// `{tool}/{call id}`); once all are, the call runs again and the sub-agent goes on.
+    Nested { run: Box<AgentRun> },
 }
 
 /// What the loop knows of a call's tool (from the dispatcher and the approval policy).
@@ -207,6 +218,8 @@ impl AgentRun {
             machine,
             round: None,
             done: None,
+            via: Vec::new(),
+            usage: None,
         }
     }
 
@@ -308,6 +321,50 @@ impl AgentRun {
     pub(crate) fn finish(&mut self, answer: String, hit_limit: bool) {
         self.done = Some(Done { answer, hit_limit });
     }
+
+    /// Every call a person may decide, with its path: the calls of the round in flight by
+    /// their id and, in place of a sub-agent's call whose run holds, that run's calls as
+    /// `{tool}/{their path}` (e.g. `researcher/call_2`), in order.
+    pub(crate) fn decidable(&self) -> Vec<(String, &RoundCall)> {
+        let mut out = Vec::new();
+        self.collect("", &mut out);
+        out
+    }
+
+    fn collect<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a RoundCall)>) {
+        for c in self.round.iter().flat_map(Round::calls) {
+            match &c.state {
+                CallState::Nested { run } => run.collect(&format!("{prefix}{}/", c.call.name), out),
+                _ => out.push((format!("{prefix}{}", c.call.id), c)),
+            }
+        }
+    }
+
+    /// [`decidable`](Self::decidable), to change.
+    pub(crate) fn decidable_mut(&mut self) -> Vec<(String, &mut RoundCall)> {
+        let mut out = Vec::new();
+        self.collect_mut("", &mut out);
+        out
+    }
+
+    fn collect_mut<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut RoundCall)>) {
+        for c in self.round.iter_mut().flat_map(Round::calls_mut) {
+            if matches!(c.state, CallState::Nested { .. }) {
+                let inner = format!("{prefix}{}/", c.call.name);
+                if let CallState::Nested { run } = &mut c.state {
+                    run.collect_mut(&inner, out);
+                }
+            } else {
+                out.push((format!("{prefix}{}", c.call.id), c));
+            }
+        }
+    }
+
+    /// Whether the round in flight waits for a person (a call held, here or in a sub-agent's
+    /// run it holds).
+    pub(crate) fn is_held(&self) -> bool {
+        self.round.as_ref().is_some_and(Round::is_held)
+    }
 }
 
 impl Round {
@@ -327,10 +384,13 @@ impl Round {
         })
     }
 
-    /// Whether a call waits for a person.
+    /// Whether a call waits for a person (here, or in a sub-agent's run held in it).
     pub(crate) fn is_held(&self) -> bool {
-        self.calls()
-            .any(|c| matches!(c.state, CallState::Held { .. }))
+        self.calls().any(|c| match &c.state {
+            CallState::Held { .. } => true,
+            CallState::Nested { run } => run.is_held(),
+            _ => false,
+        })
     }
 
     /// Whether no call of it was planned yet (a response's round before its first pass).
@@ -377,6 +437,9 @@ impl RoundCall {
             CallState::Done { .. } => None,
             CallState::Approved => Some(machine.plan_decided(true, None)),
             CallState::Rejected { reason } => Some(machine.plan_decided(false, reason.as_deref())),
+            // every call of the sub-agent's run is decided: the call runs again, and the
+            // sub-agent goes on with its run
+            CallState::Nested { .. } => Some(machine.plan_decided(true, None)),
             CallState::Waiting => Some(machine.plan_call(facts)),
             // A round with an undecided call is held, never run; never run one anyway.
             CallState::Held { .. } => Some(machine.plan_abandoned(false)),

@@ -29,9 +29,9 @@ pub(crate) enum Claim {
 /// The state slot of a run whose decisions are all in, claimed by this request (status
 /// `running`): cleared when the round is recorded.
 pub(crate) struct Claimed {
-    raw: String,
+    pub(super) raw: String,
     /// Who decided the round's calls (kept before the calls run and change state).
-    records: Vec<DecisionRecord>,
+    pub(super) records: Vec<DecisionRecord>,
 }
 
 /// Checks a batch of decisions by `principal` against the stored pending approval and applies
@@ -74,9 +74,7 @@ pub(crate) async fn decide(
             continue;
         }
         apply(&mut stored, session_id, decisions, key, principal)?;
-        let still = stored
-            .calls()
-            .any(|c| matches!(c.state, CallState::Held { .. }));
+        let still = stored.run.is_held();
         if !still {
             stored.status = Status::Running;
             stored.lease_until_ms = Some(now_ms().saturating_add(millis(lease)));
@@ -122,7 +120,8 @@ fn apply(
         if !seen.insert(d.call_id.as_str()) {
             return Err(ApprovalError::DuplicateDecision { call_id: call_id() });
         }
-        let Some(call) = stored.calls().find(|c| c.call.id == d.call_id) else {
+        let calls = stored.calls();
+        let Some((path, call)) = calls.iter().find(|(path, _)| *path == d.call_id) else {
             return Err(ApprovalError::UnknownCall { call_id: call_id() });
         };
         let (token_nonce, mac) = d.token.split_once('.').unwrap_or(("", ""));
@@ -136,7 +135,11 @@ fn apply(
                 },
             );
         }
-        match key.verify(&binding(&call.call, session_id, &nonce), mac, principal) {
+        match key.verify(
+            &binding(path, &call.call, session_id, &nonce),
+            mac,
+            principal,
+        ) {
             Verdict::Valid => {}
             Verdict::OtherPrincipal => {
                 return Err(ApprovalError::OtherPrincipal { call_id: call_id() });
@@ -148,14 +151,18 @@ fn apply(
             CallState::Approved | CallState::Rejected { .. } => {
                 return Err(ApprovalError::AlreadyDecided { call_id: call_id() });
             }
-            CallState::Done { .. } | CallState::Waiting | CallState::New => {
+            CallState::Done { .. }
+            | CallState::Waiting
+            | CallState::New
+            | CallState::Nested { .. } => {
                 return Err(ApprovalError::UnknownCall { call_id: call_id() });
             }
         }
     }
     let at_ms = now_ms();
+    let mut calls = stored.calls_mut();
     for d in decisions {
-        if let Some(c) = stored.calls_mut().find(|c| c.call.id == d.call_id) {
+        if let Some((_, c)) = calls.iter_mut().find(|(path, _)| *path == d.call_id) {
             c.decided = Some(Decided {
                 by: principal.to_owned(),
                 at_ms,
@@ -242,7 +249,7 @@ async fn reask(
 ) -> Result<Option<Stored>, Failed> {
     // who approved the calls the cut-off run took stays on record
     remember_or_warn(store, session_id, &records(&stored)).await;
-    for c in stored.calls_mut() {
+    for (_, c) in stored.calls_mut() {
         if matches!(c.state, CallState::Approved | CallState::Waiting) {
             c.state = CallState::Held { maybe_ran: true };
             c.decided = None;

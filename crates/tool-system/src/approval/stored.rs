@@ -92,40 +92,22 @@ impl Stored {
                     Ok(Version { v }) if v != u64::from(RUN_VERSION) => {
                         return Err(version_error(session, v));
                     }
-                    _ => return Err(unreadable(e.to_string())),
+                    // a sub-agent's run held in it may be newer than this build
+                    _ => match serde_json::from_str::<serde_json::Value>(raw) {
+                        Ok(value) if newest_run(&value) > u64::from(RUN_VERSION) => {
+                            return Err(version_error(session, newest_run(&value)));
+                        }
+                        _ => return Err(unreadable(e.to_string())),
+                    },
                 }
             }
         };
-        if s.run.v != RUN_VERSION {
-            return Err(unreadable(format!("a run of version {}", s.run.v)));
-        }
-        if s.run.done.is_some() {
-            return Err(unreadable("the run is over".into()));
-        }
-        let machine = &s.run.machine;
-        if machine.tool_rounds() > machine.model_calls() {
-            return Err(unreadable("more tool rounds than model calls".into()));
-        }
+        let undecided = check_run(session, &s.run)?;
         let mut ids = std::collections::HashSet::new();
-        let mut undecided = 0;
-        for c in s.calls() {
-            if !ids.insert(c.call.id.as_str()) {
+        for (path, c) in s.calls() {
+            if !ids.insert(path) {
                 return Err(unreadable(format!("call id `{}` appears twice", c.call.id)));
             }
-            match c.state {
-                CallState::Held { .. } => undecided += 1,
-                // a held run's calls were all planned before it was kept
-                CallState::New => {
-                    return Err(unreadable(format!(
-                        "call `{}` was never planned",
-                        c.call.id
-                    )));
-                }
-                _ => {}
-            }
-        }
-        if ids.is_empty() {
-            return Err(unreadable("it holds no calls".into()));
         }
         if s.status == Status::Running && undecided > 0 {
             return Err(unreadable("running with undecided calls".into()));
@@ -137,12 +119,13 @@ impl Stored {
         self.lease_until_ms.is_none_or(|until| now_ms() >= until)
     }
 
-    pub(super) fn calls(&self) -> impl Iterator<Item = &RoundCall> {
-        self.run.round.iter().flat_map(Round::calls)
+    /// Every call a person may decide, with its path ([`AgentRun::decidable`]).
+    pub(super) fn calls(&self) -> Vec<(String, &RoundCall)> {
+        self.run.decidable()
     }
 
-    pub(super) fn calls_mut(&mut self) -> impl Iterator<Item = &mut RoundCall> {
-        self.run.round.iter_mut().flat_map(Round::calls_mut)
+    pub(super) fn calls_mut(&mut self) -> Vec<(String, &mut RoundCall)> {
+        self.run.decidable_mut()
     }
 
     pub(super) fn to_json(&self) -> Result<String, StoreError> {
@@ -183,6 +166,71 @@ fn version_error(session: &str, v: u64) -> ApprovalError {
     }
 }
 
+/// The newest version of a sub-agent's run held anywhere in a stored value (0 if none).
+fn newest_run(value: &serde_json::Value) -> u64 {
+    use serde_json::Value;
+    match value {
+        Value::Object(o) => {
+            let own = match (o.get("is"), o.get("run")) {
+                (Some(Value::String(is)), Some(run)) if is == "nested" => {
+                    run.get("v").and_then(Value::as_u64).unwrap_or(0)
+                }
+                _ => 0,
+            };
+            o.values().map(newest_run).fold(own, u64::max)
+        }
+        Value::Array(a) => a.iter().map(newest_run).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Whether a held run holds together — it and each sub-agent's run held in it: this version,
+/// not over, no more tool rounds than model calls, every call planned, a sub-agent's run held
+/// in a call with a round of its own. How many calls wait for a person.
+fn check_run(session: &str, run: &AgentRun) -> Result<usize, ApprovalError> {
+    let unreadable = |detail: String| ApprovalError::Unreadable {
+        session: session.to_owned(),
+        detail,
+    };
+    if run.v != RUN_VERSION {
+        return Err(match version_error(session, u64::from(run.v)) {
+            newer @ ApprovalError::NewerVersion { .. } => newer,
+            _ => unreadable(format!("a run of version {}", run.v)),
+        });
+    }
+    if run.done.is_some() {
+        return Err(unreadable("the run is over".into()));
+    }
+    let machine = &run.machine;
+    if machine.tool_rounds() > machine.model_calls() {
+        return Err(unreadable("more tool rounds than model calls".into()));
+    }
+    let Some(round) = &run.round else {
+        return Err(unreadable("it holds no calls".into()));
+    };
+    let mut undecided = 0;
+    let mut any = false;
+    for c in round.calls() {
+        any = true;
+        match &c.state {
+            CallState::Held { .. } => undecided += 1,
+            CallState::Nested { run } => undecided += check_run(session, run)?,
+            // a held run's calls were all planned before it was kept
+            CallState::New => {
+                return Err(unreadable(format!(
+                    "call `{}` was never planned",
+                    c.call.id
+                )));
+            }
+            _ => {}
+        }
+    }
+    if !any {
+        return Err(unreadable("it holds no calls".into()));
+    }
+    Ok(undecided)
+}
+
 fn encode(value: &impl Serialize) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::Encode {
         detail: e.to_string(),
@@ -196,19 +244,38 @@ fn view(
     key: &ApprovalKey,
     principal: &str,
 ) -> PendingApproval {
-    let round = run.round.as_ref();
+    held_view(session, run, |path, c| {
+        key.token(&binding(path, &c.call, session, nonce), principal)
+    })
+}
+
+/// The calls of `run` waiting for a person, without tokens: what a sub-agent's held run shows
+/// the run above it, which signs them.
+pub(crate) fn unsigned_view(session: &str, run: &AgentRun) -> PendingApproval {
+    held_view(session, run, |_, _| String::new())
+}
+
+fn held_view(
+    session: &str,
+    run: &AgentRun,
+    token: impl Fn(&str, &RoundCall) -> String,
+) -> PendingApproval {
     PendingApproval {
         session_id: session.to_owned(),
-        text: round.map(|r| r.text.clone()).unwrap_or_default(),
-        calls: round
+        text: run
+            .round
+            .as_ref()
+            .map(|r| r.text.clone())
+            .unwrap_or_default(),
+        calls: run
+            .decidable()
             .into_iter()
-            .flat_map(Round::calls)
-            .filter_map(|c| match c.state {
+            .filter_map(|(path, c)| match c.state {
                 CallState::Held { maybe_ran } => Some(HeldCall {
-                    id: c.call.id.clone(),
+                    token: token(&path, c),
+                    id: path,
                     name: c.call.name.clone(),
                     arguments: c.call.arguments.clone(),
-                    token: key.token(&binding(&c.call, session, nonce), principal),
                     maybe_ran,
                 }),
                 _ => None,
@@ -217,11 +284,16 @@ fn view(
     }
 }
 
-/// What a call's token binds under `nonce`.
-pub(super) fn binding<'a>(call: &'a PendingCall, session: &'a str, nonce: &'a str) -> Binding<'a> {
+/// What the token of call `call`, decided by its `path`, binds under `nonce`.
+pub(super) fn binding<'a>(
+    path: &'a str,
+    call: &'a PendingCall,
+    session: &'a str,
+    nonce: &'a str,
+) -> Binding<'a> {
     Binding {
         session,
-        id: &call.id,
+        id: path,
         name: &call.name,
         arguments: &call.arguments,
         nonce,
@@ -255,14 +327,16 @@ pub(crate) async fn hold(
     run: &mut AgentRun,
     key: Option<&ApprovalKey>,
     principal: &str,
+    claimed: Option<super::Claimed>,
 ) -> Result<Held, Failed> {
+    // A resumed run that holds again before its round is recorded (a sub-agent's next held
+    // call): its claimed value is replaced, the record of who decided kept first.
+    if let Some(c) = &claimed {
+        super::record::remember_or_warn(store, session_id, &c.records).await;
+    }
+    let expected = claimed.as_ref().map(|c| c.raw.as_str());
     let nonce = nonce();
-    let ids: Vec<&str> = run
-        .round
-        .iter()
-        .flat_map(Round::calls)
-        .map(|c| c.call.id.as_str())
-        .collect();
+    let ids: Vec<String> = run.decidable().into_iter().map(|(path, _)| path).collect();
     let unique = ids.len() == ids.iter().collect::<std::collections::HashSet<_>>().len();
     let written = if unique {
         let json = encode(&StoredRef {
@@ -276,7 +350,7 @@ pub(crate) async fn hold(
             .append_with_state(
                 session_id,
                 &[],
-                StateChange::new(APPROVAL_STATE_KEY, None, Some(&json)),
+                StateChange::new(APPROVAL_STATE_KEY, expected, Some(&json)),
             )
             .await
     } else {
@@ -366,14 +440,18 @@ fn closing_round(session_id: &str, stored: Stored, protocol: &dyn CallProtocol) 
     let running = stored.status == Status::Running;
     let machine: &LoopMachine = &stored.run.machine;
     let closed: Vec<CallState> = stored
-        .calls()
+        .run
+        .round
+        .iter()
+        .flat_map(Round::calls)
         .map(|c| {
             let plan = match &c.state {
                 CallState::Done { .. } => return c.state.clone(),
                 CallState::Rejected { reason } => machine.plan_decided(false, reason.as_deref()),
-                CallState::Approved | CallState::Waiting | CallState::New => {
-                    machine.plan_abandoned(running)
-                }
+                CallState::Approved
+                | CallState::Waiting
+                | CallState::New
+                | CallState::Nested { .. } => machine.plan_abandoned(running),
                 CallState::Held { maybe_ran } => machine.plan_abandoned(*maybe_ran),
             };
             let text = match plan {
