@@ -411,7 +411,8 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
     if let Some(parts) = parts {
         let timeout = run.options.hook_timeout;
         hooks::guard(&run.options.input_guardrails, timeout, user_text).await?;
-        let mut first = approval::close_open(run.store, run.session_id, protocol).await?;
+        let key = run.top.approval_key.as_ref();
+        let mut first = approval::close_open(run.store, run.session_id, protocol, key).await?;
         let user = [Message::user_with_parts(user_text, parts)];
         run.store.append(run.session_id, &user).await?;
         first.extend(user);

@@ -255,10 +255,12 @@ async fn a_decision_for_a_nested_call_must_name_its_path_and_carry_its_token() {
     assert_eq!(n.lead.pending_approval("s").await.unwrap(), Some(held));
 }
 
-/// Rewrites the stored value of session `s` with `f`.
+/// Rewrites the stored run of session `s` with `f`, written without its seal (as runs were
+/// stored before they were sealed, which is read as pending only).
 async fn rewrite(store: &MemoryStore, f: impl Fn(&mut Value)) {
     let raw = slot(store, "s").await.unwrap();
-    let mut v: Value = serde_json::from_str(&raw).unwrap();
+    let sealed: Value = serde_json::from_str(&raw).unwrap();
+    let mut v = sealed["stored"].clone();
     f(&mut v);
     let changed = v.to_string();
     let change = StateChange::new(SLOT, Some(&raw), Some(&changed));
@@ -401,4 +403,54 @@ async fn a_held_run_in_an_agent_handed_to_is_resumed_through_the_first_agent() {
         "{r:?}"
     );
     assert_eq!(*deleted.lock().unwrap(), ["/tmp/invoice"]);
+}
+
+#[tokio::test]
+async fn a_nested_call_flipped_to_approved_in_the_store_breaks_the_seal_and_does_not_run() {
+    let n = nested(cleanup_script());
+    let held = pending(&n.lead.run("s", "Tidy up").await.unwrap());
+    let raw = slot(&*n.store, "s").await.unwrap();
+    let flipped = raw.replace(r#"{"is":"held","maybe_ran":false}"#, r#"{"is":"approved"}"#);
+    assert_ne!(raw, flipped);
+    let change = StateChange::new(SLOT, Some(&raw), Some(&flipped));
+    n.store
+        .append_with_state("s", &[], change)
+        .await
+        .unwrap()
+        .unwrap();
+    let e = n.lead.resume("s", &[held.calls[0].approve()]).await;
+    assert!(
+        matches!(
+            e,
+            Err(LoopError::Approval(ApprovalError::SealBroken { .. }))
+        ),
+        "{e:?}"
+    );
+    assert!(n.deleted.lock().unwrap().is_empty());
+    assert_eq!(
+        slot(&*n.store, "s").await.as_deref(),
+        Some(flipped.as_str()),
+        "kept"
+    );
+
+    // written without a seal, the flip counts for nothing: the call is held for the person
+    let bare: Value = serde_json::from_str(&flipped).unwrap();
+    let bare = bare["stored"].to_string();
+    let change = StateChange::new(SLOT, Some(&flipped), Some(&bare));
+    n.store
+        .append_with_state("s", &[], change)
+        .await
+        .unwrap()
+        .unwrap();
+    let again = n.lead.pending_approval("s").await.unwrap().unwrap();
+    assert_eq!(again.calls.len(), 1);
+    assert_eq!(again.calls[0].id, "researcher/r1");
+    assert!(n.deleted.lock().unwrap().is_empty());
+    let out = n
+        .lead
+        .resume("s", &[again.calls[0].approve()])
+        .await
+        .unwrap();
+    assert_eq!(out.answer, "The researcher cleaned up.");
+    assert_eq!(*n.deleted.lock().unwrap(), ["/tmp/a"]);
 }

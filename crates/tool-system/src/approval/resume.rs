@@ -11,7 +11,9 @@ use toolwright_core::Message;
 use super::error::{ApprovalError, Failed};
 use super::pending::{ApprovalDecision, PendingApproval};
 use super::record::{DecisionRecord, records, remember_or_warn};
-use super::stored::{APPROVAL_STATE_KEY, CAS_ATTEMPTS, Status, Stored, binding, millis, now_ms};
+use super::stored::{
+    APPROVAL_STATE_KEY, CAS_ATTEMPTS, Status, Stored, binding, millis, now_ms, sealed,
+};
 use super::token::{ApprovalKey, Verdict, key_or_process, nonce, unhex};
 use crate::run::{AgentRun, CallState, Decided};
 
@@ -48,6 +50,7 @@ pub(crate) async fn decide(
     if decisions.is_empty() {
         return Err(ApprovalError::NoDecisions.into());
     }
+    let given = key;
     let key = key_or_process(key);
     for _ in 0..CAS_ATTEMPTS {
         let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
@@ -60,7 +63,7 @@ pub(crate) async fn decide(
             }
             Err(e) => return Err(e.into()),
         };
-        let mut stored = Stored::parse(session_id, &raw)?;
+        let mut stored = Stored::open(session_id, &raw, given)?;
         if stored.status == Status::Running {
             if !stored.lease_expired() {
                 return Err(ApprovalError::Running {
@@ -70,7 +73,7 @@ pub(crate) async fn decide(
             }
             // The request that claimed the round stopped: ask again (the decisions given
             // were made for the old state and are refused as stale).
-            reask(store, session_id, &raw, stored).await?;
+            reask(store, session_id, &raw, stored, key).await?;
             continue;
         }
         apply(&mut stored, session_id, decisions, key, principal)?;
@@ -79,7 +82,7 @@ pub(crate) async fn decide(
             stored.status = Status::Running;
             stored.lease_until_ms = Some(now_ms().saturating_add(millis(lease)));
         }
-        let json = stored.to_json()?;
+        let json = sealed(key, session_id, &stored.to_json()?);
         let change = StateChange::new(APPROVAL_STATE_KEY, Some(&raw), Some(&json));
         if store
             .append_with_state(session_id, &[], change)
@@ -223,19 +226,16 @@ pub(crate) async fn current(
         }
         Err(e) => return Err(e.into()),
     };
-    let stored = Stored::parse(session_id, &raw)?;
+    let stored = Stored::open(session_id, &raw, key)?;
+    let key = key_or_process(key);
     if stored.status == Status::Running {
         if !stored.lease_expired() {
             return Ok(None); // being run now
         }
-        let asked = reask(store, session_id, &raw, stored).await?;
-        return Ok(asked.map(|s| s.view(session_id, key_or_process(key), principal)));
+        let asked = reask(store, session_id, &raw, stored, key).await?;
+        return Ok(asked.map(|s| s.view(session_id, key, principal)));
     }
-    Ok(Some(stored.view(
-        session_id,
-        key_or_process(key),
-        principal,
-    )))
+    Ok(Some(stored.view(session_id, key, principal)))
 }
 
 /// A round whose claimer stopped while running it (its lease ran out) goes back to the person:
@@ -246,6 +246,7 @@ async fn reask(
     session_id: &str,
     raw: &str,
     mut stored: Stored,
+    key: &ApprovalKey,
 ) -> Result<Option<Stored>, Failed> {
     // who approved the calls the cut-off run took stays on record
     remember_or_warn(store, session_id, &records(&stored)).await;
@@ -262,7 +263,7 @@ async fn reask(
         session = session_id,
         "a round of approved tool calls was cut off while running (its lease ran out); asking the person again"
     );
-    let json = stored.to_json()?;
+    let json = sealed(key, session_id, &stored.to_json()?);
     let change = StateChange::new(APPROVAL_STATE_KEY, Some(raw), Some(&json));
     Ok(store
         .append_with_state(session_id, &[], change)

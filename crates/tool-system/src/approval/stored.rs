@@ -58,8 +58,82 @@ pub(super) enum Status {
     Running,
 }
 
+/// How a sealed value starts: `{"seal":"<hex>","stored":` — then the stored run's JSON, whose
+/// exact bytes the seal covers, and `}`.
+const SEAL_HEAD: &str = "{\"seal\":\"";
+const SEAL_MID: &str = "\",\"stored\":";
+
+/// The state slot's text for `body` (a stored run's JSON): sealed under `key` for `session`.
+pub(super) fn sealed(key: &ApprovalKey, session: &str, body: &str) -> String {
+    let seal = key.seal(session, body);
+    let mut s = String::with_capacity(body.len() + seal.len() + 24);
+    s.push_str(SEAL_HEAD);
+    s.push_str(&seal);
+    s.push_str(SEAL_MID);
+    s.push_str(body);
+    s.push('}');
+    s
+}
+
 impl Stored {
-    /// Reads a stored run: this version's, or the first format's (migrated). A format newer
+    /// Reads the state slot's text. A sealed value is read only when its seal holds under
+    /// the agent's key (`key`; the process's own when none is set); a broken seal is
+    /// [`ApprovalError::SealBroken`]. A value the key cannot vouch for — written before values
+    /// were sealed, or sealed by another process when no key is set — is read as a pending
+    /// approval only ([`Stored::untrusted`]).
+    pub(super) fn open(
+        session: &str,
+        raw: &str,
+        key: Option<&ApprovalKey>,
+    ) -> Result<Self, ApprovalError> {
+        let Some(rest) = raw.strip_prefix(SEAL_HEAD) else {
+            tracing::warn!(
+                session,
+                "a held run stored before runs were sealed: read as pending, nothing of it counts as decided"
+            );
+            return Self::parse(session, raw).map(Self::untrusted);
+        };
+        let parts = rest
+            .split_once(SEAL_MID)
+            .and_then(|(seal, tail)| Some((seal, tail.strip_suffix('}')?)));
+        match parts {
+            Some((seal, body)) if key_or_process(key).seal_holds(session, body, seal) => {
+                Self::parse(session, body)
+            }
+            Some((_, body)) if key.is_none() => {
+                tracing::warn!(
+                    session,
+                    "a held run sealed by another process (no approval key is set): read as pending, nothing of it counts as decided"
+                );
+                Self::parse(session, body).map(Self::untrusted)
+            }
+            _ => Err(ApprovalError::SealBroken {
+                session: session.to_owned(),
+            }),
+        }
+    }
+
+    /// A run whose seal cannot vouch for it: nothing of it counts as decided. Every call that
+    /// was decided, or waited behind a held one, is held for the person again (an approved one
+    /// of a run that was running marked as maybe run), and the run is pending. The worst a
+    /// writer of the store can do with it is show the person a call to decide.
+    fn untrusted(mut self) -> Self {
+        let running = self.status == Status::Running;
+        for (_, c) in self.calls_mut() {
+            let maybe_ran = match c.state {
+                CallState::Approved => running,
+                CallState::Rejected { .. } | CallState::Waiting => false,
+                _ => continue,
+            };
+            c.state = CallState::Held { maybe_ran };
+            c.decided = None;
+        }
+        self.status = Status::Pending;
+        self.lease_until_ms = None;
+        self
+    }
+
+    /// Reads a stored run's JSON: this version's, or the first format's (migrated). A format newer
     /// than this build's is [`ApprovalError::NewerVersion`]; anything else that is not exactly
     /// a held run is [`ApprovalError::Unreadable`].
     pub(super) fn parse(session: &str, raw: &str) -> Result<Self, ApprovalError> {
@@ -339,13 +413,14 @@ pub(crate) async fn hold(
     let ids: Vec<String> = run.decidable().into_iter().map(|(path, _)| path).collect();
     let unique = ids.len() == ids.iter().collect::<std::collections::HashSet<_>>().len();
     let written = if unique {
-        let json = encode(&StoredRef {
+        let body = encode(&StoredRef {
             v: RUN_VERSION,
             status: Status::Pending,
             nonce: &nonce,
             lease_until_ms: None,
             run,
         })?;
+        let json = sealed(key_or_process(key), session_id, &body);
         store
             .append_with_state(
                 session_id,
@@ -404,6 +479,7 @@ pub(crate) async fn close_open(
     store: &dyn SessionStore,
     session_id: &str,
     protocol: &dyn CallProtocol,
+    key: Option<&ApprovalKey>,
 ) -> Result<Vec<Message>, Failed> {
     for _ in 0..CAS_ATTEMPTS {
         let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
@@ -411,11 +487,13 @@ pub(crate) async fn close_open(
             Ok(None) | Err(StoreError::Unsupported { .. }) => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
         };
-        let round = match Stored::parse(session_id, &raw) {
+        let round = match Stored::open(session_id, &raw, key) {
             Ok(stored) => closing_round(session_id, stored, protocol),
             Err(e @ ApprovalError::NewerVersion { .. }) => return Err(e.into()),
             Err(e) => {
-                tracing::error!(session = session_id, error = %e, "dropping an unreadable pending approval; none of its calls run");
+                tracing::error!(session = session_id, error = %e, slot = SET_ASIDE_KEY,
+                    "setting an unreadable pending approval aside; none of its calls run");
+                set_aside(store, session_id, &raw).await?;
                 Vec::new()
             }
         };
@@ -426,6 +504,28 @@ pub(crate) async fn close_open(
             .is_some()
         {
             return Ok(round);
+        }
+    }
+    Err(ApprovalError::Conflict {
+        session: session_id.to_owned(),
+    }
+    .into())
+}
+
+/// The state slot where a held run that could not be read (or whose seal is broken) is kept
+/// when a new message closes it: nothing stored is lost, and none of it runs.
+pub(super) const SET_ASIDE_KEY: &str = "tool-system.approval.set-aside";
+
+async fn set_aside(store: &dyn SessionStore, session_id: &str, raw: &str) -> Result<(), Failed> {
+    for _ in 0..CAS_ATTEMPTS {
+        let before = store.get_state(session_id, SET_ASIDE_KEY).await?;
+        let change = StateChange::new(SET_ASIDE_KEY, before.as_deref(), Some(raw));
+        if store
+            .append_with_state(session_id, &[], change)
+            .await?
+            .is_some()
+        {
+            return Ok(());
         }
     }
     Err(ApprovalError::Conflict {
@@ -643,5 +743,53 @@ mod tests {
             Stored::parse("s", &extra),
             Err(ApprovalError::Unreadable { .. })
         ));
+    }
+
+    /// A sealed value is read only under its key and session; changed, cut short, or sealed
+    /// under another key it is its own error. One the key cannot vouch for (unsealed, or
+    /// sealed by another process when no key is set) is read as pending: nothing decided.
+    #[test]
+    fn approval_a_stored_run_is_read_only_under_its_seal() {
+        let key = ApprovalKey::new([3u8; 32]).unwrap();
+        let other = ApprovalKey::new([4u8; 32]).unwrap();
+        let mut decided = good();
+        decided["status"] = json!("running");
+        decided["lease_until_ms"] = json!(u64::MAX);
+        decided["run"]["round"]["steps"][0]["calls"][0]["state"] = json!({"is": "approved"});
+        let body = decided.to_string();
+        let raw = sealed(&key, "s", &body);
+        let read = Stored::open("s", &raw, Some(&key)).unwrap();
+        assert_eq!(
+            read.status,
+            Status::Running,
+            "a sealed value is taken as it is"
+        );
+        let broken = |raw: &str, key: Option<&ApprovalKey>, session: &str| {
+            matches!(
+                Stored::open(session, raw, key),
+                Err(ApprovalError::SealBroken { .. })
+            )
+        };
+        assert!(broken(&raw, Some(&other), "s"), "another key");
+        assert!(broken(&raw, Some(&key), "t"), "another session");
+        assert!(broken(&raw[..raw.len() - 1], Some(&key), "s"), "cut short");
+        assert!(
+            broken(&raw[..raw.len() / 2], Some(&key), "s"),
+            "cut in half"
+        );
+        let flipped = raw.replace("running", "pending");
+        assert!(broken(&flipped, Some(&key), "s"), "changed");
+        // unsealed, or sealed by another process's own key: pending, the call held again
+        for (raw, key) in [
+            (body.clone(), Some(&key)),
+            (sealed(&other, "s", &body), None),
+        ] {
+            let read = Stored::open("s", &raw, key).unwrap();
+            assert_eq!(read.status, Status::Pending);
+            assert_eq!(read.lease_until_ms, None);
+            let (path, c) = &read.calls()[0];
+            assert_eq!(path, "c1");
+            assert_eq!(c.state, CallState::Held { maybe_ran: true });
+        }
     }
 }
