@@ -847,12 +847,13 @@ mod stop_anywhere {
         prop_oneof![
             1 => Just(Response::Answer),
             1 => Just(Response::Unreadable),
-            5 => proptest::collection::vec((0u8..4, 0u8..2, any::<bool>(), proptest::bool::weighted(0.1)), 1..4)
+            5 => proptest::collection::vec((0u8..5, 0u8..2, any::<bool>(), proptest::bool::weighted(0.1)), 1..4)
                 .prop_map(Response::Calls),
         ]
     }
 
-    /// Tool 0 is idempotent; tool 1 plain; tool 2 fails; tool 3 gives the turn's answer.
+    /// Tool 0 is idempotent; tool 1 plain; tool 2 fails; tool 3 gives the turn's answer; tool
+    /// 4 is a sub-agent whose own call needs approval ([`sub_agent`]).
     fn tool(name: &str) -> ToolFacts {
         ToolFacts {
             idempotent: name == "t0",
@@ -893,6 +894,58 @@ mod stop_anywhere {
             steps,
             answer: format!("answer {n}"),
             correction,
+            native: true,
+            parts: Vec::new(),
+        }
+    }
+
+    /// Sub-agent `id` runs as the runner runs one under a run that holds for it: a new run
+    /// asks for one call that needs approval and holds (its run goes up, `Err`); a run handed
+    /// back decided goes on — its call runs or is declined, its round is taken — and answers.
+    fn sub_agent(id: &str, resumed: Option<AgentRun>) -> Result<String, AgentRun> {
+        let Some(mut sub) = resumed else {
+            let mut sub = AgentRun::new(ProtocolId::Native, "sub".into(), LoopMachine::new(3));
+            sub.after_response(ResponseFacts {
+                has_calls: true,
+                ..ResponseFacts::default()
+            });
+            let call = PendingCall::new(format!("{id}.s"), "t1", serde_json::json!({}));
+            sub.start_round(reading_of(vec![call]), String::new());
+            let AgentRun { machine, round, .. } = &mut sub;
+            for c in round.iter_mut().flat_map(Round::calls_mut) {
+                let facts = ToolFacts {
+                    needs_approval: true,
+                    idempotent: false,
+                };
+                let plan = c.plan(machine, facts, false).plan;
+                c.settle(plan.as_ref(), None);
+            }
+            return Err(sub);
+        };
+        let AgentRun { machine, round, .. } = &mut sub;
+        for c in round.iter_mut().flat_map(Round::calls_mut) {
+            let plan = c.plan(machine, ToolFacts::default(), false).plan;
+            let content = match &plan {
+                Some(CallPlan::Decline(t)) => t.clone(),
+                _ => "sub ran".to_owned(),
+            };
+            let ran = Outcome {
+                content,
+                is_error: false,
+                parts: Vec::new(),
+            };
+            c.settle(plan.as_ref(), Some(ran));
+        }
+        let (_, results) = sub.take_round().unwrap_or_else(|| unreachable!());
+        Ok(format!("sub answered after {results:?}"))
+    }
+
+    fn reading_of(calls: Vec<PendingCall>) -> Reading {
+        Reading {
+            content: String::new(),
+            steps: vec![Step::Calls(calls)],
+            answer: String::new(),
+            correction: None,
             native: true,
             parts: Vec::new(),
         }
@@ -965,7 +1018,18 @@ mod stop_anywhere {
                         let RoundStep::Calls { calls } = step else {
                             continue;
                         };
+                        // a sub-agent's run whose calls are decided goes back down to it
+                        let mut subs = std::collections::HashMap::new();
+                        for c in calls.iter_mut() {
+                            if matches!(c.state, CallState::Nested { .. })
+                                && let CallState::Nested { run } =
+                                    std::mem::replace(&mut c.state, CallState::Approved)
+                            {
+                                subs.insert(c.call.id.clone(), *run);
+                            }
+                        }
                         let mut outcomes = Vec::new();
+                        let mut went_up = Vec::new();
                         for c in calls.iter() {
                             let facts = ToolFacts {
                                 needs_approval: needs_approval.contains(&c.call.id),
@@ -975,6 +1039,15 @@ mod stop_anywhere {
                             held |= p.plan == Some(CallPlan::Hold);
                             let ran = p.plan.as_ref().and_then(|plan| {
                                 let (content, ok, answer) = match plan {
+                                    CallPlan::Run if c.call.name == "t4" => {
+                                        match sub_agent(&c.call.id, subs.remove(&c.call.id)) {
+                                            Ok(answer) => (answer, true, None),
+                                            Err(sub) => {
+                                                went_up.push((c.call.id.clone(), sub));
+                                                return None;
+                                            }
+                                        }
+                                    }
                                     CallPlan::Run => match c.call.name.as_str() {
                                         "t2" => ("failed".to_owned(), false, None),
                                         "t3" => ("ok".to_owned(), true, Some("from t3")),
@@ -1002,10 +1075,16 @@ mod stop_anywhere {
                                 p.announce,
                                 ran.as_ref().map(|o| &o.content)
                             ));
-                            outcomes.push((p.plan, ran));
+                            let up = went_up.last().is_some_and(|(id, _)| *id == c.call.id);
+                            held |= up;
+                            outcomes.push((if up { Some(CallPlan::Hold) } else { p.plan }, ran));
                         }
                         for (c, (plan, ran)) in calls.iter_mut().zip(outcomes) {
                             c.settle(plan.as_ref(), ran);
+                            if let Some(i) = went_up.iter().position(|(id, _)| *id == c.call.id) {
+                                let (_, sub) = went_up.swap_remove(i);
+                                c.state = CallState::Nested { run: Box::new(sub) };
+                            }
                         }
                     }
                     if !round.is_held() {
@@ -1014,10 +1093,10 @@ mod stop_anywhere {
                     }
                 }
                 NextStep::Hold => {
-                    for c in run.round.iter_mut().flat_map(Round::calls_mut) {
+                    for (path, c) in run.decidable_mut() {
                         if matches!(c.state, CallState::Held { .. }) {
                             let yes = *decisions.next().unwrap_or(&true);
-                            trace.push(format!("{} decided {yes}", c.call.id));
+                            trace.push(format!("{path} decided {yes}"));
                             c.state = if yes {
                                 CallState::Approved
                             } else {
