@@ -902,7 +902,7 @@ mod stop_anywhere {
     /// Sub-agent `id` runs as the runner runs one under a run that holds for it: a new run
     /// asks for one call that needs approval and holds (its run goes up, `Err`); a run handed
     /// back decided goes on — its call runs or is declined, its round is taken — and answers.
-    fn sub_agent(id: &str, resumed: Option<AgentRun>) -> Result<String, AgentRun> {
+    fn sub_agent(id: &str, resumed: Option<AgentRun>) -> Result<String, Box<AgentRun>> {
         let Some(mut sub) = resumed else {
             let mut sub = AgentRun::new(ProtocolId::Native, "sub".into(), LoopMachine::new(3));
             sub.after_response(ResponseFacts {
@@ -920,7 +920,7 @@ mod stop_anywhere {
                 let plan = c.plan(machine, facts, false).plan;
                 c.settle(plan.as_ref(), None);
             }
-            return Err(sub);
+            return Err(Box::new(sub));
         };
         let AgentRun { machine, round, .. } = &mut sub;
         for c in round.iter_mut().flat_map(Round::calls_mut) {
@@ -1083,7 +1083,7 @@ mod stop_anywhere {
                             c.settle(plan.as_ref(), ran);
                             if let Some(i) = went_up.iter().position(|(id, _)| *id == c.call.id) {
                                 let (_, sub) = went_up.swap_remove(i);
-                                c.state = CallState::Nested { run: Box::new(sub) };
+                                c.state = CallState::Nested { run: sub };
                             }
                         }
                     }
