@@ -26,6 +26,9 @@ pub(crate) struct Nest {
 /// going down to be resumed, and the runs of sub-agents that held going up.
 #[derive(Default)]
 pub(crate) struct Exchange {
+    /// The ids of the calls the run is running now: only a sub-agent called as one of them
+    /// (not one a tool calls in turn, e.g. from a code-mode script) answers to the run.
+    serving: Mutex<Vec<String>>,
     resume: Mutex<HashMap<String, AgentRun>>,
     held: Mutex<HashMap<String, AgentRun>>,
     /// Whether `held` has anything (read on every call, locked only when set).
@@ -33,6 +36,16 @@ pub(crate) struct Exchange {
 }
 
 impl Exchange {
+    /// The run is about to run the calls `ids`.
+    pub(crate) fn serve(&self, ids: Vec<String>) {
+        *lock(&self.serving) = ids;
+    }
+
+    /// Whether call `id` is one the run is running now.
+    pub(crate) fn serves(&self, id: &str) -> bool {
+        lock(&self.serving).iter().any(|s| s == id)
+    }
+
     /// The run of call `id`'s sub-agent to go on with (its calls decided).
     pub(crate) fn put_resume(&self, id: &str, run: AgentRun) {
         lock(&self.resume).insert(id.to_owned(), run);

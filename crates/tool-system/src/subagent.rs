@@ -25,8 +25,9 @@ pub const DEFAULT_MAX_DEPTH: usize = 3;
 /// A sub-agent's call that needs approval holds the caller's run too: the held call shows in
 /// the top run's [`PendingApproval`](crate::PendingApproval) by its path (`researcher/call_2`),
 /// the sub-agent's run is kept inside the caller's, and resuming the top run with the person's
-/// decisions resumes the sub-agent there and then the caller. Called outside an agent's run
-/// (no run to hold), the call is not run and the result says so.
+/// decisions resumes the sub-agent there and then the caller. Called outside an agent's run,
+/// or by a tool in turn (a code-mode script), there is no run to hold: the held call is not
+/// run and the result says so.
 ///
 /// [`max_depth`]: AgentTool::max_depth
 #[derive(Debug, Clone)]
@@ -100,8 +101,10 @@ impl Tool for AgentTool {
             ctx.call_id
         );
         let inner: Arc<[String]> = Arc::from(inner);
-        let run = match &nest.exchange {
-            // under a run: a held run goes up to it, and comes back decided
+        // Called as one of a run's calls (not by a tool in turn): a held run goes up to that
+        // run, and comes back decided.
+        let exchange = nest.exchange.filter(|x| x.serves(&ctx.call_id));
+        let run = match &exchange {
             Some(exchange) => {
                 let resumed = exchange.take_resume(&ctx.call_id);
                 let held_up = Mutex::new(None);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use common::scripted::{Scripted, call, text};
 use serde_json::{Value, json};
 use toolwright_context_engine::{MemoryStore, SessionStore, StateChange};
-use toolwright_core::Message;
+use toolwright_core::{Message, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, async_trait};
 use toolwright_tool_system::{
     Agent, ApprovalError, ApprovalKey, DecisionRecord, FnTool, LoopError, LoopOutput,
     PendingApproval,
@@ -453,4 +453,47 @@ async fn a_nested_call_flipped_to_approved_in_the_store_breaks_the_seal_and_does
         .unwrap();
     assert_eq!(out.answer, "The researcher cleaned up.");
     assert_eq!(*n.deleted.lock().unwrap(), ["/tmp/a"]);
+}
+
+/// A tool that calls the sub-agent in turn, as a code-mode script does, under a call id of its
+/// own.
+struct Script(toolwright_tool_system::AgentTool);
+
+#[async_trait]
+impl Tool for Script {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("script", "Runs a script", json!({"type": "object"}))
+    }
+    async fn call(&self, _args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let mut inner = ToolContext::new(format!("{}.1", ctx.call_id));
+        inner.session_id = ctx.session_id.clone();
+        self.0
+            .call(json!({"input": "Clean up /tmp/a"}), inner)
+            .await
+    }
+}
+
+#[tokio::test]
+async fn a_sub_agent_called_by_a_tool_in_turn_does_not_hold_the_run_and_its_call_does_not_run() {
+    let deleted = Deleted::default();
+    let researcher = Agent::builder(Scripted::new(cleanup_script()))
+        .tool(delete_file(deleted.clone()))
+        .require_approval("delete_file")
+        .build()
+        .unwrap();
+    let lead_model = Scripted::new(vec![
+        call("c1", "script", json!({})),
+        text("The script could not clean up."),
+    ]);
+    let lead = Agent::builder(lead_model.clone())
+        .tool(Script(researcher.as_tool("researcher", "Cleans up")))
+        .approval_key(key())
+        .build()
+        .unwrap();
+    let out = lead.run("s", "Tidy up").await.unwrap();
+    assert!(out.pending_approval.is_none(), "{out:?}");
+    assert_eq!(out.answer, "The script could not clean up.");
+    assert!(deleted.lock().unwrap().is_empty());
+    let told = format!("{:?}", lead_model.requests()[1].messages.last());
+    assert!(told.contains("cannot be asked for here"), "{told}");
 }
