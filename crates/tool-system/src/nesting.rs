@@ -28,7 +28,7 @@ pub(crate) struct Nest {
 pub(crate) struct Exchange {
     /// The ids of the calls the run is running now: only a sub-agent called as one of them
     /// (not one a tool calls in turn, e.g. from a code-mode script) answers to the run.
-    serving: Mutex<Vec<String>>,
+    serving: Mutex<String>,
     resume: Mutex<HashMap<String, AgentRun>>,
     held: Mutex<HashMap<String, AgentRun>>,
     /// Whether `held` has anything (read on every call, locked only when set).
@@ -36,14 +36,19 @@ pub(crate) struct Exchange {
 }
 
 impl Exchange {
-    /// The run is about to run the calls `ids`.
-    pub(crate) fn serve(&self, ids: Vec<String>) {
-        *lock(&self.serving) = ids;
+    /// The run is about to run the calls `ids` (one a line, in a buffer used again).
+    pub(crate) fn serve<'a>(&self, ids: impl Iterator<Item = &'a str>) {
+        let mut buf = lock(&self.serving);
+        buf.clear();
+        for id in ids {
+            buf.push_str(id);
+            buf.push('\n');
+        }
     }
 
-    /// Whether call `id` is one the run is running now.
+    /// Whether call `id` is one the run is running now (an id with a line break never is).
     pub(crate) fn serves(&self, id: &str) -> bool {
-        lock(&self.serving).iter().any(|s| s == id)
+        lock(&self.serving).lines().any(|s| s == id)
     }
 
     /// The run of call `id`'s sub-agent to go on with (its calls decided).
@@ -93,16 +98,21 @@ pub(crate) async fn within<F: std::future::Future>(nest: Option<Nest>, fut: F) -
     }
 }
 
-/// Runs `fut` — a run's calls — with the run's `exchange`, on the current path.
-pub(crate) async fn serving<F: std::future::Future>(exchange: &Arc<Exchange>, fut: F) -> F::Output {
-    let path = current()
-        .map(|n| n.path)
-        .unwrap_or_else(|| Arc::from(Vec::new()));
+/// `fut` — a run's calls — with the run's `exchange`, on the current path (the scope itself,
+/// not an `async fn` around it: the calls' future is moved once, not twice, per step).
+pub(crate) fn serving<F: std::future::Future>(
+    exchange: &Arc<Exchange>,
+    fut: F,
+) -> tokio::task::futures::TaskLocalFuture<Nest, F> {
+    static TOP: std::sync::LazyLock<Arc<[String]>> = std::sync::LazyLock::new(|| Arc::from([]));
+    let path = NEST
+        .try_with(|n| Arc::clone(&n.path))
+        .unwrap_or_else(|_| Arc::clone(&TOP));
     let nest = Nest {
         path,
         exchange: Some(Arc::clone(exchange)),
     };
-    NEST.scope(nest, fut).await
+    NEST.scope(nest, fut)
 }
 
 /// Runs `fut` — a sub-agent's run — under `path`, serving no run yet.

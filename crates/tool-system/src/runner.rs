@@ -892,7 +892,7 @@ async fn run_round(
                 p
             })
             .collect();
-        exchange.serve(calls.iter().map(|c| c.call.id.clone()).collect());
+        exchange.serve(calls.iter().map(|c| c.call.id.as_str()));
         let step = run_step(run, protocol, machine, calls, planned, exchange);
         let outcomes = crate::nesting::serving(exchange, step).await?;
         for (c, (plan, ran)) in calls.iter_mut().zip(outcomes) {
