@@ -1,12 +1,13 @@
 //! The official MCP conformance suite's **server** scenarios (the same pinned
 //! [`conformance::VERSION`]) against the toolkit's MCP server, `toolwright-mcp serve`
-//! (crates/mcp-server), over stateless Streamable HTTP on 127.0.0.1 with the suite's tool
-//! fixtures (`"tools": ["conformance"]`).
+//! (crates/mcp-server), over stateful Streamable HTTP (`"http": {"stateful": true}`: sessions,
+//! so that a tool can ask the client mid-call and SSE streams carry resumable event ids) on
+//! 127.0.0.1 with the suite's fixtures (`"tools": ["conformance"]`: its tools, resources and
+//! prompts).
 //!
 //! - [`RUN`]: the scenarios run; each must pass (no failed check, no warning).
-//! - [`NOT_OFFERED`]: the active scenarios of MCP features the server does not offer yet
-//!   (resources, prompts, completions, logging, and tools that talk back to the client
-//!   mid-call), each with what is missing. They are not run and not counted as passing.
+//! - [`NOT_OFFERED`]: active scenarios of MCP features the server does not offer, each with
+//!   what is missing (none today). They are not run and not counted as passing.
 //! - Every scenario `conformance list --server` names must be in one of the two lists: a new
 //!   scenario of another suite version fails the run until it is placed.
 //!
@@ -23,101 +24,41 @@ use crate::{cargo, conformance, run, target_dir};
 pub const RUN: &[&str] = &[
     "server-initialize",
     "ping",
+    "logging-set-level",
+    "completion-complete",
     "tools-list",
     "tools-call-simple-text",
     "tools-call-image",
     "tools-call-audio",
     "tools-call-embedded-resource",
     "tools-call-mixed-content",
+    "tools-call-with-logging",
     "tools-call-error",
+    "tools-call-with-progress",
+    "tools-call-sampling",
+    "tools-call-elicitation",
     "json-schema-2020-12",
+    "elicitation-sep1034-defaults",
+    "elicitation-sep1330-enums",
+    "server-sse-polling",
+    "server-sse-multiple-streams",
+    "resources-list",
+    "resources-read-text",
+    "resources-read-binary",
+    "resources-templates-read",
+    "resources-subscribe",
+    "resources-unsubscribe",
+    "prompts-list",
+    "prompts-get-simple",
+    "prompts-get-with-args",
+    "prompts-get-embedded-resource",
+    "prompts-get-with-image",
     "dns-rebinding-protection",
 ];
 
-/// Active server scenarios not run, with what the server lacks for each.
-pub const NOT_OFFERED: &[(&str, &str)] = &[
-    (
-        "logging-set-level",
-        "the server sends no log notifications, so it offers no `logging` capability",
-    ),
-    (
-        "completion-complete",
-        "the server offers no prompts or resource templates to complete",
-    ),
-    (
-        "tools-call-with-logging",
-        "toolkit tools cannot send log notifications mid-call (the Tool trait has no channel to the client)",
-    ),
-    (
-        "tools-call-with-progress",
-        "toolkit tools cannot send progress notifications mid-call",
-    ),
-    (
-        "tools-call-sampling",
-        "toolkit tools cannot ask the client's model (sampling) mid-call",
-    ),
-    (
-        "tools-call-elicitation",
-        "toolkit tools cannot elicit mid-call; the server elicits only for approvals",
-    ),
-    (
-        "elicitation-sep1034-defaults",
-        "needs a tool that elicits mid-call",
-    ),
-    (
-        "elicitation-sep1330-enums",
-        "needs a tool that elicits mid-call",
-    ),
-    (
-        "server-sse-polling",
-        "the server is stateless (no SSE event store to resume from)",
-    ),
-    (
-        "server-sse-multiple-streams",
-        "the server is stateless (no session for standalone SSE streams)",
-    ),
-    (
-        "resources-list",
-        "the server offers tools only, no resources",
-    ),
-    (
-        "resources-read-text",
-        "the server offers tools only, no resources",
-    ),
-    (
-        "resources-read-binary",
-        "the server offers tools only, no resources",
-    ),
-    (
-        "resources-templates-read",
-        "the server offers tools only, no resources",
-    ),
-    (
-        "resources-subscribe",
-        "the server offers tools only, no resources",
-    ),
-    (
-        "resources-unsubscribe",
-        "the server offers tools only, no resources",
-    ),
-    ("prompts-list", "the server offers tools only, no prompts"),
-    (
-        "prompts-get-simple",
-        "the server offers tools only, no prompts",
-    ),
-    (
-        "prompts-get-with-args",
-        "the server offers tools only, no prompts",
-    ),
-    (
-        "prompts-get-embedded-resource",
-        "the server offers tools only, no prompts",
-    ),
-    (
-        "prompts-get-with-image",
-        "the server offers tools only, no prompts",
-    ),
-];
+/// Active server scenarios not run, with why (none: the server offers every feature the
+/// suite's active server scenarios test).
+pub const NOT_OFFERED: &[(&str, &str)] = &[];
 
 const BIN: &str = "toolwright-mcp";
 
@@ -167,7 +108,7 @@ impl Drop for Server {
     }
 }
 
-/// Starts the built server with the suite's tool fixtures on a free port of 127.0.0.1; it
+/// Starts the built server (stateful HTTP) with the suite's fixtures on a free port of 127.0.0.1; it
 /// and its URL (the line it prints on stdout).
 fn start_server(dir: &Path) -> Result<(Server, String), String> {
     let bin = target_dir().join("debug").join(BIN);
@@ -177,7 +118,7 @@ fn start_server(dir: &Path) -> Result<(Server, String), String> {
     let config = dir.join("serve.json");
     std::fs::write(
         &config,
-        r#"{"tools": ["conformance"], "http": {"listen": "127.0.0.1:0"}}"#,
+        r#"{"tools": ["conformance"], "http": {"listen": "127.0.0.1:0", "stateful": true}}"#,
     )
     .map_err(|e| format!("cannot write {}: {e}", config.display()))?;
     let log = std::fs::File::create(dir.join("server.log"))

@@ -276,6 +276,31 @@
   // opens themselves (text when it is not a safe link). A field's `default` is shown filled in
   // (its button chosen, its text in the box) and is what Accept sends unless the person changes
   // it. Answered once: the buttons are disabled at the first click.
+  // A running MCP tool's progress: one line per tool of the answer, updated in place, gone
+  // when the answer ends. Text only (the server chose it): textContent, never HTML.
+  const progressEls = new Map();
+  function renderProgress(p) {
+    if (!p || typeof p.tool !== 'string' || typeof p.progress !== 'number') return;
+    const key = String(p.service) + '/' + p.tool;
+    let box = progressEls.get(key);
+    if (!box) {
+      box = el('div', 'entry entry-progress');
+      box.dataset.progress = key;
+      box.append(el('div', 'who', 'Running ' + p.tool + ' (' + p.service + ')'), el('progress'), el('div', 'text'));
+      progressEls.set(key, box);
+      log.append(box);
+    }
+    const bar = box.querySelector('progress');
+    const total = typeof p.total === 'number' && p.total > 0 ? p.total : null;
+    if (total !== null) { bar.max = total; bar.value = Math.min(p.progress, total); } else bar.removeAttribute('value');
+    box.querySelector('.text').textContent = (total !== null ? p.progress + ' of ' + total : String(p.progress)) + (p.message ? ' — ' + p.message : '');
+    log.scrollTop = log.scrollHeight;
+  }
+  function clearProgress() {
+    for (const box of progressEls.values()) box.remove();
+    progressEls.clear();
+  }
+
   function renderElicitation(q) {
     const box = el('div', 'entry entry-elicitation');
     box.dataset.elicitation = String(q.id);
@@ -490,7 +515,7 @@
         localError('The connection was lost while the answer was running (' + err + '). What the server stores still shows here.');
         return true;
       }
-      if (done) break;
+      if (done) { clearProgress(); break; }
       buf += dec.decode(value, { stream: true }).replace(/\r\n?/g, '\n');
       let i;
       while ((i = buf.indexOf('\n\n')) >= 0) {
@@ -528,6 +553,8 @@
       renderApproval(d);
     } else if (event === 'elicitation') {
       renderElicitation(d);
+    } else if (event === 'progress') {
+      renderProgress(d);
     } else if (event === 'delta') {
       const e = entries.get(d.id);
       if (!e) return;

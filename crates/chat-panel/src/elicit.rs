@@ -43,6 +43,10 @@ pub(crate) fn url_may_be_link(url: &str) -> bool {
     }
 }
 
+/// The least time between two progress events of one turn: a server that floods progress
+/// costs the page ten updates a second at most.
+pub(crate) const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The questions of every session: the running turn's stream, and the questions waiting.
 #[derive(Default)]
 pub(crate) struct Asks {
@@ -53,8 +57,11 @@ pub(crate) struct Asks {
 
 #[derive(Default)]
 struct SessionAsks {
-    /// The running turn's channel into its SSE stream.
-    live: Option<mpsc::UnboundedSender<Value>>,
+    /// The running turn's channel into its SSE stream: the event's name and data.
+    live: Option<mpsc::UnboundedSender<(&'static str, Value)>>,
+    /// When progress was last shown in this turn (progress is shown at most every
+    /// [`PROGRESS_EVERY`], the last step of a call always).
+    progress_shown: Option<tokio::time::Instant>,
     /// Which turn `live` is.
     turn: u64,
     /// Questions waiting for the person, by number.
@@ -74,8 +81,8 @@ pub(crate) struct TurnAsks {
     asks: Arc<Asks>,
     session: String,
     turn: u64,
-    /// The questions, in the order they were asked.
-    pub(crate) rx: mpsc::UnboundedReceiver<Value>,
+    /// The questions (`elicitation`) and tool progress (`progress`), in the order they came.
+    pub(crate) rx: mpsc::UnboundedReceiver<(&'static str, Value)>,
 }
 
 impl Drop for TurnAsks {
@@ -117,6 +124,25 @@ impl Asks {
         } else {
             s.waiting.retain(|_, q| q.turn != turn);
         }
+    }
+
+    /// A tool's progress during `session`'s running turn, shown in its stream (`progress`):
+    /// at most one every [`PROGRESS_EVERY`] per turn (a call's last step always), nothing
+    /// when no turn of the session runs here.
+    pub(crate) fn progress(&self, session: &str, progress: Value, last_step: bool) {
+        let mut map = lock(&self.sessions);
+        let Some(s) = map.get_mut(session) else {
+            return;
+        };
+        let Some(live) = s.live.clone() else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        if !last_step && s.progress_shown.is_some_and(|at| now < at + PROGRESS_EVERY) {
+            return;
+        }
+        s.progress_shown = Some(now);
+        let _ = live.send(("progress", progress));
     }
 
     /// Takes question `n` of `session` to answer it (nobody else can from here on); `None`
@@ -205,7 +231,7 @@ impl Elicitor for PanelElicitor {
             // otherwise it shows the URL as text.
             let event = json!({"id": n, "service": request.service, "message": request.message,
                                "mode": mode, "schema": schema, "url": url, "link": link});
-            if live.send(event).is_err() {
+            if live.send(("elicitation", event)).is_err() {
                 return ElicitationAnswer::Decline;
             }
             let claimed = Claimed {
@@ -256,10 +282,12 @@ mod tests {
         });
         let shown = second.rx.recv().await;
         assert_eq!(
-            shown.as_ref().map(|q| q["message"].clone()),
+            shown.as_ref().map(|(_, q)| q["message"].clone()),
             Some(json!("Budget?"))
         );
-        let n = shown.and_then(|q| q["id"].as_u64()).unwrap_or_default();
+        let n = shown
+            .and_then(|(_, q)| q["id"].as_u64())
+            .unwrap_or_default();
         let claimed = asks.claim("s-0000001", n);
         assert!(claimed.is_some_and(|c| c.answer(ElicitationAnswer::Accept(json!({})))));
         assert_eq!(

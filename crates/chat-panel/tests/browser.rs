@@ -537,6 +537,75 @@ async fn elicitation_form_in_the_panel_answers_server_everything() {
     bridge.stop("everything").await.unwrap();
 }
 
+/// An MCP tool's progress in the panel: server-everything's `trigger-long-running-operation`,
+/// called by the agent during a turn, reports each step; the page shows the running tool with a
+/// bar and "N of 3" while the answer runs, and takes it away when the answer is done.
+#[tokio::test]
+async fn a_running_mcp_tools_progress_shows_under_the_answer_until_it_ends() {
+    let _one = BROWSER_LOCK.lock().await;
+    let entry = testkit::npm_mcp_server("server-everything").unwrap();
+    let bridge = toolwright_mcp_bridge::McpBridge::new();
+    bridge
+        .register(
+            toolwright_mcp_bridge::ServiceConfig::new("everything", "node")
+                .with_args([entry.to_string_lossy().into_owned(), "stdio".into()])
+                .with_call_timeout(Duration::from_secs(60))
+                .with_startup_timeout(Duration::from_secs(30)),
+        )
+        .unwrap();
+    bridge.start("everything").await.unwrap();
+    let provider = std::sync::Arc::new(bridge.clone());
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        |body: &Value| {
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let last = messages.last().cloned().unwrap_or(Value::Null);
+            if last["role"] == "tool" {
+                testkit::Reply::text("The long job is done.")
+            } else {
+                testkit::Reply::tool_call(
+                    "p1",
+                    "everything__trigger-long-running-operation",
+                    r#"{"duration": 6, "steps": 3}"#,
+                )
+            }
+        },
+        move |b| b.provider(provider),
+    )
+    .await;
+    fx.chat.show_progress(&bridge);
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.type_and_send("run the long job").await;
+    b.wait_until(
+        "the tool's progress",
+        "(() => { const p = document.querySelector('.entry-progress'); \
+          return !!p && / of 3/.test(p.textContent); })()",
+    )
+    .await;
+    let shown = b
+        .js("const p = document.querySelector('.entry-progress');
+             return [p.textContent, p.querySelector('progress').max];")
+        .await;
+    assert!(
+        shown[0]
+            .as_str()
+            .unwrap()
+            .contains("Running trigger-long-running-operation (everything)"),
+        "{shown}"
+    );
+    assert_eq!(shown[1], json!(3), "{shown}");
+    b.wait_for_text(".entry-assistant .text", "The long job is done.", false)
+        .await;
+    b.wait_until(
+        "the progress taken away",
+        "document.querySelectorAll('.entry-progress').length === 0",
+    )
+    .await;
+    b.close().await;
+    bridge.stop("everything").await.unwrap();
+}
+
 /// The URLs a hostile MCP server puts in URL-mode questions, and one honest one.
 const ELICITATION_URLS: [&str; 4] = [
     "javascript:alert(1)",

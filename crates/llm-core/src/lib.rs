@@ -70,8 +70,8 @@ pub use tokens::{
     media_tokens,
 };
 pub use tool::{
-    ApprovalGate, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolProvider, TurnInfo,
-    first_sentence,
+    ApprovalGate, Caller, CallerHandle, Elicited, LogLevel, Tool, ToolContext, ToolError,
+    ToolErrorKind, ToolOutput, ToolProvider, TurnInfo, first_sentence,
 };
 pub use types::{
     ChatEvent, ChatRequest, ChatResponse, FinishReason, InvalidToolCall, Message, ResponseFormat,

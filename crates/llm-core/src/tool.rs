@@ -21,7 +21,103 @@ pub struct ToolContext {
     /// (code mode's scripts) must refuse a call this gate holds: it cannot wait for a person,
     /// and running it would open the agent's gate. The agent's dispatcher sets it.
     pub approval_gate: Option<ApprovalGate>,
+    /// The client that made the call, when it can be talked to while the tool runs (an MCP
+    /// client calling the toolkit's MCP server): log lines, progress, a question to its model
+    /// or to its person. `None` elsewhere; a tool must work without it.
+    pub caller: Option<CallerHandle>,
 }
+
+/// How urgent a log line to the caller is ([`Caller::log`]), as MCP's logging levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum LogLevel {
+    /// Detail for debugging.
+    Debug,
+    /// What happens normally.
+    Info,
+    /// Normal but worth noticing.
+    Notice,
+    /// Something may be wrong.
+    Warning,
+    /// Something failed.
+    Error,
+}
+
+/// The person's answer to [`Caller::elicit`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Elicited {
+    /// The person answered: the values, which fit the schema asked with.
+    Accept(Value),
+    /// The person said no.
+    Decline,
+    /// The person closed the question without choosing.
+    Cancel,
+}
+
+/// The client that made a call, as a tool sees it while it runs ([`ToolContext::caller`]).
+/// The MCP server sets one for the calls it serves; what a client does not support fails with
+/// a [`ToolError`] the tool can pass on.
+///
+/// ```
+/// use toolwright_core::{LogLevel, ToolContext, ToolError};
+/// async fn index(ctx: &ToolContext, files: &[&str]) -> Result<usize, ToolError> {
+///     for (i, _file) in files.iter().enumerate() {
+///         if let Some(caller) = &ctx.caller {
+///             caller.progress(i as f64, Some(files.len() as f64)).await;
+///             caller.log(LogLevel::Debug, "indexing").await;
+///         }
+///     }
+///     Ok(files.len())
+/// }
+/// ```
+#[async_trait::async_trait]
+pub trait Caller: Send + Sync {
+    /// Send the caller a log line (dropped when below the level the caller asked for).
+    async fn log(&self, level: LogLevel, message: &str);
+    /// Tell the caller how far the call is: `done` of `total` (when known). Sent only when
+    /// the caller asked for progress.
+    async fn progress(&self, done: f64, total: Option<f64>);
+    /// Ask the caller's model: `prompt` as one user message, at most `max_tokens` in the
+    /// answer; its text.
+    async fn sample(&self, prompt: &str, max_tokens: u32) -> Result<String, ToolError>;
+    /// Ask the caller's person `message`, with a form described by `schema` (a JSON Schema
+    /// object of flat properties).
+    async fn elicit(&self, message: &str, schema: Value) -> Result<Elicited, ToolError>;
+}
+
+/// A [`Caller`] as a [`ToolContext`] holds it. Cheap to clone (an `Arc`).
+#[derive(Clone)]
+pub struct CallerHandle(Arc<dyn Caller>);
+
+impl CallerHandle {
+    /// Hold `caller`.
+    pub fn new(caller: impl Caller + 'static) -> Self {
+        Self(Arc::new(caller))
+    }
+}
+
+impl std::ops::Deref for CallerHandle {
+    type Target = dyn Caller;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for CallerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallerHandle")
+    }
+}
+
+/// Two handles are equal when they hold the same caller.
+impl PartialEq for CallerHandle {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for CallerHandle {}
 
 /// The approval rules of the agent that made a call ([`ToolContext::approval_gate`]): whether
 /// a call of `tool` with `args` needs a person's approval there. Cheap to clone (an `Arc`).
@@ -72,6 +168,7 @@ impl ToolContext {
             session_id: None,
             call_id: call_id.into(),
             approval_gate: None,
+            caller: None,
         }
     }
     /// Attach the session id.
@@ -82,6 +179,11 @@ impl ToolContext {
     /// Attach the approval rules of the agent that makes the call.
     pub fn with_approval_gate(mut self, gate: ApprovalGate) -> Self {
         self.approval_gate = Some(gate);
+        self
+    }
+    /// Attach the client that made the call.
+    pub fn with_caller(mut self, caller: CallerHandle) -> Self {
+        self.caller = Some(caller);
         self
     }
 }
@@ -400,4 +502,66 @@ pub fn first_sentence(text: &str, max_chars: usize) -> String {
     let mut cut: String = sentence.chars().take(max_chars.saturating_sub(1)).collect();
     cut.push('…');
     cut
+}
+
+#[cfg(test)]
+mod caller_tests {
+    use super::*;
+
+    /// Keeps the log lines it is sent.
+    #[derive(Default)]
+    struct Lines(std::sync::Mutex<Vec<String>>);
+
+    #[async_trait::async_trait]
+    impl Caller for Lines {
+        async fn log(&self, _level: LogLevel, message: &str) {
+            if let Ok(mut l) = self.0.lock() {
+                l.push(message.to_owned());
+            }
+        }
+        async fn progress(&self, _done: f64, _total: Option<f64>) {}
+        async fn sample(&self, _prompt: &str, _max_tokens: u32) -> Result<String, ToolError> {
+            Err(ToolError::unavailable("no model here"))
+        }
+        async fn elicit(&self, _message: &str, _schema: Value) -> Result<Elicited, ToolError> {
+            Ok(Elicited::Decline)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tool_reaches_the_caller_its_context_holds() {
+        let lines = Arc::new(Lines::default());
+        struct Shared(Arc<Lines>);
+        #[async_trait::async_trait]
+        impl Caller for Shared {
+            async fn log(&self, level: LogLevel, message: &str) {
+                self.0.log(level, message).await;
+            }
+            async fn progress(&self, done: f64, total: Option<f64>) {
+                self.0.progress(done, total).await;
+            }
+            async fn sample(&self, prompt: &str, max: u32) -> Result<String, ToolError> {
+                self.0.sample(prompt, max).await
+            }
+            async fn elicit(&self, message: &str, schema: Value) -> Result<Elicited, ToolError> {
+                self.0.elicit(message, schema).await
+            }
+        }
+        let handle = CallerHandle::new(Shared(Arc::clone(&lines)));
+        let ctx = ToolContext::new("c1").with_caller(handle.clone());
+        let caller = ctx.caller.as_deref().expect("a caller");
+        caller.log(LogLevel::Info, "started").await;
+        assert_eq!(*lines.0.lock().expect("lock"), ["started"]);
+        assert_eq!(
+            caller.sample("hi", 10).await.map_err(|e| e.kind),
+            Err(ToolErrorKind::Unavailable)
+        );
+        // Contexts compare by the caller they hold, as by their gate.
+        assert_eq!(ctx, ToolContext::new("c1").with_caller(handle));
+        assert_ne!(
+            ctx,
+            ToolContext::new("c1").with_caller(CallerHandle::new(Lines::default()))
+        );
+        assert_eq!(ToolContext::new("c2").caller, None);
+    }
 }

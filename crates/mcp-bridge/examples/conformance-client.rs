@@ -16,7 +16,9 @@
 //!   the call's stream and the client came back (after the `retry` the server gave, with
 //!   `Last-Event-ID`).
 //! - `auth/*`: the service is configured with OAuth (`toolwright_mcp_bridge::oauth`) and calls
-//!   `test-tool`. The scenario's context (`MCP_CONFORMANCE_CONTEXT`, JSON) may hold a
+//!   `test-tool`: from an `mcpServers` file with an `"oauth"` entry and `McpBridge::set_oauth`,
+//!   as a user configures it, except when the scenario gives a client secret (then in code).
+//!   The scenario's context (`MCP_CONFORMANCE_CONTEXT`, JSON) may hold a
 //!   pre-registered `client_id` and `client_secret`; the client's ID metadata document is
 //!   `https://conformance-test.local/client-metadata.json`, the URL the suite expects. The
 //!   person's sign-in is played by an HTTP GET of the authorization URL that follows the
@@ -98,24 +100,34 @@ impl SignIn for FollowRedirects {
     }
 }
 
-/// OAuth as a scenario's context sets it up.
-fn oauth_of(scenario: &str) -> Result<OAuthConfig, String> {
+/// OAuth as a scenario's context sets it up, as a user would: the application's part in code
+/// (how the person signs in: `set_oauth`), the service's part in the `mcpServers` file
+/// (`"oauth"`: the client ID metadata document, a pre-registered client). A client secret
+/// lives in an environment variable in a real file (`client_secret_env_var`); this program
+/// cannot set one for itself, so a scenario that gives a secret has OAuth set in code
+/// (`ServiceConfig::with_oauth`) instead.
+fn oauth_of(scenario: &str) -> Result<(OAuthConfig, Value, bool), String> {
     let mut oauth = OAuthConfig::new(Arc::new(FollowRedirects))
-        .with_client_name("toolwright conformance client")
-        .with_client_metadata_url(CLIENT_METADATA_URL);
+        .with_client_name("toolwright conformance client");
+    let mut entry = json!({"client_metadata_url": CLIENT_METADATA_URL});
+    let mut in_code = false;
     if let Ok(text) = std::env::var("MCP_CONFORMANCE_CONTEXT") {
         let context: Value = serde_json::from_str(&text)
             .map_err(|e| format!("MCP_CONFORMANCE_CONTEXT is not JSON: {e}"))?;
         if let Some(id) = context.get("client_id").and_then(Value::as_str) {
-            let secret = context
-                .get("client_secret")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            oauth = oauth.with_client(id, secret);
+            match context.get("client_secret").and_then(Value::as_str) {
+                Some(secret) => {
+                    oauth = oauth
+                        .with_client_metadata_url(CLIENT_METADATA_URL)
+                        .with_client(id, Some(secret.to_owned()));
+                    in_code = true;
+                }
+                None => entry["client_id"] = json!(id),
+            }
         }
     }
-    println!("{scenario}: OAuth {oauth:?}");
-    Ok(oauth)
+    println!("{scenario}: OAuth {oauth:?}, file entry {entry}, in code: {in_code}");
+    Ok((oauth, entry, in_code))
 }
 
 /// Whether `scenario` passes by the bridge refusing to go on (the suite's server never grants
@@ -180,17 +192,46 @@ async fn run(scenario: &str, url: &str) -> Result<(), String> {
     }
 }
 
+/// The suite's server as a remote service, with the timeouts the scenarios need.
+fn remote(url: &str) -> ServiceConfig {
+    ServiceConfig::remote(SERVICE, url)
+        .with_startup_timeout(Duration::from_secs(20))
+        .with_call_timeout(Duration::from_secs(20))
+}
+
 async fn run_steps(scenario: &str, url: &str) -> Result<(), String> {
     let call = call_of(scenario)?;
-    let bridge = McpBridge::new();
+    let bridge = if scenario.starts_with("auth/") {
+        let (oauth, entry, in_code) = oauth_of(scenario)?;
+        if in_code {
+            let bridge = McpBridge::new();
+            bridge
+                .register(remote(url).with_oauth(oauth))
+                .map_err(|e| e.to_string())?;
+            bridge
+        } else {
+            // The service as a user's config file has it, OAuth included.
+            let file = std::env::temp_dir().join(format!(
+                "toolwright-conformance-{}-{}.json",
+                std::process::id(),
+                scenario.replace('/', "-")
+            ));
+            let text = json!({"mcpServers": {SERVICE: {"url": url, "tool_timeout_sec": 20,
+                "startup_timeout_sec": 20, "oauth": entry}}});
+            std::fs::write(&file, text.to_string())
+                .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+            let bridge = McpBridge::with_config_file(&file).map_err(|e| e.to_string());
+            let _ = std::fs::remove_file(&file);
+            let bridge = bridge?;
+            bridge.set_oauth(Some(oauth));
+            bridge
+        }
+    } else {
+        let bridge = McpBridge::new();
+        bridge.register(remote(url)).map_err(|e| e.to_string())?;
+        bridge
+    };
     bridge.set_elicitor(Arc::new(AcceptAsShown), Duration::from_secs(30));
-    let mut service = ServiceConfig::remote(SERVICE, url)
-        .with_startup_timeout(Duration::from_secs(20))
-        .with_call_timeout(Duration::from_secs(20));
-    if scenario.starts_with("auth/") {
-        service = service.with_oauth(oauth_of(scenario)?);
-    }
-    bridge.register(service).map_err(|e| e.to_string())?;
     bridge
         .start(SERVICE)
         .await

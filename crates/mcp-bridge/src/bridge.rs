@@ -77,6 +77,12 @@ pub(crate) struct Inner {
     pub(crate) vectors: Mutex<crate::vectors::VectorCache>,
     /// Servers' questions for the person ([`crate::elicitation`]).
     pub(crate) elicitation: Arc<ElicitationHub>,
+    /// Progress, logs and changes the servers send ([`McpBridge::notices`]).
+    pub(crate) notices: Arc<crate::notices::Notices>,
+    /// The application's OAuth for services whose config entry asks for it
+    /// ([`McpBridge::set_oauth`]).
+    #[cfg(feature = "http")]
+    pub(crate) oauth: Mutex<Option<crate::oauth::OAuthConfig>>,
 }
 
 /// What a turn's view of MCP tools (`descriptions.rs`) reads of the catalog and the services'
@@ -195,6 +201,9 @@ impl McpBridge {
                 learning: Mutex::new(None),
                 vectors: Mutex::new(crate::vectors::VectorCache::default()),
                 elicitation: ElicitationHub::new(),
+                notices: crate::notices::Notices::new(),
+                #[cfg(feature = "http")]
+                oauth: Mutex::new(None),
             }),
         }
     }
@@ -237,5 +246,16 @@ impl McpBridge {
     /// this before starting services, or restart them.
     pub fn set_sampling(&self, sampling: Option<crate::Sampling>) {
         *crate::connection::lock(&self.inner.elicitation.sampling) = sampling.map(Arc::new);
+    }
+
+    /// How the person signs in, and where tokens are kept, for the remote services whose config
+    /// file entry asks for OAuth (`"oauth": true` or `{"client_id", "client_secret_env_var",
+    /// "client_metadata_url", "scopes", "redirect_uri"}`): each such service starts with
+    /// `oauth` and its entry's fields on top. A service given OAuth in code
+    /// ([`ServiceConfig::with_oauth`](crate::ServiceConfig::with_oauth)) keeps its own. Without
+    /// it (`None`), such a service fails to start with a message saying to call this.
+    #[cfg(feature = "http")]
+    pub fn set_oauth(&self, oauth: Option<crate::oauth::OAuthConfig>) {
+        *crate::connection::lock(&self.inner.oauth) = oauth;
     }
 }

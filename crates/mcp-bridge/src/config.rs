@@ -30,7 +30,9 @@
 //!
 //! A remote server has `url` (MCP's Streamable HTTP transport) instead of `command`, with
 //! optional `headers` (alias `http_headers`) and `bearer_token_env_var` (the variable that holds
-//! its token, read at each start). Entries we cannot run (the legacy `"type": "sse"` transport)
+//! its token, read at each start) and `oauth` (`true`, or an object of `client_id`,
+//! `client_secret_env_var`, `client_metadata_url`, `scopes`, `redirect_uri`; the sign-in itself
+//! is the application's, [`crate::McpBridge::set_oauth`]). Entries we cannot run (the legacy `"type": "sse"` transport)
 //! and fields we do not know are kept as they are and written back on save, so a user's file
 //! loses nothing.
 //!
@@ -48,6 +50,7 @@ use crate::error::BridgeError;
 
 mod approval;
 mod file;
+mod oauth_entry;
 
 pub use approval::{ApprovalMode, RequireApproval, ToolNames};
 pub use file::ConfigFile;
@@ -338,7 +341,47 @@ impl ServiceConfig {
                 self.name
             )));
         }
+        match oauth_entry::oauth_entry(&self.extra) {
+            Some(Err(why)) => {
+                return Err(BridgeError::InvalidConfig(format!(
+                    "service {}: {why}",
+                    self.name
+                )));
+            }
+            Some(Ok(_)) if self.url.is_none() => {
+                return Err(BridgeError::InvalidConfig(format!(
+                    "service {}: `oauth` is for remote servers (an entry with `url`)",
+                    self.name
+                )));
+            }
+            _ => {}
+        }
         Ok(())
+    }
+
+    /// This service with the OAuth its config file entry asks for (`"oauth"`), made from the
+    /// application's `template` ([`crate::McpBridge::set_oauth`]); unchanged when OAuth was set
+    /// in code or the entry asks for none. Why not, when the entry asks and cannot have it.
+    #[cfg(feature = "http")]
+    pub(crate) fn with_file_oauth(
+        self,
+        template: Option<&crate::oauth::OAuthConfig>,
+    ) -> Result<Self, String> {
+        if self.oauth.is_some() {
+            return Ok(self);
+        }
+        let entry = match oauth_entry::oauth_entry(&self.extra) {
+            None => return Ok(self),
+            Some(entry) => entry?,
+        };
+        let Some(template) = template else {
+            return Err(
+                "its config entry asks for OAuth (`oauth`), and the application gave the bridge no way to sign in: call McpBridge::set_oauth(Some(OAuthConfig::new(sign_in))) before starting it"
+                    .into(),
+            );
+        };
+        let oauth = entry.apply(template, &self.name)?;
+        Ok(self.with_oauth(oauth))
     }
 
     /// Applies an update; fields left `None` in it keep their value.

@@ -26,6 +26,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::config::ServiceConfig;
 use crate::elicitation::{CallEntry, ElicitationHub};
+use crate::notices::{McpNotice, Notices};
 use crate::process;
 
 /// How long a stopping server gets after its stdin closes and after SIGTERM.
@@ -87,10 +88,53 @@ impl Connection {
         hooks: Hooks,
         on_failure: impl FnOnce(String) + Send + 'static,
     ) -> Result<Arc<Self>, String> {
-        match &config.url {
+        let notices = hooks.notices.clone();
+        let connection = match &config.url {
             Some(url) => Self::launch_remote(config, url, generation, hooks, on_failure).await,
             None => Self::launch_stdio(config, generation, hooks, on_failure).await,
+        }?;
+        connection.subscribe_again(&notices, config.call_timeout);
+        Ok(connection)
+    }
+
+    /// Makes the service's resource subscriptions again on a new connection (a restarted
+    /// server knows none of them), in the background; one that fails is logged and dropped.
+    fn subscribe_again(&self, notices: &Notices, timeout: Duration) {
+        let uris = notices.subscriptions_of(&self.service);
+        if uris.is_empty() {
+            return;
         }
+        let offers = self.peer.peer_info().is_some_and(|info| {
+            info.protocol_version < ProtocolVersion::V_2026_07_28
+                && info
+                    .capabilities
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.subscribe)
+                    == Some(true)
+        });
+        let service = self.service.clone();
+        if !offers {
+            tracing::warn!(service = %service, "the restarted server offers no resource subscriptions; {} dropped", uris.len());
+            notices.forget_all(&service);
+            return;
+        }
+        let peer = self.peer.clone();
+        tokio::spawn(async move {
+            for uri in uris {
+                #[allow(deprecated)] // the session revisions' way, which this server speaks
+                let asked = peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri.clone()));
+                match tokio::time::timeout(timeout, asked).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(service = %service, uri = %uri, "subscribing again failed: {e}")
+                    }
+                    Err(_) => {
+                        tracing::warn!(service = %service, uri = %uri, "subscribing again timed out")
+                    }
+                }
+            }
+        });
     }
 
     /// A remote server over MCP's Streamable HTTP transport (rmcp's client on reqwest): the
@@ -417,6 +461,15 @@ impl Drop for PendingCall<'_> {
     }
 }
 
+/// The answer to a server request the server itself cancelled (it reads none).
+fn withdrawn() -> rmcp::ErrorData {
+    rmcp::ErrorData::new(
+        rmcp::model::ErrorCode::INTERNAL_ERROR,
+        "the server cancelled the request",
+        None,
+    )
+}
+
 /// Why a handshake failed: a message, or `server/discover` gave no usable answer (an empty or
 /// unexpected result, a rejection `Auto` does not fall back on, no revision in common), which
 /// `initialize` is tried after.
@@ -516,22 +569,29 @@ fn discovery_was_unusable(error: &rmcp::service::ClientInitializeError) -> bool 
 
 impl ClientSide {
     /// The handler for `config`'s server, and the flag it sets when the tool list changed.
-    fn new(config: &ServiceConfig, (epoch, elicitation): Hooks) -> (Self, Arc<AtomicBool>) {
+    fn new(config: &ServiceConfig, hooks: Hooks) -> (Self, Arc<AtomicBool>) {
         let stale = Arc::new(AtomicBool::new(false));
         let handler = Self {
             service: config.name.clone(),
             stale: stale.clone(),
-            epoch,
-            elicitation,
+            epoch: hooks.epoch,
+            elicitation: hooks.elicitation,
+            notices: hooks.notices,
             roots: config.roots.clone(),
         };
         (handler, stale)
     }
 }
 
-/// What a connection reports to the bridge: the catalog epoch (bumped on `list_changed`) and
-/// the elicitation hub (the server's questions for the person).
-pub(crate) type Hooks = (Arc<AtomicU64>, Arc<ElicitationHub>);
+/// What a connection reports to the bridge: the catalog epoch (bumped on `list_changed`), the
+/// elicitation hub (the server's questions for the person) and the notice channel (progress,
+/// logs, changes).
+#[derive(Clone)]
+pub(crate) struct Hooks {
+    pub(crate) epoch: Arc<AtomicU64>,
+    pub(crate) elicitation: Arc<ElicitationHub>,
+    pub(crate) notices: Arc<Notices>,
+}
 
 /// Our side of the MCP connection: marks the tool list stale on `tools/list_changed`, and the
 /// bridge's catalog with it; passes the server's questions (`elicitation/create`) to the
@@ -541,6 +601,7 @@ struct ClientSide {
     stale: Arc<AtomicBool>,
     epoch: Arc<AtomicU64>,
     elicitation: Arc<ElicitationHub>,
+    notices: Arc<Notices>,
     /// The configured roots (`file://` URIs), for `roots/list`.
     roots: Vec<String>,
 }
@@ -550,6 +611,44 @@ impl ClientHandler for ClientSide {
         tracing::info!(service = %self.service, "MCP server says its tool list changed");
         self.stale.store(true, Ordering::SeqCst);
         self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.notices.send(McpNotice::ListChanged {
+            service: self.service.clone(),
+            list: "tools",
+        });
+    }
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.notices.send(McpNotice::ListChanged {
+            service: self.service.clone(),
+            list: "resources",
+        });
+    }
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.notices.send(McpNotice::ListChanged {
+            service: self.service.clone(),
+            list: "prompts",
+        });
+    }
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.notices.resource_updated(&self.service, params.uri);
+    }
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.notices.progress(&self.service, params);
+    }
+    #[allow(deprecated)] // SEP-2577: deprecated from 2026-07-28 on, sent by the servers before it
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.notices.log(&self.service, params);
     }
     /// A server-initiated question: the call it belongs to is the one whose request it arrived
     /// under, when the transport says (Streamable HTTP: the SSE stream of that POST).
@@ -562,10 +661,15 @@ impl ClientHandler for ClientSide {
             Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id.clone()),
             _ => None,
         };
-        Ok(self
+        // A server that stops waiting (`notifications/cancelled`) withdraws the question:
+        // dropping the ask is what tells the elicitor (the panel closes its window).
+        let ask = self
             .elicitation
-            .ask_from_server(&self.service, origin, request)
-            .await)
+            .ask_from_server(&self.service, origin, request);
+        tokio::select! {
+            answer = ask => Ok(answer),
+            () = context.ct.cancelled() => Err(withdrawn()),
+        }
     }
     /// A server asks the client's model to answer: through the bridge's [`Sampling`], when
     /// one is set (else the capability was never declared, and this is refused).
@@ -590,7 +694,10 @@ impl ClientHandler for ClientSide {
             self.elicitation
                 .ask_from_server(&self.service, origin, question)
         };
-        crate::sampling::answer(&sampling, ask, &self.service, params).await
+        tokio::select! {
+            answer = crate::sampling::answer(&sampling, ask, &self.service, params) => answer,
+            () = context.ct.cancelled() => Err(withdrawn()),
+        }
     }
     /// The configured roots, each named by its last path segment.
     #[allow(deprecated)] // SEP-2577: deprecated from 2026-07-28 on, asked by the servers before it

@@ -14,7 +14,7 @@ use std::time::Duration;
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InputRequest,
-    InputResponses, ResourceContents,
+    InputResponses, RequestParamsMeta, ResourceContents,
 };
 use serde_json::{Map, Value};
 use toolwright_core::{
@@ -145,6 +145,13 @@ impl McpBridge {
         let mut params = CallToolRequestParams::new(tool.name.clone()).with_arguments(args);
         let span = crate::trace::tools_call_span(&tool.name, &tool.service);
         crate::trace::propagate(&span, &mut params);
+        // The server may report the call's progress under this token until the call ends
+        // (the ticket is dropped with this function's frame).
+        let progress = self
+            .inner
+            .notices
+            .ticket(&tool.service, session, &tool.name, &span);
+        params.set_progress_token(progress.token());
         // Questions the server asks during the call belong to this session (elicitation), and
         // the call timeout counts the server's time only: it stands while one waits for the
         // person.

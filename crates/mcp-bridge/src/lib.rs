@@ -53,6 +53,7 @@ mod intent;
 mod learning;
 mod lifecycle;
 mod names;
+mod notices;
 #[cfg(feature = "http")]
 pub mod oauth;
 mod offers;
@@ -82,6 +83,7 @@ pub use intent::{
     Intent, IntentChain, IntentRecognizer, KeywordRecognizer, McpIntent, McpRecognizer, McpTrigger,
 };
 pub use learning::LearnFromUse;
+pub use notices::{MAX_NOTICE_TEXT, MAX_SUBSCRIPTIONS, McpNotice, NOTICE_BUFFER};
 pub use offers::{
     CompletionOf, MAX_LISTED, MAX_PAGES, McpPrompt, McpPromptArgument, McpResource,
     McpResourceTemplate,

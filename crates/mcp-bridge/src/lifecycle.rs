@@ -254,16 +254,31 @@ async fn finish_start(
             }
         }
     };
-    let hooks = match inner.upgrade() {
-        Some(i) => (i.catalog_epoch.clone(), i.elicitation.clone()),
-        None => {
-            return Err(BridgeError::StartFailed {
-                service: name,
-                reason: "the bridge was dropped before the service started".into(),
-            });
+    let Some(bridge) = inner.upgrade() else {
+        return Err(BridgeError::StartFailed {
+            service: name,
+            reason: "the bridge was dropped before the service started".into(),
+        });
+    };
+    let hooks = crate::connection::Hooks {
+        epoch: bridge.catalog_epoch.clone(),
+        elicitation: bridge.elicitation.clone(),
+        notices: bridge.notices.clone(),
+    };
+    #[cfg(feature = "http")]
+    let config = {
+        let template = lock(&bridge.oauth).clone();
+        match config.with_file_oauth(template.as_ref()) {
+            Ok(config) => config,
+            Err(reason) => {
+                drop(bridge);
+                return failed_to_start(&inner, &name, generation, reason);
+            }
         }
     };
+    drop(bridge);
     let launched = Connection::launch(&config, generation, hooks, on_failure).await;
+    let weak_inner = inner.clone();
     let Some(inner) = inner.upgrade() else {
         if let Ok(connection) = launched {
             connection.end(None);
@@ -292,19 +307,34 @@ async fn finish_start(
             }
         }
         Err(reason) => {
-            tracing::warn!(service = %name, "MCP service failed to start: {reason}");
-            if let Some(svc) = lock(&inner.services).get_mut(&name)
-                && svc.generation == generation
-            {
-                svc.state = State::Error(reason.clone());
-                recovery::record_failure(svc, tokio::time::Instant::now(), false);
-            }
-            Err(BridgeError::StartFailed {
-                service: name,
-                reason,
-            })
+            drop(inner);
+            return failed_to_start(&weak_inner, &name, generation, reason);
         }
     };
     inner.notify();
     result
+}
+
+/// Records that the start of `name` (this `generation`) failed for `reason`, unless it was
+/// stopped or restarted meanwhile.
+fn failed_to_start(
+    inner: &Weak<Inner>,
+    name: &str,
+    generation: u64,
+    reason: String,
+) -> Result<(), BridgeError> {
+    tracing::warn!(service = %name, "MCP service failed to start: {reason}");
+    if let Some(inner) = inner.upgrade() {
+        if let Some(svc) = lock(&inner.services).get_mut(name)
+            && svc.generation == generation
+        {
+            svc.state = State::Error(reason.clone());
+            recovery::record_failure(svc, tokio::time::Instant::now(), false);
+        }
+        inner.notify();
+    }
+    Err(BridgeError::StartFailed {
+        service: name.to_owned(),
+        reason,
+    })
 }

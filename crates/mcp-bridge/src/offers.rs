@@ -17,7 +17,8 @@ use std::time::Duration;
 use rmcp::ServiceError;
 use rmcp::model::{
     ArgumentInfo, CompleteRequestParams, ContentBlock, Cursor, GetPromptRequestParams,
-    PaginatedRequestParams, ReadResourceRequestParams, Reference, Role,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, Reference, Role,
+    SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use serde::Serialize;
 use toolwright_core::{Message, Part};
@@ -25,7 +26,9 @@ use toolwright_core::{Message, Part};
 use crate::bridge::McpBridge;
 use crate::connection::Connection;
 use crate::error::BridgeError;
+use crate::notices::{MAX_SUBSCRIPTIONS, McpNotice};
 use crate::registry::ServiceStatus;
+use crate::sync::lock;
 
 /// Most entries one list keeps.
 pub const MAX_LISTED: usize = 10_000;
@@ -280,6 +283,77 @@ impl McpBridge {
         Ok(values)
     }
 
+    /// Asks `service` to say when the resource `uri` changes (`resources/subscribe`): each
+    /// change is then an [`McpNotice::ResourceUpdated`] on [`McpBridge::notices`]. The
+    /// subscription outlives a restart of the server (it is made again when the service
+    /// starts). At most [`MAX_SUBSCRIPTIONS`] per service; subscribing twice is one
+    /// subscription.
+    ///
+    /// Servers on the session revisions (up to 2025-11-25) that offer subscriptions; on a
+    /// 2026-07-28 connection this is `NotOffered` (that revision subscribes through a listen
+    /// stream, which the bridge does not open).
+    pub async fn subscribe(&self, service: &str, uri: &str) -> Result<(), BridgeError> {
+        let (c, timeout) = self.offering(service, Feature::Subscriptions).await?;
+        {
+            let mut subscribed = lock(&self.inner.notices.subscribed);
+            let uris = subscribed.entry(service.to_owned()).or_default();
+            if !uris.contains(uri) && uris.len() >= MAX_SUBSCRIPTIONS {
+                return Err(BridgeError::Request {
+                    service: service.to_owned(),
+                    method: "resources/subscribe",
+                    reason: format!(
+                        "a service holds at most {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe from one first"
+                    ),
+                });
+            }
+            uris.insert(uri.to_owned());
+        }
+        #[allow(deprecated)] // the session revisions' way, which these servers speak
+        let asked = c.peer.subscribe(SubscribeRequestParams::new(uri));
+        let answered = within(service, "resources/subscribe", timeout, asked).await;
+        if answered.is_err() {
+            self.forget_subscription(service, uri);
+        }
+        answered
+    }
+
+    /// Ends the subscription to `uri` (`resources/unsubscribe`): no more notices for it, even
+    /// if the server goes on sending them.
+    pub async fn unsubscribe(&self, service: &str, uri: &str) -> Result<(), BridgeError> {
+        if !self.forget_subscription(service, uri) {
+            return Ok(());
+        }
+        let Some((c, timeout)) = self.connection_of(service) else {
+            return Ok(()); // not running: nothing to tell, and it will not be made again
+        };
+        #[allow(deprecated)]
+        let asked = c.peer.unsubscribe(UnsubscribeRequestParams::new(uri));
+        within(service, "resources/unsubscribe", timeout, asked).await
+    }
+
+    /// Removes `uri` from `service`'s subscriptions; whether it was there.
+    fn forget_subscription(&self, service: &str, uri: &str) -> bool {
+        let mut subscribed = lock(&self.inner.notices.subscribed);
+        let Some(uris) = subscribed.get_mut(service) else {
+            return false;
+        };
+        let was = uris.remove(uri);
+        if uris.is_empty() {
+            subscribed.remove(service);
+        }
+        was
+    }
+
+    /// What servers say between answers, from now on: progress of running calls, log
+    /// messages, subscribed resources that changed, and changed lists ([`McpNotice`]).
+    ///
+    /// Each receiver gets every notice sent after it was made. One that falls more than
+    /// [`NOTICE_BUFFER`](crate::NOTICE_BUFFER) notices behind loses the oldest and is told how
+    /// many (`RecvError::Lagged`); a server is never slowed by a reader.
+    pub fn notices(&self) -> tokio::sync::broadcast::Receiver<McpNotice> {
+        self.inner.notices.receiver()
+    }
+
     /// The running connection of `service` when its server offers `feature` (started first
     /// when it is registered but not running), with its call timeout.
     async fn offering(
@@ -309,6 +383,10 @@ impl McpBridge {
                 Feature::Resources => caps.resources.is_some(),
                 Feature::Prompts => caps.prompts.is_some(),
                 Feature::Completions => caps.completions.is_some(),
+                Feature::Subscriptions => {
+                    info.protocol_version < ProtocolVersion::V_2026_07_28
+                        && caps.resources.as_ref().and_then(|r| r.subscribe) == Some(true)
+                }
             }
         });
         if !offered {
@@ -326,6 +404,7 @@ enum Feature {
     Resources,
     Prompts,
     Completions,
+    Subscriptions,
 }
 
 impl Feature {
@@ -334,6 +413,7 @@ impl Feature {
             Self::Resources => "resources",
             Self::Prompts => "prompts",
             Self::Completions => "completions",
+            Self::Subscriptions => "resource subscriptions",
         }
     }
 }

@@ -409,3 +409,59 @@ async fn accepted_elicitation_content_keeps_the_values_the_application_gave() {
     );
     b.stop("se").await.unwrap();
 }
+
+/// Waits for a person until dropped; says when the question was withdrawn.
+struct Waiting {
+    asked: tokio::sync::Notify,
+    withdrawn: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Sets its flag when dropped: the elicitor's question was withdrawn.
+struct OnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl Elicitor for Waiting {
+    async fn elicit(&self, _request: ElicitationRequest) -> ElicitationAnswer {
+        let _withdrawn = OnDrop(self.withdrawn.clone());
+        self.asked.notify_one();
+        std::future::pending().await
+    }
+}
+
+/// A server that stops waiting for its question (`notifications/cancelled`) withdraws it from
+/// the person at once, not at the elicitor's time limit.
+#[tokio::test]
+async fn a_question_the_server_cancels_is_withdrawn_from_the_person() {
+    let server = testkit::McpHttpServer::start_session_only().await;
+    let b = session_bridge(&server).await;
+    let withdrawn = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let person = Arc::new(Waiting {
+        asked: tokio::sync::Notify::new(),
+        withdrawn: withdrawn.clone(),
+    });
+    b.set_elicitor(person.clone(), Duration::from_secs(600));
+    let out = b
+        .call("se__ask_then_give_up", json!({}))
+        .await
+        .map(|o| text(&o.value))
+        .unwrap();
+    assert!(out.contains("gave up"), "{out}");
+    tokio::time::timeout(Duration::from_secs(5), person.asked.notified())
+        .await
+        .ok();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !withdrawn.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the question was not withdrawn within 5 s of the server's cancel"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.stop("se").await.unwrap();
+}

@@ -383,3 +383,51 @@ async fn a_token_the_server_refuses_before_its_expiry_is_refreshed_once() {
             .is_some_and(|t| oauth2::TokenResponse::refresh_token(&t).is_some())
     );
 }
+
+/// `"oauth"` in the config file: a remote entry that asks for it starts only once the
+/// application said how the person signs in (`set_oauth`), and fails before any request with a
+/// message that says so; an entry that cannot work is kept out of service with the reason.
+#[tokio::test]
+async fn a_config_file_entry_asking_for_oauth_needs_the_applications_sign_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mcp.json");
+    std::fs::write(
+        &path,
+        json!({"mcpServers": {
+            "remote": {"url": "http://127.0.0.1:9/mcp", "oauth": {"scopes": ["read"]}},
+            "local": {"command": "node", "oauth": true},
+            "typo": {"url": "http://127.0.0.1:9/mcp", "oauth": {"scope": "read"}}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let bridge = toolwright_mcp_bridge::McpBridge::with_config_file(&path).unwrap();
+    let names: Vec<String> = bridge
+        .services()
+        .into_iter()
+        .map(|s| s.config.name)
+        .collect();
+    assert_eq!(
+        names,
+        ["remote"],
+        "the two entries that cannot work are kept out"
+    );
+    let err = bridge.start("remote").await.unwrap_err().to_string();
+    assert!(err.contains("set_oauth"), "{err}");
+    // The file is written back as it was, the `oauth` entries and the skipped ones included.
+    bridge
+        .update("remote", toolwright_mcp_bridge::ServiceUpdate::default())
+        .await
+        .unwrap();
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        saved["mcpServers"]["remote"]["oauth"],
+        json!({"scopes": ["read"]})
+    );
+    assert_eq!(saved["mcpServers"]["local"]["oauth"], json!(true));
+    assert_eq!(
+        saved["mcpServers"]["typo"]["oauth"],
+        json!({"scope": "read"})
+    );
+}

@@ -13,16 +13,19 @@
 //!     "listen": "127.0.0.1:8808",
 //!     "path": "/mcp",
 //!     "allowedHosts": ["localhost", "127.0.0.1"],
-//!     "allowedOrigins": []
+//!     "allowedOrigins": [],
+//!     "stateful": false
 //!   }
 //! }
 //! ```
 //!
 //! `tools`: `"demo"` for the [demo tools](crate::demo), `"conformance"` for the conformance
-//! suite's tool fixtures. `mcpConfig`: an `mcpServers` file (the
+//! suite's fixtures (its tools, resources and prompts). `mcpConfig`: an `mcpServers` file (the
 //! MCP bridge's format, relative to this file) whose servers' tools are served too, with
 //! their own `requireApproval` settings. `stateKeyEnv`: the environment variable holding the
 //! key (at least 32 bytes) that seals approval state; give every worker the same one.
+//! `http.stateful`: keep a session per client in this process
+//! ([`HttpOptions::stateful`](crate::HttpOptions::stateful)) instead of serving stateless.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -80,6 +83,9 @@ pub struct HttpConfig {
     /// Web origins whose pages may call (default the loopback origins).
     #[serde(default)]
     pub allowed_origins: Vec<String>,
+    /// Keep a session per client instead of serving stateless (default `false`).
+    #[serde(default)]
+    pub stateful: bool,
 }
 
 fn default_listen() -> String {
@@ -96,6 +102,7 @@ impl Default for HttpConfig {
             path: default_path(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
+            stateful: false,
         }
     }
 }
@@ -158,6 +165,11 @@ impl ServeConfig {
             .iter()
             .fold(ApprovalPolicy::new(), |p, t| p.always(t.clone()));
         let mut builder = McpServer::builder(Arc::new(dispatcher)).approval_policy(policy);
+        if self.tools.iter().any(|t| t == "conformance") {
+            builder = builder
+                .resources(crate::demo::ConformanceResources)
+                .prompts(crate::demo::ConformancePrompts);
+        }
         if let Some(ms) = self.approval_timeout_ms {
             builder = builder.approval_timeout(Duration::from_millis(ms));
         }
@@ -174,7 +186,9 @@ impl ServeConfig {
 
     /// The HTTP options the file describes.
     pub fn http_options(&self) -> HttpOptions {
-        let mut o = HttpOptions::default().path(self.http.path.clone());
+        let mut o = HttpOptions::default()
+            .path(self.http.path.clone())
+            .stateful(self.http.stateful);
         if !self.http.allowed_origins.is_empty() {
             o = o.allowed_origins(self.http.allowed_origins.clone());
         }

@@ -1,15 +1,19 @@
-//! Streamable HTTP: the server as an axum router, stateless.
+//! Streamable HTTP: the server as an axum router, stateless (the default) or with sessions.
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use crate::auth::{ProtectedResource, require_token};
 use crate::error::ServeError;
 use crate::server::McpServer;
+
+/// How long a client waits before it reconnects to a closed SSE stream (stateful mode).
+const SSE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How the HTTP endpoint is offered: where, to which `Host` names and `Origin`s, and behind
 /// which authorization.
@@ -19,6 +23,7 @@ pub struct HttpOptions {
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
     protected: Option<ProtectedResource>,
+    stateful: bool,
 }
 
 impl Default for HttpOptions {
@@ -34,6 +39,7 @@ impl Default for HttpOptions {
                 "http://[::1]:*".into(),
             ],
             protected: None,
+            stateful: false,
         }
     }
 }
@@ -62,6 +68,18 @@ impl HttpOptions {
         self
     }
 
+    /// Keep a session per client (`Mcp-Session-Id`) in this process instead of serving
+    /// stateless (the default). A session lets a tool ask the client mid-call (sampling,
+    /// elicitation, an approval over protocols before 2026-07-28), lets a client watch
+    /// resources (`resources/subscribe`) and keep a log level, and streams answers as SSE
+    /// with event ids (a priming event, a `retry` interval) that a client resumes with
+    /// `Last-Event-ID`. The cost: every request of a session must reach the process that
+    /// holds it (sticky routing behind a load balancer), and a restart ends the sessions.
+    pub fn stateful(mut self, stateful: bool) -> Self {
+        self.stateful = stateful;
+        self
+    }
+
     /// Serve as an OAuth protected resource: its metadata document, and a valid bearer token
     /// on every MCP request.
     pub fn protected(mut self, resource: ProtectedResource) -> Self {
@@ -71,9 +89,9 @@ impl HttpOptions {
 }
 
 impl McpServer {
-    /// The server as an axum router: the MCP endpoint at the options' path (Streamable HTTP,
-    /// stateless, JSON answers unless a call streams) and, when protected, the metadata
-    /// document.
+    /// The server as an axum router: the MCP endpoint at the options' path (Streamable HTTP;
+    /// stateless with JSON answers unless a call streams, or with sessions and SSE answers when
+    /// [`HttpOptions::stateful`]) and, when protected, the metadata document.
     pub fn router(&self, options: HttpOptions) -> Result<axum::Router, ServeError> {
         if !options.path.starts_with('/') {
             return Err(ServeError::Config(format!(
@@ -86,25 +104,36 @@ impl McpServer {
                 "name at least one allowed host: without a Host check a web page could reach the server by DNS rebinding".into(),
             ));
         }
-        let server = Self {
-            session: false,
-            ..self.clone()
-        };
-        let config = StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(false)
-            .with_json_response(true)
-            .with_sse_keep_alive(None)
+        let base = StreamableHttpServerConfig::default()
             .with_allowed_hosts(options.allowed_hosts)
             .with_allowed_origins(options.allowed_origins)
             .enforce_origin_validation();
-        let service = StreamableHttpService::new(
-            move || Ok(server.clone()),
-            Arc::new(NeverSessionManager::default()),
-            config,
-        );
-        let mut mcp = axum::Router::new()
-            .route_service(&options.path, service)
-            .layer(axum::middleware::from_fn(parse_errors_as_json_rpc));
+        let server = self.clone();
+        let path = options.path.clone();
+        let endpoint = if options.stateful {
+            let config = base
+                .with_legacy_session_mode(true)
+                .with_json_response(false)
+                .with_sse_retry(Some(SSE_RETRY));
+            let service = StreamableHttpService::new(
+                move || Ok(server.for_connection(true)),
+                Arc::new(LocalSessionManager::default()),
+                config,
+            );
+            axum::Router::new().route_service(&path, service)
+        } else {
+            let config = base
+                .with_legacy_session_mode(false)
+                .with_json_response(true)
+                .with_sse_keep_alive(None);
+            let service = StreamableHttpService::new(
+                move || Ok(server.for_connection(false)),
+                Arc::new(NeverSessionManager::default()),
+                config,
+            );
+            axum::Router::new().route_service(&path, service)
+        };
+        let mut mcp = endpoint.layer(axum::middleware::from_fn(parse_errors_as_json_rpc));
         if let Some(pr) = options.protected {
             let pr = Arc::new(pr);
             mcp = mcp.layer(axum::middleware::from_fn_with_state(

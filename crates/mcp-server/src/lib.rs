@@ -4,8 +4,19 @@
 //! [rmcp](https://docs.rs/rmcp).
 //!
 //! - **Transports.** [`McpServer::serve_stdio`] (one client on stdin/stdout) and
-//!   [`McpServer::router`] (Streamable HTTP on axum, stateless: no session lives in a worker, so
-//!   any number of workers can stand behind one load balancer).
+//!   [`McpServer::router`] (Streamable HTTP on axum, stateless by default: no session lives in a
+//!   worker, so any number of workers can stand behind one load balancer; with
+//!   [`HttpOptions::stateful`], a session per client in this process, needed for requests to the
+//!   client mid-call and for subscriptions, at the price of sticky routing).
+//! - **Resources, prompts, completions.** [`McpServerBuilder::resources`] and
+//!   [`McpServerBuilder::prompts`] take a [`Resources`] and a [`Prompts`] source: list, read,
+//!   templates, subscribe ([`McpServer::notify_resource_updated`]), get, and completion of their
+//!   arguments; bounded by [`McpServerBuilder::max_resource_bytes`] and
+//!   [`McpServerBuilder::max_subscriptions`], refused with [`OfferError`]s.
+//! - **Tools that talk to the client.** A tool's
+//!   [`ToolContext::caller`](toolwright_core::ToolContext::caller) is the calling client: log
+//!   lines (at the level the client set), progress (on its progress token), sampling and
+//!   elicitation (over a session, on protocols before 2026-07-28).
 //! - **Approvals.** A call that the [`ApprovalPolicy`](toolwright_tool_system::ApprovalPolicy)
 //!   or its provider holds is asked of the calling client's person by elicitation. Over protocol
 //!   2026-07-28 that is a multi round-trip `input_required` result whose state is sealed with
@@ -39,14 +50,24 @@
 
 mod approval;
 mod auth;
+mod caller;
 pub mod config;
 mod content;
 pub mod demo;
 mod error;
 mod http;
+mod offers;
 mod server;
 
 pub use auth::{ProtectedResource, TokenVerifier, VerifiedToken};
+pub use caller::MAX_SAMPLE_TOKENS;
 pub use error::ServeError;
 pub use http::HttpOptions;
-pub use server::{McpServer, McpServerBuilder};
+pub use offers::{MAX_COMPLETIONS, OfferError, Prompts, Resources, match_uri_template};
+pub use server::{
+    DEFAULT_MAX_RESOURCE_BYTES, DEFAULT_MAX_SUBSCRIPTIONS, McpServer, McpServerBuilder,
+};
+
+/// The rmcp model types the [`Resources`] and [`Prompts`] traits speak (rmcp's `model`
+/// module, re-exported so an implementation needs no rmcp dependency of its own).
+pub use rmcp::model as rmcp_model;

@@ -1,23 +1,85 @@
 //! [`McpServer`]: the rmcp server handler over a [`Dispatcher`].
 
+// MCP logging and `resources/subscribe` are deprecated from protocol 2026-07-28 on (rmcp marks
+// them), and still what every client of the earlier revisions uses.
+#![allow(deprecated)]
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, RequestStateCodec, ServerCapabilities, ServerConfig,
-    Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    CompletionInfo, ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Reference, RequestStateCodec, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
-use toolwright_core::ToolContext;
+use toolwright_core::{CallerHandle, ToolContext};
 use toolwright_tool_system::{ApprovalPolicy, Dispatcher};
 
 use crate::approval::{Asker, Gate, gate};
+use crate::caller::McpCaller;
 use crate::content::to_call_result;
 use crate::error::ServeError;
+use crate::offers::{
+    MAX_COMPLETIONS, OfferError, Prompts, Resources, Subscriptions, contents_size,
+    match_uri_template,
+};
+
+/// The most bytes one `resources/read` answer carries by default: 16 MiB.
+pub const DEFAULT_MAX_RESOURCE_BYTES: usize = 16 << 20;
+
+/// The most resources one session may watch by default.
+pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 100;
+
+fn rank(l: LoggingLevel) -> u8 {
+    match l {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// What one connection (a stdio client, an HTTP session, a stateless request) keeps: the
+/// log level its client asked for and its key among the resource watchers.
+pub(crate) struct SessionState {
+    key: u64,
+    min_level: AtomicU8,
+    subscriptions: Arc<Subscriptions>,
+}
+
+impl SessionState {
+    fn new(subscriptions: Arc<Subscriptions>) -> Self {
+        Self {
+            key: subscriptions.session_key(),
+            // until the client sets a level: info and above
+            min_level: AtomicU8::new(rank(LoggingLevel::Info)),
+            subscriptions,
+        }
+    }
+
+    /// Whether a log line of level `l` goes to the client.
+    pub(crate) fn logs(&self, l: LoggingLevel) -> bool {
+        rank(l) >= self.min_level.load(Ordering::Relaxed)
+    }
+}
+
+/// The session ended: it watches nothing any more.
+impl Drop for SessionState {
+    fn drop(&mut self) {
+        self.subscriptions.forget(self.key);
+    }
+}
 
 /// How long a question to the person waits by default: 5 minutes.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -31,6 +93,11 @@ pub(crate) struct Inner {
     version: String,
     instructions: Option<String>,
     calls: AtomicU64,
+    resources: Option<Arc<dyn Resources>>,
+    prompts: Option<Arc<dyn Prompts>>,
+    max_resource_bytes: usize,
+    max_subscriptions: usize,
+    subscriptions: Arc<Subscriptions>,
 }
 
 /// An MCP server over a [`Dispatcher`]'s tools (see the crate docs). Cheap to clone.
@@ -38,8 +105,10 @@ pub(crate) struct Inner {
 pub struct McpServer {
     pub(crate) inner: Arc<Inner>,
     /// Whether this connection keeps a session, so that the server may send the client a
-    /// request (an `elicitation/create`) and read its answer: stdio yes, stateless HTTP no.
+    /// request (an `elicitation/create`) and read its answer: stdio and stateful HTTP yes,
+    /// stateless HTTP no.
     pub(crate) session: bool,
+    pub(crate) state: Arc<SessionState>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -60,6 +129,10 @@ pub struct McpServerBuilder {
     name: String,
     version: String,
     instructions: Option<String>,
+    resources: Option<Arc<dyn Resources>>,
+    prompts: Option<Arc<dyn Prompts>>,
+    max_resource_bytes: usize,
+    max_subscriptions: usize,
 }
 
 impl std::fmt::Debug for McpServerBuilder {
@@ -81,15 +154,45 @@ impl McpServer {
             name: "toolwright".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             instructions: None,
+            resources: None,
+            prompts: None,
+            max_resource_bytes: DEFAULT_MAX_RESOURCE_BYTES,
+            max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
         }
+    }
+
+    /// The server for one new connection: its own log level and subscriptions.
+    pub(crate) fn for_connection(&self, session: bool) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            session,
+            state: Arc::new(SessionState::new(Arc::clone(&self.inner.subscriptions))),
+        }
+    }
+
+    /// Tells every session that watches `uri` (`resources/subscribe`) that it changed
+    /// (`notifications/resources/updated`); how many were told. A session that has gone is
+    /// forgotten.
+    pub async fn notify_resource_updated(&self, uri: &str) -> usize {
+        let mut told = 0;
+        for (key, peer) in self.inner.subscriptions.watchers(uri) {
+            let sent = peer
+                .notify_resource_updated(rmcp::model::ResourceUpdatedNotificationParam::new(uri))
+                .await;
+            match sent {
+                Ok(()) => told += 1,
+                Err(e) => {
+                    tracing::debug!(%uri, "resource watcher gone: {e}");
+                    self.inner.subscriptions.forget(key);
+                }
+            }
+        }
+        told
     }
 
     /// Serves one client on this process's stdin and stdout until it closes them.
     pub async fn serve_stdio(self) -> Result<(), ServeError> {
-        let server = Self {
-            session: true,
-            ..self
-        };
+        let server = self.for_connection(true);
         let running = server
             .serve(rmcp::transport::stdio())
             .await
@@ -147,6 +250,33 @@ impl McpServerBuilder {
         self
     }
 
+    /// Offer these resources (`resources/list`, `read`, `templates/list`, `subscribe`) and
+    /// complete their templates' arguments.
+    pub fn resources(mut self, resources: impl Resources + 'static) -> Self {
+        self.resources = Some(Arc::new(resources));
+        self
+    }
+
+    /// Offer these prompts (`prompts/list`, `get`) and complete their arguments.
+    pub fn prompts(mut self, prompts: impl Prompts + 'static) -> Self {
+        self.prompts = Some(Arc::new(prompts));
+        self
+    }
+
+    /// The most bytes one `resources/read` answer may carry (default 16 MiB); a larger
+    /// resource is refused with an error that says so.
+    pub fn max_resource_bytes(mut self, bytes: usize) -> Self {
+        self.max_resource_bytes = bytes;
+        self
+    }
+
+    /// The most resources one session may watch (default 100); one more is refused until it
+    /// unsubscribes from another.
+    pub fn max_subscriptions(mut self, n: usize) -> Self {
+        self.max_subscriptions = n;
+        self
+    }
+
     /// The server.
     pub fn build(self) -> McpServer {
         let key = self.key.unwrap_or_else(|| {
@@ -154,7 +284,9 @@ impl McpServerBuilder {
             rand::fill(&mut k[..]);
             k
         });
+        let subscriptions = Arc::new(Subscriptions::default());
         McpServer {
+            state: Arc::new(SessionState::new(Arc::clone(&subscriptions))),
             inner: Arc::new(Inner {
                 dispatcher: self.dispatcher,
                 policy: self.policy,
@@ -164,6 +296,11 @@ impl McpServerBuilder {
                 version: self.version,
                 instructions: self.instructions,
                 calls: AtomicU64::new(0),
+                resources: self.resources,
+                prompts: self.prompts,
+                max_resource_bytes: self.max_resource_bytes,
+                max_subscriptions: self.max_subscriptions,
+                subscriptions,
             }),
             session: false,
         }
@@ -188,11 +325,28 @@ fn to_tool(spec: &toolwright_core::ToolSpec) -> Tool {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                self.inner.name.clone(),
-                self.inner.version.clone(),
-            ));
+        let mut caps = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_tools()
+            .build();
+        let (resources, prompts) = (self.inner.resources.is_some(), self.inner.prompts.is_some());
+        if !resources {
+            caps.resources = None;
+        }
+        if !prompts {
+            caps.prompts = None;
+        }
+        if !resources && !prompts {
+            caps.completions = None;
+        }
+        let mut info = ServerConfig::new(caps).with_server_info(Implementation::new(
+            self.inner.name.clone(),
+            self.inner.version.clone(),
+        ));
         if let Some(i) = &self.inner.instructions {
             info = info.with_instructions(i.clone());
         }
@@ -236,7 +390,15 @@ impl ServerHandler for McpServer {
             }
         }
         let n = self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        let ctx = ToolContext::new(format!("mcp-{}-{n}", context.id));
+        let caller = McpCaller {
+            peer: context.peer.clone(),
+            progress_token: context.meta.get_progress_token(),
+            state: Arc::clone(&self.state),
+            session: self.session,
+            timeout: self.inner.approval_timeout,
+        };
+        let ctx = ToolContext::new(format!("mcp-{}-{n}", context.id))
+            .with_caller(CallerHandle::new(caller));
         let outcome = tokio::select! {
             o = self.inner.dispatcher.dispatch(&name, args, ctx) => o,
             () = context.ct.cancelled() => {
@@ -244,5 +406,174 @@ impl ServerHandler for McpServer {
             }
         };
         Ok(to_call_result(outcome).into())
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.state
+            .min_level
+            .store(rank(request.level), Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let r = self.resources()?;
+        Ok(ListResourcesResult::with_all_items(r.list().await))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let r = self.resources()?;
+        Ok(ListResourceTemplatesResult::with_all_items(
+            r.templates().await,
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let r = self.resources()?;
+        let limit = self.inner.max_resource_bytes;
+        let contents = r.read(&request.uri, limit).await?;
+        let size = contents_size(&contents);
+        if size > limit as u64 {
+            tracing::warn!(uri = %request.uri, size, limit, "resource refused: larger than the limit");
+            return Err(OfferError::TooLarge {
+                uri: request.uri,
+                size,
+                limit,
+            }
+            .into());
+        }
+        Ok(ReadResourceResult::new(contents).into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let r = self.resources()?;
+        if !self.session {
+            return Err(ErrorData::invalid_request(
+                "this connection keeps no session to send updates to: serve over stdio or stateful HTTP (`\"stateful\": true`) to subscribe",
+                None,
+            ));
+        }
+        if !self.offers_uri(r.as_ref(), &request.uri).await {
+            return Err(OfferError::UnknownResource(request.uri).into());
+        }
+        self.inner.subscriptions.add(
+            self.state.key,
+            &request.uri,
+            context.peer,
+            self.inner.max_subscriptions,
+        )
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.resources()?;
+        self.inner
+            .subscriptions
+            .remove(self.state.key, &request.uri);
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let p = self.prompts()?;
+        Ok(ListPromptsResult::with_all_items(p.list().await))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let p = self.prompts()?;
+        let args = request.arguments.unwrap_or_default();
+        Ok(p.get(&request.name, &args).await?.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let arg = &request.argument;
+        let values = match &request.r#ref {
+            Reference::Prompt(p) => {
+                self.prompts()?
+                    .complete(&p.name, &arg.name, &arg.value)
+                    .await?
+            }
+            Reference::Resource(t) => {
+                self.resources()?
+                    .complete(&t.uri, &arg.name, &arg.value)
+                    .await?
+            }
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "completions are for ref/prompt and ref/resource, not {}",
+                        other.reference_type()
+                    ),
+                    None,
+                ));
+            }
+        };
+        let total = values.len();
+        let values: Vec<String> = values.into_iter().take(MAX_COMPLETIONS).collect();
+        let info = CompletionInfo::with_pagination(
+            values,
+            u32::try_from(total).ok(),
+            total > MAX_COMPLETIONS,
+        )
+        .map_err(|e| ErrorData::internal_error(e, None))?;
+        Ok(CompleteResult::new(info))
+    }
+}
+
+impl McpServer {
+    fn resources(&self) -> Result<Arc<dyn Resources>, ErrorData> {
+        self.inner
+            .resources
+            .clone()
+            .ok_or_else(ErrorData::method_not_found::<rmcp::model::ListResourcesRequestMethod>)
+    }
+
+    fn prompts(&self) -> Result<Arc<dyn Prompts>, ErrorData> {
+        self.inner
+            .prompts
+            .clone()
+            .ok_or_else(ErrorData::method_not_found::<rmcp::model::ListPromptsRequestMethod>)
+    }
+
+    /// Whether `uri` is a listed resource or one a template names.
+    async fn offers_uri(&self, r: &dyn Resources, uri: &str) -> bool {
+        r.list().await.iter().any(|x| x.uri == uri)
+            || r.templates()
+                .await
+                .iter()
+                .any(|t| match_uri_template(&t.uri_template, uri).is_some())
     }
 }

@@ -100,3 +100,37 @@ async fn a_config_that_serves_nothing_is_refused_with_what_to_do() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("serves no tools"), "{err}");
 }
+
+#[tokio::test]
+async fn over_stdio_a_tool_logs_and_asks_the_clients_model_and_person() {
+    use rmcp::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("serve.json");
+    std::fs::write(&config, json!({"tools": ["conformance"]}).to_string()).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolwright-mcp"));
+    cmd.arg("serve").arg("--config").arg(&config).arg("--stdio");
+    let seen = common::RecordingClient::default();
+    let client = seen
+        .clone()
+        .serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap();
+    client
+        .call_tool(call("test_tool_with_logging", json!({})))
+        .await
+        .unwrap();
+    let r = client
+        .call_tool(call("test_sampling", json!({"prompt": "over a pipe?"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "LLM response: you asked: over a pipe?");
+    let r = client
+        .call_tool(call("test_elicitation", json!({"message": "name?"})))
+        .await
+        .unwrap();
+    assert!(text(&r).contains("action=accept"), "{r:?}");
+    assert_eq!(seen.logs.lock().unwrap().len(), 3);
+    let resources = client.list_all_resources().await.unwrap();
+    assert_eq!(resources.len(), 3);
+    client.cancel().await.unwrap();
+}

@@ -21,7 +21,9 @@
 //! `elicitation/create` during the call and answers `answered: <the client's result as
 //! JSON>`), `ask_defaults` (as `ask_now`, with a form whose fields have defaults, as the
 //! official conformance suite asks: `name` "John Doe", `age` 30, `score` 95.5, `status`
-//! "active" of an enum, `verified` true, and `nickname` with none).
+//! "active" of an enum, `verified` true, and `nickname` with none), `ask_then_give_up` (as
+//! `ask_now`, but the server stops waiting after 300 ms, tells the client with
+//! `notifications/cancelled`, and answers `gave up: …`).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -35,7 +37,7 @@ use rmcp::model::{
     PaginatedRequestParams, ProtocolVersion, RequestParamsMeta, ServerCapabilities, ServerConfig,
     ServerRequest, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{PeerRequestOptions, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
@@ -46,7 +48,8 @@ pub(crate) enum ToolSet {
     /// `crash`, `garbage`, `huge`, `add_tool`, `env`, `traceparent`, `request_id`, `cancelled`.
     #[cfg_attr(not(feature = "mcp-stdio"), allow(dead_code))]
     Process,
-    /// Over HTTP, in the test's process: `echo`, `ask`, `ask_now`, `ask_defaults`, `add_tool`.
+    /// Over HTTP, in the test's process: `echo`, `ask`, `ask_now`, `ask_defaults`,
+    /// `ask_then_give_up`, `add_tool`.
     #[default]
     InProcess,
 }
@@ -67,7 +70,14 @@ const PROCESS_TOOLS: &[&str] = &[
     "request_id",
     "cancelled",
 ];
-const IN_PROCESS_TOOLS: &[&str] = &["echo", "ask", "ask_now", "ask_defaults", "add_tool"];
+const IN_PROCESS_TOOLS: &[&str] = &[
+    "echo",
+    "ask",
+    "ask_now",
+    "ask_defaults",
+    "ask_then_give_up",
+    "add_tool",
+];
 
 impl ToolSet {
     fn names(self) -> &'static [&'static str] {
@@ -176,6 +186,10 @@ fn definition(name: &str) -> Option<Tool> {
         ),
         "ask_now" => (
             "Asks the person their name with elicitation/create mid-call (session revisions only) and answers with it.",
+            object(json!({"type": "object"})),
+        ),
+        "ask_then_give_up" => (
+            "Asks the person their name with elicitation/create mid-call (session revisions only), gives up after 300 ms (notifications/cancelled) and answers that it gave up.",
             object(json!({"type": "object"})),
         ),
         "ask_defaults" => (
@@ -453,6 +467,25 @@ impl ServerHandler for Handler {
                     "answered: {}",
                     serde_json::to_value(answer).unwrap_or(Value::Null)
                 ))
+            }
+            "ask_then_give_up" => {
+                let params: ElicitRequestParams = serde_json::from_value(name_form())
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                // Past its timeout rmcp tells the client with `notifications/cancelled`.
+                let mut options = PeerRequestOptions::no_options();
+                options.timeout = Some(Duration::from_millis(300));
+                let asked = context
+                    .peer
+                    .send_request_with_option(
+                        ServerRequest::ElicitRequest(ElicitRequest::new(params)),
+                        options,
+                    )
+                    .await
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                match asked.await_response().await {
+                    Ok(_) => text("answered in time"),
+                    Err(e) => text(format!("gave up: {e}")),
+                }
             }
             other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         }

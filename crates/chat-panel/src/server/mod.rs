@@ -239,6 +239,38 @@ impl ChatPanel {
         }
     }
 
+    /// Shows the progress `bridge`'s MCP tools report (`notifications/progress`) under the
+    /// answer of the turn whose tool call it is, as a `progress` event of that turn's stream:
+    /// the tool, how far along and what it is doing. At most ten updates a second per turn
+    /// (a call's last step always). Call once per bridge; the forwarding ends with the bridge.
+    pub fn show_progress(&self, bridge: &toolwright_mcp_bridge::McpBridge) {
+        let mut notices = bridge.notices();
+        let asks = self.app.asks.clone();
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            use toolwright_mcp_bridge::McpNotice;
+            loop {
+                match notices.recv().await {
+                    Ok(McpNotice::Progress {
+                        service,
+                        session: Some(session),
+                        tool,
+                        progress,
+                        total,
+                        message,
+                    }) => {
+                        let last_step = total.is_some_and(|t| progress >= t);
+                        let data = json!({"service": service, "tool": tool, "progress": progress,
+                                          "total": total, "message": message});
+                        asks.progress(&session, data, last_step);
+                    }
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        });
+    }
+
     /// The axum router, with the request checks (to mount it in your own server; the
     /// connection timeouts and cap are [`serve`](Self::serve)'s).
     pub fn router(&self) -> Router {

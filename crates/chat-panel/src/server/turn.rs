@@ -103,7 +103,7 @@ pub(super) async fn run_turn(
     let mut look = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // MCP servers' questions during this turn come in here (elicitation); registered before
+    // MCP servers' questions (elicitation) and tools' progress during this turn come in here; registered before
     // the turn started, they end when `turn_asks` is dropped, with this task
     let asks = &mut turn_asks.rx;
     let mut ended = false;
@@ -114,8 +114,8 @@ pub(super) async fn run_turn(
     loop {
         let next = tokio::select! {
             n = tokio::time::timeout_at(deadline, events.next()) => n,
-            Some(ask) = asks.recv() => {
-                out.send(ev("elicitation", &ask)).await;
+            Some((name, data)) = asks.recv() => {
+                out.send(ev(name, &data)).await;
                 continue;
             }
             _ = look.tick(), if !streaming => {

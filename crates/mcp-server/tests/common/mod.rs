@@ -1,20 +1,30 @@
 //! A server in this process on 127.0.0.1 and rmcp clients that answer approvals as told.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    deprecated
+)]
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use reqwest_ring as _;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
-    Implementation, ProtocolVersion,
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, ElicitationAction, Implementation,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
+    ResourceUpdatedNotificationParam, SamplingMessage,
 };
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RequestContext, RunningService};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, RequestContext, RunningService,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 use toolwright_mcp_server::{HttpOptions, McpServer};
 use toolwright_tool_system::{ApprovalPolicy, Dispatcher};
 
@@ -157,4 +167,88 @@ pub fn text(result: &rmcp::model::CallToolResult) -> String {
         .and_then(|c| c.as_text())
         .map(|t| t.text.clone())
         .unwrap_or_default()
+}
+
+/// A client on protocol 2025-11-25 that answers sampling (`you asked: PROMPT`) and elicitation
+/// (a username and an email) and keeps what the server sent it.
+#[derive(Clone, Default)]
+pub struct RecordingClient {
+    pub cannot_sample: bool,
+    pub logs: Arc<Mutex<Vec<String>>>,
+    pub progress: Arc<Mutex<Vec<f64>>>,
+    pub updated: Arc<Mutex<Vec<String>>>,
+    pub asked: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ClientHandler for RecordingClient {
+    fn get_info(&self) -> ClientConfig {
+        let caps = if self.cannot_sample {
+            ClientCapabilities::builder().enable_elicitation().build()
+        } else {
+            ClientCapabilities::builder()
+                .enable_sampling()
+                .enable_elicitation()
+                .build()
+        };
+        ClientConfig::new(caps, Implementation::new("test-client", "0"))
+            .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let asked = params.messages[0]
+            .content
+            .clone()
+            .into_vec()
+            .first()
+            .and_then(|c| c.as_text().map(|t| t.text.clone()))
+            .unwrap_or_default();
+        Ok(CreateMessageResult::new(
+            SamplingMessage::assistant_text(format!("you asked: {asked}")),
+            "test-model".into(),
+        ))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(&request).unwrap());
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(json!({"username": "ann", "email": "ann@example.com"})))
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.logs
+            .lock()
+            .unwrap()
+            .push(params.data.as_str().unwrap_or_default().to_owned());
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push(params.progress);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.updated.lock().unwrap().push(params.uri);
+    }
 }
