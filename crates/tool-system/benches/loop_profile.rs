@@ -7,7 +7,8 @@
 //! `loop_profile off N`, `loop_profile traced N` (a subscriber that takes every span and
 //! exports nothing, set for the scope of the runs as the criterion bench does) or
 //! `loop_profile traced-global N` (the same subscriber set as the process's default, as an
-//! application does with `init()`) under `valgrind --tool=callgrind`; the instructions of one
+//! application does with `init()`) or `loop_profile held N` (a run held for approval, then
+//! approved and resumed: `loop_overhead`'s `native_run_held_and_resumed`) under `valgrind --tool=callgrind`; the instructions of one
 //! run are (IR(2N) - IR(N)) / N. Without arguments (as `cargo bench` runs it) it does nothing.
 //!
 //! `loop_profile paired N` times tracing off against on by the clock the only way this VM's
@@ -33,6 +34,24 @@ fn main() {
     if mode == "paired" {
         paired(&rt, runs);
         return;
+    }
+    if mode == "held" {
+        // `loop_overhead`'s `native_run_held_and_resumed`: the call is held for approval, then
+        // approved and the run goes on.
+        let agent = common::noop_agent(common::Instant, |b| {
+            b.protocol(ProtocolKind::Native)
+                .require_approval("noop")
+                .approval_key(toolwright_tool_system::ApprovalKey::new([7u8; 32]).unwrap())
+        });
+        for i in 0..runs {
+            rt.block_on(async {
+                let id = format!("s{i}");
+                let out = agent.run(&id, "go").await.unwrap();
+                let held = out.pending_approval.unwrap();
+                agent.resume(&id, &[held.calls[0].approve()]).await.unwrap()
+            });
+        }
+        std::process::exit(0);
     }
     let agent = common::noop_agent(common::Instant, |b| b.protocol(ProtocolKind::Native));
     let go = || {

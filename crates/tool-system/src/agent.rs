@@ -103,6 +103,28 @@ impl Agent {
         .await
     }
 
+    /// This agent's run as a sub-agent under a run that holds for it (see
+    /// [`crate::runner::run_nested`]).
+    pub(crate) async fn run_nested(
+        &self,
+        session_id: &str,
+        text: &str,
+        resumed: Option<crate::run::AgentRun>,
+        held_up: &std::sync::Mutex<Option<crate::run::AgentRun>>,
+    ) -> Result<LoopOutput, LoopError> {
+        crate::runner::run_nested(
+            &*self.model,
+            &*self.store,
+            &self.dispatcher,
+            session_id,
+            text,
+            resumed,
+            held_up,
+            &self.options,
+        )
+        .await
+    }
+
     /// Answers `text` like [`run`](Self::run), with the answer as a `T`: tools stay available
     /// while the model works, and its final answer must be JSON that fits `T`'s schema
     /// (`schemars`). The schema goes to the model in the system prompt, in the form the call

@@ -516,11 +516,12 @@ impl Dispatcher {
         let tool_name = name.to_owned();
         // Aborted when this future is dropped (the loop was cancelled) or the time is up.
         // The task carries the tool call's span: an MCP request made in it is its child.
-        // The task also carries the sub-agent path: a sub-agent called in it sees where it runs.
-        let path = crate::nesting::current_path();
+        // The task also carries where it runs among sub-agents: a sub-agent called in it sees
+        // its path, and the run it answers to.
+        let nest = crate::nesting::current();
         let mut task = AbortOnDrop(tokio::spawn(
             crate::nesting::within(
-                path,
+                nest,
                 async move { provider.call(&tool_name, args, ctx).await },
             )
             .instrument(span.clone()),

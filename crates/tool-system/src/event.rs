@@ -96,6 +96,15 @@ pub enum LoopError {
     /// The model call failed.
     #[error("model call failed: {0}")]
     Model(#[from] ModelError),
+    /// The held run being resumed belongs to an agent the turn was handed to by handoff
+    /// `name`, which this agent (or the one before it) no longer has: the run is kept as it is.
+    #[error(
+        "the held run belongs to the agent reached by handoff `{name}`, which this agent no longer has; resume it with an agent built with that handoff (the run is kept)"
+    )]
+    HandoffGone {
+        /// The handoff's name.
+        name: String,
+    },
     /// The session store failed.
     #[error("session store failed: {0}")]
     Store(#[from] StoreError),
@@ -179,6 +188,7 @@ impl LoopError {
             LoopError::Stopped { .. } => "stopped",
             LoopError::GuardrailTripped { .. } => "guardrail",
             LoopError::HookFailed { .. } => "hook",
+            LoopError::HandoffGone { .. } => "handoff_gone",
             #[allow(unreachable_patterns)] // `LoopError` is non-exhaustive for other crates
             _ => "_OTHER",
         }

@@ -12,6 +12,7 @@ use crate::dispatch::Dispatcher;
 use crate::event::{LoopError, LoopEvent, Sink, emit};
 use crate::hooks::{self, CallVerdict, HookContext};
 use crate::machine::{CallPlan, LoopMachine, Planned};
+use crate::nesting::Exchange;
 use crate::options::{LoopOptions, MAX_HANDOFFS};
 use crate::protocols::{CallProtocol, PendingCall};
 use crate::run::RoundCall;
@@ -31,6 +32,14 @@ pub(crate) struct Run<'a> {
     pub(crate) span: Span,
     /// How many handoffs this turn went through before this run.
     pub(crate) hops: usize,
+    /// The options of the agent the person talks to (the first of a turn handed off): its
+    /// approval key signs the tokens of calls held in this run.
+    pub(crate) top: &'a LoopOptions,
+    /// The handoffs this turn took to reach this run's agent, in order.
+    pub(crate) via: Vec<String>,
+    /// A sub-agent's run ([`crate::AgentTool`]) under a run that can hold for it: where it puts
+    /// itself when it holds, instead of keeping itself in its session.
+    pub(crate) held_up: Option<&'a std::sync::Mutex<Option<crate::run::AgentRun>>>,
 }
 
 /// How one call that was planned ended.
@@ -66,6 +75,7 @@ pub(crate) async fn run_step(
     machine: &mut LoopMachine,
     calls: &[RoundCall],
     planned: Vec<Planned<'_>>,
+    exchange: &Exchange,
 ) -> Result<Vec<(Option<CallPlan>, Option<Ran>)>, LoopError> {
     for (c, p) in calls.iter().map(|c| &c.call).zip(&planned) {
         if p.announce {
@@ -90,6 +100,11 @@ pub(crate) async fn run_step(
     .collect::<Result<Vec<_>, LoopError>>()?;
     let mut out = Vec::with_capacity(calls.len());
     for ((c, p), outcome) in calls.iter().map(|c| &c.call).zip(planned).zip(outcomes) {
+        if outcome.is_some() && exchange.is_held(&c.id) {
+            // a sub-agent's run held calls for a person: this call holds for them too
+            out.push((Some(CallPlan::Hold), None));
+            continue;
+        }
         if let (Some(plan), Some(ran)) = (&p.plan, &outcome) {
             machine.call_done(
                 p.facts,

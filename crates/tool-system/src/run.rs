@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, Part, ToolError, cap_result};
+use toolwright_core::{DEFAULT_MAX_RESULT_BYTES, Part, ToolError, Usage, cap_result};
 
 use crate::machine::{CallFacts, CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
 use crate::protocols::{CallResult, PendingCall, Reading, Step};
@@ -99,6 +99,13 @@ pub(crate) struct AgentRun {
     /// The run's answer, once it is over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) done: Option<Done>,
+    /// The handoffs this turn took before the agent of this run, in order: a held run is
+    /// resumed by that agent, reached through the first one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) via: Vec<String>,
+    /// The tokens of the run's model calls so far (a resumed run's output counts them too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<Usage>,
 }
 
 /// How a run ended.
@@ -156,7 +163,7 @@ pub(crate) struct Decided {
 }
 
 /// Where one call of the round in flight stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "is", rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum CallState {
     /// Read from the response, not planned yet.
@@ -181,6 +188,10 @@ pub(crate) enum CallState {
     Approved,
     /// The person declined it.
     Rejected { reason: Option<String> },
+    /// A sub-agent's call ([`crate::AgentTool`]) whose own run holds calls for a person: that
+    /// run, kept here. Its calls are decided through this run (by their path,
+    /// `{tool}/{call id}`); once all are, the call runs again and the sub-agent goes on.
+    Nested { run: Box<AgentRun> },
 }
 
 /// What the loop knows of a call's tool (from the dispatcher and the approval policy).
@@ -207,6 +218,8 @@ impl AgentRun {
             machine,
             round: None,
             done: None,
+            via: Vec::new(),
+            usage: None,
         }
     }
 
@@ -308,6 +321,50 @@ impl AgentRun {
     pub(crate) fn finish(&mut self, answer: String, hit_limit: bool) {
         self.done = Some(Done { answer, hit_limit });
     }
+
+    /// Every call a person may decide, with its path: the calls of the round in flight by
+    /// their id and, in place of a sub-agent's call whose run holds, that run's calls as
+    /// `{tool}/{their path}` (e.g. `researcher/call_2`), in order.
+    pub(crate) fn decidable(&self) -> Vec<(String, &RoundCall)> {
+        let mut out = Vec::new();
+        self.collect("", &mut out);
+        out
+    }
+
+    fn collect<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a RoundCall)>) {
+        for c in self.round.iter().flat_map(Round::calls) {
+            match &c.state {
+                CallState::Nested { run } => run.collect(&format!("{prefix}{}/", c.call.name), out),
+                _ => out.push((format!("{prefix}{}", c.call.id), c)),
+            }
+        }
+    }
+
+    /// [`decidable`](Self::decidable), to change.
+    pub(crate) fn decidable_mut(&mut self) -> Vec<(String, &mut RoundCall)> {
+        let mut out = Vec::new();
+        self.collect_mut("", &mut out);
+        out
+    }
+
+    fn collect_mut<'a>(&'a mut self, prefix: &str, out: &mut Vec<(String, &'a mut RoundCall)>) {
+        for c in self.round.iter_mut().flat_map(Round::calls_mut) {
+            if matches!(c.state, CallState::Nested { .. }) {
+                let inner = format!("{prefix}{}/", c.call.name);
+                if let CallState::Nested { run } = &mut c.state {
+                    run.collect_mut(&inner, out);
+                }
+            } else {
+                out.push((format!("{prefix}{}", c.call.id), c));
+            }
+        }
+    }
+
+    /// Whether the round in flight waits for a person (a call held, here or in a sub-agent's
+    /// run it holds).
+    pub(crate) fn is_held(&self) -> bool {
+        self.round.as_ref().is_some_and(Round::is_held)
+    }
 }
 
 impl Round {
@@ -327,10 +384,13 @@ impl Round {
         })
     }
 
-    /// Whether a call waits for a person.
+    /// Whether a call waits for a person (here, or in a sub-agent's run held in it).
     pub(crate) fn is_held(&self) -> bool {
-        self.calls()
-            .any(|c| matches!(c.state, CallState::Held { .. }))
+        self.calls().any(|c| match &c.state {
+            CallState::Held { .. } => true,
+            CallState::Nested { run } => run.is_held(),
+            _ => false,
+        })
     }
 
     /// Whether no call of it was planned yet (a response's round before its first pass).
@@ -377,6 +437,9 @@ impl RoundCall {
             CallState::Done { .. } => None,
             CallState::Approved => Some(machine.plan_decided(true, None)),
             CallState::Rejected { reason } => Some(machine.plan_decided(false, reason.as_deref())),
+            // every call of the sub-agent's run is decided: the call runs again, and the
+            // sub-agent goes on with its run
+            CallState::Nested { .. } => Some(machine.plan_decided(true, None)),
             CallState::Waiting => Some(machine.plan_call(facts)),
             // A round with an undecided call is held, never run; never run one anyway.
             CallState::Held { .. } => Some(machine.plan_abandoned(false)),
@@ -784,12 +847,13 @@ mod stop_anywhere {
         prop_oneof![
             1 => Just(Response::Answer),
             1 => Just(Response::Unreadable),
-            5 => proptest::collection::vec((0u8..4, 0u8..2, any::<bool>(), proptest::bool::weighted(0.1)), 1..4)
+            5 => proptest::collection::vec((0u8..5, 0u8..2, any::<bool>(), proptest::bool::weighted(0.1)), 1..4)
                 .prop_map(Response::Calls),
         ]
     }
 
-    /// Tool 0 is idempotent; tool 1 plain; tool 2 fails; tool 3 gives the turn's answer.
+    /// Tool 0 is idempotent; tool 1 plain; tool 2 fails; tool 3 gives the turn's answer; tool
+    /// 4 is a sub-agent whose own call needs approval ([`sub_agent`]).
     fn tool(name: &str) -> ToolFacts {
         ToolFacts {
             idempotent: name == "t0",
@@ -830,6 +894,58 @@ mod stop_anywhere {
             steps,
             answer: format!("answer {n}"),
             correction,
+            native: true,
+            parts: Vec::new(),
+        }
+    }
+
+    /// Sub-agent `id` runs as the runner runs one under a run that holds for it: a new run
+    /// asks for one call that needs approval and holds (its run goes up, `Err`); a run handed
+    /// back decided goes on — its call runs or is declined, its round is taken — and answers.
+    fn sub_agent(id: &str, resumed: Option<AgentRun>) -> Result<String, Box<AgentRun>> {
+        let Some(mut sub) = resumed else {
+            let mut sub = AgentRun::new(ProtocolId::Native, "sub".into(), LoopMachine::new(3));
+            sub.after_response(ResponseFacts {
+                has_calls: true,
+                ..ResponseFacts::default()
+            });
+            let call = PendingCall::new(format!("{id}.s"), "t1", serde_json::json!({}));
+            sub.start_round(reading_of(vec![call]), String::new());
+            let AgentRun { machine, round, .. } = &mut sub;
+            for c in round.iter_mut().flat_map(Round::calls_mut) {
+                let facts = ToolFacts {
+                    needs_approval: true,
+                    idempotent: false,
+                };
+                let plan = c.plan(machine, facts, false).plan;
+                c.settle(plan.as_ref(), None);
+            }
+            return Err(Box::new(sub));
+        };
+        let AgentRun { machine, round, .. } = &mut sub;
+        for c in round.iter_mut().flat_map(Round::calls_mut) {
+            let plan = c.plan(machine, ToolFacts::default(), false).plan;
+            let content = match &plan {
+                Some(CallPlan::Decline(t)) => t.clone(),
+                _ => "sub ran".to_owned(),
+            };
+            let ran = Outcome {
+                content,
+                is_error: false,
+                parts: Vec::new(),
+            };
+            c.settle(plan.as_ref(), Some(ran));
+        }
+        let (_, results) = sub.take_round().unwrap_or_else(|| unreachable!());
+        Ok(format!("sub answered after {results:?}"))
+    }
+
+    fn reading_of(calls: Vec<PendingCall>) -> Reading {
+        Reading {
+            content: String::new(),
+            steps: vec![Step::Calls(calls)],
+            answer: String::new(),
+            correction: None,
             native: true,
             parts: Vec::new(),
         }
@@ -902,7 +1018,18 @@ mod stop_anywhere {
                         let RoundStep::Calls { calls } = step else {
                             continue;
                         };
+                        // a sub-agent's run whose calls are decided goes back down to it
+                        let mut subs = std::collections::HashMap::new();
+                        for c in calls.iter_mut() {
+                            if matches!(c.state, CallState::Nested { .. })
+                                && let CallState::Nested { run } =
+                                    std::mem::replace(&mut c.state, CallState::Approved)
+                            {
+                                subs.insert(c.call.id.clone(), *run);
+                            }
+                        }
                         let mut outcomes = Vec::new();
+                        let mut went_up = Vec::new();
                         for c in calls.iter() {
                             let facts = ToolFacts {
                                 needs_approval: needs_approval.contains(&c.call.id),
@@ -912,6 +1039,15 @@ mod stop_anywhere {
                             held |= p.plan == Some(CallPlan::Hold);
                             let ran = p.plan.as_ref().and_then(|plan| {
                                 let (content, ok, answer) = match plan {
+                                    CallPlan::Run if c.call.name == "t4" => {
+                                        match sub_agent(&c.call.id, subs.remove(&c.call.id)) {
+                                            Ok(answer) => (answer, true, None),
+                                            Err(sub) => {
+                                                went_up.push((c.call.id.clone(), sub));
+                                                return None;
+                                            }
+                                        }
+                                    }
                                     CallPlan::Run => match c.call.name.as_str() {
                                         "t2" => ("failed".to_owned(), false, None),
                                         "t3" => ("ok".to_owned(), true, Some("from t3")),
@@ -939,10 +1075,16 @@ mod stop_anywhere {
                                 p.announce,
                                 ran.as_ref().map(|o| &o.content)
                             ));
-                            outcomes.push((p.plan, ran));
+                            let up = went_up.last().is_some_and(|(id, _)| *id == c.call.id);
+                            held |= up;
+                            outcomes.push((if up { Some(CallPlan::Hold) } else { p.plan }, ran));
                         }
                         for (c, (plan, ran)) in calls.iter_mut().zip(outcomes) {
                             c.settle(plan.as_ref(), ran);
+                            if let Some(i) = went_up.iter().position(|(id, _)| *id == c.call.id) {
+                                let (_, sub) = went_up.swap_remove(i);
+                                c.state = CallState::Nested { run: sub };
+                            }
                         }
                     }
                     if !round.is_held() {
@@ -951,10 +1093,10 @@ mod stop_anywhere {
                     }
                 }
                 NextStep::Hold => {
-                    for c in run.round.iter_mut().flat_map(Round::calls_mut) {
+                    for (path, c) in run.decidable_mut() {
                         if matches!(c.state, CallState::Held { .. }) {
                             let yes = *decisions.next().unwrap_or(&true);
-                            trace.push(format!("{} decided {yes}", c.call.id));
+                            trace.push(format!("{path} decided {yes}"));
                             c.state = if yes {
                                 CallState::Approved
                             } else {

@@ -28,12 +28,13 @@ use crate::event::{Sink, emit};
 use crate::execute::{Run, run_step};
 use crate::hooks::{self, HookContext};
 use crate::machine::{CallPlan, Decision, LoopMachine, Planned, ResponseFacts};
+use crate::nesting::Exchange;
 use crate::options::Handoff;
 pub(crate) use crate::options::LoopOptions;
 use crate::protocols::{
     CallProtocol, PendingCall, Reading, ResponseReader, Step, resolve_protocol,
 };
-use crate::run::{AgentRun, NextStep, Outcome, ProtocolId, Round, RoundStep, ToolFacts};
+use crate::run::{AgentRun, CallState, NextStep, Outcome, ProtocolId, RoundStep, ToolFacts};
 
 /// Runs one turn of the loop for `user_text` and the `parts` after it (what
 /// [`crate::Agent::run`] and [`crate::Agent::run_with_parts`] do).
@@ -147,6 +148,9 @@ fn inputs<'a>(
         sink,
         span: Span::none(),
         hops: 0,
+        top: options,
+        via: Vec::new(),
+        held_up: None,
     }
 }
 
@@ -170,12 +174,60 @@ async fn resume(run: Run<'_>, decisions: &[ApprovalDecision]) -> Result<LoopOutp
                 protocol: protocol.name(),
                 new_messages: Vec::new(),
                 pending_approval: Some(view),
-                usage: None,
+                usage: held.usage,
                 cost: None,
                 elapsed: std::time::Duration::ZERO,
             })
         }
-        Claim::Run(held, claimed) => drive(run, Start::Resume(held, claimed)).await,
+        Claim::Run(held, claimed) => {
+            let run = reached(run, &held.via)?;
+            drive(run, Start::Resume(held, Some(claimed))).await
+        }
+    }
+}
+
+/// The run of the agent a held run belongs to: this one, or the one the turn was handed to
+/// through `via` (each name a handoff of the agent before it).
+fn reached<'a>(mut run: Run<'a>, via: &[String]) -> Result<Run<'a>, LoopError> {
+    for name in via {
+        let Some(to) = run.options.handoffs.iter().find(|h| h.name == *name) else {
+            return Err(LoopError::HandoffGone { name: name.clone() });
+        };
+        run = Run {
+            model: &*to.model,
+            dispatcher: &to.dispatcher,
+            options: &to.options,
+            hops: run.hops + 1,
+            ..run
+        };
+        run.via.push(name.clone());
+    }
+    Ok(run)
+}
+
+/// A sub-agent's run under a run that holds for it ([`crate::AgentTool`]): a new one for
+/// `user_text`, or `resumed` (its calls decided through the top run) going on. When it holds
+/// calls for a person it is put in `held_up`, for the run above to keep, instead of in its
+/// session.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn run_nested(
+    model: &dyn ChatModel,
+    store: &dyn SessionStore,
+    dispatcher: &Dispatcher,
+    session_id: &str,
+    user_text: &str,
+    resumed: Option<AgentRun>,
+    held_up: &std::sync::Mutex<Option<AgentRun>>,
+    options: &LoopOptions,
+) -> Result<LoopOutput, LoopError> {
+    let mut run = inputs(model, store, dispatcher, session_id, options, None);
+    run.held_up = Some(held_up);
+    match resumed {
+        None => drive(run, Start::User(user_text, Vec::new())).await,
+        Some(held) => {
+            let run = reached(run, &held.via)?;
+            drive(run, Start::Resume(Box::new(held), None)).await
+        }
     }
 }
 
@@ -183,7 +235,7 @@ async fn resume(run: Run<'_>, decisions: &[ApprovalDecision]) -> Result<LoopOutp
 /// held run whose decisions are in (claimed by this request).
 enum Start<'a> {
     User(&'a str, Vec<Part>),
-    Resume(Box<AgentRun>, Claimed),
+    Resume(Box<AgentRun>, Option<Claimed>),
     /// The conversation was handed to this run's agent: it answers the turn opened by this
     /// text, from the session as it stands (nothing is added first).
     HandedOff(&'a str),
@@ -260,7 +312,6 @@ struct Tally {
     started: Instant,
     protocol: &'static str,
     stored_before: usize,
-    usage: Option<Usage>,
     /// The model's name, for its price.
     model: String,
     prices: Option<Arc<PriceTable>>,
@@ -270,20 +321,21 @@ impl Tally {
     fn output(
         &self,
         answer: String,
-        machine: &LoopMachine,
+        state: &AgentRun,
         history: History,
         hit_iteration_limit: bool,
         pending_approval: Option<PendingApproval>,
     ) -> LoopOutput {
+        let usage = state.usage;
         LoopOutput {
             answer,
-            iterations: machine.model_calls(),
+            iterations: state.machine.model_calls(),
             hit_iteration_limit,
             protocol: self.protocol,
             new_messages: tail(history, self.stored_before),
             pending_approval,
-            usage: self.usage,
-            cost: self.usage.and_then(|u| {
+            usage,
+            cost: usage.and_then(|u| {
                 let table = self.prices.as_deref().unwrap_or(PriceTable::builtin());
                 table.cost(&self.model, &u)
             }),
@@ -317,10 +369,13 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
             held.machine = held
                 .machine
                 .with_limits(run.options.max_iterations, run.options.corrections);
-            (held, Some(claimed), None, None)
+            (held, claimed, None, None)
         }
         Start::HandedOff(text) => (fresh(text), None, None, Some(text)),
     };
+    state.via.clone_from(&run.via);
+    // Between this run and the sub-agents its calls run (made once, used by every round).
+    let exchange = Arc::new(Exchange::default());
     let resumed_text;
     let user_text = match given {
         Some(text) => text,
@@ -346,18 +401,18 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
     let session = run.store.load_or_create(run.session_id).await?;
     let mut history = History::from_messages(counter, session.messages);
     // This run's messages are the history's tail: handed out by moving them, never cloned.
-    let mut tally = Tally {
+    let tally = Tally {
         started,
         protocol: protocol.name(),
         stored_before: history.len(),
-        usage: None,
         model: info.model.clone(),
         prices: run.options.prices.clone(),
     };
     if let Some(parts) = parts {
         let timeout = run.options.hook_timeout;
         hooks::guard(&run.options.input_guardrails, timeout, user_text).await?;
-        let mut first = approval::close_open(run.store, run.session_id, protocol).await?;
+        let key = run.top.approval_key.as_ref();
+        let mut first = approval::close_open(run.store, run.session_id, protocol, key).await?;
         let user = [Message::user_with_parts(user_text, parts)];
         run.store.append(run.session_id, &user).await?;
         first.extend(user);
@@ -368,28 +423,37 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         match state.next_step() {
             NextStep::Done { hit_limit, .. } => {
                 let answer = state.done.take().map(|d| d.answer).unwrap_or_default();
-                return Ok(tally.output(answer, &state.machine, history, hit_limit, None));
+                return Ok(tally.output(answer, &state, history, hit_limit, None));
             }
             NextStep::CallTools => {
-                run_round(run, protocol, &mut state).await?;
-                if !state.round.as_ref().is_some_and(Round::is_held) {
+                run_round(run, protocol, &mut state, &exchange).await?;
+                if !state.is_held() {
                     record_round(run, protocol, &mut state, &mut claimed, &mut history).await?;
                 }
             }
+            // A sub-agent's run under a run that holds for it: it goes up to that run.
+            NextStep::Hold if run.held_up.is_some() => {
+                let view = approval::unsigned_view(run.session_id, &state);
+                let out = tally.output(view.text.clone(), &state, history, false, Some(view));
+                if let Some(slot) = run.held_up {
+                    *slot
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(state);
+                }
+                return Ok(out);
+            }
             NextStep::Hold => {
-                let key = run.options.approval_key.as_ref();
-                let principal = &run.options.principal;
-                match approval::hold(run.store, run.session_id, &mut state, key, principal).await? {
+                // the agent the person talks to signs the tokens (and checks them)
+                let key = run.top.approval_key.as_ref();
+                let principal = &run.top.principal;
+                let claim = claimed.take();
+                match approval::hold(run.store, run.session_id, &mut state, key, principal, claim)
+                    .await?
+                {
                     Held::Pending(view) => {
                         emit(run.sink, || LoopEvent::ApprovalRequired(view.clone())).await?;
                         let answer = view.text.clone();
-                        return Ok(tally.output(
-                            answer,
-                            &state.machine,
-                            history,
-                            false,
-                            Some(view),
-                        ));
+                        return Ok(tally.output(answer, &state, history, false, Some(view)));
                     }
                     // the held calls were answered "not run": the round is whole
                     Held::Unsupported => {
@@ -401,7 +465,7 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
             NextStep::HandOff(_) => {
                 let to = state.machine.take_handoff().unwrap_or_default();
                 if let Some(target) = run.options.handoffs.iter().find(|h| h.name == to) {
-                    let before = tally.output(String::new(), &state.machine, history, false, None);
+                    let before = tally.output(String::new(), &state, history, false, None);
                     let after = hand_off(run, target, user_text).await?;
                     return Ok(joined(before, after));
                 }
@@ -428,7 +492,7 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
                     &mut state,
                     (&mut turn, &mut tools, &mut builder),
                     &mut history,
-                    &mut tally,
+                    &tally,
                 )
                 .await?;
             }
@@ -453,7 +517,7 @@ async fn call_model(
     state: &mut AgentRun,
     (turn, tools, builder): Requests<'_>,
     history: &mut History,
-    tally: &mut Tally,
+    tally: &Tally,
 ) -> Result<(), LoopError> {
     if state.machine.model_calls() > 0 {
         // A provider may show more tools after a round (MCP level 2: a tool whose
@@ -507,7 +571,7 @@ async fn call_model(
     }
     let reader = protocol.reader(tools, history.len());
     let (mut reading, call_usage) = ask_model(run, info, request, reader).await?;
-    add_usage(&mut tally.usage, call_usage);
+    add_usage(&mut state.usage, call_usage);
     for hook in &run.options.hooks {
         let flow = hooks::bounded(
             hook.name(),
@@ -622,6 +686,9 @@ fn hand_off<'a>(
         sink: run.sink,
         span: Span::none(),
         hops: run.hops + 1,
+        top: run.top,
+        via: [run.via.as_slice(), std::slice::from_ref(&to.name)].concat(),
+        held_up: run.held_up,
     };
     Box::pin(drive(next, Start::HandedOff(user_text)))
 }
@@ -786,6 +853,7 @@ async fn run_round(
     run: &Run<'_>,
     protocol: &dyn CallProtocol,
     state: &mut AgentRun,
+    exchange: &Arc<Exchange>,
 ) -> Result<(), LoopError> {
     let AgentRun { machine, round, .. } = state;
     let Some(round) = round.as_mut() else {
@@ -805,6 +873,16 @@ async fn run_round(
             }
             RoundStep::Calls { calls } => calls,
         };
+        // A sub-agent's run whose calls are all decided goes down to it, and the call runs
+        // again as approved: the sub-agent goes on with that run.
+        for c in calls.iter_mut() {
+            if matches!(c.state, CallState::Nested { .. })
+                && let CallState::Nested { run: sub } =
+                    std::mem::replace(&mut c.state, CallState::Approved)
+            {
+                exchange.put_resume(&c.call.id, *sub);
+            }
+        }
         let planned: Vec<Planned<'_>> = calls
             .iter()
             .map(|c| {
@@ -814,7 +892,9 @@ async fn run_round(
                 p
             })
             .collect();
-        let outcomes = run_step(run, protocol, machine, calls, planned).await?;
+        exchange.serve(calls.iter().map(|c| c.call.id.as_str()));
+        let step = run_step(run, protocol, machine, calls, planned, exchange);
+        let outcomes = crate::nesting::serving(exchange, step).await?;
         for (c, (plan, ran)) in calls.iter_mut().zip(outcomes) {
             let ran = ran.map(|r| Outcome {
                 content: r.content,
@@ -822,6 +902,10 @@ async fn run_round(
                 parts: r.parts,
             });
             c.settle(plan.as_ref(), ran);
+            if let Some(sub) = exchange.take_held(&c.call.id) {
+                c.state = CallState::Nested { run: Box::new(sub) };
+                held = true;
+            }
         }
     }
     Ok(())

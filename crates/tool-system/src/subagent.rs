@@ -2,12 +2,12 @@
 //! a call runs under, which bounds their nesting and refuses a sub-agent reached again while it
 //! runs.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
 use toolwright_core::{ToolOutput, ToolSpec};
 
-use crate::nesting::{PATH, current_path};
+use crate::nesting;
 use crate::{Agent, Tool, ToolContext, ToolError};
 
 /// Default [`AgentTool::max_depth`]: 3 sub-agents nested.
@@ -22,8 +22,12 @@ pub const DEFAULT_MAX_DEPTH: usize = 3;
 /// only). Its trace nests under the caller's tool call. A sub-agent reached again while it
 /// runs (an agent calling itself, directly or through others) or past [`max_depth`] nested
 /// sub-agents is refused without running: the caller's model gets an error result saying so.
-/// A sub-agent's call that needs approval is not held (a sub-agent cannot ask the person yet):
-/// the caller's model is told the request needs approval the sub-agent cannot ask for.
+/// A sub-agent's call that needs approval holds the caller's run too: the held call shows in
+/// the top run's [`PendingApproval`](crate::PendingApproval) by its path (`researcher/call_2`),
+/// the sub-agent's run is kept inside the caller's, and resuming the top run with the person's
+/// decisions resumes the sub-agent there and then the caller. Called outside an agent's run,
+/// or by a tool in turn (a code-mode script), there is no run to hold: the held call is not
+/// run and the result says so.
 ///
 /// [`max_depth`]: AgentTool::max_depth
 #[derive(Debug, Clone)]
@@ -83,12 +87,12 @@ impl Tool for AgentTool {
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let input = args["input"].as_str().unwrap_or_default();
-        let path = current_path().unwrap_or_else(|| Arc::from(Vec::new()));
-        if let Some(refused) = self.refusal(&path) {
-            tracing::warn!(agent = %self.name, path = ?path, "a sub-agent call was refused");
+        let nest = nesting::current().unwrap_or_default();
+        if let Some(refused) = self.refusal(&nest.path) {
+            tracing::warn!(agent = %self.name, path = ?nest.path, "a sub-agent call was refused");
             return Err(refused);
         }
-        let mut inner = path.to_vec();
+        let mut inner = nest.path.to_vec();
         inner.push(self.name.clone());
         let session = format!(
             "{}/{}/{}",
@@ -96,10 +100,33 @@ impl Tool for AgentTool {
             self.name,
             ctx.call_id
         );
-        let run = PATH.scope(Arc::from(inner), self.agent.run(&session, input));
-        match run.await {
+        let inner: Arc<[String]> = Arc::from(inner);
+        // Called as one of a run's calls (not by a tool in turn): a held run goes up to that
+        // run, and comes back decided.
+        let exchange = nest.exchange.filter(|x| x.serves(&ctx.call_id));
+        let run = match &exchange {
+            Some(exchange) => {
+                let resumed = exchange.take_resume(&ctx.call_id);
+                let held_up = Mutex::new(None);
+                let run = self.agent.run_nested(&session, input, resumed, &held_up);
+                let out = nesting::under(inner, run).await;
+                let held = held_up.into_inner().unwrap_or_else(PoisonError::into_inner);
+                if let (Ok(out), Some(held)) = (&out, held) {
+                    exchange.put_held(&ctx.call_id, held);
+                    let n = out.pending_approval.as_ref().map_or(0, |p| p.calls.len());
+                    return Ok(Value::String(format!(
+                        "Sub-agent {} waits for the user's approval of {n} call(s).",
+                        self.name
+                    ))
+                    .into());
+                }
+                out
+            }
+            None => nesting::under(inner, self.agent.run(&session, input)).await,
+        };
+        match run {
             Ok(out) if out.is_pending() => Err(ToolError::failed(format!(
-                "Sub-agent {} wants to run a call that needs a person's approval, which a sub-agent cannot ask for; that call was not run. Do it yourself or tell the user.",
+                "Sub-agent {} wants to run a call that needs a person's approval, which cannot be asked for here; that call was not run. Do it yourself or tell the user.",
                 self.name
             ))),
             Ok(out) => Ok(Value::String(out.answer).into()),

@@ -515,6 +515,27 @@ async fn approval_forged_swapped_and_tampered_decisions_are_refused_and_change_n
         .await
         .unwrap()
         .unwrap();
+    // The stored run is sealed: the swap breaks the seal before any token is looked at.
+    let e = approval_error(s.agent.resume("s", &[c1.approve()]).await);
+    assert_eq!(
+        e,
+        ApprovalError::SealBroken {
+            session: "s".into()
+        }
+    );
+    assert_eq!(state(&*store).await.as_deref(), Some(swapped.as_str()));
+    // Written without a seal (as before runs were sealed), it is read as pending only, and
+    // the token made over /tmp/a does not carry over to /etc.
+    let bare = unsealed(&swapped);
+    store
+        .append_with_state(
+            "s",
+            &[],
+            StateChange::new(APPROVAL_STATE_KEY, Some(&swapped), Some(&bare)),
+        )
+        .await
+        .unwrap()
+        .unwrap();
     let e = approval_error(s.agent.resume("s", &[c1.approve()]).await);
     assert_eq!(
         e,
@@ -522,9 +543,15 @@ async fn approval_forged_swapped_and_tampered_decisions_are_refused_and_change_n
             call_id: "c1".into()
         }
     );
-    assert_eq!(state(&*store).await.as_deref(), Some(swapped.as_str()));
     assert!(deleted(&s).is_empty());
     assert_eq!(server.request_count(), 1);
+}
+
+/// The stored run inside a sealed value, without its seal (as runs were stored before).
+fn unsealed(raw: &str) -> String {
+    let v: Value = serde_json::from_str(raw).unwrap();
+    assert!(v["seal"].is_string(), "a sealed value: {raw}");
+    v["stored"].to_string()
 }
 
 #[tokio::test]
@@ -713,7 +740,15 @@ async fn approval_an_unreadable_stored_state_fails_closed() {
     let raw = state(&*store).await.unwrap();
     // Damaged: the status says the calls run, while one is undecided.
     let damaged = raw.replace("\"pending\"", "\"running\"");
-    for bad in [damaged.as_str(), "{\"v\":1", "not json at all"] {
+    let damaged_bare = unsealed(&damaged);
+    let bad_values = [
+        damaged.as_str(),
+        &raw[..raw.len() - 1],
+        damaged_bare.as_str(),
+        "{\"v\":1",
+        "not json at all",
+    ];
+    for bad in bad_values {
         let now = state(&*store).await.unwrap();
         store
             .append_with_state(
@@ -724,21 +759,39 @@ async fn approval_an_unreadable_stored_state_fails_closed() {
             .await
             .unwrap()
             .unwrap();
+        // a sealed value changed or cut short breaks its seal; an unsealed one is read, and
+        // a run marked running with an undecided call does not hold together
+        let sealed = bad.starts_with("{\"seal\"");
         let e = approval_error(s.agent.resume("s", &[p.calls[0].approve()]).await);
         assert!(
-            matches!(e, ApprovalError::Unreadable { .. }),
+            if sealed {
+                matches!(e, ApprovalError::SealBroken { .. })
+            } else {
+                matches!(e, ApprovalError::Unreadable { .. })
+            },
             "{bad}: {e:?}"
         );
-        assert!(matches!(
-            s.agent.pending_approval("s").await,
-            Err(LoopError::Approval(ApprovalError::Unreadable { .. }))
-        ));
+        let e = s.agent.pending_approval("s").await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LoopError::Approval(
+                    ApprovalError::SealBroken { .. } | ApprovalError::Unreadable { .. }
+                )
+            ),
+            "{e:?}"
+        );
         assert!(deleted(&s).is_empty(), "an unreadable state is never run");
     }
-    // A new message drops it (nothing of it runs) and the session goes on.
+    // A new message sets it aside (nothing of it runs, nothing is lost) and the session goes on.
     let out = s.agent.run("s", "hello").await.unwrap();
     assert_eq!(out.answer, "Hello again.");
     assert!(state(&*store).await.is_none());
+    let aside = store
+        .get_state("s", "tool-system.approval.set-aside")
+        .await
+        .unwrap();
+    assert_eq!(aside.as_deref(), Some("not json at all"));
     assert!(deleted(&s).is_empty());
     checked_session(&*store, "s").await;
 }
@@ -1086,8 +1139,8 @@ async fn approval_without_a_key_holds_with_a_process_key_and_warns() {
     let e = approval_error(other.resume("s", &[p.calls[0].approve()]).await);
     assert_eq!(
         e,
-        ApprovalError::BadToken {
-            call_id: "c1".into()
+        ApprovalError::SealBroken {
+            session: "s".into()
         }
     );
     let out = agent.resume("s", &[p.calls[0].approve()]).await.unwrap();
@@ -1130,6 +1183,7 @@ async fn approval_a_round_cut_off_while_running_is_asked_again_after_its_lease()
         .tool(tool)
         .require_approval("slow_delete")
         .approval_key(key())
+        .approval_lease(std::time::Duration::from_millis(800))
         .store(store.clone())
         .build()
         .unwrap();
@@ -1153,20 +1207,10 @@ async fn approval_a_round_cut_off_while_running_is_asked_again_after_its_lease()
         }
     );
 
-    // The lease runs out (set in the stored state, instead of waiting ten minutes).
+    // The lease runs out.
     let raw = state(&*store).await.unwrap();
-    let mut v: Value = serde_json::from_str(&raw).unwrap();
-    assert_eq!(v["status"], "running");
-    v["lease_until_ms"] = json!(0);
-    store
-        .append_with_state(
-            "s",
-            &[],
-            StateChange::new(APPROVAL_STATE_KEY, Some(&raw), Some(&v.to_string())),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    assert!(raw.contains("\"status\":\"running\""), "{raw}");
+    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
 
     // The person is asked again, told that the call may have run; older tokens are stale.
     let again = agent

@@ -91,6 +91,17 @@ pub enum ApprovalError {
         /// What is wrong.
         detail: String,
     },
+    /// The run stored for the session does not carry a seal of this agent's approval key: it
+    /// was changed outside toolwright, cut short, or sealed under another key. None of it
+    /// runs; it is kept as it is (a new message in the session sets it aside, in the state
+    /// slot `tool-system.approval.set-aside`).
+    #[error(
+        "the run stored for session `{session}` does not carry this agent's seal (changed outside toolwright, cut short, or sealed under another approval key); none of it runs — give every worker the same approval key, or send a new message, which sets it aside"
+    )]
+    SealBroken {
+        /// The session.
+        session: String,
+    },
     /// The run stored for the session was written by a newer version of this crate, in a
     /// format this one does not know; it is kept as it is (never run, never dropped).
     #[error(

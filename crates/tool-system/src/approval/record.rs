@@ -62,7 +62,8 @@ struct Log {
 pub(super) fn records(stored: &Stored) -> Vec<DecisionRecord> {
     stored
         .calls()
-        .filter_map(|c| {
+        .into_iter()
+        .filter_map(|(path, c)| {
             let d = c.decided.as_ref()?;
             let (approved, reason) = match &c.state {
                 CallState::Approved => (true, None),
@@ -71,7 +72,7 @@ pub(super) fn records(stored: &Stored) -> Vec<DecisionRecord> {
                 _ => return None,
             };
             Some(DecisionRecord {
-                call_id: c.call.id.clone(),
+                call_id: path,
                 tool: c.call.name.clone(),
                 arguments: c.call.arguments.clone(),
                 approved,

@@ -11,7 +11,9 @@ use toolwright_core::Message;
 use super::error::{ApprovalError, Failed};
 use super::pending::{ApprovalDecision, PendingApproval};
 use super::record::{DecisionRecord, records, remember_or_warn};
-use super::stored::{APPROVAL_STATE_KEY, CAS_ATTEMPTS, Status, Stored, binding, millis, now_ms};
+use super::stored::{
+    APPROVAL_STATE_KEY, CAS_ATTEMPTS, Status, Stored, binding, millis, now_ms, sealed,
+};
 use super::token::{ApprovalKey, Verdict, key_or_process, nonce, unhex};
 use crate::run::{AgentRun, CallState, Decided};
 
@@ -29,9 +31,9 @@ pub(crate) enum Claim {
 /// The state slot of a run whose decisions are all in, claimed by this request (status
 /// `running`): cleared when the round is recorded.
 pub(crate) struct Claimed {
-    raw: String,
+    pub(super) raw: String,
     /// Who decided the round's calls (kept before the calls run and change state).
-    records: Vec<DecisionRecord>,
+    pub(super) records: Vec<DecisionRecord>,
 }
 
 /// Checks a batch of decisions by `principal` against the stored pending approval and applies
@@ -48,6 +50,7 @@ pub(crate) async fn decide(
     if decisions.is_empty() {
         return Err(ApprovalError::NoDecisions.into());
     }
+    let given = key;
     let key = key_or_process(key);
     for _ in 0..CAS_ATTEMPTS {
         let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
@@ -60,7 +63,7 @@ pub(crate) async fn decide(
             }
             Err(e) => return Err(e.into()),
         };
-        let mut stored = Stored::parse(session_id, &raw)?;
+        let mut stored = Stored::open(session_id, &raw, given)?;
         if stored.status == Status::Running {
             if !stored.lease_expired() {
                 return Err(ApprovalError::Running {
@@ -70,18 +73,16 @@ pub(crate) async fn decide(
             }
             // The request that claimed the round stopped: ask again (the decisions given
             // were made for the old state and are refused as stale).
-            reask(store, session_id, &raw, stored).await?;
+            reask(store, session_id, &raw, stored, key).await?;
             continue;
         }
         apply(&mut stored, session_id, decisions, key, principal)?;
-        let still = stored
-            .calls()
-            .any(|c| matches!(c.state, CallState::Held { .. }));
+        let still = stored.run.is_held();
         if !still {
             stored.status = Status::Running;
             stored.lease_until_ms = Some(now_ms().saturating_add(millis(lease)));
         }
-        let json = stored.to_json()?;
+        let json = sealed(key, session_id, &stored.to_json()?);
         let change = StateChange::new(APPROVAL_STATE_KEY, Some(&raw), Some(&json));
         if store
             .append_with_state(session_id, &[], change)
@@ -122,7 +123,8 @@ fn apply(
         if !seen.insert(d.call_id.as_str()) {
             return Err(ApprovalError::DuplicateDecision { call_id: call_id() });
         }
-        let Some(call) = stored.calls().find(|c| c.call.id == d.call_id) else {
+        let calls = stored.calls();
+        let Some((path, call)) = calls.iter().find(|(path, _)| *path == d.call_id) else {
             return Err(ApprovalError::UnknownCall { call_id: call_id() });
         };
         let (token_nonce, mac) = d.token.split_once('.').unwrap_or(("", ""));
@@ -136,7 +138,11 @@ fn apply(
                 },
             );
         }
-        match key.verify(&binding(&call.call, session_id, &nonce), mac, principal) {
+        match key.verify(
+            &binding(path, &call.call, session_id, &nonce),
+            mac,
+            principal,
+        ) {
             Verdict::Valid => {}
             Verdict::OtherPrincipal => {
                 return Err(ApprovalError::OtherPrincipal { call_id: call_id() });
@@ -148,14 +154,18 @@ fn apply(
             CallState::Approved | CallState::Rejected { .. } => {
                 return Err(ApprovalError::AlreadyDecided { call_id: call_id() });
             }
-            CallState::Done { .. } | CallState::Waiting | CallState::New => {
+            CallState::Done { .. }
+            | CallState::Waiting
+            | CallState::New
+            | CallState::Nested { .. } => {
                 return Err(ApprovalError::UnknownCall { call_id: call_id() });
             }
         }
     }
     let at_ms = now_ms();
+    let mut calls = stored.calls_mut();
     for d in decisions {
-        if let Some(c) = stored.calls_mut().find(|c| c.call.id == d.call_id) {
+        if let Some((_, c)) = calls.iter_mut().find(|(path, _)| *path == d.call_id) {
             c.decided = Some(Decided {
                 by: principal.to_owned(),
                 at_ms,
@@ -216,19 +226,16 @@ pub(crate) async fn current(
         }
         Err(e) => return Err(e.into()),
     };
-    let stored = Stored::parse(session_id, &raw)?;
+    let stored = Stored::open(session_id, &raw, key)?;
+    let key = key_or_process(key);
     if stored.status == Status::Running {
         if !stored.lease_expired() {
             return Ok(None); // being run now
         }
-        let asked = reask(store, session_id, &raw, stored).await?;
-        return Ok(asked.map(|s| s.view(session_id, key_or_process(key), principal)));
+        let asked = reask(store, session_id, &raw, stored, key).await?;
+        return Ok(asked.map(|s| s.view(session_id, key, principal)));
     }
-    Ok(Some(stored.view(
-        session_id,
-        key_or_process(key),
-        principal,
-    )))
+    Ok(Some(stored.view(session_id, key, principal)))
 }
 
 /// A round whose claimer stopped while running it (its lease ran out) goes back to the person:
@@ -239,10 +246,11 @@ async fn reask(
     session_id: &str,
     raw: &str,
     mut stored: Stored,
+    key: &ApprovalKey,
 ) -> Result<Option<Stored>, Failed> {
     // who approved the calls the cut-off run took stays on record
     remember_or_warn(store, session_id, &records(&stored)).await;
-    for c in stored.calls_mut() {
+    for (_, c) in stored.calls_mut() {
         if matches!(c.state, CallState::Approved | CallState::Waiting) {
             c.state = CallState::Held { maybe_ran: true };
             c.decided = None;
@@ -255,7 +263,7 @@ async fn reask(
         session = session_id,
         "a round of approved tool calls was cut off while running (its lease ran out); asking the person again"
     );
-    let json = stored.to_json()?;
+    let json = sealed(key, session_id, &stored.to_json()?);
     let change = StateChange::new(APPROVAL_STATE_KEY, Some(raw), Some(&json));
     Ok(store
         .append_with_state(session_id, &[], change)

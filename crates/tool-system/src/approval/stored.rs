@@ -58,8 +58,82 @@ pub(super) enum Status {
     Running,
 }
 
+/// How a sealed value starts: `{"seal":"<hex>","stored":` — then the stored run's JSON, whose
+/// exact bytes the seal covers, and `}`.
+const SEAL_HEAD: &str = "{\"seal\":\"";
+const SEAL_MID: &str = "\",\"stored\":";
+
+/// The state slot's text for `body` (a stored run's JSON): sealed under `key` for `session`.
+pub(super) fn sealed(key: &ApprovalKey, session: &str, body: &str) -> String {
+    let seal = key.seal(session, body);
+    let mut s = String::with_capacity(body.len() + seal.len() + 24);
+    s.push_str(SEAL_HEAD);
+    s.push_str(&seal);
+    s.push_str(SEAL_MID);
+    s.push_str(body);
+    s.push('}');
+    s
+}
+
 impl Stored {
-    /// Reads a stored run: this version's, or the first format's (migrated). A format newer
+    /// Reads the state slot's text. A sealed value is read only when its seal holds under
+    /// the agent's key (`key`; the process's own when none is set); a broken seal is
+    /// [`ApprovalError::SealBroken`]. A value the key cannot vouch for — written before values
+    /// were sealed, or sealed by another process when no key is set — is read as a pending
+    /// approval only ([`Stored::untrusted`]).
+    pub(super) fn open(
+        session: &str,
+        raw: &str,
+        key: Option<&ApprovalKey>,
+    ) -> Result<Self, ApprovalError> {
+        let Some(rest) = raw.strip_prefix(SEAL_HEAD) else {
+            tracing::warn!(
+                session,
+                "a held run stored before runs were sealed: read as pending, nothing of it counts as decided"
+            );
+            return Self::parse(session, raw).map(Self::untrusted);
+        };
+        let parts = rest
+            .split_once(SEAL_MID)
+            .and_then(|(seal, tail)| Some((seal, tail.strip_suffix('}')?)));
+        match parts {
+            Some((seal, body)) if key_or_process(key).seal_holds(session, body, seal) => {
+                Self::parse(session, body)
+            }
+            Some((_, body)) if key.is_none() => {
+                tracing::warn!(
+                    session,
+                    "a held run sealed by another process (no approval key is set): read as pending, nothing of it counts as decided"
+                );
+                Self::parse(session, body).map(Self::untrusted)
+            }
+            _ => Err(ApprovalError::SealBroken {
+                session: session.to_owned(),
+            }),
+        }
+    }
+
+    /// A run whose seal cannot vouch for it: nothing of it counts as decided. Every call that
+    /// was decided, or waited behind a held one, is held for the person again (an approved one
+    /// of a run that was running marked as maybe run), and the run is pending. The worst a
+    /// writer of the store can do with it is show the person a call to decide.
+    fn untrusted(mut self) -> Self {
+        let running = self.status == Status::Running;
+        for (_, c) in self.calls_mut() {
+            let maybe_ran = match c.state {
+                CallState::Approved => running,
+                CallState::Rejected { .. } | CallState::Waiting => false,
+                _ => continue,
+            };
+            c.state = CallState::Held { maybe_ran };
+            c.decided = None;
+        }
+        self.status = Status::Pending;
+        self.lease_until_ms = None;
+        self
+    }
+
+    /// Reads a stored run's JSON: this version's, or the first format's (migrated). A format newer
     /// than this build's is [`ApprovalError::NewerVersion`]; anything else that is not exactly
     /// a held run is [`ApprovalError::Unreadable`].
     pub(super) fn parse(session: &str, raw: &str) -> Result<Self, ApprovalError> {
@@ -92,40 +166,22 @@ impl Stored {
                     Ok(Version { v }) if v != u64::from(RUN_VERSION) => {
                         return Err(version_error(session, v));
                     }
-                    _ => return Err(unreadable(e.to_string())),
+                    // a sub-agent's run held in it may be newer than this build
+                    _ => match serde_json::from_str::<serde_json::Value>(raw) {
+                        Ok(value) if newest_run(&value) > u64::from(RUN_VERSION) => {
+                            return Err(version_error(session, newest_run(&value)));
+                        }
+                        _ => return Err(unreadable(e.to_string())),
+                    },
                 }
             }
         };
-        if s.run.v != RUN_VERSION {
-            return Err(unreadable(format!("a run of version {}", s.run.v)));
-        }
-        if s.run.done.is_some() {
-            return Err(unreadable("the run is over".into()));
-        }
-        let machine = &s.run.machine;
-        if machine.tool_rounds() > machine.model_calls() {
-            return Err(unreadable("more tool rounds than model calls".into()));
-        }
+        let undecided = check_run(session, &s.run)?;
         let mut ids = std::collections::HashSet::new();
-        let mut undecided = 0;
-        for c in s.calls() {
-            if !ids.insert(c.call.id.as_str()) {
+        for (path, c) in s.calls() {
+            if !ids.insert(path) {
                 return Err(unreadable(format!("call id `{}` appears twice", c.call.id)));
             }
-            match c.state {
-                CallState::Held { .. } => undecided += 1,
-                // a held run's calls were all planned before it was kept
-                CallState::New => {
-                    return Err(unreadable(format!(
-                        "call `{}` was never planned",
-                        c.call.id
-                    )));
-                }
-                _ => {}
-            }
-        }
-        if ids.is_empty() {
-            return Err(unreadable("it holds no calls".into()));
         }
         if s.status == Status::Running && undecided > 0 {
             return Err(unreadable("running with undecided calls".into()));
@@ -137,12 +193,13 @@ impl Stored {
         self.lease_until_ms.is_none_or(|until| now_ms() >= until)
     }
 
-    pub(super) fn calls(&self) -> impl Iterator<Item = &RoundCall> {
-        self.run.round.iter().flat_map(Round::calls)
+    /// Every call a person may decide, with its path ([`AgentRun::decidable`]).
+    pub(super) fn calls(&self) -> Vec<(String, &RoundCall)> {
+        self.run.decidable()
     }
 
-    pub(super) fn calls_mut(&mut self) -> impl Iterator<Item = &mut RoundCall> {
-        self.run.round.iter_mut().flat_map(Round::calls_mut)
+    pub(super) fn calls_mut(&mut self) -> Vec<(String, &mut RoundCall)> {
+        self.run.decidable_mut()
     }
 
     pub(super) fn to_json(&self) -> Result<String, StoreError> {
@@ -183,6 +240,71 @@ fn version_error(session: &str, v: u64) -> ApprovalError {
     }
 }
 
+/// The newest version of a sub-agent's run held anywhere in a stored value (0 if none).
+fn newest_run(value: &serde_json::Value) -> u64 {
+    use serde_json::Value;
+    match value {
+        Value::Object(o) => {
+            let own = match (o.get("is"), o.get("run")) {
+                (Some(Value::String(is)), Some(run)) if is == "nested" => {
+                    run.get("v").and_then(Value::as_u64).unwrap_or(0)
+                }
+                _ => 0,
+            };
+            o.values().map(newest_run).fold(own, u64::max)
+        }
+        Value::Array(a) => a.iter().map(newest_run).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Whether a held run holds together — it and each sub-agent's run held in it: this version,
+/// not over, no more tool rounds than model calls, every call planned, a sub-agent's run held
+/// in a call with a round of its own. How many calls wait for a person.
+fn check_run(session: &str, run: &AgentRun) -> Result<usize, ApprovalError> {
+    let unreadable = |detail: String| ApprovalError::Unreadable {
+        session: session.to_owned(),
+        detail,
+    };
+    if run.v != RUN_VERSION {
+        return Err(match version_error(session, u64::from(run.v)) {
+            newer @ ApprovalError::NewerVersion { .. } => newer,
+            _ => unreadable(format!("a run of version {}", run.v)),
+        });
+    }
+    if run.done.is_some() {
+        return Err(unreadable("the run is over".into()));
+    }
+    let machine = &run.machine;
+    if machine.tool_rounds() > machine.model_calls() {
+        return Err(unreadable("more tool rounds than model calls".into()));
+    }
+    let Some(round) = &run.round else {
+        return Err(unreadable("it holds no calls".into()));
+    };
+    let mut undecided = 0;
+    let mut any = false;
+    for c in round.calls() {
+        any = true;
+        match &c.state {
+            CallState::Held { .. } => undecided += 1,
+            CallState::Nested { run } => undecided += check_run(session, run)?,
+            // a held run's calls were all planned before it was kept
+            CallState::New => {
+                return Err(unreadable(format!(
+                    "call `{}` was never planned",
+                    c.call.id
+                )));
+            }
+            _ => {}
+        }
+    }
+    if !any {
+        return Err(unreadable("it holds no calls".into()));
+    }
+    Ok(undecided)
+}
+
 fn encode(value: &impl Serialize) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::Encode {
         detail: e.to_string(),
@@ -196,19 +318,38 @@ fn view(
     key: &ApprovalKey,
     principal: &str,
 ) -> PendingApproval {
-    let round = run.round.as_ref();
+    held_view(session, run, |path, c| {
+        key.token(&binding(path, &c.call, session, nonce), principal)
+    })
+}
+
+/// The calls of `run` waiting for a person, without tokens: what a sub-agent's held run shows
+/// the run above it, which signs them.
+pub(crate) fn unsigned_view(session: &str, run: &AgentRun) -> PendingApproval {
+    held_view(session, run, |_, _| String::new())
+}
+
+fn held_view(
+    session: &str,
+    run: &AgentRun,
+    token: impl Fn(&str, &RoundCall) -> String,
+) -> PendingApproval {
     PendingApproval {
         session_id: session.to_owned(),
-        text: round.map(|r| r.text.clone()).unwrap_or_default(),
-        calls: round
+        text: run
+            .round
+            .as_ref()
+            .map(|r| r.text.clone())
+            .unwrap_or_default(),
+        calls: run
+            .decidable()
             .into_iter()
-            .flat_map(Round::calls)
-            .filter_map(|c| match c.state {
+            .filter_map(|(path, c)| match c.state {
                 CallState::Held { maybe_ran } => Some(HeldCall {
-                    id: c.call.id.clone(),
+                    token: token(&path, c),
+                    id: path,
                     name: c.call.name.clone(),
                     arguments: c.call.arguments.clone(),
-                    token: key.token(&binding(&c.call, session, nonce), principal),
                     maybe_ran,
                 }),
                 _ => None,
@@ -217,11 +358,16 @@ fn view(
     }
 }
 
-/// What a call's token binds under `nonce`.
-pub(super) fn binding<'a>(call: &'a PendingCall, session: &'a str, nonce: &'a str) -> Binding<'a> {
+/// What the token of call `call`, decided by its `path`, binds under `nonce`.
+pub(super) fn binding<'a>(
+    path: &'a str,
+    call: &'a PendingCall,
+    session: &'a str,
+    nonce: &'a str,
+) -> Binding<'a> {
     Binding {
         session,
-        id: &call.id,
+        id: path,
         name: &call.name,
         arguments: &call.arguments,
         nonce,
@@ -255,28 +401,31 @@ pub(crate) async fn hold(
     run: &mut AgentRun,
     key: Option<&ApprovalKey>,
     principal: &str,
+    claimed: Option<super::Claimed>,
 ) -> Result<Held, Failed> {
+    // A resumed run that holds again before its round is recorded (a sub-agent's next held
+    // call): its claimed value is replaced, the record of who decided kept first.
+    if let Some(c) = &claimed {
+        super::record::remember_or_warn(store, session_id, &c.records).await;
+    }
+    let expected = claimed.as_ref().map(|c| c.raw.as_str());
     let nonce = nonce();
-    let ids: Vec<&str> = run
-        .round
-        .iter()
-        .flat_map(Round::calls)
-        .map(|c| c.call.id.as_str())
-        .collect();
+    let ids: Vec<String> = run.decidable().into_iter().map(|(path, _)| path).collect();
     let unique = ids.len() == ids.iter().collect::<std::collections::HashSet<_>>().len();
     let written = if unique {
-        let json = encode(&StoredRef {
+        let body = encode(&StoredRef {
             v: RUN_VERSION,
             status: Status::Pending,
             nonce: &nonce,
             lease_until_ms: None,
             run,
         })?;
+        let json = sealed(key_or_process(key), session_id, &body);
         store
             .append_with_state(
                 session_id,
                 &[],
-                StateChange::new(APPROVAL_STATE_KEY, None, Some(&json)),
+                StateChange::new(APPROVAL_STATE_KEY, expected, Some(&json)),
             )
             .await
     } else {
@@ -330,6 +479,7 @@ pub(crate) async fn close_open(
     store: &dyn SessionStore,
     session_id: &str,
     protocol: &dyn CallProtocol,
+    key: Option<&ApprovalKey>,
 ) -> Result<Vec<Message>, Failed> {
     for _ in 0..CAS_ATTEMPTS {
         let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
@@ -337,11 +487,13 @@ pub(crate) async fn close_open(
             Ok(None) | Err(StoreError::Unsupported { .. }) => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
         };
-        let round = match Stored::parse(session_id, &raw) {
+        let round = match Stored::open(session_id, &raw, key) {
             Ok(stored) => closing_round(session_id, stored, protocol),
             Err(e @ ApprovalError::NewerVersion { .. }) => return Err(e.into()),
             Err(e) => {
-                tracing::error!(session = session_id, error = %e, "dropping an unreadable pending approval; none of its calls run");
+                tracing::error!(session = session_id, error = %e, slot = SET_ASIDE_KEY,
+                    "setting an unreadable pending approval aside; none of its calls run");
+                set_aside(store, session_id, &raw).await?;
                 Vec::new()
             }
         };
@@ -360,20 +512,46 @@ pub(crate) async fn close_open(
     .into())
 }
 
+/// The state slot where a held run that could not be read (or whose seal is broken) is kept
+/// when a new message closes it: nothing stored is lost, and none of it runs.
+pub(super) const SET_ASIDE_KEY: &str = "tool-system.approval.set-aside";
+
+async fn set_aside(store: &dyn SessionStore, session_id: &str, raw: &str) -> Result<(), Failed> {
+    for _ in 0..CAS_ATTEMPTS {
+        let before = store.get_state(session_id, SET_ASIDE_KEY).await?;
+        let change = StateChange::new(SET_ASIDE_KEY, before.as_deref(), Some(raw));
+        if store
+            .append_with_state(session_id, &[], change)
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+    }
+    Err(ApprovalError::Conflict {
+        session: session_id.to_owned(),
+    }
+    .into())
+}
+
 /// The round that closes a held round a new message overtook: every call without a result
 /// gets one saying it did not run, or that whether it ran is unknown.
 fn closing_round(session_id: &str, stored: Stored, protocol: &dyn CallProtocol) -> Vec<Message> {
     let running = stored.status == Status::Running;
     let machine: &LoopMachine = &stored.run.machine;
     let closed: Vec<CallState> = stored
-        .calls()
+        .run
+        .round
+        .iter()
+        .flat_map(Round::calls)
         .map(|c| {
             let plan = match &c.state {
                 CallState::Done { .. } => return c.state.clone(),
                 CallState::Rejected { reason } => machine.plan_decided(false, reason.as_deref()),
-                CallState::Approved | CallState::Waiting | CallState::New => {
-                    machine.plan_abandoned(running)
-                }
+                CallState::Approved
+                | CallState::Waiting
+                | CallState::New
+                | CallState::Nested { .. } => machine.plan_abandoned(running),
                 CallState::Held { maybe_ran } => machine.plan_abandoned(*maybe_ran),
             };
             let text = match plan {
@@ -565,5 +743,53 @@ mod tests {
             Stored::parse("s", &extra),
             Err(ApprovalError::Unreadable { .. })
         ));
+    }
+
+    /// A sealed value is read only under its key and session; changed, cut short, or sealed
+    /// under another key it is its own error. One the key cannot vouch for (unsealed, or
+    /// sealed by another process when no key is set) is read as pending: nothing decided.
+    #[test]
+    fn approval_a_stored_run_is_read_only_under_its_seal() {
+        let key = ApprovalKey::new([3u8; 32]).unwrap();
+        let other = ApprovalKey::new([4u8; 32]).unwrap();
+        let mut decided = good();
+        decided["status"] = json!("running");
+        decided["lease_until_ms"] = json!(u64::MAX);
+        decided["run"]["round"]["steps"][0]["calls"][0]["state"] = json!({"is": "approved"});
+        let body = decided.to_string();
+        let raw = sealed(&key, "s", &body);
+        let read = Stored::open("s", &raw, Some(&key)).unwrap();
+        assert_eq!(
+            read.status,
+            Status::Running,
+            "a sealed value is taken as it is"
+        );
+        let broken = |raw: &str, key: Option<&ApprovalKey>, session: &str| {
+            matches!(
+                Stored::open(session, raw, key),
+                Err(ApprovalError::SealBroken { .. })
+            )
+        };
+        assert!(broken(&raw, Some(&other), "s"), "another key");
+        assert!(broken(&raw, Some(&key), "t"), "another session");
+        assert!(broken(&raw[..raw.len() - 1], Some(&key), "s"), "cut short");
+        assert!(
+            broken(&raw[..raw.len() / 2], Some(&key), "s"),
+            "cut in half"
+        );
+        let flipped = raw.replace("running", "pending");
+        assert!(broken(&flipped, Some(&key), "s"), "changed");
+        // unsealed, or sealed by another process's own key: pending, the call held again
+        for (raw, key) in [
+            (body.clone(), Some(&key)),
+            (sealed(&other, "s", &body), None),
+        ] {
+            let read = Stored::open("s", &raw, key).unwrap();
+            assert_eq!(read.status, Status::Pending);
+            assert_eq!(read.lease_until_ms, None);
+            let (path, c) = &read.calls()[0];
+            assert_eq!(path, "c1");
+            assert_eq!(c.state, CallState::Held { maybe_ran: true });
+        }
     }
 }

@@ -174,6 +174,36 @@ impl ApprovalKey {
     }
 }
 
+impl ApprovalKey {
+    /// The seal of a stored run `body` of session `session`: HMAC-SHA256 under the key, hex.
+    pub(crate) fn seal(&self, session: &str, body: &str) -> String {
+        self.seal_mac(session, body)
+            .map(|m| hex(&m.finalize().into_bytes()))
+            .unwrap_or_default()
+    }
+
+    /// Whether `seal` (hex) is this key's seal of `body` in `session` (constant time).
+    pub(crate) fn seal_holds(&self, session: &str, body: &str, seal: &str) -> bool {
+        match (unhex(seal), self.seal_mac(session, body)) {
+            (Some(bytes), Some(mac)) => mac.verify_slice(&bytes).is_ok(),
+            _ => false,
+        }
+    }
+
+    fn seal_mac(&self, session: &str, body: &str) -> Option<Hmac<Sha256>> {
+        let mut mac = self.hmac()?;
+        for f in [
+            b"tool-system stored run v1".as_slice(),
+            session.as_bytes(),
+            body.as_bytes(),
+        ] {
+            mac.update(&(f.len() as u64).to_be_bytes());
+            mac.update(f);
+        }
+        Some(mac)
+    }
+}
+
 /// The key used when an agent was given none: random, for this process. A sound default
 /// rather than an error because gates can come from providers at run time (an MCP tool
 /// configured for approval) in an agent whose author set no key: holding the call and keeping
