@@ -17,7 +17,7 @@ use rmcp::{Peer, RoleServer};
 use serde_json::Value;
 use toolwright_core::{Caller, Elicited, LogLevel, ToolError};
 
-use crate::server::SessionState;
+use crate::session::SessionState;
 
 /// The most tokens a tool may ask the client's model for in one sampling request.
 pub const MAX_SAMPLE_TOKENS: u32 = 16_384;

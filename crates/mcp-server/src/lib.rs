@@ -58,6 +58,7 @@ mod error;
 mod http;
 mod offers;
 mod server;
+mod session;
 
 pub use auth::{ProtectedResource, TokenVerifier, VerifiedToken};
 pub use caller::MAX_SAMPLE_TOKENS;

@@ -5,16 +5,16 @@
 #![allow(deprecated)]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     CompletionInfo, ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Reference, RequestStateCodec, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Reference, RequestStateCodec, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -30,56 +30,13 @@ use crate::offers::{
     MAX_COMPLETIONS, OfferError, Prompts, Resources, Subscriptions, contents_size,
     match_uri_template,
 };
+use crate::session::SessionState;
 
 /// The most bytes one `resources/read` answer carries by default: 16 MiB.
 pub const DEFAULT_MAX_RESOURCE_BYTES: usize = 16 << 20;
 
 /// The most resources one session may watch by default.
 pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 100;
-
-fn rank(l: LoggingLevel) -> u8 {
-    match l {
-        LoggingLevel::Debug => 0,
-        LoggingLevel::Info => 1,
-        LoggingLevel::Notice => 2,
-        LoggingLevel::Warning => 3,
-        LoggingLevel::Error => 4,
-        LoggingLevel::Critical => 5,
-        LoggingLevel::Alert => 6,
-        LoggingLevel::Emergency => 7,
-    }
-}
-
-/// What one connection (a stdio client, an HTTP session, a stateless request) keeps: the
-/// log level its client asked for and its key among the resource watchers.
-pub(crate) struct SessionState {
-    key: u64,
-    min_level: AtomicU8,
-    subscriptions: Arc<Subscriptions>,
-}
-
-impl SessionState {
-    fn new(subscriptions: Arc<Subscriptions>) -> Self {
-        Self {
-            key: subscriptions.session_key(),
-            // until the client sets a level: info and above
-            min_level: AtomicU8::new(rank(LoggingLevel::Info)),
-            subscriptions,
-        }
-    }
-
-    /// Whether a log line of level `l` goes to the client.
-    pub(crate) fn logs(&self, l: LoggingLevel) -> bool {
-        rank(l) >= self.min_level.load(Ordering::Relaxed)
-    }
-}
-
-/// The session ended: it watches nothing any more.
-impl Drop for SessionState {
-    fn drop(&mut self) {
-        self.subscriptions.forget(self.key);
-    }
-}
 
 /// How long a question to the person waits by default: 5 minutes.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -413,9 +370,7 @@ impl ServerHandler for McpServer {
         request: SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.state
-            .min_level
-            .store(rank(request.level), Ordering::Relaxed);
+        self.state.set_level(request.level);
         Ok(())
     }
 

@@ -52,5 +52,5 @@ pub use token::ApprovalKey;
 
 pub(crate) use error::Failed;
 pub(crate) use record::log;
-pub(crate) use resume::{Claim, Claimed, current, decide, record};
-pub(crate) use stored::{Held, close_open, hold, unsigned_view};
+pub(crate) use resume::{Claim, Claimed, current, decide, hold, record};
+pub(crate) use stored::{Held, close_open, unsigned_view};

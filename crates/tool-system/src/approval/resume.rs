@@ -12,13 +12,30 @@ use super::error::{ApprovalError, Failed};
 use super::pending::{ApprovalDecision, PendingApproval};
 use super::record::{DecisionRecord, records, remember_or_warn};
 use super::stored::{
-    APPROVAL_STATE_KEY, CAS_ATTEMPTS, Status, Stored, binding, millis, now_ms, sealed,
+    APPROVAL_STATE_KEY, CAS_ATTEMPTS, Held, Status, Stored, binding, millis, now_ms, sealed,
 };
 use super::token::{ApprovalKey, Verdict, key_or_process, nonce, unhex};
 use crate::run::{AgentRun, CallState, Decided};
 
 /// Longest reason of a rejection passed on to the model, in characters.
 const MAX_REASON_CHARS: usize = 500;
+
+/// Stores a run whose round in flight has held calls as the session's pending approval. A
+/// resumed run that holds again before its round is recorded (a sub-agent's next held call)
+/// replaces its claimed value: the record of who decided that value's calls is kept first.
+pub(crate) async fn hold(
+    store: &dyn SessionStore,
+    session_id: &str,
+    run: &mut AgentRun,
+    key: Option<&ApprovalKey>,
+    principal: &str,
+    claimed: Option<Claimed>,
+) -> Result<Held, Failed> {
+    if let Some(c) = &claimed {
+        remember_or_warn(store, session_id, &c.records).await;
+    }
+    super::stored::hold(store, session_id, run, key, principal, claimed).await
+}
 
 /// What applying decisions led to.
 pub(crate) enum Claim {

@@ -394,8 +394,9 @@ pub(crate) enum Held {
 }
 
 /// Stores a run whose round in flight has held calls as the session's pending approval
-/// (compare-and-set: only where no other is pending).
-pub(crate) async fn hold(
+/// (compare-and-set: only where no other is pending, or over the `claimed` value it replaces).
+/// The record of who decided a claimed value's calls is kept first ([`super::resume::hold`]).
+pub(super) async fn hold(
     store: &dyn SessionStore,
     session_id: &str,
     run: &mut AgentRun,
@@ -403,11 +404,6 @@ pub(crate) async fn hold(
     principal: &str,
     claimed: Option<super::Claimed>,
 ) -> Result<Held, Failed> {
-    // A resumed run that holds again before its round is recorded (a sub-agent's next held
-    // call): its claimed value is replaced, the record of who decided kept first.
-    if let Some(c) = &claimed {
-        super::record::remember_or_warn(store, session_id, &c.records).await;
-    }
     let expected = claimed.as_ref().map(|c| c.raw.as_str());
     let nonce = nonce();
     let ids: Vec<String> = run.decidable().into_iter().map(|(path, _)| path).collect();
