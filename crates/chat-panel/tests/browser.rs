@@ -451,6 +451,85 @@ async fn approval_buttons_resume_the_turn_and_survive_a_reload() {
     b.close().await;
 }
 
+/// A call held inside a sub-agent (`Agent::as_tool`) is the person's to decide in the panel:
+/// the top run holds with the call listed by its path (`researcher/…`), the page shows its
+/// Approve button, and a click resumes the sub-agent there and then the top agent's answer.
+#[tokio::test]
+async fn a_sub_agents_held_call_is_approved_in_the_panel_and_both_agents_go_on() {
+    let _one = BROWSER_LOCK.lock().await;
+    // The sub-agent has a model of its own: asked, it deletes; after the result it says so.
+    let inner = testkit::ScriptedServer::start().await;
+    inner.respond_with(common::delete_responder);
+    let mut cfg = toolwright_model_gateway::OpenAiConfig::new("scripted");
+    cfg.base_url = inner.base_url();
+    let researcher = toolwright_tool_system::Agent::builder(
+        toolwright_model_gateway::OpenAiModel::new(cfg).unwrap(),
+    )
+    .tool(toolwright_tool_system::FnTool::new(
+        "delete_file",
+        "Delete a file",
+        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        |args, _| async move { Ok(json!({"deleted": args["path"]})) },
+    ))
+    .require_approval("delete_file")
+    .build()
+    .unwrap();
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        |body: &Value| {
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let last = messages.last().cloned().unwrap_or(Value::Null);
+            if last["role"] == "tool" {
+                testkit::Reply::text("The researcher tidied up.")
+            } else {
+                testkit::Reply::tool_call("c1", "researcher", r#"{"input": "delete my notes"}"#)
+            }
+        },
+        move |b| {
+            b.tool(researcher.as_tool("researcher", "Tidies up files"))
+                .approval_key(toolwright_tool_system::ApprovalKey::new([42u8; 32]).unwrap())
+        },
+    )
+    .await;
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.type_and_send("tidy up my notes").await;
+    b.wait_until(
+        "the sub-agent's approval box",
+        "document.querySelectorAll('.entry-approval button.approve').length === 1",
+    )
+    .await;
+    b.idle().await;
+    let sid = b.session_id().await;
+    let base = fx.url().trim_end_matches('/').to_owned();
+    let state = common::session_state(&base, &sid).await;
+    let call = state["pending"]["calls"][0].clone();
+    assert_eq!(call["name"], "delete_file", "{state}");
+    assert!(
+        call["id"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("researcher/"),
+        "the held call is listed by its path: {state}"
+    );
+    let shown = b
+        .js("return document.querySelector('.entry-approval').textContent;")
+        .await;
+    assert!(shown.as_str().unwrap().contains("delete_file"), "{shown}");
+    let top_calls = fx.model.request_count();
+
+    b.click(".entry-approval button.approve").await;
+    b.wait_for_text(".entry-assistant .text", "The researcher tidied up.", false)
+        .await;
+    // The sub-agent went on from its held call (asked once more, after the deletion), then
+    // the top agent (asked once more, after the sub-agent's answer).
+    assert_eq!(inner.request_count(), 2);
+    let last_inner = inner.requests().last().unwrap().body.to_string();
+    assert!(last_inner.contains("deleted"), "{last_inner}");
+    assert_eq!(fx.model.request_count(), top_calls + 1);
+    b.close().await;
+}
+
 /// MCP elicitation in the panel: server-everything's `trigger-elicitation-request`, called by the
 /// agent during a turn, asks the person; the page shows a form of the schema's fields (buttons
 /// for the booleans and enums), the person fills in a name and accepts, and the server gets it
