@@ -6,7 +6,8 @@
 //! CPU, in process, feature `local` of model-gateway): it has no native function calling, so the
 //! loop uses 002's JSON decision and the model's decoding is constrained to valid decisions. It
 //! then walks through the three wire protocols with the scripted OpenAI-compatible server as the
-//! model. The first line says which model runs.
+//! model, then a handoff (a front desk hands the question to a weather desk agent) and code mode.
+//! The first line says which model runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
@@ -35,6 +36,9 @@ temps = {c: get_weather(city=c)[\"temp\"] for c in [\"Beijing\", \"Shanghai\", \
 warmest = max(temps, key=temps.get)
 final_answer(f\"Warmest of {len(temps)}: {warmest} at {temps[warmest]} C (one script, three calls).\")
 ";
+
+/// The tool the front desk hands the conversation to the weather desk with.
+const HANDOFF: &str = "transfer_to_weather_desk";
 
 /// What the offline demo model answers, from the request it gets.
 fn offline_model(body: &Value) -> Reply {
@@ -69,6 +73,24 @@ fn offline_model(body: &Value) -> Reply {
             v["city"].as_str().unwrap_or("?")
         )
     };
+    if system.contains("front desk") {
+        // the triage agent: weather questions go to the weather desk
+        return Reply::tool_call("call_handoff", HANDOFF, "{}");
+    }
+    if system.contains("weather desk") {
+        // the agent handed to: the same conversation (with the handoff in it), its own tools
+        let weather = messages.iter().rev().find_map(|m| {
+            let v: Value = serde_json::from_str(m["content"].as_str()?).ok()?;
+            (m["role"] == "tool" && v.get("temp").is_some()).then_some(v)
+        });
+        return match weather {
+            None => Reply::tool_call("call_desk", "get_weather", r#"{"city": "Beijing"}"#),
+            Some(v) => slow(Reply::text(format!(
+                "Weather desk here: {}",
+                answer(&v.to_string())
+            ))),
+        };
+    }
     let offers_code = body["tools"].as_array().is_some_and(|tools| {
         tools
             .iter()
@@ -300,7 +322,40 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             stored.messages.len()
         );
     }
+    handoff_turn(Arc::clone(&model), Arc::clone(&store)).await?;
     code_mode_turn(model, store).await
+}
+
+/// Agents compose: a front-desk agent has no tools of its own, only a handoff; the weather desk
+/// it hands the conversation to (its own instructions and tools, the same session) answers.
+async fn handoff_turn(
+    model: Arc<OpenAiModel>,
+    store: Arc<dyn SessionStore>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    println!("\n=== a handoff: the front desk hands the conversation to the weather desk ===");
+    let weather_desk = Agent::builder(Arc::clone(&model))
+        .tool(weather_tool())
+        .system_prompt("You are the weather desk. Use get_weather, then answer the person.")
+        .build()?;
+    let front_desk = Agent::builder(model)
+        .system_prompt(
+            "You are the front desk. Hand weather questions to the weather desk; answer the rest.",
+        )
+        .handoff(
+            &weather_desk,
+            HANDOFF,
+            "Hand the conversation to the weather desk for anything about the weather",
+        )
+        .store(Arc::clone(&store))
+        .build()?;
+    println!("user: What's the weather in Beijing?");
+    show(front_desk.run_stream("demo-handoff", "What's the weather in Beijing?")).await?;
+    let stored = store.load("demo-handoff").await?;
+    println!(
+        "session demo-handoff: {} messages stored (the front desk's handoff call and its result, then the weather desk's call, result and answer)",
+        stored.messages.len()
+    );
+    Ok(())
 }
 
 /// Code mode: the model writes one script that calls get_weather as a function in the
