@@ -82,7 +82,8 @@ pub const STAGES: &[Stage] = &[
         n: 4,
         name: "toolwright-mcp-bridge",
         packages: &["toolwright-mcp-bridge"],
-        needs: &[Need::McpServers],
+        // PostgreSQL: OAuth credentials shared by two workers in one database.
+        needs: &[Need::McpServers, Need::Postgres],
     },
     Stage {
         n: 5,

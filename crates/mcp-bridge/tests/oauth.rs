@@ -226,6 +226,80 @@ async fn two_workers_with_one_expired_credential_make_exactly_one_refresh_reques
     assert_eq!(token_requests.load(Ordering::SeqCst), 1);
 }
 
+/// Two workers, each with its own connection to one PostgreSQL database (`TEST_DATABASE_URL`,
+/// set by `cargo xtask test`), hold their credentials in it through `SessionCredentialStore`:
+/// an expired token is refreshed by one of them, and the other uses the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_on_one_postgresql_database_make_exactly_one_refresh_request() {
+    use toolwright_context_engine::{PostgresStore, SessionStore};
+    use toolwright_mcp_bridge::oauth::SessionCredentialStore;
+    let url = std::env::var("TEST_DATABASE_URL")
+        .expect("TEST_DATABASE_URL: run `cargo xtask test`, which starts PostgreSQL");
+    let token_requests = Arc::new(AtomicUsize::new(0));
+    let counter = token_requests.clone();
+    let (port, _) = serve(Arc::new(move |req: &Seen, _| {
+        if req.method == "POST" && req.path == "/token" {
+            let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            std::thread::sleep(Duration::from_millis(300));
+            let body = json!({
+                "access_token": format!("fresh-token-{n}"),
+                "token_type": "Bearer",
+                "expires_in": 3600,
+                "refresh_token": format!("refresh-{}", n + 1),
+            });
+            (200, "application/json", body.to_string())
+        } else {
+            (404, "text/plain", "no".into())
+        }
+    }))
+    .await;
+    // A server URL of this run's own: the database outlives the test.
+    let server = format!("http://127.0.0.1:9/mcp-{}-{}", std::process::id(), now());
+    let worker = |sessions: PostgresStore| {
+        let sessions: Arc<dyn SessionStore> = Arc::new(sessions);
+        let store = Arc::new(SessionCredentialStore::new(sessions));
+        OAuthConfig::new(Arc::new(NoPerson)).with_store(store, "alice")
+    };
+    let first = worker(PostgresStore::connect(&url).await.unwrap());
+    let second = worker(PostgresStore::connect(&url).await.unwrap());
+    let one = OAuthSession::new(first.clone(), &server);
+    let other = OAuthSession::new(second, &server);
+    let seeded = SessionCredentialStore::new(Arc::new(PostgresStore::connect(&url).await.unwrap()));
+    assert!(
+        seeded
+            .compare_and_set(one.key(), None, expired_credential(port))
+            .await
+            .unwrap()
+    );
+
+    let (a, b) = tokio::join!(one.access_token(), other.access_token());
+    assert_eq!(a.unwrap().as_deref(), Some("fresh-token-1"));
+    assert_eq!(b.unwrap().as_deref(), Some("fresh-token-1"));
+    assert_eq!(
+        token_requests.load(Ordering::SeqCst),
+        1,
+        "one refresh in all"
+    );
+
+    // In the database: the fresh token, the registration's secret, no lease left.
+    let stored = seeded.load(one.key()).await.unwrap().unwrap();
+    let record = stored.record;
+    assert_eq!(
+        oauth2::TokenResponse::access_token(&record.token.unwrap()).secret(),
+        "fresh-token-1"
+    );
+    assert_eq!(
+        record.registration.unwrap().client_secret.as_deref(),
+        Some("registered-secret")
+    );
+    assert!(record.refreshing_until.is_none());
+    assert!(
+        stored.version >= 2,
+        "seeded, then refreshed: {}",
+        stored.version
+    );
+}
+
 #[tokio::test]
 async fn a_token_endpoint_answering_html_is_refused_and_the_refresh_can_be_tried_again() {
     let (port, seen) = serve(Arc::new(|_: &Seen, _| {

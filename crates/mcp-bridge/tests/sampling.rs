@@ -1,6 +1,7 @@
 //! Sampling from a real server: npm's server-everything offers `trigger-sampling-request` only
 //! to a client that declares sampling, and its tool sends `sampling/createMessage` back through
-//! the bridge to the application's model (a recording model behind the `ChatModel` seam). The
+//! the bridge to the application's model (a recording model behind the `ChatModel` seam, and the embedded local
+//! model). The
 //! person is asked first, the answer's length is cut to the operator's limit, a request past the
 //! rate is refused, and a person who says no stops it. Fails, never skips, when
 //! server-everything is not installed.
@@ -154,6 +155,51 @@ async fn without_sampling_set_the_server_is_never_told_it_may_ask() {
     assert!(
         !tools.iter().any(|t| t.exposed_name == TOOL),
         "offered without sampling declared"
+    );
+    bridge.stop("everything").await.unwrap();
+}
+
+/// The same request answered by the embedded local model (SmolLM2-135M on the CPU, in this
+/// process, through the `ChatModel` seam): what it wrote reaches the server, and the server's
+/// tool gives it back with the model's name.
+#[tokio::test]
+async fn a_servers_sampling_request_is_answered_by_the_local_model() {
+    common::init_tracing();
+    let model = toolwright_local_model::LocalModel::builder()
+        .seed(1)
+        .build()
+        .await
+        .expect("the local model (fetched once into the user's cache)");
+    let name = toolwright_core::ChatModel::info(&model).model;
+    let person = Arc::new(Person {
+        yes: AtomicBool::new(true),
+        asked: Mutex::new(Vec::new()),
+    });
+    let bridge = McpBridge::new();
+    bridge.set_sampling(Some(Sampling::new(Arc::new(model)).with_max_tokens(24)));
+    bridge.set_elicitor(person.clone(), Duration::from_secs(10));
+    started(&bridge).await;
+
+    let args = json!({"prompt": "Name one colour.", "maxTokens": 500});
+    let out = bridge.call(TOOL, args).await.unwrap().value;
+    let text = out.as_str().map_or_else(|| out.to_string(), str::to_owned);
+    println!("server-everything's sampling tool, answered by the local model: {text}");
+    // "LLM sampling result: {the sampling/createMessage result}"
+    let result: serde_json::Value = text
+        .find('{')
+        .and_then(|at| serde_json::from_str(&text[at..]).ok())
+        .unwrap_or_else(|| panic!("no result in {text}"));
+    assert_eq!(result["model"], name.as_str(), "{text}");
+    assert!(
+        result["content"]["text"]
+            .as_str()
+            .is_some_and(|t| !t.trim().is_empty()),
+        "the model wrote something: {text}"
+    );
+    assert_eq!(
+        person.asked.lock().unwrap().len(),
+        1,
+        "the person was asked"
     );
     bridge.stop("everything").await.unwrap();
 }
