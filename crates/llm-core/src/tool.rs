@@ -25,6 +25,10 @@ pub struct ToolContext {
     /// client calling the toolkit's MCP server): log lines, progress, a question to its model
     /// or to its person. `None` elsewhere; a tool must work without it.
     pub caller: Option<CallerHandle>,
+    /// Who the call is made for (the agent's principal: a login's subject, a user name), when
+    /// the agent has one. A tool that keeps anything about the person (a bridge learning from
+    /// use) keys it by this and follows that person's consent. The agent's loop sets it.
+    pub principal: Option<String>,
 }
 
 /// How urgent a log line to the caller is ([`Caller::log`]), as MCP's logging levels.
@@ -169,6 +173,7 @@ impl ToolContext {
             call_id: call_id.into(),
             approval_gate: None,
             caller: None,
+            principal: None,
         }
     }
     /// Attach the session id.
@@ -184,6 +189,12 @@ impl ToolContext {
     /// Attach the client that made the call.
     pub fn with_caller(mut self, caller: CallerHandle) -> Self {
         self.caller = Some(caller);
+        self
+    }
+    /// Attach who the call is made for ([`ToolContext::principal`]); an empty one is none.
+    pub fn with_principal(mut self, principal: impl Into<String>) -> Self {
+        let principal = principal.into();
+        self.principal = (!principal.trim().is_empty()).then_some(principal);
         self
     }
 }

@@ -87,15 +87,17 @@ impl McpBridge {
     /// act on. The result is the tool's whole result: `structuredContent` as JSON, else the
     /// text; the dispatcher caps what reaches the model.
     pub async fn call(&self, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
-        self.call_in(name, args, None).await
+        self.call_in(name, args, None, None).await
     }
 
-    /// [`McpBridge::call`] within `session`'s turn (a describe call is remembered there).
+    /// [`McpBridge::call`] within `session`'s turn (a describe call is remembered there), for
+    /// `principal` (whose consent a pair learned from the call needs).
     pub(crate) async fn call_in(
         &self,
         name: &str,
         args: Value,
         session: Option<&str>,
+        principal: Option<&str>,
     ) -> Result<ToolOutput, ToolError> {
         if name == DESCRIBE_TOOL {
             return self
@@ -168,7 +170,7 @@ impl McpBridge {
                 self.call_succeeded(&tool.service);
                 let converted = convert(tool, result);
                 if converted.is_ok() {
-                    self.learn_from_call(session, &tool.exposed_name);
+                    self.learn_from_call(session, principal, &tool.exposed_name);
                 }
                 converted
             }

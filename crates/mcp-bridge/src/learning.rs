@@ -2,7 +2,9 @@
 //! search's words and the tool are kept ([`toolwright_tool_search::UseMemory`], bounded), and
 //! become words the tool is found by next time (its keywords in the search index). Off by
 //! default; per deployment (one bridge, optionally one file); an operator lists, exports and
-//! deletes what was learned.
+//! deletes what was learned. A call made for a principal (the agent's, in the tool's context)
+//! is learned only with that person's consent ([`McpBridge::set_learning_consent`]), and
+//! withdrawing it deletes their pairs.
 //!
 //! ```
 //! use toolwright_mcp_bridge::{LearnFromUse, McpBridge};
@@ -154,9 +156,38 @@ impl McpBridge {
         gone
     }
 
+    /// Sets whether `principal` (a [`ToolContext::principal`](toolwright_core::ToolContext),
+    /// the agent's) lets the requests they search with be learned, as the person said in the
+    /// application (the panel's consent). Withdrawing deletes every pair of theirs at once;
+    /// how many went. Nothing happens while learning is off.
+    pub fn set_learning_consent(&self, principal: &str, consents: bool) -> usize {
+        let gone = {
+            let mut learning = lock(&self.inner.learning);
+            let Some(l) = learning.as_mut() else { return 0 };
+            let before = l.memory.consenting();
+            let gone = l.memory.set_consent(principal, consents);
+            if gone > 0 || l.memory.consenting() != before {
+                l.save();
+            }
+            gone
+        };
+        if gone > 0 {
+            *lock(&self.inner.search_index) = None;
+        }
+        gone
+    }
+
     /// After a successful call of `tool` (exposed name) in `session`: when a search of the
-    /// session's current turn returned it, keeps (that search's words, `tool`).
-    pub(crate) fn learn_from_call(&self, session: Option<&str>, tool: &str) {
+    /// session's current turn returned it, keeps (that search's words, `tool`). A call made for
+    /// a principal is kept as theirs, and only when they consent
+    /// ([`McpBridge::set_learning_consent`]); a call with none (a program with one user) is
+    /// the deployment's own, under its operator's choice to learn at all.
+    pub(crate) fn learn_from_call(
+        &self,
+        session: Option<&str>,
+        principal: Option<&str>,
+        tool: &str,
+    ) {
         if lock(&self.inner.learning).is_none() {
             return;
         }
@@ -166,7 +197,10 @@ impl McpBridge {
         let learned = {
             let mut learning = lock(&self.inner.learning);
             let Some(l) = learning.as_mut() else { return };
-            let kept = l.memory.record(&query, tool);
+            let kept = match principal {
+                Some(p) => l.memory.record_for(p, &query, tool),
+                None => l.memory.record(&query, tool),
+            };
             if kept {
                 l.save();
             }
@@ -214,10 +248,10 @@ mod tests {
             "maps__elevation",
             "altitude of a city",
         );
-        bridge.learn_from_call(Some("s"), "maps__elevation");
+        bridge.learn_from_call(Some("s"), None, "maps__elevation");
         // Not found by a search, or found in another session: nothing is learned.
-        bridge.learn_from_call(Some("s"), "fs__read");
-        bridge.learn_from_call(Some("other"), "maps__elevation");
+        bridge.learn_from_call(Some("s"), None, "fs__read");
+        bridge.learn_from_call(Some("other"), None, "maps__elevation");
         assert_eq!(bridge.learned().len(), 1);
         let doc = bridge.with_learned_words(ToolDoc::new("maps__elevation", "Get elevation"));
         assert_eq!(doc.keywords, ["altitude of a city"]);
@@ -240,8 +274,51 @@ mod tests {
         assert_eq!(bridge.export_learned(), serde_json::json!({"pairs": []}));
         // Off: nothing is learned, and the words stop counting.
         bridge.set_learn_from_use(None).unwrap();
-        bridge.learn_from_call(Some("s"), "maps__elevation");
+        bridge.learn_from_call(Some("s"), None, "maps__elevation");
         assert!(bridge.learned().is_empty());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_principals_calls_are_learned_only_with_their_consent_and_withdrawing_deletes_them() {
+        let bridge = McpBridge::new();
+        bridge
+            .set_learn_from_use(Some(LearnFromUse::new(10)))
+            .unwrap();
+        let found = |session: &str| {
+            lock(&bridge.inner.described).enter(Some(session), "how high is Denver", 0);
+            lock(&bridge.inner.described).record_found(
+                Some(session),
+                "maps__elevation",
+                "altitude of a city",
+            );
+        };
+        // alice has not said yes: her call teaches nothing
+        found("a1");
+        bridge.learn_from_call(Some("a1"), Some("alice"), "maps__elevation");
+        assert!(bridge.learned().is_empty());
+        // she says yes: her next one is kept as hers, and the export carries her consent
+        assert_eq!(bridge.set_learning_consent("alice", true), 0);
+        found("a2");
+        bridge.learn_from_call(Some("a2"), Some("alice"), "maps__elevation");
+        let learned = bridge.learned();
+        assert_eq!(learned.len(), 1);
+        assert_eq!(learned[0].principal.as_deref(), Some("alice"));
+        assert!(
+            bridge.export_learned().to_string().contains("alice"),
+            "{}",
+            bridge.export_learned()
+        );
+        let doc = bridge.with_learned_words(ToolDoc::new("maps__elevation", "Get elevation"));
+        assert_eq!(doc.keywords, ["altitude of a city"]);
+        // bob never consented
+        found("b1");
+        bridge.learn_from_call(Some("b1"), Some("bob"), "maps__elevation");
+        assert_eq!(bridge.learned().len(), 1);
+        // alice withdraws: her pair goes, and its words stop counting
+        assert_eq!(bridge.set_learning_consent("alice", false), 1);
+        assert!(bridge.learned().is_empty());
+        let doc = bridge.with_learned_words(ToolDoc::new("maps__elevation", "Get elevation"));
+        assert!(doc.keywords.is_empty());
     }
 }

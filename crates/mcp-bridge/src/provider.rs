@@ -57,7 +57,13 @@ impl ToolProvider for McpBridge {
         args: Value,
         ctx: ToolContext,
     ) -> Result<ToolOutput, ToolError> {
-        self.call_in(name, args, ctx.session_id.as_deref()).await
+        self.call_in(
+            name,
+            args,
+            ctx.session_id.as_deref(),
+            ctx.principal.as_deref(),
+        )
+        .await
     }
 
     /// Whether a call waits for a person's approval: the tool's service says so in its config

@@ -288,6 +288,11 @@ impl Agent {
         agent
     }
 
+    /// Who this agent acts for ([`Agent::acting_as`]); empty when nobody is named.
+    pub(crate) fn principal(&self) -> &str {
+        &self.options.principal
+    }
+
     /// The session store.
     pub fn store(&self) -> &Arc<dyn SessionStore> {
         &self.store

@@ -226,7 +226,12 @@ fn is_handoff(run: &Run<'_>, name: &str) -> bool {
 
 /// Runs a call through the dispatcher, in the run's span, with `arguments`.
 async fn dispatch(run: &Run<'_>, c: &PendingCall, arguments: Value) -> Ran {
-    let ctx = ToolContext::new(c.id.clone()).with_session(run.session_id);
+    let mut ctx = ToolContext::new(c.id.clone()).with_session(run.session_id);
+    // The person the top run acts for (a sub-agent's calls are made for them too); nothing
+    // to copy for a program with none.
+    if !run.top.principal.is_empty() {
+        ctx = ctx.with_principal(run.top.principal.as_str());
+    }
     let out = run
         .dispatcher
         .dispatch_under(Some(&run.span), &c.name, arguments, ctx)

@@ -101,6 +101,15 @@ impl Tool for AgentTool {
             ctx.call_id
         );
         let inner: Arc<[String]> = Arc::from(inner);
+        // The sub-agent acts for the person its caller acts for (its calls, its approvals).
+        let acting;
+        let agent = match &ctx.principal {
+            Some(p) if p != self.agent.principal() => {
+                acting = self.agent.acting_as(p.as_str());
+                &acting
+            }
+            _ => &self.agent,
+        };
         // Called as one of a run's calls (not by a tool in turn): a held run goes up to that
         // run, and comes back decided.
         let exchange = nest.exchange.filter(|x| x.serves(&ctx.call_id));
@@ -108,7 +117,7 @@ impl Tool for AgentTool {
             Some(exchange) => {
                 let resumed = exchange.take_resume(&ctx.call_id);
                 let held_up = Mutex::new(None);
-                let run = self.agent.run_nested(&session, input, resumed, &held_up);
+                let run = agent.run_nested(&session, input, resumed, &held_up);
                 let out = nesting::under(inner, run).await;
                 let held = held_up.into_inner().unwrap_or_else(PoisonError::into_inner);
                 if let (Ok(out), Some(held)) = (&out, held) {
@@ -122,7 +131,7 @@ impl Tool for AgentTool {
                 }
                 out
             }
-            None => nesting::under(inner, self.agent.run(&session, input)).await,
+            None => nesting::under(inner, agent.run(&session, input)).await,
         };
         match run {
             Ok(out) if out.is_pending() => Err(ToolError::failed(format!(
