@@ -548,16 +548,16 @@ async fn call_model(
             compacted.context
         }
     };
+    // Set in place: each `with_` would move the whole request once more.
     let stable = stable_prefix(&built, tally.stored_before);
-    let mut request = ChatRequest::new(built.messages).with_cache_key(cache_key(run.session_id));
-    if let Some(n) = stable {
-        request = request.with_stable_prefix(n);
-    }
+    let mut request = ChatRequest::new(built.messages);
+    request.stable_prefix = stable;
+    request.cache_key = Some(cache_key(run.session_id));
     if protocol.binds_tools() {
-        request = request.with_tools(tools.clone());
+        request.tools.clone_from(tools);
     }
     if state.machine.wants_answer() {
-        request = request.with_tool_choice(toolwright_core::ToolChoice::None);
+        request.tool_choice = Some(toolwright_core::ToolChoice::None);
     }
     let ctx = HookContext::new(run.session_id);
     for hook in &run.options.hooks {
