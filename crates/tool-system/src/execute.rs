@@ -90,6 +90,7 @@ pub(crate) async fn run_step(
     let outcomes = run_calls(
         run,
         protocol.concurrent(),
+        exchange,
         calls
             .iter()
             .map(|c| &c.call)
@@ -103,6 +104,12 @@ pub(crate) async fn run_step(
         if outcome.is_some() && exchange.is_held(&c.id) {
             // a sub-agent's run held calls for a person: this call holds for them too
             out.push((Some(CallPlan::Hold), None));
+            continue;
+        }
+        if outcome.is_none() && p.plan == Some(CallPlan::Run) {
+            // in order after a sub-agent that held ([`run_calls`]): it waits, as after any
+            // held call
+            out.push((Some(CallPlan::Wait), None));
             continue;
         }
         if let (Some(plan), Some(ran)) = (&p.plan, &outcome) {
@@ -131,10 +138,12 @@ pub(crate) async fn run_step(
 
 /// Runs `calls` as planned — at once when `concurrent` (and there is more than one), else in
 /// order — and gives each one's outcome ([`run_call`]; `None` for a call with no plan, or one
-/// that waits).
+/// that waits). In order, a call that would run after a sub-agent's call that held (its run
+/// put in `exchange`) does not run: it waits for the person's decision too.
 async fn run_calls<'a>(
     run: &Run<'_>,
     concurrent: bool,
+    exchange: &Exchange,
     calls: impl ExactSizeIterator<Item = (&'a PendingCall, Option<&'a CallPlan>)>,
 ) -> Vec<Result<Option<Ran>, LoopError>> {
     let one = |(c, plan): (&'a PendingCall, Option<&'a CallPlan>)| async move {
@@ -147,8 +156,16 @@ async fn run_calls<'a>(
         futures::future::join_all(calls.map(one)).await
     } else {
         let mut v = Vec::with_capacity(calls.len());
+        let mut held = false;
         for call in calls {
-            v.push(one(call).await);
+            if held && call.1 == Some(&CallPlan::Run) {
+                v.push(Ok(None));
+                continue;
+            }
+            let id = &call.0.id;
+            let r = one(call).await;
+            held |= matches!(r, Ok(Some(_))) && exchange.is_held(id);
+            v.push(r);
         }
         v
     }

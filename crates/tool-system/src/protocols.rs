@@ -8,7 +8,7 @@
 //!   [`generate_tool_prompt`](crate::generate_tool_prompt), `<tool_action>` tags read while
 //!   streaming, results as tool messages; native calls in the same response win.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde_json::{Map, Value};
 use toolwright_core::{InvalidToolCall, Message, Part, ToolCall, ToolSpec};
@@ -58,17 +58,21 @@ pub fn resolve_protocol(
     function_calling: bool,
     tag_parsing: bool,
 ) -> Arc<dyn CallProtocol> {
+    // The stateless protocols are shared: a run asks for its protocol once, and an `Arc` of
+    // its own would be an allocation per run.
+    static NATIVE: LazyLock<Arc<dyn CallProtocol>> = LazyLock::new(|| Arc::new(NativeProtocol));
+    static JSON: LazyLock<Arc<dyn CallProtocol>> = LazyLock::new(|| Arc::new(JsonDecisionProtocol));
     match kind {
-        ProtocolKind::Auto | ProtocolKind::Native if function_calling => Arc::new(NativeProtocol),
+        ProtocolKind::Auto | ProtocolKind::Native if function_calling => Arc::clone(&NATIVE),
         ProtocolKind::Auto | ProtocolKind::Native => {
             tracing::warn!(
                 model,
                 "model does not support native function calling (function_calling = false): \
                 falling back to the deprecated prompt-based JSON decision protocol (tools in the system prompt, answers parsed as JSON)"
             );
-            Arc::new(JsonDecisionProtocol)
+            Arc::clone(&JSON)
         }
-        ProtocolKind::JsonDecision => Arc::new(JsonDecisionProtocol),
+        ProtocolKind::JsonDecision => Arc::clone(&JSON),
         ProtocolKind::Tag => Arc::new(TagProtocol {
             parsing: tag_parsing,
             bind_native: function_calling,

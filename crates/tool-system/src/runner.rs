@@ -308,16 +308,16 @@ fn protocol_of(options: &LoopOptions, info: &ModelInfo) -> Arc<dyn CallProtocol>
 
 /// What every output of one run shares: when it started, its protocol, where its messages
 /// begin in the history, and the tokens of its model calls so far.
-struct Tally {
+struct Tally<'a> {
     started: Instant,
     protocol: &'static str,
     stored_before: usize,
     /// The model's name, for its price.
-    model: String,
-    prices: Option<Arc<PriceTable>>,
+    model: &'a str,
+    prices: Option<&'a PriceTable>,
 }
 
-impl Tally {
+impl Tally<'_> {
     fn output(
         &self,
         answer: String,
@@ -336,8 +336,8 @@ impl Tally {
             pending_approval,
             usage,
             cost: usage.and_then(|u| {
-                let table = self.prices.as_deref().unwrap_or(PriceTable::builtin());
-                table.cost(&self.model, &u)
+                let table = self.prices.unwrap_or(PriceTable::builtin());
+                table.cost(self.model, &u)
             }),
             elapsed: self.started.elapsed(),
         }
@@ -405,8 +405,8 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         started,
         protocol: protocol.name(),
         stored_before: history.len(),
-        model: info.model.clone(),
-        prices: run.options.prices.clone(),
+        model: &info.model,
+        prices: run.options.prices.as_deref(),
     };
     if let Some(parts) = parts {
         let timeout = run.options.hook_timeout;
@@ -517,7 +517,7 @@ async fn call_model(
     state: &mut AgentRun,
     (turn, tools, builder): Requests<'_>,
     history: &mut History,
-    tally: &Tally,
+    tally: &Tally<'_>,
 ) -> Result<(), LoopError> {
     if state.machine.model_calls() > 0 {
         // A provider may show more tools after a round (MCP level 2: a tool whose
@@ -548,16 +548,16 @@ async fn call_model(
             compacted.context
         }
     };
+    // Set in place: each `with_` would move the whole request once more.
     let stable = stable_prefix(&built, tally.stored_before);
-    let mut request = ChatRequest::new(built.messages).with_cache_key(cache_key(run.session_id));
-    if let Some(n) = stable {
-        request = request.with_stable_prefix(n);
-    }
+    let mut request = ChatRequest::new(built.messages);
+    request.stable_prefix = stable;
+    request.cache_key = Some(cache_key(run.session_id));
     if protocol.binds_tools() {
-        request = request.with_tools(tools.clone());
+        request.tools.clone_from(tools);
     }
     if state.machine.wants_answer() {
-        request = request.with_tool_choice(toolwright_core::ToolChoice::None);
+        request.tool_choice = Some(toolwright_core::ToolChoice::None);
     }
     let ctx = HookContext::new(run.session_id);
     for hook in &run.options.hooks {
@@ -612,7 +612,8 @@ async fn call_model(
                 }
             }
             // the answer keeps the model's reasoning, as a round of calls does
-            vec![Message::assistant(reading.content.clone()).with_parts(reading.parts.clone())]
+            let content = std::mem::take(&mut reading.content);
+            vec![Message::assistant(content).with_parts(std::mem::take(&mut reading.parts))]
         }
         Decision::StopAtLimit => {
             check_output(run, &reading.answer).await?;

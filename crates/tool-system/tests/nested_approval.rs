@@ -497,3 +497,57 @@ async fn a_sub_agent_called_by_a_tool_in_turn_does_not_hold_the_run_and_its_call
     let told = format!("{:?}", lead_model.requests()[1].messages.last());
     assert!(told.contains("cannot be asked for here"), "{told}");
 }
+
+/// In a protocol that runs a response's calls one after another (here the JSON decision
+/// protocol reading a response of native calls), a call after a sub-agent's call that holds
+/// waits for the person too, as it does after a call held directly: it runs only once the
+/// held call is decided, after the sub-agent went on.
+#[tokio::test]
+async fn in_order_calls_after_a_sub_agent_that_holds_wait_for_the_decision() {
+    let deleted = Deleted::default();
+    let researcher = Agent::builder(Scripted::new(cleanup_script()))
+        .tool(delete_file(deleted.clone()))
+        .require_approval("delete_file")
+        .build()
+        .unwrap();
+    let noted = deleted.clone();
+    let note = FnTool::new(
+        "note",
+        "Writes a note",
+        json!({"type": "object"}),
+        move |_, _| {
+            noted.lock().unwrap().push("note".into());
+            async { Ok(json!("noted")) }
+        },
+    );
+    let both = toolwright_core::ChatResponse::new(
+        "",
+        vec![
+            toolwright_core::ToolCall::new("c1", "researcher", json!({"input": "Clean up /tmp/a"})),
+            toolwright_core::ToolCall::new("c2", "note", json!({})),
+        ],
+        toolwright_core::FinishReason::ToolCalls,
+        None,
+    );
+    let lead_model = Scripted::new(vec![both, text("Cleaned up and noted.")]);
+    let lead = Agent::builder(lead_model.clone())
+        .protocol(toolwright_tool_system::ProtocolKind::JsonDecision)
+        .tool(researcher.as_tool("researcher", "Cleans up"))
+        .tool(note)
+        .approval_key(key())
+        .build()
+        .unwrap();
+    let held = pending(&lead.run("s", "Tidy up and note it").await.unwrap());
+    assert_eq!(held.calls.len(), 1);
+    assert_eq!(held.calls[0].id, "researcher/r1");
+    assert!(
+        deleted.lock().unwrap().is_empty(),
+        "the call after the held sub-agent waits: {:?}",
+        deleted.lock().unwrap()
+    );
+    let out = lead.resume("s", &[held.calls[0].approve()]).await.unwrap();
+    assert_eq!(out.answer, "Cleaned up and noted.");
+    assert_eq!(*deleted.lock().unwrap(), ["/tmp/a", "note"]);
+    let told = format!("{:?}", lead_model.requests()[1].messages);
+    assert!(told.contains("noted"), "{told}");
+}

@@ -14,7 +14,7 @@ use serde_json::Value;
 use toolwright_context_engine::{SessionStore, StateChange, StoreError};
 
 use super::error::{ApprovalError, Failed};
-use super::stored::{CAS_ATTEMPTS, Stored};
+use super::stored::{Stored, retrying, swap};
 use crate::run::CallState;
 
 /// The session state slot that keeps the record of decisions ([`DecisionRecord`]).
@@ -106,7 +106,7 @@ pub(super) async fn remember(
     if new.is_empty() {
         return Ok(());
     }
-    for _ in 0..CAS_ATTEMPTS {
+    retrying(session_id, move || async move {
         let raw = store.get_state(session_id, APPROVAL_LOG_KEY).await?;
         let mut log = match raw.as_deref() {
             None => Log {
@@ -127,7 +127,7 @@ pub(super) async fn remember(
             }
         }
         if log.records.len() == before {
-            return Ok(());
+            return Ok(Some(()));
         }
         let excess = log.records.len().saturating_sub(MAX_DECISION_RECORDS);
         log.records.drain(..excess);
@@ -135,18 +135,9 @@ pub(super) async fn remember(
             detail: e.to_string(),
         })?;
         let change = StateChange::new(APPROVAL_LOG_KEY, raw.as_deref(), Some(&json));
-        if store
-            .append_with_state(session_id, &[], change)
-            .await?
-            .is_some()
-        {
-            return Ok(());
-        }
-    }
-    Err(ApprovalError::Conflict {
-        session: session_id.to_owned(),
-    }
-    .into())
+        Ok(swap(store, session_id, &[], change).await?.then_some(()))
+    })
+    .await
 }
 
 /// [`remember`], where the decision itself stands already: a failure is logged (the next step

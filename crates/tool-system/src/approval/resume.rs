@@ -12,7 +12,8 @@ use super::error::{ApprovalError, Failed};
 use super::pending::{ApprovalDecision, PendingApproval};
 use super::record::{DecisionRecord, records, remember_or_warn};
 use super::stored::{
-    APPROVAL_STATE_KEY, CAS_ATTEMPTS, Held, Status, Stored, binding, millis, now_ms, sealed,
+    APPROVAL_STATE_KEY, Held, Status, Stored, binding, conflict, millis, now_ms, retrying, sealed,
+    swap,
 };
 use super::token::{ApprovalKey, Verdict, key_or_process, nonce, unhex};
 use crate::run::{AgentRun, CallState, Decided};
@@ -69,7 +70,7 @@ pub(crate) async fn decide(
     }
     let given = key;
     let key = key_or_process(key);
-    for _ in 0..CAS_ATTEMPTS {
+    retrying(session_id, move || async move {
         let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
             Ok(Some(raw)) => raw,
             Ok(None) | Err(StoreError::NotFound { .. }) => {
@@ -91,7 +92,7 @@ pub(crate) async fn decide(
             // The request that claimed the round stopped: ask again (the decisions given
             // were made for the old state and are refused as stale).
             reask(store, session_id, &raw, stored, key).await?;
-            continue;
+            return Ok(None);
         }
         apply(&mut stored, session_id, decisions, key, principal)?;
         let still = stored.run.is_held();
@@ -101,28 +102,21 @@ pub(crate) async fn decide(
         }
         let json = sealed(key, session_id, &stored.to_json()?);
         let change = StateChange::new(APPROVAL_STATE_KEY, Some(&raw), Some(&json));
-        if store
-            .append_with_state(session_id, &[], change)
-            .await?
-            .is_none()
-        {
-            continue; // changed meanwhile: check the decisions again against what is there now
+        if !swap(store, session_id, &[], change).await? {
+            return Ok(None); // changed meanwhile: check the decisions again against what is there now
         }
         let records = records(&stored);
         remember_or_warn(store, session_id, &records).await;
-        return Ok(if still {
+        Ok(Some(if still {
             Claim::StillPending(
                 stored.view(session_id, key, principal),
                 Box::new(stored.run),
             )
         } else {
             Claim::Run(Box::new(stored.run), Claimed { raw: json, records })
-        });
-    }
-    Err(ApprovalError::Conflict {
-        session: session_id.to_owned(),
-    }
-    .into())
+        }))
+    })
+    .await
 }
 
 fn apply(
@@ -213,19 +207,14 @@ pub(crate) async fn record(
     // the record of who decided is complete before the slot that also holds it is cleared
     remember_or_warn(store, session_id, &claimed.records).await;
     let change = StateChange::new(APPROVAL_STATE_KEY, Some(&claimed.raw), None);
-    match store.append_with_state(session_id, round, change).await? {
-        Some(_) => Ok(()),
-        None => {
-            tracing::error!(
-                session = session_id,
-                "the held round was closed by a new message while its approved calls ran; their results are not recorded"
-            );
-            Err(ApprovalError::Conflict {
-                session: session_id.to_owned(),
-            }
-            .into())
-        }
+    if swap(store, session_id, round, change).await? {
+        return Ok(());
     }
+    tracing::error!(
+        session = session_id,
+        "the held round was closed by a new message while its approved calls ran; their results are not recorded"
+    );
+    Err(conflict(session_id))
 }
 
 /// The pending approval of a session, with fresh tokens for `principal`; `None` when nothing
@@ -282,8 +271,7 @@ async fn reask(
     );
     let json = sealed(key, session_id, &stored.to_json()?);
     let change = StateChange::new(APPROVAL_STATE_KEY, Some(raw), Some(&json));
-    Ok(store
-        .append_with_state(session_id, &[], change)
+    Ok(swap(store, session_id, &[], change)
         .await?
-        .map(|_| stored))
+        .then_some(stored))
 }

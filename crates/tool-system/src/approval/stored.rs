@@ -23,7 +23,44 @@ pub(super) use crate::run::model_error;
 pub const APPROVAL_STATE_KEY: &str = "tool-system.approval";
 
 /// CAS attempts before a decision gives up on a slot that keeps changing under it.
-pub(super) const CAS_ATTEMPTS: usize = 4;
+const CAS_ATTEMPTS: usize = 4;
+
+/// One compare-and-set on a state slot, tried again while the slot changes under it:
+/// `attempt` reads the slot and writes over what it read; `Some` is its result, `None` (the
+/// slot changed meanwhile) tries again. Past [`CAS_ATTEMPTS`], a conflict.
+pub(super) async fn retrying<T, F: Future<Output = Result<Option<T>, Failed>>>(
+    session_id: &str,
+    mut attempt: impl FnMut() -> F,
+) -> Result<T, Failed> {
+    for _ in 0..CAS_ATTEMPTS {
+        if let Some(done) = attempt().await? {
+            return Ok(done);
+        }
+    }
+    Err(conflict(session_id))
+}
+
+/// The error of a slot another request changed meanwhile.
+pub(super) fn conflict(session_id: &str) -> Failed {
+    ApprovalError::Conflict {
+        session: session_id.to_owned(),
+    }
+    .into()
+}
+
+/// Appends `round` and makes `change` in one compare-and-set: whether it was written (`false`:
+/// the slot changed meanwhile).
+pub(super) async fn swap(
+    store: &dyn SessionStore,
+    session_id: &str,
+    round: &[Message],
+    change: StateChange<'_>,
+) -> Result<bool, StoreError> {
+    Ok(store
+        .append_with_state(session_id, round, change)
+        .await?
+        .is_some())
+}
 
 /// A held run as the state slot keeps it (version [`RUN_VERSION`], as the run's own).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -440,10 +477,7 @@ pub(super) async fn hold(
             );
             Ok(Held::Pending(view))
         }
-        Ok(None) => Err(ApprovalError::Conflict {
-            session: session_id.to_owned(),
-        }
-        .into()),
+        Ok(None) => Err(conflict(session_id)),
         Err(StoreError::Unsupported { what }) => {
             tracing::error!(
                 session = session_id,
@@ -477,10 +511,10 @@ pub(crate) async fn close_open(
     protocol: &dyn CallProtocol,
     key: Option<&ApprovalKey>,
 ) -> Result<Vec<Message>, Failed> {
-    for _ in 0..CAS_ATTEMPTS {
+    retrying(session_id, move || async move {
         let raw = match store.get_state(session_id, APPROVAL_STATE_KEY).await {
             Ok(Some(raw)) => raw,
-            Ok(None) | Err(StoreError::Unsupported { .. }) => return Ok(Vec::new()),
+            Ok(None) | Err(StoreError::Unsupported { .. }) => return Ok(Some(Vec::new())),
             Err(e) => return Err(e.into()),
         };
         let round = match Stored::open(session_id, &raw, key) {
@@ -494,18 +528,11 @@ pub(crate) async fn close_open(
             }
         };
         let change = StateChange::new(APPROVAL_STATE_KEY, Some(&raw), None);
-        if store
-            .append_with_state(session_id, &round, change)
+        Ok(swap(store, session_id, &round, change)
             .await?
-            .is_some()
-        {
-            return Ok(round);
-        }
-    }
-    Err(ApprovalError::Conflict {
-        session: session_id.to_owned(),
-    }
-    .into())
+            .then_some(round))
+    })
+    .await
 }
 
 /// The state slot where a held run that could not be read (or whose seal is broken) is kept
@@ -513,21 +540,12 @@ pub(crate) async fn close_open(
 pub(super) const SET_ASIDE_KEY: &str = "tool-system.approval.set-aside";
 
 async fn set_aside(store: &dyn SessionStore, session_id: &str, raw: &str) -> Result<(), Failed> {
-    for _ in 0..CAS_ATTEMPTS {
+    retrying(session_id, move || async move {
         let before = store.get_state(session_id, SET_ASIDE_KEY).await?;
         let change = StateChange::new(SET_ASIDE_KEY, before.as_deref(), Some(raw));
-        if store
-            .append_with_state(session_id, &[], change)
-            .await?
-            .is_some()
-        {
-            return Ok(());
-        }
-    }
-    Err(ApprovalError::Conflict {
-        session: session_id.to_owned(),
-    }
-    .into())
+        Ok(swap(store, session_id, &[], change).await?.then_some(()))
+    })
+    .await
 }
 
 /// The round that closes a held round a new message overtook: every call without a result
