@@ -185,12 +185,20 @@ impl Media {
 
     /// Inline media from its bytes, checked against [`MAX_INLINE_MEDIA_BYTES`].
     pub fn bytes(bytes: &[u8], media_type: impl Into<String>) -> Result<Self, ContentError> {
+        Self::bytes_within(bytes, media_type, MAX_INLINE_MEDIA_BYTES)
+    }
+
+    fn bytes_within(
+        bytes: &[u8],
+        media_type: impl Into<String>,
+        limit: usize,
+    ) -> Result<Self, ContentError> {
         let media_type = media_type.into();
-        if bytes.len() > MAX_INLINE_MEDIA_BYTES {
+        if bytes.len() > limit {
             return Err(ContentError::TooLarge {
                 media_type,
                 size: bytes.len(),
-                limit: MAX_INLINE_MEDIA_BYTES,
+                limit,
             });
         }
         Ok(Self {
@@ -205,6 +213,14 @@ impl Media {
     /// An inline image: its bytes must be a PNG, JPEG, GIF or WebP and be the type claimed
     /// (a lying media type is refused, not passed on to fail at the provider).
     pub fn image_bytes(bytes: &[u8], media_type: &str) -> Result<Self, ContentError> {
+        Self::image_bytes_within(bytes, media_type, MAX_INLINE_MEDIA_BYTES)
+    }
+
+    fn image_bytes_within(
+        bytes: &[u8],
+        media_type: &str,
+        limit: usize,
+    ) -> Result<Self, ContentError> {
         let claimed = media_type.trim().to_ascii_lowercase();
         let claimed = if claimed == "image/jpg" {
             "image/jpeg".to_owned()
@@ -225,40 +241,84 @@ impl Media {
                 found: found.map(str::to_owned),
             });
         }
-        Self::bytes(bytes, claimed)
+        Self::bytes_within(bytes, claimed, limit)
     }
 
     /// Inline media from base64 text (as MCP servers send it), checked to decode and to fit
     /// [`MAX_INLINE_MEDIA_BYTES`]. An image goes through [`Media::image_base64`] instead.
     pub fn base64(data: &str, media_type: impl Into<String>) -> Result<Self, ContentError> {
-        let media_type = media_type.into();
-        if data.len() / 4 * 3 > MAX_INLINE_MEDIA_BYTES + 3 {
-            return Err(ContentError::TooLarge {
-                media_type,
-                size: decoded_len(data),
-                limit: MAX_INLINE_MEDIA_BYTES,
-            });
-        }
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .map_err(|e| ContentError::Base64(e.to_string()))?;
-        Self::bytes(&bytes, media_type)
+        Self::base64_within(data, media_type, MAX_INLINE_MEDIA_BYTES)
     }
 
     /// An inline image from base64 text (as MCP servers send it), checked like
     /// [`Media::image_bytes`].
     pub fn image_base64(data: &str, media_type: &str) -> Result<Self, ContentError> {
-        if data.len() / 4 * 3 > MAX_INLINE_MEDIA_BYTES + 3 {
+        Self::image_base64_within(data, media_type, MAX_INLINE_MEDIA_BYTES)
+    }
+
+    /// Media of a tool's result from base64 text, checked like [`Media::base64`] (or, for an
+    /// `image/…` type, [`Media::image_base64`]) but against `limit` instead of
+    /// [`MAX_INLINE_MEDIA_BYTES`]: a tool (an MCP server's screenshot) may hand over more than
+    /// a model request may carry inline. Such media never goes on a wire as it is: the agent's
+    /// dispatcher keeps what passes the inline limit in its blob store and gives the model the
+    /// reference (`AgentBuilder::blob_store`), or names it in the text without a store.
+    ///
+    /// ```
+    /// use toolwright_core::{MAX_INLINE_MEDIA_BYTES, Media};
+    /// use base64::Engine as _;
+    /// let big = vec![7u8; MAX_INLINE_MEDIA_BYTES + 1];
+    /// let data = base64::engine::general_purpose::STANDARD.encode(&big);
+    /// assert!(Media::base64(&data, "audio/wav").is_err());
+    /// let m = Media::tool_result_base64(&data, "audio/wav", 32 * 1024 * 1024).unwrap();
+    /// assert_eq!(m.size(), MAX_INLINE_MEDIA_BYTES + 1);
+    /// ```
+    pub fn tool_result_base64(
+        data: &str,
+        media_type: &str,
+        limit: usize,
+    ) -> Result<Self, ContentError> {
+        if media_type.trim().to_ascii_lowercase().starts_with("image/") {
+            Self::image_base64_within(data, media_type, limit)
+        } else {
+            Self::base64_within(data, media_type, limit)
+        }
+    }
+
+    fn base64_within(
+        data: &str,
+        media_type: impl Into<String>,
+        limit: usize,
+    ) -> Result<Self, ContentError> {
+        let media_type = media_type.into();
+        if data.len() / 4 * 3 > limit + 3 {
             return Err(ContentError::TooLarge {
-                media_type: media_type.into(),
+                media_type,
                 size: decoded_len(data),
-                limit: MAX_INLINE_MEDIA_BYTES,
+                limit,
             });
         }
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(data.trim())
             .map_err(|e| ContentError::Base64(e.to_string()))?;
-        Self::image_bytes(&bytes, media_type)
+        Self::bytes_within(&bytes, media_type, limit)
+    }
+
+    fn image_base64_within(
+        data: &str,
+        media_type: &str,
+        limit: usize,
+    ) -> Result<Self, ContentError> {
+        if data.len() / 4 * 3 > limit + 3 {
+            return Err(ContentError::TooLarge {
+                media_type: media_type.into(),
+                size: decoded_len(data),
+                limit,
+            });
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| ContentError::Base64(e.to_string()))?;
+        Self::image_bytes_within(&bytes, media_type, limit)
     }
 
     /// The same media with a file name.

@@ -27,6 +27,7 @@ use crate::catalog::{self, McpTool};
 use crate::connection::{Connection, STOP_GRACE};
 use crate::elicitation::InFlight;
 use crate::inject::DESCRIBE_TOOL;
+use crate::process::MAX_MESSAGE_BYTES;
 use crate::registry::ServiceStatus;
 use crate::search::SEARCH_TOOL;
 
@@ -296,15 +297,18 @@ pub(crate) fn content_parts(content: &[ContentBlock]) -> (String, Vec<Part>) {
     for c in content {
         match c {
             ContentBlock::Text(t) => lines.push(t.text.clone()),
+            // An image or a sound has no URI to point to: it is taken up to the size of one
+            // message, and the dispatcher keeps what passes the inline limit in the agent's
+            // blob store (or names it, without one).
             ContentBlock::Image(i) => take(
                 "image",
-                Media::image_base64(&i.data, &i.mime_type),
+                Media::tool_result_base64(&i.data, &i.mime_type, MAX_MESSAGE_BYTES),
                 &mut parts,
                 &mut lines,
             ),
             ContentBlock::Audio(a) => take(
                 "audio",
-                Media::base64(&a.data, &a.mime_type),
+                Media::tool_result_base64(&a.data, &a.mime_type, MAX_MESSAGE_BYTES),
                 &mut parts,
                 &mut lines,
             ),
@@ -408,5 +412,32 @@ mod tests {
             r.size,
             Some((toolwright_core::MAX_INLINE_MEDIA_BYTES / 3 + 10) as u64 * 3)
         );
+    }
+
+    /// A PNG of `size` bytes: a real header, then filler.
+    fn png(size: usize) -> String {
+        use base64::Engine as _;
+        let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\x10\0\0\0\x10\0\x08\x06\0\0\0".to_vec();
+        png.resize(size, 7);
+        base64::engine::general_purpose::STANDARD.encode(&png)
+    }
+
+    #[test]
+    fn an_image_past_the_inline_limit_is_kept_for_the_blob_store_not_left_out() {
+        let size = toolwright_core::MAX_INLINE_MEDIA_BYTES + 1024 * 1024;
+        let (text, parts) = content_parts(&[ContentBlock::image(png(size), "image/png")]);
+        assert_eq!(text, "");
+        let [Part::Image(m)] = parts.as_slice() else {
+            panic!("expected one image, got {} parts and {text:?}", parts.len());
+        };
+        assert_eq!((m.size(), m.media_type.as_str()), (size, "image/png"));
+    }
+
+    #[test]
+    fn an_image_that_lies_about_its_type_is_still_left_out_whatever_its_size() {
+        let size = toolwright_core::MAX_INLINE_MEDIA_BYTES + 1024 * 1024;
+        let (text, parts) = content_parts(&[ContentBlock::image(png(size), "image/jpeg")]);
+        assert!(parts.is_empty());
+        assert!(text.starts_with("[image left out:"), "{text}");
     }
 }
