@@ -52,10 +52,10 @@ pub(super) async fn page(State(app): State<Arc<App>>, headers: HeaderMap) -> Res
 
 /// The page's Content-Security-Policy: its script and style only from the panel's own files
 /// (`/app.js`, `/app.css`), nothing inline — no `<script>` or `<style>` in the page, no event
-/// handler or `style` attribute —, requests to the panel only, images from the panel's own
-/// media endpoint only (no `data:` or other sites' URLs), no frames.
+/// handler or `style` attribute —, requests to the panel only, images and sounds from the
+/// panel's own media endpoint only (no `data:` or other sites' URLs), no frames.
 pub(super) const PAGE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+     connect-src 'self'; img-src 'self'; media-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// One of the page's own files: `body` as `content_type`, never sniffed as anything else. Not
 /// secret (the same for everyone, signed in or not); revalidated rather than kept, so a new
@@ -126,7 +126,8 @@ pub(super) async fn get_session(
         Ok(false) => {
             return axum::Json(json!({"sessionId": id, "busy": false, "entries": [],
                 "pending": null, "decisions": [], "lastEventId": 0,
-                "maxImageBytes": app.config.max_image_bytes}))
+                "maxImageBytes": app.config.max_image_bytes,
+                "attachTypes": crate::media::attachable()}))
             .into_response();
         }
         Err(e) => return store_failed(&e),
@@ -171,7 +172,8 @@ pub(super) async fn get_session(
     let last = base + messages.len() as u64;
     axum::Json(
         json!({"sessionId": id, "busy": busy, "entries": entries, "pending": pending,
-        "decisions": decisions, "lastEventId": last, "maxImageBytes": app.config.max_image_bytes}),
+        "decisions": decisions, "lastEventId": last, "maxImageBytes": app.config.max_image_bytes,
+        "attachTypes": crate::media::attachable()}),
     )
     .into_response()
 }
@@ -236,13 +238,17 @@ pub(super) struct PostBody {
     text: String,
     #[serde(default)]
     in_reply_to: Option<u64>,
-    /// Pictures the person attached (at most [`MAX_IMAGES`]).
+    /// What the person attached (at most [`MAX_ATTACHMENTS`]): pictures, sounds or files
+    /// (`images` is the older name of the field).
+    #[serde(default, alias = "images")]
+    attachments: Vec<Upload>,
+    /// MCP resources to read into the message (with [`ChatPanel::offer_mcp`](crate::ChatPanel::offer_mcp)).
     #[serde(default)]
-    images: Vec<Upload>,
+    resources: Vec<super::offers::ResourceChoice>,
 }
 
-/// A picture attached to a message: its bytes in standard base64, the type the browser
-/// gave it, and its file name.
+/// A picture, sound or file attached to a message: its bytes in standard base64, the type
+/// the browser gave it, and its file name.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct Upload {
@@ -253,7 +259,7 @@ pub(super) struct Upload {
 }
 
 /// What a message's body may hold beyond [`PanelConfig::max_body_bytes`](crate::PanelConfig):
-/// one picture's base64 (4/3 of its bytes) and its fields; nothing when pictures are off.
+/// one attachment's base64 (4/3 of its bytes) and its fields; nothing when attaching is off.
 pub(super) fn picture_allowance(config: &crate::PanelConfig) -> usize {
     match config.max_image_bytes {
         0 => 0,
@@ -261,10 +267,10 @@ pub(super) fn picture_allowance(config: &crate::PanelConfig) -> usize {
     }
 }
 
-/// Pictures one message may carry.
-pub(super) const MAX_IMAGES: usize = 1;
+/// Attachments one message may carry.
+pub(super) const MAX_ATTACHMENTS: usize = 1;
 
-pub(super) const MALFORMED: &str = "malformed request: expected the JSON object {\"text\": \"...\", \"inReplyTo\": N?, \"images\": [{\"mediaType\", \"data\", \"name\"?}]?}";
+pub(super) const MALFORMED: &str = "malformed request: expected the JSON object {\"text\": \"...\", \"inReplyTo\": N?, \"attachments\": [{\"mediaType\", \"data\", \"name\"?}]?}";
 
 /// The size of base64 text once decoded.
 fn decoded_len(data: &str) -> usize {
@@ -287,24 +293,29 @@ fn size_words(n: usize) -> String {
     }
 }
 
-/// The attached pictures as parts, each checked: within `max` bytes, a PNG, JPEG, GIF or WebP
-/// whose bytes are that type ([`Media::image_base64`](toolwright_core::Media::image_base64)).
-/// A refusal is the answer, with a sentence for the person that says what to send instead.
+/// The attachments as parts, each checked: within `max` bytes, of a type the panel takes
+/// ([`crate::media::attachable`]) and whose bytes are that type — a picture as
+/// [`Media::image_base64`](toolwright_core::Media::image_base64) checks it, a sound or file by
+/// its magic number (text: UTF-8). A picture becomes a [`Part::Image`](toolwright_core::Part),
+/// a sound a `Part::Audio`, anything else a `Part::File`. A refusal is the answer, with a
+/// sentence for the person that says what to send instead.
 #[allow(clippy::result_large_err)] // built once per request and returned straight away
-fn pictures(uploads: Vec<Upload>, max: usize) -> Result<Vec<toolwright_core::Part>, Response> {
+fn attachments(uploads: Vec<Upload>, max: usize) -> Result<Vec<toolwright_core::Part>, Response> {
+    use crate::MediaKind;
+    use toolwright_core::{ContentError, Media, Part};
     if uploads.is_empty() {
         return Ok(Vec::new());
     }
     if max == 0 {
         return Err(error(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "this panel does not take pictures: send your message without one",
+            "this panel does not take attachments: send your message without one",
         ));
     }
-    if uploads.len() > MAX_IMAGES {
+    if uploads.len() > MAX_ATTACHMENTS {
         return Err(error(
             StatusCode::BAD_REQUEST,
-            format!("attach at most {MAX_IMAGES} picture to a message"),
+            format!("attach at most {MAX_ATTACHMENTS} file to a message"),
         ));
     }
     let mut parts = Vec::with_capacity(uploads.len());
@@ -323,36 +334,128 @@ fn pictures(uploads: Vec<Upload>, max: usize) -> Result<Vec<toolwright_core::Par
             .as_deref()
             .map(|n| format!(" {n:?}"))
             .unwrap_or_default();
+        let ty = crate::media::normalized(&u.media_type);
+        let kind = crate::media::listed(&ty);
+        let what = match kind {
+            Some(MediaKind::Image) => "picture",
+            Some(MediaKind::Audio) => "sound",
+            _ => "file",
+        };
         if size > max {
             return Err(error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
-                    "The picture{called} is {}; pictures may be at most {}. Send a smaller one.",
+                    "The {what}{called} is {}; attachments may be at most {}. Send a smaller one.",
                     size_words(size),
                     size_words(max)
                 ),
             ));
         }
-        let media = toolwright_core::Media::image_base64(&u.data, &u.media_type).map_err(|e| {
+        let refused = |e: ContentError| {
             let status = match e {
-                toolwright_core::ContentError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                toolwright_core::ContentError::Base64(_) => StatusCode::BAD_REQUEST,
+                ContentError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                ContentError::Base64(_) => StatusCode::BAD_REQUEST,
                 _ => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            };
+            let also = match kind {
+                Some(MediaKind::Image) => "Pictures may be PNG, JPEG, GIF or WebP.".to_owned(),
+                _ => format!(
+                    "Attachments may be {}.",
+                    crate::media::attachable().join(", ")
+                ),
             };
             error(
                 status,
-                format!(
-                    "The picture{called} was not sent: {e}. Pictures may be PNG, JPEG, GIF or WebP."
-                ),
+                format!("The {what}{called} was not sent: {e}. {also}"),
             )
-        })?;
+        };
+        let media = match kind {
+            Some(MediaKind::Image) => {
+                Media::image_base64(&u.data, &u.media_type).map_err(refused)?
+            }
+            Some(_) => {
+                let m = Media::base64(&u.data, ty.clone()).map_err(&refused)?;
+                let agrees = m
+                    .decoded()
+                    .is_some_and(|b| crate::media::bytes_are(&ty, &b, true));
+                if !agrees {
+                    return Err(refused(ContentError::WrongType {
+                        claimed: ty,
+                        found: None,
+                    }));
+                }
+                m
+            }
+            None => {
+                return Err(error(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    format!(
+                        "The file{called} was not sent: the panel does not take {:?} files. Attachments may be {}.",
+                        u.media_type,
+                        crate::media::attachable().join(", ")
+                    ),
+                ));
+            }
+        };
         let media = match name {
             Some(n) => media.with_name(n),
             None => media,
         };
-        parts.push(toolwright_core::Part::Image(media));
+        parts.push(match kind {
+            Some(MediaKind::Image) => Part::Image(media),
+            Some(MediaKind::Audio) => Part::Audio(media),
+            _ => Part::File(media),
+        });
     }
     Ok(parts)
+}
+
+/// A resource's picture, sound or file, checked as an attachment is: within `max` bytes, of a
+/// type the panel takes and whose bytes are that type; a refusal names the resource `uri`.
+#[allow(clippy::result_large_err)]
+pub(super) fn checked_media(
+    p: toolwright_core::Part,
+    uri: &str,
+    max: usize,
+) -> Result<toolwright_core::Part, Response> {
+    use crate::MediaKind;
+    use toolwright_core::Part;
+    let (Part::Image(m) | Part::Audio(m) | Part::File(m)) = &p else {
+        return Ok(p);
+    };
+    let size = m.size();
+    if size > max {
+        return Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "The resource {uri} holds {} of {}; attachments may be at most {}.",
+                size_words(size),
+                m.media_type,
+                size_words(max)
+            ),
+        ));
+    }
+    let ty = crate::media::normalized(&m.media_type);
+    let kind = crate::media::listed(&ty).filter(|_| {
+        m.decoded()
+            .is_some_and(|b| crate::media::bytes_are(&ty, &b, true))
+    });
+    let Some(kind) = kind else {
+        return Err(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "The resource {uri} holds {:?} content the panel does not take (or whose bytes are not that type). Attachments may be {}.",
+                m.media_type,
+                crate::media::attachable().join(", ")
+            ),
+        ));
+    };
+    let m = m.clone();
+    Ok(match kind {
+        MediaKind::Image => Part::Image(m),
+        MediaKind::Audio => Part::Audio(m),
+        MediaKind::File => Part::File(m),
+    })
 }
 
 /// `POST /api/sessions/{id}/approvals` with `{"decisions": [{"call_id", "token", "approved",
@@ -509,6 +612,7 @@ pub(super) async fn read_json_body_within(
     Ok(body)
 }
 
+#[allow(clippy::result_large_err)] // the resources' check answers a refusal as the response itself
 pub(super) async fn post_message(
     State(app): State<Arc<App>>,
     axum::Extension(who): axum::Extension<Principal>,
@@ -542,11 +646,11 @@ pub(super) async fn post_message(
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("{MALFORMED}: {e}")),
     };
     let text = req.text.trim().to_owned();
-    let parts = match pictures(req.images, app.config.max_image_bytes) {
+    let mut parts = match attachments(req.attachments, app.config.max_image_bytes) {
         Ok(p) => p,
         Err(r) => return r,
     };
-    if text.is_empty() && parts.is_empty() {
+    if text.is_empty() && parts.is_empty() && req.resources.is_empty() {
         return error(StatusCode::BAD_REQUEST, "text is empty");
     }
     let chars = text.chars().count();
@@ -585,6 +689,13 @@ pub(super) async fn post_message(
     if let Err(r) = access(&app, &id, &who).await {
         return r;
     }
+    // the MCP resources it names, read now, checked as attachments are
+    let max = app.config.max_image_bytes;
+    match super::offers::read_chosen(&app, req.resources, |p, uri| checked_media(p, uri, max)).await
+    {
+        Ok(more) => parts.extend(more),
+        Err(r) => return r,
+    }
     // The quick reply a message answers is recorded from the stored text (the latest open set
     // offering it), the same on every worker and after a reload.
     let _ = req.in_reply_to;
@@ -607,13 +718,16 @@ pub(super) async fn post_message(
     start_turn(app, turn, events)
 }
 
-/// `GET /api/sessions/{id}/media/{row}-{part}`: picture `part` of the conversation's stored
-/// message `row` (the `src` of an [`EntryImage`](crate::EntryImage)), as its bytes — to the
-/// conversation's owner only (another principal gets the conversation's `404`). Served only
-/// when it is an inline PNG, JPEG, GIF or WebP whose bytes are that type, checked again here:
-/// never SVG, HTML or anything a browser would run. `Content-Type` is the checked type,
-/// `Content-Disposition: inline`, with a `sandbox` policy of its own should it be opened as a
-/// page; `no-store` and `nosniff` as every `/api/` answer.
+/// `GET /api/sessions/{id}/media/{row}-{part}`: picture, sound or file `part` of the
+/// conversation's stored message `row` (the `src` of an [`EntryImage`](crate::EntryImage)), as
+/// its bytes — to the conversation's owner only (another principal gets the conversation's
+/// `404`). A picture is served only when it is an inline PNG, JPEG, GIF or WebP whose bytes are
+/// that type, checked again here, `inline`; a sound of a type the panel plays whose bytes are
+/// that type `inline` too; anything else as a download (`attachment`), as
+/// `application/octet-stream` unless it is a listed file type whose bytes agree
+/// ([`crate::media::served_as`]): never SVG, HTML or anything a browser would run. Each with
+/// a `sandbox` policy of its own should it be opened as a page; `no-store` and `nosniff` as
+/// every `/api/` answer.
 pub(super) async fn get_media(
     State(app): State<Arc<App>>,
     axum::Extension(who): axum::Extension<Principal>,
@@ -631,7 +745,7 @@ pub(super) async fn get_media(
     let no_image = || {
         error(
             StatusCode::NOT_FOUND,
-            "no such picture in this conversation (use the src of an entry's image)",
+            "no such picture, sound or file in this conversation (use the src of an entry's image)",
         )
     };
     let Some((row, part)) = which
@@ -658,27 +772,33 @@ pub(super) async fn get_media(
         return no_image();
     };
     let media = match message.parts().get(part) {
-        Some(toolwright_core::Part::Image(media)) => media,
+        Some(toolwright_core::Part::Image(media)) => {
+            // a picture is served as one, checked again whole (one of the four types, and the
+            // bytes are it), or not at all
+            let Some(bytes) = media
+                .decoded()
+                .filter(|b| toolwright_core::Media::image_bytes(b, &media.media_type).is_ok())
+            else {
+                tracing::info!(session = %id, row, part, media_type = %media.media_type, "chat panel: a stored picture is not a PNG, JPEG, GIF or WebP of its type; not served");
+                return no_image();
+            };
+            let (content_type, inline) = crate::media::served_as(&media.media_type, &bytes);
+            if !inline {
+                return no_image();
+            }
+            return super::blob::contained(bytes, content_type, true);
+        }
+        Some(toolwright_core::Part::Audio(media) | toolwright_core::Part::File(media)) => media,
         Some(toolwright_core::Part::Resource(r)) => return super::blob::serve(&app, &id, r).await,
         _ => return no_image(),
     };
-    // checked again whole: the stored type must be one of the four and the bytes must be it
-    let Some(checked) = media.decoded().and_then(|b| {
-        toolwright_core::Media::image_bytes(&b, &media.media_type)
-            .ok()
-            .map(|m| (b, m))
-    }) else {
-        tracing::info!(session = %id, row, part, media_type = %media.media_type, "chat panel: a stored picture is not a PNG, JPEG, GIF or WebP of its type; not served");
+    let Some(bytes) = media.decoded() else {
         return no_image();
     };
-    let (bytes, media) = checked;
-    if !crate::state::SERVED_IMAGE_TYPES.contains(&media.media_type.as_str()) {
-        return no_image();
-    }
-    let Ok(content_type) = HeaderValue::from_str(&media.media_type) else {
-        return no_image();
-    };
-    super::blob::contained(bytes, content_type, true)
+    // a sound the panel plays in place; anything else downloaded, as its type only when it is
+    // a listed one and the bytes agree (never as a page or a picture the browser would run)
+    let (content_type, inline) = crate::media::served_as(&media.media_type, &bytes);
+    super::blob::contained(bytes, content_type, inline)
 }
 
 /// A free answer slot within the queue timeout, or `503`.

@@ -70,20 +70,30 @@ pub enum EntryKind {
     Reasoning,
 }
 
-/// A picture in a conversation entry: the person's, or one a tool returned.
+/// A picture, a sound or a file in a conversation entry: the person's, or one a tool returned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct EntryImage {
+    /// How the page shows it: a picture in place, a sound to play, or a file to download.
+    /// A picture or sound whose type is not one the panel shows, or whose bytes are not what
+    /// its type says (an SVG or a web page calling itself a picture), is a file.
+    pub kind: crate::MediaKind,
     /// Where the page loads it: the panel's own media endpoint
     /// (`/api/sessions/{id}/media/{row}-{part}`), which serves it to the conversation's owner
-    /// only. `None` when the panel does not serve it (not an inline PNG, JPEG, GIF or WebP, or
-    /// held at a URL of its own, which the page does not fetch): [`text`](Self::text) is shown
-    /// instead.
+    /// only. `None` when the panel does not serve it (a picture that is not an inline PNG, JPEG,
+    /// GIF or WebP, or media held at a URL of its own, which the page does not fetch):
+    /// [`text`](Self::text) is shown instead.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub src: Option<String>,
     /// Its media type, as stored.
     pub media_type: String,
+    /// Its file name, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its size in bytes, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
     /// Width and height in pixels, read from its header, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub width: Option<u32>,
@@ -92,9 +102,9 @@ pub struct EntryImage {
     pub height: Option<u32>,
     /// A line naming it (kind, type, file name, size): the image's alternative text.
     pub text: String,
-    /// A file to open rather than a picture to show: media a tool gave by reference
-    /// ([`Part::Resource`]) that is not a PNG, JPEG, GIF or WebP. The page links
-    /// [`src`](Self::src) with [`text`](Self::text) as the link's words.
+    /// A file to open rather than media to show (`kind` is [`MediaKind::File`](crate::MediaKind)
+    /// and the panel serves it): the page links [`src`](Self::src) with the file's name, type
+    /// and size as the link's words.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub link: bool,
 }
@@ -265,62 +275,67 @@ impl Entry {
     }
 }
 
-/// The image types the media endpoint serves, and the only ones: never SVG or HTML.
-pub(crate) const SERVED_IMAGE_TYPES: [&str; 4] =
-    ["image/png", "image/jpeg", "image/gif", "image/webp"];
-
-/// Whether the panel serves this image: inline, and its bytes begin as the PNG, JPEG, GIF or
-/// WebP its type says (the media endpoint checks the whole of it again before serving).
-fn served(m: &Media) -> bool {
+/// The first bytes of inline media (16 characters of base64: the first 12 bytes, enough for
+/// each magic number); `None` for media at a URL or broken base64.
+fn head(m: &Media) -> Option<Vec<u8>> {
     let MediaSource::Base64 { data } = &m.source else {
-        return false;
+        return None;
     };
-    let ty = m.media_type.trim().to_ascii_lowercase();
-    if !SERVED_IMAGE_TYPES.contains(&ty.as_str()) {
-        return false;
-    }
-    // 16 characters of base64: the first 12 bytes, enough for each magic number
     let head = data.get(..16).unwrap_or(data);
-    match Media::base64(head, ty.clone()) {
-        Ok(h) => h
-            .decoded()
-            .is_some_and(|b| Media::image_bytes(&b, &ty).is_ok()),
-        Err(_) => false,
-    }
+    Media::base64(head, m.media_type.clone()).ok()?.decoded()
 }
 
-/// The pictures among `parts` of stored row `row`, as the page shows them.
+/// The pictures, sounds and files among `parts` of stored row `row`, as the page shows them:
+/// inline media by the panel's media endpoint when its bytes can be read (a picture only when
+/// it is one of the four types the panel shows), media a tool kept in the blob store
+/// (`toolwright-blob:`) the same way; a URL of its own is only named.
 fn images(session: &str, row: u64, parts: &[Part]) -> Vec<EntryImage> {
+    use crate::MediaKind;
     parts
         .iter()
         .enumerate()
-        .filter_map(|(k, p)| match p {
-            Part::Image(m) => {
-                let (width, height) = m.dimensions().unzip();
-                Some(EntryImage {
-                    src: served(m).then(|| format!("/api/sessions/{session}/media/{row}-{k}")),
-                    media_type: m.media_type.clone(),
-                    width,
-                    height,
-                    text: p.placeholder(),
-                    link: false,
-                })
-            }
-            // Media a tool gave by reference: served from the backend's blob store when the
-            // reference is one (`toolwright-blob:`); a URI of its own is only named.
-            Part::Resource(r) => {
-                let ty = r.media_type.trim().to_ascii_lowercase();
-                let stored = toolwright_core::ResourceRef::blob_hash(&r.uri).is_ok();
-                Some(EntryImage {
-                    src: stored.then(|| format!("/api/sessions/{session}/media/{row}-{k}")),
-                    media_type: r.media_type.clone(),
-                    width: None,
-                    height: None,
-                    text: p.placeholder(),
-                    link: stored && !SERVED_IMAGE_TYPES.contains(&ty.as_str()),
-                })
-            }
-            _ => None,
+        .filter_map(|(k, p)| {
+            let src = || format!("/api/sessions/{session}/media/{row}-{k}");
+            let (kind, src, media_type, name, size, dims) = match p {
+                Part::Image(m) | Part::Audio(m) | Part::File(m) => {
+                    let head = head(m);
+                    let shown = head.as_deref().map_or(MediaKind::File, |h| {
+                        crate::media::shown_as(&m.media_type, h)
+                    });
+                    // a picture that is not one the panel shows is named, never linked: it may
+                    // be an SVG or a page calling itself a picture
+                    let served = head.is_some()
+                        && !(matches!(p, Part::Image(_)) && shown != MediaKind::Image);
+                    let dims = (shown == MediaKind::Image)
+                        .then(|| m.dimensions())
+                        .flatten();
+                    let size =
+                        matches!(m.source, MediaSource::Base64 { .. }).then(|| m.size() as u64);
+                    (shown, served.then(src), &m.media_type, &m.name, size, dims)
+                }
+                Part::Resource(r) => {
+                    let stored = toolwright_core::ResourceRef::blob_hash(&r.uri).is_ok();
+                    let kind = match crate::media::listed(&crate::media::normalized(&r.media_type))
+                    {
+                        Some(k @ (MediaKind::Image | MediaKind::Audio)) => k,
+                        _ => MediaKind::File,
+                    };
+                    (kind, stored.then(src), &r.media_type, &r.name, r.size, None)
+                }
+                _ => return None,
+            };
+            let (width, height) = dims.unzip();
+            Some(EntryImage {
+                link: kind == MediaKind::File && src.is_some(),
+                kind,
+                src,
+                media_type: media_type.clone(),
+                name: name.clone(),
+                size,
+                width,
+                height,
+                text: p.placeholder(),
+            })
         })
         .collect()
 }
@@ -398,6 +413,30 @@ impl Fold {
                 }
                 let mut e = Entry::new(id(0), EntryKind::User, content.clone());
                 e.images = images(&self.session, row, parts);
+                // what else the message carried as text (an MCP resource read into it): named
+                // by its first line, not shown whole
+                for p in parts {
+                    if let Part::Text { text } = p {
+                        let first: String = text
+                            .lines()
+                            .next()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(200)
+                            .collect();
+                        e.images.push(EntryImage {
+                            kind: crate::MediaKind::File,
+                            src: None,
+                            media_type: "text/plain".into(),
+                            name: None,
+                            size: Some(text.len() as u64),
+                            width: None,
+                            height: None,
+                            text: first,
+                            link: false,
+                        });
+                    }
+                }
                 self.push(e, &mut out);
             }
             Message::Assistant {

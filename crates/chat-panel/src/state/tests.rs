@@ -315,8 +315,11 @@ fn pictures_of_the_person_and_of_a_tool_are_entries_images_served_by_the_panel()
     assert_eq!(
         user.images,
         [EntryImage {
+            kind: crate::MediaKind::Image,
             src: Some("/api/sessions/conv-0001/media/5-0".into()),
             media_type: "image/png".into(),
+            name: None,
+            size: Some(29),
             width: Some(800),
             height: Some(600),
             text: "[image image/png, 29 bytes not shown]".into(),
