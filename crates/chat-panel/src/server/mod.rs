@@ -18,6 +18,7 @@ use crate::lease::{self};
 use crate::state::Sessions;
 use crate::{ChatBackend, PanelConfig};
 
+mod attachments;
 mod blob;
 mod events;
 mod guard;
@@ -29,8 +30,8 @@ mod turn;
 
 use guard::check_request;
 use handlers::{
-    api_headers, app_css, app_js, get_events, get_inbox, get_media, get_session, page,
-    post_approvals, post_elicitation, post_message, post_session, signed_in_js,
+    api_headers, app_css, app_js, get_events, get_inbox, get_session, page, post_approvals,
+    post_elicitation, post_message, post_session, signed_in_js,
 };
 
 const PAGE: &str = include_str!("../page.html");
@@ -322,7 +323,10 @@ impl ChatPanel {
             .route("/api/sessions", axum::routing::post(post_session))
             .route("/api/sessions/{id}", get(get_session))
             .route("/api/sessions/{id}/events", get(get_events))
-            .route("/api/sessions/{id}/media/{which}", get(get_media))
+            .route(
+                "/api/sessions/{id}/media/{which}",
+                get(attachments::get_media),
+            )
             .route(
                 "/api/sessions/{id}/messages",
                 axum::routing::post(post_message),

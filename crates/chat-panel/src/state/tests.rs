@@ -1,6 +1,8 @@
 //! The conversation state's unit tests.
 
 use super::*;
+use crate::user_address;
+use toolwright_core::{Media, Part};
 use toolwright_messaging::{OutgoingMessage, QuickReplies};
 
 fn ask(call: &str, text: &str, replies: &[&str]) -> [Message; 2] {
