@@ -501,6 +501,41 @@ async fn a_real_servers_resource_and_prompt_are_offered_in_the_panel_and_reach_t
         "Array.from(document.querySelectorAll('.entry-error .text')).some(e => e.textContent.includes('args-prompt') && e.textContent.includes('city'))",
     )
     .await;
+
+    // a binary resource (server-everything's blob template): a file part named by its URI
+    let sid = b.session_id().await;
+    let url = format!("{}api/sessions/{sid}/messages", fx.url());
+    let blob = "demo://resource/dynamic/blob/3";
+    let one = json!({"service": "everything", "uri": blob});
+    let (s, text) = common::send(
+        reqwest::Client::new().post(&url),
+        Some(json!({"text": "and this", "resources": [one]})),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+    let files = common::wire_files(&last_user(&fx));
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(files[0].0, blob);
+    let data = files[0].1.strip_prefix("data:text/plain;base64,").unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    assert!(
+        String::from_utf8(bytes)
+            .unwrap()
+            .starts_with("Resource 3: This is a base64 blob"),
+        "{data}"
+    );
+    // more than three resources in one message: refused, nothing runs
+    let before = fx.model.request_count();
+    let (s, text) = common::send(
+        reqwest::Client::new().post(&url),
+        Some(json!({"text": "all of them", "resources": [one, one, one, one]})),
+    )
+    .await;
+    assert_eq!(s, 400, "{text}");
+    assert!(text.contains("at most 3 resources"), "{text}");
+    assert_eq!(fx.model.request_count(), before);
     b.close().await;
 
     // a panel that does not offer them: 404, and no list in the page
