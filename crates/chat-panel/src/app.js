@@ -56,24 +56,34 @@
     if (typeof r.costUsd === 'number') t += ' · $' + (r.costUsd < 0.01 ? r.costUsd.toFixed(4) : r.costUsd.toFixed(2));
     return t;
   }
-  // Pictures of an entry: loaded from the panel's own media endpoint (the page's policy
-  // allows no other image source); one the panel does not serve is named in a line instead,
-  // and a file kept by reference is a link to the same endpoint.
+  // Pictures, sounds and files of an entry, all from the panel's own media endpoint (the
+  // page's policy allows no other source): a picture in place, a sound with the browser's
+  // player, a file as a download link with its name, type and size. One the panel does not
+  // serve is named in a line instead.
   function pictures(entry) {
     const list = entry.images || [];
     if (!list.length) return null;
     const row = el('div', 'images');
     for (const im of list) {
-      if (im.link && typeof im.src === 'string' && im.src.startsWith('/api/')) {
-        // A file a tool gave by reference (not a picture): a link the person opens or saves.
-        const a = el('a', 'file-link', im.text);
-        a.href = im.src;
-        a.target = '_blank';
-        a.rel = 'noopener noreferrer';
+      const src = typeof im.src === 'string' && im.src.startsWith('/api/') ? im.src : null;
+      if (src && im.kind === 'audio') {
+        const box = el('div', 'audio');
+        const au = document.createElement('audio');
+        au.controls = true;
+        au.preload = 'metadata';
+        au.src = src;
+        box.append(el('div', 'audio-name', fileWords(im, 'Sound')), au);
+        row.append(box);
+      } else if (src && (im.link || im.kind === 'file')) {
+        // served as a download (Content-Disposition: attachment); a PDF may open in a new tab
+        const a = el('a', 'file-link', fileWords(im, 'File'));
+        a.href = src;
+        if (im.mediaType === 'application/pdf') { a.target = '_blank'; a.rel = 'noopener noreferrer'; }
+        else a.download = im.name || '';
         row.append(a);
-      } else if (typeof im.src === 'string' && im.src.startsWith('/api/')) {
+      } else if (src && im.kind !== 'file') {
         const img = document.createElement('img');
-        img.src = im.src;
+        img.src = src;
         img.alt = 'Picture (' + (im.mediaType || 'image')
           + (Number.isSafeInteger(im.width) ? ', ' + im.width + '×' + im.height : '') + ')';
         img.loading = 'lazy';
@@ -84,6 +94,12 @@
       }
     }
     return row;
+  }
+  // A file's words: its name (or what it is), its media type and size.
+  function fileWords(im, what) {
+    const bits = [im.mediaType || 'unknown type'];
+    if (Number.isSafeInteger(im.size)) bits.push(size(im.size));
+    return (im.name || what) + ' (' + bits.join(', ') + ')';
   }
   // The model's reasoning, folded (a closed <details>) above its text.
   function thinking(entry) {
@@ -451,17 +467,17 @@
     }
   }
 
-  function send(text, inReplyTo, images) {
+  function send(text, inReplyTo, images, resources) {
     if (inReplyTo === undefined) {
       const open = openReplyIds();
       inReplyTo = open.length ? open[open.length - 1] : null;
     }
     answerOpen(text, inReplyTo);
     pending++; setIdle();
-    chain = chain.then(() => post(text, inReplyTo, images))
+    chain = chain.then(() => post(text, inReplyTo, images, resources))
       .then(taken => {
         // a message refused with its picture: its text comes back, to send with another
-        if (taken === false && images && images.length && !input.value) input.value = text;
+        if (taken === false && ((images && images.length) || (resources && resources.length)) && !input.value) input.value = text;
         if (!follower) return load(true);
       })
       .catch(err => localError('Could not send: ' + err))
@@ -469,10 +485,11 @@
   }
 
   // Whether the server took the message (false: refused, with its reason shown).
-  async function post(text, inReplyTo, images) {
+  async function post(text, inReplyTo, images, resources) {
     const body = { text: text };
     if (inReplyTo !== null && inReplyTo !== undefined) body.inReplyTo = inReplyTo;
-    if (images && images.length) body.images = images;
+    if (images && images.length) body.attachments = images;
+    if (resources && resources.length) body.resources = resources;
     return stream('/messages', body);
   }
 
@@ -621,6 +638,10 @@
       maxImageBytes = s.maxImageBytes;
       document.getElementById('attach').hidden = maxImageBytes === 0;
     }
+    if (Array.isArray(s.attachTypes) && s.attachTypes.every(t => typeof t === 'string')) {
+      TYPES = s.attachTypes;
+      picker.accept = TYPES.join(',');
+    }
     return s;
   }
 
@@ -664,9 +685,10 @@
     if (pending === 0) setStatus(s.busy ? 'an answer is still running…' : '');
   }
 
-  // A picture to send with the next message: PNG, JPEG, GIF or WebP within the panel's limit
-  // (checked here to spare the upload, and again by the server, which decides).
-  const TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
+  // A picture, sound or file to send with the next message: of a type the panel takes
+  // (`attachTypes`, the server's list) within its limit (checked here to spare the upload, and
+  // again by the server, which decides).
+  let TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
   const picker = document.getElementById('picture');
   const attachedEl = document.getElementById('attached');
   let maxImageBytes = 5 * 1024 * 1024;
@@ -693,11 +715,11 @@
     clearAttached();
     try {
       if (!TYPES.includes(f.type)) {
-        localError('The file "' + f.name + '" is not a picture the panel takes: attach a PNG, JPEG, GIF or WebP.');
+        localError('The file "' + f.name + '" is not one the panel takes' + (f.type ? ' (' + f.type + ')' : '') + ': attach one of ' + TYPES.join(', ') + '.');
         return;
       }
       if (f.size > maxImageBytes) {
-        localError('The picture "' + f.name + '" is ' + size(f.size) + '; pictures may be at most ' + size(maxImageBytes) + '. Attach a smaller one.');
+        localError('The file "' + f.name + '" is ' + size(f.size) + '; attachments may be at most ' + size(maxImageBytes) + '. Attach a smaller one.');
         return;
       }
       const data = base64(new Uint8Array(await f.arrayBuffer()));
@@ -705,26 +727,158 @@
       attachedEl.append(el('span', 'name', f.name + ' (' + size(f.size) + ')'));
       const x = el('button', 'remove', '×');
       x.type = 'button';
-      x.title = 'Remove the picture';
-      x.setAttribute('aria-label', 'Remove the picture');
+      x.title = 'Remove the attachment';
+      x.setAttribute('aria-label', 'Remove the attachment');
       x.addEventListener('click', clearAttached);
       attachedEl.append(x);
       attachedEl.hidden = false;
     } catch (err) {
-      localError('Could not read the picture: ' + err);
+      localError('Could not read the file: ' + err);
     } finally {
       picker.value = '';
     }
   });
 
+  // The MCP servers' resources and prompts, when the panel offers them (ChatPanel::offer_mcp;
+  // GET /api/mcp answers 404 otherwise and no list shows). A resource chosen is read by the
+  // server into the next message; a prompt chosen asks for its arguments (the server suggests
+  // values as they are typed) and puts its messages in the input. Everything the servers say
+  // is shown as text.
+  const MAX_CHOSEN = 3;
+  const chosenEl = document.getElementById('chosen');
+  let chosen = [];
+  function clearChosen() {
+    chosen = [];
+    drawChosen();
+  }
+  function drawChosen() {
+    chosenEl.textContent = '';
+    for (const r of chosen) {
+      chosenEl.append(el('span', 'name', r.label));
+      const x = el('button', 'remove', '×');
+      x.type = 'button';
+      x.title = 'Remove ' + r.label;
+      x.setAttribute('aria-label', 'Remove ' + r.label);
+      x.addEventListener('click', () => { chosen = chosen.filter(c => c !== r); drawChosen(); });
+      chosenEl.append(x);
+    }
+    chosenEl.hidden = chosen.length === 0;
+    for (const b of document.querySelectorAll('#resources button')) {
+      b.classList.toggle('chosen', chosen.some(c => c.service === b.dataset.service && c.uri === b.dataset.uri));
+    }
+  }
+  function offerButton(title, service, detail) {
+    const b = el('button', null, title);
+    b.type = 'button';
+    b.append(el('div', 'service', service + (detail ? ' · ' + detail : '')));
+    const li = el('li');
+    li.append(b);
+    return [li, b];
+  }
+  async function postJson(path, body) {
+    const res = await fetch(path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    let j = {};
+    try { j = await res.json(); } catch (_) { /* not JSON */ }
+    if (!res.ok) throw new Error(j.error || ('HTTP ' + res.status));
+    return j;
+  }
+  function promptForm(p) {
+    const form = document.getElementById('prompt-form');
+    form.textContent = '';
+    form.dataset.prompt = p.name;
+    form.append(el('div', 'who', (p.title || p.name) + (p.description ? ' — ' + p.description : '')));
+    const inputs = [];
+    for (const a of p.arguments || []) {
+      const label = el('label', null, a.name + (a.required ? ' (required)' : '') + (a.description ? ' — ' + a.description : ''));
+      const i = document.createElement('input');
+      i.name = a.name;
+      const list = document.createElement('datalist');
+      list.id = 'complete-' + inputs.length;
+      i.setAttribute('list', list.id);
+      let asked = 0;
+      i.addEventListener('input', async () => {
+        const n = ++asked;
+        try {
+          const j = await postJson('/api/mcp/complete', { service: p.service, prompt: p.name, argument: a.name, value: i.value });
+          if (n !== asked) return;
+          list.textContent = '';
+          for (const v of j.values || []) { const o = document.createElement('option'); o.value = String(v); list.append(o); }
+        } catch (_) { /* no suggestions */ }
+      });
+      label.append(i, list);
+      form.append(label);
+      inputs.push(i);
+    }
+    const row = el('div', 'quick-replies');
+    const use = el('button', 'quick-reply use-prompt', 'Use prompt');
+    use.type = 'button';
+    use.addEventListener('click', async () => {
+      const args = {};
+      for (const i of inputs) if (i.value !== '') args[i.name] = i.value;
+      use.disabled = true;
+      try {
+        const j = await postJson('/api/mcp/prompt', { service: p.service, name: p.name, arguments: args });
+        input.value = j.text || '';
+        form.hidden = true;
+        input.focus();
+      } catch (err) {
+        localError('The prompt "' + p.name + '" could not be used: ' + err.message);
+      } finally { use.disabled = false; }
+    });
+    const cancel = el('button', 'quick-reply', 'Cancel');
+    cancel.type = 'button';
+    cancel.addEventListener('click', () => { form.hidden = true; });
+    row.append(use, cancel);
+    form.append(row);
+    form.hidden = false;
+    if (inputs.length) inputs[0].focus();
+  }
+  async function loadOffers() {
+    let j;
+    try {
+      const res = await fetch('/api/mcp');
+      if (!res.ok) return;
+      j = await res.json();
+    } catch (_) { return; }
+    const rl = document.getElementById('resources');
+    const pl = document.getElementById('prompts');
+    rl.textContent = ''; pl.textContent = '';
+    for (const r of j.resources || []) {
+      const label = r.title || r.name || r.uri;
+      const [li, b] = offerButton(label, r.service, r.mimeType);
+      b.title = r.uri + (r.description ? ' — ' + r.description : '');
+      b.dataset.service = r.service; b.dataset.uri = r.uri;
+      b.addEventListener('click', () => {
+        if (chosen.some(c => c.service === r.service && c.uri === r.uri)) {
+          chosen = chosen.filter(c => !(c.service === r.service && c.uri === r.uri));
+        } else if (chosen.length >= MAX_CHOSEN) {
+          localError('A message may carry at most ' + MAX_CHOSEN + ' resources: remove one first.');
+          return;
+        } else chosen.push({ service: r.service, uri: r.uri, label: label });
+        drawChosen();
+      });
+      rl.append(li);
+    }
+    for (const p of j.prompts || []) {
+      const [li, b] = offerButton(p.title || p.name, p.service, p.description);
+      b.dataset.prompt = p.name;
+      b.addEventListener('click', () => promptForm(p));
+      pl.append(li);
+    }
+    document.getElementById('offers').hidden = false;
+    document.body.dataset.offers = '1';
+  }
+
   document.getElementById('composer').addEventListener('submit', ev => {
     ev.preventDefault();
     const text = input.value.trim();
-    if (!text && !attached) return;
+    if (!text && !attached && !chosen.length) return;
     const images = attached ? [attached] : [];
+    const resources = chosen.map(r => ({ service: r.service, uri: r.uri }));
     input.value = '';
     clearAttached();
-    send(text, undefined, images);
+    clearChosen();
+    send(text, undefined, images, resources);
   });
   input.addEventListener('keydown', ev => {
     if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
@@ -751,4 +905,5 @@
   });
   setIdle();
   load();
+  loadOffers();
 })();

@@ -34,9 +34,9 @@ pub type EventStream = Pin<Box<dyn Stream<Item = LoopEvent> + Send>>;
 pub trait ChatBackend: Send + Sync + 'static {
     /// Answers one user message of `principal`.
     fn reply(&self, session_id: &str, principal: &str, text: &str) -> EventStream;
-    /// Answers one user message of `principal` with parts after its text (the pictures the
-    /// person attached, checked by the panel: PNG, JPEG, GIF or WebP whose bytes are what
-    /// their type says, within [`PanelConfig::max_image_bytes`]); the message is
+    /// Answers one user message of `principal` with parts after its text (what the person
+    /// attached, checked by the panel: a picture, sound or file of a type it takes whose bytes
+    /// are what their type says, within [`PanelConfig::max_image_bytes`]); the message is
     /// `Message::user_with_parts(text, parts)`. A model that cannot take a part fails the
     /// answer with [`ModelError::Unsupported`](toolwright_core::ModelError::Unsupported), and
     /// the person is told so in plain words.

@@ -199,7 +199,8 @@ pub struct PanelConfig {
     pub max_uri_bytes: usize,
     /// Longest user message, in characters; longer is `413` (default 4000).
     pub max_text_chars: usize,
-    /// Largest picture a person may attach to a message, in bytes (default 5 MiB; at most
+    /// Largest attachment (a picture, sound or file) a person may attach to a message, in
+    /// bytes (default 5 MiB; at most
     /// [`toolwright_core::MAX_INLINE_MEDIA_BYTES`], 20 MiB, counts). A larger one is `413`
     /// with a sentence the page shows; `0` turns attaching off. The message's body may be
     /// this much (base64: 4/3 of it) larger than [`max_body_bytes`](Self::max_body_bytes).
@@ -491,7 +492,8 @@ impl PanelConfig {
         self.max_body_bytes = n;
         self
     }
-    /// Sets the largest picture a person may attach, in bytes (`0`: attaching is off).
+    /// Sets the largest attachment (picture, sound or file) a person may attach, in bytes
+    /// (`0`: attaching is off).
     pub fn with_max_image_bytes(mut self, n: usize) -> Self {
         self.max_image_bytes = n;
         self

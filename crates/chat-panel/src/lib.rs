@@ -4,9 +4,11 @@
 //! chats with an agent. Answers stream as they arrive (SSE); tool activity is shown;
 //! messages the agent sends with `send_message` appear with their quick replies as buttons
 //! (Q10–Q15); conversations are kept in a session store — SQLite by default — so a reload or a
-//! restart keeps them (C4). Pictures show in the conversation — a tool's, and the person's,
-//! attached in the composer and sent to the model with their text
-//! ([`ChatBackend::reply_with_parts`]) — served by the panel to the conversation's owner only;
+//! restart keeps them (C4). Pictures, sounds and files show in the conversation — a tool's, and
+//! the person's, attached in the composer and sent to the model with their text
+//! ([`ChatBackend::reply_with_parts`]) — served by the panel to the conversation's owner only
+//! (a picture or sound in place, anything else as a download, never run by the browser);
+//! an MCP bridge's resources and prompts can be offered to the person ([`ChatPanel::offer_mcp`]);
 //! the model's reasoning shows folded above its answer, and under each answer what it cost
 //! ([`RunSummary`]).
 //!
@@ -53,6 +55,7 @@ mod elicit;
 pub mod identity;
 mod lease;
 pub mod login;
+mod media;
 mod net;
 mod server;
 mod signout;
@@ -67,5 +70,6 @@ pub use config::{
     NATS_TLS_KEY, NATS_URL, PanelConfig, PanelError,
 };
 pub use elicit::PanelElicitor;
+pub use media::MediaKind;
 pub use server::{ChatPanel, PanelServer};
 pub use state::{Entry, EntryImage, EntryKind, RunSummary, ToolActivity};

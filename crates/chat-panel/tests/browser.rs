@@ -1611,12 +1611,16 @@ async fn a_lying_or_oversized_picture_is_refused_with_a_message_and_nothing_runs
                 "image/svg+xml",
             ),
             415,
-            "not a image media type",
+            "does not take \"image/svg+xml\"",
         ),
     ] {
         let (s, text) = common::send(reqwest::Client::new().post(&url), Some(body)).await;
         assert_eq!(s, status, "{what}: {text}");
-        assert!(text.contains(says), "{what}: {text}");
+        let said: Value = serde_json::from_str(&text).unwrap();
+        assert!(
+            said["error"].as_str().unwrap().contains(says),
+            "{what}: {text}"
+        );
     }
     assert_eq!(
         fx.model.request_count(),

@@ -841,10 +841,10 @@ async fn a_file_kept_by_reference_is_served_to_its_owner_only_and_never_run() {
     assert_eq!(r.headers()["content-disposition"], "inline");
     assert_eq!(r.headers()["x-content-type-options"], "nosniff");
     assert_eq!(&r.bytes().await.unwrap()[..], common::CHART_PNG);
-    // the HTML: as stored, but an attachment that cannot run
+    // the HTML: its bytes, but as a download of no type, which cannot run
     let r = as_who("alice", c.get(src(1))).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["content-type"], "text/html");
+    assert_eq!(r.headers()["content-type"], "application/octet-stream");
     assert_eq!(r.headers()["content-disposition"], "attachment");
     assert_eq!(
         r.headers()["content-security-policy"],

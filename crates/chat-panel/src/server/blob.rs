@@ -10,8 +10,9 @@ use super::{App, error};
 
 /// The bytes behind `r`, with the media type they were stored as; `404` for a reference the
 /// store did not make or does not hold, or when the backend has no store. Never run by the
-/// browser: a `sandbox` policy of its own and `nosniff`; only a PNG, JPEG, GIF or WebP whose
-/// bytes are that type is `inline`, anything else an `attachment`.
+/// browser: a `sandbox` policy of its own and `nosniff`; only a picture or sound the panel
+/// shows whose bytes are that type is `inline`, anything else an `attachment`
+/// ([`crate::media::served_as`]).
 pub(super) async fn serve(app: &App, session: &str, r: &ResourceRef) -> Response {
     let gone = || {
         error(
@@ -36,13 +37,8 @@ pub(super) async fn serve(app: &App, session: &str, r: &ResourceRef) -> Response
             );
         }
     };
-    let ty = blob.media_type.trim().to_ascii_lowercase();
-    let picture = crate::state::SERVED_IMAGE_TYPES.contains(&ty.as_str())
-        && toolwright_core::Media::image_bytes(&blob.bytes[..blob.bytes.len().min(64)], &ty)
-            .is_ok();
-    let content_type = HeaderValue::from_str(&blob.media_type)
-        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
-    contained(blob.bytes, content_type, picture)
+    let (content_type, inline) = crate::media::served_as(&blob.media_type, &blob.bytes);
+    contained(blob.bytes, content_type, inline)
 }
 
 /// Media from outside (a tool, a model, a person) as the panel serves it: never run by the

@@ -11,10 +11,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::attachments::{MALFORMED, PostBody, attachments, checked_media, picture_allowance};
 use super::events::follow;
 use super::guard::{access, not_found};
 use super::guard::{check_session_id, header_str, session_id, store_failed};
@@ -52,10 +52,10 @@ pub(super) async fn page(State(app): State<Arc<App>>, headers: HeaderMap) -> Res
 
 /// The page's Content-Security-Policy: its script and style only from the panel's own files
 /// (`/app.js`, `/app.css`), nothing inline — no `<script>` or `<style>` in the page, no event
-/// handler or `style` attribute —, requests to the panel only, images from the panel's own
-/// media endpoint only (no `data:` or other sites' URLs), no frames.
+/// handler or `style` attribute —, requests to the panel only, images and sounds from the
+/// panel's own media endpoint only (no `data:` or other sites' URLs), no frames.
 pub(super) const PAGE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+     connect-src 'self'; img-src 'self'; media-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// One of the page's own files: `body` as `content_type`, never sniffed as anything else. Not
 /// secret (the same for everyone, signed in or not); revalidated rather than kept, so a new
@@ -126,7 +126,8 @@ pub(super) async fn get_session(
         Ok(false) => {
             return axum::Json(json!({"sessionId": id, "busy": false, "entries": [],
                 "pending": null, "decisions": [], "lastEventId": 0,
-                "maxImageBytes": app.config.max_image_bytes}))
+                "maxImageBytes": app.config.max_image_bytes,
+                "attachTypes": crate::media::attachable()}))
             .into_response();
         }
         Err(e) => return store_failed(&e),
@@ -171,7 +172,8 @@ pub(super) async fn get_session(
     let last = base + messages.len() as u64;
     axum::Json(
         json!({"sessionId": id, "busy": busy, "entries": entries, "pending": pending,
-        "decisions": decisions, "lastEventId": last, "maxImageBytes": app.config.max_image_bytes}),
+        "decisions": decisions, "lastEventId": last, "maxImageBytes": app.config.max_image_bytes,
+        "attachTypes": crate::media::attachable()}),
     )
     .into_response()
 }
@@ -228,131 +230,6 @@ pub(super) fn length_limit_hit(e: &axum::Error) -> bool {
         cur = err.source();
     }
     false
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(super) struct PostBody {
-    text: String,
-    #[serde(default)]
-    in_reply_to: Option<u64>,
-    /// Pictures the person attached (at most [`MAX_IMAGES`]).
-    #[serde(default)]
-    images: Vec<Upload>,
-}
-
-/// A picture attached to a message: its bytes in standard base64, the type the browser
-/// gave it, and its file name.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(super) struct Upload {
-    media_type: String,
-    data: String,
-    #[serde(default)]
-    name: Option<String>,
-}
-
-/// What a message's body may hold beyond [`PanelConfig::max_body_bytes`](crate::PanelConfig):
-/// one picture's base64 (4/3 of its bytes) and its fields; nothing when pictures are off.
-pub(super) fn picture_allowance(config: &crate::PanelConfig) -> usize {
-    match config.max_image_bytes {
-        0 => 0,
-        n => n.div_ceil(3).saturating_mul(4).saturating_add(1024),
-    }
-}
-
-/// Pictures one message may carry.
-pub(super) const MAX_IMAGES: usize = 1;
-
-pub(super) const MALFORMED: &str = "malformed request: expected the JSON object {\"text\": \"...\", \"inReplyTo\": N?, \"images\": [{\"mediaType\", \"data\", \"name\"?}]?}";
-
-/// The size of base64 text once decoded.
-fn decoded_len(data: &str) -> usize {
-    let data = data.trim();
-    let pad = data.bytes().rev().take_while(|&b| b == b'=').count();
-    (data.len() / 4 * 3).saturating_sub(pad)
-}
-
-/// `n` bytes for a person: `5 MiB`, `300 KiB`, `12 bytes`.
-fn size_words(n: usize) -> String {
-    const MIB: usize = 1024 * 1024;
-    if n >= MIB && n.is_multiple_of(MIB) {
-        format!("{} MiB", n / MIB)
-    } else if n >= MIB {
-        format!("{:.1} MiB", n as f64 / MIB as f64)
-    } else if n >= 1024 {
-        format!("{} KiB", n.div_ceil(1024))
-    } else {
-        format!("{n} bytes")
-    }
-}
-
-/// The attached pictures as parts, each checked: within `max` bytes, a PNG, JPEG, GIF or WebP
-/// whose bytes are that type ([`Media::image_base64`](toolwright_core::Media::image_base64)).
-/// A refusal is the answer, with a sentence for the person that says what to send instead.
-#[allow(clippy::result_large_err)] // built once per request and returned straight away
-fn pictures(uploads: Vec<Upload>, max: usize) -> Result<Vec<toolwright_core::Part>, Response> {
-    if uploads.is_empty() {
-        return Ok(Vec::new());
-    }
-    if max == 0 {
-        return Err(error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "this panel does not take pictures: send your message without one",
-        ));
-    }
-    if uploads.len() > MAX_IMAGES {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("attach at most {MAX_IMAGES} picture to a message"),
-        ));
-    }
-    let mut parts = Vec::with_capacity(uploads.len());
-    for u in uploads {
-        let size = decoded_len(&u.data);
-        let name = u
-            .name
-            .map(|n| {
-                n.chars()
-                    .filter(|c| !c.is_control())
-                    .take(200)
-                    .collect::<String>()
-            })
-            .filter(|n| !n.trim().is_empty());
-        let called = name
-            .as_deref()
-            .map(|n| format!(" {n:?}"))
-            .unwrap_or_default();
-        if size > max {
-            return Err(error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "The picture{called} is {}; pictures may be at most {}. Send a smaller one.",
-                    size_words(size),
-                    size_words(max)
-                ),
-            ));
-        }
-        let media = toolwright_core::Media::image_base64(&u.data, &u.media_type).map_err(|e| {
-            let status = match e {
-                toolwright_core::ContentError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                toolwright_core::ContentError::Base64(_) => StatusCode::BAD_REQUEST,
-                _ => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            };
-            error(
-                status,
-                format!(
-                    "The picture{called} was not sent: {e}. Pictures may be PNG, JPEG, GIF or WebP."
-                ),
-            )
-        })?;
-        let media = match name {
-            Some(n) => media.with_name(n),
-            None => media,
-        };
-        parts.push(toolwright_core::Part::Image(media));
-    }
-    Ok(parts)
 }
 
 /// `POST /api/sessions/{id}/approvals` with `{"decisions": [{"call_id", "token", "approved",
@@ -509,6 +386,7 @@ pub(super) async fn read_json_body_within(
     Ok(body)
 }
 
+#[allow(clippy::result_large_err)] // the resources' check answers a refusal as the response itself
 pub(super) async fn post_message(
     State(app): State<Arc<App>>,
     axum::Extension(who): axum::Extension<Principal>,
@@ -542,11 +420,11 @@ pub(super) async fn post_message(
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("{MALFORMED}: {e}")),
     };
     let text = req.text.trim().to_owned();
-    let parts = match pictures(req.images, app.config.max_image_bytes) {
+    let mut parts = match attachments(req.attachments, app.config.max_image_bytes) {
         Ok(p) => p,
         Err(r) => return r,
     };
-    if text.is_empty() && parts.is_empty() {
+    if text.is_empty() && parts.is_empty() && req.resources.is_empty() {
         return error(StatusCode::BAD_REQUEST, "text is empty");
     }
     let chars = text.chars().count();
@@ -585,6 +463,13 @@ pub(super) async fn post_message(
     if let Err(r) = access(&app, &id, &who).await {
         return r;
     }
+    // the MCP resources it names, read now, checked as attachments are
+    let max = app.config.max_image_bytes;
+    match super::offers::read_chosen(&app, req.resources, |p, uri| checked_media(p, uri, max)).await
+    {
+        Ok(more) => parts.extend(more),
+        Err(r) => return r,
+    }
     // The quick reply a message answers is recorded from the stored text (the latest open set
     // offering it), the same on every worker and after a reload.
     let _ = req.in_reply_to;
@@ -605,80 +490,6 @@ pub(super) async fn post_message(
         permit,
     };
     start_turn(app, turn, events)
-}
-
-/// `GET /api/sessions/{id}/media/{row}-{part}`: picture `part` of the conversation's stored
-/// message `row` (the `src` of an [`EntryImage`](crate::EntryImage)), as its bytes — to the
-/// conversation's owner only (another principal gets the conversation's `404`). Served only
-/// when it is an inline PNG, JPEG, GIF or WebP whose bytes are that type, checked again here:
-/// never SVG, HTML or anything a browser would run. `Content-Type` is the checked type,
-/// `Content-Disposition: inline`, with a `sandbox` policy of its own should it be opened as a
-/// page; `no-store` and `nosniff` as every `/api/` answer.
-pub(super) async fn get_media(
-    State(app): State<Arc<App>>,
-    axum::Extension(who): axum::Extension<Principal>,
-    path: Result<Path<(String, String)>, PathRejection>,
-) -> Response {
-    let Ok(Path((id, which))) = path else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "expected /api/sessions/{id}/media/{row}-{part}",
-        );
-    };
-    if let Err(why) = check_session_id(Ok(Path(id.clone()))) {
-        return error(StatusCode::BAD_REQUEST, why);
-    }
-    let no_image = || {
-        error(
-            StatusCode::NOT_FOUND,
-            "no such picture in this conversation (use the src of an entry's image)",
-        )
-    };
-    let Some((row, part)) = which
-        .split_once('-')
-        .and_then(|(r, p)| Some((r.parse::<u64>().ok()?, p.parse::<usize>().ok()?)))
-    else {
-        return no_image();
-    };
-    match access(&app, &id, &who).await {
-        Ok(true) => {}
-        Ok(false) => return not_found(),
-        Err(r) => return r,
-    }
-    let (base, messages) = match app.sessions.rows(&id).await {
-        Ok(Some(r)) => r,
-        Ok(None) => return not_found(),
-        Err(e) => return store_failed(&e),
-    };
-    let Some(message) = row
-        .checked_sub(base + 1)
-        .and_then(|i| usize::try_from(i).ok())
-        .and_then(|i| messages.get(i))
-    else {
-        return no_image();
-    };
-    let media = match message.parts().get(part) {
-        Some(toolwright_core::Part::Image(media)) => media,
-        Some(toolwright_core::Part::Resource(r)) => return super::blob::serve(&app, &id, r).await,
-        _ => return no_image(),
-    };
-    // checked again whole: the stored type must be one of the four and the bytes must be it
-    let Some(checked) = media.decoded().and_then(|b| {
-        toolwright_core::Media::image_bytes(&b, &media.media_type)
-            .ok()
-            .map(|m| (b, m))
-    }) else {
-        tracing::info!(session = %id, row, part, media_type = %media.media_type, "chat panel: a stored picture is not a PNG, JPEG, GIF or WebP of its type; not served");
-        return no_image();
-    };
-    let (bytes, media) = checked;
-    if !crate::state::SERVED_IMAGE_TYPES.contains(&media.media_type.as_str()) {
-        return no_image();
-    }
-    let Ok(content_type) = HeaderValue::from_str(&media.media_type) else {
-        return no_image();
-    };
-    super::blob::contained(bytes, content_type, true)
 }
 
 /// A free answer slot within the queue timeout, or `503`.

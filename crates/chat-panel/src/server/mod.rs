@@ -18,18 +18,20 @@ use crate::lease::{self};
 use crate::state::Sessions;
 use crate::{ChatBackend, PanelConfig};
 
+mod attachments;
 mod blob;
 mod events;
 mod guard;
 mod handlers;
+mod offers;
 mod signin;
 mod translate;
 mod turn;
 
 use guard::check_request;
 use handlers::{
-    api_headers, app_css, app_js, get_events, get_inbox, get_media, get_session, page,
-    post_approvals, post_elicitation, post_message, post_session, signed_in_js,
+    api_headers, app_css, app_js, get_events, get_inbox, get_session, page, post_approvals,
+    post_elicitation, post_message, post_session, signed_in_js,
 };
 
 const PAGE: &str = include_str!("../page.html");
@@ -51,6 +53,9 @@ struct App {
     /// by the first stream; `false` when the store has none and streams read on a timer).
     feed: tokio::sync::OnceCell<bool>,
     watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The MCP bridge whose servers' resources and prompts are offered to the person
+    /// ([`ChatPanel::offer_mcp`]).
+    mcp: std::sync::OnceLock<toolwright_mcp_bridge::McpBridge>,
 }
 
 impl Drop for App {
@@ -103,7 +108,8 @@ impl App {
 ///
 /// HTTP API (every error is JSON `{"error": "..."}`):
 /// * `GET /` — the page, with a Content-Security-Policy that allows no inline script or style
-///   (`script-src 'self'; style-src 'self'`) and images from the panel only (`img-src 'self'`);
+///   (`script-src 'self'; style-src 'self'`) and images and sounds from the panel only
+///   (`img-src 'self'; media-src 'self'`);
 ///   its script and style are `GET /app.js` and `GET /app.css` (`/signed-in.js` is the sign-in
 ///   callback page's).
 /// * Every `/api/` answer carries `Cache-Control: no-store` and
@@ -123,9 +129,10 @@ impl App {
 ///   "decisions", "lastEventId"}`; without authentication an unknown session has no entries (a
 ///   `GET` never creates one).
 ///   `lastEventId` is the number of the last stored row (see the events stream);
-///   `maxImageBytes` the largest picture a message may carry ([`PanelConfig::max_image_bytes`]).
-///   An entry may carry `images` ([`EntryImage`](crate::EntryImage): the person's pictures, a
-///   tool's), `reasoning` (the model's, shown folded) and `run` ([`RunSummary`](crate::RunSummary):
+///   `maxImageBytes` the largest attachment a message may carry ([`PanelConfig::max_image_bytes`]),
+///   `attachTypes` the media types a person may attach (pictures, sounds, files).
+///   An entry may carry `images` ([`EntryImage`](crate::EntryImage): the person's pictures,
+///   sounds and files, a tool's; each with its `kind`), `reasoning` (the model's, shown folded) and `run` ([`RunSummary`](crate::RunSummary):
 ///   what the answer ending there cost). `pending`'s
 ///   tokens are bound to the caller (a token copied to another account is refused);
 ///   `decisions` is who decided what, oldest first — approvals (`kind: "approval"`, with the
@@ -137,21 +144,25 @@ impl App {
 ///   `row`; it starts after the `Last-Event-ID` header's row, else after `?after=N`, else at the
 ///   beginning — a stream that reconnects to another worker with `Last-Event-ID` misses and
 ///   repeats nothing. A `turn` event `{"busy"}` (no id) says whether an answer runs.
-/// * `GET /api/sessions/{id}/media/{row}-{part}` — a picture of the conversation (an
-///   [`EntryImage`](crate::EntryImage)'s `src`): its bytes, to the conversation's owner only,
-///   and only a PNG, JPEG, GIF or WebP whose bytes are that type (never SVG or HTML), with
-///   its `Content-Type`, `Content-Disposition: inline` and a `sandbox` policy; `404` otherwise.
+/// * `GET /api/sessions/{id}/media/{row}-{part}` — a picture, sound or file of the
+///   conversation (an [`EntryImage`](crate::EntryImage)'s `src`): its bytes, to the
+///   conversation's owner only, with a `sandbox` policy and `nosniff`. A picture only when it is
+///   a PNG, JPEG, GIF or WebP whose bytes are that type (never SVG or HTML), `inline`; a sound of
+///   a type the panel plays whose bytes are that type, `inline`; anything else
+///   `Content-Disposition: attachment`, as its own type only when it is one a person may attach
+///   and its bytes agree, else `application/octet-stream`; `404` otherwise.
 ///   A file a tool gave by reference (a [`Part::Resource`](toolwright_core::Part::Resource)
 ///   whose URI is the backend's blob store's, [`ChatBackend::blob_store`]) is served from that
-///   store the same way, to the owner only, with the media type it was stored as, `inline`
-///   only for a picture of its type and as an `attachment` otherwise; `404` for an unknown
-///   reference.
+///   store the same way, to the owner only; `404` for an unknown reference.
 /// * `POST /api/sessions/{id}/messages` with `Content-Type: application/json` and the object
-///   `{"text": "...", "inReplyTo": ENTRY_ID?, "images": [{"mediaType", "data", "name"?}]?}`
-///   (`data`: the picture's bytes in standard base64; at most one picture, checked as
-///   [`Media::image_bytes`](toolwright_core::Media::image_bytes) does and within
-///   [`PanelConfig::max_image_bytes`]: `413` too large, `415` not the PNG, JPEG, GIF or WebP
-///   it claims to be, each with a sentence the page shows) — an SSE stream of `entry` (a new `Entry`),
+///   `{"text": "...", "inReplyTo": ENTRY_ID?, "attachments": [{"mediaType", "data", "name"?}]?}`
+///   (`data`: the bytes in standard base64; at most one attachment, of a type in `attachTypes`
+///   whose bytes are that type — a picture checked as
+///   [`Media::image_bytes`](toolwright_core::Media::image_bytes) does — and within
+///   [`PanelConfig::max_image_bytes`]: `413` too large, `415` a type the panel does not take or
+///   not the type it claims to be, each with a sentence the page shows; a picture reaches the
+///   model as a `Part::Image`, a sound as a `Part::Audio`, anything else as a `Part::File`) — an
+///   SSE stream of `entry` (a new `Entry`),
 ///   `update` (a changed one), `delta` (`{"id", "text"}`: text appended to an assistant entry)
 ///   and finally `done`. `400` malformed (an array too), `408` body not received in time,
 ///   `409` an answer is already running in this session, `413` too large, `415` not JSON,
@@ -211,6 +222,7 @@ impl ChatPanel {
                 worker: lease::worker_id(),
                 feed: tokio::sync::OnceCell::new(),
                 watcher: std::sync::Mutex::new(None),
+                mcp: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -271,6 +283,24 @@ impl ChatPanel {
         });
     }
 
+    /// Offers the person the resources and prompts of `bridge`'s MCP servers: a side list in the
+    /// page. Choosing a resource reads it into the next message (its text, and its pictures,
+    /// sounds and files checked and bounded as an attachment is — at most three resources a
+    /// message); choosing a prompt asks for its arguments, suggesting values as they are typed
+    /// (the server's completions), and puts the prompt's messages in the input to edit and
+    /// send. Only a principal the panel's authenticator lets in may list, read or get them
+    /// (every `/api/` request is authenticated; without an authenticator the panel listens on
+    /// loopback only). Endpoints: `GET /api/mcp` (`{"resources", "prompts"}`, at most 100 of each
+    /// per server, 16 servers), `POST /api/mcp/prompt` (`{"service", "name", "arguments"}` →
+    /// `{"text"}`), `POST /api/mcp/complete` (`{"service", "prompt", "argument", "value"}` →
+    /// `{"values"}`), and a message's `"resources": [{"service", "uri"}]`. Without this call they
+    /// answer `404` and the page shows no list. One bridge per panel: a second call is ignored.
+    pub fn offer_mcp(&self, bridge: &toolwright_mcp_bridge::McpBridge) {
+        if self.app.mcp.set(bridge.clone()).is_err() {
+            tracing::warn!("chat panel: offer_mcp was called twice; the first bridge stays");
+        }
+    }
+
     /// The axum router, with the request checks (to mount it in your own server; the
     /// connection timeouts and cap are [`serve`](Self::serve)'s).
     pub fn router(&self) -> Router {
@@ -284,10 +314,19 @@ impl ChatPanel {
             .route("/callback", get(signin::get_callback))
             .route("/logout", get(signin::get_logout))
             .route("/api/inbox", get(get_inbox))
+            .route("/api/mcp", get(offers::get_offers))
+            .route("/api/mcp/prompt", axum::routing::post(offers::post_prompt))
+            .route(
+                "/api/mcp/complete",
+                axum::routing::post(offers::post_complete),
+            )
             .route("/api/sessions", axum::routing::post(post_session))
             .route("/api/sessions/{id}", get(get_session))
             .route("/api/sessions/{id}/events", get(get_events))
-            .route("/api/sessions/{id}/media/{which}", get(get_media))
+            .route(
+                "/api/sessions/{id}/media/{which}",
+                get(attachments::get_media),
+            )
             .route(
                 "/api/sessions/{id}/messages",
                 axum::routing::post(post_message),

@@ -1,6 +1,8 @@
 //! The conversation state's unit tests.
 
 use super::*;
+use crate::user_address;
+use toolwright_core::{Media, Part};
 use toolwright_messaging::{OutgoingMessage, QuickReplies};
 
 fn ask(call: &str, text: &str, replies: &[&str]) -> [Message; 2] {
@@ -315,8 +317,11 @@ fn pictures_of_the_person_and_of_a_tool_are_entries_images_served_by_the_panel()
     assert_eq!(
         user.images,
         [EntryImage {
+            kind: crate::MediaKind::Image,
             src: Some("/api/sessions/conv-0001/media/5-0".into()),
             media_type: "image/png".into(),
+            name: None,
+            size: Some(29),
             width: Some(800),
             height: Some(600),
             text: "[image image/png, 29 bytes not shown]".into(),

@@ -534,3 +534,60 @@ pub async fn start_text_only(
         chat,
     }
 }
+
+/// One second of a 440 Hz tone, 8 kHz 16-bit mono PCM, as a WAV file: a sound every browser
+/// plays.
+pub fn tone_wav() -> Vec<u8> {
+    let rate: u32 = 8000;
+    let samples: Vec<i16> = (0..rate)
+        .map(|i| ((i as f64 * 440.0 * std::f64::consts::TAU / rate as f64).sin() * 8000.0) as i16)
+        .collect();
+    let data_len = (samples.len() * 2) as u32;
+    let mut w = Vec::with_capacity(44 + data_len as usize);
+    w.extend_from_slice(b"RIFF");
+    w.extend_from_slice(&(36 + data_len).to_le_bytes());
+    w.extend_from_slice(b"WAVEfmt ");
+    w.extend_from_slice(&16u32.to_le_bytes());
+    w.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    w.extend_from_slice(&1u16.to_le_bytes()); // mono
+    w.extend_from_slice(&rate.to_le_bytes());
+    w.extend_from_slice(&(rate * 2).to_le_bytes());
+    w.extend_from_slice(&2u16.to_le_bytes());
+    w.extend_from_slice(&16u16.to_le_bytes());
+    w.extend_from_slice(b"data");
+    w.extend_from_slice(&data_len.to_le_bytes());
+    for s in samples {
+        w.extend_from_slice(&s.to_le_bytes());
+    }
+    w
+}
+
+/// A small PDF (one empty page).
+pub const REPORT_PDF: &[u8] = b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n";
+
+/// The data URL of inline media on the Chat Completions wire: the files (`file.file_data`,
+/// with `file.filename`) and sounds (`input_audio`) of a message.
+pub fn wire_files(m: &Value) -> Vec<(String, String)> {
+    m["content"]
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| match p["type"].as_str() {
+                    Some("file") => Some((
+                        p["file"]["filename"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        p["file"]["file_data"].as_str()?.to_owned(),
+                    )),
+                    Some("input_audio") => Some((
+                        format!("audio/{}", p["input_audio"]["format"].as_str()?),
+                        p["input_audio"]["data"].as_str()?.to_owned(),
+                    )),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,327 @@
+//! MCP servers' resources and prompts offered to the person ([`ChatPanel::offer_mcp`](super::ChatPanel::offer_mcp)):
+//! the list, a prompt got with its arguments (and their completions), and the resources a
+//! message names read into it. Every endpoint is behind the panel's request checks and its
+//! authenticator, like every `/api/` request; each list and read is bounded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolwright_core::{Message, Part};
+use toolwright_mcp_bridge::{BridgeError, CompletionOf, McpBridge};
+
+use super::handlers::read_json_body_within;
+use super::{App, error};
+use crate::identity::Principal;
+
+/// Most services the list asks.
+pub(super) const MAX_SERVICES: usize = 16;
+/// Most resources and most prompts the list shows of each service.
+pub(super) const MAX_OFFERED: usize = 100;
+/// Most resources one message may name.
+pub(super) const MAX_RESOURCES: usize = 3;
+/// Most text one resource may add to a message, in bytes.
+pub(super) const MAX_RESOURCE_TEXT: usize = 256 * 1024;
+/// Most arguments a prompt is got with, and the longest value of one, in characters.
+const MAX_ARGUMENTS: usize = 32;
+const MAX_ARGUMENT_CHARS: usize = 2000;
+/// Most completions shown for one argument.
+const MAX_COMPLETIONS: usize = 20;
+/// The largest body of a prompt or completion request.
+const MAX_BODY: usize = 96 * 1024;
+
+/// The bridge, or the `404` that says the panel offers none.
+#[allow(clippy::result_large_err)]
+fn bridge(app: &App) -> Result<&McpBridge, Response> {
+    app.mcp.get().ok_or_else(|| {
+        error(
+            StatusCode::NOT_FOUND,
+            "this panel offers no MCP resources or prompts (ChatPanel::offer_mcp)",
+        )
+    })
+}
+
+/// The failure of a request to an MCP server, as the person reads it (the detail is logged).
+fn failed(e: &BridgeError, what: &str) -> Response {
+    tracing::info!(error = %e, "chat panel: {what} failed");
+    let status = match e {
+        BridgeError::NotOffered { .. } | BridgeError::UnknownService(_) => StatusCode::NOT_FOUND,
+        BridgeError::Request { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    error(status, format!("{what} failed: {e}"))
+}
+
+/// `GET /api/mcp`: `{"resources": [...], "prompts": [...]}` of every registered service that
+/// offers them (at most [`MAX_SERVICES`] services, [`MAX_OFFERED`] of each per service); `404`
+/// without [`ChatPanel::offer_mcp`](super::ChatPanel::offer_mcp).
+pub(super) async fn get_offers(
+    State(app): State<Arc<App>>,
+    axum::Extension(_who): axum::Extension<Principal>,
+) -> Response {
+    let bridge = match bridge(&app) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let mut resources = Vec::new();
+    let mut prompts = Vec::new();
+    for s in bridge.services().into_iter().take(MAX_SERVICES) {
+        let service = s.config.name.clone();
+        match bridge.resources(&service).await {
+            Ok(list) => resources.extend(list.into_iter().take(MAX_OFFERED).map(|r| {
+                json!({"service": r.service, "uri": r.uri, "name": r.name, "title": r.title,
+                       "description": r.description, "mimeType": r.mime_type, "size": r.size})
+            })),
+            Err(BridgeError::NotOffered { .. }) => {}
+            Err(e) => {
+                tracing::warn!(service, error = %e, "chat panel: could not list an MCP server's resources")
+            }
+        }
+        match bridge.prompts(&service).await {
+            Ok(list) => prompts.extend(list.into_iter().take(MAX_OFFERED).map(|p| {
+                let arguments: Vec<Value> = p
+                    .arguments
+                    .iter()
+                    .map(|a| json!({"name": a.name, "description": a.description, "required": a.required}))
+                    .collect();
+                json!({"service": p.service, "name": p.name, "title": p.title,
+                       "description": p.description, "arguments": arguments})
+            })),
+            Err(BridgeError::NotOffered { .. }) => {}
+            Err(e) => {
+                tracing::warn!(service, error = %e, "chat panel: could not list an MCP server's prompts")
+            }
+        }
+    }
+    axum::Json(json!({"resources": resources, "prompts": prompts})).into_response()
+}
+
+/// A JSON body of at most [`MAX_BODY`] bytes, as `T`.
+#[allow(clippy::result_large_err)]
+async fn body_as<T: serde::de::DeserializeOwned>(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+    expected: &str,
+) -> Result<T, Response> {
+    let bytes = read_json_body_within(app, headers, body, MAX_BODY).await?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("malformed request: expected {expected}: {e}"),
+        )
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromptRequest {
+    service: String,
+    name: String,
+    #[serde(default)]
+    arguments: BTreeMap<String, String>,
+}
+
+/// `POST /api/mcp/prompt` with `{"service", "name", "arguments": {NAME: VALUE}}`: the prompt's
+/// messages as the text to put in the input, `{"text"}` (their texts, one paragraph each); a
+/// prompt longer than a message may be is `413`, a server's refusal (a missing argument) `422`
+/// with its reason.
+pub(super) async fn post_prompt(
+    State(app): State<Arc<App>>,
+    axum::Extension(_who): axum::Extension<Principal>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let bridge = match bridge(&app) {
+        Ok(b) => b.clone(),
+        Err(r) => return r,
+    };
+    let req: PromptRequest = match body_as(
+        &app,
+        &headers,
+        body,
+        r#"{"service", "name", "arguments": {"NAME": "VALUE"}}"#,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    if req.arguments.len() > MAX_ARGUMENTS
+        || req
+            .arguments
+            .values()
+            .any(|v| v.chars().count() > MAX_ARGUMENT_CHARS)
+    {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "a prompt takes at most {MAX_ARGUMENTS} arguments of at most {MAX_ARGUMENT_CHARS} characters each"
+            ),
+        );
+    }
+    let messages = match bridge
+        .get_prompt(&req.service, &req.name, &req.arguments)
+        .await
+    {
+        Ok(m) => m,
+        Err(e) => return failed(&e, &format!("getting the prompt {:?}", req.name)),
+    };
+    let text = prompt_text(&messages);
+    let chars = text.chars().count();
+    if chars > app.config.max_text_chars {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the prompt {:?} is {chars} characters; a message may be at most {}",
+                req.name, app.config.max_text_chars
+            ),
+        );
+    }
+    axum::Json(json!({"text": text})).into_response()
+}
+
+/// The texts of a prompt's messages, one paragraph each (their media named in a line).
+fn prompt_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .map(|m| {
+            let mut t = m.content().to_owned();
+            for p in m.parts() {
+                let line = p.placeholder();
+                if !line.is_empty() {
+                    if !t.is_empty() {
+                        t.push('\n');
+                    }
+                    t.push_str(&line);
+                }
+            }
+            t
+        })
+        .filter(|t| !t.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompleteRequest {
+    service: String,
+    prompt: String,
+    argument: String,
+    #[serde(default)]
+    value: String,
+}
+
+/// `POST /api/mcp/complete` with `{"service", "prompt", "argument", "value"}`: `{"values"}`, what
+/// the server suggests for the prompt's argument given what was typed (at most 20); a server
+/// that does not complete answers no values.
+pub(super) async fn post_complete(
+    State(app): State<Arc<App>>,
+    axum::Extension(_who): axum::Extension<Principal>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let bridge = match bridge(&app) {
+        Ok(b) => b.clone(),
+        Err(r) => return r,
+    };
+    let req: CompleteRequest = match body_as(
+        &app,
+        &headers,
+        body,
+        r#"{"service", "prompt", "argument", "value"}"#,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    if req.value.chars().count() > MAX_ARGUMENT_CHARS {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a value may be at most {MAX_ARGUMENT_CHARS} characters"),
+        );
+    }
+    let of = CompletionOf::Prompt(&req.prompt);
+    match bridge
+        .complete(&req.service, of, &req.argument, &req.value)
+        .await
+    {
+        Ok(mut values) => {
+            values.truncate(MAX_COMPLETIONS);
+            axum::Json(json!({"values": values})).into_response()
+        }
+        Err(BridgeError::NotOffered { .. }) => axum::Json(json!({"values": []})).into_response(),
+        Err(e) => failed(&e, "completing the argument"),
+    }
+}
+
+/// A resource a message names (`"resources": [{"service", "uri"}]`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ResourceChoice {
+    service: String,
+    uri: String,
+}
+
+/// The resources a message names, read from their servers, as parts after its text: each
+/// resource's text as a text part headed by its URI (at most [`MAX_RESOURCE_TEXT`] bytes), its
+/// pictures, sounds and files checked as an attachment is (`check`). At most
+/// [`MAX_RESOURCES`]; a refusal is the answer, with a sentence the page shows.
+#[allow(clippy::result_large_err)]
+pub(super) async fn read_chosen(
+    app: &App,
+    chosen: Vec<ResourceChoice>,
+    check: impl Fn(Part, &str) -> Result<Part, Response>,
+) -> Result<Vec<Part>, Response> {
+    if chosen.is_empty() {
+        return Ok(Vec::new());
+    }
+    let bridge = bridge(app)?;
+    if chosen.len() > MAX_RESOURCES {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("a message may carry at most {MAX_RESOURCES} resources"),
+        ));
+    }
+    let mut out = Vec::new();
+    for c in chosen {
+        let parts = bridge
+            .read_resource(&c.service, &c.uri)
+            .await
+            .map_err(|e| failed(&e, &format!("reading the resource {}", c.uri)))?;
+        for p in parts {
+            match p {
+                Part::Text { text } => {
+                    if text.len() > MAX_RESOURCE_TEXT {
+                        return Err(error(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            format!(
+                                "the resource {} is {} bytes of text; a message may carry at most {} of a resource",
+                                c.uri,
+                                text.len(),
+                                MAX_RESOURCE_TEXT
+                            ),
+                        ));
+                    }
+                    out.push(Part::text(format!(
+                        "[resource {} from {}]\n{text}",
+                        c.uri, c.service
+                    )));
+                }
+                p @ (Part::Image(_) | Part::Audio(_) | Part::File(_)) => {
+                    out.push(check(p, &c.uri)?)
+                }
+                // a server's own link or anything else: named, never fetched
+                other => out.push(Part::text(other.placeholder())),
+            }
+        }
+    }
+    Ok(out)
+}
