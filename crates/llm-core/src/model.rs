@@ -22,6 +22,13 @@ pub struct ModelInfo {
     /// Who serves the model, as OpenTelemetry's `gen_ai.provider.name` names it (`openai`,
     /// `anthropic`, …); `None` when unknown. Traces only.
     pub provider: Option<String>,
+    /// Whether a request's `response_format` JSON schema leaves its bound tools callable: the
+    /// response is then either tool calls or an answer that is JSON of the schema (the embedded
+    /// local model's grammar allows exactly that). When true, a typed run of tool-system
+    /// (`Agent::run_as`) with native calls sends its schema as the `response_format` of each
+    /// request; when false (the default: many providers stop calling tools under a schema) the
+    /// schema is only described in the system prompt.
+    pub answer_schema_with_tools: bool,
 }
 
 impl ModelInfo {
@@ -31,7 +38,15 @@ impl ModelInfo {
             model: model.into(),
             function_calling,
             provider: None,
+            answer_schema_with_tools: false,
         }
+    }
+
+    /// Says whether a `response_format` JSON schema leaves bound tools callable (see
+    /// [`ModelInfo::answer_schema_with_tools`]).
+    pub fn with_answer_schema_with_tools(mut self, yes: bool) -> Self {
+        self.answer_schema_with_tools = yes;
+        self
     }
 
     /// Names who serves the model (`gen_ai.provider.name` on trace spans).

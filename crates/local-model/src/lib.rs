@@ -14,7 +14,9 @@
 //! either a plain-text answer or one call of a bound tool with schema-valid arguments, which
 //! arrives as an ordinary [`ChatEvent::ToolCall`]. `tool_choice` is honoured (none, auto,
 //! required, a named function). A request's `response_format` JSON schema is enforced the same
-//! way. See `docs/local-model.md`.
+//! way, tools or not: with tools bound the answer is either a call or JSON of the schema (its
+//! [`ModelInfo::answer_schema_with_tools`] is true, so a typed run of tool-system sends its
+//! schema). See `docs/local-model.md`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), toolwright_core::ModelError> {
@@ -410,15 +412,23 @@ impl LocalModel {
                     (t, AnswerChoice::CallOnly)
                 }
                 Some(ToolChoice::Required) => (req.tools.clone(), AnswerChoice::CallOnly),
-                _ => (req.tools.clone(), AnswerChoice::TextOrCall),
+                // A call, or the answer the response format asks for.
+                _ => match &req.response_format {
+                    Some(ResponseFormat::JsonSchema { schema, .. }) => {
+                        (req.tools.clone(), AnswerChoice::JsonOrCall(schema))
+                    }
+                    _ => (req.tools.clone(), AnswerChoice::TextOrCall),
+                },
             };
             let calls = Grammar::tool_call(&tools, AnswerChoice::CallOnly)
                 .map_err(|e| ModelError::Config(format!("tool schema: {e}")))?;
             shortest_call = calls.distance(&calls.start()).saturating_add(1);
-            Some(
-                Grammar::tool_call(&tools, choice)
-                    .map_err(|e| ModelError::Config(format!("tool schema: {e}")))?,
-            )
+            Some(match choice {
+                AnswerChoice::CallOnly => calls,
+                // The tools compiled above: what fails here is the response format's schema.
+                _ => Grammar::tool_call(&tools, choice)
+                    .map_err(|e| ModelError::Config(format!("response_format schema: {e}")))?,
+            })
         } else if let Some(ResponseFormat::JsonSchema { schema, .. }) = &req.response_format {
             Some(
                 Grammar::from_schema(schema)
@@ -621,9 +631,10 @@ fn refuse_media(req: &ChatRequest) -> Result<(), ModelError> {
 
 #[async_trait::async_trait]
 impl ChatModel for LocalModel {
-    /// Native function calling: `function_calling` is true.
+    /// Native function calling: `function_calling` is true; and a `response_format` JSON schema
+    /// with tools bound is a call or JSON of the schema, so `answer_schema_with_tools` is true.
     fn info(&self) -> ModelInfo {
-        ModelInfo::new(self.engine.name.clone(), true)
+        ModelInfo::new(self.engine.name.clone(), true).with_answer_schema_with_tools(true)
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {

@@ -15,7 +15,7 @@ use toolwright_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat,
     ToolCall, ToolChoice, ToolSpec,
 };
-use toolwright_local_model::LocalModel;
+use toolwright_local_model::{DEFAULT_CALL_BIAS, LocalModel};
 
 mod common;
 use common::model_path;
@@ -457,6 +457,79 @@ async fn local_response_format_json_schema_is_obeyed() {
             .unwrap_or_else(|e| panic!("does not parse ({e}): {}", r.content));
         assert!(validator.is_valid(&v), "{}", r.content);
     }
+}
+
+#[tokio::test]
+async fn local_tools_with_a_response_schema_give_a_call_or_that_json_per_tool_choice() {
+    let tools = three_tools();
+    let schema = json!({"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 20},
+        "celsius": {"type": "integer"}
+    }, "required": ["city", "celsius"]});
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let is_answer = |r: &ChatResponse| {
+        assert!(r.tool_calls.is_empty(), "{r:?}");
+        let v: Value =
+            serde_json::from_str(&r.content).unwrap_or_else(|e| panic!("not JSON ({e}): {r:?}"));
+        assert!(validator.is_valid(&v), "{r:?}");
+    };
+    let history = vec![
+        Message::user("How warm is it in Paris?"),
+        Message::assistant_with_tool_calls(
+            "",
+            vec![ToolCall::new("c1", "get_weather", json!({"city": "Paris"}))],
+        ),
+        Message::tool("c1", "get_weather", r#"{"city":"Paris","celsius":21}"#),
+    ];
+    let ask = |messages: Vec<Message>, choice: Option<ToolChoice>| {
+        let mut req = ChatRequest::new(messages)
+            .with_tools(tools.clone())
+            .with_response_format(ResponseFormat::JsonSchema {
+                name: "forecast".into(),
+                schema: schema.clone(),
+                strict: true,
+            })
+            .with_temperature(1.0)
+            .with_max_tokens(60);
+        if let Some(c) = choice {
+            req = req.with_tool_choice(c);
+        }
+        req
+    };
+    let mut kinds = HashMap::new();
+    for seed in 0..4 {
+        // Auto, asked first (with the call bias and without) and after the result: a call of a
+        // bound tool, or JSON of the schema.
+        for (upto, bias) in [(1, DEFAULT_CALL_BIAS), (1, 0.0), (3, DEFAULT_CALL_BIAS)] {
+            let m = model().with_seed(seed).with_call_bias(bias);
+            let r = m.chat(ask(history[..upto].to_vec(), None)).await.unwrap();
+            let kind = if r.tool_calls.is_empty() {
+                is_answer(&r);
+                "json".to_owned()
+            } else {
+                check_response(&r, &tools)
+            };
+            *kinds.entry(kind).or_insert(0) += 1;
+        }
+        // Required or a named function: a call, never the JSON.
+        let r = model().with_seed(seed);
+        let r = r.chat(ask(history[..1].to_vec(), Some(ToolChoice::Required)));
+        assert_ne!(check_response(&r.await.unwrap(), &tools), "text");
+        let named = ask(
+            history.clone(),
+            Some(ToolChoice::Function("get_time".into())),
+        );
+        let r = model().with_seed(seed).chat(named).await.unwrap();
+        assert_eq!(check_response(&r, &tools), "get_time", "{r:?}");
+        // None, after a call and its result: the schema alone.
+        let r = model().with_seed(seed);
+        is_answer(
+            &r.chat(ask(history.clone(), Some(ToolChoice::None)))
+                .await
+                .unwrap(),
+        );
+    }
+    eprintln!("auto with a response schema gave {kinds:?}");
 }
 
 #[tokio::test]

@@ -128,8 +128,11 @@ impl Agent {
     /// Answers `text` like [`run`](Self::run), with the answer as a `T`: tools stay available
     /// while the model works, and its final answer must be JSON that fits `T`'s schema
     /// (`schemars`). The schema goes to the model in the system prompt, in the form the call
-    /// protocol reads answers in — never as a `response_format` on every turn, which stops
-    /// models calling tools. An answer that does not fit is sent back once, saying what is
+    /// protocol reads answers in — not as a `response_format` on every turn, which stops most
+    /// models calling tools; a model whose schema leaves its tools callable
+    /// ([`ModelInfo::answer_schema_with_tools`](toolwright_core::ModelInfo::answer_schema_with_tools),
+    /// the embedded local model) gets it as the `response_format` too
+    /// ([`CallProtocol::answer_format`](crate::protocol::CallProtocol::answer_format)). An answer that does not fit is sent back once, saying what is
     /// wrong; one that still does not fit is [`LoopError::AnswerDoesNotFit`] (the answer stays
     /// in the session). A run held for approval gives `value: None`; go on with
     /// [`resume_as`](Self::resume_as).

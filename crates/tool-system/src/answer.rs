@@ -1,11 +1,15 @@
 //! Typed answers of a run that also calls tools ([`crate::Agent::run_as`]).
 //!
 //! How the answer's shape reaches the model: as a section of the system prompt (the schema and
-//! the rule "tools first, then the final answer as this JSON"), never as the request's
-//! `response_format`. A schema-constrained response on every turn is what stops models
-//! calling tools (a provider's structured output turns the answer into the JSON at once), and
-//! the prompt-based protocols have no `response_format` at all; the prompt section works the
-//! same in all three protocols, because each ends a run with a text answer. That answer is
+//! the rule "tools first, then the final answer as this JSON"), and not as the request's
+//! `response_format`: a schema-constrained response on every turn is what stops most models
+//! calling tools (a provider's structured output turns the answer into the JSON at once). The
+//! prompt section works the same in all three protocols, because each ends a run with a text
+//! answer. A model whose schema leaves its tools callable
+//! ([`ModelInfo::answer_schema_with_tools`](toolwright_core::ModelInfo::answer_schema_with_tools),
+//! the embedded local model under its grammar) also gets the protocol's
+//! [`answer_format`](crate::protocol::CallProtocol::answer_format) as the `response_format` of each
+//! request, and is held to it while it decodes. That answer is
 //! then read with output-control's [`Validator`] (JSON taken from prose or a code fence,
 //! checked against the schema, deserialized); an answer that does not fit is sent back once
 //! with what was wrong, and the run's answer after that correction either fits or fails the

@@ -204,6 +204,18 @@ pub trait CallProtocol: Send + Sync {
     fn answer_section(&self, schema: &Value) -> String {
         crate::prompt::typed_answer_prompt(schema)
     }
+    /// The `response_format` JSON schema of a typed run's requests, sent only to a model whose
+    /// schema leaves its tools callable ([`ModelInfo::answer_schema_with_tools`]): the schema of
+    /// a whole response that either calls a tool or gives the final answer, as this protocol
+    /// reads it; `None` when no schema can say that (the default: the answer's shape is then in
+    /// the system prompt only). `tools` are the tools that may be called now (none once the
+    /// run wants its answer).
+    ///
+    /// [`ModelInfo::answer_schema_with_tools`]: toolwright_core::ModelInfo::answer_schema_with_tools
+    fn answer_format(&self, tools: &[ToolSpec], schema: &Value) -> Option<Value> {
+        let _ = (tools, schema);
+        None
+    }
 }
 
 /// What a call gave the model: its text, and the images or files after it.
@@ -300,6 +312,10 @@ impl CallProtocol for NativeProtocol {
     fn reader(&self, _tools: &[ToolSpec], _seq: usize) -> Box<dyn ResponseReader> {
         Box::new(PassThrough)
     }
+    /// Calls are native, so the response's text is the answer: the answer's own schema.
+    fn answer_format(&self, _tools: &[ToolSpec], schema: &Value) -> Option<Value> {
+        Some(schema.clone())
+    }
 }
 
 /// 002's JSON decision protocol (T6); also the T9 fallback.
@@ -374,6 +390,27 @@ impl ResponseReader for JsonReader {
     }
 }
 
+/// The JSON Schema of a decision of a typed run: `{"tool": NAME, "arguments": {...}}` for each
+/// tool (its arguments per its parameters), or `{"tool": null, "reply": <the answer>}`.
+fn decision_schema(tools: &[ToolSpec], answer: &Value) -> Value {
+    let mut choices: Vec<Value> = tools
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "type": "object",
+                "properties": {"tool": {"const": &*t.name}, "arguments": &*t.parameters},
+                "required": ["tool", "arguments"],
+            })
+        })
+        .collect();
+    choices.push(serde_json::json!({
+        "type": "object",
+        "properties": {"tool": {"type": "null"}, "reply": answer},
+        "required": ["tool", "reply"],
+    }));
+    serde_json::json!({ "anyOf": choices })
+}
+
 /// The `reply` of a JSON decision when it is an object or an array, as compact JSON text.
 fn structured_reply(content: &str) -> Option<String> {
     let value = toolwright_output_control::extract_json(content).ok()?;
@@ -404,6 +441,11 @@ impl CallProtocol for JsonDecisionProtocol {
     }
     fn concurrent(&self) -> bool {
         false
+    }
+    /// The decision itself: a call of one of `tools` with its arguments, or the reply as the
+    /// answer's JSON.
+    fn answer_format(&self, tools: &[ToolSpec], schema: &Value) -> Option<Value> {
+        Some(decision_schema(tools, schema))
     }
     fn answer_section(&self, schema: &Value) -> String {
         format!(
@@ -571,6 +613,13 @@ impl CallProtocol for TagProtocol {
     }
     fn concurrent(&self) -> bool {
         false // 000: tags run in order
+    }
+    /// With the tools bound natively, the answer's own schema: the model then calls natively
+    /// (a response held to the schema has no room for tags), and native calls are read as
+    /// always. Without native tools a call is text in the answer, which no schema of the
+    /// answer allows: `None`.
+    fn answer_format(&self, _tools: &[ToolSpec], schema: &Value) -> Option<Value> {
+        self.bind_native.then(|| schema.clone())
     }
 }
 

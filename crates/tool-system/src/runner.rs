@@ -556,6 +556,23 @@ async fn call_model(
     if protocol.binds_tools() {
         request.tools.clone_from(tools);
     }
+    // A typed run on a model that keeps its tools under a schema: the schema goes on the wire
+    // (with no tools to call once the machine wants the answer).
+    let callable: &[toolwright_core::ToolSpec] = if state.machine.wants_answer() {
+        &[]
+    } else {
+        tools
+    };
+    if let Some(shape) = &run.options.answer
+        && info.answer_schema_with_tools
+        && let Some(schema) = protocol.answer_format(callable, &shape.schema)
+    {
+        request = request.with_response_format(toolwright_core::ResponseFormat::JsonSchema {
+            name: "answer".into(),
+            schema,
+            strict: true,
+        });
+    }
     if state.machine.wants_answer() {
         request.tool_choice = Some(toolwright_core::ToolChoice::None);
     }

@@ -201,3 +201,99 @@ async fn a_plain_run_of_the_same_agent_asks_for_no_shape() {
     let sent = format!("{:?}", model.requests()[0].messages);
     assert!(!sent.contains("JSON Schema"), "{sent}");
 }
+
+/// The `response_format` schema of a request, as a validator.
+fn wire_schema(req: &toolwright_core::ChatRequest) -> toolwright_output_control::Validator {
+    match &req.response_format {
+        Some(toolwright_core::ResponseFormat::JsonSchema { schema, .. }) => {
+            toolwright_output_control::Validator::new(schema).unwrap()
+        }
+        other => panic!("no JSON schema on the wire: {other:?}"),
+    }
+}
+
+fn fits(v: &toolwright_output_control::Validator, text: &str) -> bool {
+    v.parse::<serde_json::Value>(text).is_ok()
+}
+
+#[tokio::test]
+async fn a_model_keeping_its_tools_under_a_schema_gets_the_answer_format_on_the_wire() {
+    for kind in [
+        ProtocolKind::Native,
+        ProtocolKind::Tag,
+        ProtocolKind::JsonDecision,
+    ] {
+        let json = matches!(kind, ProtocolKind::JsonDecision);
+        let answer = if json {
+            format!(r#"{{"tool": null, "reply": {GOOD}}}"#)
+        } else {
+            GOOD.to_owned()
+        };
+        let ask = call("c1", "temperature", json!({"city": "Oslo"}));
+        let model = Scripted::new(vec![ask, text(&answer)]).keeping_tools_under_a_schema();
+        let agent = Agent::builder(model.clone())
+            .tool(temperature())
+            .protocol(kind.clone())
+            .build()
+            .unwrap();
+        let out = agent.run_as::<Forecast>("s", "How warm is Oslo?").await;
+        let out = out.unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        assert_eq!(out.value.map(|f| f.celsius), Some(4), "{kind:?}");
+        let requests = model.requests();
+        assert_eq!(requests.len(), 2, "{kind:?}");
+        for req in &requests {
+            let v = wire_schema(req);
+            assert!(fits(&v, &answer), "{kind:?}");
+            if json {
+                // the decision: a call of a bound tool, or the reply as the answer's JSON
+                let decide = r#"{"tool": "temperature", "arguments": {"city": "Oslo"}}"#;
+                assert!(fits(&v, decide));
+                assert!(!fits(
+                    &v,
+                    r#"{"tool": "nope", "arguments": {"city": "Oslo"}}"#
+                ));
+                assert!(!fits(
+                    &v,
+                    &format!(r#"{{"tool": null, "reply": {NO_CELSIUS}}}"#)
+                ));
+                assert!(!fits(&v, r#"{"tool": null, "reply": "4 degrees"}"#));
+            } else {
+                // the answer's own schema, with the tools still bound
+                assert!(!fits(&v, NO_CELSIUS), "{kind:?}");
+                assert_eq!(req.tools.len(), 1, "{kind:?}");
+                assert_eq!(req.tool_choice, None, "{kind:?}");
+            }
+        }
+        // the schema stays in the prompt as well
+        assert!(system_text(&requests[0]).contains("celsius"), "{kind:?}");
+    }
+}
+
+#[tokio::test]
+async fn tags_written_as_text_leave_no_room_for_a_schema_on_the_wire() {
+    // Without native calls a tag call is text in the answer: no answer schema allows it.
+    let p = &protocols()[2];
+    let model = Scripted::without_function_calling(vec![(p.ask)(), (p.answer)(GOOD)])
+        .keeping_tools_under_a_schema();
+    let agent = Agent::builder(model.clone())
+        .tool(temperature())
+        .protocol(ProtocolKind::Tag)
+        .build()
+        .unwrap();
+    let out = agent.run_as::<Forecast>("s", "How warm?").await.unwrap();
+    assert_eq!(out.value.map(|f| f.celsius), Some(4));
+    for req in model.requests() {
+        assert_eq!(req.response_format, None);
+    }
+}
+
+#[tokio::test]
+async fn a_plain_run_on_a_model_keeping_its_tools_sends_no_schema() {
+    let model = Scripted::new(vec![text("4 degrees")]).keeping_tools_under_a_schema();
+    let agent = Agent::builder(model.clone())
+        .tool(temperature())
+        .build()
+        .unwrap();
+    agent.run("s", "How warm?").await.unwrap();
+    assert_eq!(model.requests()[0].response_format, None);
+}

@@ -429,9 +429,11 @@ impl Grammar {
 
     /// The local model's native tool call: `<tool_call>\n{"name": "<tool>", "arguments":
     /// {...}}\n</tool_call>` for one of `tools` (arguments per its `parameters`), or, with
-    /// [`AnswerChoice::TextOrCall`], a plain-text answer that does not start with `<`.
-    /// Without tools only the text answer is left.
-    pub fn tool_call(tools: &[ToolSpec], choice: AnswerChoice) -> Result<Self, SchemaError> {
+    /// [`AnswerChoice::TextOrCall`], a plain-text answer that does not start with `<`, or, with
+    /// [`AnswerChoice::JsonOrCall`], JSON of that schema (the language of
+    /// [`Grammar::from_schema`]). Without tools only the answer is left (text for
+    /// [`AnswerChoice::CallOnly`]).
+    pub fn tool_call(tools: &[ToolSpec], choice: AnswerChoice<'_>) -> Result<Self, SchemaError> {
         let mut b = Builder { nodes: Vec::new() };
         let mut alts = Vec::new();
         for t in tools {
@@ -443,10 +445,16 @@ impl Grammar {
             let tail = b.lit(&format!("}}{TOOL_CALL_CLOSE}"));
             alts.push(b.seq(vec![head, args, tail]));
         }
-        if choice == AnswerChoice::TextOrCall || alts.is_empty() {
-            alts.push(b.add(Node::Text {
-                not_starting: TEXT_MAY_NOT_START.as_bytes().to_vec(),
-            }));
+        match choice {
+            AnswerChoice::JsonOrCall(schema) => {
+                alts.push(b.schema(schema, "#", 0)?);
+            }
+            AnswerChoice::CallOnly if !alts.is_empty() => {}
+            AnswerChoice::TextOrCall | AnswerChoice::CallOnly => {
+                alts.push(b.add(Node::Text {
+                    not_starting: TEXT_MAY_NOT_START.as_bytes().to_vec(),
+                }));
+            }
         }
         let root = b.add(Node::Alt(alts));
         Ok(b.finish(root))
@@ -495,6 +503,45 @@ mod tests {
         let g = Grammar::tool_call(&tools(), AnswerChoice::CallOnly).unwrap();
         assert!(!accepts(&g, "It is sunny."));
         assert!(accepts(&g, &call("weather", r#"{"city": "Paris"}"#)));
+    }
+
+    #[test]
+    fn a_response_schema_with_tools_allows_a_call_or_that_json_and_nothing_else() {
+        let schema = json!({"type":"object","properties":{"city":{"type":"string"},"celsius":{"type":"integer"}},"required":["city","celsius"]});
+        let g = Grammar::tool_call(&tools(), AnswerChoice::JsonOrCall(&schema)).unwrap();
+        assert!(accepts(&g, &call("weather", r#"{"city": "Oslo"}"#)));
+        assert!(accepts(&g, &call("calc", r#"{"a": 1, "b": 2}"#)));
+        assert!(accepts(&g, r#"{"city": "Oslo", "celsius": 4}"#));
+        for bad in [
+            "It is 4 degrees in Oslo.",
+            "",
+            r#"{"city": "Oslo"}"#,
+            r#"{"city": "Oslo", "celsius": 4.5}"#,
+            r#"{"celsius": 4, "city": "Oslo"}"#,
+            r#" {"city": "Oslo", "celsius": 4}"#,
+            r#"{"city": "Oslo", "celsius": 4} That is all."#,
+            "<tool_response>
+weather: sunny",
+        ] {
+            assert!(!accepts(&g, bad), "{bad:?}");
+        }
+        assert!(!accepts(&g, &call("weather", "{}")));
+        // The answer branch is the schema's own language, and it closes: nothing may follow.
+        let json = Grammar::from_schema(&schema).unwrap();
+        let answer = r#"{"city": "Oslo", "celsius": 4}"#;
+        assert!(accepts(&json, answer));
+        assert!(g.is_finished(&g.feed_bytes(&g.start(), answer.as_bytes())));
+        // Without tools only the JSON is left; a schema the grammar cannot hold is an error.
+        let g = Grammar::tool_call(&[], AnswerChoice::JsonOrCall(&schema)).unwrap();
+        assert!(accepts(&g, answer));
+        assert!(!accepts(&g, &call("weather", r#"{"city": "Oslo"}"#)));
+        assert!(!accepts(&g, "Oslo is cold."));
+        let e = Grammar::tool_call(
+            &tools(),
+            AnswerChoice::JsonOrCall(&json!({"type":"string","pattern":"x"})),
+        )
+        .unwrap_err();
+        assert!(e.0.contains("pattern") && e.0.contains('#'), "{e}");
     }
 
     #[test]

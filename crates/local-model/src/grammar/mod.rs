@@ -12,7 +12,9 @@
 //! A tool-call grammar ([`Grammar::tool_call`]) is the backend's own output format for native
 //! calls: `<tool_call>\n{"name": "<tool>", "arguments": {...}}\n</tool_call>`, or (when the
 //! request allows it) a plain-text answer, which is any text that does not start with `<`
-//! (a call, or a copy of the template's tags). Once the text has left the tag behind, nothing is constrained any more.
+//! (a call, or a copy of the template's tags). Once the text has left the tag behind, nothing is
+//! constrained any more. With a `response_format` JSON schema the answer instead of a call is
+//! JSON of that schema (which never starts with `<` either), constrained to its end.
 //!
 //! The parts: `compile` turns a schema (or a set of tools) into the grammar's nodes; `state`
 //! runs the bytes through it (the pushdown stacks, the distance to the end); `lark` writes the
@@ -84,10 +86,13 @@ impl std::fmt::Display for SchemaError {
 }
 
 /// What a tool-call grammar lets the model write instead of a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnswerChoice {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AnswerChoice<'a> {
     /// A plain-text answer, or a call (`tool_choice` auto).
     TextOrCall,
+    /// JSON valid against this schema (compiled as [`Grammar::from_schema`] compiles it), or a
+    /// call (`tool_choice` auto with a `response_format` JSON schema).
+    JsonOrCall(&'a serde_json::Value),
     /// A call only (`tool_choice` required, or a named function).
     CallOnly,
 }

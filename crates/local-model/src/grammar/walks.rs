@@ -70,12 +70,33 @@ fn walk_tools() -> Vec<ToolSpec> {
     ]
 }
 
-/// The value a finished text stands for, checked against the schema it came from:
-/// the text itself (`which` < 3), or the arguments of a declared tool's call.
+/// The grammars the walks go through: each schema alone (`which` < 3), the tools' calls
+/// alone (3), and a call or an answer of schema 1 or 2 (4, 5).
+fn walk_grammar(which: usize) -> Grammar {
+    let schemas = schemas();
+    match which {
+        0..3 => Grammar::from_schema(&schemas[which]).unwrap(),
+        3 => Grammar::tool_call(&walk_tools(), AnswerChoice::CallOnly).unwrap(),
+        _ => Grammar::tool_call(&walk_tools(), AnswerChoice::JsonOrCall(&schemas[which - 3]))
+            .unwrap(),
+    }
+}
+
+/// How many grammars [`walk_grammar`] has.
+const WALK_GRAMMARS: usize = 6;
+
+/// The value a finished text stands for, checked against the schema it came from: the text
+/// itself (a schema's JSON, or the answer instead of a call), or the arguments of a declared
+/// tool's call.
 fn check(which: usize, text: &[u8]) -> Result<(), TestCaseError> {
     let text = String::from_utf8_lossy(text);
-    let (schema, json) = if which < 3 {
-        (schemas()[which].clone(), text.to_string())
+    let answer = match which {
+        0..3 => Some(which),
+        3 => None,
+        _ => (!text.starts_with(TOOL_CALL_OPEN)).then_some(which - 3),
+    };
+    let (schema, json) = if let Some(i) = answer {
+        (schemas()[i].clone(), text.to_string())
     } else {
         let body = text
             .strip_prefix(TOOL_CALL_OPEN)
@@ -98,20 +119,16 @@ fn check(which: usize, text: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(300))]
     /// The engine's walk: llguidance masks while the budget is far, the keeper near the
     /// end. Where llguidance masks, it allows exactly what the grammar allows.
     #[test]
     fn every_allowed_walk_ends_in_a_valid_value(
-        which in 0usize..4,
+        which in 0usize..WALK_GRAMMARS,
         picks in proptest::collection::vec(any::<u32>(), 0..400),
         budget in 40u32..300,
     ) {
-        let g = if which < 3 {
-            Grammar::from_schema(&schemas()[which]).unwrap()
-        } else {
-            Grammar::tool_call(&walk_tools(), AnswerChoice::CallOnly).unwrap()
-        };
+        let g = walk_grammar(which);
         let (vocab, v) = engine_vocabulary();
         let end = vocab.len() as u32;
         let trie = TokenTrie::new(vocab.iter().enumerate().map(|(i, t)| (i as u32, t.as_slice())));
@@ -166,5 +183,94 @@ proptest! {
             prop_assert!(llg_steps > 0);
         }
         check(which, &text)?;
+    }
+}
+
+/// A whole text of `g`: random tokens among those the grammar allows within the budget, then
+/// the shortest way to the end.
+fn some_text(g: &Grammar, picks: &[u32]) -> Vec<u8> {
+    let vocab = vocabulary();
+    let trie = TokenTrie::new(
+        vocab
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i as u32, t.as_slice())),
+    );
+    let mut state = g.start();
+    let mut text = Vec::new();
+    let mut picks = picks.iter();
+    let mut allowed = Vec::new();
+    for _ in 0..400 {
+        if g.is_finished(&state) {
+            break;
+        }
+        allowed.clear();
+        trie.allowed(g, &state, 120, &mut allowed);
+        let pick = match picks.next() {
+            Some(p) if !allowed.is_empty() => allowed[*p as usize % allowed.len()],
+            _ if g.can_end(&state) => break,
+            _ => *allowed
+                .iter()
+                .min_by_key(|&&id| g.distance(&g.feed_bytes(&state, &vocab[id as usize])))
+                .unwrap(),
+        };
+        text.extend_from_slice(&vocab[pick as usize]);
+        state = g.feed_bytes(&state, &vocab[pick as usize]);
+    }
+    text
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+    /// A call or a schema's answer: the grammar takes exactly what the calls alone or the
+    /// schema alone take. Along a whole text of either (or a broken one: cut short or with a
+    /// byte put in), at every prefix, every next byte keeps the grammar alive exactly when it
+    /// keeps one of its parts alive, and the prefix is a whole answer exactly when it is one of
+    /// a part.
+    #[test]
+    fn a_call_or_json_grammar_takes_exactly_what_one_of_its_parts_takes(
+        schema in 1usize..3,
+        from_calls: bool,
+        picks in proptest::collection::vec(any::<u32>(), 0..200),
+        at in any::<u16>(),
+        byte in any::<u8>(),
+        edit in 0u8..3,
+    ) {
+        let both = walk_grammar(schema + 3);
+        let parts = [walk_grammar(3), walk_grammar(schema)];
+        let mut text = some_text(&parts[usize::from(!from_calls)], &picks);
+        match edit {
+            1 => text.truncate(usize::from(at) % (text.len() + 1)),
+            2 => text.insert(usize::from(at) % (text.len() + 1), byte),
+            _ => {}
+        }
+        let mut s = both.start();
+        let mut p = [parts[0].start(), parts[1].start()];
+        for (i, &next) in text.iter().chain(std::iter::once(&0u8)).enumerate() {
+            prop_assert_eq!(
+                both.can_end(&s),
+                (0..2).any(|k| parts[k].can_end(&p[k])),
+                "{:?}", String::from_utf8_lossy(&text[..i])
+            );
+            if s.is_dead() {
+                prop_assert!(p.iter().all(super::State::is_dead));
+                break;
+            }
+            for b in 0..=255u8 {
+                prop_assert_eq!(
+                    !both.feed(&s, b).is_dead(),
+                    (0..2).any(|k| !parts[k].feed(&p[k], b).is_dead()),
+                    "{:?} then {:?}", String::from_utf8_lossy(&text[..i]), b as char
+                );
+            }
+            if i == text.len() {
+                break;
+            }
+            s = both.feed(&s, next);
+            p = [parts[0].feed(&p[0], next), parts[1].feed(&p[1], next)];
+        }
+        if edit == 0 {
+            prop_assert!(both.can_end(&both.feed_bytes(&both.start(), &text)), "{:?}", String::from_utf8_lossy(&text));
+        }
     }
 }

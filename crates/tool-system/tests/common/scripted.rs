@@ -13,6 +13,7 @@ use toolwright_core::{
 pub struct Scripted {
     name: String,
     function_calling: bool,
+    answer_schema_with_tools: bool,
     replies: Arc<Mutex<VecDeque<ChatResponse>>>,
     requests: Arc<Mutex<Vec<ChatRequest>>>,
 }
@@ -23,6 +24,7 @@ impl Scripted {
         Self {
             name: "scripted".into(),
             function_calling: true,
+            answer_schema_with_tools: false,
             replies: Arc::new(Mutex::new(replies.into())),
             requests: Arc::default(),
         }
@@ -32,6 +34,14 @@ impl Scripted {
         Self {
             function_calling: false,
             ..Self::new(replies)
+        }
+    }
+    /// The same, saying that a `response_format` schema leaves its tools callable (as the
+    /// embedded local model's grammar does).
+    pub fn keeping_tools_under_a_schema(self) -> Self {
+        Self {
+            answer_schema_with_tools: true,
+            ..self
         }
     }
     /// Every request so far.
@@ -59,6 +69,7 @@ pub fn call(id: &str, name: &str, args: Value) -> ChatResponse {
 impl ChatModel for Scripted {
     fn info(&self) -> ModelInfo {
         ModelInfo::new(self.name.clone(), self.function_calling)
+            .with_answer_schema_with_tools(self.answer_schema_with_tools)
     }
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         self.requests.lock().unwrap().push(request);
