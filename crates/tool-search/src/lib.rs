@@ -67,19 +67,24 @@
 
 mod analyzer;
 mod dense;
+mod fit;
+mod fusion;
 pub mod judge;
 mod learn;
 mod script;
+mod text;
 mod unserved;
 
 pub use analyzer::{Analyzer, CHINESE_STOP_WORDS, MAX_INPUT_CHARS};
-pub use dense::{
-    BM25_FIRST_WITHIN, DEFAULT_LEXICAL_FIT_WEIGHT, E5_SMALL_FIT_BELOW, E5_SMALL_FIT_MODEL,
-    E5_SMALL_NO_FIT, EMBED_SENTENCE_CHARS, Fit, FitModel, Fusion, HybridConfig, MAX_DIMENSIONS,
-    MIN_SCRIPT_TOOLS, VectorError, calibrate_no_fit, embedding_text, no_fit_for_size, text_hash,
+pub use dense::{Fusion, HybridConfig, MAX_DIMENSIONS, MIN_SCRIPT_TOOLS, VectorError};
+pub use fit::{
+    DEFAULT_LEXICAL_FIT_WEIGHT, E5_SMALL_FIT_BELOW, E5_SMALL_FIT_MODEL, E5_SMALL_NO_FIT, Fit,
+    FitModel, calibrate_no_fit, no_fit_for_size,
 };
+pub use fusion::BM25_FIRST_WITHIN;
 pub use learn::{LearnError, LearnedPair, MAX_CAPACITY, MAX_PAIRS_PER_TOOL, UseMemory};
 pub use script::Script;
+pub use text::{EMBED_SENTENCE_CHARS, embedding_text, text_hash};
 pub use unserved::{E5_SMALL_ID, UnservedIntents};
 
 const _: () = assert!((3 + 4) * MAX_FIELD_CHARS < MAX_INPUT_CHARS);
