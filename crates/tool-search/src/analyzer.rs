@@ -95,9 +95,9 @@ pub const CHINESE_STOP_WORDS: &[&str] = &[
 
 /// Words that contain a stop word but are words of their own, kept whole.
 const CHINESE_KEEP: &[&str] = &[
-    "现在", "在线", "存在", "所在", "正在", "实在", "目的", "的确", "的士", "了解", "为了", "除了",
-    "完了", "我国", "你好", "把握", "是否", "总是", "还是", "或是", "和平", "都市", "首都", "请求",
-    "申请", "邀请", "请假", "吧台", "呢子", "自我",
+    "现在", "在线", "存在", "所在", "正在", "实在", "目的", "的士", "了解", "为了", "除了", "完了",
+    "我国", "你好", "把握", "是否", "总是", "还是", "或是", "和平", "都市", "首都", "请求", "申请",
+    "邀请", "请假", "吧台", "呢子", "自我",
 ];
 
 /// Everyday words and the canonical word tool descriptions tend to use instead.
@@ -388,6 +388,31 @@ pub(crate) fn is_cjk(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_function_word_before_a_word_is_cut_not_read_as_a_longer_word() {
+        // 弹出的确认框: 弹出 + 的 + 确认框, not 的确 ("indeed") swallowing 确认's first half.
+        let terms = Analyzer::default().terms("弹出的确认框点确定");
+        assert!(terms.contains(&"确认".to_owned()), "{terms:?}");
+        assert!(terms.contains(&"dialog".to_owned()), "{terms:?}");
+        assert!(!terms.iter().any(|t| t.contains('的')), "{terms:?}");
+    }
+
+    #[test]
+    fn commerce_and_map_words_find_english_described_tools() {
+        let a = Analyzer::default();
+        for (zh, en) in [
+            ("给这笔订单发起退款", "refund"),
+            ("订单", "order"),
+            ("搜索附近的餐厅", "restaur"),
+        ] {
+            assert!(
+                a.terms(zh).contains(&en.to_owned()),
+                "{zh}: {:?}",
+                a.terms(zh)
+            );
+        }
+    }
 
     #[test]
     fn code_identifiers_split_into_words() {

@@ -73,7 +73,7 @@ pub fn prompt(request: &str, candidates: &[(&str, &str)]) -> Prompt {
     let request: String = request.chars().take(crate::MAX_QUERY_CHARS).collect();
     let mut user = format!("Request: {}\n\nCandidates:\n", request.trim());
     for (name, summary) in candidates {
-        let summary = crate::dense::first_sentence(summary, MAX_SUMMARY_CHARS);
+        let summary = crate::text::first_sentence(summary, MAX_SUMMARY_CHARS);
         if summary.is_empty() {
             user.push_str(&format!("- {name}\n"));
         } else {

@@ -6,7 +6,7 @@
 //!
 //! - [`SearchIndex`] ranks [`ToolDoc`]s with **BM25** (the `bm25` crate's embedder and scorer)
 //!   over each tool's name (weighted ×3), description, group (its MCP service), group
-//!   description and keywords (×2).
+//!   description, keywords (×2) and its parameters' names.
 //! - [`Analyzer`] turns text into terms: English words split at code-identifier boundaries and
 //!   stemmed (Snowball, `rust-stemmers`); Chinese as character bigrams plus dictionary words
 //!   from a shipped glossary that also adds their English, so `读取文件内容` finds `read_file`.
@@ -67,22 +67,30 @@
 
 mod analyzer;
 mod dense;
+mod fit;
+mod fusion;
 pub mod judge;
 mod learn;
 mod script;
+mod text;
 mod unserved;
 
 pub use analyzer::{Analyzer, CHINESE_STOP_WORDS, MAX_INPUT_CHARS};
-pub use dense::{
-    BM25_FIRST_WITHIN, DEFAULT_LEXICAL_FIT_WEIGHT, E5_SMALL_FIT_BELOW, E5_SMALL_FIT_MODEL,
-    E5_SMALL_NO_FIT, EMBED_SENTENCE_CHARS, Fit, FitModel, Fusion, HybridConfig, MAX_DIMENSIONS,
-    MIN_SCRIPT_TOOLS, VectorError, calibrate_no_fit, embedding_text, no_fit_for_size, text_hash,
+pub use dense::{Fusion, HybridConfig, MAX_DIMENSIONS, MIN_SCRIPT_TOOLS, VectorError};
+pub use fit::{
+    DEFAULT_LEXICAL_FIT_WEIGHT, E5_SMALL_FIT_BELOW, E5_SMALL_FIT_MODEL, E5_SMALL_NO_FIT, Fit,
+    FitModel, calibrate_no_fit, no_fit_for_size,
 };
+pub use fusion::BM25_FIRST_WITHIN;
 pub use learn::{LearnError, LearnedPair, MAX_CAPACITY, MAX_PAIRS_PER_TOOL, UseMemory};
 pub use script::Script;
+pub use text::{EMBED_SENTENCE_CHARS, embedding_text, text_hash};
 pub use unserved::{E5_SMALL_ID, UnservedIntents};
 
-const _: () = assert!((3 + 4) * MAX_FIELD_CHARS < MAX_INPUT_CHARS);
+const _: () = assert!(
+    (NAME_WEIGHT + 3 + KEYWORD_WEIGHT) * (MAX_FIELD_CHARS + 3) + MAX_PARAMETER_NAMES_CHARS + 4
+        <= MAX_INPUT_CHARS
+);
 
 use bm25::{Embedder, EmbedderBuilder, Embedding, Scorer};
 
@@ -103,8 +111,11 @@ pub struct ToolDoc {
     pub group_description: String,
     /// Extra words it should be found by (a service's trigger keywords).
     pub keywords: Vec<String>,
-    /// Its parameters' names and descriptions, in schema order: read by the encoder
-    /// ([`embedding_text`]); BM25 does not index them (its ranking stays as it was).
+    /// Its parameters' names and descriptions, in schema order. BM25 indexes the names (the first
+    /// 300 characters of them), not the descriptions: on the
+    /// mixed-language dev split the names lifted BM25's recall@5 from 0.68 to 0.71 and the
+    /// hybrid's recall@1 from 0.61 to 0.63, while the descriptions (Chinese ones pulling Chinese
+    /// requests to Chinese-described tools) lost Chinese requests' recall@5 (0.85 to 0.82).
     pub parameters: Vec<(String, String)>,
 }
 
@@ -168,6 +179,11 @@ const MAX_FIELD_CHARS: usize = 2000;
 /// How a tool's fields count: each field's terms repeated this many times.
 const NAME_WEIGHT: usize = 3;
 const KEYWORD_WEIGHT: usize = 2;
+
+/// How many characters of a tool's parameter names (joined by spaces) BM25 indexes: room for
+/// a few dozen names, and with every other field at its bound the whole tool still fits the
+/// analyzer's input limit ([`MAX_INPUT_CHARS`]).
+const MAX_PARAMETER_NAMES_CHARS: usize = 300;
 
 /// A BM25 index over a fixed list of tools, with each tool's vector when the caller gives them
 /// ([`SearchIndex::with_vectors`]). Build it once per catalog; searching is cheap.
@@ -355,9 +371,64 @@ fn document_text(d: &ToolDoc) -> String {
     for _ in 0..KEYWORD_WEIGHT {
         parts.push(&keywords);
     }
-    let bounded: Vec<String> = parts
+    let mut bounded: Vec<String> = parts
         .into_iter()
         .map(|p| p.chars().take(MAX_FIELD_CHARS).collect())
         .collect();
+    bounded.push(parameter_names(d));
     bounded.join(" \n ")
+}
+
+/// A tool's parameter names, space-separated, at most [`MAX_PARAMETER_NAMES_CHARS`] characters.
+fn parameter_names(d: &ToolDoc) -> String {
+    let mut out = String::new();
+    let mut chars = 0;
+    for (name, _) in &d.parameters {
+        let n = name.chars().count() + 1;
+        if chars + n > MAX_PARAMETER_NAMES_CHARS + 1 {
+            break;
+        }
+        out.push_str(name);
+        out.push(' ');
+        chars += n;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_is_found_by_its_parameters_names_but_not_their_descriptions() {
+        let index = SearchIndex::new(vec![
+            ToolDoc::new("maps__geocode", "Turn an address into a position")
+                .with_parameters([("latitude", "north or south"), ("longitude", "")]),
+            ToolDoc::new("fs__read_file", "Read a file"),
+        ]);
+        assert_eq!(index.search("latitude", 5)[0].name, "maps__geocode");
+        assert!(index.search("south", 5).is_empty());
+    }
+
+    #[test]
+    fn a_tool_with_thousands_of_parameters_indexes_a_bounded_few() {
+        let many = (0..10_000).map(|i| (format!("param{i}"), "x".repeat(100)));
+        let doc = ToolDoc::new("t", "d".repeat(100_000))
+            .with_group("g".repeat(100_000), "h".repeat(100_000))
+            .with_keywords(["k".repeat(100_000)])
+            .with_parameters(many);
+        let names = parameter_names(&doc);
+        assert!(names.chars().count() <= MAX_PARAMETER_NAMES_CHARS + 1);
+        assert!(names.starts_with("param0 param1 "));
+        // Every field at its bound: the whole still fits the analyzer's input, names included.
+        let text = document_text(&doc.clone().with_parameters([("zebra", "")]));
+        assert!(
+            text.chars().count() <= MAX_INPUT_CHARS,
+            "{}",
+            text.chars().count()
+        );
+        let index = SearchIndex::new(vec![doc, ToolDoc::new("u", "other")]);
+        assert_eq!(index.search("param3", 5)[0].name, "t");
+        assert!(index.search("param9999", 5).is_empty());
+    }
 }

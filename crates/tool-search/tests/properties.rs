@@ -4,8 +4,8 @@
 
 use proptest::prelude::*;
 use toolwright_tool_search::{
-    Analyzer, Fusion, HybridConfig, MAX_LIMIT, SearchIndex, ToolDoc, calibrate_no_fit,
-    embedding_text, text_hash,
+    Analyzer, Fusion, HybridConfig, MAX_INPUT_CHARS, MAX_LIMIT, SearchIndex, ToolDoc,
+    calibrate_no_fit, embedding_text, text_hash,
 };
 
 /// Text mixing ASCII identifiers, Chinese, punctuation, full-width forms and odd code points.
@@ -39,6 +39,15 @@ fn docs() -> impl Strategy<Value = Vec<ToolDoc>> {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn the_analyzer_never_panics_on_any_string_and_stays_bounded(
+        s in prop_oneof![any::<String>(), "[的确认框弹出订单退款附近藏起来]{0,400}", ".{0,20000}"]
+    ) {
+        let terms = Analyzer::default().terms(&s);
+        // At most a bigram, a glossary word's English and a few synonyms per character read.
+        prop_assert!(terms.len() <= 8 * s.chars().count().min(MAX_INPUT_CHARS) + 8);
+    }
 
     #[test]
     fn terms_are_non_empty_and_lower_case(s in text()) {
