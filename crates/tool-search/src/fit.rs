@@ -2,8 +2,8 @@
 //! weighed ([`FitModel`]), and the thresholds it is compared with.
 
 use crate::SearchIndex;
-use crate::dense::{VectorError, normalised};
 use crate::script::Script;
+use crate::vector::{VectorError, normalised};
 
 /// The "no tool fits" thresholds ([`HybridConfig::no_fit_below`](crate::HybridConfig::no_fit_below)) for multilingual-e5-small
 /// with the default [`HybridConfig`](crate::HybridConfig), by catalog size: (tools, threshold). The nearest cosine

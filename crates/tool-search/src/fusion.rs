@@ -1,7 +1,7 @@
 //! How BM25's ranking and the cosines are fused into one ranking, and the fusion's fallbacks
 //! when the cosine side is unsure.
 
-use crate::dense::{Fusion, HybridConfig};
+use crate::config::{Fusion, HybridConfig};
 
 /// How sure the cosine side is of its nearest tool, 0 to 1: the nearest cosine's z-score over
 /// the catalog's cosines, divided by `sqrt(2 ln N)` (about where the largest of N unrelated
@@ -160,7 +160,7 @@ fn next_above(x: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dense::HybridConfig;
+    use crate::config::HybridConfig;
     use crate::{SearchIndex, ToolDoc};
 
     #[test]

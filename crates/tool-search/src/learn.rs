@@ -45,7 +45,7 @@ use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 
-use crate::{MAX_QUERY_CHARS, SearchIndex, dense::VectorError};
+use crate::{MAX_QUERY_CHARS, SearchIndex, vector::VectorError};
 
 /// The most learned requests kept for one tool: a tool the model calls all day does not push
 /// every other tool's out.

@@ -66,6 +66,7 @@
 //! names allowed) and [`judge::read`], which reads the answer as models write it.
 
 mod analyzer;
+mod config;
 mod dense;
 mod fit;
 mod fusion;
@@ -74,9 +75,11 @@ mod learn;
 mod script;
 mod text;
 mod unserved;
+mod vector;
 
 pub use analyzer::{Analyzer, CHINESE_STOP_WORDS, MAX_INPUT_CHARS};
-pub use dense::{Fusion, HybridConfig, MAX_DIMENSIONS, MIN_SCRIPT_TOOLS, VectorError};
+pub use config::{Fusion, HybridConfig};
+pub use dense::MIN_SCRIPT_TOOLS;
 pub use fit::{
     DEFAULT_LEXICAL_FIT_WEIGHT, E5_SMALL_FIT_BELOW, E5_SMALL_FIT_MODEL, E5_SMALL_NO_FIT, Fit,
     FitModel, calibrate_no_fit, no_fit_for_size,
@@ -86,6 +89,7 @@ pub use learn::{LearnError, LearnedPair, MAX_CAPACITY, MAX_PAIRS_PER_TOOL, UseMe
 pub use script::Script;
 pub use text::{EMBED_SENTENCE_CHARS, embedding_text, text_hash};
 pub use unserved::{E5_SMALL_ID, UnservedIntents};
+pub use vector::{MAX_DIMENSIONS, VectorError};
 
 const _: () = assert!(
     (NAME_WEIGHT + 3 + KEYWORD_WEIGHT) * (MAX_FIELD_CHARS + 3) + MAX_PARAMETER_NAMES_CHARS + 4

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -191,4 +192,80 @@ pub(super) fn store_failed(e: &toolwright_context_engine::StoreError) -> Respons
         StatusCode::SERVICE_UNAVAILABLE,
         "the conversation could not be loaded or saved just now; try again shortly",
     )
+}
+
+/// A JSON request body within the panel's size and time limits.
+pub(super) async fn read_json_body(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, Response> {
+    read_json_body_within(app, headers, body, app.config.max_body_bytes).await
+}
+
+/// [`read_json_body`] with a body limit of `limit` bytes.
+pub(super) async fn read_json_body_within(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<axum::body::Bytes, Response> {
+    let json_type = header_str(headers, header::CONTENT_TYPE)
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json_type {
+        return Err(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send the request as Content-Type: application/json",
+        ));
+    }
+    let body = match tokio::time::timeout(
+        app.config.body_read_timeout,
+        axum::body::to_bytes(body, limit),
+    )
+    .await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            let too_big = length_limit_hit(&e);
+            return Err(if too_big {
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body is larger than {limit} bytes"),
+                )
+            } else {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    format!("could not read the request body: {e}"),
+                )
+            });
+        }
+        Err(_) => {
+            tracing::info!(
+                timeout_ms = app.config.body_read_timeout.as_millis() as u64,
+                "chat panel: a request body did not arrive in time"
+            );
+            return Err(error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    app.config.body_read_timeout.as_secs()
+                ),
+            ));
+        }
+    };
+    Ok(body)
+}
+
+/// Whether reading the body stopped at the size limit (`to_bytes` reports that as an error
+/// whose source chain holds http-body-util's `LengthLimitError`).
+pub(super) fn length_limit_hit(e: &axum::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.to_string().contains("length limit exceeded") {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }

@@ -17,7 +17,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::attachments::{MALFORMED, PostBody, attachments, checked_media, picture_allowance};
 use super::events::follow;
 use super::guard::{access, not_found};
-use super::guard::{check_session_id, header_str, session_id, store_failed};
+use super::guard::{
+    check_session_id, header_str, read_json_body, read_json_body_within, session_id, store_failed,
+};
 use super::turn::{Turn, start_turn};
 use super::{APP_CSS, APP_JS, App, PAGE, error};
 use crate::identity::Principal;
@@ -219,19 +221,6 @@ pub(super) async fn get_events(
         .into_response()
 }
 
-/// Whether reading the body stopped at the size limit (`to_bytes` reports that as an error
-/// whose source chain holds http-body-util's `LengthLimitError`).
-pub(super) fn length_limit_hit(e: &axum::Error) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if err.to_string().contains("length limit exceeded") {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
 /// `POST /api/sessions/{id}/approvals` with `{"decisions": [{"call_id", "token", "approved",
 /// "reason"?}]}`: the person's decisions on calls held for approval (the tokens are those of
 /// the pending state the page was shown). Answers like a message: an SSE stream of the rest of
@@ -321,69 +310,6 @@ pub(super) async fn take_turn(app: &App, id: &str) -> Result<(String, u64), Resp
         Ok(Acquired::Busy) => Err(still_running()),
         Err(e) => Err(store_failed(&e)),
     }
-}
-
-/// A JSON request body within the panel's size and time limits.
-pub(super) async fn read_json_body(
-    app: &App,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<axum::body::Bytes, Response> {
-    read_json_body_within(app, headers, body, app.config.max_body_bytes).await
-}
-
-/// [`read_json_body`] with a body limit of `limit` bytes.
-pub(super) async fn read_json_body_within(
-    app: &App,
-    headers: &HeaderMap,
-    body: Body,
-    limit: usize,
-) -> Result<axum::body::Bytes, Response> {
-    let json_type = header_str(headers, header::CONTENT_TYPE)
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if !json_type {
-        return Err(error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "send the request as Content-Type: application/json",
-        ));
-    }
-    let body = match tokio::time::timeout(
-        app.config.body_read_timeout,
-        axum::body::to_bytes(body, limit),
-    )
-    .await
-    {
-        Ok(Ok(b)) => b,
-        Ok(Err(e)) => {
-            let too_big = length_limit_hit(&e);
-            return Err(if too_big {
-                error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("request body is larger than {limit} bytes"),
-                )
-            } else {
-                error(
-                    StatusCode::BAD_REQUEST,
-                    format!("could not read the request body: {e}"),
-                )
-            });
-        }
-        Err(_) => {
-            tracing::info!(
-                timeout_ms = app.config.body_read_timeout.as_millis() as u64,
-                "chat panel: a request body did not arrive in time"
-            );
-            return Err(error(
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the request body did not arrive within {} s",
-                    app.config.body_read_timeout.as_secs()
-                ),
-            ));
-        }
-    };
-    Ok(body)
 }
 
 #[allow(clippy::result_large_err)] // the resources' check answers a refusal as the response itself

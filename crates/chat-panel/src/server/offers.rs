@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use toolwright_core::{Message, Part};
 use toolwright_mcp_bridge::{BridgeError, CompletionOf, McpBridge};
 
-use super::handlers::read_json_body_within;
+use super::guard::read_json_body_within;
 use super::{App, error};
 use crate::identity::Principal;
 
