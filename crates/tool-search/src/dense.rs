@@ -257,8 +257,8 @@ impl SearchIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Fusion;
     use crate::ToolDoc;
+    use crate::config::Fusion;
     use crate::text::embedding_text;
 
     fn index() -> SearchIndex {
