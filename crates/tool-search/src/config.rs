@@ -6,7 +6,7 @@ use crate::MAX_LIMIT;
 use crate::fit::*;
 use crate::unserved::{E5_SMALL_ID, UnservedIntents};
 
-/// How [`SearchIndex::search_hybrid`] combines BM25 and the cosines.
+/// How [`SearchIndex::search_hybrid`](crate::SearchIndex::search_hybrid) combines BM25 and the cosines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Fusion {
@@ -47,11 +47,11 @@ pub struct HybridConfig {
     /// catalog's size), to a quarter at least; not when BM25 matched nothing. The fusion's
     /// fallback, with [`BM25_FIRST_WITHIN`](crate::BM25_FIRST_WITHIN).
     pub dense_weight: f32,
-    /// How many of the nearest tools the cosine side ranks. Default [`MAX_LIMIT`].
+    /// How many of the nearest tools the cosine side ranks. Default [`MAX_LIMIT`](crate::MAX_LIMIT).
     pub dense_depth: usize,
     /// Language-neutral cosines for CJK-script requests (default on): each tool's vector is
     /// centred on the mean vector of the tools whose [`embedding_text`](crate::embedding_text) is in the same script
-    /// ([`Script`]), the request's on the mean of the tools in its own script, before the
+    /// ([`Script`](crate::Script)), the request's on the mean of the tools in its own script, before the
     /// cosine (with a bank of the encoder's own, [`HybridConfig::unserved`], the request's
     /// mean is halfway between its script's tools' and the bank's requests' in that script,
     /// encoded as requests: a request's language offset is not quite a description's; on the
@@ -59,20 +59,20 @@ pub struct HybridConfig {
     /// recall@5 from 0.84 to 0.85; on the test split, run once, 0.53 to 0.51 and 0.76 to 0.78). A small multilingual encoder puts a Chinese request nearer to any Chinese
     /// description than to the English description of the tool it means; the mean of a
     /// language's vectors is what its texts share whatever they say, so taking it out leaves
-    /// the meaning. A script with fewer than [`MIN_SCRIPT_TOOLS`] tools (and a one-language
+    /// the meaning. A script with fewer than [`MIN_SCRIPT_TOOLS`](crate::MIN_SCRIPT_TOOLS) tools (and a one-language
     /// catalog) is centred on the whole catalog's mean. Latin-script requests keep raw cosines:
     /// on the mixed-language dev split they ranked English requests better at recall@1 (0.57
     /// against 0.50 centred), and centred they can land on a small group of Chinese-described
     /// tools whose language offset a few tools cannot estimate.
     pub language_neutral: bool,
-    /// How [`SearchIndex::fit`] weighs the evidence of [`Fit`](crate::Fit). Default
+    /// How [`SearchIndex::fit`](crate::SearchIndex::fit) weighs the evidence of [`Fit`](crate::Fit). Default
     /// [`FitModel::linear`](crate::FitModel::linear)`(0.3)`: the nearest raw cosine plus 0.3 × the lexical share.
     pub fit_model: FitModel,
     /// The bank of requests few catalogs serve that [`Fit::unserved`](crate::Fit::unserved) compares a request with
     /// (`None`, the default: no such evidence). Only a bank from the index's own encoder means
     /// anything: [`HybridConfig::for_encoder`] sets it for the encoder it was made with.
     pub unserved: Option<&'static UnservedIntents>,
-    /// Return nothing when [`SearchIndex::fit`] is below this: no tool stands out for the
+    /// Return nothing when [`SearchIndex::fit`](crate::SearchIndex::fit) is below this: no tool stands out for the
     /// request. `None` (the default): always return the best tools. Derive it for your
     /// encoder with [`calibrate_no_fit`](crate::calibrate_no_fit) on labelled requests; it does not carry over from one
     /// encoder to another.
@@ -154,7 +154,7 @@ impl HybridConfig {
         self.dense_weight = clean(dense);
         self
     }
-    /// Sets how many nearest tools the cosine side ranks (1..=[`MAX_LIMIT`]).
+    /// Sets how many nearest tools the cosine side ranks (1..=[`MAX_LIMIT`](crate::MAX_LIMIT)).
     pub fn with_dense_depth(mut self, depth: usize) -> Self {
         self.dense_depth = depth.clamp(1, MAX_LIMIT);
         self

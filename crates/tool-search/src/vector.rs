@@ -33,7 +33,7 @@ pub enum VectorError {
     /// A NaN or infinite component.
     #[error("vector {0} has a NaN or infinite component: check the encoder's output")]
     NotFinite(usize),
-    /// [`SearchIndex::search_hybrid`] or [`SearchIndex::fit`] on an index without vectors.
+    /// [`SearchIndex::search_hybrid`](crate::SearchIndex::search_hybrid) or [`SearchIndex::fit`](crate::SearchIndex::fit) on an index without vectors.
     #[error(
         "this index has no tool vectors: build it with SearchIndex::with_vectors, or use SearchIndex::search (BM25 alone)"
     )]
