@@ -227,7 +227,7 @@ impl SearchIndex {
 
     /// The best `limit` tools (at most [`MAX_LIMIT`]) for `query`, whose vector from the same
     /// encoder as the tools' is `query_vector`: BM25's ranking and the cosine ranking fused by
-    /// reciprocal rank ([`HybridConfig`]), best first, ties in index order. Empty when
+    /// reciprocal rank ([`HybridConfig`]), best first, ties in BM25's order, then index order. Empty when
     /// [`HybridConfig::no_fit_below`] is set and [`SearchIndex::fit`] is under it.
     pub fn search_hybrid(
         &self,

@@ -53,7 +53,7 @@ const DENSE_CONFIDENCE_MIN_TOOLS: usize = 16;
 
 /// BM25's ranking (tool, score; best first) and every tool's cosine fused as `config` says,
 /// the cosine side's weight scaled by [`dense_confidence`]: (tool, fused score), best first,
-/// ties in tool order; tools neither side credits are left out.
+/// ties in BM25's order, then in tool order; tools neither side credits are left out.
 pub(crate) fn fuse(
     bm25: &[(usize, f32)],
     cosines: &[f32],
@@ -106,8 +106,20 @@ pub(crate) fn fuse(
         .enumerate()
         .filter(|(_, s)| *s > 0.0)
         .collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    sort_fused(&mut ranked, bm25);
     ranked
+}
+
+/// Best first; a tie goes to the tool BM25 ranks higher, then to the lower index. Two BM25
+/// scores a step apart can round to one fused score (each divided by the best): the fusion
+/// still keeps BM25's order between them.
+fn sort_fused(ranked: &mut [(usize, f32)], bm25: &[(usize, f32)]) {
+    let rank = |i: usize| bm25.iter().position(|b| b.0 == i).unwrap_or(usize::MAX);
+    ranked.sort_by(|a, b| {
+        b.1.total_cmp(&a.1)
+            .then_with(|| rank(a.0).cmp(&rank(b.0)))
+            .then(a.0.cmp(&b.0))
+    });
 }
 
 /// How far down the fused ranking BM25's first tool may fall: [`BM25_FIRST_WITHIN`]-th place.
@@ -120,7 +132,7 @@ pub(crate) fn fuse(
 pub const BM25_FIRST_WITHIN: usize = 5;
 
 /// Raises BM25's first tool to place [`BM25_FIRST_WITHIN`] of `ranked` (best first, ties in
-/// index order) when the fusion put it lower: its score becomes the next float above the
+/// BM25's order, then index order) when the fusion put it lower: its score becomes the next float above the
 /// score at that place, and the list is sorted again. Not when BM25 does not count
 /// (`bm25_weight` 0: the cosine order is asked for).
 pub(crate) fn keep_bm25_first(
@@ -145,7 +157,7 @@ pub(crate) fn keep_bm25_first(
         return;
     };
     ranked[at].1 = next_above(bar);
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    sort_fused(ranked, bm25);
 }
 
 /// The smallest float above `x` (finite, non-negative `x`; fused scores are).

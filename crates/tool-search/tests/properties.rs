@@ -117,9 +117,14 @@ proptest! {
         let index = SearchIndex::new(docs.clone()).with_vectors(vectors.clone()).unwrap().with_hybrid(config);
         let hits = index.search_hybrid(&q, &qv, limit).unwrap();
         prop_assert!(hits.len() <= limit.min(MAX_LIMIT).min(n));
+        // Ties go to the tool BM25 ranks higher, then to the lower index.
+        let bm25: Vec<usize> = index.search(&q, MAX_LIMIT).into_iter().map(|h| h.index).collect();
+        let rank = |i: usize| bm25.iter().position(|&b| b == i).unwrap_or(usize::MAX);
         for w in hits.windows(2) {
             prop_assert!(w[0].score >= w[1].score);
-            if w[0].score == w[1].score { prop_assert!(w[0].index < w[1].index); }
+            if w[0].score == w[1].score {
+                prop_assert!((rank(w[0].index), w[0].index) < (rank(w[1].index), w[1].index));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for h in &hits {
