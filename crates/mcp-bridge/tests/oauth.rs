@@ -162,14 +162,14 @@ async fn seeded(port: u16) -> (Arc<InMemoryCredentialStore>, OAuthConfig) {
     (store, config)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_workers_with_one_expired_credential_make_exactly_one_refresh_request() {
+/// A token endpoint that answers each refresh with `fresh-token-N` after 300 ms (slow enough
+/// that a second worker asks while the first one's refresh is on), counting the requests.
+async fn slow_token_endpoint() -> (u16, Arc<Mutex<Vec<Seen>>>, Arc<AtomicUsize>) {
     let token_requests = Arc::new(AtomicUsize::new(0));
     let counter = token_requests.clone();
     let (port, seen) = serve(Arc::new(move |req: &Seen, _| {
         if req.method == "POST" && req.path == "/token" {
             let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-            // Slow enough that the second worker asks while the first one's refresh is on.
             std::thread::sleep(Duration::from_millis(300));
             let body = json!({
                 "access_token": format!("fresh-token-{n}"),
@@ -183,6 +183,12 @@ async fn two_workers_with_one_expired_credential_make_exactly_one_refresh_reques
         }
     }))
     .await;
+    (port, seen, token_requests)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_with_one_expired_credential_make_exactly_one_refresh_request() {
+    let (port, seen, token_requests) = slow_token_endpoint().await;
     let (store, config) = seeded(port).await;
     // Two workers: separate sessions, one shared store.
     let first = OAuthSession::new(config.clone(), SERVER);
@@ -235,24 +241,7 @@ async fn two_workers_on_one_postgresql_database_make_exactly_one_refresh_request
     use toolwright_mcp_bridge::oauth::SessionCredentialStore;
     let url = std::env::var("TEST_DATABASE_URL")
         .expect("TEST_DATABASE_URL: run `cargo xtask test`, which starts PostgreSQL");
-    let token_requests = Arc::new(AtomicUsize::new(0));
-    let counter = token_requests.clone();
-    let (port, _) = serve(Arc::new(move |req: &Seen, _| {
-        if req.method == "POST" && req.path == "/token" {
-            let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-            std::thread::sleep(Duration::from_millis(300));
-            let body = json!({
-                "access_token": format!("fresh-token-{n}"),
-                "token_type": "Bearer",
-                "expires_in": 3600,
-                "refresh_token": format!("refresh-{}", n + 1),
-            });
-            (200, "application/json", body.to_string())
-        } else {
-            (404, "text/plain", "no".into())
-        }
-    }))
-    .await;
+    let (port, _, token_requests) = slow_token_endpoint().await;
     // A server URL of this run's own: the database outlives the test.
     let server = format!("http://127.0.0.1:9/mcp-{}-{}", std::process::id(), now());
     let worker = |sessions: PostgresStore| {
