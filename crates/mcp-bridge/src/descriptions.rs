@@ -348,6 +348,7 @@ impl McpBridge {
         catalog: &Arc<Vec<McpTool>>,
         semantic: Option<&SemanticSearch>,
     ) -> Arc<SearchIndex> {
+        self.refresh_learned().await;
         if let Some(c) = lock(&self.inner.search_index).as_ref()
             && Arc::ptr_eq(&c.catalog, catalog)
             && c.retry_at.is_none_or(|t| Instant::now() < t)

@@ -56,4 +56,8 @@ pub enum BridgeError {
     /// Reading or writing the config file failed.
     #[error("config file: {0}")]
     Io(String),
+    /// The session store the bridge keeps a deployment's values in (learned search pairs)
+    /// could not be read or written; the text says what to do.
+    #[error("session store: {0}")]
+    Store(String),
 }

@@ -171,7 +171,8 @@ impl McpBridge {
                 self.call_succeeded(&tool.service);
                 let converted = convert(tool, result);
                 if converted.is_ok() {
-                    self.learn_from_call(session, principal, &tool.exposed_name);
+                    self.learn_from_call(session, principal, &tool.exposed_name)
+                        .await;
                 }
                 converted
             }

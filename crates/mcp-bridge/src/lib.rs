@@ -64,6 +64,7 @@ mod recovery;
 mod registry;
 mod sampling;
 mod search;
+mod slot;
 mod sync;
 #[cfg(feature = "http")]
 mod tls;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use rmcp::transport::auth::{AuthorizationMetadata, OAuthTokenResponse};
 use serde::{Deserialize, Serialize};
 
-use toolwright_context_engine::{SessionStore, StateChange, StoreError};
+use toolwright_context_engine::SessionStore;
 
 use super::OAuthError;
 
@@ -174,28 +174,13 @@ impl SessionCredentialStore {
 
     /// The session that holds `key`'s record.
     fn session_of(key: &CredentialKey) -> String {
-        use sha2::Digest as _;
-        let mut hash = sha2::Sha256::new();
-        for part in [&key.principal, &key.server] {
-            hash.update((part.len() as u64).to_be_bytes());
-            hash.update(part.as_bytes());
-        }
-        let digest = hash.finalize();
-        let mut id = String::with_capacity(10 + 64);
-        id.push_str("mcp-oauth-");
-        for b in digest {
-            id.push_str(&format!("{b:02x}"));
-        }
-        id
+        crate::slot::hashed_session_id("mcp-oauth-", &[&key.principal, &key.server])
     }
 
-    /// The slot's text for `key`, `None` when nothing is stored (or the session is not there).
     async fn slot(&self, session: &str) -> Result<Option<String>, OAuthError> {
-        match self.sessions.get_state(session, SLOT).await {
-            Ok(text) => Ok(text),
-            Err(StoreError::NotFound { .. }) => Ok(None),
-            Err(e) => Err(OAuthError::Store(e.to_string())),
-        }
+        crate::slot::read(self.sessions.as_ref(), session, SLOT)
+            .await
+            .map_err(|e| OAuthError::Store(e.to_string()))
     }
 
     fn parse(session: &str, text: &str) -> Result<Slot, OAuthError> {
@@ -244,31 +229,21 @@ impl CredentialStore for SessionCredentialStore {
             record,
         })
         .map_err(|e| OAuthError::Store(e.to_string()))?;
-        let change = StateChange::new(SLOT, current.as_deref(), Some(&new));
-        let store_error = |e: StoreError| OAuthError::Store(e.to_string());
-        match self.sessions.append_with_state(&session, &[], change).await {
-            Ok(written) => Ok(written.is_some()),
-            Err(StoreError::NotFound { .. }) => {
-                // The first record of this credential: make its session (a racing worker may
-                // make it first), then write as the one that expects nothing.
-                match self.sessions.create(&session).await {
-                    Ok(()) | Err(StoreError::AlreadyExists { .. }) => {}
-                    Err(e) => return Err(store_error(e)),
-                }
-                self.sessions
-                    .append_with_state(&session, &[], change)
-                    .await
-                    .map(|w| w.is_some())
-                    .map_err(store_error)
-            }
-            Err(e) => Err(store_error(e)),
-        }
+        crate::slot::swap(
+            self.sessions.as_ref(),
+            &session,
+            SLOT,
+            current.as_deref(),
+            &new,
+        )
+        .await
+        .map_err(|e| OAuthError::Store(e.to_string()))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use toolwright_context_engine::MemoryStore;
+    use toolwright_context_engine::{MemoryStore, StateChange};
 
     use super::*;
 
