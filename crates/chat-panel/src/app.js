@@ -865,9 +865,30 @@
       b.addEventListener('click', () => promptForm(p));
       pl.append(li);
     }
+    // The person's switch for learning from their requests, when the tool search learns.
+    const lc = j.learning || {};
+    document.getElementById('learn-consent').checked = !!lc.consents;
+    document.getElementById('learn-consent-row').hidden = !(lc.on && !lc.error);
     document.getElementById('offers').hidden = false;
     document.body.dataset.offers = '1';
   }
+  // Saying no deletes what was learned from this person's requests (the server answers how
+  // many); the switch shows what the server kept.
+  document.getElementById('learn-consent').addEventListener('change', async ev => {
+    const box = ev.target;
+    const want = box.checked;
+    box.disabled = true;
+    try {
+      const j = await postJson('/api/mcp/learning', { consents: want });
+      box.checked = !!j.consents;
+      document.body.dataset.learnConsent = String(box.checked);
+    } catch (err) {
+      box.checked = !want;
+      localError('Your choice was not kept: ' + err.message);
+    } finally {
+      box.disabled = false;
+    }
+  });
 
   document.getElementById('composer').addEventListener('submit', ev => {
     ev.preventDefault();

@@ -556,3 +556,77 @@ async fn a_real_servers_resource_and_prompt_are_offered_in_the_panel_and_reach_t
     assert_eq!(plain.model.request_count(), 0);
     bridge.stop("everything").await.unwrap();
 }
+
+/// The person's switch for learning from their requests: shown when the bridge learns from
+/// use, off until they say yes, kept for their principal, and saying no again is kept too.
+#[tokio::test]
+async fn a_person_turns_learning_from_their_requests_on_and_off_in_the_panel() {
+    let _one = BROWSER_LOCK.lock().await;
+    let bridge = toolwright_mcp_bridge::McpBridge::new();
+    bridge
+        .set_learn_from_use(Some(toolwright_mcp_bridge::LearnFromUse::new(100)))
+        .await
+        .unwrap();
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        common::picture_responder,
+        |b| b,
+    )
+    .await;
+    fx.chat.offer_mcp(&bridge);
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.wait_until("the offers list", "document.body.dataset.offers === '1'")
+        .await;
+    let shown = b
+        .js("return [document.getElementById('learn-consent-row').hidden, document.getElementById('learn-consent').checked];")
+        .await;
+    assert_eq!(shown, json!([false, false]), "shown, and off by default");
+    assert_eq!(bridge.learning_consent("local").await.unwrap(), Some(false));
+
+    b.click("#learn-consent").await;
+    b.wait_until(
+        "the kept yes",
+        "document.body.dataset.learnConsent === 'true'",
+    )
+    .await;
+    assert_eq!(bridge.learning_consent("local").await.unwrap(), Some(true));
+    // a reload shows what was kept
+    b.open(&fx).await;
+    b.wait_until("the offers list", "document.body.dataset.offers === '1'")
+        .await;
+    assert_eq!(
+        b.js("return document.getElementById('learn-consent').checked;")
+            .await,
+        json!(true)
+    );
+    b.click("#learn-consent").await;
+    b.wait_until(
+        "the kept no",
+        "document.body.dataset.learnConsent === 'false'",
+    )
+    .await;
+    assert_eq!(bridge.learning_consent("local").await.unwrap(), Some(false));
+
+    // without learning the switch is not shown, and the route says why
+    bridge.set_learn_from_use(None).await.unwrap();
+    b.open(&fx).await;
+    b.wait_until("the offers list", "document.body.dataset.offers === '1'")
+        .await;
+    assert_eq!(
+        b.js("return document.getElementById('learn-consent-row').hidden;")
+            .await,
+        json!(true)
+    );
+    b.js("fetch('/api/mcp/learning', {method: 'POST', headers: {'content-type': 'application/json'}, body: '{\"consents\": true}'}).then(async r => { document.body.dataset.refused = r.status + ' ' + (await r.json()).error; }); return 1;")
+        .await;
+    b.wait_until("the refusal", "!!document.body.dataset.refused")
+        .await;
+    let refused = b.js("return document.body.dataset.refused;").await;
+    assert!(
+        refused.as_str().unwrap().starts_with("404 ")
+            && refused.as_str().unwrap().contains("does not learn"),
+        "{refused}"
+    );
+    b.close().await;
+}

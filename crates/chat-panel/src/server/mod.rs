@@ -317,6 +317,10 @@ impl ChatPanel {
             .route("/api/mcp", get(offers::get_offers))
             .route("/api/mcp/prompt", axum::routing::post(offers::post_prompt))
             .route(
+                "/api/mcp/learning",
+                axum::routing::post(offers::post_learning),
+            )
+            .route(
                 "/api/mcp/complete",
                 axum::routing::post(offers::post_complete),
             )

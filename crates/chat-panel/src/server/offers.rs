@@ -62,7 +62,7 @@ fn failed(e: &BridgeError, what: &str) -> Response {
 /// without [`ChatPanel::offer_mcp`](super::ChatPanel::offer_mcp).
 pub(super) async fn get_offers(
     State(app): State<Arc<App>>,
-    axum::Extension(_who): axum::Extension<Principal>,
+    axum::Extension(who): axum::Extension<Principal>,
 ) -> Response {
     let bridge = match bridge(&app) {
         Ok(b) => b,
@@ -98,7 +98,60 @@ pub(super) async fn get_offers(
             }
         }
     }
-    axum::Json(json!({"resources": resources, "prompts": prompts})).into_response()
+    // Whether the tool search learns from use, and whether this person lets it learn from
+    // their requests (their switch in the list).
+    let learning = match bridge.learning_consent(who.id()).await {
+        Ok(Some(consents)) => json!({"on": true, "consents": consents}),
+        Ok(None) => json!({"on": false}),
+        Err(e) => {
+            tracing::warn!(error = %e, "chat panel: could not read the person's learning consent");
+            json!({"on": true, "error": "your choice could not be read; try again later"})
+        }
+    };
+    axum::Json(json!({"resources": resources, "prompts": prompts, "learning": learning}))
+        .into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsentRequest {
+    consents: bool,
+}
+
+/// `POST /api/mcp/learning` with `{"consents": true|false}`: the person says whether the tool
+/// search may learn from their requests (`McpBridge::set_learning_consent` for their
+/// principal); `{"consents", "deleted"}` — saying no deletes what was learned from them. `404`
+/// while the bridge does not learn from use.
+pub(super) async fn post_learning(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let bridge = match bridge(&app) {
+        Ok(b) => b.clone(),
+        Err(r) => return r,
+    };
+    let asked: ConsentRequest = match body_as(&app, &headers, body, "{\"consents\": bool}").await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    match bridge.learning_consent(who.id()).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "this panel's tool search does not learn from use (McpBridge::set_learn_from_use)",
+            );
+        }
+        Err(e) => return failed(&e, "reading your choice"),
+    }
+    match bridge.set_learning_consent(who.id(), asked.consents).await {
+        Ok(deleted) => {
+            axum::Json(json!({"consents": asked.consents, "deleted": deleted})).into_response()
+        }
+        Err(e) => failed(&e, "keeping your choice"),
+    }
 }
 
 /// A JSON body of at most [`MAX_BODY`] bytes, as `T`.
