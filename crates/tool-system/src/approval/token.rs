@@ -106,10 +106,6 @@ impl ApprovalKey {
         Self::keyed(&k)
     }
 
-    fn hmac(&self) -> Hmac<Sha256> {
-        self.0.mac.clone()
-    }
-
     /// The tag of `principal`: HMAC under the key, so a token names its principal without
     /// showing it, and nobody without the key can make the tag of another.
     fn tag(&self, principal: &str) -> [u8; 16] {
@@ -123,7 +119,7 @@ impl ApprovalKey {
         {
             return *tag;
         }
-        let mut mac = self.hmac();
+        let mut mac = self.0.mac.clone();
         for f in [
             b"tool-system approval principal v2".as_slice(),
             principal.as_bytes(),
@@ -138,7 +134,7 @@ impl ApprovalKey {
     }
 
     fn mac(&self, b: &Binding<'_>, tag: &[u8]) -> Hmac<Sha256> {
-        let mut mac = self.hmac();
+        let mut mac = self.0.mac.clone();
         let args = canonical_json(b.arguments);
         let fields: [&[u8]; 7] = [
             b"tool-system approval v2",
@@ -203,7 +199,7 @@ impl ApprovalKey {
     }
 
     fn seal_mac(&self, session: &str, body: &str) -> Hmac<Sha256> {
-        let mut mac = self.hmac();
+        let mut mac = self.0.mac.clone();
         for f in [
             b"tool-system stored run v1".as_slice(),
             session.as_bytes(),
