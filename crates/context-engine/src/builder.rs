@@ -2,7 +2,7 @@
 //! history, inside a token budget (C2, C3).
 
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use toolwright_core::{EstimateCounter, Message, REPLY_PRIMING_TOKENS, TokenCounter, ToolCall};
 
@@ -173,7 +173,7 @@ impl ContextBuilder {
             base: base.into(),
             sections: Vec::new(),
             budget: usize::MAX,
-            counter: Arc::new(EstimateCounter),
+            counter: estimate(),
             summary: None,
             system: OnceLock::new(),
         }
@@ -368,6 +368,13 @@ impl ContextBuilder {
             dropped,
         })
     }
+}
+
+/// The counter of a builder given none: one estimate shared by all (it holds no state), so
+/// that a builder made per request allocates none.
+fn estimate() -> Arc<dyn TokenCounter> {
+    static ESTIMATE: LazyLock<Arc<dyn TokenCounter>> = LazyLock::new(|| Arc::new(EstimateCounter));
+    Arc::clone(&ESTIMATE)
 }
 
 /// Splits a history into pinned messages, atomic units and invalid runs, in order.

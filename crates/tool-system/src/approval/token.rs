@@ -4,7 +4,7 @@
 //! of the principal (itself an HMAC of the principal under the key, so the token does not show
 //! who it is for). A token is `nonce.tag.mac`. No I/O.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use hmac::{Hmac, KeyInit, Mac};
 use rand::RngCore;
@@ -29,7 +29,15 @@ pub const APPROVAL_KEY_ENV: &str = "TOOL_APPROVAL_KEY";
 /// # Ok::<(), toolwright_tool_system::ApprovalError>(())
 /// ```
 #[derive(Clone)]
-pub struct ApprovalKey(Arc<[u8]>);
+pub struct ApprovalKey(Arc<Keyed>);
+
+struct Keyed {
+    /// The HMAC state with the key already taken in: each MAC starts from a copy of it
+    /// instead of hashing the padded key again (two SHA-256 blocks per MAC).
+    mac: Hmac<Sha256>,
+    /// The last principal's tag: the same person's tokens are made and checked over and over.
+    last_tag: Mutex<Option<(String, [u8; 16])>>,
+}
 
 impl std::fmt::Debug for ApprovalKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,7 +78,16 @@ impl ApprovalKey {
         if secret.len() < Self::MIN_LEN {
             return Err(ApprovalError::KeyTooShort { len: secret.len() });
         }
-        Ok(Self(Arc::from(secret)))
+        Ok(Self::keyed(secret))
+    }
+
+    fn keyed(secret: &[u8]) -> Self {
+        let mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        Self(Arc::new(Keyed {
+            mac,
+            last_tag: Mutex::new(None),
+        }))
     }
 
     /// The key in the environment variable `APPROVAL_KEY_ENV` (its bytes, as written).
@@ -86,19 +103,23 @@ impl ApprovalKey {
     pub fn random() -> Self {
         let mut k = [0u8; 32];
         rand::rng().fill_bytes(&mut k);
-        Self(Arc::from(&k[..]))
-    }
-
-    fn hmac(&self) -> Option<Hmac<Sha256>> {
-        <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).ok()
+        Self::keyed(&k)
     }
 
     /// The tag of `principal`: HMAC under the key, so a token names its principal without
     /// showing it, and nobody without the key can make the tag of another.
-    fn tag(&self, principal: &str) -> Vec<u8> {
-        let Some(mut mac) = self.hmac() else {
-            return Vec::new(); // HMAC takes keys of any length; never reached
-        };
+    fn tag(&self, principal: &str) -> [u8; 16] {
+        let mut last = self
+            .0
+            .last_tag
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((p, tag)) = last.as_ref()
+            && p == principal
+        {
+            return *tag;
+        }
+        let mut mac = self.0.mac.clone();
         for f in [
             b"tool-system approval principal v2".as_slice(),
             principal.as_bytes(),
@@ -106,11 +127,14 @@ impl ApprovalKey {
             mac.update(&(f.len() as u64).to_be_bytes());
             mac.update(f);
         }
-        mac.finalize().into_bytes()[..16].to_vec()
+        let mut tag = [0u8; 16];
+        tag.copy_from_slice(&mac.finalize().into_bytes()[..16]);
+        *last = Some((principal.to_owned(), tag));
+        tag
     }
 
-    fn mac(&self, b: &Binding<'_>, tag: &[u8]) -> Option<Hmac<Sha256>> {
-        let mut mac = self.hmac()?;
+    fn mac(&self, b: &Binding<'_>, tag: &[u8]) -> Hmac<Sha256> {
+        let mut mac = self.0.mac.clone();
         let args = canonical_json(b.arguments);
         let fields: [&[u8]; 7] = [
             b"tool-system approval v2",
@@ -126,21 +150,14 @@ impl ApprovalKey {
             mac.update(&(f.len() as u64).to_be_bytes());
             mac.update(f);
         }
-        Some(mac)
+        mac
     }
 
     /// `nonce.tag.mac`: the token a [`crate::HeldCall`] shown to `principal` carries.
     pub(crate) fn token(&self, b: &Binding<'_>, principal: &str) -> String {
         let tag = self.tag(principal);
-        match self.mac(b, &tag) {
-            Some(m) => format!(
-                "{}.{}.{}",
-                b.nonce,
-                hex(&tag),
-                hex(&m.finalize().into_bytes())
-            ),
-            None => String::new(), // HMAC takes keys of any length; never reached
-        }
+        let mac = self.mac(b, &tag).finalize().into_bytes();
+        format!("{}.{}.{}", b.nonce, hex(&tag), hex(&mac))
     }
 
     /// Whether `tag_mac` (a token's `tag.mac`) is this key's MAC of `b` (compared in constant
@@ -155,17 +172,13 @@ impl ApprovalKey {
         if tag.len() != 16 {
             return Verdict::Invalid;
         }
-        let genuine = self
-            .mac(b, &tag)
-            .is_some_and(|m| m.verify_slice(&mac_bytes).is_ok());
-        if !genuine {
+        if self.mac(b, &tag).verify_slice(&mac_bytes).is_err() {
             return Verdict::Invalid;
         }
         // The call's binding verifies: now whether it was made for this principal (the tag is
         // authenticated by the MAC, so comparing it is enough; in constant time all the same).
         let mine = self.tag(principal);
-        let same = mine.len() == tag.len()
-            && mine.iter().zip(&tag).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
+        let same = mine.iter().zip(&tag).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
         if same {
             Verdict::Valid
         } else {
@@ -177,21 +190,16 @@ impl ApprovalKey {
 impl ApprovalKey {
     /// The seal of a stored run `body` of session `session`: HMAC-SHA256 under the key, hex.
     pub(crate) fn seal(&self, session: &str, body: &str) -> String {
-        self.seal_mac(session, body)
-            .map(|m| hex(&m.finalize().into_bytes()))
-            .unwrap_or_default()
+        hex(&self.seal_mac(session, body).finalize().into_bytes())
     }
 
     /// Whether `seal` (hex) is this key's seal of `body` in `session` (constant time).
     pub(crate) fn seal_holds(&self, session: &str, body: &str, seal: &str) -> bool {
-        match (unhex(seal), self.seal_mac(session, body)) {
-            (Some(bytes), Some(mac)) => mac.verify_slice(&bytes).is_ok(),
-            _ => false,
-        }
+        unhex(seal).is_some_and(|bytes| self.seal_mac(session, body).verify_slice(&bytes).is_ok())
     }
 
-    fn seal_mac(&self, session: &str, body: &str) -> Option<Hmac<Sha256>> {
-        let mut mac = self.hmac()?;
+    fn seal_mac(&self, session: &str, body: &str) -> Hmac<Sha256> {
+        let mut mac = self.0.mac.clone();
         for f in [
             b"tool-system stored run v1".as_slice(),
             session.as_bytes(),
@@ -200,7 +208,7 @@ impl ApprovalKey {
             mac.update(&(f.len() as u64).to_be_bytes());
             mac.update(f);
         }
-        Some(mac)
+        mac
     }
 }
 
