@@ -10,6 +10,9 @@
 //! - `cargo xtask bench`: the criterion benchmarks.
 //! - `cargo xtask bench langchain [--pairs N]`: the tool loop against LangChain core's same
 //!   round, alternating on this machine, and their ratio.
+//! - `cargo xtask bench mcp-server`: the MCP server's `tools/call` round trips against the
+//!   official Python and TypeScript SDKs' servers (`crates/mcp-server/benches/versus_sdks.rs`),
+//!   side by side on this machine.
 //!
 //! Under `CI=true` a test dependency that cannot be installed is a failure, never a skip.
 
@@ -585,6 +588,23 @@ fn check_layers() -> Result<(), String> {
 fn bench(extra: &[String]) -> Result<(), String> {
     if extra.first().is_some_and(|a| a == "langchain") {
         return langchain::bench(&extra[1..]);
+    }
+    // The Python SDK and server-everything the MCP benches run against (the bridge's stdio
+    // bench, the server's versus_sdks).
+    needs::ensure(&[Need::McpServers])?;
+    if extra.first().is_some_and(|a| a == "mcp-server") {
+        return run(
+            "the MCP server against the official SDKs' servers",
+            cargo()
+                .args([
+                    "bench",
+                    "-p",
+                    "toolwright-mcp-server",
+                    "--bench",
+                    "versus_sdks",
+                ])
+                .args(&extra[1..]),
+        );
     }
     let services = services::Services::start(&[Need::Postgres, Need::Nats])?; // postgres_append, bus_nats
     // The MCP bridge's stdio bench starts this example as its server (`cargo bench` builds no

@@ -17,7 +17,7 @@ pub enum Need {
     /// scripts run in.
     Bubblewrap,
     /// The pinned npm MCP servers (`@modelcontextprotocol/server-everything`, `-filesystem`,
-    /// `-memory`) under the toolkit cache.
+    /// `-memory`), the official MCP Python SDK and the MCP Inspector, under the toolkit cache.
     McpServers,
     /// Debian's Chromium and ChromeDriver: the chat panel's browser tests.
     Chromium,
@@ -215,12 +215,14 @@ pub fn ensure_node(what: &str) -> Result<(), String> {
     }
 }
 
-/// The npm MCP servers, pinned, through the two install scripts (each idempotent).
+/// The npm MCP servers, the Python SDK and the MCP Inspector, pinned, through the install
+/// scripts (each idempotent).
 fn ensure_mcp_servers() -> Result<(), String> {
     ensure_node("the npm MCP test servers")?;
     for script in [
         "crates/mcp-bridge/install-test-deps.sh",
         "crates/code-mode/install-eval-deps.sh",
+        "crates/mcp-server/install-test-deps.sh",
     ] {
         let path = root().join(script);
         run(
@@ -325,6 +327,7 @@ mod tests {
             "node_modules/@modelcontextprotocol",
             "testkit::npm_mcp_server",
             "testkit::python_mcp_sdk",
+            "testkit::mcp_inspector",
         ]) {
             found.insert(Need::McpServers);
         }

@@ -150,15 +150,10 @@ impl McpServer {
     /// Serves one client on this process's stdin and stdout until it closes them.
     pub async fn serve_stdio(self) -> Result<(), ServeError> {
         let server = self.for_connection(true);
-        let running = server
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| ServeError::Session(e.to_string()))?;
-        running
-            .waiting()
-            .await
-            .map_err(|e| ServeError::Session(e.to_string()))?;
-        Ok(())
+        match stdio_pipes() {
+            Some(pipes) => serve_until_closed(server, pipes).await,
+            None => serve_until_closed(server, rmcp::transport::stdio()).await,
+        }
     }
 
     fn needs_approval(&self, name: &str, args: &Value) -> bool {
@@ -531,4 +526,38 @@ impl McpServer {
                 .iter()
                 .any(|t| match_uri_template(&t.uri_template, uri).is_some())
     }
+}
+
+/// Serves one client on `transport` until it closes.
+async fn serve_until_closed<T, E, A>(server: McpServer, transport: T) -> Result<(), ServeError>
+where
+    T: rmcp::transport::IntoTransport<RoleServer, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let running = server
+        .serve(transport)
+        .await
+        .map_err(|e| ServeError::Session(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| ServeError::Session(e.to_string()))?;
+    Ok(())
+}
+
+/// This process's stdin and stdout as tokio pipes, when both are pipes (as for a server started
+/// as a child process): read and written on the runtime's reactor. tokio's `stdin()` and
+/// `stdout()` hand every read and write to a blocking thread, a thread hop each way per
+/// message, which on a small call is most of the round trip. `None` (a terminal, a file, a
+/// socket) serves on tokio's instead.
+fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd;
+    let input = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let output = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
+    let input = tokio::net::unix::pipe::Receiver::from_owned_fd(input).ok()?;
+    let output = tokio::net::unix::pipe::Sender::from_owned_fd(output).ok()?;
+    Some((input, output))
 }

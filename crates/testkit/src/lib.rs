@@ -51,7 +51,7 @@ pub use mcp_plain::run_plain_mcp_stdio_server;
 pub use mcp_plain::{DiscoverAnswer, PlainMcpHttpServer};
 #[cfg(feature = "mcp-stdio")]
 pub use mcp_stdio::run_mcp_stdio_server;
-pub use npm::{npm_mcp_server, python_mcp_sdk, toolkit_cache_dir};
+pub use npm::{mcp_inspector, npm_mcp_server, python_mcp_sdk, toolkit_cache_dir};
 pub use wire::{WireReply, WireRequest, WireServer};
 
 use std::collections::VecDeque;

@@ -69,3 +69,28 @@ pub fn python_mcp_sdk() -> Result<PathBuf, String> {
         ))
     }
 }
+
+/// The launcher of the MCP Inspector (npm `@modelcontextprotocol/inspector`, pinned), whose
+/// `--cli` mode the server's tests drive it in: `MCP_INSPECTOR` when set, else
+/// `npm-inspector/…/clients/launcher/build/index.js` under [`toolkit_cache_dir`], where
+/// `cargo xtask test` installs it (`crates/mcp-server/install-test-deps.sh`).
+///
+/// # Errors
+/// A message naming the path and the command that installs it, when it is not there.
+pub fn mcp_inspector() -> Result<PathBuf, String> {
+    let path = std::env::var_os("MCP_INSPECTOR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            toolkit_cache_dir()
+                .join("npm-inspector/node_modules/@modelcontextprotocol/inspector")
+                .join("clients/launcher/build/index.js")
+        });
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "the MCP Inspector is not installed at {} — run `cargo xtask test`, which installs it, or `bash crates/mcp-server/install-test-deps.sh` (or set MCP_INSPECTOR)",
+            path.display()
+        ))
+    }
+}
