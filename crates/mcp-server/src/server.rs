@@ -150,10 +150,11 @@ impl McpServer {
     /// Serves one client on this process's stdin and stdout until it closes them.
     pub async fn serve_stdio(self) -> Result<(), ServeError> {
         let server = self.for_connection(true);
-        match stdio_pipes() {
-            Some(pipes) => serve_until_closed(server, pipes).await,
-            None => serve_until_closed(server, rmcp::transport::stdio()).await,
+        #[cfg(unix)]
+        if let Some(pipes) = stdio_pipes() {
+            return serve_until_closed(server, pipes).await;
         }
+        serve_until_closed(server, rmcp::transport::stdio()).await
     }
 
     fn needs_approval(&self, name: &str, args: &Value) -> bool {
@@ -549,7 +550,9 @@ where
 /// as a child process): read and written on the runtime's reactor. tokio's `stdin()` and
 /// `stdout()` hand every read and write to a blocking thread, a thread hop each way per
 /// message, which on a small call is most of the round trip. `None` (a terminal, a file, a
-/// socket) serves on tokio's instead.
+/// socket) serves on tokio's instead. Nothing else in a stdio server may write to stdout (it is
+/// the protocol's), so the descriptors being non-blocking from here on changes no other writer.
+#[cfg(unix)]
 fn stdio_pipes() -> Option<(
     tokio::net::unix::pipe::Receiver,
     tokio::net::unix::pipe::Sender,
