@@ -317,6 +317,54 @@
     progressEls.clear();
   }
 
+  // A sign-in an MCP server needs (OAuth): the link opens the authorization server in a new
+  // window; it comes back to the panel by itself (`signed-in`). "Not now" declines.
+  function renderSignIn(q) {
+    const box = el('div', 'entry entry-elicitation entry-signin');
+    box.dataset.elicitation = String(q.id);
+    box.append(el('div', 'who', 'Sign in to ' + q.service), el('div', 'text', q.message));
+    const href = q.link === true && typeof q.url === 'string' ? linkable(q.url) : null;
+    if (href) {
+      const a = el('a', 'link sign-in', q.again ? 'Sign in again' : 'Sign in');
+      a.href = href; a.target = '_blank'; a.rel = 'noopener noreferrer';
+      box.append(a);
+    } else {
+      box.append(el('div', 'text', 'The sign-in page is not one the panel links to; check this address before you copy it:'),
+        el('div', 'url-text', String(q.url)));
+    }
+    const row = el('div', 'quick-replies answer');
+    const b = el('button', 'quick-reply decline', 'Not now');
+    b.type = 'button';
+    b.addEventListener('click', async () => {
+      if (b.disabled) return;
+      b.disabled = true;
+      // declined: the link goes (its sign-in is forgotten by the panel)
+      box.classList.add('done');
+      const a = box.querySelector('a.sign-in');
+      if (a) a.remove();
+      box.append(el('div', 'text', 'Not signed in.'));
+      try {
+        const res = await fetch('/api/sessions/' + encodeURIComponent(sid) + '/elicitations/' + q.id, {
+          method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ action: 'decline' })
+        });
+        if (!res.ok) localError('Could not answer: HTTP ' + res.status);
+      } catch (err) { localError('Could not answer: ' + err); }
+    });
+    row.append(b);
+    box.append(row);
+    log.append(box);
+    log.scrollTop = log.scrollHeight;
+  }
+  function signedIn(d) {
+    const box = log.querySelector('.entry-signin[data-elicitation="' + String(d.id) + '"]');
+    if (!box) return;
+    box.classList.add('done');
+    for (const o of box.querySelectorAll('button')) o.disabled = true;
+    const a = box.querySelector('a.sign-in');
+    if (a) a.remove();
+    box.append(el('div', 'text signed-in', d.ok ? 'Signed in.' : 'The sign-in did not complete.'));
+  }
+
   function renderElicitation(q) {
     const box = el('div', 'entry entry-elicitation');
     box.dataset.elicitation = String(q.id);
@@ -569,7 +617,9 @@
     } else if (event === 'approval') {
       renderApproval(d);
     } else if (event === 'elicitation') {
-      renderElicitation(d);
+      if (d.mode === 'signin') renderSignIn(d); else renderElicitation(d);
+    } else if (event === 'signed-in') {
+      signedIn(d);
     } else if (event === 'progress') {
       renderProgress(d);
     } else if (event === 'delta') {

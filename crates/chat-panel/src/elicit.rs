@@ -64,6 +64,8 @@ struct SessionAsks {
     progress_shown: Option<tokio::time::Instant>,
     /// Which turn `live` is.
     turn: u64,
+    /// Whose turn it is (the principal the request came from).
+    principal: String,
     /// Questions waiting for the person, by number.
     waiting: HashMap<u64, Claimed>,
     next: u64,
@@ -94,7 +96,7 @@ impl Drop for TurnAsks {
 impl Asks {
     /// A turn of `session` starts: its questions go to the returned [`TurnAsks`] until it is
     /// dropped. Call it before the turn's model or tools can run.
-    pub(crate) fn turn_started(self: &Arc<Self>, session: &str) -> TurnAsks {
+    pub(crate) fn turn_started(self: &Arc<Self>, session: &str, principal: &str) -> TurnAsks {
         let (tx, rx) = mpsc::unbounded_channel();
         let turn = self
             .turns
@@ -104,6 +106,7 @@ impl Asks {
         let s = map.entry(session.to_owned()).or_default();
         s.live = Some(tx);
         s.turn = turn;
+        principal.clone_into(&mut s.principal);
         TurnAsks {
             asks: self.clone(),
             session: session.to_owned(),
@@ -152,6 +155,65 @@ impl Asks {
         lock(&self.sessions)
             .get_mut(session)
             .and_then(|s| s.waiting.remove(&n))
+    }
+}
+
+/// A question put to the person in a running turn ([`Asks::ask_principal`]): the conversation,
+/// its number there, the person's answer, and the turn's stream for what follows.
+pub(crate) struct Asked<'a> {
+    pub(crate) session: String,
+    pub(crate) n: u64,
+    pub(crate) answer: oneshot::Receiver<ElicitationAnswer>,
+    pub(crate) live: mpsc::UnboundedSender<(&'static str, Value)>,
+    _waiting: Waiting<'a>,
+}
+
+impl Asks {
+    /// Asks `principal` in the running turn of their latest conversation on this worker: the
+    /// event `(name, event(n))` goes into that turn's stream and the question waits for an
+    /// answer like an MCP server's (`POST …/elicitations/{n}`) until the returned [`Asked`] is
+    /// dropped. `None` when no turn of theirs runs here.
+    pub(crate) fn ask_principal(
+        &self,
+        principal: &str,
+        service: &str,
+        message: &str,
+        name: &'static str,
+        event: impl FnOnce(u64) -> Value,
+    ) -> Option<Asked<'_>> {
+        let (tx, rx) = oneshot::channel();
+        let mut map = lock(&self.sessions);
+        let (session, s) = map
+            .iter_mut()
+            .filter(|(_, s)| s.live.is_some() && s.principal == principal)
+            .max_by_key(|(_, s)| s.turn)?;
+        let live = s.live.clone()?;
+        s.next += 1;
+        let n = s.next;
+        if live.send((name, event(n))).is_err() {
+            return None;
+        }
+        s.waiting.insert(
+            n,
+            Claimed {
+                tx,
+                turn: s.turn,
+                service: service.to_owned(),
+                message: message.to_owned(),
+            },
+        );
+        let session = session.clone();
+        Some(Asked {
+            session: session.clone(),
+            n,
+            answer: rx,
+            live,
+            _waiting: Waiting {
+                asks: self,
+                session,
+                n,
+            },
+        })
     }
 }
 
@@ -273,8 +335,8 @@ mod tests {
                 },
             )
         };
-        let first = asks.turn_started("s-0000001");
-        let mut second = asks.turn_started("s-0000001");
+        let first = asks.turn_started("s-0000001", "local");
+        let mut second = asks.turn_started("s-0000001", "local");
         drop(first);
         let asking = tokio::spawn({
             let elicitor = elicitor.clone();

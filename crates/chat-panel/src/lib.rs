@@ -55,6 +55,7 @@ mod elicit;
 pub mod identity;
 mod lease;
 pub mod login;
+mod mcp_sign_in;
 mod media;
 mod net;
 mod server;
@@ -70,6 +71,7 @@ pub use config::{
     NATS_TLS_KEY, NATS_URL, PanelConfig, PanelError,
 };
 pub use elicit::PanelElicitor;
+pub use mcp_sign_in::PanelSignIn;
 pub use media::MediaKind;
 pub use server::{ChatPanel, PanelServer};
 pub use state::{Entry, EntryImage, EntryKind, RunSummary, ToolActivity};

@@ -86,6 +86,67 @@ fn oauth_error(e: OAuthError) -> StreamableHttpError<reqwest::Error> {
     StreamableHttpError::Auth(AuthError::AuthorizationFailed(e.to_string()))
 }
 
+/// The requests a person waits for, which may ask them to sign in: the handshake, and a call,
+/// a read or a prompt. A background request (a tool list refreshed, a ping) that meets a 401 is
+/// answered with the sign-in's message instead (a failed refresh keeps the previous list), so
+/// the person is never asked for something they did not do, nor twice in one turn.
+fn asks_person(message: &ClientJsonRpcMessage) -> bool {
+    let method = match message {
+        ClientJsonRpcMessage::Request(_) => serde_json::to_value(message)
+            .ok()
+            .and_then(|v| v["method"].as_str().map(str::to_owned)),
+        _ => None,
+    };
+    matches!(
+        method.as_deref(),
+        Some(
+            "server/discover"
+                | "initialize"
+                | "tools/call"
+                | "resources/read"
+                | "prompts/get"
+                | "completion/complete"
+        )
+    )
+}
+
+/// A sign-in that did not complete (declined, timed out, no longer accepted and not renewed)
+/// answers the request it held with a JSON-RPC error carrying the message, instead of failing
+/// the transport: the connection and its MCP session stay, the caller (the model) reads what to
+/// do, and the next request asks the person again. A notification the server refuses for want
+/// of a sign-in is dropped (logged). Other OAuth failures fail the transport.
+fn sign_in_answer(
+    e: OAuthError,
+    message: &ClientJsonRpcMessage,
+    session_id: Option<&Arc<str>>,
+) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+    match (&e, message) {
+        (
+            OAuthError::SignIn(_) | OAuthError::SignInAgain { .. },
+            ClientJsonRpcMessage::Request(request),
+        ) => {
+            tracing::info!(error = %e, "an MCP request is answered with the sign-in's failure");
+            let error = rmcp::model::ErrorData::new(
+                rmcp::model::ErrorCode::INVALID_REQUEST,
+                e.to_string(),
+                None,
+            );
+            Ok(StreamableHttpPostResponse::Json(
+                ServerJsonRpcMessage::Error(rmcp::model::JsonRpcError::new(
+                    Some(request.id.clone()),
+                    error,
+                )),
+                session_id.map(|s| s.to_string()),
+            ))
+        }
+        (OAuthError::SignIn(_) | OAuthError::SignInAgain { .. }, _) => {
+            tracing::info!(error = %e, "a notification or response to the MCP server is dropped: the server needs a sign-in");
+            Ok(StreamableHttpPostResponse::Accepted)
+        }
+        _ => Err(oauth_error(e)),
+    }
+}
+
 impl SessionAware {
     /// The token to send: the caller's, else the OAuth session's (none when it has none yet).
     async fn token(
@@ -206,23 +267,34 @@ impl StreamableHttpClient for SessionAware {
                         }
                     }
                     authorizations.another("").map_err(oauth_error)?;
-                    token = Some(
-                        oauth
-                            .authorize(&challenge.www_authenticate_header, false, sent.as_deref())
-                            .await
-                            .map_err(oauth_error)?,
-                    );
+                    if !asks_person(&message) {
+                        return sign_in_answer(
+                            OAuthError::SignIn(
+                                "the server needs the person to sign in; they are asked at the next call of its tools, not for a background request".into(),
+                            ),
+                            &message,
+                            session_id.as_ref(),
+                        );
+                    }
+                    match oauth
+                        .authorize(&challenge.www_authenticate_header, false, sent.as_deref())
+                        .await
+                    {
+                        Ok(fresh) => token = Some(fresh),
+                        Err(e) => return sign_in_answer(e, &message, session_id.as_ref()),
+                    }
                 }
                 Err(StreamableHttpError::InsufficientScope(challenge)) => {
                     authorizations
                         .another(challenge.required_scope.as_deref().unwrap_or(""))
                         .map_err(oauth_error)?;
-                    token = Some(
-                        oauth
-                            .authorize(&challenge.www_authenticate_header, true, sent.as_deref())
-                            .await
-                            .map_err(oauth_error)?,
-                    );
+                    match oauth
+                        .authorize(&challenge.www_authenticate_header, true, sent.as_deref())
+                        .await
+                    {
+                        Ok(fresh) => token = Some(fresh),
+                        Err(e) => return sign_in_answer(e, &message, session_id.as_ref()),
+                    }
                 }
                 other => return other,
             }

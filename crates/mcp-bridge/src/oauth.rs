@@ -43,8 +43,9 @@ use rmcp::transport::{
 
 mod config;
 mod store;
+use config::SignInVia;
 use config::loopback_redirect;
-pub use config::{DEFAULT_REDIRECT_URI, OAuthConfig, SignIn};
+pub use config::{DEFAULT_REDIRECT_URI, OAuthConfig, RedirectSignIn, SignIn, SignInRequest};
 pub use store::{
     CredentialKey, CredentialRecord, CredentialStore, InMemoryCredentialStore, Registration,
     SessionCredentialStore, Versioned,
@@ -103,6 +104,19 @@ pub enum OAuthError {
     /// The application's sign-in step failed or the person did not come back in time.
     #[error("sign-in did not complete: {0}")]
     SignIn(String),
+    /// The person had signed in, the authorization server no longer accepts it (the refresh
+    /// token was revoked or expired), and signing in again did not complete.
+    #[error(
+        "the sign-in to {server} is no longer accepted (revoked, or expired at its authorization \
+         server) and signing in again did not complete: {reason}; the person has to sign in \
+         again to use this server's tools"
+    )]
+    SignInAgain {
+        /// The MCP server.
+        server: String,
+        /// Why signing in again did not complete.
+        reason: String,
+    },
     /// The credential store failed.
     #[error("the OAuth credential store failed: {0}; check its backend")]
     Store(String),
@@ -299,6 +313,8 @@ pub struct OAuthSession {
     refused: Arc<Mutex<Option<OAuthError>>>,
     /// One authorization at a time in this process.
     authorizing: tokio::sync::Mutex<()>,
+    /// The authorization server refused the refresh token: the next sign-in is a sign-in again.
+    refused_refresh: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for OAuthSession {
@@ -322,6 +338,7 @@ impl OAuthSession {
             server,
             refused: Arc::new(Mutex::new(None)),
             authorizing: tokio::sync::Mutex::new(()),
+            refused_refresh: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -417,7 +434,13 @@ impl OAuthSession {
                 continue;
             }
             return match self.refresh(record).await {
-                Ok(token) => Ok(Some(token)),
+                Ok(Some(token)) => Ok(Some(token)),
+                // Refused for good (revoked or expired): the token goes, the registration
+                // stays, and the person is asked to sign in again.
+                Ok(None) => {
+                    self.drop_token().await?;
+                    Ok(None)
+                }
                 Err(e) => {
                     self.release_lease().await?;
                     Err(e)
@@ -430,8 +453,9 @@ impl OAuthSession {
     }
 
     /// Refreshes with the stored registration and metadata (saved by rmcp through
-    /// [`StoreView`], which also ends the lease).
-    async fn refresh(&self, record: &CredentialRecord) -> Result<String, OAuthError> {
+    /// [`StoreView`], which also ends the lease); `None` when the authorization server refuses
+    /// the refresh token for good (`invalid_grant`: revoked or expired).
+    async fn refresh(&self, record: &CredentialRecord) -> Result<Option<String>, OAuthError> {
         let mut manager = self.manager().await?;
         let (Some(metadata), Some(registration)) = (&record.metadata, &record.registration) else {
             return Err(OAuthError::Protocol(
@@ -447,11 +471,37 @@ impl OAuthSession {
             client = client.with_client_secret(secret.clone());
         }
         manager.configure_client(client)?;
-        let token = manager
-            .refresh_token()
-            .await
-            .map_err(|e| self.protocol_error(e))?;
-        Ok(token.access_token().secret().clone())
+        match manager.refresh_token().await {
+            Ok(token) => Ok(Some(token.access_token().secret().clone())),
+            Err(AuthError::TokenRefreshRejected(why)) => {
+                tracing::info!(server = %self.server, principal = %self.key.principal, reason = %why,
+                    "the authorization server refused the refresh token; the person signs in again");
+                self.refused_refresh
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(None)
+            }
+            Err(e) => Err(self.protocol_error(e)),
+        }
+    }
+
+    /// Forgets the token (keeping the registration and metadata) and ends the refresh lease.
+    async fn drop_token(&self) -> Result<(), OAuthError> {
+        loop {
+            let Some(v) = self.config.store.load(&self.key).await? else {
+                return Ok(());
+            };
+            let mut record = v.record;
+            record.token = None;
+            record.refreshing_until = None;
+            if self
+                .config
+                .store
+                .compare_and_set(&self.key, Some(v.version), record)
+                .await?
+            {
+                return Ok(());
+            }
+        }
     }
 
     /// Ends a refresh lease that did not end in a saved token.
@@ -523,15 +573,24 @@ impl OAuthSession {
             })
         });
 
-        let (port, path) = loopback_redirect(&self.config.redirect_uri)?;
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-            .await
-            .map_err(|e| OAuthError::SignIn(format!("cannot listen on 127.0.0.1:{port}: {e}")))?;
-        let bound = listener
-            .local_addr()
-            .map_err(|e| OAuthError::SignIn(e.to_string()))?
-            .port();
-        let redirect_uri = format!("http://127.0.0.1:{bound}{path}");
+        // Where the browser comes back: the bridge's loopback listener, or the application.
+        let (back, redirect_uri) = match &self.config.sign_in {
+            SignInVia::Loopback(sign_in) => {
+                let (port, path) = loopback_redirect(&self.config.redirect_uri)?;
+                let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+                    .await
+                    .map_err(|e| {
+                        OAuthError::SignIn(format!("cannot listen on 127.0.0.1:{port}: {e}"))
+                    })?;
+                let bound = listener
+                    .local_addr()
+                    .map_err(|e| OAuthError::SignIn(e.to_string()))?
+                    .port();
+                let uri = format!("http://127.0.0.1:{bound}{path}");
+                (Back::Listener(sign_in.clone(), listener, bound, path), uri)
+            }
+            SignInVia::Redirect(r) => (Back::Application(r.clone()), r.redirect_uri()),
+        };
 
         let granted = stored
             .as_ref()
@@ -616,22 +675,51 @@ impl OAuthSession {
         )
         .await?;
 
-        self.config
-            .sign_in
-            .sign_in(session.get_authorization_url())
-            .await
-            .map_err(OAuthError::SignIn)?;
-        let callback = tokio::time::timeout(
-            self.config.sign_in_timeout,
-            wait_for_callback(&listener, bound, &path),
-        )
-        .await
-        .map_err(|_| {
-            OAuthError::SignIn(format!(
+        let again = self
+            .refused_refresh
+            .swap(false, std::sync::atomic::Ordering::Relaxed);
+        let not_back = || {
+            format!(
                 "nobody came back to {redirect_uri} within {:?}",
                 self.config.sign_in_timeout
-            ))
-        })??;
+            )
+        };
+        let failed = |reason: String| {
+            if again {
+                OAuthError::SignInAgain {
+                    server: self.server.clone(),
+                    reason,
+                }
+            } else {
+                OAuthError::SignIn(reason)
+            }
+        };
+        let callback = match back {
+            Back::Listener(sign_in, listener, bound, path) => {
+                sign_in
+                    .sign_in(session.get_authorization_url())
+                    .await
+                    .map_err(failed)?;
+                tokio::time::timeout(
+                    self.config.sign_in_timeout,
+                    wait_for_callback(&listener, bound, &path),
+                )
+                .await
+                .map_err(|_| failed(not_back()))??
+            }
+            Back::Application(sign_in) => {
+                let request = SignInRequest {
+                    server: self.server.clone(),
+                    principal: self.key.principal.clone(),
+                    authorization_url: session.get_authorization_url().to_owned(),
+                    again,
+                };
+                tokio::time::timeout(self.config.sign_in_timeout, sign_in.sign_in(request))
+                    .await
+                    .map_err(|_| failed(not_back()))?
+                    .map_err(failed)?
+            }
+        };
         let token = session
             .handle_callback_url(&callback)
             .await
@@ -710,6 +798,14 @@ impl OAuthSession {
             }
         }
     }
+}
+
+/// Where the browser comes back to after a sign-in.
+enum Back {
+    /// The bridge's loopback listener (its port and path), the URL shown by the application.
+    Listener(Arc<dyn SignIn>, tokio::net::TcpListener, u16, String),
+    /// The application's own redirect.
+    Application(Arc<dyn RedirectSignIn>),
 }
 
 fn url_of(s: &str) -> Result<url::Url, OAuthError> {

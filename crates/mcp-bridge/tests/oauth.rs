@@ -494,3 +494,31 @@ async fn a_config_file_entry_asking_for_oauth_needs_the_applications_sign_in() {
         json!({"scope": "read"})
     );
 }
+
+/// A refresh the authorization server refuses for good (`invalid_grant`: the refresh token was
+/// revoked) drops the token and keeps the registration: no token (the person signs in again),
+/// and no second refresh request with the dead refresh token.
+#[tokio::test]
+async fn a_revoked_refresh_token_drops_the_token_and_keeps_the_registration() {
+    let (port, seen) = serve(Arc::new(|_: &Seen, _| {
+        (
+            400,
+            "application/json",
+            json!({"error": "invalid_grant", "error_description": "refresh token revoked"})
+                .to_string(),
+        )
+    }))
+    .await;
+    let (store, config) = seeded(port).await;
+    let session = OAuthSession::new(config, SERVER);
+    assert_eq!(session.access_token().await.unwrap(), None);
+    assert_eq!(session.access_token().await.unwrap(), None);
+    assert_eq!(seen.lock().unwrap().len(), 1, "one refused refresh");
+    let kept = store.load(session.key()).await.unwrap().unwrap().record;
+    assert!(kept.token.is_none());
+    assert!(kept.refreshing_until.is_none(), "the lease ended");
+    assert_eq!(
+        kept.registration.map(|r| r.client_secret),
+        Some(Some("registered-secret".into()))
+    );
+}

@@ -62,9 +62,13 @@ pub(super) async fn check_request(
     let fetch_site = header_str(h, header::HeaderName::from_static("sec-fetch-site"));
     // the browser login's two ends are reached from the provider's pages: they check
     // their own state (a sealed cookie and `state`), and change nothing but the caller's cookie
-    let login_leg = c.login.is_some()
+    let login_leg = (c.login.is_some()
         && *req.method() == Method::GET
-        && matches!(req.uri().path(), "/login" | "/callback");
+        && matches!(req.uri().path(), "/login" | "/callback"))
+        // an MCP server's sign-in coming back: checked against its waiting `state` and the
+        // principal it was shown to
+        || (*req.method() == Method::GET
+            && req.uri().path() == crate::mcp_sign_in::CALLBACK_PATH);
     if let Some(site) = fetch_site
         && !login_leg
         && !matches!(site, "same-origin" | "none")
@@ -95,7 +99,9 @@ pub(super) async fn check_request(
             );
         }
     }
-    if req.uri().path().starts_with("/api/") {
+    if req.uri().path().starts_with("/api/")
+        || req.uri().path() == crate::mcp_sign_in::CALLBACK_PATH
+    {
         let peer = req
             .extensions()
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()

@@ -283,7 +283,7 @@ pub(super) async fn post_approvals(
         Err(r) => return r,
     };
     // questions asked by the calls it runs are shown from the first instant
-    let asks = app.asks.turn_started(&id);
+    let asks = app.asks.turn_started(&id, who.id());
     let events = app.backend.resume(&id, who.id(), decisions);
     let turn = Turn {
         id,
@@ -406,7 +406,7 @@ pub(super) async fn post_message(
     // registered for MCP servers' questions before the model or any tool can run (the backend
     // may start the answer at once): a question asked at the first instant is shown, not
     // declined for want of a turn
-    let asks = app.asks.turn_started(&id);
+    let asks = app.asks.turn_started(&id, who.id());
     let events = app.backend.reply_with_parts(&id, who.id(), &text, parts);
     let turn = Turn {
         id,

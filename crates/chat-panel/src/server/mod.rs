@@ -47,6 +47,8 @@ struct App {
     permits: Arc<Semaphore>,
     /// MCP servers' questions for the person (elicitation).
     asks: Arc<crate::elicit::Asks>,
+    /// Sign-ins to OAuth-protected MCP servers waiting for their callback.
+    sign_ins: Arc<crate::mcp_sign_in::SignIns>,
     /// This worker's id in the turn leases.
     worker: String,
     /// The store's change feed, forwarded to the streams that follow a conversation (started
@@ -219,6 +221,7 @@ impl ChatPanel {
                 config,
                 permits,
                 asks: Arc::default(),
+                sign_ins: Arc::default(),
                 worker: lease::worker_id(),
                 feed: tokio::sync::OnceCell::new(),
                 watcher: std::sync::Mutex::new(None),
@@ -248,6 +251,27 @@ impl ChatPanel {
     pub fn elicitor(&self) -> crate::elicit::PanelElicitor {
         crate::elicit::PanelElicitor {
             asks: self.app.asks.clone(),
+        }
+    }
+
+    /// The sign-in of `principal` to OAuth-protected MCP servers through this panel, whose
+    /// address the person's browser reaches it at is `panel_url` (the authorization server
+    /// redirects to `{panel_url}/oauth/callback`; register that redirect URI with it when you
+    /// pre-register a client):
+    /// `bridge.set_oauth(Some(OAuthConfig::with_redirect_sign_in(Arc::new(panel.mcp_sign_in(principal, url))).with_store(store, principal)))`.
+    /// A tool call that needs the person's authorization shows a sign-in link in the running
+    /// turn of their latest conversation, and goes on once they signed in
+    /// ([`PanelSignIn`](crate::PanelSignIn)).
+    pub fn mcp_sign_in(&self, principal: &str, panel_url: &str) -> crate::PanelSignIn {
+        crate::PanelSignIn {
+            asks: self.app.asks.clone(),
+            sign_ins: self.app.sign_ins.clone(),
+            principal: principal.to_owned(),
+            redirect_uri: format!(
+                "{}{}",
+                panel_url.trim_end_matches('/'),
+                crate::mcp_sign_in::CALLBACK_PATH
+            ),
         }
     }
 
@@ -313,6 +337,10 @@ impl ChatPanel {
             .route("/login", get(signin::get_login))
             .route("/callback", get(signin::get_callback))
             .route("/logout", get(signin::get_logout))
+            .route(
+                crate::mcp_sign_in::CALLBACK_PATH,
+                get(signin::get_mcp_callback),
+            )
             .route("/api/inbox", get(get_inbox))
             .route("/api/mcp", get(offers::get_offers))
             .route("/api/mcp/prompt", axum::routing::post(offers::post_prompt))

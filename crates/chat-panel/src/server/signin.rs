@@ -139,3 +139,50 @@ pub(super) async fn get_logout(State(app): State<Arc<App>>, headers: HeaderMap) 
     };
     with_cookies(r, &[login.logout_cookie()])
 }
+
+/// `GET /oauth/callback`: an OAuth-protected MCP server's authorization server sending the
+/// person back ([`crate::PanelSignIn`]): handed to the sign-in waiting for its `state` when the
+/// caller is the principal it was shown to (`403` otherwise, and the waiting sign-in is left as
+/// it was; `404` when none waits); the bridge then exchanges the code.
+pub(super) async fn get_mcp_callback(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<crate::identity::Principal>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    use crate::mcp_sign_in::Refused;
+    match app
+        .sign_ins
+        .complete(who.id(), query.as_deref().unwrap_or(""))
+    {
+        Ok(session) => {
+            tracing::info!(principal = %who.id(), session = %session, "chat panel: an MCP sign-in came back");
+            let mut r = axum::response::Html(
+                "<!doctype html><meta charset=utf-8><title>Signed in</title>\
+                 <p id=done>Signed in. You can close this window and go back to the conversation.</p>",
+            )
+            .into_response();
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(SIGNED_IN_CSP),
+            );
+            h.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            r
+        }
+        Err(Refused::NotYours) => {
+            tracing::warn!(principal = %who.id(), "chat panel: refused an MCP sign-in callback for another principal's sign-in");
+            text(
+                StatusCode::FORBIDDEN,
+                "this sign-in was started for someone else; nothing was signed in".into(),
+            )
+        }
+        Err(Refused::Unknown) => text(
+            StatusCode::NOT_FOUND,
+            "no sign-in is waiting for this callback (it was completed or declined, its answer ended, or it timed out); call the tool again to sign in".into(),
+        ),
+    }
+}

@@ -14,10 +14,79 @@ pub trait SignIn: Send + Sync {
     async fn sign_in(&self, authorization_url: &str) -> Result<(), String>;
 }
 
+/// The sign-in of an application that receives the authorization server's redirect itself — a
+/// web panel's route — instead of the bridge's loopback listener: it shows the person the
+/// authorization URL and hands back the URL the browser came back to, whose `state` and code the
+/// bridge checks and exchanges ([`OAuthConfig::with_redirect_sign_in`]).
+#[async_trait::async_trait]
+pub trait RedirectSignIn: Send + Sync {
+    /// The redirect URI registered with the authorization server: the application's route
+    /// (`https://panel.example.com/oauth/callback`).
+    fn redirect_uri(&self) -> String;
+    /// Shows `request` to the person and returns the full URL (query included) the browser
+    /// came back to; an error (what the person or the model should do next) when the person
+    /// declined or nobody can be shown it. The bridge stops waiting after
+    /// [`OAuthConfig::with_sign_in_timeout`].
+    async fn sign_in(&self, request: SignInRequest) -> Result<String, String>;
+}
+
+/// One sign-in to show the person ([`RedirectSignIn::sign_in`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SignInRequest {
+    /// The MCP server that asks (its URL).
+    pub server: String,
+    /// Whose credential it is ([`OAuthConfig::with_store`]).
+    pub principal: String,
+    /// Where to send the person (with `state`, PKCE and `resource`).
+    pub authorization_url: String,
+    /// `true` when the person had signed in and the authorization server no longer accepts it
+    /// (the refresh token was revoked or expired): tell them to sign in again.
+    pub again: bool,
+}
+
+impl SignInRequest {
+    /// A first sign-in (`again` false) of `principal` to `server` at `authorization_url`.
+    pub fn new(
+        server: impl Into<String>,
+        principal: impl Into<String>,
+        authorization_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            server: server.into(),
+            principal: principal.into(),
+            authorization_url: authorization_url.into(),
+            again: false,
+        }
+    }
+    /// This sign-in as a sign-in again (the previous one is no longer accepted).
+    pub fn again(mut self) -> Self {
+        self.again = true;
+        self
+    }
+}
+
+/// How the person signs in: the bridge's loopback listener, or the application's own redirect.
+#[derive(Clone)]
+pub(crate) enum SignInVia {
+    Loopback(Arc<dyn SignIn>),
+    Redirect(Arc<dyn RedirectSignIn>),
+}
+
+impl SignInVia {
+    fn same(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Loopback(a), Self::Loopback(b)) => Arc::ptr_eq(a, b),
+            (Self::Redirect(a), Self::Redirect(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
 /// How a remote service authorizes with OAuth.
 #[derive(Clone)]
 pub struct OAuthConfig {
-    pub(crate) sign_in: Arc<dyn SignIn>,
+    pub(crate) sign_in: SignInVia,
     pub(crate) store: Arc<dyn CredentialStore>,
     pub(crate) principal: String,
     pub(crate) client: Option<Registration>,
@@ -44,7 +113,7 @@ impl std::fmt::Debug for OAuthConfig {
 
 impl PartialEq for OAuthConfig {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.sign_in, &other.sign_in)
+        self.sign_in.same(&other.sign_in)
             && Arc::ptr_eq(&self.store, &other.store)
             && self.principal == other.principal
             && self.client == other.client
@@ -66,6 +135,14 @@ impl OAuthConfig {
     /// metadata document, or a pre-registered client, when set), the loopback redirect
     /// [`DEFAULT_REDIRECT_URI`], at most 3 authorizations per request and 5 minutes to sign in.
     pub fn new(sign_in: Arc<dyn SignIn>) -> Self {
+        Self::with_sign_in(SignInVia::Loopback(sign_in))
+    }
+    /// OAuth whose person signs in through an application that receives the redirect itself
+    /// (a web panel): otherwise as [`Self::new`]; [`Self::with_redirect_uri`] does not apply.
+    pub fn with_redirect_sign_in(sign_in: Arc<dyn RedirectSignIn>) -> Self {
+        Self::with_sign_in(SignInVia::Redirect(sign_in))
+    }
+    fn with_sign_in(sign_in: SignInVia) -> Self {
         Self {
             sign_in,
             store: Arc::new(InMemoryCredentialStore::new()),
@@ -119,7 +196,8 @@ impl OAuthConfig {
         self
     }
     /// The loopback redirect URI (`http://127.0.0.1:PORT/PATH`, `localhost` or `[::1]` as the
-    /// host; port 0 picks a free one); anything else is refused.
+    /// host; port 0 picks a free one); anything else is refused. A
+    /// [`Self::with_redirect_sign_in`] takes its application's redirect URI instead.
     pub fn with_redirect_uri(mut self, uri: impl Into<String>) -> Result<Self, OAuthError> {
         let uri = uri.into();
         loopback_redirect(&uri)?;
