@@ -280,28 +280,35 @@ impl RmcpCredentialStore for StoreView {
         }
     }
     async fn clear(&self) -> Result<(), AuthError> {
-        loop {
-            let Some(v) = self
-                .store
-                .load(&self.key)
-                .await
-                .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
-            else {
-                return Ok(());
-            };
-            let mut record = v.record;
-            record.token = None;
-            record.refreshing_until = None;
-            if self
-                .store
-                .compare_and_set(&self.key, Some(v.version), record)
-                .await
-                .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
-            {
-                return Ok(());
-            }
+        change_record(self.store.as_ref(), &self.key, forget_token)
+            .await
+            .map_err(|e| AuthError::CredentialStoreError(e.to_string()))
+    }
+}
+
+/// Changes `key`'s stored record with `change`, by compare-and-set (read again and changed
+/// again when another writer came first); nothing when there is no record.
+async fn change_record(
+    store: &dyn CredentialStore,
+    key: &CredentialKey,
+    change: fn(&mut CredentialRecord),
+) -> Result<(), OAuthError> {
+    loop {
+        let Some(v) = store.load(key).await? else {
+            return Ok(());
+        };
+        let mut record = v.record;
+        change(&mut record);
+        if store.compare_and_set(key, Some(v.version), record).await? {
+            return Ok(());
         }
     }
+}
+
+/// The token gone (the registration and metadata kept) and no refresh lease.
+fn forget_token(record: &mut CredentialRecord) {
+    record.token = None;
+    record.refreshing_until = None;
 }
 
 /// One remote server's OAuth for one principal: tokens from the store, refreshed once across
@@ -486,41 +493,15 @@ impl OAuthSession {
 
     /// Forgets the token (keeping the registration and metadata) and ends the refresh lease.
     async fn drop_token(&self) -> Result<(), OAuthError> {
-        loop {
-            let Some(v) = self.config.store.load(&self.key).await? else {
-                return Ok(());
-            };
-            let mut record = v.record;
-            record.token = None;
-            record.refreshing_until = None;
-            if self
-                .config
-                .store
-                .compare_and_set(&self.key, Some(v.version), record)
-                .await?
-            {
-                return Ok(());
-            }
-        }
+        change_record(self.config.store.as_ref(), &self.key, forget_token).await
     }
 
     /// Ends a refresh lease that did not end in a saved token.
     async fn release_lease(&self) -> Result<(), OAuthError> {
-        loop {
-            let Some(v) = self.config.store.load(&self.key).await? else {
-                return Ok(());
-            };
-            let mut record = v.record;
-            record.refreshing_until = None;
-            if self
-                .config
-                .store
-                .compare_and_set(&self.key, Some(v.version), record)
-                .await?
-            {
-                return Ok(());
-            }
-        }
+        change_record(self.config.store.as_ref(), &self.key, |r| {
+            r.refreshing_until = None
+        })
+        .await
     }
 
     /// Runs the authorization the server's `challenge` (its `WWW-Authenticate`) asks for, with
