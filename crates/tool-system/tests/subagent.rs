@@ -173,6 +173,9 @@ async fn the_sub_agent_run_span_nests_under_the_callers_tool_call() {
     let scopes = Scopes::default();
     let _guard =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(scopes.clone()));
+    // Another test of this binary, running at once with no subscriber, may have cached its
+    // callsites as of no interest to anyone: ask them again now that this one listens.
+    tracing::callsite::rebuild_interest_cache();
     let researcher = Agent::builder(Scripted::new(vec![text("42")]))
         .build()
         .unwrap();
