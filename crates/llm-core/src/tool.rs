@@ -444,6 +444,13 @@ pub trait ToolProvider: Send + Sync {
     async fn advertised(&self, _turn: &TurnInfo) -> Vec<ToolSpec> {
         self.list().await
     }
+    /// Whether [`advertised`](ToolProvider::advertised) answers the same in every round of a
+    /// turn. `false` (the default): the dispatcher asks again after each round, since a
+    /// provider may show more once the model asked for it. A provider that shows a fixed set
+    /// returns `true`, and a run asks it once.
+    fn advertises_the_same_every_round(&self) -> bool {
+        false
+    }
     /// Calls tool `name`. Providers return [`ToolErrorKind::NotFound`] for names they lack.
     async fn call(
         &self,

@@ -361,6 +361,14 @@ impl Dispatcher {
         specs
     }
 
+    /// Whether every provider shows the same tools in every round of a turn
+    /// ([`ToolProvider::advertises_the_same_every_round`]): a run then asks once.
+    pub(crate) fn advertises_the_same_every_round(&self) -> bool {
+        self.providers
+            .iter()
+            .all(|p| p.advertises_the_same_every_round())
+    }
+
     /// Whether the tool that a call to `name` routes to declared itself idempotent.
     pub fn is_idempotent(&self, name: &str) -> bool {
         self.table()

@@ -136,7 +136,7 @@ pub mod protocol {
     pub use crate::prompt::json_decision_prompt;
     pub use crate::protocols::{
         CallProtocol, CallResult, JsonDecisionProtocol, NativeProtocol, PendingCall, Reading,
-        ResponseReader, Step,
+        ResponseReader, Shown, Step,
     };
 }
 

@@ -165,10 +165,19 @@ impl Reading {
     }
 }
 
+/// What of a text delta the caller is shown now ([`ResponseReader::text`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shown {
+    /// The delta itself, as it came (nothing is copied when no one listens).
+    Delta,
+    /// These texts, in order; none while the reader holds the text back.
+    Texts(Vec<String>),
+}
+
 /// Reads one streamed response.
 pub trait ResponseReader: Send {
-    /// A text delta arrived: returns the text to show the caller now.
-    fn text(&mut self, delta: &str) -> Vec<String>;
+    /// A text delta arrived: what to show the caller now.
+    fn text(&mut self, delta: &str) -> Shown;
     /// The response ended. `native` are its native tool calls; `content` its whole text.
     fn finish(self: Box<Self>, native: Vec<PendingCall>, content: String) -> Reading;
 }
@@ -280,8 +289,8 @@ pub struct NativeProtocol;
 struct PassThrough;
 
 impl ResponseReader for PassThrough {
-    fn text(&mut self, delta: &str) -> Vec<String> {
-        vec![delta.to_owned()]
+    fn text(&mut self, _delta: &str) -> Shown {
+        Shown::Delta
     }
     fn finish(self: Box<Self>, native: Vec<PendingCall>, content: String) -> Reading {
         Reading {
@@ -327,8 +336,8 @@ struct JsonReader {
 }
 
 impl ResponseReader for JsonReader {
-    fn text(&mut self, _delta: &str) -> Vec<String> {
-        Vec::new() // the JSON is not for the user; the reply is shown at the end
+    fn text(&mut self, _delta: &str) -> Shown {
+        Shown::Texts(Vec::new()) // the JSON is not for the user; the reply is shown at the end
     }
     fn finish(self: Box<Self>, native: Vec<PendingCall>, content: String) -> Reading {
         if !native.is_empty() {
@@ -545,11 +554,11 @@ impl TagReader {
 }
 
 impl ResponseReader for TagReader {
-    fn text(&mut self, delta: &str) -> Vec<String> {
+    fn text(&mut self, delta: &str) -> Shown {
         let mut now = Vec::new();
         let events = self.parser.push(delta);
         self.on_events(events, &mut now);
-        now
+        Shown::Texts(now)
     }
     fn finish(mut self: Box<Self>, native: Vec<PendingCall>, content: String) -> Reading {
         let mut tail = Vec::new();
@@ -681,7 +690,10 @@ mod tests {
         let mut r = p.reader(&[], 7);
         let mut shown = Vec::new();
         for c in chunks {
-            shown.extend(r.text(c));
+            match r.text(c) {
+                Shown::Delta => shown.push((*c).to_owned()),
+                Shown::Texts(now) => shown.extend(now),
+            }
         }
         (shown, r.finish(native, chunks.concat()))
     }

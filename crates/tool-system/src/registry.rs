@@ -174,6 +174,9 @@ impl ToolProvider for ToolRegistry {
     async fn advertised(&self, _turn: &TurnInfo) -> Vec<ToolSpec> {
         ToolRegistry::list(self)
     }
+    fn advertises_the_same_every_round(&self) -> bool {
+        true
+    }
     // The tool's own future, not boxed once more by `async_trait`.
     fn call<'life0, 'life1, 'async_trait>(
         &'life0 self,

@@ -32,7 +32,7 @@ use crate::nesting::Exchange;
 use crate::options::Handoff;
 pub(crate) use crate::options::LoopOptions;
 use crate::protocols::{
-    CallProtocol, PendingCall, Reading, ResponseReader, Step, resolve_protocol,
+    CallProtocol, PendingCall, Reading, ResponseReader, Shown, Step, resolve_protocol,
 };
 use crate::run::{AgentRun, CallState, NextStep, Outcome, ProtocolId, RoundStep, ToolFacts};
 
@@ -315,6 +315,8 @@ struct Tally<'a> {
     /// The model's name, for its price.
     model: &'a str,
     prices: Option<&'a PriceTable>,
+    /// The session's prompt-cache key, made once per run ([`cache_key`]).
+    cache_key: String,
 }
 
 impl Tally<'_> {
@@ -407,6 +409,7 @@ async fn drive_traced(run: &Run<'_>, start: Start<'_>) -> Result<LoopOutput, Loo
         stored_before: history.len(),
         model: &info.model,
         prices: run.options.prices.as_deref(),
+        cache_key: cache_key(run.session_id),
     };
     if let Some(parts) = parts {
         let timeout = run.options.hook_timeout;
@@ -519,7 +522,7 @@ async fn call_model(
     history: &mut History,
     tally: &Tally<'_>,
 ) -> Result<(), LoopError> {
-    if state.machine.model_calls() > 0 {
+    if state.machine.model_calls() > 0 && !run.dispatcher.advertises_the_same_every_round() {
         // A provider may show more tools after a round (MCP level 2: a tool whose
         // details the model asked for).
         turn.round = state.machine.model_calls();
@@ -552,7 +555,7 @@ async fn call_model(
     let stable = stable_prefix(&built, tally.stored_before);
     let mut request = ChatRequest::new(built.messages);
     request.stable_prefix = stable;
-    request.cache_key = Some(cache_key(run.session_id));
+    request.cache_key = Some(tally.cache_key.clone());
     if protocol.binds_tools() {
         request.tools.clone_from(tools);
     }
@@ -954,9 +957,15 @@ async fn read_response(
     while let Some(ev) = stream.next().await {
         match ev? {
             ChatEvent::TextDelta(t) => {
-                for shown in reader.text(&t) {
-                    if !shown.is_empty() {
-                        emit(sink, || LoopEvent::TextDelta(shown)).await?;
+                match reader.text(&t) {
+                    Shown::Delta if !t.is_empty() => {
+                        emit(sink, || LoopEvent::TextDelta(t.clone())).await?;
+                    }
+                    Shown::Delta => {}
+                    Shown::Texts(now) => {
+                        for shown in now.into_iter().filter(|s| !s.is_empty()) {
+                            emit(sink, || LoopEvent::TextDelta(shown)).await?;
+                        }
                     }
                 }
                 if text.is_empty() {
@@ -1007,14 +1016,13 @@ fn cache_key(session_id: &str) -> String {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    // By hand: `format!` was a tenth of a run's instructions here, once per model call.
+    // By hand, as bytes: `format!` (or pushing `char`s) cost more than the hashing.
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut key = String::with_capacity(19);
-    key.push_str("tw-");
-    for shift in (0..16).rev() {
-        key.push(char::from(HEX[((h >> (shift * 4)) & 0xf) as usize]));
+    let mut key = *b"tw-0000000000000000";
+    for (i, digit) in key[3..].iter_mut().enumerate() {
+        *digit = HEX[((h >> ((15 - i) * 4)) & 0xf) as usize];
     }
-    key
+    String::from_utf8_lossy(&key).into_owned()
 }
 
 /// Adds one model call's usage to the run's.
