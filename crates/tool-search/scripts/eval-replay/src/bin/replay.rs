@@ -11,7 +11,8 @@
 //! are written to /tmp/tool-search-eval-texts.json for `encode`); MISSES=all|en>en|…;
 //! RANKS=1 (each request's rank); FITS=1 (each request's judge score); QUERY=text (terms and
 //! hits of one request); GLOSS=file (extra glossary entries, `word english…` lines);
-//! RERANK=a,b,k (+ RR_EN=1: English requests only): the name/description coverage rerank trial.
+//! RERANK=a,b,k (+ RR_EN=1: English requests only): the name/description coverage rerank trial;
+//! ORACLE=1: how many answerable requests have a right tool in each channel's first 5 and 50.
 use serde_json::Value;
 use std::collections::HashMap;
 use toolwright_tool_search::*;
@@ -186,6 +187,12 @@ fn main() {
                 .with_fit_model(judge.fit_model)
                 .with_unserved(judge.unserved),
         );
+    // The cosine side alone (language-neutral, as the fusion reads it): BM25's weight 0.
+    let cosine = SearchIndex::with_analyzer(docs.clone(), analyzer.clone())
+        .with_vectors(tool_vecs.clone())
+        .unwrap()
+        .with_hybrid(HybridConfig::default().with_weights(0.0, 1.0));
+    let mut oracle: HashMap<(String, &str), [usize; 6]> = HashMap::new();
     if let Ok(q) = std::env::var("QUERY") {
         println!("terms {:?}", analyzer.terms(&q));
         for h in bm.search(&q, 10) {
@@ -275,6 +282,17 @@ fn main() {
                 (true, true) => "zh>zh",
             };
             let lang = if *zh { "zh" } else { "en" };
+            let within = |h: &[Hit], n: usize| h.iter().take(n).any(|x| expect.contains(&x.name));
+            let (b50, c50) = (bm.search(q, 50), cosine.search_hybrid(q, v, 50).unwrap());
+            for key in ["all", slice] {
+                let o = oracle.entry((split.clone(), key)).or_default();
+                o[0] += 1;
+                o[1] += within(&hy, 5) as usize;
+                o[2] += (within(&b50, 5) || within(&c50, 5)) as usize;
+                o[3] += within(&b50, 50) as usize;
+                o[4] += within(&c50, 50) as usize;
+                o[5] += within(&c50, 5) as usize;
+            }
             for key in ["all", lang, slice] {
                 rows.entry(("bm25", key)).or_default().add(rb);
                 rows.entry(("hyb", key)).or_default().add(rh);
@@ -303,6 +321,16 @@ fn main() {
         for key in ["all", "en", "zh", "en>en", "en>zh", "zh>en", "zh>zh"] {
             if let (Some(b), Some(h)) = (rows.get(&("bm25", key)), rows.get(&("hyb", key))) {
                 println!("  {split:7} {key:6} bm25 {:22} hybrid {}", b.s(), h.s());
+            }
+        }
+        if std::env::var("ORACLE").is_ok() {
+            for key in ["all", "en>en", "en>zh", "zh>en", "zh>zh"] {
+                if let Some(o) = oracle.get(&(split.clone(), key)) {
+                    println!(
+                        "  {split:7} {key:6} of {}: hybrid top 5 {}, BM25's or cosines' top 5 {}, cosines' top 5 {}, BM25's top 50 {}, cosines' top 50 {}",
+                        o[0], o[1], o[2], o[5], o[3], o[4]
+                    );
+                }
             }
         }
     }
