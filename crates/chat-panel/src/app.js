@@ -1023,6 +1023,9 @@
   function followOffers() {
     const es = new EventSource('/api/mcp/events');
     offersFollower = es;
+    // reconnected by the browser after a break: what changed meanwhile was not heard
+    let opened = false;
+    es.addEventListener('open', () => { if (opened) listOffers(); opened = true; });
     es.addEventListener('changed', ev => {
       let d;
       try { d = JSON.parse(ev.data); } catch (_) { return; }

@@ -545,10 +545,12 @@ async fn a_real_servers_resource_and_prompt_are_offered_in_the_panel_and_reach_t
         |b| b,
     )
     .await;
-    let r = reqwest::get(format!("{}api/mcp", plain.url()))
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    for path in ["api/mcp", "api/mcp/events"] {
+        let r = reqwest::get(format!("{}{path}", plain.url()))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
     let body = json!({"text": "hi", "resources": [{"service": "everything", "uri": doc}]});
     let url = format!("{}api/sessions/conv-00000001/messages", plain.url());
     let (s, text) = common::send(reqwest::Client::new().post(&url), Some(body)).await;
@@ -830,5 +832,78 @@ async fn a_servers_list_changed_shows_the_new_resource_in_the_open_page_without_
         json!(true)
     );
     b.close().await;
+    bridge.stop("everything").await.unwrap();
+}
+
+/// A storm of list changes from a real server reaches twenty open pages as at most one
+/// `changed` event a second each, naming what changed: server-everything registers a resource
+/// 30 times in a row, each time saying its resource list changed.
+#[tokio::test]
+async fn a_storm_of_list_changes_is_at_most_one_event_a_second_to_each_page() {
+    use futures::StreamExt as _;
+    let bridge = everything().await;
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        common::picture_responder,
+        |b| b,
+    )
+    .await;
+    fx.chat.offer_mcp(&bridge);
+    let client = reqwest::Client::new();
+    let mut pages = Vec::new();
+    for _ in 0..20 {
+        let r = client
+            .get(format!("{}api/mcp/events", fx.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        pages.push(r.bytes_stream());
+    }
+    let started = std::time::Instant::now();
+    for i in 0..30 {
+        bridge
+            .call(
+                "everything__gzip-file-as-resource",
+                json!({"name": format!("storm-{i}.gz"), "data": "data:text/plain,x", "outputType": "resourceLink"}),
+            )
+            .await
+            .unwrap();
+    }
+    let storm = started.elapsed();
+    // what each page heard until a second after the storm's last notice could be sent
+    let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    let mut heard = Vec::new();
+    for page in &mut pages {
+        let mut text = String::new();
+        while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(until, page.next()).await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        let events: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| serde_json::from_str(d.trim()).unwrap())
+            .collect();
+        heard.push(events);
+    }
+    let elapsed = started.elapsed();
+    let most = elapsed.as_secs_f64().floor() as usize + 1;
+    for events in &heard {
+        assert!(
+            !events.is_empty() && events.len() <= most,
+            "30 notices in {storm:?}: {} events in {elapsed:?} (at most {most})",
+            events.len()
+        );
+        assert!(
+            events
+                .iter()
+                .all(|e| e["lists"] == json!([{"service": "everything", "list": "resources"}])),
+            "{events:?}"
+        );
+    }
+    eprintln!(
+        "30 list_changed notices in {storm:?}: {} events to each of 20 pages in {elapsed:?}",
+        heard[0].len()
+    );
     bridge.stop("everything").await.unwrap();
 }
