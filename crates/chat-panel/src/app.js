@@ -832,6 +832,24 @@
     if (!res.ok) throw new Error(j.error || ('HTTP ' + res.status));
     return j;
   }
+  // Suggestions for an argument as it is typed: the server's completions, asked at most once
+  // per pause in typing (250 ms), only the latest answer shown, at most 20.
+  function completes(i, list, body) {
+    let asked = 0;
+    let timer = null;
+    i.addEventListener('input', () => {
+      const n = ++asked;
+      clearTimeout(timer);
+      timer = setTimeout(async () => {
+        try {
+          const j = await postJson('/api/mcp/complete', Object.assign({ argument: i.name, value: i.value }, body));
+          if (n !== asked) return;
+          list.textContent = '';
+          for (const v of (j.values || []).slice(0, 20)) { const o = document.createElement('option'); o.value = String(v); list.append(o); }
+        } catch (_) { /* no suggestions */ }
+      }, 250);
+    });
+  }
   function promptForm(p) {
     const form = document.getElementById('prompt-form');
     form.textContent = '';
@@ -845,16 +863,7 @@
       const list = document.createElement('datalist');
       list.id = 'complete-' + inputs.length;
       i.setAttribute('list', list.id);
-      let asked = 0;
-      i.addEventListener('input', async () => {
-        const n = ++asked;
-        try {
-          const j = await postJson('/api/mcp/complete', { service: p.service, prompt: p.name, argument: a.name, value: i.value });
-          if (n !== asked) return;
-          list.textContent = '';
-          for (const v of j.values || []) { const o = document.createElement('option'); o.value = String(v); list.append(o); }
-        } catch (_) { /* no suggestions */ }
-      });
+      completes(i, list, { service: p.service, prompt: p.name });
       label.append(i, list);
       form.append(label);
       inputs.push(i);
@@ -880,6 +889,61 @@
     cancel.addEventListener('click', () => { form.hidden = true; });
     row.append(use, cancel);
     form.append(row);
+    form.hidden = false;
+    if (inputs.length) inputs[0].focus();
+  }
+  // A resource template: its variables asked for (the server suggests values as they are
+  // typed); "Read" has the server make the URI, read it and check it as a message would carry
+  // it, then the resource is chosen for the next message like a listed one.
+  function templateForm(t) {
+    const form = document.getElementById('template-form');
+    form.textContent = '';
+    form.dataset.template = t.uriTemplate;
+    form.append(el('div', 'who', (t.title || t.name) + ' — ' + t.uriTemplate + (t.description ? ' — ' + t.description : '')));
+    const inputs = [];
+    for (const a of t.arguments || []) {
+      const label = el('label', null, a);
+      const i = document.createElement('input');
+      i.name = a;
+      const list = document.createElement('datalist');
+      list.id = 'template-complete-' + inputs.length;
+      i.setAttribute('list', list.id);
+      completes(i, list, { service: t.service, uriTemplate: t.uriTemplate });
+      label.append(i, list);
+      form.append(label);
+      inputs.push(i);
+    }
+    const preview = el('pre', 'preview');
+    preview.hidden = true;
+    const row = el('div', 'quick-replies');
+    const read = el('button', 'quick-reply read-template', 'Read and attach');
+    read.type = 'button';
+    read.addEventListener('click', async () => {
+      const args = {};
+      for (const i of inputs) args[i.name] = i.value;
+      read.disabled = true;
+      try {
+        const j = await postJson('/api/mcp/template', { service: t.service, uriTemplate: t.uriTemplate, arguments: args });
+        preview.textContent = j.preview || '';
+        preview.hidden = !j.preview;
+        form.dataset.read = j.uri;
+        if (!chosen.some(c => c.service === t.service && c.uri === j.uri)) {
+          if (chosen.length >= MAX_CHOSEN) {
+            localError('A message may carry at most ' + MAX_CHOSEN + ' resources: remove one first.');
+            return;
+          }
+          chosen.push({ service: t.service, uri: j.uri, label: j.uri });
+          drawChosen();
+        }
+      } catch (err) {
+        localError('The template "' + (t.title || t.name) + '" could not be read: ' + err.message);
+      } finally { read.disabled = false; }
+    });
+    const cancel = el('button', 'quick-reply', 'Close');
+    cancel.type = 'button';
+    cancel.addEventListener('click', () => { form.hidden = true; });
+    row.append(read, cancel);
+    form.append(row, preview);
     form.hidden = false;
     if (inputs.length) inputs[0].focus();
   }
@@ -909,6 +973,15 @@
       });
       rl.append(li);
     }
+    const tl = document.getElementById('templates');
+    tl.textContent = '';
+    for (const t of j.templates || []) {
+      const [li, b] = offerButton(t.title || t.name, t.service, t.uriTemplate);
+      b.title = t.uriTemplate + (t.description ? ' — ' + t.description : '');
+      b.dataset.service = t.service; b.dataset.template = t.uriTemplate;
+      b.addEventListener('click', () => templateForm(t));
+      tl.append(li);
+    }
     for (const p of j.prompts || []) {
       const [li, b] = offerButton(p.title || p.name, p.service, p.description);
       b.dataset.prompt = p.name;
@@ -919,8 +992,52 @@
     const lc = j.learning || {};
     document.getElementById('learn-consent').checked = !!lc.consents;
     document.getElementById('learn-consent-row').hidden = !(lc.on && !lc.error);
+    drawChosen();
+    markUpdated();
     document.getElementById('offers').hidden = false;
     document.body.dataset.offers = '1';
+    if (!offersFollower) followOffers();
+  }
+  // The list kept live: the server says when an MCP server's lists or a subscribed resource
+  // changed (`changed` events of /api/mcp/events, at most one a second) and the list is asked
+  // again — one listing at a time, one more if a change came meanwhile. A resource that changed
+  // is marked until the page is reloaded.
+  let offersFollower = null;
+  let listing = null;
+  let listAgain = false;
+  const updated = new Set();
+  function markUpdated() {
+    for (const b of document.querySelectorAll('#resources button')) {
+      const u = updated.has(b.dataset.service + ' ' + b.dataset.uri);
+      b.classList.toggle('updated', u);
+      if (u) b.dataset.updated = '1'; else delete b.dataset.updated;
+    }
+  }
+  function listOffers() {
+    if (listing) { listAgain = true; return; }
+    listing = loadOffers().finally(() => {
+      listing = null;
+      if (listAgain) { listAgain = false; listOffers(); }
+    });
+  }
+  function followOffers() {
+    const es = new EventSource('/api/mcp/events');
+    offersFollower = es;
+    // reconnected by the browser after a break: what changed meanwhile was not heard
+    let opened = false;
+    es.addEventListener('open', () => { if (opened) listOffers(); opened = true; });
+    es.addEventListener('changed', ev => {
+      let d;
+      try { d = JSON.parse(ev.data); } catch (_) { return; }
+      for (const u of (d && d.updated) || []) updated.add(u.service + ' ' + u.uri);
+      if (d && Number.isSafeInteger(d.generation)) document.body.dataset.offersGeneration = String(d.generation);
+      listOffers();
+    });
+    es.addEventListener('error', () => {
+      if (es.readyState !== EventSource.CLOSED) return;
+      offersFollower = null;
+      setTimeout(listOffers, 2000);
+    });
   }
   // Saying no deletes what was learned from this person's requests (the server answers how
   // many); the switch shows what the server kept.

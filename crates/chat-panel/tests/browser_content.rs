@@ -545,10 +545,12 @@ async fn a_real_servers_resource_and_prompt_are_offered_in_the_panel_and_reach_t
         |b| b,
     )
     .await;
-    let r = reqwest::get(format!("{}api/mcp", plain.url()))
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    for path in ["api/mcp", "api/mcp/events"] {
+        let r = reqwest::get(format!("{}{path}", plain.url()))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
     let body = json!({"text": "hi", "resources": [{"service": "everything", "uri": doc}]});
     let url = format!("{}api/sessions/conv-00000001/messages", plain.url());
     let (s, text) = common::send(reqwest::Client::new().post(&url), Some(body)).await;
@@ -629,4 +631,279 @@ async fn a_person_turns_learning_from_their_requests_on_and_off_in_the_panel() {
         "{refused}"
     );
     b.close().await;
+}
+
+/// A resource template in the panel: the person fills server-everything's text template with a
+/// value the server suggests, reads the resource and sends it — its text reaches the model.
+/// Values the template does not take, and a resource larger than a message may carry, are
+/// refused with a sentence the page shows.
+#[tokio::test]
+async fn a_person_fills_a_resource_template_with_a_completion_and_the_resource_reaches_the_model() {
+    let _one = BROWSER_LOCK.lock().await;
+    let bridge = everything().await;
+    // the blob template's few dozen bytes are more than this panel's attachments may be
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default().with_max_image_bytes(16),
+        common::picture_responder,
+        |b| b,
+    )
+    .await;
+    fx.chat.offer_mcp(&bridge);
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.wait_until("the offers list", "document.body.dataset.offers === '1'")
+        .await;
+    let text_template = "demo://resource/dynamic/text/{resourceId}";
+    b.click(&format!(
+        "#templates button[data-template={text_template:?}]"
+    ))
+    .await;
+    b.wait_until(
+        "the template's form",
+        "document.querySelectorAll('#template-form input[name=resourceId]').length === 1",
+    )
+    .await;
+    // typed: the server's completion offered; chosen
+    b.js("const i = document.querySelector('#template-form input[name=resourceId]'); i.value = '7'; i.dispatchEvent(new Event('input')); return 1;")
+        .await;
+    b.wait_until(
+        "the completion of '7'",
+        "Array.from(document.querySelector('#template-form datalist').options).map(o => o.value).join() === '7'",
+    )
+    .await;
+    b.js("const i = document.querySelector('#template-form input[name=resourceId]'); i.value = document.querySelector('#template-form datalist').options[0].value; return 1;")
+        .await;
+    b.click("#template-form .read-template").await;
+    let uri = "demo://resource/dynamic/text/7";
+    b.wait_until(
+        "the resource read and chosen",
+        &format!("document.getElementById('template-form').dataset.read === {uri:?} && !document.getElementById('chosen').hidden"),
+    )
+    .await;
+    let preview = b
+        .js("return document.querySelector('#template-form .preview').textContent;")
+        .await;
+    assert!(
+        preview
+            .as_str()
+            .unwrap()
+            .contains("Resource 7: This is a plaintext resource"),
+        "{preview}"
+    );
+    b.type_and_send("what does it say").await;
+    b.wait_for_text(".entry-assistant .text", "You said: what does it say", true)
+        .await;
+    b.idle().await;
+    let text = common::wire_text(&last_user(&fx));
+    assert!(
+        text.starts_with(&format!(
+            "what does it say [resource {uri} from everything]\nResource 7: This is a plaintext resource created at"
+        )),
+        "{text}"
+    );
+
+    // refused, each with its reason in the page, nothing chosen and nothing sent
+    let before = fx.model.request_count();
+    for (value, reason) in [("", "fill in \"resourceId\""), ("..", "does not make")] {
+        b.js(&format!("document.querySelector('#template-form input[name=resourceId]').value = {value:?}; return 1;"))
+            .await;
+        b.click("#template-form .read-template").await;
+        b.wait_until(
+            &format!("the refusal of {value:?}"),
+            &format!("Array.from(document.querySelectorAll('.entry-error .text')).some(e => e.textContent.includes({reason:?}))"),
+        )
+        .await;
+    }
+    assert_eq!(
+        b.js("return document.getElementById('chosen').hidden;")
+            .await,
+        json!(true)
+    );
+    let post = |body: Value| {
+        let url = format!("{}api/mcp/template", fx.url());
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (s, text) = post(json!({"service": "everything",
+        "uriTemplate": "demo://resource/dynamic/blob/{resourceId}", "arguments": {"resourceId": "3"}}))
+    .await;
+    assert_eq!(
+        s, 413,
+        "a binary resource larger than an attachment: {text}"
+    );
+    assert!(text.contains("attachments may be at most"), "{text}");
+    let (s, text) = post(
+        json!({"service": "everything", "uriTemplate": "demo://elsewhere/{x}",
+        "arguments": {"x": "1"}}),
+    )
+    .await;
+    assert_eq!(s, 404, "a template the server does not offer: {text}");
+    let (s, text) = post(
+        json!({"service": "everything", "uriTemplate": text_template,
+        "arguments": {"resourceId": "1", "path": "/etc"}}),
+    )
+    .await;
+    assert_eq!(s, 400, "a name the template lacks: {text}");
+    assert!(text.contains("it takes resourceId"), "{text}");
+    // completing asks for exactly one of a prompt and a template
+    let r = reqwest::Client::new()
+        .post(format!("{}api/mcp/complete", fx.url()))
+        .json(
+            &json!({"service": "everything", "prompt": "p", "uriTemplate": text_template,
+                      "argument": "resourceId", "value": "1"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(fx.model.request_count(), before);
+    b.close().await;
+    bridge.stop("everything").await.unwrap();
+}
+
+/// The side list kept live: a tool of server-everything registers a resource, the server says
+/// its resource list changed, and the open page lists it without a reload; a subscribed
+/// resource the server says changed is marked.
+#[tokio::test]
+async fn a_servers_list_changed_shows_the_new_resource_in_the_open_page_without_a_reload() {
+    let _one = BROWSER_LOCK.lock().await;
+    let bridge = everything().await;
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        common::picture_responder,
+        |b| b,
+    )
+    .await;
+    fx.chat.offer_mcp(&bridge);
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.wait_until("the offers list", "document.body.dataset.offers === '1'")
+        .await;
+    // the page is this one throughout: a reload would lose the mark
+    b.js("window.notReloaded = true; return 1;").await;
+    let new = "demo://resource/session/notes.txt.gz";
+    assert_eq!(
+        b.js(&format!(
+            "return !!document.querySelector('#resources button[data-uri={new:?}]');"
+        ))
+        .await,
+        json!(false)
+    );
+    bridge
+        .call(
+            "everything__gzip-file-as-resource",
+            json!({"name": "notes.txt.gz", "data": "data:text/plain,hello", "outputType": "resourceLink"}),
+        )
+        .await
+        .unwrap();
+    b.wait_until(
+        "the new resource in the list",
+        &format!("!!document.querySelector('#resources button[data-uri={new:?}]')"),
+    )
+    .await;
+    assert_eq!(
+        b.js("return window.notReloaded === true;").await,
+        json!(true)
+    );
+
+    // a subscribed resource that changed is marked (server-everything says so every 5 s)
+    let doc = "demo://resource/static/document/features.md";
+    bridge.subscribe("everything", doc).await.unwrap();
+    bridge
+        .call("everything__toggle-subscriber-updates", json!({}))
+        .await
+        .unwrap();
+    b.wait_until(
+        "the changed resource marked",
+        &format!(
+            "document.querySelector('#resources button[data-uri={doc:?}]').dataset.updated === '1'"
+        ),
+    )
+    .await;
+    assert_eq!(
+        b.js("return window.notReloaded === true;").await,
+        json!(true)
+    );
+    b.close().await;
+    bridge.stop("everything").await.unwrap();
+}
+
+/// A storm of list changes from a real server reaches twenty open pages as at most one
+/// `changed` event a second each, naming what changed: server-everything registers a resource
+/// 30 times in a row, each time saying its resource list changed.
+#[tokio::test]
+async fn a_storm_of_list_changes_is_at_most_one_event_a_second_to_each_page() {
+    use futures::StreamExt as _;
+    let bridge = everything().await;
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        common::picture_responder,
+        |b| b,
+    )
+    .await;
+    fx.chat.offer_mcp(&bridge);
+    let client = reqwest::Client::new();
+    let mut pages = Vec::new();
+    for _ in 0..20 {
+        let r = client
+            .get(format!("{}api/mcp/events", fx.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        pages.push(r.bytes_stream());
+    }
+    let started = std::time::Instant::now();
+    for i in 0..30 {
+        bridge
+            .call(
+                "everything__gzip-file-as-resource",
+                json!({"name": format!("storm-{i}.gz"), "data": "data:text/plain,x", "outputType": "resourceLink"}),
+            )
+            .await
+            .unwrap();
+    }
+    let storm = started.elapsed();
+    // what each page heard until a second after the storm's last notice could be sent
+    let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    let mut heard = Vec::new();
+    for page in &mut pages {
+        let mut text = String::new();
+        while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(until, page.next()).await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        let events: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| serde_json::from_str(d.trim()).unwrap())
+            .collect();
+        heard.push(events);
+    }
+    let elapsed = started.elapsed();
+    let most = elapsed.as_secs_f64().floor() as usize + 1;
+    for events in &heard {
+        assert!(
+            !events.is_empty() && events.len() <= most,
+            "30 notices in {storm:?}: {} events in {elapsed:?} (at most {most})",
+            events.len()
+        );
+        assert!(
+            events
+                .iter()
+                .all(|e| e["lists"] == json!([{"service": "everything", "list": "resources"}])),
+            "{events:?}"
+        );
+    }
+    eprintln!(
+        "30 list_changed notices in {storm:?}: {} events to each of 20 pages in {elapsed:?}",
+        heard[0].len()
+    );
+    bridge.stop("everything").await.unwrap();
 }

@@ -23,8 +23,10 @@ mod blob;
 mod events;
 mod guard;
 mod handlers;
+mod live;
 mod offers;
 mod signin;
+mod template;
 mod translate;
 mod turn;
 
@@ -58,6 +60,10 @@ struct App {
     /// The MCP bridge whose servers' resources and prompts are offered to the person
     /// ([`ChatPanel::offer_mcp`]).
     mcp: std::sync::OnceLock<toolwright_mcp_bridge::McpBridge>,
+    /// The side list's changes, gathered from the bridge's notices (with [`ChatPanel::offer_mcp`]).
+    live: std::sync::OnceLock<watch::Receiver<live::Changed>>,
+    /// The servers' offers as last listed.
+    listing: tokio::sync::Mutex<Option<offers::Listed>>,
 }
 
 impl Drop for App {
@@ -226,6 +232,8 @@ impl ChatPanel {
                 feed: tokio::sync::OnceCell::new(),
                 watcher: std::sync::Mutex::new(None),
                 mcp: std::sync::OnceLock::new(),
+                live: std::sync::OnceLock::new(),
+                listing: tokio::sync::Mutex::new(None),
             }),
         }
     }
@@ -312,17 +320,33 @@ impl ChatPanel {
     /// sounds and files checked and bounded as an attachment is — at most three resources a
     /// message); choosing a prompt asks for its arguments, suggesting values as they are typed
     /// (the server's completions), and puts the prompt's messages in the input to edit and
-    /// send. Only a principal the panel's authenticator lets in may list, read or get them
+    /// send; choosing a resource template asks for its variables the same way and reads the
+    /// resource it makes into the next message. Only a principal the panel's authenticator lets in may list, read or get them
     /// (every `/api/` request is authenticated; without an authenticator the panel listens on
-    /// loopback only). Endpoints: `GET /api/mcp` (`{"resources", "prompts"}`, at most 100 of each
-    /// per server, 16 servers), `POST /api/mcp/prompt` (`{"service", "name", "arguments"}` →
-    /// `{"text"}`), `POST /api/mcp/complete` (`{"service", "prompt", "argument", "value"}` →
-    /// `{"values"}`), and a message's `"resources": [{"service", "uri"}]`. Without this call they
-    /// answer `404` and the page shows no list. One bridge per panel: a second call is ignored.
+    /// loopback only). Endpoints: `GET /api/mcp` (`{"resources", "templates", "prompts"}`, at
+    /// most 100 of each per server, 16 servers), `POST /api/mcp/prompt` (`{"service", "name",
+    /// "arguments"}` → `{"text"}`), `POST /api/mcp/complete` (`{"service", "prompt" |
+    /// "uriTemplate", "argument", "value"}` → `{"values"}`), `POST /api/mcp/template`
+    /// (`{"service", "uriTemplate", "arguments"}` → `{"uri", "preview"}`: a resource template
+    /// filled in, read and checked as a message would carry it), and a message's
+    /// `"resources": [{"service", "uri"}]`.
+    ///
+    /// The list is live: `GET /api/mcp/events` is an SSE stream of `changed` events
+    /// (`{"generation", "lists": [{"service", "list"}], "updated": [{"service", "uri"}],
+    /// "missed"}`) sent when a server says a list changed or a subscribed resource
+    /// ([`McpBridge::subscribe`](toolwright_mcp_bridge::McpBridge::subscribe)) changed — at most
+    /// one a second, whatever the servers send; the page lists again without a reload.
+    ///
+    /// Without this call they answer `404` and the page shows no list. One bridge per panel: a
+    /// second call is ignored. Call it inside the Tokio runtime.
     pub fn offer_mcp(&self, bridge: &toolwright_mcp_bridge::McpBridge) {
         if self.app.mcp.set(bridge.clone()).is_err() {
             tracing::warn!("chat panel: offer_mcp was called twice; the first bridge stays");
+            return;
         }
+        let (out, changes) = watch::channel(live::Changed::default());
+        tokio::spawn(live::coalesce(bridge.notices(), out, live::MIN_GAP));
+        let _ = self.app.live.set(changes);
     }
 
     /// The axum router, with the request checks (to mount it in your own server; the
@@ -344,6 +368,11 @@ impl ChatPanel {
             .route("/api/inbox", get(get_inbox))
             .route("/api/mcp", get(offers::get_offers))
             .route("/api/mcp/prompt", axum::routing::post(offers::post_prompt))
+            .route("/api/mcp/events", get(live::get_events))
+            .route(
+                "/api/mcp/template",
+                axum::routing::post(offers::post_template),
+            )
             .route(
                 "/api/mcp/learning",
                 axum::routing::post(offers::post_learning),

@@ -57,9 +57,20 @@ fn failed(e: &BridgeError, what: &str) -> Response {
     error(status, format!("{what} failed: {e}"))
 }
 
-/// `GET /api/mcp`: `{"resources": [...], "prompts": [...]}` of every registered service that
-/// offers them (at most [`MAX_SERVICES`] services, [`MAX_OFFERED`] of each per service); `404`
-/// without [`ChatPanel::offer_mcp`](super::ChatPanel::offer_mcp).
+/// What the servers offer, as the page lists it.
+pub(super) struct Listed {
+    /// The side list's generation it was listed in ([`super::live::Changed::generation`]).
+    generation: u64,
+    at: std::time::Instant,
+    /// `{"resources", "templates", "prompts"}`.
+    value: Value,
+}
+
+/// `GET /api/mcp`: `{"resources": [...], "templates": [...], "prompts": [...]}` of every
+/// registered service that offers them (at most [`MAX_SERVICES`] services, [`MAX_OFFERED`] of
+/// each per service); `404` without [`ChatPanel::offer_mcp`](super::ChatPanel::offer_mcp).
+/// The pages asking within [`MIN_GAP`](super::live::MIN_GAP) of each other, with no change
+/// said between, are answered from one listing of the servers.
 pub(super) async fn get_offers(
     State(app): State<Arc<App>>,
     axum::Extension(who): axum::Extension<Principal>,
@@ -68,7 +79,34 @@ pub(super) async fn get_offers(
         Ok(b) => b,
         Err(r) => return r,
     };
+    let mut offers = listing(&app, bridge).await;
+    // Whether the tool search learns from use, and whether this person lets it learn from
+    // their requests (their switch in the list).
+    let learning = match bridge.learning_consent(who.id()).await {
+        Ok(Some(consents)) => json!({"on": true, "consents": consents}),
+        Ok(None) => json!({"on": false}),
+        Err(e) => {
+            tracing::warn!(error = %e, "chat panel: could not read the person's learning consent");
+            json!({"on": true, "error": "your choice could not be read; try again later"})
+        }
+    };
+    offers["learning"] = learning;
+    axum::Json(offers).into_response()
+}
+
+/// What the servers offer: listed again after a change or after [`MIN_GAP`](super::live::MIN_GAP),
+/// else the last listing (one listing at a time: pages asking at once wait for the same one).
+async fn listing(app: &App, bridge: &McpBridge) -> Value {
+    let generation = app.live.get().map_or(0, |rx| rx.borrow().generation);
+    let mut last = app.listing.lock().await;
+    if let Some(l) = &*last
+        && l.generation == generation
+        && l.at.elapsed() < super::live::MIN_GAP
+    {
+        return l.value.clone();
+    }
     let mut resources = Vec::new();
+    let mut templates = Vec::new();
     let mut prompts = Vec::new();
     for s in bridge.services().into_iter().take(MAX_SERVICES) {
         let service = s.config.name.clone();
@@ -80,6 +118,25 @@ pub(super) async fn get_offers(
             Err(BridgeError::NotOffered { .. }) => {}
             Err(e) => {
                 tracing::warn!(service, error = %e, "chat panel: could not list an MCP server's resources")
+            }
+        }
+        match bridge.resource_templates(&service).await {
+            Ok(list) => templates.extend(list.into_iter().take(MAX_OFFERED).filter_map(|t| {
+                // a template the panel cannot fill is not offered
+                let arguments = match super::template::variables(&t.uri_template) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::info!(service, error = %e, "chat panel: an MCP server's resource template is not offered");
+                        return None;
+                    }
+                };
+                Some(json!({"service": t.service, "uriTemplate": t.uri_template, "name": t.name,
+                            "title": t.title, "description": t.description,
+                            "mimeType": t.mime_type, "arguments": arguments}))
+            })),
+            Err(BridgeError::NotOffered { .. }) => {}
+            Err(e) => {
+                tracing::warn!(service, error = %e, "chat panel: could not list an MCP server's resource templates")
             }
         }
         match bridge.prompts(&service).await {
@@ -98,18 +155,13 @@ pub(super) async fn get_offers(
             }
         }
     }
-    // Whether the tool search learns from use, and whether this person lets it learn from
-    // their requests (their switch in the list).
-    let learning = match bridge.learning_consent(who.id()).await {
-        Ok(Some(consents)) => json!({"on": true, "consents": consents}),
-        Ok(None) => json!({"on": false}),
-        Err(e) => {
-            tracing::warn!(error = %e, "chat panel: could not read the person's learning consent");
-            json!({"on": true, "error": "your choice could not be read; try again later"})
-        }
-    };
-    axum::Json(json!({"resources": resources, "prompts": prompts, "learning": learning}))
-        .into_response()
+    let value = json!({"resources": resources, "templates": templates, "prompts": prompts});
+    *last = Some(Listed {
+        generation,
+        at: std::time::Instant::now(),
+        value: value.clone(),
+    });
+    value
 }
 
 #[derive(Deserialize)]
@@ -265,15 +317,21 @@ fn prompt_text(messages: &[Message]) -> String {
 #[serde(deny_unknown_fields)]
 struct CompleteRequest {
     service: String,
-    prompt: String,
+    /// The prompt whose argument it is, or
+    #[serde(default)]
+    prompt: Option<String>,
+    /// the resource template whose variable it is.
+    #[serde(default, rename = "uriTemplate")]
+    uri_template: Option<String>,
     argument: String,
     #[serde(default)]
     value: String,
 }
 
-/// `POST /api/mcp/complete` with `{"service", "prompt", "argument", "value"}`: `{"values"}`, what
-/// the server suggests for the prompt's argument given what was typed (at most 20); a server
-/// that does not complete answers no values.
+/// `POST /api/mcp/complete` with `{"service", "prompt" | "uriTemplate", "argument", "value"}`:
+/// `{"values"}`, what the server suggests for the prompt's argument (or the resource
+/// template's variable) given what was typed (at most 20); a server that does not complete
+/// answers no values.
 pub(super) async fn post_complete(
     State(app): State<Arc<App>>,
     axum::Extension(_who): axum::Extension<Principal>,
@@ -288,7 +346,7 @@ pub(super) async fn post_complete(
         &app,
         &headers,
         body,
-        r#"{"service", "prompt", "argument", "value"}"#,
+        r#"{"service", "prompt" | "uriTemplate", "argument", "value"}"#,
     )
     .await
     {
@@ -301,7 +359,16 @@ pub(super) async fn post_complete(
             format!("a value may be at most {MAX_ARGUMENT_CHARS} characters"),
         );
     }
-    let of = CompletionOf::Prompt(&req.prompt);
+    let of = match (&req.prompt, &req.uri_template) {
+        (Some(p), None) => CompletionOf::Prompt(p),
+        (None, Some(t)) => CompletionOf::ResourceTemplate(t),
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "name either the prompt (\"prompt\") or the resource template (\"uriTemplate\") whose argument it is",
+            );
+        }
+    };
     match bridge
         .complete(&req.service, of, &req.argument, &req.value)
         .await
@@ -313,6 +380,108 @@ pub(super) async fn post_complete(
         Err(BridgeError::NotOffered { .. }) => axum::Json(json!({"values": []})).into_response(),
         Err(e) => failed(&e, "completing the argument"),
     }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TemplateRequest {
+    service: String,
+    #[serde(rename = "uriTemplate")]
+    uri_template: String,
+    #[serde(default)]
+    arguments: BTreeMap<String, String>,
+}
+
+/// Longest preview of a resource read from a template, in characters.
+const PREVIEW_CHARS: usize = 300;
+
+/// `POST /api/mcp/template` with `{"service", "uriTemplate", "arguments": {NAME: VALUE}}`: the
+/// resource the service's template makes with the person's values, read as a message would
+/// carry it — `{"uri", "preview"}` (the URI to name in the message's `"resources"`, and the
+/// start of what it holds). Refused with a sentence the page shows: `404` a template the
+/// service does not offer, `400` a variable left empty or a name the template lacks, `422` a
+/// URI the template does not make (a value adding `..`, a query or a fragment) or the server's
+/// refusal, `413` a resource larger than a message may carry, `415` media of a type the panel
+/// does not take.
+#[allow(clippy::result_large_err)] // the refusal is the answer (a `Response`)
+pub(super) async fn post_template(
+    State(app): State<Arc<App>>,
+    axum::Extension(_who): axum::Extension<Principal>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let bridge = match bridge(&app) {
+        Ok(b) => b.clone(),
+        Err(r) => return r,
+    };
+    let req: TemplateRequest = match body_as(
+        &app,
+        &headers,
+        body,
+        r#"{"service", "uriTemplate", "arguments": {"NAME": "VALUE"}}"#,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    if req.arguments.len() > MAX_ARGUMENTS
+        || req
+            .arguments
+            .values()
+            .any(|v| v.chars().count() > MAX_ARGUMENT_CHARS)
+    {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "a template takes at most {MAX_ARGUMENTS} values of at most {MAX_ARGUMENT_CHARS} characters each"
+            ),
+        );
+    }
+    let offered = listing(&app, &bridge).await;
+    let known = offered["templates"].as_array().is_some_and(|ts| {
+        ts.iter().any(|t| {
+            t["service"] == req.service.as_str() && t["uriTemplate"] == req.uri_template.as_str()
+        })
+    });
+    if !known {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "{} offers no resource template {}; choose one from the list",
+                req.service, req.uri_template
+            ),
+        );
+    }
+    let uri = match super::template::uri_from(&req.uri_template, &req.arguments) {
+        Ok(u) => u,
+        Err(e @ super::template::TemplateRefusal::NotMade { .. }) => {
+            return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
+        }
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let max = app.config.max_image_bytes;
+    let parts = match read_one(&bridge, &req.service, &uri, &|p, uri| {
+        super::attachments::checked_media(p, uri, max)
+    })
+    .await
+    {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let preview = parts
+        .iter()
+        .map(|p| match p {
+            Part::Text { text } => text.clone(),
+            other => other.placeholder(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut cut: String = preview.chars().take(PREVIEW_CHARS).collect();
+    if cut.len() < preview.len() {
+        cut.push('…');
+    }
+    axum::Json(json!({"uri": uri, "preview": cut})).into_response()
 }
 
 /// A resource a message names (`"resources": [{"service", "uri"}]`).
@@ -345,35 +514,44 @@ pub(super) async fn read_chosen(
     }
     let mut out = Vec::new();
     for c in chosen {
-        let parts = bridge
-            .read_resource(&c.service, &c.uri)
-            .await
-            .map_err(|e| failed(&e, &format!("reading the resource {}", c.uri)))?;
-        for p in parts {
-            match p {
-                Part::Text { text } => {
-                    if text.len() > MAX_RESOURCE_TEXT {
-                        return Err(error(
-                            StatusCode::PAYLOAD_TOO_LARGE,
-                            format!(
-                                "the resource {} is {} bytes of text; a message may carry at most {} of a resource",
-                                c.uri,
-                                text.len(),
-                                MAX_RESOURCE_TEXT
-                            ),
-                        ));
-                    }
-                    out.push(Part::text(format!(
-                        "[resource {} from {}]\n{text}",
-                        c.uri, c.service
-                    )));
+        out.extend(read_one(bridge, &c.service, &c.uri, &check).await?);
+    }
+    Ok(out)
+}
+
+/// One resource read from its server, as parts to add to a message (see [`read_chosen`]).
+#[allow(clippy::result_large_err)]
+async fn read_one(
+    bridge: &McpBridge,
+    service: &str,
+    uri: &str,
+    check: &impl Fn(Part, &str) -> Result<Part, Response>,
+) -> Result<Vec<Part>, Response> {
+    let parts = bridge
+        .read_resource(service, uri)
+        .await
+        .map_err(|e| failed(&e, &format!("reading the resource {uri}")))?;
+    let mut out = Vec::new();
+    for p in parts {
+        match p {
+            Part::Text { text } => {
+                if text.len() > MAX_RESOURCE_TEXT {
+                    return Err(error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!(
+                            "the resource {uri} is {} bytes of text; a message may carry at most {} of a resource",
+                            text.len(),
+                            MAX_RESOURCE_TEXT
+                        ),
+                    ));
                 }
-                p @ (Part::Image(_) | Part::Audio(_) | Part::File(_)) => {
-                    out.push(check(p, &c.uri)?)
-                }
-                // a server's own link or anything else: named, never fetched
-                other => out.push(Part::text(other.placeholder())),
+                out.push(Part::text(format!(
+                    "[resource {uri} from {service}]\n{text}"
+                )));
             }
+            p @ (Part::Image(_) | Part::Audio(_) | Part::File(_)) => out.push(check(p, uri)?),
+            // a server's own link or anything else: named, never fetched
+            other => out.push(Part::text(other.placeholder())),
         }
     }
     Ok(out)
