@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use toolwright_output_control::Validator;
 
-use crate::answer::{AnswerShape, TypedOutput};
+use crate::answer::{AnswerShape, TypedLoopStream, TypedOutput};
 use crate::approval::{ApprovalDecision, ApprovalKey, PendingApproval};
 use crate::protocols::ProtocolKind;
 use crate::runner::{
@@ -200,6 +200,85 @@ impl Agent {
         )
         .await?;
         TypedOutput::read(out, &validator)
+    }
+
+    /// [`run_as`](Self::run_as) as a stream of events for a UI: the answer's text streams as
+    /// [`LoopEvent::TextDelta`](crate::LoopEvent::TextDelta)s like any answer, and
+    /// [`TypedLoopStream::read`] takes the last event's output as a `T`. Dropping the stream
+    /// cancels the run.
+    ///
+    /// ```
+    /// # use futures::StreamExt;
+    /// # use toolwright_core::{async_trait, ChatModel, ChatRequest, ChatResponse, FinishReason, ModelError, ModelInfo};
+    /// # use toolwright_tool_system::{Agent, LoopEvent};
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Verdict { ok: bool }
+    /// # struct Demo;
+    /// # #[async_trait]
+    /// # impl ChatModel for Demo {
+    /// #     fn info(&self) -> ModelInfo { ModelInfo::new("demo", true) }
+    /// #     async fn chat(&self, _: ChatRequest) -> Result<ChatResponse, ModelError> {
+    /// #         Ok(ChatResponse::new(r#"{"ok": true}"#, vec![], FinishReason::Stop, None))
+    /// #     }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let agent = Agent::builder(Demo).build()?;
+    /// let mut events = agent.run_stream_as::<Verdict>("s1", "Is it fine?")?;
+    /// while let Some(event) = events.next().await {
+    ///     match event {
+    ///         LoopEvent::TextDelta(text) => print!("{text}"),
+    ///         LoopEvent::Finished(out) => assert!(events.read(out)?.value.unwrap().ok),
+    ///         LoopEvent::Failed(e) => return Err(e.into()),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LoopError`] when `T`'s schema cannot be compiled. The run's own failures arrive as
+    /// [`LoopEvent::Failed`](crate::LoopEvent::Failed); an answer that still does not fit
+    /// after its correction round is [`LoopError::AnswerDoesNotFit`] from
+    /// [`TypedLoopStream::read`], as from [`run_as`](Self::run_as).
+    pub fn run_stream_as<T: DeserializeOwned + JsonSchema + 'static>(
+        &self,
+        session_id: impl Into<String>,
+        text: impl Into<String>,
+    ) -> Result<TypedLoopStream<T>, LoopError> {
+        let (options, validator) = self.typed::<T>()?;
+        let events = run_tool_loop_stream(
+            Arc::clone(&self.model),
+            Arc::clone(&self.store),
+            Arc::clone(&self.dispatcher),
+            session_id,
+            text,
+            Vec::new(),
+            options,
+        );
+        Ok(TypedLoopStream::new(events, validator))
+    }
+
+    /// [`resume_stream`](Self::resume_stream) of a run started with
+    /// [`run_stream_as`](Self::run_stream_as) or [`run_as`](Self::run_as).
+    ///
+    /// # Errors
+    /// As [`run_stream_as`](Self::run_stream_as).
+    pub fn resume_stream_as<T: DeserializeOwned + JsonSchema + 'static>(
+        &self,
+        session_id: impl Into<String>,
+        decisions: Vec<ApprovalDecision>,
+    ) -> Result<TypedLoopStream<T>, LoopError> {
+        let (options, validator) = self.typed::<T>()?;
+        let events = resume_tool_loop_stream(
+            Arc::clone(&self.model),
+            Arc::clone(&self.store),
+            Arc::clone(&self.dispatcher),
+            session_id,
+            decisions,
+            options,
+        );
+        Ok(TypedLoopStream::new(events, validator))
     }
 
     /// This agent's options with the answer shape of `T`, and its compiled validator.

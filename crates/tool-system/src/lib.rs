@@ -113,7 +113,7 @@ mod turn;
 mod typed;
 
 pub use agent::{Agent, AgentBuilder};
-pub use answer::TypedOutput;
+pub use answer::{TypedLoopStream, TypedOutput};
 pub use approval::{
     ApprovalDecision, ApprovalError, ApprovalKey, ApprovalPolicy, DecisionRecord, HeldCall,
     PendingApproval,

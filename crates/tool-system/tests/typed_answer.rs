@@ -297,3 +297,83 @@ async fn a_plain_run_on_a_model_keeping_its_tools_sends_no_schema() {
     agent.run("s", "How warm?").await.unwrap();
     assert_eq!(model.requests()[0].response_format, None);
 }
+
+/// The events of a typed stream up to its last, and that last one.
+async fn drain(
+    mut events: toolwright_tool_system::TypedLoopStream<Forecast>,
+) -> (
+    Vec<toolwright_tool_system::LoopEvent>,
+    toolwright_tool_system::TypedLoopStream<Forecast>,
+) {
+    use futures::StreamExt;
+    let mut seen = Vec::new();
+    while let Some(event) = events.next().await {
+        seen.push(event);
+    }
+    (seen, events)
+}
+
+#[tokio::test]
+async fn each_protocol_streams_its_tool_round_then_the_typed_answer() {
+    use toolwright_tool_system::LoopEvent;
+    for p in protocols() {
+        let replies = vec![(p.ask)(), (p.answer)(NO_CELSIUS), (p.answer)(GOOD)];
+        let (agent, model, _) = agent(&p, replies);
+        let events = agent
+            .run_stream_as::<Forecast>("s", "How warm is Oslo?")
+            .unwrap();
+        let (mut seen, events) = drain(events).await;
+        assert!(
+            seen.iter()
+                .any(|e| matches!(e, LoopEvent::ToolResult { name, .. } if name == "temperature")),
+            "{:?}: {seen:?}",
+            p.kind
+        );
+        assert!(
+            seen.iter()
+                .any(|e| matches!(e, LoopEvent::Reprompted { .. })),
+            "{:?}: the wrong first answer is corrected on the stream too",
+            p.kind
+        );
+        let Some(LoopEvent::Finished(out)) = seen.pop() else {
+            panic!("{:?}: the stream does not end with its output", p.kind)
+        };
+        let typed = events.read(out).unwrap();
+        assert_eq!(
+            typed.value,
+            Some(Forecast {
+                city: "Oslo".into(),
+                celsius: 4
+            }),
+            "{:?}",
+            p.kind
+        );
+        assert!(system_text(&model.requests()[0]).contains("celsius"));
+    }
+}
+
+#[tokio::test]
+async fn a_streamed_answer_that_never_fits_is_the_typed_error_when_read() {
+    use toolwright_tool_system::LoopEvent;
+    let p = &protocols()[0];
+    let replies = vec![
+        (p.ask)(),
+        (p.answer)(NO_CELSIUS),
+        (p.answer)(r#"{"city": "Oslo", "celsius": "cold"}"#),
+    ];
+    let (agent, model, _) = agent(p, replies);
+    let events = agent
+        .run_stream_as::<Forecast>("s", "How warm is Oslo?")
+        .unwrap();
+    let (mut seen, events) = drain(events).await;
+    assert_eq!(model.requests().len(), 3, "one correction round only");
+    let Some(LoopEvent::Finished(out)) = seen.pop() else {
+        panic!("the stream does not end with its output")
+    };
+    let err = events.read(out).unwrap_err();
+    let LoopError::AnswerDoesNotFit { answer, problem } = &err else {
+        panic!("{err}")
+    };
+    assert!(answer.contains("cold"), "{answer}");
+    assert!(problem.to_string().contains("/celsius"), "{problem}");
+}
