@@ -93,6 +93,9 @@ struct Browser {
 struct PlayedBrowser {
     callback_store: Arc<dyn CredentialStore>,
     declines: Vec<String>,
+    /// The people whose consent waits until the gate opens.
+    gated: Vec<String>,
+    gate: Arc<tokio::sync::Notify>,
     seen: Arc<Mutex<Browser>>,
 }
 
@@ -107,6 +110,9 @@ impl RedirectSignIn for PlayedBrowser {
         self.seen.lock().unwrap().asked.push(who.clone());
         if self.declines.contains(&who) {
             return Err(format!("{who} chose not to sign in now"));
+        }
+        if self.gated.contains(&who) {
+            self.gate.notified().await;
         }
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest_ring::Client::builder()
@@ -185,9 +191,12 @@ async fn many_people_one_bridge(
     let auth = AuthServer::start();
     let server = format!("{}/mcp", auth.base);
     let seen = Arc::new(Mutex::new(Browser::default()));
+    let gate = Arc::new(tokio::sync::Notify::new());
     let browser = PlayedBrowser {
         callback_store: worker2.clone(),
         declines: vec!["carol".into()],
+        gated: vec!["erin".into()],
+        gate: gate.clone(),
         seen: seen.clone(),
     };
     let oauth = OAuthConfig::with_redirect_sign_in(Arc::new(browser))
@@ -233,12 +242,29 @@ async fn many_people_one_bridge(
     let b = echo(&bridge, "bob", "six").await.unwrap();
     assert!(b.contains("(signed in as bob)"), "{b}");
 
+    // erin's connection is in use while she signs in: dave finds no idle one to take and is
+    // told to try again; once erin is in, her call goes on
+    let erin = {
+        let bridge = bridge.clone();
+        tokio::spawn(async move { echo(&bridge, "erin", "seven").await })
+    };
+    while !seen.lock().unwrap().asked.iter().any(|w| w == "erin") {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d = echo(&bridge, "dave", "eight").await.unwrap_err();
+    assert!(d.contains("all in use; try again in a moment"), "{d}");
+    gate.notify_one();
+    let e = erin.await.unwrap().unwrap();
+    assert!(e.contains("echo: seven (signed in as erin)"), "{e}");
+    assert!(!seen.lock().unwrap().asked.iter().any(|w| w == "dave"));
+
     let (cross, callbacks) = {
         let seen = seen.lock().unwrap();
         (seen.cross.clone(), seen.callbacks.clone())
     };
-    // mallory's callbacks under alice's and bob's states were refused, theirs went through
-    assert_eq!(cross, ["Err(NotYours)", "Err(NotYours)"]);
+    // mallory's callbacks under alice's, bob's and erin's states were refused, theirs went
+    // through
+    assert_eq!(cross, ["Err(NotYours)", "Err(NotYours)", "Err(NotYours)"]);
     // a replayed callback is refused, by its own principal too
     for (who, query) in &callbacks {
         let again = complete_sign_in(&worker2, who, query).await;
