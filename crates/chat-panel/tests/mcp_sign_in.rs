@@ -16,7 +16,7 @@ use chrome::{BROWSER_LOCK, Browser};
 use fantoccini::Locator;
 use serde_json::{Value, json};
 use testkit::Reply;
-use toolwright_mcp_bridge::oauth::{InMemoryCredentialStore, OAuthConfig};
+use toolwright_mcp_bridge::oauth::{CredentialStore, InMemoryCredentialStore, OAuthConfig};
 use toolwright_mcp_bridge::{McpBridge, ServiceConfig};
 
 /// The SDK's authorization server and protected MCP server, on 127.0.0.1; ended on drop.
@@ -225,9 +225,9 @@ async fn a_person_signs_in_to_an_oauth_mcp_server_through_the_panel() {
     )
     .await;
     // no authentication on loopback: the person is the local principal
-    let store = Arc::new(InMemoryCredentialStore::new());
+    let store: Arc<dyn CredentialStore> = Arc::new(InMemoryCredentialStore::new());
     let oauth =
-        OAuthConfig::with_redirect_sign_in(Arc::new(fx.chat.mcp_sign_in("local", &fx.url())))
+        OAuthConfig::with_redirect_sign_in(Arc::new(fx.chat.mcp_sign_in(&fx.url(), store.clone())))
             .with_store(store, "local")
             .with_sign_in_timeout(Duration::from_secs(60));
     bridge

@@ -83,6 +83,9 @@ pub(crate) struct Inner {
     /// ([`McpBridge::set_oauth`]).
     #[cfg(feature = "http")]
     pub(crate) oauth: Mutex<Option<crate::oauth::OAuthConfig>>,
+    /// Other principals' connections to OAuth-protected services ([`crate::principals`]).
+    #[cfg(feature = "http")]
+    pub(crate) principals: crate::principals::PrincipalConnections,
 }
 
 /// What a turn's view of MCP tools (`descriptions.rs`) reads of the catalog and the services'
@@ -204,6 +207,8 @@ impl McpBridge {
                 notices: crate::notices::Notices::new(),
                 #[cfg(feature = "http")]
                 oauth: Mutex::new(None),
+                #[cfg(feature = "http")]
+                principals: Default::default(),
             }),
         }
     }

@@ -71,6 +71,9 @@ pub(crate) struct Connection {
     /// Tells the monitor to end the server; `Some(reason)` means it failed.
     shutdown: Mutex<Option<oneshot::Sender<Option<String>>>>,
     finished: watch::Receiver<bool>,
+    /// Whose OAuth credential its requests carry (an OAuth-protected remote server).
+    #[cfg(feature = "http")]
+    pub(crate) oauth_principal: Option<String>,
 }
 
 impl Connection {
@@ -343,6 +346,8 @@ impl Connection {
             stale,
             shutdown: Mutex::new(Some(shutdown_tx)),
             finished,
+            #[cfg(feature = "http")]
+            oauth_principal: config.oauth.as_ref().map(|o| o.principal.clone()),
         });
         (connection, shutdown_rx, finished_tx)
     }
@@ -369,6 +374,12 @@ impl Connection {
     }
 
     /// Waits until the server's process group is gone, at most `within`.
+    /// Whether the connection has ended.
+    #[cfg(feature = "http")]
+    pub(crate) fn is_finished(&self) -> bool {
+        *self.finished.borrow()
+    }
+
     pub(crate) async fn wait_finished(&self, within: Duration) {
         let mut rx = self.finished.clone();
         let _ = tokio::time::timeout(within, rx.wait_for(|done| *done)).await;
@@ -529,7 +540,14 @@ where
             .serve_with_lifecycle(transport, lifecycle)
             .await
             .map_err(|e| {
-                let message = format!("MCP handshake failed: {e}");
+                // rmcp's own fallback to `initialize` says only that both failed: the last
+                // one's reason (a sign-in the person declined, say) is what to show.
+                let message = match &e {
+                    rmcp::service::ClientInitializeError::LegacyFallbackFailed {
+                        fallback, ..
+                    } => format!("MCP handshake failed: {e}: {fallback}"),
+                    _ => format!("MCP handshake failed: {e}"),
+                };
                 if discovers && discovery_was_unusable(&e) {
                     Handshake::NoUsableDiscovery(message)
                 } else {

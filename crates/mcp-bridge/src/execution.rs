@@ -118,7 +118,7 @@ impl McpBridge {
         {
             // A service still starting, not started yet (`autostart: false`) or crashed is
             // waited for or started now, within its startup timeout ([`crate::recovery`]).
-            if self.ensure_running(&service).await {
+            if self.ensure_running_for(&service, principal).await {
                 tools = self.catalog().await;
                 running =
                     catalog::resolve(&tools, name).and_then(|t| self.connection_of(&t.service));
@@ -128,6 +128,17 @@ impl McpBridge {
         let (Some(tool), Some((connection, timeout))) = (catalog::resolve(&tools, name), running)
         else {
             return Err(self.unavailable(name));
+        };
+        // A call for another principal than the service's OAuth one goes over their own
+        // connection, with their token ([`crate::principals`]).
+        #[cfg(feature = "http")]
+        let (connection, _lease) = match self
+            .principal_connection(&tool.service, principal, &connection)
+            .await
+        {
+            Ok(Some(lease)) => (lease.connection.clone(), Some(lease)),
+            Ok(None) => (connection, None),
+            Err(message) => return Err(ToolError::failed(message)),
         };
         let args = match args {
             Value::Null => Map::new(),

@@ -58,7 +58,11 @@ pub(crate) fn transport(
         .as_ref()
         .map(|o| Arc::new(OAuthSession::new(o.clone(), url)));
     Ok(StreamableHttpClientTransport::with_client(
-        SessionAware { client, oauth },
+        SessionAware {
+            client,
+            oauth,
+            handshake_refused: Arc::default(),
+        },
         cfg,
     ))
 }
@@ -79,6 +83,9 @@ pub(crate) fn transport(
 pub(crate) struct SessionAware {
     client: reqwest::Client,
     oauth: Option<Arc<OAuthSession>>,
+    /// A sign-in the handshake asked for and did not get: the handshake's next request
+    /// (`initialize` after `server/discover`) is answered with it instead of asking again.
+    handshake_refused: Arc<std::sync::Mutex<Option<OAuthError>>>,
 }
 
 /// An OAuth failure as the transport's error (its message says what to do).
@@ -91,12 +98,7 @@ fn oauth_error(e: OAuthError) -> StreamableHttpError<reqwest::Error> {
 /// answered with the sign-in's message instead (a failed refresh keeps the previous list), so
 /// the person is never asked for something they did not do, nor twice in one turn.
 fn asks_person(message: &ClientJsonRpcMessage) -> bool {
-    let method = match message {
-        ClientJsonRpcMessage::Request(_) => serde_json::to_value(message)
-            .ok()
-            .and_then(|v| v["method"].as_str().map(str::to_owned)),
-        _ => None,
-    };
+    let method = method_of(message);
     matches!(
         method.as_deref(),
         Some(
@@ -108,6 +110,36 @@ fn asks_person(message: &ClientJsonRpcMessage) -> bool {
                 | "completion/complete"
         )
     )
+}
+
+/// The method of a request; `None` for anything else.
+fn method_of(message: &ClientJsonRpcMessage) -> Option<String> {
+    match message {
+        ClientJsonRpcMessage::Request(_) => serde_json::to_value(message)
+            .ok()
+            .and_then(|v| v["method"].as_str().map(str::to_owned)),
+        _ => None,
+    }
+}
+
+/// Whether `message` is a handshake request (`server/discover`, `initialize`).
+fn is_handshake(message: &ClientJsonRpcMessage) -> bool {
+    matches!(
+        method_of(message).as_deref(),
+        Some("server/discover" | "initialize")
+    )
+}
+
+/// A copy of `e` when it is a sign-in that did not complete (`SignIn`, `SignInAgain`).
+fn sign_in_refusal(e: &OAuthError) -> Option<OAuthError> {
+    match e {
+        OAuthError::SignIn(why) => Some(OAuthError::SignIn(why.clone())),
+        OAuthError::SignInAgain { server, reason } => Some(OAuthError::SignInAgain {
+            server: server.clone(),
+            reason: reason.clone(),
+        }),
+        _ => None,
+    }
 }
 
 /// A sign-in that did not complete (declined, timed out, no longer accepted and not renewed)
@@ -276,12 +308,26 @@ impl StreamableHttpClient for SessionAware {
                             session_id.as_ref(),
                         );
                     }
+                    let refused_before = is_handshake(&message)
+                        .then(|| self.handshake_refused.lock().ok()?.take())
+                        .flatten();
+                    if let Some(refused) = refused_before {
+                        return sign_in_answer(refused, &message, session_id.as_ref());
+                    }
                     match oauth
                         .authorize(&challenge.www_authenticate_header, false, sent.as_deref())
                         .await
                     {
                         Ok(fresh) => token = Some(fresh),
-                        Err(e) => return sign_in_answer(e, &message, session_id.as_ref()),
+                        Err(e) => {
+                            if is_handshake(&message)
+                                && let Some(copy) = sign_in_refusal(&e)
+                                && let Ok(mut slot) = self.handshake_refused.lock()
+                            {
+                                *slot = Some(copy);
+                            }
+                            return sign_in_answer(e, &message, session_id.as_ref());
+                        }
                     }
                 }
                 Err(StreamableHttpError::InsufficientScope(challenge)) => {

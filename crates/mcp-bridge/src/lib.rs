@@ -57,6 +57,8 @@ mod notices;
 #[cfg(feature = "http")]
 pub mod oauth;
 mod offers;
+#[cfg(feature = "http")]
+mod principals;
 mod process;
 mod protocol;
 mod provider;

@@ -29,7 +29,7 @@ impl McpBridge {
         }
         match self.begin_start(name)? {
             Some((config, generation)) => {
-                finish_start(Arc::downgrade(&self.inner), config, generation).await
+                finish_start(Arc::downgrade(&self.inner), config, generation, None).await
             }
             None => {
                 self.wait_while_starting(name).await;
@@ -78,7 +78,7 @@ impl McpBridge {
                 let weak = Arc::downgrade(&self.inner);
                 handle.spawn(async move {
                     // The outcome is recorded in the service's state.
-                    let _ = finish_start(weak, config, generation).await;
+                    let _ = finish_start(weak, config, generation, None).await;
                 });
                 started.push(name);
             }
@@ -193,6 +193,12 @@ impl McpBridge {
     /// backoff has not run out is `false` at once: the caller gives the model the
     /// service-unavailable message and the conversation goes on.
     pub(crate) async fn ensure_running(&self, service: &str) -> bool {
+        self.ensure_running_for(service, None).await
+    }
+
+    /// [`Self::ensure_running`] for a call made for `principal`: an OAuth-protected service
+    /// started now starts with their credential ([`crate::principals`]).
+    pub(crate) async fn ensure_running_for(&self, service: &str, principal: Option<&str>) -> bool {
         loop {
             let now = tokio::time::Instant::now();
             let step = match lock(&self.inner.services).get(service) {
@@ -212,7 +218,9 @@ impl McpBridge {
                 recovery::Step::Start => match self.begin_start(service) {
                     Ok(Some((config, generation))) => {
                         let weak = Arc::downgrade(&self.inner);
-                        return finish_start(weak, config, generation).await.is_ok();
+                        return finish_start(weak, config, generation, principal)
+                            .await
+                            .is_ok();
                     }
                     // Someone else began it in between: wait for theirs.
                     Ok(None) => continue,
@@ -230,6 +238,7 @@ async fn finish_start(
     inner: Weak<Inner>,
     config: ServiceConfig,
     generation: u64,
+    principal: Option<&str>,
 ) -> Result<(), BridgeError> {
     let name = config.name.clone();
     // A failure after the start (exit, protocol violation, hang) lands here, unless the
@@ -269,13 +278,21 @@ async fn finish_start(
     let config = {
         let template = lock(&bridge.oauth).clone();
         match config.with_file_oauth(template.as_ref()) {
-            Ok(config) => config,
+            // An OAuth service started inside a call for a principal is theirs.
+            Ok(mut config) => {
+                if let (Some(oauth), Some(principal)) = (&mut config.oauth, principal) {
+                    *oauth = oauth.for_principal(principal);
+                }
+                config
+            }
             Err(reason) => {
                 drop(bridge);
                 return failed_to_start(&inner, &name, generation, reason);
             }
         }
     };
+    #[cfg(not(feature = "http"))]
+    let _ = principal;
     drop(bridge);
     let launched = Connection::launch(&config, generation, hooks, on_failure).await;
     let weak_inner = inner.clone();

@@ -42,10 +42,12 @@ use rmcp::transport::{
 };
 
 mod config;
+mod pending;
 mod store;
 use config::SignInVia;
 use config::loopback_redirect;
 pub use config::{DEFAULT_REDIRECT_URI, OAuthConfig, RedirectSignIn, SignIn, SignInRequest};
+pub use pending::{CallbackError, complete_sign_in};
 pub use store::{
     CredentialKey, CredentialRecord, CredentialStore, InMemoryCredentialStore, Registration,
     SessionCredentialStore, Versioned,
@@ -636,6 +638,13 @@ impl OAuthSession {
             None => request.with_initial_scope_selection(),
         };
 
+        // A redirect sign-in keeps rmcp's authorization state (its PKCE verifier) to write it
+        // to the store, where any worker can complete it.
+        let captured = pending::OneState::default();
+        let mut manager = manager;
+        if matches!(back, Back::Application(_)) {
+            manager.set_state_store(captured.clone());
+        }
         let session = AuthorizationSession::new(manager, request)
             .await
             .map_err(|(_, e)| self.protocol_error(e))?;
@@ -689,16 +698,47 @@ impl OAuthSession {
                 .map_err(|_| failed(not_back()))??
             }
             Back::Application(sign_in) => {
-                let request = SignInRequest {
-                    server: self.server.clone(),
-                    principal: self.key.principal.clone(),
-                    authorization_url: session.get_authorization_url().to_owned(),
-                    again,
+                let (state, stored) = captured
+                    .0
+                    .lock()
+                    .ok()
+                    .and_then(|mut s| s.take())
+                    .ok_or_else(|| {
+                        OAuthError::Protocol("the authorization URL was made with no state".into())
+                    })?;
+                let url = session.get_authorization_url().to_owned();
+                let store = self.config.store.clone();
+                pending::Waiting::new(
+                    &self.key,
+                    redirect_uri.clone(),
+                    &url,
+                    stored,
+                    self.config.sign_in_timeout,
+                )
+                .save(store.as_ref(), &state)
+                .await?;
+                let request =
+                    SignInRequest::new(self.server.clone(), self.key.principal.clone(), url)
+                        .waiting_in(store.clone(), state.clone());
+                let request = if again { request.again() } else { request };
+                let ended = tokio::time::timeout(self.config.sign_in_timeout, async {
+                    sign_in.sign_in(request.clone()).await?;
+                    request.completed().await
+                })
+                .await;
+                let outcome = match ended {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(why)) => Err(failed(why)),
+                    Err(_) => Err(failed(not_back())),
                 };
-                tokio::time::timeout(self.config.sign_in_timeout, sign_in.sign_in(request))
-                    .await
-                    .map_err(|_| failed(not_back()))?
-                    .map_err(failed)?
+                pending::forget(store.as_ref(), &state).await;
+                outcome?;
+                return match self.access_token().await? {
+                    Some(token) => Ok(token),
+                    None => Err(failed(
+                        "the sign-in completed but no token is stored for it".into(),
+                    )),
+                };
             }
         };
         let token = session

@@ -262,19 +262,25 @@ impl ChatPanel {
         }
     }
 
-    /// The sign-in of `principal` to OAuth-protected MCP servers through this panel, whose
-    /// address the person's browser reaches it at is `panel_url` (the authorization server
-    /// redirects to `{panel_url}/oauth/callback`; register that redirect URI with it when you
-    /// pre-register a client):
-    /// `bridge.set_oauth(Some(OAuthConfig::with_redirect_sign_in(Arc::new(panel.mcp_sign_in(principal, url))).with_store(store, principal)))`.
-    /// A tool call that needs the person's authorization shows a sign-in link in the running
+    /// The sign-in to OAuth-protected MCP servers through this panel, for every person it
+    /// serves, whose address the person's browser reaches it at is `panel_url` (the
+    /// authorization server redirects to `{panel_url}/oauth/callback`; register that redirect
+    /// URI with it when you pre-register a client). `store` is the credential store the
+    /// bridge's OAuth keeps tokens and waiting sign-ins in: give every worker the same shared one
+    /// (`SessionCredentialStore` on the panel's PostgreSQL store), and the callback may land on
+    /// any of them:
+    /// `bridge.set_oauth(Some(OAuthConfig::with_redirect_sign_in(Arc::new(panel.mcp_sign_in(url, store.clone()))).with_store(store, owner)))`.
+    /// A tool call made for a person who has not signed in shows a sign-in link in the running
     /// turn of their latest conversation, and goes on once they signed in
     /// ([`PanelSignIn`](crate::PanelSignIn)).
-    pub fn mcp_sign_in(&self, principal: &str, panel_url: &str) -> crate::PanelSignIn {
+    pub fn mcp_sign_in(
+        &self,
+        panel_url: &str,
+        store: Arc<dyn toolwright_mcp_bridge::oauth::CredentialStore>,
+    ) -> crate::PanelSignIn {
+        self.app.sign_ins.keep_in(store);
         crate::PanelSignIn {
             asks: self.app.asks.clone(),
-            sign_ins: self.app.sign_ins.clone(),
-            principal: principal.to_owned(),
             redirect_uri: format!(
                 "{}{}",
                 panel_url.trim_end_matches('/'),

@@ -141,21 +141,23 @@ pub(super) async fn get_logout(State(app): State<Arc<App>>, headers: HeaderMap) 
 }
 
 /// `GET /oauth/callback`: an OAuth-protected MCP server's authorization server sending the
-/// person back ([`crate::PanelSignIn`]): handed to the sign-in waiting for its `state` when the
-/// caller is the principal it was shown to (`403` otherwise, and the waiting sign-in is left as
-/// it was; `404` when none waits); the bridge then exchanges the code.
+/// person back ([`crate::PanelSignIn`]), on any worker sharing the credential store: the
+/// sign-in waiting under its `state` is completed when the caller is the principal it was
+/// shown to (`403` otherwise, and it is left waiting), once and before it expires (`404`);
+/// the code is exchanged here and the token stored, and the worker whose call waits goes on.
 pub(super) async fn get_mcp_callback(
     State(app): State<Arc<App>>,
     axum::Extension(who): axum::Extension<crate::identity::Principal>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    use crate::mcp_sign_in::Refused;
+    use toolwright_mcp_bridge::oauth::CallbackError;
     match app
         .sign_ins
         .complete(who.id(), query.as_deref().unwrap_or(""))
+        .await
     {
-        Ok(session) => {
-            tracing::info!(principal = %who.id(), session = %session, "chat panel: an MCP sign-in came back");
+        Ok(()) => {
+            tracing::info!(principal = %who.id(), "chat panel: an MCP sign-in came back");
             let mut r = axum::response::Html(
                 "<!doctype html><meta charset=utf-8><title>Signed in</title>\
                  <p id=done>Signed in. You can close this window and go back to the conversation.</p>",
@@ -173,16 +175,16 @@ pub(super) async fn get_mcp_callback(
             h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
             r
         }
-        Err(Refused::NotYours) => {
-            tracing::warn!(principal = %who.id(), "chat panel: refused an MCP sign-in callback for another principal's sign-in");
-            text(
-                StatusCode::FORBIDDEN,
-                "this sign-in was started for someone else; nothing was signed in".into(),
-            )
+        Err(e) => {
+            let status = match &e {
+                CallbackError::NotYours => StatusCode::FORBIDDEN,
+                CallbackError::Denied(_) => StatusCode::OK,
+                CallbackError::Exchange(_) => StatusCode::BAD_GATEWAY,
+                CallbackError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::NOT_FOUND,
+            };
+            tracing::info!(principal = %who.id(), error = %e, "chat panel: an MCP sign-in callback was not taken");
+            text(status, e.to_string())
         }
-        Err(Refused::Unknown) => text(
-            StatusCode::NOT_FOUND,
-            "no sign-in is waiting for this callback (it was completed or declined, its answer ended, or it timed out); call the tool again to sign in".into(),
-        ),
     }
 }

@@ -15,38 +15,60 @@ pub trait SignIn: Send + Sync {
 }
 
 /// The sign-in of an application that receives the authorization server's redirect itself — a
-/// web panel's route — instead of the bridge's loopback listener: it shows the person the
-/// authorization URL and hands back the URL the browser came back to, whose `state` and code the
-/// bridge checks and exchanges ([`OAuthConfig::with_redirect_sign_in`]).
+/// web panel's route — instead of the bridge's loopback listener, for any number of principals
+/// and workers ([`OAuthConfig::with_redirect_sign_in`]).
+///
+/// The bridge keeps the waiting sign-in (its `state` and PKCE verifier, whose it is) in the
+/// [`CredentialStore`](super::CredentialStore), so the callback may land on any worker that
+/// shares the store: the application's redirect route hands its query to
+/// [`complete_sign_in`](super::complete_sign_in) with the identity of the person whose browser
+/// brought it, which exchanges the code and stores the token; the worker whose call waits sees
+/// the sign-in done ([`SignInRequest::completed`]) and the call goes on.
 #[async_trait::async_trait]
 pub trait RedirectSignIn: Send + Sync {
     /// The redirect URI registered with the authorization server: the application's route
     /// (`https://panel.example.com/oauth/callback`).
     fn redirect_uri(&self) -> String;
-    /// Shows `request` to the person and returns the full URL (query included) the browser
-    /// came back to; an error (what the person or the model should do next) when the person
-    /// declined or nobody can be shown it. The bridge stops waiting after
+    /// Shows `request` to its principal, and returns once the sign-in ended
+    /// ([`SignInRequest::completed`]) or at once (the bridge then waits for it itself); an
+    /// error (what the person or the model should do next) when the person declined or
+    /// nobody can be shown it. The bridge stops waiting after
     /// [`OAuthConfig::with_sign_in_timeout`].
-    async fn sign_in(&self, request: SignInRequest) -> Result<String, String>;
+    async fn sign_in(&self, request: SignInRequest) -> Result<(), String>;
 }
 
 /// One sign-in to show the person ([`RedirectSignIn::sign_in`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct SignInRequest {
     /// The MCP server that asks (its URL).
     pub server: String,
-    /// Whose credential it is ([`OAuthConfig::with_store`]).
+    /// Whose credential it is: the principal the tool call was made for
+    /// ([`toolwright_core::ToolContext::principal`]), else [`OAuthConfig::with_store`]'s.
     pub principal: String,
     /// Where to send the person (with `state`, PKCE and `resource`).
     pub authorization_url: String,
     /// `true` when the person had signed in and the authorization server no longer accepts it
     /// (the refresh token was revoked or expired): tell them to sign in again.
     pub again: bool,
+    /// Where the bridge keeps this sign-in while it waits, and its `state`.
+    waiting: Option<(Arc<dyn CredentialStore>, String)>,
+}
+
+impl std::fmt::Debug for SignInRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignInRequest")
+            .field("server", &self.server)
+            .field("principal", &self.principal)
+            .field("authorization_url", &self.authorization_url)
+            .field("again", &self.again)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SignInRequest {
-    /// A first sign-in (`again` false) of `principal` to `server` at `authorization_url`.
+    /// A first sign-in (`again` false) of `principal` to `server` at `authorization_url`, that
+    /// no store keeps ([`Self::completed`] never ends): for an application's own tests.
     pub fn new(
         server: impl Into<String>,
         principal: impl Into<String>,
@@ -57,12 +79,28 @@ impl SignInRequest {
             principal: principal.into(),
             authorization_url: authorization_url.into(),
             again: false,
+            waiting: None,
         }
     }
     /// This sign-in as a sign-in again (the previous one is no longer accepted).
     pub fn again(mut self) -> Self {
         self.again = true;
         self
+    }
+    /// The request for a sign-in kept in `store` under `state`.
+    pub(crate) fn waiting_in(mut self, store: Arc<dyn CredentialStore>, state: String) -> Self {
+        self.waiting = Some((store, state));
+        self
+    }
+    /// Waits until this sign-in ended, whichever worker its callback landed on: `Ok` once its
+    /// token is stored, else why not (the authorization server refused, the code exchange
+    /// failed, nobody came back before it expired). Reads the store every 200 ms.
+    pub async fn completed(&self) -> Result<(), String> {
+        match &self.waiting {
+            Some((store, state)) => super::pending::wait_completed(store.as_ref(), state).await,
+            // made by `new` (an application's test): nothing can complete it
+            None => std::future::pending().await,
+        }
     }
 }
 
@@ -96,6 +134,8 @@ pub struct OAuthConfig {
     pub(crate) redirect_uri: String,
     pub(crate) max_authorizations: u32,
     pub(crate) sign_in_timeout: Duration,
+    pub(crate) max_connections: usize,
+    pub(crate) idle_close: Duration,
 }
 
 impl std::fmt::Debug for OAuthConfig {
@@ -123,6 +163,8 @@ impl PartialEq for OAuthConfig {
             && self.redirect_uri == other.redirect_uri
             && self.max_authorizations == other.max_authorizations
             && self.sign_in_timeout == other.sign_in_timeout
+            && self.max_connections == other.max_connections
+            && self.idle_close == other.idle_close
     }
 }
 
@@ -154,9 +196,16 @@ impl OAuthConfig {
             redirect_uri: DEFAULT_REDIRECT_URI.into(),
             max_authorizations: 3,
             sign_in_timeout: Duration::from_secs(300),
+            max_connections: 32,
+            idle_close: Duration::from_secs(300),
         }
     }
-    /// Keep tokens and the registration in `store`, under `principal`.
+    /// Keep tokens and the registration in `store`; `principal` is whose credential the
+    /// service's own connection (its tool list; calls made for no principal) uses when it
+    /// starts on its own (autostart, [`crate::McpBridge::start`]); started inside a call, it
+    /// is that call's principal's. A call made for another principal
+    /// ([`toolwright_core::ToolContext::principal`]) uses that principal's credential, over a
+    /// connection of its own ([`Self::with_max_connections`]).
     pub fn with_store(
         mut self,
         store: Arc<dyn CredentialStore>,
@@ -208,6 +257,26 @@ impl OAuthConfig {
     pub fn with_max_authorizations(mut self, n: u32) -> Self {
         self.max_authorizations = n.max(1);
         self
+    }
+    /// At most `n` connections of other principals than [`Self::with_store`]'s open at once
+    /// (default 32): a remote server knows its user by the token, so each principal's calls go
+    /// over their own connection and MCP session. When all are taken, the least recently used
+    /// idle one is closed; when none is idle, the call fails with a message to try again.
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+    /// A principal's connection unused for `idle` is closed (default 5 minutes); the next call
+    /// of theirs opens one again with their stored token.
+    pub fn with_idle_close(mut self, idle: Duration) -> Self {
+        self.idle_close = idle;
+        self
+    }
+    /// This configuration for `principal`'s credential.
+    pub(crate) fn for_principal(&self, principal: &str) -> Self {
+        let mut config = self.clone();
+        config.principal = principal.to_owned();
+        config
     }
     /// How long the person has to sign in.
     pub fn with_sign_in_timeout(mut self, timeout: Duration) -> Self {

@@ -72,12 +72,24 @@ pub trait CredentialStore: Send + Sync {
         expected: Option<u64>,
         record: CredentialRecord,
     ) -> Result<bool, OAuthError>;
+    /// The sign-in waiting under the OAuth `state` (the text the bridge wrote: whose, for which
+    /// server, its PKCE verifier until a callback claims it), if any.
+    async fn load_sign_in(&self, state: &str) -> Result<Option<String>, OAuthError>;
+    /// Writes `new` under `state` if it still holds `expected` (`None`: nothing); `new` `None`
+    /// forgets it. `Ok(false)` when another writer came first.
+    async fn swap_sign_in(
+        &self,
+        state: &str,
+        expected: Option<&str>,
+        new: Option<&str>,
+    ) -> Result<bool, OAuthError>;
 }
 
 /// A [`CredentialStore`] in this process's memory.
 #[derive(Debug, Default, Clone)]
 pub struct InMemoryCredentialStore {
     records: Arc<Mutex<HashMap<CredentialKey, Versioned>>>,
+    sign_ins: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl InMemoryCredentialStore {
@@ -114,10 +126,38 @@ impl CredentialStore for InMemoryCredentialStore {
         records.insert(key.clone(), Versioned { record, version });
         Ok(true)
     }
+    async fn load_sign_in(&self, state: &str) -> Result<Option<String>, OAuthError> {
+        let sign_ins = self
+            .sign_ins
+            .lock()
+            .map_err(|_| OAuthError::Store("poisoned lock".into()))?;
+        Ok(sign_ins.get(state).cloned())
+    }
+    async fn swap_sign_in(
+        &self,
+        state: &str,
+        expected: Option<&str>,
+        new: Option<&str>,
+    ) -> Result<bool, OAuthError> {
+        let mut sign_ins = self
+            .sign_ins
+            .lock()
+            .map_err(|_| OAuthError::Store("poisoned lock".into()))?;
+        if sign_ins.get(state).map(String::as_str) != expected {
+            return Ok(false);
+        }
+        match new {
+            Some(text) => sign_ins.insert(state.to_owned(), text.to_owned()),
+            None => sign_ins.remove(state),
+        };
+        Ok(true)
+    }
 }
 
 /// The state slot a [`SessionCredentialStore`] keeps one credential in.
 const SLOT: &str = "mcp-bridge.oauth.credential";
+/// The state slot a [`SessionCredentialStore`] keeps one waiting sign-in in.
+const SIGN_IN_SLOT: &str = "mcp-bridge.oauth.sign-in";
 
 /// A [`CredentialStore`] in a [`SessionStore`]: every worker that shares the store (a
 /// `PostgresStore` on one database, say) shares the tokens, and the store's compare-and-set of
@@ -129,6 +169,9 @@ const SLOT: &str = "mcp-bridge.oauth.credential";
 /// are: protect the database as you would any token store. A store that trims old sessions
 /// (the panel's `max_sessions` on a store of its own) could drop a credential, and the person
 /// would sign in again: give the panel a shared store, or the credentials a store of their own.
+/// A sign-in waiting for the person's browser is one session too, `mcp-oauth-sign-in-` and a
+/// SHA-256 of its OAuth `state`, slot `mcp-bridge.oauth.sign-in`, until the worker that asked
+/// sees it end; its PKCE verifier is taken out when a callback claims it.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -172,13 +215,22 @@ impl SessionCredentialStore {
         Self { sessions }
     }
 
+    /// The session that holds the sign-in waiting under `state`.
+    fn sign_in_session(state: &str) -> String {
+        crate::slot::hashed_session_id("mcp-oauth-sign-in-", &[state])
+    }
+
     /// The session that holds `key`'s record.
     fn session_of(key: &CredentialKey) -> String {
         crate::slot::hashed_session_id("mcp-oauth-", &[&key.principal, &key.server])
     }
 
     async fn slot(&self, session: &str) -> Result<Option<String>, OAuthError> {
-        crate::slot::read(self.sessions.as_ref(), session, SLOT)
+        self.slot_of(session, SLOT).await
+    }
+
+    async fn slot_of(&self, session: &str, slot: &str) -> Result<Option<String>, OAuthError> {
+        crate::slot::read(self.sessions.as_ref(), session, slot)
             .await
             .map_err(|e| OAuthError::Store(e.to_string()))
     }
@@ -238,6 +290,45 @@ impl CredentialStore for SessionCredentialStore {
         )
         .await
         .map_err(|e| OAuthError::Store(e.to_string()))
+    }
+
+    async fn load_sign_in(&self, state: &str) -> Result<Option<String>, OAuthError> {
+        self.slot_of(&Self::sign_in_session(state), SIGN_IN_SLOT)
+            .await
+    }
+
+    async fn swap_sign_in(
+        &self,
+        state: &str,
+        expected: Option<&str>,
+        new: Option<&str>,
+    ) -> Result<bool, OAuthError> {
+        let session = Self::sign_in_session(state);
+        let store = |e: toolwright_context_engine::StoreError| OAuthError::Store(e.to_string());
+        match new {
+            Some(new) => crate::slot::swap(
+                self.sessions.as_ref(),
+                &session,
+                SIGN_IN_SLOT,
+                expected,
+                new,
+            )
+            .await
+            .map_err(store),
+            // Only an ended sign-in is forgotten, by the worker that waited for it: read,
+            // compare, delete its session.
+            None => {
+                if self.slot_of(&session, SIGN_IN_SLOT).await?.as_deref() != expected {
+                    return Ok(false);
+                }
+                match self.sessions.delete(&session).await {
+                    Ok(()) | Err(toolwright_context_engine::StoreError::NotFound { .. }) => {
+                        Ok(true)
+                    }
+                    Err(e) => Err(store(e)),
+                }
+            }
+        }
     }
 }
 
