@@ -813,9 +813,40 @@
       chosenEl.append(x);
     }
     chosenEl.hidden = chosen.length === 0;
-    for (const b of document.querySelectorAll('#resources button')) {
+    for (const b of document.querySelectorAll('#resources button[data-uri]')) {
       b.classList.toggle('chosen', chosen.some(c => c.service === b.dataset.service && c.uri === b.dataset.uri));
     }
+  }
+  // Watching a resource: the person's own subscription (POST /api/mcp/watch), kept by the
+  // server across reloads; a watched resource that changes is marked "changed". The switch
+  // shows what the server answered.
+  let watched = new Set();
+  function watchButton(service, uri, label) {
+    const key = service + ' ' + uri;
+    const w = el('button', 'watch');
+    w.type = 'button';
+    w.dataset.watchService = service; w.dataset.watchUri = uri;
+    function draw() {
+      const on = watched.has(key);
+      w.textContent = on ? 'Watching' : 'Watch';
+      w.setAttribute('aria-pressed', String(on));
+      w.title = (on ? 'Stop watching ' : 'Watch for changes to ') + label;
+    }
+    draw();
+    w.addEventListener('click', async () => {
+      w.disabled = true;
+      try {
+        const j = await postJson('/api/mcp/watch', { service: service, uri: uri, watch: !watched.has(key) });
+        watched = new Set((j.watched || []).map(x => x.service + ' ' + x.uri));
+      } catch (err) {
+        localError('Not changed: ' + err.message);
+      } finally {
+        w.disabled = false;
+        for (const b of document.querySelectorAll('#resources button.watch')) b.dispatchEvent(new Event('redraw'));
+      }
+    });
+    w.addEventListener('redraw', draw);
+    return w;
   }
   function offerButton(title, service, detail) {
     const b = el('button', null, title);
@@ -957,6 +988,7 @@
     const rl = document.getElementById('resources');
     const pl = document.getElementById('prompts');
     rl.textContent = ''; pl.textContent = '';
+    watched = new Set((j.watched || []).map(w => w.service + ' ' + w.uri));
     for (const r of j.resources || []) {
       const label = r.title || r.name || r.uri;
       const [li, b] = offerButton(label, r.service, r.mimeType);
@@ -971,6 +1003,7 @@
         } else chosen.push({ service: r.service, uri: r.uri, label: label });
         drawChosen();
       });
+      li.append(watchButton(r.service, r.uri, label));
       rl.append(li);
     }
     const tl = document.getElementById('templates');
@@ -1007,7 +1040,7 @@
   let listAgain = false;
   const updated = new Set();
   function markUpdated() {
-    for (const b of document.querySelectorAll('#resources button')) {
+    for (const b of document.querySelectorAll('#resources button[data-uri]')) {
       const u = updated.has(b.dataset.service + ' ' + b.dataset.uri);
       b.classList.toggle('updated', u);
       if (u) b.dataset.updated = '1'; else delete b.dataset.updated;

@@ -907,3 +907,187 @@ async fn a_storm_of_list_changes_is_at_most_one_event_a_second_to_each_page() {
     );
     bridge.stop("everything").await.unwrap();
 }
+
+/// The person watches a resource from the side list: the server then says when it changes and
+/// the page marks it, the watch shows again after a reload, and the person's unwatch leaves
+/// the application's own subscription to the same resource with the server.
+#[tokio::test]
+async fn a_person_watches_a_resource_sees_it_change_and_their_unwatch_leaves_the_applications() {
+    use toolwright_mcp_bridge::{McpNotice, Subscriber};
+    let _one = BROWSER_LOCK.lock().await;
+    let bridge = everything().await;
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        common::picture_responder,
+        |b| b,
+    )
+    .await;
+    fx.chat.offer_mcp(&bridge);
+    let person = Subscriber::Person("local".into()); // the principal of a panel without sign-in
+    let doc = "demo://resource/static/document/features.md";
+    let watch = format!("#resources button.watch[data-watch-uri={doc:?}]");
+    let b = Browser::start().await;
+    b.open(&fx).await;
+    b.wait_until("the offers list", "document.body.dataset.offers === '1'")
+        .await;
+    assert_eq!(
+        b.js(&format!(
+            "return document.querySelector('{watch}').getAttribute('aria-pressed');"
+        ))
+        .await,
+        json!("false")
+    );
+    b.click(&watch).await;
+    b.wait_until(
+        "the watch switched on",
+        &format!("document.querySelector('{watch}').getAttribute('aria-pressed') === 'true'"),
+    )
+    .await;
+    assert_eq!(
+        bridge.subscriptions_of(&person),
+        vec![("everything".to_owned(), doc.to_owned())]
+    );
+
+    // the server says the watched resource changed (every 5 s once asked to), the page marks it
+    bridge
+        .call("everything__toggle-subscriber-updates", json!({}))
+        .await
+        .unwrap();
+    b.wait_until(
+        "the watched resource marked changed",
+        &format!(
+            "document.querySelector('#resources button[data-uri={doc:?}]').dataset.updated === '1'"
+        ),
+    )
+    .await;
+
+    // after a reload the page still shows it watched
+    b.open(&fx).await;
+    b.wait_until(
+        "the offers list again",
+        "document.body.dataset.offers === '1'",
+    )
+    .await;
+    b.wait_until(
+        "the watch shown after a reload",
+        &format!("document.querySelector('{watch}').getAttribute('aria-pressed') === 'true'"),
+    )
+    .await;
+
+    // the application holds the same resource; the person stops watching
+    bridge.subscribe("everything", doc).await.unwrap();
+    let mut rx = bridge.notices();
+    b.click(&watch).await;
+    b.wait_until(
+        "the watch switched off",
+        &format!("document.querySelector('{watch}').getAttribute('aria-pressed') === 'false'"),
+    )
+    .await;
+    assert!(bridge.subscriptions_of(&person).is_empty());
+    // the server was not told to unsubscribe: its next update comes before any unsubscribe log
+    let seen = tokio::time::timeout(Duration::from_secs(12), async {
+        loop {
+            match rx.recv().await.unwrap() {
+                n @ McpNotice::ResourceUpdated { .. } => return n,
+                n @ McpNotice::Log { .. } if format!("{n:?}").contains("Unsubscribe") => return n,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("no update or unsubscribe within 12 s");
+    assert!(
+        matches!(&seen, McpNotice::ResourceUpdated { uri, .. } if uri == doc),
+        "the person's unwatch ended the application's subscription: {seen:?}"
+    );
+    b.close().await;
+    bridge.stop("everything").await.unwrap();
+}
+
+/// `POST /api/mcp/watch` over HTTP: the person's watches are listed in `GET /api/mcp`,
+/// bounded per person with a sentence saying what to do, and bad input is refused.
+#[tokio::test]
+async fn a_persons_watches_are_listed_bounded_and_checked() {
+    let bridge = everything().await;
+    let fx = common::start_with_agent(
+        toolwright_chat_panel::PanelConfig::default(),
+        common::picture_responder,
+        |b| b,
+    )
+    .await;
+    fx.chat.offer_mcp(&bridge);
+    let client = reqwest::Client::new();
+    let watch = |uri: String, on: bool| {
+        client
+            .post(format!("{}api/mcp/watch", fx.url()))
+            .json(&json!({"service": "everything", "uri": uri, "watch": on}))
+            .send()
+    };
+    let most = toolwright_mcp_bridge::MAX_PERSON_SUBSCRIPTIONS;
+    for i in 0..most {
+        let r = watch(format!("demo://resource/dynamic/text/{i}"), true)
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let j: Value = r.json().await.unwrap();
+        assert_eq!(j["watched"].as_array().unwrap().len(), i + 1);
+    }
+    let r = watch("demo://resource/dynamic/text/more".into(), true)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let j: Value = r.json().await.unwrap();
+    assert!(
+        j["error"]
+            .as_str()
+            .unwrap()
+            .contains("stop watching one first"),
+        "{j}"
+    );
+    // unwatching makes room
+    let r = watch("demo://resource/dynamic/text/0".into(), false)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = watch("demo://resource/dynamic/text/more".into(), true)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let listed: Value = client
+        .get(format!("{}api/mcp", fx.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let watched = listed["watched"].as_array().unwrap();
+    assert_eq!(watched.len(), most);
+    assert!(
+        watched.contains(
+            &json!({"service": "everything", "uri": "demo://resource/dynamic/text/more"})
+        )
+    );
+    assert!(
+        !watched
+            .contains(&json!({"service": "everything", "uri": "demo://resource/dynamic/text/0"}))
+    );
+    // bad input
+    assert_eq!(watch(String::new(), true).await.unwrap().status(), 400);
+    assert_eq!(watch("x".repeat(5000), true).await.unwrap().status(), 400);
+    let r = client
+        .post(format!("{}api/mcp/watch", fx.url()))
+        .json(&json!({"service": "nobody", "uri": "a://b", "watch": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = client
+        .post(format!("{}api/mcp/watch", fx.url()))
+        .json(&json!({"service": "everything", "uri": "a://b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    bridge.stop("everything").await.unwrap();
+}

@@ -53,6 +53,28 @@ pub enum BridgeError {
         /// Why.
         reason: String,
     },
+    /// The service already holds [`MAX_SUBSCRIPTIONS`](crate::MAX_SUBSCRIPTIONS) resource
+    /// subscriptions; a new one needs an old one ended first.
+    #[error(
+        "MCP service {service} already holds {most} resource subscriptions, the most it may; unsubscribe from one first"
+    )]
+    ServiceSubscriptionsFull {
+        /// The service.
+        service: String,
+        /// The bound.
+        most: usize,
+    },
+    /// The person already holds [`MAX_PERSON_SUBSCRIPTIONS`](crate::MAX_PERSON_SUBSCRIPTIONS)
+    /// resource subscriptions; a new one needs an old one ended first.
+    #[error(
+        "{principal} already watches {most} resources, the most one person may; stop watching one first"
+    )]
+    PersonSubscriptionsFull {
+        /// The person's principal.
+        principal: String,
+        /// The bound.
+        most: usize,
+    },
     /// Reading or writing the config file failed.
     #[error("config file: {0}")]
     Io(String),

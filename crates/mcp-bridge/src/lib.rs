@@ -67,6 +67,7 @@ mod registry;
 mod sampling;
 mod search;
 mod slot;
+mod subscriptions;
 mod sync;
 #[cfg(feature = "http")]
 mod tls;
@@ -86,7 +87,7 @@ pub use intent::{
     Intent, IntentChain, IntentRecognizer, KeywordRecognizer, McpIntent, McpRecognizer, McpTrigger,
 };
 pub use learning::LearnFromUse;
-pub use notices::{MAX_NOTICE_TEXT, MAX_SUBSCRIPTIONS, McpNotice, NOTICE_BUFFER};
+pub use notices::{MAX_NOTICE_TEXT, McpNotice, NOTICE_BUFFER};
 pub use offers::{
     CompletionOf, MAX_LISTED, MAX_PAGES, McpPrompt, McpPromptArgument, McpResource,
     McpResourceTemplate,
@@ -98,6 +99,7 @@ pub use sampling::Sampling;
 pub use search::{
     SEARCH_TOOL, SearchJudge, SearchResult, SemanticSearch, ToolSearchConfig, tool_doc,
 };
+pub use subscriptions::{MAX_PERSON_SUBSCRIPTIONS, MAX_SUBSCRIPTIONS, Subscriber};
 // For this crate's benchmarks (what a turn's MCP section and the describe tool cost in
 // tokens); not part of the API.
 #[doc(hidden)]

@@ -7,14 +7,14 @@
 //! Bounded against a server that floods: the channel keeps the newest [`NOTICE_BUFFER`]
 //! notices (a slow reader is told how many it missed, never blocks the server), a log
 //! message's data is cut at [`MAX_NOTICE_TEXT`] bytes, progress for a token the bridge did not
-//! hand out (or for a call already answered) is dropped, and one service holds at most
-//! [`MAX_SUBSCRIPTIONS`] resource subscriptions.
+//! hand out (or for a call already answered) is dropped, and resource subscriptions are
+//! bounded per service and per person ([`crate::subscriptions`]).
 
 // Logging is deprecated from the 2026-07-28 revision on (SEP-2577); servers of the revisions
 // before it still send log messages, and they are shown.
 #![allow(deprecated)]
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,12 +28,12 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 use tracing::Span;
 
+use crate::subscriptions::Subscriptions;
+
 /// How many notices the channel keeps for a reader that has not read them yet.
 pub const NOTICE_BUFFER: usize = 1024;
 /// Longest log text a notice carries, in bytes (cut at a character boundary, marked `…`).
 pub const MAX_NOTICE_TEXT: usize = 4096;
-/// Most resource subscriptions one service holds at once.
-pub const MAX_SUBSCRIPTIONS: usize = 100;
 
 /// Something a server said between answers ([`McpBridge::notices`](crate::McpBridge::notices)).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -90,8 +90,12 @@ pub(crate) struct Notices {
     next_token: AtomicU64,
     /// Progress token → the call it belongs to.
     calls: Mutex<HashMap<String, Arc<CallProgress>>>,
-    /// Service → the URIs subscribed to (kept across restarts: subscribed again on start).
-    pub(crate) subscribed: Mutex<BTreeMap<String, BTreeSet<String>>>,
+    /// Who holds which resource subscription (kept across restarts: subscribed again on
+    /// start).
+    pub(crate) subscribed: Mutex<Subscriptions>,
+    /// Taken while a subscription changes hands and the server is told, so the server's
+    /// subscribe and unsubscribe go out in the order the holders came and went.
+    pub(crate) subscribing: tokio::sync::Mutex<()>,
 }
 
 /// A call in flight that asked for progress.
@@ -131,7 +135,8 @@ impl Notices {
             tx: broadcast::channel(NOTICE_BUFFER).0,
             next_token: AtomicU64::new(1),
             calls: Mutex::new(HashMap::new()),
-            subscribed: Mutex::new(BTreeMap::new()),
+            subscribed: Mutex::new(Subscriptions::default()),
+            subscribing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -163,15 +168,12 @@ impl Notices {
 
     /// The URIs `service` is subscribed to.
     pub(crate) fn subscriptions_of(&self, service: &str) -> Vec<String> {
-        crate::sync::lock(&self.subscribed)
-            .get(service)
-            .map(|uris| uris.iter().cloned().collect())
-            .unwrap_or_default()
+        crate::sync::lock(&self.subscribed).uris(service)
     }
 
     /// Forgets every subscription of `service`.
     pub(crate) fn forget_all(&self, service: &str) {
-        crate::sync::lock(&self.subscribed).remove(service);
+        crate::sync::lock(&self.subscribed).forget_service(service);
     }
 
     /// A receiver of every notice sent from now on.
@@ -182,9 +184,7 @@ impl Notices {
     /// `notifications/resources/updated` from `service`: passed on only for a resource the
     /// service is subscribed to (a server cannot fill the channel with URIs nobody asked for).
     pub(crate) fn resource_updated(&self, service: &str, uri: String) {
-        let wanted = crate::sync::lock(&self.subscribed)
-            .get(service)
-            .is_some_and(|uris| uris.contains(&uri));
+        let wanted = crate::sync::lock(&self.subscribed).wanted(service, &uri);
         if !wanted {
             tracing::debug!(
                 service,

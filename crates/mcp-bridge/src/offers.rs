@@ -26,8 +26,9 @@ use toolwright_core::{Message, Part};
 use crate::bridge::McpBridge;
 use crate::connection::Connection;
 use crate::error::BridgeError;
-use crate::notices::{MAX_SUBSCRIPTIONS, McpNotice};
+use crate::notices::McpNotice;
 use crate::registry::ServiceStatus;
+use crate::subscriptions::Subscriber;
 use crate::sync::lock;
 
 /// Most entries one list keeps.
@@ -283,45 +284,71 @@ impl McpBridge {
         Ok(values)
     }
 
-    /// Asks `service` to say when the resource `uri` changes (`resources/subscribe`): each
-    /// change is then an [`McpNotice::ResourceUpdated`] on [`McpBridge::notices`]. The
-    /// subscription outlives a restart of the server (it is made again when the service
-    /// starts). At most [`MAX_SUBSCRIPTIONS`] per service; subscribing twice is one
-    /// subscription.
+    /// The application's own subscription to the resource `uri` of `service`: the same as
+    /// [`subscribe_as`](Self::subscribe_as) with [`Subscriber::Application`].
+    pub async fn subscribe(&self, service: &str, uri: &str) -> Result<(), BridgeError> {
+        self.subscribe_as(&Subscriber::Application, service, uri)
+            .await
+    }
+
+    /// Ends the application's own subscription to `uri`: the same as
+    /// [`unsubscribe_as`](Self::unsubscribe_as) with [`Subscriber::Application`].
+    pub async fn unsubscribe(&self, service: &str, uri: &str) -> Result<(), BridgeError> {
+        self.unsubscribe_as(&Subscriber::Application, service, uri)
+            .await
+    }
+
+    /// `who` subscribes to the resource `uri` of `service`: each change is then an
+    /// [`McpNotice::ResourceUpdated`] on [`McpBridge::notices`]. Each subscriber holds its own
+    /// subscription; the server is sent `resources/subscribe` when the first one comes, and
+    /// `resources/unsubscribe` only when the last one lets go
+    /// ([`unsubscribe_as`](Self::unsubscribe_as)), so a person who stops watching does not end
+    /// the application's subscription. Subscribing twice is one subscription. Subscriptions
+    /// outlive a restart of the server (they are made again when the service starts).
+    ///
+    /// Bounded: a service holds at most [`MAX_SUBSCRIPTIONS`](crate::MAX_SUBSCRIPTIONS) resources
+    /// ([`BridgeError::ServiceSubscriptionsFull`]), a person at most
+    /// [`MAX_PERSON_SUBSCRIPTIONS`](crate::MAX_PERSON_SUBSCRIPTIONS)
+    /// ([`BridgeError::PersonSubscriptionsFull`]).
     ///
     /// Servers on the session revisions (up to 2025-11-25) that offer subscriptions; on a
     /// 2026-07-28 connection this is `NotOffered` (that revision subscribes through a listen
     /// stream, which the bridge does not open).
-    pub async fn subscribe(&self, service: &str, uri: &str) -> Result<(), BridgeError> {
+    pub async fn subscribe_as(
+        &self,
+        who: &Subscriber,
+        service: &str,
+        uri: &str,
+    ) -> Result<(), BridgeError> {
         let (c, timeout) = self.offering(service, Feature::Subscriptions).await?;
-        {
-            let mut subscribed = lock(&self.inner.notices.subscribed);
-            let uris = subscribed.entry(service.to_owned()).or_default();
-            if !uris.contains(uri) && uris.len() >= MAX_SUBSCRIPTIONS {
-                return Err(BridgeError::Request {
-                    service: service.to_owned(),
-                    method: "resources/subscribe",
-                    reason: format!(
-                        "a service holds at most {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe from one first"
-                    ),
-                });
-            }
-            uris.insert(uri.to_owned());
+        let notices = &self.inner.notices;
+        let _turn = notices.subscribing.lock().await;
+        if !lock(&notices.subscribed).hold(who, service, uri)? {
+            return Ok(()); // the server is subscribed already
         }
         #[allow(deprecated)] // the session revisions' way, which these servers speak
         let asked = c.peer.subscribe(SubscribeRequestParams::new(uri));
         let answered = within(service, "resources/subscribe", timeout, asked).await;
         if answered.is_err() {
-            self.forget_subscription(service, uri);
+            lock(&notices.subscribed).let_go(who, service, uri);
         }
         answered
     }
 
-    /// Ends the subscription to `uri` (`resources/unsubscribe`): no more notices for it, even
-    /// if the server goes on sending them.
-    pub async fn unsubscribe(&self, service: &str, uri: &str) -> Result<(), BridgeError> {
-        if !self.forget_subscription(service, uri) {
-            return Ok(());
+    /// `who` lets go of its subscription to `uri`; the server is told
+    /// (`resources/unsubscribe`) when nobody else holds it, and from then on no notice for it
+    /// is passed on, even if the server goes on sending them. Letting go of what `who` does
+    /// not hold does nothing.
+    pub async fn unsubscribe_as(
+        &self,
+        who: &Subscriber,
+        service: &str,
+        uri: &str,
+    ) -> Result<(), BridgeError> {
+        let notices = &self.inner.notices;
+        let _turn = notices.subscribing.lock().await;
+        if !lock(&notices.subscribed).let_go(who, service, uri) {
+            return Ok(()); // others still hold it, or `who` did not
         }
         let Some((c, timeout)) = self.connection_of(service) else {
             return Ok(()); // not running: nothing to tell, and it will not be made again
@@ -331,17 +358,10 @@ impl McpBridge {
         within(service, "resources/unsubscribe", timeout, asked).await
     }
 
-    /// Removes `uri` from `service`'s subscriptions; whether it was there.
-    fn forget_subscription(&self, service: &str, uri: &str) -> bool {
-        let mut subscribed = lock(&self.inner.notices.subscribed);
-        let Some(uris) = subscribed.get_mut(service) else {
-            return false;
-        };
-        let was = uris.remove(uri);
-        if uris.is_empty() {
-            subscribed.remove(service);
-        }
-        was
+    /// `(service, uri)` of every resource subscription `who` holds, in order (for a page to
+    /// show which resources a person watches).
+    pub fn subscriptions_of(&self, who: &Subscriber) -> Vec<(String, String)> {
+        lock(&self.inner.notices.subscribed).held_by(who)
     }
 
     /// What servers say between answers, from now on: progress of running calls, log

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::broadcast::Receiver;
-use toolwright_mcp_bridge::{McpBridge, McpNotice};
+use toolwright_mcp_bridge::{McpBridge, McpNotice, Subscriber};
 
 async fn everything() -> McpBridge {
     common::init_tracing();
@@ -194,5 +194,65 @@ async fn subscriptions_are_bounded_per_service() {
         .subscribe("everything", "demo://resource/dynamic/text/one-too-many")
         .await
         .unwrap();
+    bridge.stop("everything").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_persons_watch_makes_the_server_send_updates_and_their_unwatch_leaves_the_applications() {
+    let bridge = everything().await;
+    let uri = "demo://resource/static/document/architecture.md";
+    let ann = Subscriber::Person("ann".into());
+    let mut rx = bridge.notices();
+    bridge.subscribe_as(&ann, "everything", uri).await.unwrap();
+    next_where(&mut rx, "the server's log of the person's subscribe", |n| {
+        matches!(n, McpNotice::Log { text, .. } if text.contains("Subscribe") && text.contains(uri))
+    })
+    .await;
+    bridge
+        .call("everything__toggle-subscriber-updates", json!({}))
+        .await
+        .unwrap();
+    next_where(
+        &mut rx,
+        "resource update for the person",
+        |n| matches!(n, McpNotice::ResourceUpdated { uri: u, .. } if u == uri),
+    )
+    .await;
+    assert_eq!(
+        bridge.subscriptions_of(&ann),
+        vec![("everything".to_owned(), uri.to_owned())]
+    );
+
+    // The application holds the same resource; the person stops watching.
+    bridge.subscribe("everything", uri).await.unwrap();
+    bridge
+        .unsubscribe_as(&ann, "everything", uri)
+        .await
+        .unwrap();
+    assert!(bridge.subscriptions_of(&ann).is_empty());
+    assert_eq!(
+        bridge.subscriptions_of(&Subscriber::Application),
+        vec![("everything".to_owned(), uri.to_owned())]
+    );
+    // The server was not told to unsubscribe: it goes on sending updates (every 5 s), and no
+    // unsubscribe shows in its log before the next one.
+    let seen = next_where(&mut rx, "an update after the person's unwatch", |n| {
+        matches!(n, McpNotice::ResourceUpdated { uri: u, .. } if u == uri)
+            || matches!(n, McpNotice::Log { text, .. } if text.contains("Unsubscribe"))
+    })
+    .await;
+    assert!(
+        matches!(seen, McpNotice::ResourceUpdated { .. }),
+        "the person's unwatch ended the application's subscription: {seen:?}"
+    );
+
+    // The application, the last holder, lets go: now the server is told.
+    bridge.unsubscribe("everything", uri).await.unwrap();
+    next_where(
+        &mut rx,
+        "the server's log of the last holder's unsubscribe",
+        |n| matches!(n, McpNotice::Log { text, .. } if text.contains("Unsubscribe") && text.contains(uri)),
+    )
+    .await;
     bridge.stop("everything").await.unwrap();
 }

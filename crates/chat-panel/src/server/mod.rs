@@ -334,13 +334,18 @@ impl ChatPanel {
     /// "arguments"}` → `{"text"}`), `POST /api/mcp/complete` (`{"service", "prompt" |
     /// "uriTemplate", "argument", "value"}` → `{"values"}`), `POST /api/mcp/template`
     /// (`{"service", "uriTemplate", "arguments"}` → `{"uri", "preview"}`: a resource template
-    /// filled in, read and checked as a message would carry it), and a message's
+    /// filled in, read and checked as a message would carry it), `POST /api/mcp/watch`
+    /// (`{"service", "uri", "watch"}` → `{"watched"}`: the signed-in person watches a resource
+    /// or stops, their own subscription, at most
+    /// [`MAX_PERSON_SUBSCRIPTIONS`](toolwright_mcp_bridge::MAX_PERSON_SUBSCRIPTIONS) each; `GET
+    /// /api/mcp` says what they watch in `"watched"`), and a message's
     /// `"resources": [{"service", "uri"}]`.
     ///
     /// The list is live: `GET /api/mcp/events` is an SSE stream of `changed` events
     /// (`{"generation", "lists": [{"service", "list"}], "updated": [{"service", "uri"}],
-    /// "missed"}`) sent when a server says a list changed or a subscribed resource
-    /// ([`McpBridge::subscribe`](toolwright_mcp_bridge::McpBridge::subscribe)) changed — at most
+    /// "missed"}`) sent when a server says a list changed or a subscribed resource (watched by a
+    /// person, or [`McpBridge::subscribe`](toolwright_mcp_bridge::McpBridge::subscribe)d by the
+    /// application) changed — at most
     /// one a second, whatever the servers send; the page lists again without a reload.
     ///
     /// Without this call they answer `404` and the page shows no list. One bridge per panel: a
@@ -379,6 +384,7 @@ impl ChatPanel {
                 "/api/mcp/template",
                 axum::routing::post(offers::post_template),
             )
+            .route("/api/mcp/watch", axum::routing::post(offers::post_watch))
             .route(
                 "/api/mcp/learning",
                 axum::routing::post(offers::post_learning),

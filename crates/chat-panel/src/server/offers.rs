@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolwright_core::{Message, Part};
-use toolwright_mcp_bridge::{BridgeError, CompletionOf, McpBridge};
+use toolwright_mcp_bridge::{BridgeError, CompletionOf, McpBridge, Subscriber};
 
 use super::guard::read_json_body_within;
 use super::{App, error};
@@ -52,6 +52,8 @@ fn failed(e: &BridgeError, what: &str) -> Response {
     let status = match e {
         BridgeError::NotOffered { .. } | BridgeError::UnknownService(_) => StatusCode::NOT_FOUND,
         BridgeError::Request { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        BridgeError::ServiceSubscriptionsFull { .. }
+        | BridgeError::PersonSubscriptionsFull { .. } => StatusCode::CONFLICT,
         _ => StatusCode::BAD_GATEWAY,
     };
     error(status, format!("{what} failed: {e}"))
@@ -91,7 +93,74 @@ pub(super) async fn get_offers(
         }
     };
     offers["learning"] = learning;
+    offers["watched"] = watched_by(bridge, &who);
     axum::Json(offers).into_response()
+}
+
+/// The resources `who` watches, `[{"service", "uri"}]`.
+fn watched_by(bridge: &McpBridge, who: &Principal) -> Value {
+    let held = bridge.subscriptions_of(&Subscriber::Person(who.id().to_owned()));
+    held.into_iter()
+        .map(|(service, uri)| json!({"service": service, "uri": uri}))
+        .collect()
+}
+
+/// The longest resource URI a person may watch, in bytes.
+const MAX_WATCH_URI: usize = 2048;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WatchRequest {
+    service: String,
+    uri: String,
+    watch: bool,
+}
+
+/// `POST /api/mcp/watch` with `{"service", "uri", "watch": true|false}`: the signed-in person
+/// starts or stops watching a resource (their own subscription,
+/// `McpBridge::subscribe_as` with `Subscriber::Person`; the server is told to unsubscribe only
+/// when nobody else, the application included, still holds it). Answers `{"watched": [{"service",
+/// "uri"}]}`, everything the person watches now. Refused with a sentence the page shows: `409`
+/// past the person's or the server's bound (stop watching one first), `404` a service that
+/// offers no subscriptions, `400` an empty or over-long URI.
+pub(super) async fn post_watch(
+    State(app): State<Arc<App>>,
+    axum::Extension(who): axum::Extension<Principal>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let bridge = match bridge(&app) {
+        Ok(b) => b.clone(),
+        Err(r) => return r,
+    };
+    let req: WatchRequest = match body_as(
+        &app,
+        &headers,
+        body,
+        "{\"service\": string, \"uri\": string, \"watch\": bool}",
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    if req.uri.is_empty() || req.uri.len() > MAX_WATCH_URI {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("a resource URI is 1 to {MAX_WATCH_URI} bytes long"),
+        );
+    }
+    let person = Subscriber::Person(who.id().to_owned());
+    let done = if req.watch {
+        bridge.subscribe_as(&person, &req.service, &req.uri).await
+    } else {
+        bridge.unsubscribe_as(&person, &req.service, &req.uri).await
+    };
+    match done {
+        Ok(()) => axum::Json(json!({"watched": watched_by(&bridge, &who)})).into_response(),
+        Err(e) if req.watch => failed(&e, "watching the resource"),
+        Err(e) => failed(&e, "ending the watch"),
+    }
 }
 
 /// What the servers offer: listed again after a change or after [`MIN_GAP`](super::live::MIN_GAP),
