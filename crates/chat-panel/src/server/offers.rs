@@ -129,11 +129,7 @@ pub(super) async fn post_watch(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let bridge = match bridge(&app) {
-        Ok(b) => b.clone(),
-        Err(r) => return r,
-    };
-    let req: WatchRequest = match body_as(
+    let (bridge, req) = match bridge_and_body::<WatchRequest>(
         &app,
         &headers,
         body,
@@ -141,7 +137,7 @@ pub(super) async fn post_watch(
     )
     .await
     {
-        Ok(r) => r,
+        Ok(both) => both,
         Err(r) => return r,
     };
     if req.uri.is_empty() || req.uri.len() > MAX_WATCH_URI {
@@ -249,14 +245,12 @@ pub(super) async fn post_learning(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let bridge = match bridge(&app) {
-        Ok(b) => b.clone(),
-        Err(r) => return r,
-    };
-    let asked: ConsentRequest = match body_as(&app, &headers, body, "{\"consents\": bool}").await {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
+    let (bridge, asked) =
+        match bridge_and_body::<ConsentRequest>(&app, &headers, body, "{\"consents\": bool}").await
+        {
+            Ok(both) => both,
+            Err(r) => return r,
+        };
     match bridge.learning_consent(who.id()).await {
         Ok(Some(_)) => {}
         Ok(None) => {
@@ -275,21 +269,43 @@ pub(super) async fn post_learning(
     }
 }
 
-/// A JSON body of at most [`MAX_BODY`] bytes, as `T`.
+/// `413` when a prompt's or template's `arguments` are more than [`MAX_ARGUMENTS`] or one is
+/// longer than [`MAX_ARGUMENT_CHARS`] characters.
+fn too_many_or_too_long(
+    arguments: &BTreeMap<String, String>,
+    what: &str,
+    noun: &str,
+) -> Option<Response> {
+    let too_long = |v: &String| v.chars().count() > MAX_ARGUMENT_CHARS;
+    (arguments.len() > MAX_ARGUMENTS || arguments.values().any(too_long)).then(|| {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "a {what} takes at most {MAX_ARGUMENTS} {noun} of at most {MAX_ARGUMENT_CHARS} characters each"
+            ),
+        )
+    })
+}
+
+/// The panel's bridge and the request's JSON body (at most [`MAX_BODY`] bytes) as a `T`;
+/// else the refusal to answer with: `404` when the panel offers no bridge, `400` a body not of
+/// the `expected` shape.
 #[allow(clippy::result_large_err)]
-async fn body_as<T: serde::de::DeserializeOwned>(
+async fn bridge_and_body<T: serde::de::DeserializeOwned>(
     app: &App,
     headers: &HeaderMap,
     body: Body,
     expected: &str,
-) -> Result<T, Response> {
+) -> Result<(McpBridge, T), Response> {
+    let bridge = bridge(app)?.clone();
     let bytes = read_json_body_within(app, headers, body, MAX_BODY).await?;
-    serde_json::from_slice(&bytes).map_err(|e| {
+    let req = serde_json::from_slice(&bytes).map_err(|e| {
         error(
             StatusCode::BAD_REQUEST,
             format!("malformed request: expected {expected}: {e}"),
         )
-    })
+    })?;
+    Ok((bridge, req))
 }
 
 #[derive(Deserialize)]
@@ -311,11 +327,7 @@ pub(super) async fn post_prompt(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let bridge = match bridge(&app) {
-        Ok(b) => b.clone(),
-        Err(r) => return r,
-    };
-    let req: PromptRequest = match body_as(
+    let (bridge, req) = match bridge_and_body::<PromptRequest>(
         &app,
         &headers,
         body,
@@ -323,21 +335,11 @@ pub(super) async fn post_prompt(
     )
     .await
     {
-        Ok(r) => r,
+        Ok(both) => both,
         Err(r) => return r,
     };
-    if req.arguments.len() > MAX_ARGUMENTS
-        || req
-            .arguments
-            .values()
-            .any(|v| v.chars().count() > MAX_ARGUMENT_CHARS)
-    {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "a prompt takes at most {MAX_ARGUMENTS} arguments of at most {MAX_ARGUMENT_CHARS} characters each"
-            ),
-        );
+    if let Some(refused) = too_many_or_too_long(&req.arguments, "prompt", "arguments") {
+        return refused;
     }
     let messages = match bridge
         .get_prompt(&req.service, &req.name, &req.arguments)
@@ -407,11 +409,7 @@ pub(super) async fn post_complete(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let bridge = match bridge(&app) {
-        Ok(b) => b.clone(),
-        Err(r) => return r,
-    };
-    let req: CompleteRequest = match body_as(
+    let (bridge, req) = match bridge_and_body::<CompleteRequest>(
         &app,
         &headers,
         body,
@@ -419,7 +417,7 @@ pub(super) async fn post_complete(
     )
     .await
     {
-        Ok(r) => r,
+        Ok(both) => both,
         Err(r) => return r,
     };
     if req.value.chars().count() > MAX_ARGUMENT_CHARS {
@@ -479,11 +477,7 @@ pub(super) async fn post_template(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let bridge = match bridge(&app) {
-        Ok(b) => b.clone(),
-        Err(r) => return r,
-    };
-    let req: TemplateRequest = match body_as(
+    let (bridge, req) = match bridge_and_body::<TemplateRequest>(
         &app,
         &headers,
         body,
@@ -491,21 +485,11 @@ pub(super) async fn post_template(
     )
     .await
     {
-        Ok(r) => r,
+        Ok(both) => both,
         Err(r) => return r,
     };
-    if req.arguments.len() > MAX_ARGUMENTS
-        || req
-            .arguments
-            .values()
-            .any(|v| v.chars().count() > MAX_ARGUMENT_CHARS)
-    {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "a template takes at most {MAX_ARGUMENTS} values of at most {MAX_ARGUMENT_CHARS} characters each"
-            ),
-        );
+    if let Some(refused) = too_many_or_too_long(&req.arguments, "template", "values") {
+        return refused;
     }
     let offered = listing(&app, &bridge).await;
     let known = offered["templates"].as_array().is_some_and(|ts| {
