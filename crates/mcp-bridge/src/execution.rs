@@ -380,6 +380,56 @@ impl McpBridge {
     }
 }
 
+#[cfg(feature = "http")]
+impl McpBridge {
+    /// The connection a call to `service` made for `principal` goes over, when it is not the
+    /// service's own: `Ok(None)` for a service without OAuth, a call for no principal or for
+    /// the OAuth principal; else that principal's connection (made now, asking them to sign in
+    /// when they have no token), or why there is none.
+    pub(crate) async fn principal_connection(
+        &self,
+        service: &str,
+        principal: Option<&str>,
+        own: &Connection,
+    ) -> Result<Option<crate::principals::Lease>, String> {
+        let Some(principal) = principal else {
+            return Ok(None);
+        };
+        if own
+            .oauth_principal
+            .as_deref()
+            .is_none_or(|p| p == principal)
+        {
+            return Ok(None);
+        }
+        let (config, generation) = {
+            let map = crate::connection::lock(&self.inner.services);
+            let Some(svc) = map.get(service) else {
+                return Ok(None);
+            };
+            (svc.config.clone(), svc.generation)
+        };
+        if config.url.is_none() {
+            return Ok(None);
+        }
+        let template = crate::connection::lock(&self.inner.oauth).clone();
+        let config = config.with_file_oauth(template.as_ref())?;
+        let Some(oauth) = config.oauth.clone() else {
+            return Ok(None);
+        };
+        let hooks = crate::connection::Hooks {
+            epoch: self.inner.catalog_epoch.clone(),
+            elicitation: self.inner.elicitation.clone(),
+            notices: self.inner.notices.clone(),
+        };
+        self.inner
+            .principals
+            .lease(service, principal, generation, config, oauth, hooks)
+            .await
+            .map(Some)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

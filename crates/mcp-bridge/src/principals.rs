@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
-use crate::bridge::McpBridge;
+use crate::config::ServiceConfig;
 use crate::connection::{Connection, Hooks, lock};
+use crate::oauth::OAuthConfig;
 
 /// One principal's connection to one service.
 struct Slot {
@@ -58,45 +59,23 @@ pub(crate) struct Lease {
     _in_use: Arc<()>,
 }
 
-impl McpBridge {
-    /// The connection a call to `service` made for `principal` goes over, when it is not the
-    /// service's own: `Ok(None)` for a service without OAuth, a call for no principal or for
-    /// the OAuth principal; else that principal's connection (made now, asking them to sign in
-    /// when they have no token), or why there is none.
-    pub(crate) async fn principal_connection(
+impl PrincipalConnections {
+    /// `principal`'s connection to `service` (generation `generation`) under `config` (whose
+    /// OAuth is `oauth`): the open one, else one made now — asking them to sign in when they
+    /// have no token — after closing what has been idle too long or a restarted service left,
+    /// and making room past `oauth`'s bound; or why there is none.
+    pub(crate) async fn lease(
         &self,
         service: &str,
-        principal: Option<&str>,
-        own: &Connection,
-    ) -> Result<Option<Lease>, String> {
-        let Some(principal) = principal else {
-            return Ok(None);
-        };
-        if own
-            .oauth_principal
-            .as_deref()
-            .is_none_or(|p| p == principal)
-        {
-            return Ok(None);
-        }
-        let (config, generation) = {
-            let map = lock(&self.inner.services);
-            let Some(svc) = map.get(service) else {
-                return Ok(None);
-            };
-            (svc.config.clone(), svc.generation)
-        };
-        if config.url.is_none() {
-            return Ok(None);
-        }
-        let template = lock(&self.inner.oauth).clone();
-        let config = config.with_file_oauth(template.as_ref())?;
-        let Some(oauth) = config.oauth.clone() else {
-            return Ok(None);
-        };
+        principal: &str,
+        generation: u64,
+        mut config: ServiceConfig,
+        oauth: OAuthConfig,
+        hooks: Hooks,
+    ) -> Result<Lease, String> {
         let key = (service.to_owned(), principal.to_owned());
         let (cell, in_use) = {
-            let mut slots = lock(&self.inner.principals.slots);
+            let mut slots = lock(&self.slots);
             // Close what has been idle too long, and what a restarted service left.
             let now = Instant::now();
             let gone: Vec<_> = slots
@@ -141,18 +120,12 @@ impl McpBridge {
         };
         let mut cell = cell.lock().await;
         if let Some(connection) = cell.as_ref().filter(|c| !c.is_finished()) {
-            return Ok(Some(Lease {
+            return Ok(Lease {
                 connection: connection.clone(),
                 _in_use: in_use,
-            }));
+            });
         }
-        let mut config = config;
         config.oauth = Some(oauth.for_principal(principal));
-        let hooks = Hooks {
-            epoch: self.inner.catalog_epoch.clone(),
-            elicitation: self.inner.elicitation.clone(),
-            notices: self.inner.notices.clone(),
-        };
         let name = service.to_owned();
         let connection = Connection::launch(&config, generation, hooks, move |reason| {
             tracing::info!(service = %name, "a per-principal MCP connection ended: {reason}");
@@ -162,9 +135,9 @@ impl McpBridge {
             format!("The MCP service {service} could not be reached for this person: {reason}")
         })?;
         *cell = Some(connection.clone());
-        Ok(Some(Lease {
+        Ok(Lease {
             connection,
             _in_use: in_use,
-        }))
+        })
     }
 }

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use toolwright_output_control::Validator;
 
-use crate::answer::{AnswerShape, TypedLoopStream, TypedOutput};
+use crate::answer::{AnswerShape, TypedOutput};
 use crate::approval::{ApprovalDecision, ApprovalKey, PendingApproval};
 use crate::protocols::ProtocolKind;
 use crate::runner::{
@@ -18,6 +18,7 @@ use crate::runner::{
     resume_tool_loop_stream, run_tool_loop, run_tool_loop_stream,
 };
 use crate::turn::TurnSections;
+use crate::typed_stream::TypedLoopStream;
 use crate::{Dispatcher, RegistryError, Tool, ToolProvider, ToolRegistry};
 
 /// A model, its tools, a session store and loop options, ready to answer.

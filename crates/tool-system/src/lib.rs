@@ -111,9 +111,10 @@ mod subagent;
 mod trace;
 mod turn;
 mod typed;
+mod typed_stream;
 
 pub use agent::{Agent, AgentBuilder};
-pub use answer::{TypedLoopStream, TypedOutput};
+pub use answer::TypedOutput;
 pub use approval::{
     ApprovalDecision, ApprovalError, ApprovalKey, ApprovalPolicy, DecisionRecord, HeldCall,
     PendingApproval,
@@ -129,6 +130,7 @@ pub use runner::LoopStream;
 pub use subagent::{AgentTool, DEFAULT_MAX_DEPTH};
 pub use turn::TurnSections;
 pub use typed::{FnTool, to_openai_tool};
+pub use typed_stream::TypedLoopStream;
 
 /// For a call protocol of one's own ([`ProtocolKind::Custom`]): how tools are shown to the
 /// model and how its answer is read. The three built in are chosen with [`ProtocolKind`].

@@ -26,7 +26,7 @@ pub(super) struct PostBody {
     pub(super) attachments: Vec<Upload>,
     /// MCP resources to read into the message (with [`ChatPanel::offer_mcp`](crate::ChatPanel::offer_mcp)).
     #[serde(default)]
-    pub(super) resources: Vec<super::offers::ResourceChoice>,
+    pub(super) resources: Vec<ResourceChoice>,
 }
 
 /// A picture, sound or file attached to a message: its bytes in standard base64, the type
@@ -193,6 +193,14 @@ pub(super) fn attachments(
         });
     }
     Ok(parts)
+}
+
+/// A resource a message names (`"resources": [{"service", "uri"}]`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ResourceChoice {
+    pub(super) service: String,
+    pub(super) uri: String,
 }
 
 /// A resource's picture, sound or file, checked as an attachment is: within `max` bytes, of a

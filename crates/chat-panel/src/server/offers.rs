@@ -537,14 +537,6 @@ pub(super) async fn post_template(
     axum::Json(json!({"uri": uri, "preview": cut})).into_response()
 }
 
-/// A resource a message names (`"resources": [{"service", "uri"}]`).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ResourceChoice {
-    service: String,
-    uri: String,
-}
-
 /// The resources a message names, read from their servers, as parts after its text: each
 /// resource's text as a text part headed by its URI (at most [`MAX_RESOURCE_TEXT`] bytes), its
 /// pictures, sounds and files checked as an attachment is (`check`). At most
@@ -552,7 +544,7 @@ pub(super) struct ResourceChoice {
 #[allow(clippy::result_large_err)]
 pub(super) async fn read_chosen(
     app: &App,
-    chosen: Vec<ResourceChoice>,
+    chosen: Vec<super::attachments::ResourceChoice>,
     check: impl Fn(Part, &str) -> Result<Part, Response>,
 ) -> Result<Vec<Part>, Response> {
     if chosen.is_empty() {
