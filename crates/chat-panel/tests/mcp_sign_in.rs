@@ -324,3 +324,87 @@ async fn a_person_signs_in_to_an_oauth_mcp_server_through_the_panel() {
     b.close().await;
     bridge.stop_all().await;
 }
+
+/// Two panel workers, each with a bridge of its own, keep the person's credential in one
+/// PostgreSQL database (`TEST_DATABASE_URL`, which `cargo xtask test` starts): signed in through
+/// worker 1's page, the token expires at the SDK's server, and the person's calls on both
+/// workers at once make exactly one refresh request there, with no new sign-in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_panel_workers_on_one_database_refresh_a_persons_expired_token_once() {
+    use toolwright_context_engine::{PostgresStore, SessionStore};
+    use toolwright_mcp_bridge::oauth::SessionCredentialStore;
+    let url = std::env::var("TEST_DATABASE_URL")
+        .expect("TEST_DATABASE_URL: run `cargo xtask test`, which starts PostgreSQL");
+    let _one = BROWSER_LOCK.lock().await;
+    let auth = AuthServer::start().await;
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let sessions: Arc<dyn SessionStore> = Arc::new(PostgresStore::connect(&url).await.unwrap());
+        let store: Arc<dyn CredentialStore> = Arc::new(SessionCredentialStore::new(sessions));
+        let bridge = McpBridge::new();
+        let provider = Arc::new(bridge.clone());
+        let fx = common::start_with_agent(
+            toolwright_chat_panel::PanelConfig::default(),
+            responder,
+            move |b| b.provider(provider),
+        )
+        .await;
+        let oauth = OAuthConfig::with_redirect_sign_in(Arc::new(
+            fx.chat.mcp_sign_in(&fx.url(), store.clone()),
+        ))
+        .with_store(store, "local")
+        .with_sign_in_timeout(Duration::from_secs(60));
+        bridge
+            .register(
+                ServiceConfig::remote("demo", format!("{}/mcp", auth.base))
+                    .with_autostart(false)
+                    .with_oauth(oauth),
+            )
+            .unwrap();
+        workers.push((fx, bridge));
+    }
+
+    // signed in through worker 1's page
+    let first = Browser::start().await;
+    first.open(&workers[0].0).await;
+    first.type_and_send("hello").await;
+    sign_in(&first).await;
+    wait_for_answer(&first, "Tool said: echo: hello (signed in as ada)").await;
+    first.idle().await;
+    let counts = auth.counts().await;
+    assert_eq!(counts["authorization_code"], 1, "{counts}");
+    assert_eq!(counts["refresh_token"], 0, "{counts}");
+
+    // the token expires; the person writes on both workers at once
+    auth.post("expire").await;
+    let second = Browser::start().await;
+    second.open(&workers[1].0).await;
+    tokio::join!(
+        first.type_and_send("from one"),
+        second.type_and_send("from two")
+    );
+    wait_for_answer(&first, "Tool said: echo: from one (signed in as ada)").await;
+    wait_for_answer(&second, "Tool said: echo: from two (signed in as ada)").await;
+    first.idle().await;
+    second.idle().await;
+    let counts = auth.counts().await;
+    eprintln!("the authorization server's counts after both workers' calls: {counts}");
+    assert_eq!(
+        counts["refresh_token"], 1,
+        "exactly one refresh for both workers: {counts}"
+    );
+    assert_eq!(counts["authorization_code"], 1, "no new sign-in: {counts}");
+    assert!(
+        second
+            .js("return !document.querySelector('.entry-signin');")
+            .await
+            .as_bool()
+            .unwrap(),
+        "worker 2 never asked the person to sign in"
+    );
+    first.close().await;
+    second.close().await;
+    for (_, bridge) in workers {
+        bridge.stop_all().await;
+    }
+}
