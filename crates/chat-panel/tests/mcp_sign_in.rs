@@ -210,12 +210,13 @@ async fn wait_for_answer(b: &Browser, needle: &str) {
     }
 }
 
-/// Sign in, call a tool; the token expires and two calls race (one refresh); the
-/// authorization server revokes the sign-in (the person is told and signs in again).
-#[tokio::test]
-async fn a_person_signs_in_to_an_oauth_mcp_server_through_the_panel() {
-    let _one = BROWSER_LOCK.lock().await;
-    let auth = AuthServer::start().await;
+/// A panel worker with a bridge of its own to the SDK's protected MCP server as `demo`, its
+/// OAuth credentials in `store` and signed in through the panel; on loopback there is no
+/// authentication, so the person is the local principal.
+async fn panel_worker(
+    auth: &AuthServer,
+    store: Arc<dyn CredentialStore>,
+) -> (common::Fixture, McpBridge) {
     let bridge = McpBridge::new();
     let provider = Arc::new(bridge.clone());
     let fx = common::start_with_agent(
@@ -224,8 +225,6 @@ async fn a_person_signs_in_to_an_oauth_mcp_server_through_the_panel() {
         move |b| b.provider(provider),
     )
     .await;
-    // no authentication on loopback: the person is the local principal
-    let store: Arc<dyn CredentialStore> = Arc::new(InMemoryCredentialStore::new());
     let oauth =
         OAuthConfig::with_redirect_sign_in(Arc::new(fx.chat.mcp_sign_in(&fx.url(), store.clone())))
             .with_store(store, "local")
@@ -237,6 +236,16 @@ async fn a_person_signs_in_to_an_oauth_mcp_server_through_the_panel() {
                 .with_oauth(oauth),
         )
         .unwrap();
+    (fx, bridge)
+}
+
+/// Sign in, call a tool; the token expires and two calls race (one refresh); the
+/// authorization server revokes the sign-in (the person is told and signs in again).
+#[tokio::test]
+async fn a_person_signs_in_to_an_oauth_mcp_server_through_the_panel() {
+    let _one = BROWSER_LOCK.lock().await;
+    let auth = AuthServer::start().await;
+    let (fx, bridge) = panel_worker(&auth, Arc::new(InMemoryCredentialStore::new())).await;
 
     let b = Browser::start().await;
     b.open(&fx).await;
@@ -340,28 +349,7 @@ async fn two_panel_workers_on_one_database_refresh_a_persons_expired_token_once(
     let mut workers = Vec::new();
     for _ in 0..2 {
         let sessions: Arc<dyn SessionStore> = Arc::new(PostgresStore::connect(&url).await.unwrap());
-        let store: Arc<dyn CredentialStore> = Arc::new(SessionCredentialStore::new(sessions));
-        let bridge = McpBridge::new();
-        let provider = Arc::new(bridge.clone());
-        let fx = common::start_with_agent(
-            toolwright_chat_panel::PanelConfig::default(),
-            responder,
-            move |b| b.provider(provider),
-        )
-        .await;
-        let oauth = OAuthConfig::with_redirect_sign_in(Arc::new(
-            fx.chat.mcp_sign_in(&fx.url(), store.clone()),
-        ))
-        .with_store(store, "local")
-        .with_sign_in_timeout(Duration::from_secs(60));
-        bridge
-            .register(
-                ServiceConfig::remote("demo", format!("{}/mcp", auth.base))
-                    .with_autostart(false)
-                    .with_oauth(oauth),
-            )
-            .unwrap();
-        workers.push((fx, bridge));
+        workers.push(panel_worker(&auth, Arc::new(SessionCredentialStore::new(sessions))).await);
     }
 
     // signed in through worker 1's page

@@ -102,10 +102,7 @@ impl InMemoryCredentialStore {
 #[async_trait::async_trait]
 impl CredentialStore for InMemoryCredentialStore {
     async fn load(&self, key: &CredentialKey) -> Result<Option<Versioned>, OAuthError> {
-        let records = self
-            .records
-            .lock()
-            .map_err(|_| OAuthError::Store("poisoned lock".into()))?;
+        let records = locked(&self.records)?;
         Ok(records.get(key).cloned())
     }
     async fn compare_and_set(
@@ -114,10 +111,7 @@ impl CredentialStore for InMemoryCredentialStore {
         expected: Option<u64>,
         record: CredentialRecord,
     ) -> Result<bool, OAuthError> {
-        let mut records = self
-            .records
-            .lock()
-            .map_err(|_| OAuthError::Store("poisoned lock".into()))?;
+        let mut records = locked(&self.records)?;
         let current = records.get(key).map(|v| v.version);
         if current != expected {
             return Ok(false);
@@ -127,10 +121,7 @@ impl CredentialStore for InMemoryCredentialStore {
         Ok(true)
     }
     async fn load_sign_in(&self, state: &str) -> Result<Option<String>, OAuthError> {
-        let sign_ins = self
-            .sign_ins
-            .lock()
-            .map_err(|_| OAuthError::Store("poisoned lock".into()))?;
+        let sign_ins = locked(&self.sign_ins)?;
         Ok(sign_ins.get(state).cloned())
     }
     async fn swap_sign_in(
@@ -139,10 +130,7 @@ impl CredentialStore for InMemoryCredentialStore {
         expected: Option<&str>,
         new: Option<&str>,
     ) -> Result<bool, OAuthError> {
-        let mut sign_ins = self
-            .sign_ins
-            .lock()
-            .map_err(|_| OAuthError::Store("poisoned lock".into()))?;
+        let mut sign_ins = locked(&self.sign_ins)?;
         if sign_ins.get(state).map(String::as_str) != expected {
             return Ok(false);
         }
@@ -152,6 +140,13 @@ impl CredentialStore for InMemoryCredentialStore {
         };
         Ok(true)
     }
+}
+
+/// `mutex`'s guard; a lock poisoned by a panicking holder is a store failure.
+fn locked<T>(mutex: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>, OAuthError> {
+    mutex
+        .lock()
+        .map_err(|_| OAuthError::Store("poisoned lock".into()))
 }
 
 /// The state slot a [`SessionCredentialStore`] keeps one credential in.
